@@ -1,0 +1,1 @@
+"""Observability: process-wide counters (stats), explain reports, stage dumps."""

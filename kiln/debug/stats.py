@@ -1,0 +1,61 @@
+"""Process-wide counters: ``kiln.stats.snapshot()`` and ``kiln.stats.reset()``."""
+from __future__ import annotations
+
+import collections
+import contextlib
+import time
+from typing import Iterator
+
+
+class Stats:
+    """Counters of what kiln did in this process.
+
+    frames_seen / frames_compiled: frames offered by the hook / turned into transformed code.
+    graphs: FX graphs handed to a backend. graph_breaks: by reason.
+    recompilations: by the guard that failed. eager_fallbacks: frames run eagerly, by reason.
+    kernels_generated / aten_fallbacks: filled in by code generation.
+    seconds: time spent per stage.
+    """
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.frames_seen = 0
+        self.frames_compiled = 0
+        self.cache_hits = 0
+        self.graphs = 0
+        self.graph_breaks: collections.Counter[str] = collections.Counter()
+        self.recompilations: collections.Counter[str] = collections.Counter()
+        self.eager_fallbacks: collections.Counter[str] = collections.Counter()
+        self.kernels_generated = 0
+        self.aten_fallbacks: collections.Counter[str] = collections.Counter()
+        self.seconds: collections.Counter[str] = collections.Counter()
+
+    @contextlib.contextmanager
+    def timed(self, stage: str) -> Iterator[None]:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[stage] += time.perf_counter() - start
+
+    def snapshot(self) -> dict:
+        return {
+            "frames_seen": self.frames_seen,
+            "frames_compiled": self.frames_compiled,
+            "cache_hits": self.cache_hits,
+            "graphs": self.graphs,
+            "graph_breaks": dict(self.graph_breaks),
+            "recompilations": dict(self.recompilations),
+            "eager_fallbacks": dict(self.eager_fallbacks),
+            "kernels_generated": self.kernels_generated,
+            "aten_fallbacks": dict(self.aten_fallbacks),
+            "seconds": {k: round(v, 6) for k, v in self.seconds.items()},
+        }
+
+    def __repr__(self) -> str:
+        return f"kiln.stats({self.snapshot()})"
+
+
+stats = Stats()

@@ -1,0 +1,54 @@
+"""Errors for people: what failed, where (the user's file:line), why, and what to do."""
+from __future__ import annotations
+
+
+class KilnError(Exception):
+    """Base class of every error kiln raises on purpose."""
+
+
+class Unsupported(KilnError):
+    """The capture stage met a construct it cannot put in a graph.
+
+    Without fullgraph this becomes a graph break (or an eager fallback for the frame);
+    with fullgraph=True it reaches the user as ``GraphBreakError``.
+    """
+
+    def __init__(self, reason: str, *, hint: str = "", filename: str = "", lineno: int = 0):
+        super().__init__(reason)
+        self.reason = reason
+        self.hint = hint
+        self.filename = filename
+        self.lineno = lineno
+
+    def locate(self, filename: str, lineno: int) -> "Unsupported":
+        if not self.filename:
+            self.filename, self.lineno = filename, lineno
+        return self
+
+    def where(self) -> str:
+        return f"{self.filename}:{self.lineno}" if self.filename else "<unknown location>"
+
+
+class GraphBreakError(KilnError):
+    """Raised under ``fullgraph=True`` when the program cannot be captured as one graph."""
+
+    def __init__(self, reason: str, filename: str, lineno: int, hint: str = ""):
+        self.reason, self.filename, self.lineno, self.hint = reason, filename, lineno, hint
+        lines = [
+            f"kiln could not capture the whole program as one graph (fullgraph=True).",
+            f"  where: {filename}:{lineno}",
+            f"  why:   {reason}",
+        ]
+        if hint:
+            lines.append(f"  what to do: {hint}")
+        else:
+            lines.append("  what to do: rewrite that line, or drop fullgraph=True to let kiln run it eagerly.")
+        super().__init__("\n".join(lines))
+
+
+class BackendError(KilnError):
+    """A backend failed to compile a captured graph."""
+
+
+class InternalError(KilnError):
+    """A bug in kiln. Carries the stage where it happened."""

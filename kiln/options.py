@@ -1,0 +1,80 @@
+"""One frozen, typed Options object. Environment variables (KILN_*) are read here, once, and nowhere else.
+
+Options travel explicitly through every stage and are part of every cache key.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any, Mapping
+
+
+def _env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValueError(f"environment variable {name}={raw!r} must be an integer") from None
+
+
+def _env_str(name: str) -> str | None:
+    raw = os.environ.get(name)
+    return raw if raw else None
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    """Knobs of the compiler. Build with ``Options(...)`` or pass a dict as ``kiln.compile(options=...)``.
+
+    recompile_limit: cache entries per code object before kiln runs that code eagerly (KILN_RECOMPILE_LIMIT).
+    debug_dir: directory where each stage dumps its printout (KILN_DEBUG_DIR).
+    logs: comma-separated stage names whose printouts go to stderr, e.g. "graph,guards" (KILN_LOGS).
+    inline_depth: how deep user-function calls are inlined before the call is left to run as a frame.
+    """
+
+    recompile_limit: int = 8
+    debug_dir: str | None = None
+    logs: tuple[str, ...] = ()
+    inline_depth: int = 32
+
+    def replace(self, **changes: Any) -> "Options":
+        return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def from_any(cls, value: "Options | Mapping[str, Any] | None") -> "Options":
+        base = default_options()
+        if value is None:
+            return base
+        if isinstance(value, Options):
+            return value
+        if isinstance(value, Mapping):
+            valid = {f.name for f in dataclasses.fields(cls)}
+            unknown = sorted(set(value) - valid)
+            if unknown:
+                raise ValueError(
+                    f"kiln.compile(options=...): unknown option(s) {unknown}; valid options are {sorted(valid)}"
+                )
+            return dataclasses.replace(base, **dict(value))
+        raise TypeError(f"kiln.compile(options=...) takes a dict or kiln.Options, not {type(value).__name__}")
+
+    def cache_key(self) -> tuple:
+        return dataclasses.astuple(self)
+
+
+def _read_environment() -> Options:
+    logs = _env_str("KILN_LOGS")
+    return Options(
+        recompile_limit=_env_int("KILN_RECOMPILE_LIMIT", 8),
+        debug_dir=_env_str("KILN_DEBUG_DIR"),
+        logs=tuple(s.strip() for s in logs.split(",") if s.strip()) if logs else (),
+    )
+
+
+_DEFAULT = _read_environment()
+
+
+def default_options() -> Options:
+    """The options given by the environment at import time."""
+    return _DEFAULT
