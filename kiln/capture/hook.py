@@ -1,0 +1,125 @@
+"""kiln's PEP 523 frame hook, Python side: a thin wrapper over the C extension
+``kiln.capture._eval_frame``.
+
+How it works
+------------
+The first time a thread sets a callback, the C extension installs its frame-evaluation
+function interpreter-wide (and keeps it installed).  Threads without a callback go
+straight to CPython's default evaluator.  In a thread with a callback, every plain Python
+function frame that is about to start (not generator/coroutine code, not a frame being
+traced with ``sys.settrace``, not code marked with :func:`mark_skip`) is offered as::
+
+    answer = callback(code, f_locals, f_globals, f_builtins, closure)
+
+* ``f_locals`` is a new dict of the frame's arguments at entry (positional, defaults
+  filled in, ``*args`` tuple, keyword-only, ``**kwargs`` dict), keyed by
+  ``code.co_varnames[:nargs]``;
+* ``closure`` is the function's ``__closure__`` (a tuple of cells) or None.
+
+The callback runs with this thread's callback unset, so kiln's own analysis is not
+hooked.  It answers:
+
+* ``None``: the original frame runs normally (the callback stays active for the frames
+  it calls);
+* a code object with the same signature and the same ``co_freevars``: a function is
+  built from it with the frame's globals and closure and called with the original
+  arguments; its result is the call's result and the original frame never runs.  The
+  substitute's own frame is not offered back, but the frames it calls are.
+
+If the callback (or the substitute) raises, the exception propagates to the caller.
+
+All state is per thread: setting a callback in one thread does not affect another.
+
+If the C extension was not built, this module still imports; :func:`available` returns
+False and every other function raises :class:`kiln.errors.KilnError`.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+from kiln.errors import KilnError
+
+try:
+    from kiln.capture import _eval_frame as _C
+except ImportError:  # the extension was not built (or not for this interpreter)
+    _C = None
+
+__all__ = [
+    "available",
+    "set_callback",
+    "get_callback",
+    "mark_skip",
+    "unmark",
+    "is_skipped",
+    "call_without_hook",
+    "callback_active",
+]
+
+# The callback's signature: (code, f_locals, f_globals, f_builtins, closure) -> code | None
+FrameCallback = Callable[[Any, dict, dict, dict, Optional[tuple]], Any]
+
+_MISSING = (
+    "kiln's C extension kiln.capture._eval_frame is missing, so kiln cannot hook Python "
+    "frames. Build it by running `pip install -e .` in the kiln checkout "
+    "(it needs a C compiler and the Python development headers)."
+)
+
+
+def available() -> bool:
+    """True when the C extension ``kiln.capture._eval_frame`` is importable."""
+    return _C is not None
+
+
+def _missing(*args: Any, **kwargs: Any) -> Any:
+    raise KilnError(_MISSING)
+
+
+# set_callback(cb_or_None) -> previous   this thread's callback; returns the previous one
+# get_callback() -> cb or None
+# mark_skip(code)                        frames of `code` are not offered (their callees are)
+# unmark(code)                           undo mark_skip
+# is_skipped(code) -> bool
+# call_without_hook(fn, *args, **kw)     call fn with this thread's callback unset, restoring
+#                                        it afterwards (also on exceptions)
+if _C is not None:
+    # The C functions are bound directly: no Python frame in between (they run on every
+    # compiled call, and a Python frame here would itself be offered to the callback).
+    set_callback = _C.set_callback
+    get_callback = _C.get_callback
+    mark_skip = _C.mark_skip
+    unmark = _C.unmark
+    is_skipped = _C.is_skipped
+    call_without_hook = _C.call_without_hook
+else:
+    set_callback = get_callback = mark_skip = unmark = is_skipped = _missing
+    call_without_hook = _missing
+
+class callback_active:
+    """Context manager: ``with callback_active(cb): ...`` runs the block with ``cb`` as this
+    thread's callback and restores the previous one on exit (also on exceptions).
+
+    ``callback_active(None)`` runs the block with no callback.
+    """
+
+    __slots__ = ("_cb", "_prev")
+
+    def __init__(self, cb: Optional[FrameCallback]):
+        self._cb = cb
+        self._prev = None
+
+    def __enter__(self) -> "callback_active":
+        self._prev = set_callback(self._cb)
+        return self
+
+    def __exit__(self, *exc_info: Any) -> bool:
+        set_callback(self._prev)
+        self._prev = None
+        return False
+
+
+if _C is not None:
+    # These frames may start while a callback is set (__exit__ always; __init__ and
+    # __enter__ when nested inside another callback_active): kiln's code, not the user's.
+    for _method in (callback_active.__init__, callback_active.__enter__, callback_active.__exit__):
+        mark_skip(_method.__code__)
+    del _method
