@@ -1,62 +1,99 @@
-"""FakeTensor: a tensor subclass that carries metadata but no data.
+"""FakeTensor: a tensor that carries shape, stride, dtype, device and requires_grad, but no data.
 
-Each FakeTensor wraps a meta tensor (which does the shape/stride/dtype work through ATen's meta
-kernels) and reports the device the real tensor would have. Views of a fake tensor are views of its
-meta tensor, so aliasing between fakes is what it would be between real tensors.
+A FakeTensor *is* a meta tensor (its storage is a meta storage of the right size) that reports the
+device the real tensor would have. ATen ops on fakes run ATen's meta kernels, which compute output
+metadata without touching data. Views of a fake share its meta storage, so aliasing between fakes is
+what it would be between the real tensors, and in-place metadata ops (``t_``, ``unsqueeze_``) change
+the fake itself, as they would change the real tensor.
+
+Ops whose output shape or value depends on data (``nonzero``, ``item``) and ops without a meta kernel
+raise ``UnsupportedFakeOp``; the caller turns that into a graph break or an eager fallback.
 """
 from __future__ import annotations
 
+import threading
+
 import torch
-from torch.utils._pytree import tree_map
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten, tree_map
 
 from kiln.errors import KilnError
 
 aten = torch.ops.aten
+prim = torch.ops.prim
 
 
 class UnsupportedFakeOp(KilnError):
-    """An ATen op has no meta kernel, so its output metadata cannot be computed without data."""
+    """An ATen op cannot run on fake tensors: it has no meta kernel, or its output depends on data."""
+
+    def __init__(self, func, reason: str):
+        self.func = func
+        self.reason = reason
+        super().__init__(
+            f"kiln cannot run {func} on fake tensors: {reason}. "
+            f"The region that calls it runs eagerly instead (a graph break under kiln.compile)."
+        )
 
 
-# ops that need real data to know their output (shape or value): never run on fakes
-_DATA_DEPENDENT = {
-    aten._local_scalar_dense.default,
-    aten.nonzero.default,
-    aten.masked_select.default,
-    aten.unique.default if hasattr(aten, "unique") else None,
-    aten._unique2.default,
-    aten.item.default,
-    aten.equal.default,
-    aten.is_nonzero.default,
-    aten.allclose.default,
-}
-_DATA_DEPENDENT.discard(None)
+def _ops(*names: str) -> frozenset:
+    found = []
+    for name in names:
+        packet, _, overload = name.partition(".")
+        packet_obj = getattr(aten, packet, None)
+        if packet_obj is not None and overload in packet_obj.overloads():
+            found.append(getattr(packet_obj, overload))
+    return frozenset(found)
+
+
+# ops whose output shape or value needs real data: never run on fakes
+DATA_DEPENDENT = _ops(
+    "_local_scalar_dense.default", "item.default", "nonzero.default", "nonzero_numpy.default",
+    "masked_select.default", "unique.default", "_unique.default", "_unique2.default", "unique_dim.default",
+    "unique_consecutive.default", "equal.default", "is_nonzero.default", "allclose.default",
+    "repeat_interleave.Tensor", "bincount.default", "_assert_async.default", "_assert_async.msg",
+    "segment_reduce.default", "histogram.bin_ct", "histogramdd.default", "tolist.default",
+)
+
+# ops that may take tensors on several devices (copies between devices, CPU index tensors)
+MIXED_DEVICE_OK = _ops(
+    "copy_.default", "_copy_from.default", "_copy_from_and_resize.default", "_to_copy.default",
+    "copy.default", "index.Tensor", "index_put.default", "index_put_.default", "_index_put_impl_.default",
+    "lift_fresh.default", "lift_fresh_copy.default", "set_.source_Storage_storage_offset", "set_.source_Tensor",
+)
+
+
+_state = threading.local()
+
+
+def _in_kernel() -> bool:
+    return getattr(_state, "in_kernel", 0) > 0
 
 
 class FakeTensor(torch.Tensor):
-    _meta: torch.Tensor
+    """A meta tensor that reports ``fake_device`` as its device."""
+
     fake_device: torch.device
 
     @staticmethod
-    def __new__(cls, meta: torch.Tensor, device: torch.device):
-        assert meta.device.type == "meta", meta.device
-        out = torch.Tensor._make_wrapper_subclass(
-            cls,
-            meta.size(),
-            strides=meta.stride(),
-            storage_offset=meta.storage_offset(),
-            dtype=meta.dtype,
-            layout=meta.layout,
-            device=device,
-            requires_grad=meta.requires_grad,
+    def __new__(cls, meta: torch.Tensor, device: torch.device | str, requires_grad: bool = False):
+        if meta.device.type != "meta":
+            raise ValueError(f"FakeTensor wraps a meta tensor, got one on {meta.device}")
+        device = torch.device(device)
+        if device.type == "cuda" and device.index is None:
+            device = torch.device("cuda", 0)
+        out = torch.Tensor._make_subclass(
+            cls, meta, requires_grad, dispatch_device=True, device_for_backend_keys=device
         )
-        out._meta = meta
         out.fake_device = device
         return out
 
-    def __repr__(self) -> str:  # no data to print
-        return f"FakeTensor(size={tuple(self.shape)}, dtype={self.dtype}, device={self.fake_device})"
+    @property
+    def _meta(self) -> torch.Tensor:
+        """A plain meta tensor with this fake's storage and metadata."""
+        return meta_alias(self)
+
+    def __repr__(self) -> str:  # there is no data to print
+        grad = ", requires_grad=True" if self.requires_grad else ""
+        return f"FakeTensor(size={tuple(self.shape)}, dtype={self.dtype}, device={self.fake_device}{grad})"
 
     __torch_function__ = torch._C._disabled_torch_function_impl
 
@@ -65,116 +102,99 @@ class FakeTensor(torch.Tensor):
         return run_on_fakes(func, args, kwargs or {})
 
 
-def _common_device(args, kwargs) -> torch.device:
-    devices = []
+def meta_alias(t: torch.Tensor) -> torch.Tensor:
+    """A plain meta tensor viewing ``t``'s storage with ``t``'s size, stride and offset."""
+    with torch.no_grad(), _kernel_context():
+        out = torch.empty(0, dtype=t.dtype, device="meta")
+        out.set_(t.untyped_storage(), t.storage_offset(), t.size(), t.stride())
+    return out
 
-    def visit(x):
-        if isinstance(x, FakeTensor):
-            devices.append((x.dim() == 0, x.fake_device))
-        return x
 
-    tree_map(visit, (args, kwargs))
+class _kernel_context:
+    """While a meta kernel runs on fakes: dispatch to Meta, and fakes report device meta."""
+
+    def __enter__(self):
+        self.prev = torch._C._meta_in_tls_dispatch_include()
+        torch._C._set_meta_in_tls_dispatch_include(True)
+        self.guards = [torch._C._DisableTorchDispatch(), torch._C._AutoDispatchBelowAutograd()]
+        for guard in self.guards:
+            guard.__enter__()
+        _state.in_kernel = getattr(_state, "in_kernel", 0) + 1
+        return self
+
+    def __exit__(self, *exc):
+        _state.in_kernel -= 1
+        for guard in reversed(self.guards):
+            guard.__exit__(*exc)
+        torch._C._set_meta_in_tls_dispatch_include(self.prev)
+        return False
+
+
+def output_device(func, args, kwargs) -> torch.device:
+    """The device a real call would produce, with ATen's rule for mixing devices.
+
+    An explicit ``device=`` wins. Otherwise tensors that are not 0-dim CPU tensors must agree;
+    0-dim CPU tensors (wrapped scalars) mix with any device.
+    """
     explicit = kwargs.get("device")
     if explicit is not None:
         return torch.device(explicit)
-    # a non-scalar tensor decides; CPU 0-dim tensors mix with any device, as in ATen
-    for is_scalar, device in devices:
-        if not is_scalar:
-            return device
-    for _, device in devices:
-        if device.type != "cpu":
-            return device
-    return devices[0][1] if devices else torch.device("cpu")
+    flat, _ = tree_flatten((args, kwargs))
+    tensors = [t for t in flat if isinstance(t, torch.Tensor)]
+    if not tensors:
+        return torch.get_default_device() if hasattr(torch, "get_default_device") else torch.device("cpu")
+    devices = [(t.dim() == 0 and _device_of(t).type == "cpu", _device_of(t)) for t in tensors]
+    common = None
+    for is_cpu_scalar, device in devices:
+        if is_cpu_scalar:
+            continue
+        if common is None:
+            common = device
+        elif device != common and func not in MIXED_DEVICE_OK:
+            raise RuntimeError(
+                f"Expected all tensors to be on the same device, but found at least two devices, "
+                f"{common} and {device}! (in {func}, run on fake tensors)"
+            )
+    if common is None:
+        common = devices[0][1]
+    return common
+
+
+def _device_of(t: torch.Tensor) -> torch.device:
+    return t.fake_device if isinstance(t, FakeTensor) else t.device
+
+
+def _as_kernel_arg(x):
+    if isinstance(x, FakeTensor):
+        return x
+    if isinstance(x, torch.Tensor) and not x.is_meta:
+        # a real tensor (a constant) in a fake computation: only its metadata matters
+        return torch.empty_strided(x.size(), x.stride(), dtype=x.dtype, device="meta")
+    if isinstance(x, torch.device):
+        return torch.device("meta")
+    return x
 
 
 def run_on_fakes(func, args, kwargs):
-    if func in _DATA_DEPENDENT:
-        raise UnsupportedFakeOp(f"{func} needs tensor data to compute its result")
-    device = _common_device(args, kwargs)
-    by_meta: dict[int, FakeTensor] = {}
-
-    def to_meta(x):
-        if isinstance(x, FakeTensor):
-            by_meta[id(x._meta)] = x
-            return x._meta
-        if isinstance(x, torch.Tensor) and not x.is_meta:
-            # a real tensor (e.g. a constant) reaching a fake computation
-            return torch.empty_strided(x.size(), x.stride(), dtype=x.dtype, device="meta")
-        if isinstance(x, torch.device):
-            return torch.device("meta")
-        return x
-
-    meta_args = tree_map(to_meta, args)
-    meta_kwargs = tree_map(to_meta, kwargs)
-    if "device" in meta_kwargs:
-        meta_kwargs["device"] = torch.device("meta")
+    """Run ``func`` through its meta kernel; wrap new meta outputs as fakes on the right device."""
+    if func is prim.device.default:
+        return torch.device("meta") if _in_kernel() else args[0].fake_device
+    if func in DATA_DEPENDENT:
+        raise UnsupportedFakeOp(func, "its output shape or value depends on tensor data")
+    device = output_device(func, args, kwargs)
+    kernel_args = tree_map(_as_kernel_arg, args)
+    kernel_kwargs = tree_map(_as_kernel_arg, kwargs)
+    if "device" in kernel_kwargs:
+        kernel_kwargs["device"] = torch.device("meta")
     try:
-        with torch._C._DisableTorchDispatch():
-            out = func(*meta_args, **meta_kwargs)
+        with _kernel_context():
+            out = func(*kernel_args, **kernel_kwargs)
     except NotImplementedError as exc:
-        raise UnsupportedFakeOp(f"{func} has no meta kernel, so kiln cannot infer its output shape: {exc}") from None
+        raise UnsupportedFakeOp(func, f"it has no meta kernel ({str(exc).splitlines()[0][:200]})") from None
 
     def wrap(x):
-        if isinstance(x, torch.Tensor) and x.is_meta:
-            same = by_meta.get(id(x))
-            if same is not None:  # in-place ops and `out=` return their input
-                return same
+        if isinstance(x, torch.Tensor) and not isinstance(x, FakeTensor) and x.is_meta:
             return FakeTensor(x, device)
         return x
 
     return tree_map(wrap, out)
-
-
-class FakeTensorMode(TorchDispatchMode):
-    """Converts real tensors to fakes, keeping aliasing between tensors that share storage.
-
-    Used as a context manager, it also makes factory functions (torch.zeros, torch.arange, ...)
-    return fakes, and turns real tensors met by an op (constants) into fakes.
-    """
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._storage_bases: dict[int, torch.Tensor] = {}  # real storage id -> meta base of its size
-        self._memo: dict[int, FakeTensor] = {}
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-
-        def to_fake(x):
-            if isinstance(x, torch.Tensor) and not isinstance(x, FakeTensor) and not x.is_meta:
-                return self.from_real(x)
-            return x
-
-        return run_on_fakes(func, tree_map(to_fake, args), tree_map(to_fake, kwargs))
-
-    def from_real(self, t: torch.Tensor) -> FakeTensor:
-        found = self._memo.get(id(t))
-        if found is not None:
-            return found
-        fake = fake_from_real(t, self._storage_bases)
-        self._memo[id(t)] = fake
-        return fake
-
-
-def fake_from_real(t: torch.Tensor, storage_bases: dict | None = None) -> FakeTensor:
-    if isinstance(t, FakeTensor):
-        return t
-    if t.layout != torch.strided:
-        raise UnsupportedFakeOp(f"tensors with layout {t.layout} are not supported yet")
-    storage = t.untyped_storage()
-    key = storage.data_ptr() if storage.data_ptr() != 0 else id(storage)
-    base = None if storage_bases is None else storage_bases.get(key)
-    if base is None:
-        nbytes = storage.nbytes()
-        base = torch.empty(nbytes, dtype=torch.uint8, device="meta")
-        if storage_bases is not None:
-            storage_bases[key] = base
-    with torch.no_grad():
-        meta = torch.empty(0, dtype=t.dtype, device="meta")
-        meta.set_(base.untyped_storage(), t.storage_offset(), t.size(), t.stride())
-    if t.requires_grad:
-        meta = meta.detach().requires_grad_(True)
-    fake = FakeTensor(meta, t.device)
-    if t.requires_grad:
-        fake.requires_grad_(True)
-    return fake

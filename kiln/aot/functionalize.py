@@ -1,0 +1,159 @@
+"""Functionalization: mutations and views become functional ATen ops.
+
+Every traced tensor belongs to a *storage* (the memory it lives in). A storage has a *root*: a graph
+input, a constant, or the fresh result of an op; the root's current value is an FX node. Every tensor
+of the storage is the root seen through a chain of view steps (``slice``, ``permute``, ...).
+
+A mutation of a tensor computes its new value functionally, then writes it back into the root through
+the view chain with *scatter* ops (``slice_scatter``, ``select_scatter``, ...): the root gets a new
+node and the storage a new version. Any other tensor of that storage is stale from then on; when an op
+next reads it, it is rebuilt by replaying its view chain on the root's current value. Graph inputs
+whose root changed are written back after the graph by the runtime wrapper.
+"""
+from __future__ import annotations
+
+import dataclasses
+import torch
+import torch.fx as fx
+
+from kiln.aot.builder import GraphBuilder
+from kiln.fake import UnsupportedFakeOp
+
+aten = torch.ops.aten
+
+
+@dataclasses.dataclass(frozen=True)
+class ViewStep:
+    """One view op applied to a tensor: ``func(tensor, *args, **kwargs)[index]``."""
+
+    func: object
+    args: tuple
+    kwargs: tuple  # sorted (name, value) pairs
+    index: int | None = None
+
+    def apply(self, tensor):
+        """Replay on a real tensor (the runtime uses this to rebuild output views of inputs)."""
+        out = self.func(tensor, *self.args, **dict(self.kwargs))
+        return out if self.index is None else out[self.index]
+
+    def __str__(self) -> str:
+        args = ", ".join(repr(a) for a in self.args)
+        item = "" if self.index is None else f"[{self.index}]"
+        return f"{self.func}({args}){item}"
+
+
+@dataclasses.dataclass(eq=False)
+class Storage:
+    root: fx.Node  # current value of the root tensor
+    input_index: int | None = None  # flat graph input whose memory this is, if any
+    version: int = 0
+    metadata_mutated: bool = False
+
+    @property
+    def mutated(self) -> bool:
+        return self.version > 0
+
+
+@dataclasses.dataclass(eq=False)
+class Value:
+    storage: Storage
+    steps: tuple[ViewStep, ...]
+    node: fx.Node
+    version: int
+
+
+class Functionalizer:
+    """Tracks storages and views of traced tensors, and emits functional ops for their mutations."""
+
+    def __init__(self, builder: GraphBuilder) -> None:
+        self.b = builder
+
+    # reading ----------------------------------------------------------------------------------
+    def current(self, value: Value) -> fx.Node:
+        """The node holding ``value``'s contents now, rebuilt from its root if it went stale."""
+        if value.version != value.storage.version:
+            node = value.storage.root
+            for step in value.steps:
+                node = self.replay(step, node)
+            value.node, value.version = node, value.storage.version
+        return value.node
+
+    def replay(self, step: ViewStep, node: fx.Node) -> fx.Node:
+        out = self.b.call(step.func, (node, *step.args), dict(step.kwargs))
+        return out if step.index is None else self.b.getitem(out, step.index)
+
+    # writing ----------------------------------------------------------------------------------
+    def write(self, value: Value, new: fx.Node) -> None:
+        """Make ``new`` the contents of ``value`` (same shape), updating its storage's root."""
+        storage = value.storage
+        chain = [storage.root]
+        for step in value.steps[:-1]:
+            chain.append(self.replay(step, chain[-1]))
+        result = new
+        for step, parent in zip(reversed(value.steps), reversed(chain)):
+            result = self.scatter(step, parent, result)
+        storage.root = result
+        storage.version += 1
+        value.node, value.version = new, storage.version
+
+    def scatter(self, step: ViewStep, parent: fx.Node, src: fx.Node) -> fx.Node:
+        """The value of ``parent`` after its view ``step`` is overwritten with ``src``."""
+        func, args = step.func, step.args
+        kwargs = dict(step.kwargs)
+        if kwargs:
+            return self._scatter_by_index(step, parent, src)
+        parent_val = parent.meta["val"]
+        if func in (aten.alias.default, aten.detach.default, aten.lift_fresh.default):
+            return src
+        if func is aten.slice.Tensor:
+            return self.b.call(aten.slice_scatter.default, (parent, src, *args))
+        if func is aten.select.int:
+            return self.b.call(aten.select_scatter.default, (parent, src, *args))
+        if func is aten.diagonal.default:
+            return self.b.call(aten.diagonal_scatter.default, (parent, src, *args))
+        if func in (aten.view.default, aten._unsafe_view.default, aten._reshape_alias.default,
+                    aten.squeeze.default, aten.squeeze.dim, aten.squeeze.dims, aten.unsqueeze.default):
+            return self.b.reshape(src, parent_val.shape)
+        if func is aten.permute.default:
+            dims = [d % parent_val.dim() for d in args[0]] if parent_val.dim() else []
+            inverse = [dims.index(i) for i in range(len(dims))]
+            return self.b.call(aten.permute.default, (src, inverse))
+        if func in (aten.transpose.int, aten.t.default):
+            return self.replay(step, src)  # a transpose is its own inverse
+        if func is aten.expand.default and tuple(src.meta["val"].shape) == tuple(parent_val.shape):
+            return src
+        if func is aten.split.Tensor and step.index is not None:
+            size, dim = args[0], (args[1] if len(args) > 1 else 0)
+            dim %= max(parent_val.dim(), 1)
+            start = step.index * size
+            end = min(start + size, parent_val.shape[dim])
+            return self.b.call(aten.slice_scatter.default, (parent, src, dim, start, end))
+        if func is aten.split_with_sizes.default and step.index is not None:
+            sizes, dim = args[0], (args[1] if len(args) > 1 else 0)
+            dim %= max(parent_val.dim(), 1)
+            start = sum(sizes[: step.index])
+            return self.b.call(aten.slice_scatter.default, (parent, src, dim, start, start + sizes[step.index]))
+        if func is aten.unbind.int and step.index is not None:
+            dim = args[0] if args else 0
+            return self.b.call(aten.select_scatter.default, (parent, src, dim, step.index))
+        return self._scatter_by_index(step, parent, src)
+
+    def _scatter_by_index(self, step: ViewStep, parent: fx.Node, src: fx.Node) -> fx.Node:
+        """Any view: apply it to ``arange(numel)`` to learn which elements it covers, then index_put."""
+        parent_val = parent.meta["val"]
+        if parent_val.is_complex() or src.meta["val"].dtype != parent_val.dtype:
+            raise UnsupportedFakeOp(step.func, "kiln cannot functionalize a mutation through this view")
+        numel = parent_val.numel()
+        positions = self.b.call(aten.arange.default, (numel,),
+                                {"dtype": torch.int64, "device": parent_val.device})
+        positions = self.b.reshape(positions, parent_val.shape)
+        try:
+            covered = self.replay(step, positions)
+        except RuntimeError as exc:
+            raise UnsupportedFakeOp(step.func, f"kiln cannot functionalize a mutation through this view: {exc}")
+        flat_index = self.b.reshape(covered, (-1,))
+        flat_src = self.b.reshape(src, (-1,))
+        flat_parent = self.b.reshape(parent, (-1,))
+        flat_new = self.b.call(aten.index_put.default, (flat_parent, [flat_index], flat_src))
+        return self.b.reshape(flat_new, parent_val.shape)
+

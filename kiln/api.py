@@ -1,0 +1,167 @@
+"""kiln.compile and friends: wrap functions and nn.Modules so their frames are captured and compiled."""
+from __future__ import annotations
+
+import functools
+import weakref
+from typing import Any, Callable
+
+import torch
+
+from kiln.backends.registry import list_backends, lookup_backend
+from kiln.capture import hook
+from kiln.capture.convert_frame import FrameCompiler, reset_all
+from kiln.errors import KilnError
+from kiln.options import Options
+
+MODES = (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
+
+def compile(model: Callable | None = None, *, backend: str | Callable = "kiln", mode: str | None = None,
+            fullgraph: bool = False, dynamic: bool | None = None, options: Options | dict | None = None):
+    """Compile a function or nn.Module. Usable as `kiln.compile(f)`, `@kiln.compile` or `@kiln.compile(...)`.
+
+    backend: a registered name (see kiln.list_backends()) or a callable (gm, example_inputs) -> callable.
+    mode: None/"default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs".
+    fullgraph: raise GraphBreakError instead of running unsupported code eagerly.
+    dynamic: accepted for compatibility; shapes are specialized (static) in this version.
+    options: kiln.Options or a dict of its fields.
+    """
+    if mode not in MODES:
+        raise ValueError(f"kiln.compile: unknown mode {mode!r}; valid modes are {list(MODES)}")
+    if not isinstance(fullgraph, bool):
+        raise TypeError(f"kiln.compile(fullgraph=...) takes a bool, not {type(fullgraph).__name__}")
+    if dynamic not in (None, True, False):
+        raise TypeError(f"kiln.compile(dynamic=...) takes None, True or False, not {dynamic!r}")
+    opts = Options.from_any(options)
+    backend_name, backend_fn = lookup_backend(backend, opts)
+
+    def make(target):
+        if not callable(target):
+            raise TypeError(f"kiln.compile expects a function or an nn.Module, not {type(target).__name__}")
+        compiler = FrameCompiler(backend_name, backend_fn, fullgraph, opts)
+        config = CompileConfig(backend_name, mode, fullgraph, dynamic, opts, compiler)
+        if isinstance(target, torch.nn.Module):
+            return _compiled_module(target, config)
+        return CompiledFunction(target, config)
+
+    if model is None:
+        return make
+    return make(model)
+
+
+class CompileConfig:
+    def __init__(self, backend_name, mode, fullgraph, dynamic, options, compiler):
+        self.backend_name = backend_name
+        self.mode = mode
+        self.fullgraph = fullgraph
+        self.dynamic = dynamic
+        self.options = options
+        self.compiler = compiler
+
+
+def _run_with_hook(config: CompileConfig, fn: Callable, args, kwargs):
+    if not hook.available():
+        hook.set_callback(None)  # raises the clear "extension missing" error
+    previous = hook.set_callback(config.compiler)
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        hook.set_callback(previous)
+
+
+class CompiledFunction:
+    """A function whose frames (and those of what it calls) are captured while it runs."""
+
+    def __init__(self, fn: Callable, config: CompileConfig):
+        self._kiln_fn = fn
+        self._kiln_config = config
+        functools.update_wrapper(self, fn)
+
+    def __call__(self, *args, **kwargs):
+        return _run_with_hook(self._kiln_config, self._kiln_fn, args, kwargs)
+
+    def __get__(self, obj, objtype=None):
+        if obj is None:
+            return self
+        return functools.partial(self.__call__, obj)
+
+    def __repr__(self) -> str:
+        return f"<kiln compiled {getattr(self._kiln_fn, '__qualname__', self._kiln_fn)!r} " \
+               f"backend={self._kiln_config.backend_name!r}>"
+
+
+hook.mark_skip(CompiledFunction.__call__.__code__) if hook.available() else None
+
+
+def _compiled_module(module: torch.nn.Module, config: CompileConfig) -> torch.nn.Module:
+    """A module that shares all state with `module` (same __dict__: parameters, buffers, submodules,
+    training flag) and whose calls run compiled. isinstance(result, type(module)) holds."""
+    cls = type(module)
+    compiled_cls = _COMPILED_CLASSES.get(cls)
+    if compiled_cls is None:
+        compiled_cls = type(f"Compiled{cls.__name__}", (cls,), {
+            "__call__": _compiled_module_call,
+            "__reduce_ex__": _refuse_pickle,
+            "_kiln_compiled": True,
+            "__module__": cls.__module__,
+        })
+        _COMPILED_CLASSES[cls] = compiled_cls
+    wrapper = object.__new__(compiled_cls)
+    object.__setattr__(wrapper, "__dict__", module.__dict__)
+    _MODULE_CONFIGS[wrapper] = (config, module)
+    return wrapper
+
+
+_COMPILED_CLASSES: dict[type, type] = {}
+_MODULE_CONFIGS: "weakref.WeakKeyDictionary[torch.nn.Module, tuple]" = weakref.WeakKeyDictionary()
+
+
+def _compiled_module_call(self, *args, **kwargs):
+    config, original = _MODULE_CONFIGS[self]
+    return _run_with_hook(config, original, args, kwargs)
+
+
+def _refuse_pickle(self, protocol):
+    raise TypeError("a kiln-compiled module cannot be pickled; pickle the original module instead")
+
+
+def original_of(obj):
+    """The function or module that kiln.compile wrapped."""
+    if isinstance(obj, CompiledFunction):
+        return obj._kiln_fn
+    if getattr(type(obj), "_kiln_compiled", False):
+        return _MODULE_CONFIGS[obj][1]
+    return obj
+
+
+def config_of(obj) -> CompileConfig | None:
+    if isinstance(obj, CompiledFunction):
+        return obj._kiln_config
+    if getattr(type(obj), "_kiln_compiled", False):
+        return _MODULE_CONFIGS[obj][0]
+    return None
+
+
+def reset() -> None:
+    """Clear every cache, so the next call of a compiled function compiles afresh."""
+    reset_all()
+    from kiln.capture import interpreter
+
+    interpreter._DECODED.clear()
+
+
+def disable(fn: Callable | None = None):
+    """Run `fn` eagerly, without kiln looking inside it or the functions it calls."""
+    if fn is None:
+        return disable
+    if not callable(fn):
+        raise TypeError(f"kiln.disable expects a callable, not {type(fn).__name__}")
+
+    @functools.wraps(fn)
+    def run_eagerly(*args, **kwargs):
+        return hook.call_without_hook(fn, *args, **kwargs)
+
+    run_eagerly._kiln_disabled = True
+    if hook.available():
+        hook.mark_skip(run_eagerly.__code__)
+    return run_eagerly

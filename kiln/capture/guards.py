@@ -1,0 +1,203 @@
+"""Guards: the conditions under which a cache entry's transformed code is valid.
+
+The interpreter records guards as it reads values from the frame. They are compiled into one Python
+function per cache entry, `check(L, G, C, B)`, over the frame's arguments (L), globals (G), closure
+cells (C) and builtins (B). `GuardSet.source_code()` prints it for a person.
+"""
+from __future__ import annotations
+
+import dataclasses
+import enum
+from typing import Any, Callable
+
+import torch
+
+from kiln.capture.sources import Source
+
+
+class GuardKind(enum.Enum):
+    TENSOR = "tensor"      # type, dtype, device, shape, stride, requires_grad
+    CONSTANT = "constant"  # type and value of a Python constant
+    TYPE = "type"          # exact type
+    IDENTITY = "identity"  # the very same object (modules, functions, classes)
+    LENGTH = "length"      # type and length of a list/tuple
+    DICT_KEYS = "dict_keys"  # type and keys (in order) of a dict
+    NONE = "none"          # is None / is not None
+    GLOBAL_STATE = "global_state"  # grad mode, default dtype, autocast
+
+
+@dataclasses.dataclass(frozen=True)
+class Guard:
+    kind: GuardKind
+    source: Source | None
+    value: Any = dataclasses.field(compare=False, hash=False, default=None)
+
+    def key(self) -> tuple:
+        return (self.kind, self.source.name() if self.source else None)
+
+
+def _type_name(t: type) -> str:
+    return f"{t.__module__}.{t.__qualname__}"
+
+
+class GuardSet:
+    """Guards collected while tracing one frame; deduplicated by (kind, source)."""
+
+    def __init__(self) -> None:
+        self._guards: dict[tuple, Guard] = {}
+
+    def add(self, kind: GuardKind, source: Source | None, value: Any = None) -> None:
+        if source is not None and not _guardable(source):
+            return
+        guard = Guard(kind, source, value)
+        self._guards.setdefault(guard.key(), guard)
+
+    def tensor(self, source: Source, t: torch.Tensor) -> None:
+        self.add(GuardKind.TENSOR, source, t)
+
+    def constant(self, source: Source, value: Any) -> None:
+        self.add(GuardKind.CONSTANT, source, value)
+
+    def identity(self, source: Source, obj: Any) -> None:
+        self.add(GuardKind.IDENTITY, source, obj)
+
+    def type(self, source: Source, obj: Any) -> None:
+        self.add(GuardKind.TYPE, source, type(obj))
+
+    def length(self, source: Source, obj: Any) -> None:
+        self.add(GuardKind.LENGTH, source, (type(obj), len(obj)))
+
+    def dict_keys(self, source: Source, obj: dict) -> None:
+        self.add(GuardKind.DICT_KEYS, source, (type(obj), list(obj.keys())))
+
+    def __iter__(self):
+        return iter(self._guards.values())
+
+    def __len__(self) -> int:
+        return len(self._guards)
+
+    # ---- compilation -------------------------------------------------------------------------
+
+    def _expressions(self, names: "_Namer") -> list[tuple[str, str]]:
+        """(python expression, description) for each guard, global state first."""
+        exprs = [
+            (f"___grad_enabled() is {torch.is_grad_enabled()}", "grad mode"),
+            (f"___default_dtype() is {names.ref(torch.get_default_dtype())}", "default dtype"),
+            (f"___autocast_cpu() is {torch.is_autocast_cpu_enabled()}", "autocast (cpu)"),
+        ]
+        if torch.cuda.is_available():
+            exprs.append((f"___autocast_cuda() is {torch.is_autocast_enabled()}", "autocast (cuda)"))
+        ordered = sorted(self._guards.values(), key=lambda g: (g.source.name().count("."), g.source.name()))
+        for g in ordered:
+            exprs.extend(_guard_exprs(g, names))
+        return exprs
+
+    def compile(self) -> "CompiledGuards":
+        names = _Namer()
+        exprs = self._expressions(names)
+        body = "\n        and ".join(f"({e})" for e, _ in exprs) or "True"
+        src = f"def check(L, G, C, B):\n    return (\n        {body}\n    )\n"
+        ns = dict(names.namespace)
+        exec(compile(src, "<kiln guards>", "exec"), ns)
+        checks = []
+        for expr, what in exprs:
+            fn_ns = dict(names.namespace)
+            exec(compile(f"def one(L, G, C, B):\n    return {expr}\n", "<kiln guard>", "exec"), fn_ns)
+            checks.append((expr, what, fn_ns["one"]))
+        return CompiledGuards(ns["check"], src, checks)
+
+
+@dataclasses.dataclass
+class CompiledGuards:
+    check: Callable[..., bool]
+    source_code: str
+    checks: list[tuple[str, str, Callable[..., bool]]]
+
+    def first_failure(self, L, G, C, B) -> str | None:
+        """The first guard that fails for these frame values, as text (for recompile reports)."""
+        for expr, what, one in self.checks:
+            try:
+                ok = one(L, G, C, B)
+            except Exception as exc:  # a guard that raises fails
+                return f"{expr}  ({what}; raised {type(exc).__name__})"
+            if not ok:
+                return f"{expr}  ({what})"
+        return None
+
+    def __str__(self) -> str:
+        return self.source_code
+
+
+class _Namer:
+    """Gives names to objects a guard refers to (types, modules, dtypes)."""
+
+    def __init__(self) -> None:
+        self.namespace: dict[str, Any] = {
+            "___grad_enabled": torch.is_grad_enabled,
+            "___default_dtype": torch.get_default_dtype,
+            "___autocast_cpu": torch.is_autocast_cpu_enabled,
+            "___autocast_cuda": torch.is_autocast_enabled,
+            "___type": type,
+            "___len": len,
+            "___list": list,
+            "___getattr": getattr,
+        }
+        self._by_id: dict[int, str] = {}
+
+    def ref(self, obj: Any) -> str:
+        found = self._by_id.get(id(obj))
+        if found:
+            return found
+        label = f"___obj{len(self._by_id)}"
+        self._by_id[id(obj)] = label
+        self.namespace[label] = obj
+        return label
+
+
+def _guardable(source: Source) -> bool:
+    from kiln.capture.sources import ConstantSource
+
+    node = source
+    while node is not None:
+        if isinstance(node, ConstantSource):
+            return False
+        node = getattr(node, "base", None)
+    return True
+
+
+def _guard_exprs(g: Guard, names: _Namer) -> list[tuple[str, str]]:
+    x = g.source.name()
+    k = g.kind
+    if k is GuardKind.TENSOR:
+        t = g.value
+        return [
+            (
+                f"___type({x}) is {names.ref(type(t))} and {x}.dtype is {names.ref(t.dtype)} "
+                f"and {x}.device == {names.ref(t.device)} and {x}.size() == {tuple(t.size())!r} "
+                f"and {x}.stride() == {tuple(t.stride())!r} and {x}.requires_grad is {t.requires_grad}",
+                f"tensor {x}: {type(t).__name__} {t.dtype} {t.device} size={tuple(t.size())} "
+                f"stride={tuple(t.stride())} requires_grad={t.requires_grad}",
+            )
+        ]
+    if k is GuardKind.CONSTANT:
+        v = g.value
+        if v is None or v is True or v is False or v is Ellipsis:
+            return [(f"{x} is {v!r}", f"{x} is {v!r}")]
+        if isinstance(v, (torch.dtype, torch.device, torch.layout, torch.memory_format)):
+            return [(f"{x} == {names.ref(v)}", f"{x} == {v}")]
+        if isinstance(v, float) and v != v:  # NaN
+            return [(f"___type({x}) is float and {x} != {x}", f"{x} is nan")]
+        return [(f"___type({x}) is {names.ref(type(v))} and {x} == {names.ref(v)}", f"{x} == {v!r}")]
+    if k is GuardKind.TYPE:
+        return [(f"___type({x}) is {names.ref(g.value)}", f"type({x}) is {_type_name(g.value)}")]
+    if k is GuardKind.IDENTITY:
+        return [(f"{x} is {names.ref(g.value)}", f"{x} is the same {type(g.value).__name__} object")]
+    if k is GuardKind.LENGTH:
+        t, n = g.value
+        return [(f"___type({x}) is {names.ref(t)} and ___len({x}) == {n}", f"len({x}) == {n}")]
+    if k is GuardKind.DICT_KEYS:
+        t, keys = g.value
+        return [(f"___type({x}) is {names.ref(t)} and ___list({x}.keys()) == {names.ref(keys)}", f"keys of {x} == {keys!r}")]
+    if k is GuardKind.NONE:
+        return [(f"({x} is None) is {g.value}", f"{x} is {'None' if g.value else 'not None'}")]
+    raise AssertionError(k)

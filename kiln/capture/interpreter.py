@@ -1,0 +1,325 @@
+"""The symbolic bytecode interpreter: walks a frame's instructions over symbolic values.
+
+A `Tracer` runs one code object: the frame kiln was offered (`RootTracer`) or a function it inlines
+(`InliningTracer`). Tensor work is recorded into the shared `OutputGraph`; Python values are computed
+at trace time; anything else raises `Unsupported`, and the frame then runs eagerly.
+Opcode handlers live in `opcodes/`, grouped by family, as methods named after the opcode.
+"""
+from __future__ import annotations
+
+import builtins
+import sys
+import types
+from typing import Any
+
+from kiln.capture.bytecode import decode
+from kiln.capture.opcodes import OPCODE_HANDLERS
+from kiln.capture.output_graph import OutputGraph
+from kiln.capture.skipfiles import is_inlinable
+from kiln.capture.sources import BuiltinSource, ClosureSource, GlobalSource, LocalSource
+from kiln.capture.values.base import NULL, ConstantValue, Value, unsupported
+from kiln.capture.values.builder import wrap
+from kiln.capture.values.functions import CellValue, NestedFunctionValue, UserFunctionValue
+from kiln.errors import Unsupported
+
+_DECODED: dict[types.CodeType, list] = {}
+
+
+def instructions_of(code: types.CodeType) -> list:
+    found = _DECODED.get(code)
+    if found is None:
+        found = _DECODED[code] = decode(code)
+    return found
+
+
+class ReturnSignal(Exception):
+    def __init__(self, value: Value):
+        self.value = value
+
+
+class Tracer:
+    def __init__(self, code: types.CodeType, f_globals: dict, f_builtins: dict, output: OutputGraph,
+                 parent: "Tracer | None", options, function_name: str):
+        self.code = code
+        self.f_globals = f_globals
+        self.f_builtins = f_builtins if isinstance(f_builtins, dict) else vars(f_builtins)
+        self.output = output
+        self.parent = parent
+        self.options = options
+        self.function_name = function_name
+        self.instructions = instructions_of(code)
+        self.index_of = {id(inst): i for i, inst in enumerate(self.instructions)}
+        self.stack: list[Value] = []
+        self.locals: dict[str, Value] = {}
+        self.cells: dict[str, CellValue] = {}
+        self.ip = 0
+        self.current = None
+        self.kw_names: tuple[str, ...] = ()
+        self.depth = 0 if parent is None else parent.depth + 1
+        self.lineno = code.co_firstlineno
+
+    # ---- the loop ----------------------------------------------------------------------------
+
+    def run(self) -> Value:
+        try:
+            while True:
+                inst = self.instructions[self.ip]
+                self.current = inst
+                if inst.lineno is not None:
+                    self.lineno = inst.lineno
+                self.ip += 1
+                if inst.exn_tab_entry is not None:
+                    unsupported("code inside a try/with block",
+                                hint="exception handling inside compiled code is supported in a later kiln version")
+                handler = OPCODE_HANDLERS.get(inst.opname)
+                if handler is None:
+                    unsupported(f"Python bytecode {inst.opname} is not supported yet")
+                self.output.user_stack = self.user_stack()
+                handler(self, inst)
+        except ReturnSignal as ret:
+            return ret.value
+        except Unsupported as exc:
+            raise exc.locate(self.code.co_filename, self.lineno)
+
+    def user_stack(self) -> list[tuple[str, int, str]]:
+        frames = []
+        tx = self
+        while tx is not None:
+            frames.append((tx.code.co_filename, tx.lineno, tx.function_name))
+            tx = tx.parent
+        return frames[::-1]
+
+    def jump(self, inst) -> None:
+        self.ip = self.index_of[id(inst.target)]
+
+    # ---- stack helpers -----------------------------------------------------------------------
+
+    def push(self, v: Value) -> None:
+        self.stack.append(v)
+
+    def pop(self) -> Value:
+        return self.stack.pop()
+
+    def popn(self, n: int) -> list[Value]:
+        if n == 0:
+            return []
+        out = self.stack[-n:]
+        del self.stack[-n:]
+        return out
+
+    # ---- semantics shared by handlers ------------------------------------------------------
+
+    def read_local(self, name: str) -> Value:
+        return self.locals[name]
+
+    def truth(self, v: Value) -> bool:
+        return v.truth(self)
+
+    def items(self, v: Value) -> list[Value]:
+        return v.items(self)
+
+    def getattr(self, obj: Value, name: str) -> Value:
+        return obj.getattr(self, name)
+
+    def setattr(self, obj: Value, name: str, value: Value) -> None:
+        from kiln.capture.values.objects import NewObjectValue
+
+        if isinstance(obj, NewObjectValue):
+            obj.setattr(self, name, value)
+            return
+        unsupported(f"assigning attribute {name!r} of {obj}",
+                    hint="attribute writes to objects that exist outside the compiled function "
+                         "are supported in a later kiln version")
+
+    def call(self, fn: Value, args: list[Value], kwargs: dict[str, Value]) -> Value:
+        return fn.call(self, args, kwargs)
+
+    def load_global(self, name: str) -> Value:
+        if name in self.f_globals:
+            return wrap(self, self.f_globals[name], self.global_source(name))
+        if name in self.f_builtins:
+            return wrap(self, self.f_builtins[name], BuiltinSource(name) if self.parent is None and
+                        self.f_globals is self.root().f_globals else None)
+        unsupported(f"name {name!r} is not defined")
+
+    def global_source(self, name: str):
+        from kiln.capture.sources import ConstantSource
+
+        if self.f_globals is self.root().f_globals:
+            return GlobalSource(name)
+        # globals of another module, reached through an inlined function: hold the value directly
+        return ConstantSource(f"{self.f_globals.get('__name__')}.{name}", self.f_globals[name])
+
+    def root(self) -> "Tracer":
+        tx = self
+        while tx.parent is not None:
+            tx = tx.parent
+        return tx
+
+    def make_super(self, args: list[Value]) -> Value:
+        from kiln.capture.values.objects import SuperValue
+
+        if args:
+            cls, obj = args
+            return SuperValue(cls.as_constant(), obj)
+        if "__class__" not in self.cells or not self.code.co_varnames:
+            unsupported("super() without arguments outside a method")
+        cls_value = self.cells["__class__"].get()
+        first = self.code.co_varnames[0]
+        self_value = self.read_local(first) if first in self.locals else None
+        if self_value is None and first in self.cells:
+            self_value = self.cells[first].get()
+        return SuperValue(cls_value.as_constant(), self_value)
+
+    # ---- inlining ------------------------------------------------------------------------------
+
+    def inline_user_function(self, fn_value, args: list[Value], kwargs: dict[str, Value]) -> Value:
+        code = fn_value.get_code()
+        if isinstance(fn_value, UserFunctionValue):
+            fn = fn_value.fn
+            if not is_inlinable(code):
+                return _call_library_function(self, fn_value, args, kwargs)
+            f_globals = fn.__globals__
+            name = fn.__qualname__
+        else:
+            f_globals = fn_value.f_globals
+            name = fn_value.qualname
+        if code.co_flags & (0x20 | 0x80 | 0x100 | 0x200):
+            unsupported(f"calling generator or coroutine function {name}",
+                        hint="generators are supported in a later kiln version")
+        if self.depth >= self.options.inline_depth:
+            unsupported(f"inlining deeper than {self.options.inline_depth} calls (at {name})")
+        child = InliningTracer(code, f_globals, self.f_builtins, self.output, self, self.options, name)
+        child.bind_arguments(fn_value, args, kwargs)
+        return child.run()
+
+
+class InliningTracer(Tracer):
+    def bind_arguments(self, fn_value, args: list[Value], kwargs: dict[str, Value]) -> None:
+        code = self.code
+        defaults, kwdefaults = fn_value.defaults(self)
+        nargs = code.co_argcount
+        nkw = code.co_kwonlyargcount
+        names = code.co_varnames
+        flags = code.co_flags
+        bound: dict[str, Value] = {}
+        positional = list(args)
+        for i, name in enumerate(names[:nargs]):
+            if i < len(positional):
+                bound[name] = positional[i]
+        extra = positional[nargs:]
+        if extra and not flags & 0x04:
+            unsupported(f"{self.function_name}() takes {nargs} positional arguments but {len(args)} were given")
+        kwargs = dict(kwargs)
+        posonly = code.co_posonlyargcount
+        for name in names[posonly:nargs + nkw]:
+            if name in kwargs:
+                if name in bound:
+                    unsupported(f"{self.function_name}() got multiple values for argument {name!r}")
+                bound[name] = kwargs.pop(name)
+        n_defaults = len(defaults)
+        for i, name in enumerate(names[:nargs]):
+            if name not in bound:
+                j = i - (nargs - n_defaults)
+                if j < 0:
+                    unsupported(f"{self.function_name}() missing required argument {name!r}")
+                bound[name] = _default_value(self, defaults[j])
+        for name in names[nargs:nargs + nkw]:
+            if name not in bound:
+                if name not in kwdefaults:
+                    unsupported(f"{self.function_name}() missing keyword-only argument {name!r}")
+                bound[name] = _default_value(self, kwdefaults[name])
+        index = nargs + nkw
+        from kiln.capture.values.containers import DictValue, TupleValue
+
+        if flags & 0x04:
+            bound[names[index]] = TupleValue(extra)
+            index += 1
+        if flags & 0x08:
+            bound[names[index]] = DictValue(kwargs)
+            kwargs = {}
+        if kwargs:
+            unsupported(f"{self.function_name}() got unexpected keyword arguments {sorted(kwargs)}")
+        self.locals = bound
+        self.cells.update(fn_value.bind_closure(self))
+
+
+def _default_value(tx, value) -> Value:
+    if isinstance(value, Value):
+        return value
+    from kiln.capture.sources import ConstantSource
+
+    return wrap(tx, value, ConstantSource("default", value))
+
+
+def _call_library_function(tx, fn_value, args, kwargs) -> Value:
+    """A function from a skipped file (stdlib, torch internals) that is not a torch op."""
+    from kiln.capture.values.builtins import PURE_CONSTANT_FUNCTIONS
+
+    fn = fn_value.fn
+    if all(a.is_constant() for a in args) and all(v.is_constant() for v in kwargs.values()) and \
+            fn.__module__ in ("math", "operator", "functools", "typing", "copy", "numbers", "inspect", "enum") + \
+            ("torch.nn.modules.utils", "torch.nn.common_types", "torch.overrides", "torch._jit_internal"):
+        from kiln.capture.values.builder import wrap_constant_result
+
+        try:
+            result = fn(*[a.as_constant() for a in args], **{k: v.as_constant() for k, v in kwargs.items()})
+        except Exception as exc:
+            unsupported(f"{fn.__qualname__}(...) raised {type(exc).__name__}: {exc}")
+        return wrap_constant_result(result)
+    unsupported(f"call to {fn.__module__}.{fn.__qualname__}, which kiln does not trace into",
+                hint="kiln does not trace into the standard library or torch internals")
+
+
+class RootTracer(Tracer):
+    """Traces the frame the hook offered: its arguments come from the real frame."""
+
+    def __init__(self, code, f_locals: dict, f_globals, f_builtins, closure, options):
+        output = OutputGraph(code.co_name)
+        super().__init__(code, f_globals, f_builtins, output, None, options, code.co_qualname)
+        self.frame_locals = f_locals
+        self.closure = closure
+        for name in code.co_varnames[:_arg_count(code)]:
+            if name in f_locals:
+                self.locals[name] = _LazyLocal(name)
+        for i, name in enumerate(code.co_freevars):
+            self.cells[name] = _LazyCell(self, i, name)
+
+    def read_local(self, name: str) -> Value:
+        v = self.locals.get(name)
+        if isinstance(v, _LazyLocal):
+            v = wrap(self, self.frame_locals[name], LocalSource(name))
+            self.locals[name] = v
+        return v
+
+
+def _arg_count(code) -> int:
+    n = code.co_argcount + code.co_kwonlyargcount
+    if code.co_flags & 0x04:
+        n += 1
+    if code.co_flags & 0x08:
+        n += 1
+    return n
+
+
+class _LazyLocal(Value):
+    """An argument of the root frame not read yet (wrapping it would add guards and inputs)."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+
+class _LazyCell(CellValue):
+    def __init__(self, tx: RootTracer, index: int, name: str):
+        super().__init__(None)
+        self.tx, self.index, self.name = tx, index, name
+
+    def get(self) -> Value:
+        if self.contents is None:
+            cell = self.tx.closure[self.index]
+            try:
+                value = cell.cell_contents
+            except ValueError:
+                unsupported(f"free variable {self.name!r} is not set yet")
+            self.contents = wrap(self.tx, value, ClosureSource(self.index, self.name))
+        return self.contents

@@ -1,0 +1,105 @@
+"""Calls, function creation and returns."""
+from __future__ import annotations
+
+import sys
+
+from kiln.capture.opcodes.registry import handles
+from kiln.capture.values.base import NULL, ConstantValue, unsupported
+from kiln.capture.values.containers import DictValue, TupleValue
+from kiln.capture.values.functions import CellValue, NestedFunctionValue
+
+
+@handles()
+def KW_NAMES(tx, inst):
+    tx.kw_names = inst.argval
+
+
+@handles()
+def CALL(tx, inst):
+    argc = inst.arg
+    args = tx.popn(argc)
+    second = tx.pop()
+    first = tx.pop()
+    if first is NULL:
+        fn = second
+    else:
+        fn, args = first, [second, *args]
+    kwargs = {}
+    if tx.kw_names:
+        names = tx.kw_names
+        values = args[len(args) - len(names):]
+        args = args[:len(args) - len(names)]
+        kwargs = dict(zip(names, values))
+        tx.kw_names = ()
+    tx.push(tx.call(fn, args, kwargs))
+
+
+@handles()
+def CALL_FUNCTION_EX(tx, inst):
+    kwargs_value = tx.pop() if inst.arg & 1 else None
+    args_value = tx.pop()
+    fn = tx.pop()
+    if tx.stack and tx.stack[-1] is NULL:
+        tx.pop()
+    args = tx.items(args_value)
+    kwargs = {}
+    if kwargs_value is not None:
+        if not isinstance(kwargs_value, DictValue):
+            unsupported(f"**{kwargs_value} in a call")
+        kwargs = dict(kwargs_value.entries)
+    tx.push(tx.call(fn, args, kwargs))
+
+
+@handles()
+def MAKE_FUNCTION(tx, inst):
+    flags = inst.arg
+    code_value = tx.pop()
+    if sys.version_info < (3, 11):
+        tx.pop()
+    code = code_value.as_constant()
+    closure = tx.pop() if flags & 0x08 else None
+    if flags & 0x04:
+        tx.pop()  # annotations
+    kwdefaults = tx.pop() if flags & 0x02 else None
+    defaults = tx.pop() if flags & 0x01 else None
+    cells = tuple(closure.elements) if closure is not None else None
+    if cells is not None and not all(isinstance(c, CellValue) for c in cells):
+        unsupported("closure cells of an unexpected kind")
+    tx.push(NestedFunctionValue(
+        code, tx.f_globals, code.co_qualname,
+        tuple(defaults.elements) if defaults is not None else (),
+        dict(kwdefaults.entries) if kwdefaults is not None else {},
+        cells,
+    ))
+
+
+@handles()
+def RETURN_VALUE(tx, inst):
+    from kiln.capture.interpreter import ReturnSignal
+
+    raise ReturnSignal(tx.pop())
+
+
+@handles()
+def RETURN_GENERATOR(tx, inst):
+    unsupported("generator functions are not supported yet")
+
+
+@handles()
+def CALL_INTRINSIC_1(tx, inst):  # 3.12
+    which = inst.argval if isinstance(inst.argval, str) else None
+    arg = inst.arg
+    names = {1: "INTRINSIC_PRINT", 2: "INTRINSIC_IMPORT_STAR", 3: "INTRINSIC_STOPITERATION_ERROR",
+             4: "INTRINSIC_ASYNC_GEN_WRAP", 5: "INTRINSIC_UNARY_POSITIVE", 6: "INTRINSIC_LIST_TO_TUPLE"}
+    name = names.get(arg, which)
+    if name == "INTRINSIC_LIST_TO_TUPLE":
+        tx.push(TupleValue(tx.items(tx.pop())))
+        return
+    if name == "INTRINSIC_UNARY_POSITIVE":
+        import operator
+
+        from kiln.capture.values.ops import unary_op
+
+        tx.push(unary_op(tx, operator.pos, tx.pop()))
+        return
+    unsupported(f"CALL_INTRINSIC_1 {name}")

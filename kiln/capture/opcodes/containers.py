@@ -1,0 +1,145 @@
+"""Building and unpacking tuples, lists, sets, dicts, slices and strings."""
+from __future__ import annotations
+
+from kiln.capture.opcodes.registry import handles
+from kiln.capture.values.base import ConstantValue, unsupported
+from kiln.capture.values.containers import DictValue, ListValue, SetValue, SliceValue, TupleValue, dict_key
+
+
+@handles()
+def BUILD_TUPLE(tx, inst):
+    tx.push(TupleValue(tx.popn(inst.arg)))
+
+
+@handles()
+def BUILD_LIST(tx, inst):
+    tx.push(ListValue(tx.popn(inst.arg)))
+
+
+@handles()
+def BUILD_SET(tx, inst):
+    tx.push(SetValue(tx.popn(inst.arg)))
+
+
+@handles()
+def BUILD_MAP(tx, inst):
+    items = tx.popn(2 * inst.arg)
+    tx.push(DictValue({dict_key(tx, items[i]): items[i + 1] for i in range(0, len(items), 2)}))
+
+
+@handles()
+def BUILD_CONST_KEY_MAP(tx, inst):
+    keys = tx.pop().as_constant()
+    values = tx.popn(inst.arg)
+    tx.push(DictValue(dict(zip(keys, values))))
+
+
+@handles()
+def BUILD_SLICE(tx, inst):
+    parts = tx.popn(inst.arg)
+    if len(parts) == 2:
+        parts.append(ConstantValue(None))
+    tx.push(SliceValue(*parts))
+
+
+@handles()
+def BUILD_STRING(tx, inst):
+    parts = tx.popn(inst.arg)
+    tx.push(ConstantValue("".join(p.as_constant() for p in parts)))
+
+
+@handles()
+def FORMAT_VALUE(tx, inst):
+    flags = inst.arg
+    spec = tx.pop().as_constant() if flags & 0x04 else ""
+    value = tx.pop()
+    if not value.is_constant():
+        unsupported(f"formatting {value} into a string")
+    v = value.as_constant()
+    conv = flags & 0x03
+    if conv == 1:
+        v = str(v)
+    elif conv == 2:
+        v = repr(v)
+    elif conv == 3:
+        v = ascii(v)
+    tx.push(ConstantValue(format(v, spec)))
+
+
+@handles()
+def LIST_APPEND(tx, inst):
+    value = tx.pop()
+    tx.stack[-inst.arg].elements.append(value)
+
+
+@handles()
+def SET_ADD(tx, inst):
+    value = tx.pop()
+    target = tx.stack[-inst.arg]
+    target.members.setdefault(dict_key(tx, value), value)
+
+
+@handles()
+def MAP_ADD(tx, inst):
+    value = tx.pop()
+    key = tx.pop()
+    tx.stack[-inst.arg].entries[dict_key(tx, key)] = value
+
+
+@handles()
+def LIST_EXTEND(tx, inst):
+    values = tx.items(tx.pop())
+    tx.stack[-inst.arg].elements.extend(values)
+
+
+@handles()
+def SET_UPDATE(tx, inst):
+    target = tx.stack[-(inst.arg + 1)] if False else None
+    values = tx.items(tx.pop())
+    target = tx.stack[-inst.arg]
+    for v in values:
+        target.members.setdefault(dict_key(tx, v), v)
+
+
+@handles("DICT_UPDATE", "DICT_MERGE")
+def DICT_UPDATE(tx, inst):
+    other = tx.pop()
+    target = tx.stack[-inst.arg]
+    if isinstance(other, DictValue):
+        if inst.opname == "DICT_MERGE":
+            dup = set(target.entries) & set(other.entries)
+            if dup:
+                unsupported(f"got multiple values for keyword argument {sorted(dup)[0]!r}")
+        target.entries.update(other.entries)
+        return
+    from kiln.capture.values.modules import NNModuleValue
+
+    unsupported(f"** of {other}")
+
+
+@handles()
+def LIST_TO_TUPLE(tx, inst):
+    tx.push(TupleValue(tx.items(tx.pop())))
+
+
+@handles()
+def UNPACK_SEQUENCE(tx, inst):
+    seq = tx.pop()
+    items = tx.items(seq)
+    if len(items) != inst.arg:
+        unsupported(f"unpacking {len(items)} values into {inst.arg} names")
+    for v in reversed(items):
+        tx.push(v)
+
+
+@handles()
+def UNPACK_EX(tx, inst):
+    before = inst.arg & 0xFF
+    after = inst.arg >> 8
+    items = tx.items(tx.pop())
+    if len(items) < before + after:
+        unsupported("not enough values to unpack")
+    middle = items[before:len(items) - after]
+    values = items[:before] + [ListValue(middle)] + items[len(items) - after:]
+    for v in reversed(values):
+        tx.push(v)

@@ -1,0 +1,83 @@
+"""Jumps, branches and loops. Branches on Python values are folded; loops over Python values unroll."""
+from __future__ import annotations
+
+from kiln.capture.opcodes.registry import handles
+from kiln.capture.values.base import ConstantValue, unsupported
+from kiln.capture.values.containers import ListIteratorValue
+
+
+@handles("JUMP_FORWARD", "JUMP_BACKWARD", "JUMP_BACKWARD_NO_INTERRUPT", "JUMP_ABSOLUTE", "JUMP")
+def JUMP(tx, inst):
+    tx.jump(inst)
+
+
+def _branch(jump_if: bool | None, test):
+    def handler(tx, inst):
+        value = tx.pop()
+        if test == "none":
+            from kiln.capture.values.ops import is_op
+
+            outcome = is_op(tx, value, ConstantValue(None))
+        else:
+            outcome = tx.truth(value)
+        if outcome == jump_if:
+            tx.jump(inst)
+    return handler
+
+
+for _prefix in ("POP_JUMP_IF_", "POP_JUMP_FORWARD_IF_", "POP_JUMP_BACKWARD_IF_"):
+    handles(_prefix + "TRUE")(_branch(True, "truth"))
+    handles(_prefix + "FALSE")(_branch(False, "truth"))
+    handles(_prefix + "NONE")(_branch(True, "none"))
+    handles(_prefix + "NOT_NONE")(_branch(False, "none"))
+
+
+def _jump_or_pop(jump_if: bool):
+    def handler(tx, inst):
+        value = tx.stack[-1]
+        if tx.truth(value) == jump_if:
+            tx.jump(inst)
+        else:
+            tx.pop()
+    return handler
+
+
+handles("JUMP_IF_TRUE_OR_POP")(_jump_or_pop(True))
+handles("JUMP_IF_FALSE_OR_POP")(_jump_or_pop(False))
+
+
+@handles()
+def GET_ITER(tx, inst):
+    value = tx.pop()
+    if isinstance(value, ListIteratorValue) and not value.kind.startswith("dict_"):
+        tx.push(value)
+        return
+    tx.push(ListIteratorValue(tx.items(value)))
+
+
+@handles()
+def FOR_ITER(tx, inst):
+    it = tx.stack[-1]
+    if not isinstance(it, ListIteratorValue):
+        unsupported(f"for loop over {it}")
+    item = it.next_item()
+    if item is not None:
+        tx.push(item)
+        return
+    import sys
+
+    tx.pop()
+    tx.jump(inst)
+    if sys.version_info >= (3, 12) and tx.instructions[tx.ip].opname == "END_FOR":
+        tx.ip += 1  # CPython skips END_FOR when the iterator is exhausted
+
+
+@handles()
+def RAISE_VARARGS(tx, inst):
+    unsupported("raise inside a compiled function",
+                hint="exceptions are supported in a later kiln version")
+
+
+@handles("BEFORE_WITH", "SETUP_WITH", "BEFORE_ASYNC_WITH")
+def BEFORE_WITH(tx, inst):
+    unsupported("`with` blocks are not supported yet", hint="move the with block outside the compiled function")

@@ -1,0 +1,173 @@
+"""The FX graph being built for one frame: its inputs (with sources), parameters, ops and outputs."""
+from __future__ import annotations
+
+import operator
+import re
+from typing import Any, Callable
+
+import torch
+import torch.fx as fx
+from torch.utils._pytree import tree_map
+
+from kiln.capture.guards import GuardSet
+from kiln.capture.sources import Source
+from kiln.capture.values.base import ConstantValue, Value, unsupported
+from kiln.fake import FakeTensor, FakeTensorMode, UnsupportedFakeOp
+
+
+def _clean_name(text: str) -> str:
+    name = re.sub(r"[^0-9a-zA-Z_]+", "_", text).strip("_")
+    return name if name and not name[0].isdigit() else f"v_{name}"
+
+
+class OutputGraph:
+    def __init__(self, code_name: str):
+        self.graph = fx.Graph()
+        self.root = torch.nn.Module()
+        self.guards = GuardSet()
+        self.fake_mode = FakeTensorMode()
+        self.input_sources: list[Source] = []
+        self.example_inputs: list[Any] = []
+        self.values_by_source: dict[str, Value] = {}
+        self._attr_names: dict[int, str] = {}
+        self._placeholders: list[fx.Node] = []
+        self.op_count = 0
+        self.code_name = code_name
+        self.user_stack: list[tuple[str, int, str]] = []  # (file, line, function) of the op being added
+
+    # ---- inputs ------------------------------------------------------------------------------
+
+    def add_input(self, source: Source, real: torch.Tensor) -> Value:
+        from kiln.capture.values.tensors import TensorValue
+
+        name = _clean_name(source.name().replace("L[", "").replace("G[", "g_"))
+        if self._placeholders:
+            where = self.graph.inserting_after(self._placeholders[-1])
+        else:
+            where = self.graph.inserting_before(next(iter(self.graph.nodes), None))
+        with where:
+            node = self.graph.placeholder(self._unique(name))
+        self._placeholders.append(node)
+        self.input_sources.append(source)
+        self.example_inputs.append(real)
+        self.guards.tensor(source, real)
+        fake = self.fake_mode.from_real(real)
+        node.meta["example_value"] = fake
+        return TensorValue(node, fake, source=source)
+
+    def add_attr(self, tensor: torch.Tensor, qualname: str) -> Value:
+        """A parameter or buffer of a module: a get_attr node holding the live tensor."""
+        from kiln.capture.values.tensors import TensorValue
+
+        name = self._attr_names.get(id(tensor))
+        if name is None:
+            name = self._unique(_clean_name(qualname))
+            self._attr_names[id(tensor)] = name
+            if isinstance(tensor, torch.nn.Parameter):
+                self.root.register_parameter(name, tensor)
+            else:
+                self.root.register_buffer(name, tensor)
+        node = self.graph.get_attr(name)
+        fake = self.fake_mode.from_real(tensor)
+        node.meta["example_value"] = fake
+        return TensorValue(node, fake)
+
+    def _unique(self, name: str) -> str:
+        taken = {n.name for n in self.graph.nodes} | set(dir(self.root))
+        if name not in taken:
+            return name
+        i = 1
+        while f"{name}_{i}" in taken:
+            i += 1
+        return f"{name}_{i}"
+
+    # ---- ops ---------------------------------------------------------------------------------
+
+    def call(self, kind: str, target: Any, args: list[Value], kwargs: dict[str, Value]) -> Value:
+        """Record `target(*args, **kwargs)` (kind: call_function or call_method) and return its value."""
+        node_args = tuple(to_fx(a) for a in args)
+        node_kwargs = {k: to_fx(v) for k, v in kwargs.items()}
+        example = self._run_on_fakes(kind, target, node_args, node_kwargs)
+        node = self.graph.create_node(kind, target, node_args, node_kwargs)
+        if self.user_stack:
+            node.meta["stack"] = list(self.user_stack)
+        self.op_count += 1
+        return self.wrap_result(node, example)
+
+    def _run_on_fakes(self, kind, target, args, kwargs):
+        def example(x):
+            return x.meta["example_value"] if isinstance(x, fx.Node) else x
+
+        fargs = tree_map(example, args)
+        fkwargs = tree_map(example, kwargs)
+        try:
+            with self.fake_mode:
+                if kind == "call_method":
+                    return getattr(fargs[0], target)(*fargs[1:], **fkwargs)
+                return target(*fargs, **fkwargs)
+        except UnsupportedFakeOp as exc:
+            unsupported(f"data-dependent operation {_describe(target)}: {exc}",
+                        hint="values computed from tensor data (item(), nonzero(), bool(tensor)) "
+                             "cannot be known while tracing")
+        except (RuntimeError, TypeError, ValueError, IndexError) as exc:
+            unsupported(f"{_describe(target)} failed on fake tensors: {type(exc).__name__}: {exc}")
+
+    def wrap_result(self, node: fx.Node, example: Any) -> Value:
+        from kiln.capture.values.containers import NamedTupleValue, TupleValue, ListValue
+        from kiln.capture.values.tensors import TensorValue
+
+        node.meta["example_value"] = example
+        if isinstance(example, FakeTensor):
+            return TensorValue(node, example)
+        if isinstance(example, (tuple, list)):
+            parts = []
+            for i, item in enumerate(example):
+                sub = self.graph.call_function(operator.getitem, (node, i))
+                parts.append(self.wrap_result(sub, item))
+            if isinstance(example, tuple) and hasattr(type(example), "_fields"):
+                return NamedTupleValue(parts, type(example))
+            return TupleValue(parts) if isinstance(example, tuple) else ListValue(parts)
+        if isinstance(example, (int, float, bool, torch.Size)) or example is None:
+            # metadata results (sizes, numel) are known statically: use the constant, drop the node
+            if not node.users:
+                self.graph.erase_node(node)
+                self.op_count -= 1
+            return ConstantValue(example)
+        unsupported(f"{_describe(node.target)} returned {type(example).__name__}, which kiln cannot hold in a graph")
+
+    # ---- finishing ---------------------------------------------------------------------------
+
+    def finish(self, outputs: list[Value]) -> fx.GraphModule:
+        self.graph.output(tuple(to_fx(v) for v in outputs))
+        self.graph.eliminate_dead_code()
+        gm = fx.GraphModule(self.root, self.graph, class_name=f"{_clean_name(self.code_name)}_graph")
+        return gm
+
+
+def to_fx(v: Value) -> Any:
+    """A symbolic value as an FX node argument."""
+    from kiln.capture.values.containers import SequenceValue, SliceValue, DictValue
+    from kiln.capture.values.tensors import TensorValue
+
+    if isinstance(v, TensorValue):
+        return v.node
+    if isinstance(v, SliceValue):
+        return slice(*[to_fx(p) for p in v.parts])
+    if isinstance(v, SequenceValue):
+        items = [to_fx(x) for x in v.elements]
+        if type(v).__name__ == "NamedTupleValue" and v.tuple_type is torch.Size:
+            return torch.Size(items)
+        return list(items) if v.python_kind is list else tuple(items)
+    if isinstance(v, DictValue):
+        return {k: to_fx(x) for k, x in v.entries.items()}
+    if v.is_constant():
+        return v.as_constant()
+    unsupported(f"passing {v} to a torch operation")
+
+
+def _describe(target: Any) -> str:
+    if isinstance(target, str):
+        return f"Tensor.{target}"
+    mod = getattr(target, "__module__", None) or ""
+    name = getattr(target, "__qualname__", None) or getattr(target, "__name__", repr(target))
+    return f"{mod}.{name}" if mod else str(name)

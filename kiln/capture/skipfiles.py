@@ -1,0 +1,57 @@
+"""Which code kiln looks inside: user code yes; the standard library, torch and kiln itself no.
+
+torch.nn's module definitions are the exception: their forward() methods are inlined like user code,
+so a model built from nn.Linear / nn.LayerNorm / ... becomes one graph.
+"""
+from __future__ import annotations
+
+import os
+import sysconfig
+import types
+
+import torch
+
+_TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
+_KILN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+_STDLIB_DIRS = tuple(
+    {os.path.abspath(p) + os.sep for p in (sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["platstdlib"])}
+)
+_INLINABLE_TORCH = (
+    os.path.join(_TORCH_DIR, "nn", "modules") + os.sep,
+    os.path.join(_TORCH_DIR, "nn", "utils", "parametrize.py"),
+)
+_SKIPPED_PREFIXES = ("<frozen", "<eval_with_key", "<kiln")
+
+_decisions: dict[str, bool] = {}
+
+
+def _is_skipped_file(filename: str) -> bool:
+    if filename.startswith(_SKIPPED_PREFIXES):
+        return True
+    path = os.path.abspath(filename) if not filename.startswith("<") else filename
+    if path.startswith(_KILN_DIR):
+        return True
+    if path.startswith(_TORCH_DIR):
+        return not path.startswith(_INLINABLE_TORCH)
+    site = "site-packages" in path or "dist-packages" in path
+    return path.startswith(_STDLIB_DIRS) and not site
+
+
+def is_skipped_file(filename: str) -> bool:
+    found = _decisions.get(filename)
+    if found is None:
+        found = _decisions[filename] = _is_skipped_file(filename)
+    return found
+
+
+def should_offer(code: types.CodeType) -> bool:
+    """Whether a frame running `code` is analysed by kiln (False: it just runs)."""
+    if is_skipped_file(code.co_filename):
+        return False
+    path = os.path.abspath(code.co_filename)
+    return not path.startswith(_TORCH_DIR)
+
+
+def is_inlinable(code: types.CodeType) -> bool:
+    """Whether a call to a function with this code may be traced into."""
+    return not is_skipped_file(code.co_filename)

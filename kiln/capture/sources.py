@@ -1,0 +1,134 @@
+"""Sources: where a value captured by the interpreter lives in the frame.
+
+A source prints as a Python expression over the frame (`L['x']`, `G['w']`, `L['self'].fc`) used by
+guards, and emits the bytecode that loads the value in the transformed code.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+_PY_IDENT_SAFE = str.isidentifier
+
+
+class Source:
+    def name(self) -> str:
+        raise NotImplementedError
+
+    def emit(self, cg) -> None:
+        """Append instructions that push this value onto the stack of the transformed code."""
+        raise NotImplementedError
+
+    def is_local_root(self) -> bool:
+        return False
+
+    def __str__(self) -> str:
+        return self.name()
+
+
+@dataclasses.dataclass(frozen=True)
+class LocalSource(Source):
+    local_name: str
+
+    def name(self) -> str:
+        return f"L[{self.local_name!r}]"
+
+    def emit(self, cg) -> None:
+        cg.load_fast(self.local_name)
+
+
+@dataclasses.dataclass(frozen=True)
+class GlobalSource(Source):
+    global_name: str
+
+    def name(self) -> str:
+        return f"G[{self.global_name!r}]"
+
+    def emit(self, cg) -> None:
+        cg.load_global(self.global_name)
+
+
+@dataclasses.dataclass(frozen=True)
+class BuiltinSource(Source):
+    builtin_name: str
+
+    def name(self) -> str:
+        return f"B[{self.builtin_name!r}]"
+
+    def emit(self, cg) -> None:
+        cg.load_global(self.builtin_name)
+
+
+@dataclasses.dataclass(frozen=True)
+class ClosureSource(Source):
+    """The contents of the frame function's closure cell `index` (free variable `var_name`)."""
+
+    index: int
+    var_name: str
+
+    def name(self) -> str:
+        return f"C[{self.index}].cell_contents"
+
+    def emit(self, cg) -> None:
+        cg.load_deref(self.var_name)
+
+
+@dataclasses.dataclass(frozen=True)
+class AttrSource(Source):
+    base: Source
+    attr: str
+
+    def name(self) -> str:
+        if _PY_IDENT_SAFE(self.attr):
+            return f"{self.base.name()}.{self.attr}"
+        return f"getattr({self.base.name()}, {self.attr!r})"
+
+    def emit(self, cg) -> None:
+        self.base.emit(cg)
+        cg.load_attr(self.attr)
+
+
+@dataclasses.dataclass(frozen=True)
+class DictEntrySource(Source):
+    """`base.__dict__[attr]`-like access used for module parameter/buffer/submodule dicts."""
+
+    base: Source
+    dict_attr: str
+    key: str
+
+    def name(self) -> str:
+        return f"{self.base.name()}.{self.dict_attr}[{self.key!r}]"
+
+    def emit(self, cg) -> None:
+        self.base.emit(cg)
+        cg.load_attr(self.dict_attr)
+        cg.load_const(self.key)
+        cg.binary_subscr()
+
+
+@dataclasses.dataclass(frozen=True)
+class GetItemSource(Source):
+    base: Source
+    index: Any  # a constant: int, str, or a slice of ints
+
+    def name(self) -> str:
+        return f"{self.base.name()}[{self.index!r}]"
+
+    def emit(self, cg) -> None:
+        self.base.emit(cg)
+        cg.load_const(self.index)
+        cg.binary_subscr()
+
+
+@dataclasses.dataclass(frozen=True)
+class ConstantSource(Source):
+    """An object kiln holds on to directly (e.g. a function found through another object)."""
+
+    label: str
+    value: Any = dataclasses.field(compare=False, hash=False)
+
+    def name(self) -> str:
+        return f"K[{self.label!r}]"
+
+    def emit(self, cg) -> None:
+        cg.load_const(self.value)

@@ -1,0 +1,164 @@
+"""`wrap`: turn a real Python object read from the frame into a symbolic value, recording its guards."""
+from __future__ import annotations
+
+import dataclasses
+import enum
+import functools
+import types
+from typing import Any
+
+import torch
+
+from kiln.capture.sources import ConstantSource, GetItemSource, Source
+from kiln.capture.values.base import ConstantValue, Value, is_constant_literal, unsupported
+from kiln.capture.values.builtins import BuiltinValue
+from kiln.capture.values.containers import DictValue, ListValue, NamedTupleValue, SetValue, TupleValue
+from kiln.capture.values.functions import PartialValue, UserFunctionValue, UserMethodValue
+from kiln.capture.values.modules import NNModuleValue
+from kiln.capture.values.objects import ClassValue, UserObjectValue
+from kiln.capture.values.tensors import TensorValue
+from kiln.capture.values.torch_functions import PythonModuleValue, TorchFunctionValue, is_torch_function
+
+
+def wrap(tx, value: Any, source: Source | None, qualname: str | None = None) -> Value:
+    """The symbolic value for `value`, found at `source` (None for values kiln holds directly)."""
+    out = tx.output
+    key = source.name() if source is not None and not isinstance(source, ConstantSource) else None
+    if key is not None and key in out.values_by_source:
+        return out.values_by_source[key]
+    result = _wrap(tx, value, source, qualname)
+    if key is not None:
+        out.values_by_source[key] = result
+    return result
+
+
+def _wrap(tx, value, source, qualname) -> Value:
+    guards = tx.output.guards
+    if isinstance(value, torch.Tensor):
+        if source is None or isinstance(source, ConstantSource):
+            # a tensor kiln holds directly (e.g. a class attribute): an attribute of the graph
+            return tx.output.add_attr(value, qualname or "const_tensor")
+        if type(value) not in (torch.Tensor, torch.nn.Parameter, torch.nn.Buffer if hasattr(torch.nn, "Buffer") else torch.Tensor):
+            unsupported(f"tensor subclass {type(value).__name__}")
+        v = tx.output.add_input(source, value)
+        v.tensor_type = type(value)
+        return v
+    if is_constant_literal(value):
+        if source is not None:
+            guards.constant(source, value)
+        return ConstantValue(value, source)
+    if isinstance(value, torch.nn.Module):
+        if source is not None:
+            guards.identity(source, value)
+        return NNModuleValue(value, source, qualname or (source.name() if source else type(value).__name__))
+    if isinstance(value, tuple) and hasattr(type(value), "_fields"):
+        if source is not None:
+            guards.length(source, value)
+        return NamedTupleValue([wrap(tx, v, _item(source, i)) for i, v in enumerate(value)], type(value),
+                               source=source, created_here=False)
+    if type(value) in (tuple, list):
+        if source is not None:
+            guards.length(source, value)
+        items = [wrap(tx, v, _item(source, i)) for i, v in enumerate(value)]
+        cls = TupleValue if type(value) is tuple else ListValue
+        return cls(items, source=source, created_here=False)
+    if type(value) is dict or (isinstance(value, dict) and type(value).__module__ == "collections"):
+        if source is not None:
+            guards.dict_keys(source, value)
+        if not all(is_constant_literal(k) for k in value):
+            unsupported("dict with non-constant keys")
+        return DictValue({k: wrap(tx, v, _item(source, k)) for k, v in value.items()}, type(value),
+                         source=source, created_here=False)
+    if type(value) in (set, frozenset):
+        if all(is_constant_literal(v) for v in value):
+            if source is not None:
+                guards.constant(source, value)
+            return SetValue([ConstantValue(v) for v in value], created_here=False, source=source)
+        unsupported("set of non-constant values")
+    if isinstance(value, enum.Enum):
+        if source is not None:
+            guards.identity(source, value)
+        return ConstantValue(value, source)
+    if isinstance(value, types.ModuleType):
+        if source is not None and not isinstance(source, ConstantSource):
+            guards.identity(source, value)
+        return PythonModuleValue(value, source)
+    if is_torch_function(value):
+        if source is not None and not isinstance(source, ConstantSource):
+            guards.identity(source, value)
+        return TorchFunctionValue(value, source)
+    if isinstance(value, types.FunctionType):
+        if source is not None and not isinstance(source, ConstantSource):
+            guards.identity(source, value)
+        return UserFunctionValue(value, source)
+    if isinstance(value, types.MethodType):
+        if source is not None and not isinstance(source, ConstantSource):
+            guards.identity(source, value)
+        self_value = wrap(tx, value.__self__, ConstantSource("__self__", value.__self__)) \
+            if not isinstance(value.__self__, torch.nn.Module) else \
+            NNModuleValue(value.__self__, None, type(value.__self__).__name__)
+        return UserMethodValue(wrap(tx, value.__func__, ConstantSource("__func__", value.__func__)), self_value)
+    if isinstance(value, (types.BuiltinFunctionType, types.BuiltinMethodType)) or value in _BUILTIN_CALLABLES:
+        if getattr(value, "__self__", None) is not None and not isinstance(value.__self__, types.ModuleType):
+            unsupported(f"bound builtin method {value!r}")
+        return BuiltinValue(value, source)
+    if isinstance(value, functools.partial):
+        return PartialValue(wrap(tx, value.func, _attr(source, "func")),
+                            [wrap(tx, v, _item(_attr(source, "args"), i)) for i, v in enumerate(value.args)],
+                            {k: wrap(tx, v, _item(_attr(source, "keywords"), k)) for k, v in value.keywords.items()},
+                            source)
+    if isinstance(value, type):
+        if source is not None and not isinstance(source, ConstantSource):
+            guards.identity(source, value)
+        if value in _BUILTIN_CALLABLES:
+            return BuiltinValue(value, source)
+        return ClassValue(value, source)
+    if isinstance(value, (torch.finfo, torch.iinfo)):
+        return ConstantValue(value, None)
+    if source is None:
+        unsupported(f"object of type {type(value).__name__} without a place in the frame")
+    if type(value).__module__ in ("builtins",) or type(value).__module__.startswith("torch"):
+        unsupported(f"object of type {type(value).__qualname__}")
+    guards.type(source, value)
+    return UserObjectValue(value, source)
+
+
+_BUILTIN_CALLABLES = {tuple, list, dict, set, frozenset, slice, int, float, bool, str, complex, range, type,
+                      zip, enumerate, reversed, map, filter, super, object, isinstance, len, print, iter, next}
+
+
+def _item(source, index):
+    return GetItemSource(source, index) if source is not None and not isinstance(source, ConstantSource) else None
+
+
+def _attr(source, name):
+    from kiln.capture.sources import AttrSource
+
+    return AttrSource(source, name) if source is not None and not isinstance(source, ConstantSource) else None
+
+
+def wrap_constant_result(value: Any) -> Value:
+    """A value computed at trace time from constants (no source, no guard needed)."""
+    if is_constant_literal(value) or isinstance(value, (torch.finfo, torch.iinfo, enum.Enum)):
+        return ConstantValue(value)
+    if type(value) is tuple:
+        return TupleValue([wrap_constant_result(v) for v in value])
+    if type(value) is list:
+        return ListValue([wrap_constant_result(v) for v in value])
+    if type(value) is dict:
+        return DictValue({k: wrap_constant_result(v) for k, v in value.items()})
+    if isinstance(value, tuple) and hasattr(type(value), "_fields"):
+        return NamedTupleValue([wrap_constant_result(v) for v in value], type(value))
+    if isinstance(value, (types.BuiltinFunctionType, types.BuiltinMethodType)):
+        return BuiltinValue(value)
+    if isinstance(value, type):
+        return ClassValue(value)
+    unsupported(f"a {type(value).__name__} computed at trace time")
+
+
+def underlying_object(v: Value):
+    """The real object behind a value that stands for one (modules, objects, functions), else None."""
+    for attr in ("module", "obj", "fn", "cls"):
+        if hasattr(v, attr) and not isinstance(v, (ConstantValue,)):
+            return getattr(v, attr)
+    return None

@@ -1,0 +1,354 @@
+"""Python's builtin functions and types, applied to symbolic values."""
+from __future__ import annotations
+
+import builtins
+import functools
+import math
+import operator
+from typing import Callable
+
+import torch
+
+from kiln.capture.values.base import BINARY_OPERATORS, ConstantValue, Value, unsupported
+from kiln.capture.values.containers import (
+    DictValue, ListIteratorValue, ListValue, NamedTupleValue, SequenceValue, SetValue, SliceValue, TupleValue,
+)
+from kiln.capture.values.tensors import TensorValue
+
+# pure functions that may be evaluated on Python constants at trace time
+PURE_CONSTANT_FUNCTIONS: set = {
+    abs, all, any, bool, chr, divmod, float, format, hash, int, len, max, min, ord, pow, repr, round,
+    sorted, str, sum, isinstance, issubclass, callable, complex, bin, hex, oct,
+} | {getattr(math, n) for n in dir(math) if callable(getattr(math, n)) and not n.startswith("_")} \
+  | {getattr(operator, n) for n in dir(operator) if callable(getattr(operator, n)) and not n.startswith("_")
+     and n not in ("setitem", "delitem", "iadd", "iand", "iconcat", "ifloordiv", "ilshift", "imod", "imul",
+                   "imatmul", "ior", "ipow", "irshift", "isub", "itruediv", "ixor", "attrgetter",
+                   "itemgetter", "methodcaller")}
+
+
+class BuiltinValue(Value):
+    def __init__(self, fn: Callable, source=None):
+        self.fn = fn
+        self.source = source
+
+    def python_type(self) -> type:
+        return type(self.fn)
+
+    def is_constant(self) -> bool:
+        return True
+
+    def as_constant(self):
+        return self.fn
+
+    def reconstruct(self, cg) -> None:
+        cg.load_const(self.fn)
+
+    def call(self, tx, args: list[Value], kwargs: dict[str, Value]) -> Value:
+        fn = self.fn
+        handler = _HANDLERS.get(fn)
+        if handler is not None:
+            result = handler(tx, *args, **kwargs)
+            if result is not NotImplemented:
+                return result
+        op_name = _OPERATOR_BINARY.get(fn)
+        if op_name is not None and len(args) == 2 and not kwargs:
+            from kiln.capture.values.ops import binary_op
+
+            return binary_op(tx, fn, args[0], args[1])
+        if fn in _OPERATOR_UNARY and len(args) == 1:
+            from kiln.capture.values.ops import unary_op
+
+            return unary_op(tx, fn, args[0])
+        if fn in PURE_CONSTANT_FUNCTIONS and all(a.is_constant() for a in args) \
+                and all(v.is_constant() for v in kwargs.values()):
+            return _fold(fn, args, kwargs)
+        if any(isinstance(a, TensorValue) for a in args) and fn in (abs, pow, round, divmod, operator.getitem):
+            return tx.output.call("call_function", fn, args, kwargs)
+        unsupported(f"builtin {getattr(fn, '__qualname__', fn)}() with arguments {args}",
+                    hint="" if fn is not print else "print() inside a compiled function needs a graph break")
+
+    def __repr__(self) -> str:
+        return f"Builtin({getattr(self.fn, '__name__', self.fn)})"
+
+
+def _fold(fn, args, kwargs) -> Value:
+    from kiln.capture.values.builder import wrap_constant_result
+
+    try:
+        result = fn(*[a.as_constant() for a in args], **{k: v.as_constant() for k, v in kwargs.items()})
+    except Exception as exc:
+        unsupported(f"{getattr(fn, '__name__', fn)}(...) raised {type(exc).__name__}: {exc}")
+    return wrap_constant_result(result)
+
+
+_OPERATOR_BINARY = {op: sym for sym, op in BINARY_OPERATORS.items()} | {
+    operator.eq: "==", operator.ne: "!=", operator.lt: "<", operator.le: "<=", operator.gt: ">",
+    operator.ge: ">=",
+}
+_OPERATOR_UNARY = {operator.neg, operator.pos, operator.invert, operator.not_, operator.abs}
+
+
+# ---- handlers, one per builtin -------------------------------------------------------------------
+
+def _len(tx, obj, **kw):
+    if isinstance(obj, TensorValue):
+        if obj.example.dim() == 0:
+            unsupported("len() of a 0-d tensor")
+        return ConstantValue(obj.example.shape[0])
+    if isinstance(obj, SequenceValue):
+        return ConstantValue(len(obj.elements))
+    if isinstance(obj, DictValue):
+        return ConstantValue(len(obj.entries))
+    if isinstance(obj, SetValue):
+        return ConstantValue(len(obj.members))
+    if obj.is_constant():
+        return ConstantValue(len(obj.as_constant()))
+    from kiln.capture.values.modules import NNModuleValue
+
+    if isinstance(obj, NNModuleValue):
+        return ConstantValue(len(obj.module))
+    if isinstance(obj, ListIteratorValue) and obj.kind.startswith("dict_"):
+        return ConstantValue(len(obj.remaining))
+    return obj.call_method(tx, "__len__", [], {})
+
+
+def _isinstance(tx, obj, classes):
+    cls = classes.as_constant() if classes.is_constant() else unsupported("isinstance() with a non-constant class")
+    t = obj.python_type()
+    if isinstance(obj, TensorValue):
+        # a fake tensor stands for a torch.Tensor of the recorded type
+        kinds = cls if isinstance(cls, tuple) else (cls,)
+        return ConstantValue(any(isinstance(k, type) and issubclass(t, k) for k in kinds))
+    try:
+        return ConstantValue(issubclass(t, cls))
+    except TypeError as exc:
+        unsupported(f"isinstance(): {exc}")
+
+
+def _issubclass(tx, a, b):
+    return ConstantValue(issubclass(a.as_constant(), b.as_constant()))
+
+
+def _getattr(tx, obj, name, default=None):
+    attr = name.as_constant()
+    if default is None:
+        return tx.getattr(obj, attr)
+    from kiln.errors import Unsupported
+
+    if _hasattr(tx, obj, name).as_constant():
+        return tx.getattr(obj, attr)
+    return default
+
+
+def _hasattr(tx, obj, name):
+    from kiln.capture.values.builder import underlying_object
+    from kiln.capture.values.objects import NewObjectValue
+    from kiln.capture.values.modules import NNModuleValue
+
+    attr = name.as_constant()
+    if isinstance(obj, TensorValue):
+        return ConstantValue(hasattr(obj.example, attr))
+    if isinstance(obj, NewObjectValue):
+        return ConstantValue(attr in obj.attrs or hasattr(obj.cls, attr))
+    if isinstance(obj, NNModuleValue):
+        if obj.source is not None:
+            tx.output.guards.identity(obj.source, obj.module)
+        return ConstantValue(hasattr(obj.module, attr))
+    real = underlying_object(obj)
+    if real is not None:
+        return ConstantValue(hasattr(real, attr))
+    if obj.is_constant():
+        return ConstantValue(hasattr(obj.as_constant(), attr))
+    unsupported(f"hasattr() on {obj}")
+
+
+def _setattr(tx, obj, name, value):
+    tx.setattr(obj, name.as_constant(), value)
+    return ConstantValue(None)
+
+
+def _type(tx, obj):
+    from kiln.capture.values.objects import ClassValue
+
+    return ClassValue(obj.python_type())
+
+
+def _iter(tx, obj):
+    return ListIteratorValue(tx.items(obj))
+
+
+def _next(tx, it, default=None):
+    if isinstance(it, ListIteratorValue):
+        item = it.next_item()
+        if item is None:
+            if default is not None:
+                return default
+            unsupported("next() on an exhausted iterator (StopIteration)")
+        return item
+    unsupported(f"next() on {it}")
+
+
+def _zip(tx, *iterables, strict=None):
+    lists = [tx.items(it) for it in iterables]
+    if strict is not None and strict.as_constant() and len({len(x) for x in lists}) > 1:
+        unsupported("zip(strict=True) with unequal lengths")
+    return ListIteratorValue([TupleValue(list(group)) for group in zip(*lists)])
+
+
+def _enumerate(tx, iterable, start=None):
+    first = start.as_constant() if start is not None else 0
+    return ListIteratorValue([TupleValue([ConstantValue(i + first), v])
+                              for i, v in enumerate(tx.items(iterable))])
+
+
+def _reversed(tx, seq):
+    return ListIteratorValue(list(reversed(tx.items(seq))))
+
+
+def _map(tx, fn, *iterables):
+    lists = [tx.items(it) for it in iterables]
+    return ListIteratorValue([fn.call(tx, list(group), {}) for group in zip(*lists)])
+
+
+def _filter(tx, fn, iterable):
+    out = []
+    for v in tx.items(iterable):
+        keep = v if fn.is_constant() and fn.as_constant() is None else fn.call(tx, [v], {})
+        if tx.truth(keep):
+            out.append(v)
+    return ListIteratorValue(out)
+
+
+def _range(tx, *args):
+    return ConstantValue(range(*[a.as_constant() for a in args]))
+
+
+def _sum(tx, iterable, start=None):
+    items = tx.items(iterable)
+    from kiln.capture.values.ops import binary_op
+
+    total = start if start is not None else ConstantValue(0)
+    if all(v.is_constant() for v in items) and total.is_constant():
+        return ConstantValue(sum((v.as_constant() for v in items), total.as_constant()))
+    for v in items:
+        total = binary_op(tx, operator.add, total, v)
+    return total
+
+
+def _minmax(fn):
+    def handler(tx, *args, key=None, default=None):
+        items = tx.items(args[0]) if len(args) == 1 else list(args)
+        if key is None and all(v.is_constant() for v in items):
+            if not items and default is not None:
+                return default
+            return ConstantValue(fn(v.as_constant() for v in items))
+        if any(isinstance(v, TensorValue) for v in items):
+            unsupported(f"{fn.__name__}() of tensors compares their data",
+                        hint=f"use torch.{'maximum' if fn is max else 'minimum'} instead")
+        return NotImplemented
+    return handler
+
+
+def _all_any(fn):
+    def handler(tx, iterable):
+        return ConstantValue(fn(tx.truth(v) for v in tx.items(iterable)))
+    return handler
+
+
+def _sorted(tx, iterable, key=None, reverse=None):
+    items = tx.items(iterable)
+    if key is None and all(v.is_constant() for v in items):
+        values = sorted((v.as_constant() for v in items), reverse=bool(reverse and reverse.as_constant()))
+        return ListValue([ConstantValue(v) for v in values])
+    if key is not None:
+        keyed = [(key.call(tx, [v], {}), v) for v in items]
+        if all(k.is_constant() for k, _ in keyed):
+            keyed.sort(key=lambda kv: kv[0].as_constant(), reverse=bool(reverse and reverse.as_constant()))
+            return ListValue([v for _, v in keyed])
+    unsupported("sorted() of non-constant values")
+
+
+def _print(tx, *args, **kwargs):
+    unsupported("print() has a side effect outside the graph",
+                hint="remove the print, or move it outside the compiled function (graph breaks come later)")
+
+
+def _id(tx, obj):
+    unsupported("id() of a value")
+
+
+def _callable(tx, obj):
+    from kiln.capture.values.functions import UserFunctionValue, NestedFunctionValue, UserMethodValue
+    from kiln.capture.values.modules import NNModuleValue
+
+    if isinstance(obj, (UserFunctionValue, NestedFunctionValue, UserMethodValue, NNModuleValue, BuiltinValue)):
+        return ConstantValue(True)
+    if isinstance(obj, (TensorValue, SequenceValue, DictValue, SetValue)):
+        return ConstantValue(False)
+    if obj.is_constant():
+        return ConstantValue(callable(obj.as_constant()))
+    return ConstantValue(callable(obj.python_type()) and hasattr(obj.python_type(), "__call__"))
+
+
+def _super(tx, *args):
+    return tx.make_super(args)
+
+
+def _tensor_number(kind):
+    def handler(tx, obj=None, *rest):
+        if isinstance(obj, TensorValue):
+            unsupported(f"{kind.__name__}() of a tensor needs its data",
+                        hint="keep the value as a tensor, or read it outside the compiled function")
+        return NotImplemented
+    return handler
+
+
+_HANDLERS: dict = {
+    len: _len, isinstance: _isinstance, issubclass: _issubclass, getattr: _getattr, hasattr: _hasattr,
+    setattr: _setattr, iter: _iter, next: _next, zip: _zip, enumerate: _enumerate, reversed: _reversed,
+    map: _map, filter: _filter, range: _range, sum: _sum, min: _minmax(min), max: _minmax(max),
+    all: _all_any(all), any: _all_any(any), sorted: _sorted, print: _print, id: _id, callable: _callable,
+    super: _super, int: _tensor_number(int), float: _tensor_number(float), bool: _tensor_number(bool),
+}
+
+
+def construct_builtin_type(tx, cls, args, kwargs) -> Value:
+    """tuple(...), list(...), dict(...), set(...), slice(...), object() and the numeric types."""
+    if cls is tuple:
+        return TupleValue(tx.items(args[0]) if args else [])
+    if cls is list:
+        return ListValue(tx.items(args[0]) if args else [])
+    if cls in (set, frozenset):
+        return SetValue(tx.items(args[0]) if args else [])
+    if cls is dict or (issubclass(cls, dict) and cls.__module__ == "collections"):
+        entries = {}
+        if args:
+            src = args[0]
+            if isinstance(src, DictValue):
+                entries.update(src.entries)
+            else:
+                for pair in tx.items(src):
+                    k, v = tx.items(pair)
+                    entries[k.as_constant()] = v
+        entries.update(kwargs)
+        return DictValue(entries, dict_type=cls)
+    if cls is slice:
+        parts = list(args) + [ConstantValue(None)] * (3 - len(args))
+        if len(args) == 1:
+            parts = [ConstantValue(None), args[0], ConstantValue(None)]
+        return SliceValue(*parts)
+    if cls in (int, float, bool, str, complex) or cls is torch.Size:
+        handler = _HANDLERS.get(cls)
+        if handler is not None:
+            result = handler(tx, *args)
+            if result is not NotImplemented:
+                return result
+        if cls is torch.Size:
+            return ConstantValue(torch.Size([v.as_constant() for v in tx.items(args[0])]))
+        if all(a.is_constant() for a in args):
+            return _fold(cls, args, kwargs)
+        if cls is bool and len(args) == 1:
+            return ConstantValue(tx.truth(args[0]))
+    if cls in (torch.device, torch.dtype) and all(a.is_constant() for a in args):
+        return ConstantValue(cls(*[a.as_constant() for a in args]))
+    unsupported(f"constructing {cls.__module__}.{cls.__qualname__}")

@@ -1,0 +1,391 @@
+"""Tuples, lists, dicts, sets, slices, named tuples and iterators over them."""
+from __future__ import annotations
+
+from typing import Any
+
+from kiln.capture.values.base import ConstantValue, Value, unsupported
+
+
+def constants_of(values: list[Value]) -> list[Any] | None:
+    if all(v.is_constant() for v in values):
+        return [v.as_constant() for v in values]
+    return None
+
+
+class SequenceValue(Value):
+    python_kind: type = tuple
+
+    def __init__(self, items: list[Value], source=None, created_here: bool = True):
+        self.elements = list(items)
+        self.source = source
+        # objects created during tracing may be mutated freely; ones from the frame may not (yet)
+        self.created_here = created_here
+
+    def python_type(self) -> type:
+        return self.python_kind
+
+    def is_constant(self) -> bool:
+        return all(v.is_constant() for v in self.elements)
+
+    def as_constant(self):
+        return self.python_kind(v.as_constant() for v in self.elements)
+
+    def items(self, tx) -> list[Value]:
+        return list(self.elements)
+
+    def truth(self, tx) -> bool:
+        return len(self.elements) > 0
+
+    def getitem(self, tx, index: Value) -> Value:
+        idx = index.as_constant() if index.is_constant() else unsupported(f"indexing a {self.python_kind.__name__} with {index}")
+        if isinstance(idx, slice):
+            return type(self)(self.elements[idx]) if type(self) in (TupleValue, ListValue) else TupleValue(self.elements[idx])
+        try:
+            return self.elements[idx]
+        except (IndexError, TypeError) as exc:
+            unsupported(f"{self.python_kind.__name__} index {idx!r}: {exc}")
+
+    def reconstruct(self, cg) -> None:
+        for v in self.elements:
+            cg.reconstruct(v)
+        cg.build(self.python_kind, len(self.elements))
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.elements!r})"
+
+
+class TupleValue(SequenceValue):
+    python_kind = tuple
+
+    def call_method(self, tx, name, args, kwargs):
+        if name == "index" and len(args) == 1 and args[0].is_constant() and self.is_constant():
+            return ConstantValue(self.as_constant().index(args[0].as_constant()))
+        if name == "count" and len(args) == 1 and args[0].is_constant() and self.is_constant():
+            return ConstantValue(self.as_constant().count(args[0].as_constant()))
+        return super().call_method(tx, name, args, kwargs)
+
+
+class ListValue(SequenceValue):
+    python_kind = list
+
+    def _check_mutable(self, what: str) -> None:
+        if not self.created_here:
+            unsupported(f"{what} on a list that existed before the compiled function ran",
+                        hint="side effects on pre-existing lists are supported in a later kiln version")
+
+    def call_method(self, tx, name, args, kwargs):
+        from kiln.capture.values.builder import wrap_constant_result
+
+        if kwargs and name != "sort":
+            unsupported(f"list.{name} with keyword arguments")
+        if name == "append":
+            self._check_mutable("list.append")
+            self.elements.append(args[0])
+            return ConstantValue(None)
+        if name == "extend":
+            self._check_mutable("list.extend")
+            self.elements.extend(args[0].items(tx))
+            return ConstantValue(None)
+        if name == "insert":
+            self._check_mutable("list.insert")
+            self.elements.insert(args[0].as_constant(), args[1])
+            return ConstantValue(None)
+        if name == "pop":
+            self._check_mutable("list.pop")
+            idx = args[0].as_constant() if args else -1
+            return self.elements.pop(idx)
+        if name == "clear":
+            self._check_mutable("list.clear")
+            self.elements.clear()
+            return ConstantValue(None)
+        if name == "reverse":
+            self._check_mutable("list.reverse")
+            self.elements.reverse()
+            return ConstantValue(None)
+        if name == "copy":
+            return ListValue(list(self.elements))
+        if name in ("index", "count") and self.is_constant() and all(a.is_constant() for a in args):
+            return wrap_constant_result(getattr(self.as_constant(), name)(*[a.as_constant() for a in args]))
+        if name == "sort" and self.is_constant():
+            self._check_mutable("list.sort")
+            values = self.as_constant()
+            values.sort(**{k: v.as_constant() for k, v in kwargs.items()})
+            self.elements = [ConstantValue(v) for v in values]
+            return ConstantValue(None)
+        unsupported(f"list.{name}")
+
+    def setitem(self, tx, index: Value, value: Value) -> None:
+        self._check_mutable("list item assignment")
+        idx = index.as_constant()
+        if isinstance(idx, slice):
+            self.elements[idx] = value.items(tx)
+        else:
+            self.elements[idx] = value
+
+    def delitem(self, tx, index: Value) -> None:
+        self._check_mutable("del on a list item")
+        del self.elements[index.as_constant()]
+
+
+class NamedTupleValue(TupleValue):
+    """An instance of a collections.namedtuple / typing.NamedTuple class, or a torch.return_types."""
+
+    def __init__(self, items, tuple_type: type, source=None, created_here: bool = True):
+        super().__init__(items, source, created_here)
+        self.tuple_type = tuple_type
+
+    def python_type(self) -> type:
+        return self.tuple_type
+
+    def as_constant(self):
+        return self.tuple_type(*[v.as_constant() for v in self.elements])
+
+    def getattr(self, tx, name: str) -> Value:
+        fields = getattr(self.tuple_type, "_fields", ())
+        if name in fields:
+            return self.elements[fields.index(name)]
+        from kiln.capture.values.objects import class_attribute
+
+        return class_attribute(tx, self.tuple_type, name, self)
+
+    def reconstruct(self, cg) -> None:
+        cg.prepare_call(self.tuple_type)
+        for v in self.elements:
+            cg.reconstruct(v)
+        cg.call(len(self.elements))
+
+    def __repr__(self) -> str:
+        return f"NamedTuple[{self.tuple_type.__name__}]({self.elements!r})"
+
+
+def dict_key(tx, key: Value) -> Any:
+    """Dict keys are Python constants (strings, ints, ...), or objects compared by identity."""
+    if key.is_constant():
+        return key.as_constant()
+    from kiln.capture.values.tensors import TensorValue
+
+    if isinstance(key, TensorValue):
+        unsupported("tensors as dict keys")
+    unsupported(f"dict key {key}")
+
+
+class DictValue(Value):
+    def __init__(self, entries: dict[Any, Value], dict_type: type = dict, source=None, created_here: bool = True):
+        self.entries = dict(entries)
+        self.dict_type = dict_type
+        self.source = source
+        self.created_here = created_here
+
+    def python_type(self) -> type:
+        return self.dict_type
+
+    def is_constant(self) -> bool:
+        return all(v.is_constant() for v in self.entries.values())
+
+    def as_constant(self):
+        return self.dict_type((k, v.as_constant()) for k, v in self.entries.items())
+
+    def items(self, tx) -> list[Value]:
+        return [ConstantValue(k) for k in self.entries]
+
+    def truth(self, tx) -> bool:
+        return bool(self.entries)
+
+    def getitem(self, tx, key: Value) -> Value:
+        k = dict_key(tx, key)
+        if k not in self.entries:
+            unsupported(f"KeyError: {k!r}")
+        return self.entries[k]
+
+    def _check_mutable(self, what: str) -> None:
+        if not self.created_here:
+            unsupported(f"{what} on a dict that existed before the compiled function ran",
+                        hint="side effects on pre-existing dicts are supported in a later kiln version")
+
+    def setitem(self, tx, key: Value, value: Value) -> None:
+        self._check_mutable("dict item assignment")
+        self.entries[dict_key(tx, key)] = value
+
+    def delitem(self, tx, key: Value) -> None:
+        self._check_mutable("del on a dict item")
+        del self.entries[dict_key(tx, key)]
+
+    def call_method(self, tx, name, args, kwargs):
+        if name == "keys":
+            return ListIteratorValue([ConstantValue(k) for k in self.entries], kind="dict_keys")
+        if name == "values":
+            return ListIteratorValue(list(self.entries.values()), kind="dict_values")
+        if name == "items":
+            return ListIteratorValue([TupleValue([ConstantValue(k), v]) for k, v in self.entries.items()], kind="dict_items")
+        if name == "get":
+            k = dict_key(tx, args[0])
+            default = args[1] if len(args) > 1 else ConstantValue(None)
+            return self.entries.get(k, default)
+        if name == "__getitem__":
+            return self.getitem(tx, args[0])
+        if name == "__contains__":
+            return ConstantValue(dict_key(tx, args[0]) in self.entries)
+        if name == "copy":
+            return DictValue(self.entries, self.dict_type)
+        if name == "update":
+            self._check_mutable("dict.update")
+            if args:
+                other = args[0]
+                if isinstance(other, DictValue):
+                    self.entries.update(other.entries)
+                else:
+                    for pair in other.items(tx):
+                        k, v = pair.items(tx)
+                        self.entries[dict_key(tx, k)] = v
+            for k, v in kwargs.items():
+                self.entries[k] = v
+            return ConstantValue(None)
+        if name == "setdefault":
+            self._check_mutable("dict.setdefault")
+            k = dict_key(tx, args[0])
+            if k not in self.entries:
+                self.entries[k] = args[1] if len(args) > 1 else ConstantValue(None)
+            return self.entries[k]
+        if name == "pop":
+            self._check_mutable("dict.pop")
+            k = dict_key(tx, args[0])
+            if k in self.entries:
+                return self.entries.pop(k)
+            if len(args) > 1:
+                return args[1]
+            unsupported(f"KeyError: {k!r}")
+        if name == "__setitem__":
+            self.setitem(tx, args[0], args[1])
+            return ConstantValue(None)
+        unsupported(f"dict.{name}")
+
+    def reconstruct(self, cg) -> None:
+        if self.dict_type is not dict:
+            cg.prepare_call(self.dict_type)
+        for k, v in self.entries.items():
+            cg.load_const(k)
+            cg.reconstruct(v)
+        cg.build(dict, len(self.entries))
+        if self.dict_type is not dict:
+            cg.call(1)
+
+    def __repr__(self) -> str:
+        return f"Dict({self.entries!r})"
+
+
+class SetValue(Value):
+    def __init__(self, members: list[Value], created_here: bool = True, source=None):
+        self.members: dict[Any, Value] = {}
+        for m in members:
+            self.members.setdefault(dict_key(None, m), m)
+        self.created_here = created_here
+        self.source = source
+
+    def python_type(self) -> type:
+        return set
+
+    def is_constant(self) -> bool:
+        return True
+
+    def as_constant(self):
+        return set(self.members)
+
+    def items(self, tx) -> list[Value]:
+        return list(self.members.values())
+
+    def truth(self, tx) -> bool:
+        return bool(self.members)
+
+    def call_method(self, tx, name, args, kwargs):
+        if name == "add":
+            if not self.created_here:
+                unsupported("set.add on a set that existed before the compiled function ran")
+            self.members.setdefault(dict_key(tx, args[0]), args[0])
+            return ConstantValue(None)
+        if name == "__contains__":
+            return ConstantValue(dict_key(tx, args[0]) in self.members)
+        if name == "update":
+            if not self.created_here:
+                unsupported("set.update on a set that existed before the compiled function ran")
+            for v in args[0].items(tx):
+                self.members.setdefault(dict_key(tx, v), v)
+            return ConstantValue(None)
+        if all(a.is_constant() for a in args) and name in ("union", "intersection", "difference", "issubset", "issuperset"):
+            from kiln.capture.values.builder import wrap_constant_result
+
+            return wrap_constant_result(getattr(self.as_constant(), name)(*[a.as_constant() for a in args]))
+        unsupported(f"set.{name}")
+
+    def reconstruct(self, cg) -> None:
+        for v in self.members.values():
+            cg.reconstruct(v)
+        cg.build(set, len(self.members))
+
+
+class SliceValue(Value):
+    def __init__(self, start: Value, stop: Value, step: Value):
+        self.parts = (start, stop, step)
+
+    def python_type(self) -> type:
+        return slice
+
+    def is_constant(self) -> bool:
+        return all(p.is_constant() for p in self.parts)
+
+    def as_constant(self):
+        return slice(*[p.as_constant() for p in self.parts])
+
+    def reconstruct(self, cg) -> None:
+        for p in self.parts:
+            cg.reconstruct(p)
+        cg.build(slice, 3)
+
+
+class ListIteratorValue(Value):
+    """An iterator over materialized items: iter(list), zip(...), enumerate(...), dict views, map(...)."""
+
+    def __init__(self, items: list[Value], kind: str = "iterator"):
+        self.remaining = list(items)
+        self.kind = kind
+
+    def python_type(self) -> type:
+        return {"dict_keys": type({}.keys()), "dict_values": type({}.values()),
+                "dict_items": type({}.items())}.get(self.kind, type(iter([])))
+
+    def items(self, tx) -> list[Value]:
+        if self.kind.startswith("dict_"):
+            return list(self.remaining)
+        out, self.remaining = self.remaining, []
+        return out
+
+    def next_item(self) -> Value | None:
+        if not self.remaining:
+            return None
+        return self.remaining.pop(0)
+
+    def truth(self, tx) -> bool:
+        return bool(self.remaining) if self.kind.startswith("dict_") else True
+
+    def is_constant(self) -> bool:
+        return False
+
+    def call_method(self, tx, name, args, kwargs):
+        if name == "__contains__" and self.kind.startswith("dict_"):
+            key = args[0]
+            for item in self.remaining:
+                if item.is_constant() and key.is_constant() and item.as_constant() == key.as_constant():
+                    return ConstantValue(True)
+            return ConstantValue(False)
+        unsupported(f"{self.kind}.{name}")
+
+    def reconstruct(self, cg) -> None:
+        if self.kind.startswith("dict_"):
+            unsupported("returning a dict view")
+        cg.prepare_call(iter)
+        for v in self.remaining:
+            cg.reconstruct(v)
+        cg.build(tuple, len(self.remaining))
+        cg.call(1)
+
+    def __repr__(self) -> str:
+        return f"Iterator[{self.kind}]({self.remaining!r})"

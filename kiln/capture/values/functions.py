@@ -1,0 +1,170 @@
+"""User functions and closures (inlined), bound methods, functools.partial."""
+from __future__ import annotations
+
+import functools
+import types
+
+from kiln.capture.values.base import ConstantValue, Value, unsupported
+
+
+class UserFunctionValue(Value):
+    """A Python function defined in user code; calls to it are inlined."""
+
+    def __init__(self, fn: types.FunctionType, source=None):
+        self.fn = fn
+        self.source = source
+
+    def python_type(self) -> type:
+        return types.FunctionType
+
+    def get_code(self):
+        return self.fn.__code__
+
+    def getattr(self, tx, name: str) -> Value:
+        if name in ("__name__", "__qualname__", "__module__", "__doc__"):
+            return ConstantValue(getattr(self.fn, name))
+        if name == "__code__":
+            return ConstantValue(self.fn.__code__)
+        if name in getattr(self.fn, "__dict__", {}):
+            from kiln.capture.values.builder import wrap
+            from kiln.capture.sources import AttrSource
+
+            return wrap(tx, self.fn.__dict__[name], AttrSource(self.source, name) if self.source else None)
+        unsupported(f"attribute {name!r} of function {self.fn.__qualname__}")
+
+    def call(self, tx, args, kwargs) -> Value:
+        return tx.inline_user_function(self, args, kwargs)
+
+    def bind_closure(self, tx) -> dict[str, Value]:
+        """Values of the function's free variables, read through the closure cells."""
+        from kiln.capture.values.builder import wrap
+        from kiln.capture.sources import AttrSource, GetItemSource
+
+        cells = {}
+        code = self.fn.__code__
+        for i, name in enumerate(code.co_freevars):
+            cell = self.fn.__closure__[i]
+            src = None
+            if self.source is not None:
+                src = AttrSource(GetItemSource(AttrSource(self.source, "__closure__"), i), "cell_contents")
+            try:
+                contents = cell.cell_contents
+            except ValueError:
+                unsupported(f"free variable {name!r} of {self.fn.__qualname__} is not set yet")
+            cells[name] = CellValue(wrap(tx, contents, src))
+        return cells
+
+    def defaults(self, tx) -> tuple[tuple, dict]:
+        return self.fn.__defaults__ or (), self.fn.__kwdefaults__ or {}
+
+    def __repr__(self) -> str:
+        return f"Function({self.fn.__qualname__})"
+
+
+class CellValue(Value):
+    """A closure cell. Cells created during tracing are mutable; cells from the frame are read-only for now."""
+
+    def __init__(self, contents: Value | None, created_here: bool = False):
+        self.contents = contents
+        self.created_here = created_here
+
+    def get(self) -> Value:
+        if self.contents is None:
+            unsupported("reading a free variable before it is assigned")
+        return self.contents
+
+    def set(self, value: Value) -> None:
+        if not self.created_here:
+            unsupported("assigning to a nonlocal variable that lives outside the compiled function",
+                        hint="writes to closure cells are supported in a later kiln version")
+        self.contents = value
+
+
+class NestedFunctionValue(Value):
+    """A function created by MAKE_FUNCTION while tracing (nested def, lambda, 3.11 comprehension)."""
+
+    def __init__(self, code: types.CodeType, f_globals: dict, qualname: str, defaults: tuple, kwdefaults: dict,
+                 closure: tuple[CellValue, ...] | None, annotations=None):
+        self.code = code
+        self.f_globals = f_globals
+        self.qualname = qualname
+        self.default_values = defaults
+        self.kwdefault_values = kwdefaults
+        self.closure = closure or ()
+        self.source = None
+
+    def python_type(self) -> type:
+        return types.FunctionType
+
+    def get_code(self):
+        return self.code
+
+    def getattr(self, tx, name: str) -> Value:
+        if name in ("__name__", "__qualname__"):
+            return ConstantValue(self.code.co_name if name == "__name__" else self.qualname)
+        if name == "__module__":
+            return ConstantValue(self.f_globals.get("__name__"))
+        unsupported(f"attribute {name!r} of nested function {self.qualname}")
+
+    def call(self, tx, args, kwargs) -> Value:
+        return tx.inline_user_function(self, args, kwargs)
+
+    def bind_closure(self, tx) -> dict[str, Value]:
+        return dict(zip(self.code.co_freevars, self.closure))
+
+    def defaults(self, tx):
+        return self.default_values, self.kwdefault_values
+
+    def reconstruct(self, cg) -> None:
+        unsupported(f"returning or storing nested function {self.qualname} outside the compiled function",
+                    hint="closures that escape the compiled function are supported in a later kiln version")
+
+    def __repr__(self) -> str:
+        return f"NestedFunction({self.qualname})"
+
+
+class UserMethodValue(Value):
+    """A function bound to a self value."""
+
+    def __init__(self, fn: Value, self_value: Value, source=None):
+        self.fn = fn
+        self.self_value = self_value
+        self.source = source
+
+    def python_type(self) -> type:
+        return types.MethodType
+
+    def getattr(self, tx, name: str) -> Value:
+        if name == "__self__":
+            return self.self_value
+        if name == "__func__":
+            return self.fn
+        return self.fn.getattr(tx, name)
+
+    def call(self, tx, args, kwargs) -> Value:
+        return self.fn.call(tx, [self.self_value, *args], kwargs)
+
+    def __repr__(self) -> str:
+        return f"Method({self.fn!r} of {self.self_value!r})"
+
+
+class PartialValue(Value):
+    def __init__(self, fn: Value, args: list[Value], kwargs: dict[str, Value], source=None):
+        self.fn, self.args, self.kwargs, self.source = fn, args, kwargs, source
+
+    def python_type(self) -> type:
+        return functools.partial
+
+    def getattr(self, tx, name: str) -> Value:
+        from kiln.capture.values.containers import DictValue, TupleValue
+
+        if name == "func":
+            return self.fn
+        if name == "args":
+            return TupleValue(self.args)
+        if name == "keywords":
+            return DictValue(self.kwargs)
+        unsupported(f"functools.partial attribute {name!r}")
+
+    def call(self, tx, args, kwargs) -> Value:
+        return self.fn.call(tx, [*self.args, *args], {**self.kwargs, **kwargs})

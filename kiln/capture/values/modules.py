@@ -1,0 +1,153 @@
+"""torch.nn.Module instances: parameters and buffers become graph attributes, forward is inlined."""
+from __future__ import annotations
+
+import types
+
+import torch
+from torch.nn.modules import module as nn_module_internals
+
+from kiln.capture.sources import AttrSource, DictEntrySource
+from kiln.capture.values.base import ConstantValue, Value, unsupported
+from kiln.capture.values.functions import UserFunctionValue, UserMethodValue
+from kiln.capture.values.objects import ClassValue, class_attribute
+
+_GLOBAL_HOOK_DICTS = (
+    "_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks",
+    "_global_backward_pre_hooks", "_global_forward_hooks_always_called",
+)
+
+
+def _global_hooks_present() -> bool:
+    return any(getattr(nn_module_internals, name, None) for name in _GLOBAL_HOOK_DICTS)
+
+
+class NNModuleValue(Value):
+    def __init__(self, module: torch.nn.Module, source, qualname: str):
+        self.module = module
+        self.source = source
+        self.qualname = qualname  # dotted path for naming graph attributes, e.g. "self.encoder.layer.0"
+
+    def python_type(self) -> type:
+        return type(self.module)
+
+    def truth(self, tx) -> bool:
+        if isinstance(self.module, (torch.nn.ModuleList, torch.nn.Sequential, torch.nn.ModuleDict,
+                                    torch.nn.ParameterList, torch.nn.ParameterDict)):
+            return len(self.module) > 0
+        return True
+
+    def _child(self, tx, name: str, sub: torch.nn.Module) -> "NNModuleValue":
+        from kiln.capture.values.builder import wrap
+
+        src = DictEntrySource(self.source, "_modules", name) if self.source is not None else None
+        return wrap(tx, sub, src, qualname=f"{self.qualname}.{name}")
+
+    def getattr(self, tx, name: str) -> Value:
+        from kiln.capture.values.builder import wrap
+
+        m = self.module
+        d = m.__dict__
+        if name in d.get("_parameters", {}):
+            p = d["_parameters"][name]
+            return ConstantValue(None) if p is None else tx.output.add_attr(p, f"{self.qualname}.{name}")
+        if name in d.get("_buffers", {}):
+            b = d["_buffers"][name]
+            return ConstantValue(None) if b is None else tx.output.add_attr(b, f"{self.qualname}.{name}")
+        if name in d.get("_modules", {}):
+            sub = d["_modules"][name]
+            return ConstantValue(None) if sub is None else self._child(tx, name, sub)
+        cls = type(m)
+        class_attr = None
+        for klass in cls.__mro__:
+            if name in vars(klass):
+                class_attr = vars(klass)[name]
+                break
+        if name in d and not (class_attr is not None and hasattr(type(class_attr), "__set__")):
+            return wrap(tx, d[name], AttrSource(self.source, name) if self.source else None)
+        if name == "__class__":
+            return ClassValue(cls)
+        if class_attr is not None:
+            return class_attribute(tx, cls, name, self)
+        unsupported(f"{cls.__name__!r} module has no attribute {name!r}")
+
+    def call(self, tx, args, kwargs) -> Value:
+        m = self.module
+        if m._forward_hooks or m._forward_pre_hooks or m._backward_hooks or \
+                getattr(m, "_backward_pre_hooks", None) or _global_hooks_present():
+            unsupported(f"module {self.qualname} ({type(m).__name__}) has hooks",
+                        hint="modules with forward/backward hooks are run eagerly for now")
+        # a hook added later would not run in the compiled code: guard that there are none
+        if self.source is not None:
+            tx.output.guards.length(AttrSource(self.source, "_forward_hooks"), m._forward_hooks)
+            tx.output.guards.length(AttrSource(self.source, "_forward_pre_hooks"), m._forward_pre_hooks)
+        forward = type(m).forward
+        if forward is torch.nn.Module.forward:
+            unsupported(f"module {type(m).__name__} has no forward()")
+        return class_attribute(tx, type(m), "forward", self).call(tx, args, kwargs)
+
+    def call_method(self, tx, name, args, kwargs) -> Value:
+        m = self.module
+        if not args and not kwargs:
+            if name in ("parameters", "buffers", "children", "modules"):
+                if name == "parameters":
+                    items = [tx.output.add_attr(p, f"{self.qualname}.{n}") for n, p in m.named_parameters()]
+                elif name == "buffers":
+                    items = [tx.output.add_attr(b, f"{self.qualname}.{n}") for n, b in m.named_buffers()]
+                elif name == "children":
+                    items = [self._child(tx, n, c) for n, c in m.named_children()]
+                else:
+                    unsupported("Module.modules()")
+                from kiln.capture.values.containers import ListIteratorValue
+
+                return ListIteratorValue(items)
+            if name in ("named_children",):
+                from kiln.capture.values.containers import ListIteratorValue, TupleValue
+
+                return ListIteratorValue([TupleValue([ConstantValue(n), self._child(tx, n, c)])
+                                          for n, c in m.named_children()])
+        if isinstance(m, torch.nn.ModuleDict) and name in ("keys", "values", "items"):
+            from kiln.capture.values.containers import ListIteratorValue, TupleValue
+
+            keys = list(m.keys())
+            if name == "keys":
+                return ListIteratorValue([ConstantValue(k) for k in keys])
+            if name == "values":
+                return ListIteratorValue([self._child(tx, k, m[k]) for k in keys])
+            return ListIteratorValue([TupleValue([ConstantValue(k), self._child(tx, k, m[k])]) for k in keys])
+        if name == "__len__":
+            return ConstantValue(len(m))
+        return super().call_method(tx, name, args, kwargs)
+
+    def items(self, tx) -> list[Value]:
+        m = self.module
+        if isinstance(m, (torch.nn.ModuleList, torch.nn.Sequential)):
+            return [self._child(tx, k, c) for k, c in m._modules.items()]
+        if isinstance(m, torch.nn.ModuleDict):
+            return [ConstantValue(k) for k in m.keys()]
+        if isinstance(m, torch.nn.ParameterList):
+            return [tx.output.add_attr(p, f"{self.qualname}.{i}") for i, p in enumerate(m)]
+        unsupported(f"iterating over module {type(m).__name__}")
+
+    def getitem(self, tx, index: Value) -> Value:
+        m = self.module
+        if not index.is_constant():
+            unsupported(f"indexing module {type(m).__name__} with {index}")
+        idx = index.as_constant()
+        if isinstance(m, (torch.nn.ModuleList, torch.nn.Sequential)):
+            keys = list(m._modules.keys())
+            if isinstance(idx, slice):
+                from kiln.capture.values.containers import ListValue
+
+                unsupported("slicing a ModuleList / Sequential")
+            key = keys[idx]
+            return self._child(tx, key, m._modules[key])
+        if isinstance(m, torch.nn.ModuleDict):
+            return self._child(tx, idx, m[idx])
+        if isinstance(m, torch.nn.ParameterList):
+            return tx.output.add_attr(m[idx], f"{self.qualname}.{idx}")
+        if isinstance(m, torch.nn.ParameterDict):
+            return tx.output.add_attr(m[idx], f"{self.qualname}.{idx}")
+        unsupported(f"indexing module {type(m).__name__}")
+
+    def __repr__(self) -> str:
+        return f"Module({self.qualname}: {type(self.module).__name__})"

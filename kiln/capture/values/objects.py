@@ -1,0 +1,261 @@
+"""User-defined classes and their instances: objects from the frame, and objects created while tracing."""
+from __future__ import annotations
+
+import dataclasses
+import types
+
+from kiln.capture.sources import AttrSource, ConstantSource
+from kiln.capture.values.base import ConstantValue, Value, unsupported
+from kiln.capture.values.functions import UserFunctionValue, UserMethodValue
+
+
+def class_attribute(tx, cls: type, name: str, self_value: Value | None) -> Value:
+    """Look `name` up on cls's MRO and bind it like Python would (methods, properties, static/classmethods)."""
+    from kiln.capture.values.builder import wrap
+
+    for klass in cls.__mro__:
+        if name in vars(klass):
+            attr = vars(klass)[name]
+            break
+    else:
+        unsupported(f"{cls.__name__!r} object has no attribute {name!r}")
+    src = ConstantSource(f"{cls.__qualname__}.{name}", attr)
+    if isinstance(attr, staticmethod):
+        return wrap(tx, attr.__func__, src)
+    if isinstance(attr, classmethod):
+        return UserMethodValue(wrap(tx, attr.__func__, src), ClassValue(cls))
+    if isinstance(attr, property):
+        if self_value is None:
+            return wrap(tx, attr, src)
+        return wrap(tx, attr.fget, src).call(tx, [self_value], {})
+    if isinstance(attr, types.FunctionType):
+        fn = UserFunctionValue(attr, src)
+        return UserMethodValue(fn, self_value) if self_value is not None else fn
+    if hasattr(attr, "__get__") and not isinstance(attr, (int, float, str, tuple, type(None), bool)) \
+            and not isinstance(attr, type):
+        unsupported(f"descriptor {type(attr).__name__} for attribute {name!r} of {cls.__name__}")
+    return wrap(tx, attr, src)
+
+
+def user_dunder(tx, obj: Value, name: str, args: list[Value]) -> Value | None:
+    """Call a user-defined dunder method (e.g. __add__) if obj's class defines one in Python."""
+    if not isinstance(obj, (UserObjectValue, NewObjectValue)):
+        return None
+    cls = obj.python_type()
+    for klass in cls.__mro__[:-1]:
+        if name in vars(klass) and isinstance(vars(klass)[name], types.FunctionType):
+            return class_attribute(tx, cls, name, obj).call(tx, args, {})
+    return None
+
+
+class ClassValue(Value):
+    """A class: calling it builds an object (user classes are traced through __init__)."""
+
+    def __init__(self, cls: type, source=None):
+        self.cls = cls
+        self.source = source
+
+    def python_type(self) -> type:
+        return type(self.cls)
+
+    def is_constant(self) -> bool:
+        return True
+
+    def as_constant(self):
+        return self.cls
+
+    def getattr(self, tx, name: str) -> Value:
+        from kiln.capture.values.builder import wrap
+
+        if name in ("__name__", "__qualname__", "__module__"):
+            return ConstantValue(getattr(self.cls, name))
+        for klass in self.cls.__mro__:
+            if name in vars(klass):
+                attr = vars(klass)[name]
+                if isinstance(attr, classmethod):
+                    return UserMethodValue(wrap(tx, attr.__func__, ConstantSource(name, attr.__func__)), self)
+                if isinstance(attr, staticmethod):
+                    return wrap(tx, attr.__func__, ConstantSource(name, attr.__func__))
+                break
+        try:
+            value = getattr(self.cls, name)
+        except AttributeError:
+            unsupported(f"type object {self.cls.__name__!r} has no attribute {name!r}")
+        return wrap(tx, value, AttrSource(self.source, name) if self.source else ConstantSource(name, value))
+
+    def call(self, tx, args, kwargs) -> Value:
+        from kiln.capture.values.builtins import construct_builtin_type
+
+        cls = self.cls
+        if issubclass(cls, tuple) and hasattr(cls, "_fields"):
+            return _make_namedtuple(tx, cls, args, kwargs)
+        if cls.__module__ == "builtins" or cls.__module__.startswith("torch"):
+            return construct_builtin_type(tx, cls, args, kwargs)
+        if cls.__new__ is not object.__new__ or type(cls) is not type and not dataclasses.is_dataclass(cls):
+            unsupported(f"creating an instance of {cls.__qualname__} (custom __new__ or metaclass)")
+        if issubclass(cls, BaseException):
+            unsupported(f"creating exception {cls.__name__}")
+        obj = NewObjectValue(cls)
+        init = cls.__init__
+        if init is not object.__init__:
+            class_attribute(tx, cls, "__init__", obj).call(tx, args, kwargs)
+        elif args or kwargs:
+            unsupported(f"{cls.__name__}() takes no arguments")
+        return obj
+
+    def reconstruct(self, cg) -> None:
+        cg.load_const(self.cls)
+
+    def __repr__(self) -> str:
+        return f"Class({self.cls.__qualname__})"
+
+
+def _make_namedtuple(tx, cls, args, kwargs) -> Value:
+    from kiln.capture.values.containers import NamedTupleValue
+
+    fields = cls._fields
+    values = list(args)
+    for name in fields[len(values):]:
+        if name in kwargs:
+            values.append(kwargs.pop(name))
+        elif name in getattr(cls, "_field_defaults", {}):
+            values.append(ConstantValue(cls._field_defaults[name]))
+        else:
+            unsupported(f"{cls.__name__}() missing argument {name!r}")
+    if kwargs or len(values) != len(fields):
+        unsupported(f"{cls.__name__}() got unexpected arguments")
+    return NamedTupleValue(values, cls)
+
+
+class UserObjectValue(Value):
+    """An instance of a user class that existed before the compiled function ran. Read-only for now."""
+
+    def __init__(self, obj, source):
+        self.obj = obj
+        self.source = source
+
+    def python_type(self) -> type:
+        return type(self.obj)
+
+    def getattr(self, tx, name: str) -> Value:
+        from kiln.capture.values.builder import wrap
+
+        cls = type(self.obj)
+        if type(cls).__getattribute__ is not type.__getattribute__ or cls.__getattribute__ is not object.__getattribute__:
+            unsupported(f"{cls.__name__} defines __getattribute__")
+        class_attr = None
+        for klass in cls.__mro__:
+            if name in vars(klass):
+                class_attr = vars(klass)[name]
+                break
+        data_descriptor = class_attr is not None and hasattr(type(class_attr), "__set__")
+        inst_dict = getattr(self.obj, "__dict__", {})
+        if not data_descriptor and name in inst_dict:
+            return wrap(tx, inst_dict[name], AttrSource(self.source, name))
+        if class_attr is not None:
+            return class_attribute(tx, cls, name, self)
+        if hasattr(cls, "__getattr__"):
+            unsupported(f"{cls.__name__}.__getattr__ for attribute {name!r}")
+        unsupported(f"{cls.__name__!r} object has no attribute {name!r}")
+
+    def call(self, tx, args, kwargs) -> Value:
+        call = getattr(type(self.obj), "__call__", None)
+        if isinstance(call, types.FunctionType):
+            return class_attribute(tx, type(self.obj), "__call__", self).call(tx, args, kwargs)
+        unsupported(f"calling a {type(self.obj).__name__} object")
+
+    def truth(self, tx) -> bool:
+        cls = type(self.obj)
+        if not hasattr(cls, "__bool__") and not hasattr(cls, "__len__"):
+            return True
+        unsupported(f"truth value of a {cls.__name__} object")
+
+    def __repr__(self) -> str:
+        return f"Object({type(self.obj).__name__})"
+
+
+class NewObjectValue(Value):
+    """An instance of a user class created while tracing; its attributes are symbolic."""
+
+    def __init__(self, cls: type):
+        self.cls = cls
+        self.attrs: dict[str, Value] = {}
+        self.source = None
+
+    def python_type(self) -> type:
+        return self.cls
+
+    def getattr(self, tx, name: str) -> Value:
+        if name in self.attrs:
+            return self.attrs[name]
+        if name == "__class__":
+            return ClassValue(self.cls)
+        return class_attribute(tx, self.cls, name, self)
+
+    def setattr(self, tx, name: str, value: Value) -> None:
+        for klass in self.cls.__mro__:
+            if name in vars(klass) and hasattr(type(vars(klass)[name]), "__set__"):
+                unsupported(f"assigning descriptor attribute {name!r} of {self.cls.__name__}")
+        self.attrs[name] = value
+
+    def call(self, tx, args, kwargs) -> Value:
+        return class_attribute(tx, self.cls, "__call__", self).call(tx, args, kwargs)
+
+    def truth(self, tx) -> bool:
+        if not hasattr(self.cls, "__bool__") and not hasattr(self.cls, "__len__"):
+            return True
+        return tx.truth(class_attribute(tx, self.cls, "__bool__", self).call(tx, [], {}))
+
+    def reconstruct(self, cg) -> None:
+        from kiln.capture.values.containers import DictValue
+
+        cg.prepare_call(rebuild_object)
+        cg.load_const(self.cls)
+        cg.reconstruct(DictValue(self.attrs))
+        cg.call(2)
+
+    def __repr__(self) -> str:
+        return f"NewObject({self.cls.__name__})"
+
+
+def rebuild_object(cls, attrs: dict):
+    """Rebuild an object that tracing created: its __init__ ran symbolically, its attributes are known."""
+    obj = object.__new__(cls)
+    for name, value in attrs.items():
+        object.__setattr__(obj, name, value)
+    return obj
+
+
+class SuperValue(Value):
+    """super() inside a method: attribute lookups start after `cls` in type(self).__mro__."""
+
+    def __init__(self, cls: type, self_value: Value):
+        self.cls = cls
+        self.self_value = self_value
+
+    def getattr(self, tx, name: str) -> Value:
+        from kiln.capture.values.builder import wrap
+
+        mro = self.self_value.python_type().__mro__
+        start = mro.index(self.cls) + 1
+        for klass in mro[start:]:
+            if name in vars(klass):
+                attr = vars(klass)[name]
+                src = ConstantSource(f"{klass.__qualname__}.{name}", attr)
+                if isinstance(attr, types.FunctionType):
+                    return UserMethodValue(wrap(tx, attr, src), self.self_value)
+                if isinstance(attr, classmethod):
+                    return UserMethodValue(wrap(tx, attr.__func__, src), ClassValue(type(self.self_value)))
+                if isinstance(attr, staticmethod):
+                    return wrap(tx, attr.__func__, src)
+                if attr is object.__init__:
+                    return _NoOp()
+                if callable(attr) and klass.__module__.startswith("torch") and name == "__init__":
+                    return _NoOp()
+                return wrap(tx, attr, src)
+        unsupported(f"super().{name}")
+
+
+class _NoOp(Value):
+    def call(self, tx, args, kwargs) -> Value:
+        return ConstantValue(None)

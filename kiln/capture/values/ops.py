@@ -1,0 +1,162 @@
+"""Python operators on symbolic values: binary, unary, comparison, containment, subscripts."""
+from __future__ import annotations
+
+import operator
+from typing import Any, Callable
+
+import torch
+
+from kiln.capture.values.base import ConstantValue, INPLACE_TO_PLAIN, Value, unsupported
+from kiln.capture.values.containers import (
+    DictValue, ListValue, SequenceValue, SetValue, SliceValue, TupleValue, ListIteratorValue,
+)
+from kiln.capture.values.tensors import TensorValue
+
+_DUNDER = {
+    operator.add: "__add__", operator.sub: "__sub__", operator.mul: "__mul__", operator.truediv: "__truediv__",
+    operator.floordiv: "__floordiv__", operator.mod: "__mod__", operator.pow: "__pow__",
+    operator.matmul: "__matmul__", operator.and_: "__and__", operator.or_: "__or__", operator.xor: "__xor__",
+    operator.lshift: "__lshift__", operator.rshift: "__rshift__", operator.eq: "__eq__", operator.ne: "__ne__",
+    operator.lt: "__lt__", operator.le: "__le__", operator.gt: "__gt__", operator.ge: "__ge__",
+}
+
+
+def binary_op(tx, op: Callable, a: Value, b: Value) -> Value:
+    if isinstance(a, TensorValue) or isinstance(b, TensorValue):
+        if op in INPLACE_TO_PLAIN and not isinstance(a, TensorValue):
+            op = INPLACE_TO_PLAIN[op]  # number += tensor rebinds the name to a new tensor
+        return tx.output.call("call_function", op, [a, b], {})
+    plain = INPLACE_TO_PLAIN.get(op, op)
+    if a.is_constant() and b.is_constant() and not isinstance(a, (ListValue, SetValue, DictValue)) \
+            and not isinstance(b, (ListValue, SetValue, DictValue)):
+        try:
+            return wrap_const(plain(a.as_constant(), b.as_constant()))
+        except Exception as exc:
+            unsupported(f"{a.as_constant()!r} {_sym(plain)} {b.as_constant()!r} raised {type(exc).__name__}: {exc}")
+    if isinstance(a, SequenceValue) and isinstance(b, SequenceValue) and plain is operator.add:
+        if isinstance(a, ListValue) and op is operator.iadd:
+            a.call_method(tx, "extend", [b], {})
+            return a
+        if type(a.python_type()) is type(b.python_type()) or a.python_kind is b.python_kind:
+            return (ListValue if a.python_kind is list else TupleValue)(a.elements + b.elements)
+    if isinstance(a, SequenceValue) and plain is operator.mul and b.is_constant():
+        return (ListValue if a.python_kind is list else TupleValue)(a.elements * b.as_constant())
+    if isinstance(b, SequenceValue) and plain is operator.mul and a.is_constant():
+        return (ListValue if b.python_kind is list else TupleValue)(b.elements * a.as_constant())
+    if isinstance(a, DictValue) and isinstance(b, DictValue) and plain is operator.or_:
+        return DictValue({**a.entries, **b.entries})
+    if plain in (operator.eq, operator.ne):
+        if a.is_constant() and b.is_constant():
+            return wrap_const(plain(a.as_constant(), b.as_constant()))
+        from kiln.capture.values.objects import UserObjectValue
+
+        if not _has_custom_dunder(tx, a, plain) and not _has_custom_dunder(tx, b, plain):
+            same = a is b
+            return ConstantValue(same if plain is operator.eq else not same)
+    dunder = _DUNDER.get(plain)
+    if dunder:
+        from kiln.capture.values.objects import user_dunder
+
+        result = user_dunder(tx, a, dunder, [b])
+        if result is not None:
+            return result
+    unsupported(f"operator {_sym(plain)} between {a} and {b}")
+
+
+def _has_custom_dunder(tx, v: Value, op) -> bool:
+    from kiln.capture.values.objects import UserObjectValue, NewObjectValue
+
+    if isinstance(v, (UserObjectValue, NewObjectValue)):
+        return _DUNDER[op] in vars(v.python_type()) or any(_DUNDER[op] in vars(c) for c in v.python_type().__mro__[:-1])
+    return False
+
+
+def _sym(op) -> str:
+    return getattr(op, "__name__", str(op))
+
+
+def unary_op(tx, op: Callable, a: Value) -> Value:
+    if isinstance(a, TensorValue):
+        return tx.output.call("call_function", op, [a], {})
+    if op is operator.not_:
+        return ConstantValue(not tx.truth(a))
+    if a.is_constant():
+        return wrap_const(op(a.as_constant()))
+    from kiln.capture.values.objects import user_dunder
+
+    name = {operator.neg: "__neg__", operator.pos: "__pos__", operator.invert: "__invert__"}.get(op)
+    result = user_dunder(tx, a, name, []) if name else None
+    if result is not None:
+        return result
+    unsupported(f"unary {_sym(op)} of {a}")
+
+
+def compare_op(tx, op: Callable, a: Value, b: Value) -> Value:
+    return binary_op(tx, op, a, b)
+
+
+def is_op(tx, a: Value, b: Value) -> bool:
+    if a.is_constant() and b.is_constant() and not isinstance(a, (SequenceValue, DictValue, SetValue)) \
+            and not isinstance(b, (SequenceValue, DictValue, SetValue)):
+        return a.as_constant() is b.as_constant()
+    if a.is_constant() and a.as_constant() is None or b.is_constant() and b.as_constant() is None:
+        return False  # a non-constant value is never None
+    from kiln.capture.values.builder import underlying_object
+
+    ra, rb = underlying_object(a), underlying_object(b)
+    if ra is not None and rb is not None:
+        return ra is rb
+    return a is b
+
+
+def contains_op(tx, item: Value, container: Value) -> bool:
+    if isinstance(container, (DictValue, SetValue)):
+        from kiln.capture.values.containers import dict_key
+
+        keys = container.entries if isinstance(container, DictValue) else container.members
+        return dict_key(tx, item) in keys
+    if isinstance(container, TensorValue) or isinstance(item, TensorValue) and not isinstance(container, SequenceValue):
+        unsupported("`in` on a tensor depends on its data")
+    if container.is_constant() and item.is_constant():
+        return item.as_constant() in container.as_constant()
+    if isinstance(container, (SequenceValue, ListIteratorValue)):
+        for element in container.items(tx):
+            if element is item:
+                return True
+            if element.is_constant() and item.is_constant():
+                if element.as_constant() == item.as_constant():
+                    return True
+            elif isinstance(element, TensorValue) or isinstance(item, TensorValue):
+                unsupported("`in` comparing tensors depends on their data")
+        return False
+    result = container.call_method(tx, "__contains__", [item], {})
+    return tx.truth(result)
+
+
+def getitem(tx, obj: Value, index: Value) -> Value:
+    if isinstance(obj, TensorValue):
+        return tx.output.call("call_function", operator.getitem, [obj, index], {})
+    if isinstance(obj, (SequenceValue, DictValue)):
+        return obj.getitem(tx, index)
+    if obj.is_constant() and index.is_constant():
+        try:
+            return wrap_const(obj.as_constant()[index.as_constant()])
+        except Exception as exc:
+            unsupported(f"indexing {obj.as_constant()!r}[{index.as_constant()!r}] raised {type(exc).__name__}")
+    return obj.call_method(tx, "__getitem__", [index], {})
+
+
+def setitem(tx, obj: Value, index: Value, value: Value) -> None:
+    if isinstance(obj, TensorValue):
+        tx.output.call("call_function", operator.setitem, [obj, index, value], {})
+        return
+    if isinstance(obj, (ListValue, DictValue)):
+        obj.setitem(tx, index, value)
+        return
+    obj.call_method(tx, "__setitem__", [index, value], {})
+
+
+def wrap_const(value: Any) -> Value:
+    from kiln.capture.values.builder import wrap_constant_result
+
+    return wrap_constant_result(value)

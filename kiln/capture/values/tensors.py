@@ -1,0 +1,130 @@
+"""Tensors in the graph: an FX node plus a fake tensor that carries its metadata."""
+from __future__ import annotations
+
+import operator
+
+import torch
+import torch.fx as fx
+
+from kiln.capture.values.base import ConstantValue, Value, unsupported
+from kiln.capture.values.containers import TupleValue
+
+# methods whose result is metadata known at trace time (shapes are static for now and guarded)
+_METADATA_METHODS = {
+    "size", "dim", "ndimension", "stride", "numel", "nelement", "is_contiguous", "element_size",
+    "is_floating_point", "is_complex", "get_device", "is_signed", "storage_offset", "type",
+}
+_METADATA_ATTRS = {
+    "shape", "dtype", "device", "ndim", "requires_grad", "is_cuda", "is_cpu", "is_meta", "is_sparse",
+    "is_quantized", "layout", "is_leaf", "itemsize", "is_mps", "is_nested",
+}
+# attributes that are tensors computed from the tensor (recorded as getattr ops)
+_TENSOR_ATTRS = {"T", "mT", "H", "mH", "real", "imag"}
+# methods whose result depends on tensor data: they cannot be traced
+_DATA_METHODS = {
+    "item", "tolist", "numpy", "__bool__", "__int__", "__float__", "__index__", "nonzero",
+    "masked_select", "unique", "unique_consecutive", "data_ptr", "untyped_storage", "storage",
+    "backward", "register_hook", "retain_grad", "__array__", "cpu_numpy", "equal", "allclose",
+    "bincount", "repeat_interleave_data",
+}
+
+
+class TensorValue(Value):
+    def __init__(self, node: fx.Node, example: torch.Tensor, source=None, tensor_type: type = torch.Tensor):
+        self.node = node
+        self.example = example
+        self.source = source
+        self.tensor_type = tensor_type  # nn.Parameter for parameters passed in, else torch.Tensor
+
+    def python_type(self) -> type:
+        return self.tensor_type
+
+    def truth(self, tx) -> bool:
+        unsupported("data-dependent control flow: the truth value of a tensor depends on its data",
+                    hint="use torch.where, or move the condition out of the compiled function")
+
+    def items(self, tx) -> list[Value]:
+        if self.example.dim() == 0:
+            unsupported("iteration over a 0-d tensor")
+        return [tx.output.call("call_function", operator.getitem, [self, ConstantValue(i)], {})
+                for i in range(self.example.shape[0])]
+
+    def getattr(self, tx, name: str) -> Value:
+        ex = self.example
+        if name in _METADATA_ATTRS:
+            if name == "is_leaf":
+                # a fresh graph value is a leaf exactly when it does not require grad (or came in as a leaf)
+                return ConstantValue(self.source is not None or not ex.requires_grad)
+            if name == "device":
+                return ConstantValue(ex.fake_device if hasattr(ex, "fake_device") else ex.device)
+            if name == "is_cuda":
+                return ConstantValue(ex.fake_device.type == "cuda")
+            if name == "is_cpu":
+                return ConstantValue(ex.fake_device.type == "cpu")
+            return ConstantValue(getattr(ex, name))
+        if name in _TENSOR_ATTRS:
+            return tx.output.call("call_function", getattr, [self, ConstantValue(name)], {})
+        if name in ("grad", "grad_fn", "data", "_version", "_base"):
+            unsupported(f"Tensor.{name} inside a compiled function",
+                        hint="autograd state is not captured yet; read it outside the compiled function")
+        if name in _DATA_METHODS:
+            return TensorMethodValue(self, name)
+        if hasattr(torch.Tensor, name):
+            return TensorMethodValue(self, name)
+        unsupported(f"'Tensor' object has no attribute {name!r}")
+
+    def call_method(self, tx, name: str, args, kwargs) -> Value:
+        return TensorMethodValue(self, name).call(tx, args, kwargs)
+
+    def __repr__(self) -> str:
+        ex = self.example
+        return f"Tensor({self.node.name}: {ex.dtype} {tuple(ex.shape)})"
+
+
+def _device_of(ex) -> torch.device:
+    return ex.fake_device if hasattr(ex, "fake_device") else ex.device
+
+
+class TensorMethodValue(Value):
+    """`tensor.method`, bound but not yet called."""
+
+    def __init__(self, tensor: TensorValue, name: str):
+        self.tensor = tensor
+        self.name = name
+
+    def call(self, tx, args, kwargs) -> Value:
+        name, ex = self.name, self.tensor.example
+        if name in _DATA_METHODS:
+            unsupported(f"Tensor.{name}() needs the tensor's data",
+                        hint="data-dependent Python values are handled by graph breaks in a later kiln version")
+        if name in _METADATA_METHODS:
+            if not all(a.is_constant() for a in args) or not all(v.is_constant() for v in kwargs.values()):
+                unsupported(f"Tensor.{name} with non-constant arguments")
+            cargs = [a.as_constant() for a in args]
+            ckwargs = {k: v.as_constant() for k, v in kwargs.items()}
+            if name == "get_device":
+                dev = _device_of(ex)
+                return ConstantValue(dev.index if dev.type == "cuda" else -1)
+            if name == "type" and (cargs or ckwargs):
+                return tx.output.call("call_method", name, [self.tensor, *args], kwargs)
+            if name == "type":
+                dev = _device_of(ex)
+                base = {torch.float32: "FloatTensor", torch.float64: "DoubleTensor", torch.float16: "HalfTensor",
+                        torch.bfloat16: "BFloat16Tensor", torch.int64: "LongTensor", torch.int32: "IntTensor",
+                        torch.int16: "ShortTensor", torch.int8: "CharTensor", torch.uint8: "ByteTensor",
+                        torch.bool: "BoolTensor"}.get(ex.dtype)
+                if base is None:
+                    unsupported(f"Tensor.type() of {ex.dtype}")
+                return ConstantValue(("torch.cuda." if dev.type == "cuda" else "torch.") + base)
+            return ConstantValue(getattr(ex, name)(*cargs, **ckwargs))
+        if name == "__setitem__":
+            tx.output.call("call_function", operator.setitem, [self.tensor, *args], kwargs)
+            return ConstantValue(None)
+        if name in ("to", "cuda", "cpu", "type_as", "float", "half", "double", "int", "long", "bool", "bfloat16",
+                    "contiguous", "clone", "detach", "requires_grad_"):
+            if name == "requires_grad_":
+                unsupported("Tensor.requires_grad_() inside a compiled function")
+        return tx.output.call("call_method", name, [self.tensor, *args], kwargs)
+
+    def __repr__(self) -> str:
+        return f"TensorMethod({self.tensor!r}.{self.name})"

@@ -1,0 +1,125 @@
+"""torch.* / torch.nn.functional.* functions (recorded as graph ops) and Python modules (torch, math, F)."""
+from __future__ import annotations
+
+import math
+import types
+
+import torch
+
+from kiln.capture.sources import AttrSource, ConstantSource
+from kiln.capture.values.base import ConstantValue, Value, unsupported
+from kiln.capture.values.tensors import TensorValue
+
+# functions of the torch namespace that change global state or need data: never put in a graph
+_NOT_IN_GRAPH = {
+    torch.manual_seed, torch.seed, torch.set_default_dtype, torch.set_grad_enabled, torch.set_printoptions,
+    torch.use_deterministic_algorithms, torch.save, torch.load, torch.set_num_threads, torch.is_nonzero,
+    torch.equal, torch.allclose, torch.nonzero, torch.masked_select, torch.unique, torch.set_default_device,
+    torch.get_rng_state, torch.set_rng_state, torch.initial_seed,
+}
+# functions answered at trace time from metadata or from state that the guards pin down
+_CONSTANT_FUNCTIONS = {
+    torch.is_tensor: lambda *a: isinstance(a[0], torch.Tensor),
+    torch.is_floating_point: lambda t: t.is_floating_point(),
+    torch.is_complex: lambda t: t.is_complex(),
+    torch.numel: lambda t: t.numel(),
+    torch.get_default_dtype: lambda: torch.get_default_dtype(),
+    torch.is_grad_enabled: lambda: torch.is_grad_enabled(),
+    torch.is_autocast_enabled: lambda *a: torch.is_autocast_enabled(*a),
+    torch.finfo: lambda *a: torch.finfo(*a),
+    torch.iinfo: lambda *a: torch.iinfo(*a),
+    torch.promote_types: lambda a, b: torch.promote_types(a, b),
+    torch.result_type: None,  # handled on fakes
+    torch.cuda.is_available: lambda: torch.cuda.is_available(),
+}
+_NOT_COMPILING = ("is_compiling", "is_dynamo_compiling", "is_exporting")
+
+
+def is_torch_function(obj) -> bool:
+    if isinstance(obj, (types.BuiltinFunctionType, types.BuiltinMethodType)):
+        mod = getattr(obj, "__module__", None) or ""
+        self_obj = getattr(obj, "__self__", None)
+        if mod.startswith("torch"):
+            return True
+        return isinstance(self_obj, types.ModuleType) and self_obj.__name__.startswith("torch") or \
+            type(self_obj).__name__ in ("_VariableFunctionsClass",) or \
+            (self_obj is not None and getattr(self_obj, "__name__", "").startswith("torch._C"))
+    if isinstance(obj, types.FunctionType):
+        mod = obj.__module__ or ""
+        return mod in ("torch.nn.functional", "torch.functional", "torch", "torch._tensor", "torch.fft",
+                       "torch.linalg", "torch.special") or mod.startswith("torch._C")
+    if type(obj).__name__ in ("method_descriptor", "wrapper_descriptor", "getset_descriptor"):
+        return getattr(obj, "__objclass__", None) in (torch._C.TensorBase, torch.Tensor)
+    return False
+
+
+class TorchFunctionValue(Value):
+    def __init__(self, fn, source=None):
+        self.fn = fn
+        self.source = source
+
+    def python_type(self) -> type:
+        return type(self.fn)
+
+    def is_constant(self) -> bool:
+        return True
+
+    def as_constant(self):
+        return self.fn
+
+    def reconstruct(self, cg) -> None:
+        cg.load_const(self.fn)
+
+    def call(self, tx, args, kwargs) -> Value:
+        fn = self.fn
+        if fn in _NOT_IN_GRAPH:
+            unsupported(f"torch.{getattr(fn, '__name__', fn)} changes global state or needs tensor data")
+        if fn in _CONSTANT_FUNCTIONS and _CONSTANT_FUNCTIONS[fn] is not None:
+            cargs = [a.example if isinstance(a, TensorValue) else a.as_constant() for a in args]
+            return ConstantValue(_CONSTANT_FUNCTIONS[fn](*cargs, **{k: v.as_constant() for k, v in kwargs.items()}))
+        if getattr(fn, "__name__", "") in _NOT_COMPILING and (fn.__module__ or "").startswith("torch"):
+            return ConstantValue(False)
+        if type(fn).__name__ in ("method_descriptor", "wrapper_descriptor") and args:
+            # torch.Tensor.add(x, y): an unbound Tensor method
+            return tx.output.call("call_method", fn.__name__, args, kwargs)
+        return tx.output.call("call_function", fn, args, kwargs)
+
+    def __repr__(self) -> str:
+        return f"TorchFunction({getattr(self.fn, '__qualname__', self.fn)})"
+
+
+class PythonModuleValue(Value):
+    """A Python module object (torch, torch.nn.functional, math, ...): attribute reads resolve statically."""
+
+    def __init__(self, module: types.ModuleType, source=None):
+        self.module = module
+        self.source = source
+
+    def python_type(self) -> type:
+        return types.ModuleType
+
+    def is_constant(self) -> bool:
+        return True
+
+    def as_constant(self):
+        return self.module
+
+    def getattr(self, tx, name: str) -> Value:
+        from kiln.capture.values.builder import wrap
+
+        try:
+            value = getattr(self.module, name)
+        except AttributeError:
+            unsupported(f"module {self.module.__name__!r} has no attribute {name!r}")
+        # attributes of library modules are treated as fixed; user modules are guarded through the source
+        library = self.module.__name__.split(".")[0] in ("torch", "math", "operator", "functools", "collections",
+                                                        "typing", "itertools", "builtins", "numbers", "enum")
+        if library or self.source is None:
+            return wrap(tx, value, ConstantSource(f"{self.module.__name__}.{name}", value))
+        return wrap(tx, value, AttrSource(self.source, name))
+
+    def reconstruct(self, cg) -> None:
+        cg.load_const(self.module)
+
+    def __repr__(self) -> str:
+        return f"Module[{self.module.__name__}]"

@@ -1,0 +1,92 @@
+"""kiln.explain(fn)(*args, **kwargs): run fn once under kiln and report what was captured and why not."""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+import torch.fx as fx
+
+
+@dataclasses.dataclass
+class BreakReason:
+    reason: str
+    filename: str
+    lineno: int
+    hint: str = ""
+
+    def __str__(self) -> str:
+        text = f"{self.filename}:{self.lineno}: {self.reason}"
+        return text + (f"\n      hint: {self.hint}" if self.hint else "")
+
+
+@dataclasses.dataclass
+class ExplainReport:
+    backend: str
+    runs_as: str
+    graph_count: int
+    graph_break_count: int
+    break_reasons: list[BreakReason]
+    graphs: list[fx.GraphModule]
+    guards: list[str]
+    ops_per_graph: list[int]
+    frames: list[Any]
+    eager_frames: list[str]
+    result: Any = None
+
+    def __str__(self) -> str:
+        lines = [
+            f"kiln explain: backend {self.backend!r}" + (f" (runs as {self.runs_as!r})" if self.runs_as != self.backend else ""),
+            f"  graphs: {self.graph_count}   graph breaks: {self.graph_break_count}   "
+            f"frames run eagerly: {len(self.eager_frames)}",
+        ]
+        if self.break_reasons:
+            lines.append("  why code ran eagerly:")
+            for i, reason in enumerate(self.break_reasons):
+                lines.append(f"    {i + 1}. {reason}")
+        for i, (gm, guards, n) in enumerate(zip(self.graphs, self.guards, self.ops_per_graph)):
+            lines.append(f"  graph {i} ({n} ops):")
+            lines.extend("    " + line for line in str(gm.graph).rstrip().splitlines())
+            lines.append(f"  guards of graph {i}:")
+            lines.extend("    " + line for line in guards.rstrip().splitlines())
+        return "\n".join(lines)
+
+
+def explain(fn: Callable, *, backend=None, **compile_kwargs):
+    """`kiln.explain(fn)(*args, **kwargs)` compiles fn (or uses the settings of an already compiled fn),
+    runs it once on the arguments, and returns an ExplainReport."""
+    from kiln.api import compile as kiln_compile, config_of, original_of
+    from kiln.backends.registry import lookup_backend
+
+    config = config_of(fn)
+    target = original_of(fn)
+    if backend is None:
+        backend = config.backend_name if config is not None else "kiln"
+    if config is not None:
+        compile_kwargs.setdefault("fullgraph", config.fullgraph)
+        compile_kwargs.setdefault("options", config.options)
+
+    def run(*args, **kwargs) -> ExplainReport:
+        compiled = kiln_compile(target, backend=backend, **compile_kwargs)
+        result = compiled(*args, **kwargs)
+        compiler = config_of(compiled).compiler
+        records = compiler.records
+        graphs = [r.graph for r in records if r.graph is not None]
+        name, fn_backend = lookup_backend(backend, config_of(compiled).options)
+        runs_as = getattr(getattr(fn_backend, "func", fn_backend), "runs_as", name)
+        breaks = [BreakReason(r.fallback_reason, r.fallback_file, r.fallback_line, r.hint)
+                  for r in records if r.fallback_reason is not None]
+        return ExplainReport(
+            backend=name,
+            runs_as=runs_as,
+            graph_count=len(graphs),
+            graph_break_count=0,  # graph breaks split frames in a later version; now a frame runs eagerly
+            break_reasons=breaks,
+            graphs=graphs,
+            guards=[r.guards for r in records if r.graph is not None],
+            ops_per_graph=[r.op_count for r in records if r.graph is not None],
+            frames=records,
+            eager_frames=[f"{r.code_name} ({r.filename}:{r.lineno})" for r in records if r.fallback_reason],
+            result=result,
+        )
+
+    return run
