@@ -21,7 +21,7 @@ from kiln.capture.bytecode.emit import (
     store_attr, store_deref, store_fast, swap, unpack_sequence)
 from kiln.capture.bytecode.instruction import (
     BytecodeError, ExceptionTableEntry, Instruction, create_instruction, format_instructions,
-    is_jump, localsplus_names)
+    inherit_positions, is_jump, localsplus_names)
 from kiln.capture.bytecode.stack import stack_depths, stack_effect
 from kiln.capture.bytecode.versions import PY311, PY312
 
@@ -30,7 +30,7 @@ __all__ = [
     "FN_KWDEFAULTS", "Instruction", "PY311", "PY312", "assemble", "binary_op",
     "binary_subscr", "build_list", "build_map", "build_tuple", "call", "call_function_ex",
     "call_kw", "compare_op", "copy", "copy_free_vars", "create_instruction", "decode",
-    "delete_fast", "format_instructions", "function_prologue", "is_jump", "jump",
+    "delete_fast", "format_instructions", "function_prologue", "inherit_positions", "is_jump", "jump",
     "jump_forward", "load_attr", "load_closure", "load_const", "load_deref", "load_fast",
     "load_global", "load_method", "localsplus_names", "make_cell", "make_function",
     "pop_jump_if_false", "pop_jump_if_none", "pop_jump_if_not_none", "pop_jump_if_true",

@@ -235,6 +235,11 @@ def _compute_arg(inst: Instruction, t: _Tables) -> None:
             if argval not in V.CMP_OP:
                 raise BytecodeError(f"{inst!r}: unknown comparison {argval!r}")
             inst.arg = V.compare_arg(argval)
+    elif name == "FORMAT_VALUE" and isinstance(argval, tuple):
+        if arg is None:
+            convert, has_spec = argval
+            kinds = [c for c, _ in dis.FORMAT_VALUE_CONVERTERS]
+            inst.arg = kinds.index(convert) | (4 if has_spec else 0)
     elif isinstance(argval, str):
         inst.arg = _named_int_arg(inst)
     elif isinstance(argval, int):

@@ -82,6 +82,8 @@ def _set_argval(inst: Instruction, code: types.CodeType, localsplus: list[str]) 
         inst.argval = localsplus[arg]
     elif name in V.HASCOMPARE:
         inst.argval = V.compare_str(arg)
+    elif name == "FORMAT_VALUE":  # as dis: (conversion function or None, has format spec)
+        inst.argval = (dis.FORMAT_VALUE_CONVERTERS[arg & 3][0], bool(arg & 4))
     else:
         inst.argval = arg
 

@@ -83,6 +83,17 @@ def is_jump(inst: Instruction) -> bool:
     return inst.opname in V.JUMP_FAMILY
 
 
+def inherit_positions(instructions: list[Instruction], source: Instruction) -> list[Instruction]:
+    """Give instructions that have no location the location of ``source`` (so that
+    tracebacks through inserted code point at the user's line). Returns the list."""
+    for inst in instructions:
+        if inst.positions is None and inst.starts_line is None:
+            inst.positions = source.positions
+            if inst.positions is None and source.lineno is not None:
+                inst.positions = dis.Positions(source.lineno, source.lineno, None, None)
+    return instructions
+
+
 def localsplus_names(varnames: Iterable[str], cellvars: Iterable[str],
                      freevars: Iterable[str]) -> list[str]:
     """Names of the frame's "fast locals plus" slots, in slot order, as CPython 3.11+
