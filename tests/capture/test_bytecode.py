@@ -699,6 +699,12 @@ def test_errors_are_clear():
     outside = bc.load_const(1)
     with pytest.raises(bc.BytecodeError, match="not in the instruction list"):
         bc.assemble(bc.resume(0) + bc.jump_forward(outside[0]), template.__code__)
+    with pytest.raises(bc.BytecodeError, match="KW_NAMES"):
+        bc.assemble(bc.resume(0) + bc.push_null() + bc.load_global("helper") + bc.load_const(1)
+                    + bc.call_kw(1, ("x",))[:1] + bc.load_const(2) + bc.call_kw(1, ("x",))[1:]
+                    + bc.return_value(), template.__code__)
+    with pytest.raises(bc.BytecodeError, match="give argval"):
+        bc.create_instruction("LOAD_CONST", arg=3)
     with pytest.raises(bc.BytecodeError, match="cannot set"):
         bc.assemble(bc.resume(0) + bc.return_const(None), template.__code__, co_code=b"")
 

@@ -55,6 +55,7 @@ def assemble(instructions: list[Instruction], code_template: types.CodeType,
     tables.freeze_locals()
     for inst in work:
         _compute_arg(inst, tables)
+    _check_pairs(work)
     starts, sizes = _layout(work)
 
     code = bytearray()
@@ -130,6 +131,24 @@ def _normalize(work: list[Instruction]) -> list[Instruction]:
             continue
         out.append(_set_op(inst, real))
     return out
+
+
+def _check_pairs(work: list[Instruction]) -> None:
+    """Adjacency the interpreter relies on without checking: KW_NAMES right before the
+    call; 3.11 PRECALL n right before CALL n (its specialized forms skip the CALL); 3.12
+    FOR_ITER jumping to END_FOR (when exhausted it jumps to the instruction after it)."""
+    for i, inst in enumerate(work):
+        following = work[i + 1] if i + 1 < len(work) else None
+        nxt = following.opname if following is not None else None
+        if inst.opname == "KW_NAMES" and nxt != ("PRECALL" if V.PY311 else "CALL"):
+            raise BytecodeError(f"assemble: KW_NAMES (#{i}) must come right before "
+                                f"{'PRECALL' if V.PY311 else 'CALL'}, not {nxt}")
+        if inst.opname == "PRECALL" and (nxt != "CALL" or following.arg != inst.arg):
+            raise BytecodeError(f"assemble: PRECALL {inst.arg} (#{i}) must come right before "
+                                f"CALL {inst.arg}")
+        if V.PY312 and inst.opname == "FOR_ITER" and inst.target.opname != "END_FOR":
+            raise BytecodeError(f"assemble: FOR_ITER (#{i}) must jump to an END_FOR on 3.12, "
+                                f"not to {inst.target!r}")
 
 
 def _set_op(inst: Instruction, opname: str) -> Instruction:

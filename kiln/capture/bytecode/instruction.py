@@ -134,7 +134,10 @@ def create_instruction(opname: str, *, arg: int | None = None, argval: Any = Non
         if arg not in (None, 0) or argval is not None:
             raise BytecodeError(f"{opname} takes no argument")
         return Instruction(opname, opcode, None, None)
-    if argval is None and arg is not None and not _indexes_table(opname):
+    if argval is None and arg is not None:
+        if _indexes_table(opname):
+            raise BytecodeError(f"{opname}: give argval= (the name, constant or comparison); "
+                                f"the assembler computes the index")
         argval = arg
     if argval is None and arg is None and opname not in V.HASCONST:
         raise BytecodeError(f"{opname} needs arg= or argval=")
