@@ -73,3 +73,4 @@ def _load_builtins() -> None:
         return
     _loaded = True
     from kiln.backends import eager  # noqa: F401  (registers "eager" and "kiln")
+    from kiln.backends import aot_eager  # noqa: F401  (registers "aot_eager")

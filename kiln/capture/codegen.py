@@ -15,10 +15,44 @@ from typing import Any
 
 from kiln.capture import bytecode as bc
 from kiln.capture.hook import call_without_hook
+from kiln.capture.side_effects import AttrWrite, CellWrite, ContainerUpdate, GlobalWrite, replace_dict, replace_list
 from kiln.capture.values.base import Value
 from kiln.capture.values.tensors import TensorValue
 
 OUT = "__kiln_graph_out"
+RET = "__kiln_return"
+
+
+def _new_contents(effect: ContainerUpdate) -> Value:
+    from kiln.capture.values.containers import DictValue, ListValue
+
+    c = effect.container
+    if isinstance(c, ListValue):
+        return ListValue(c.elements)
+    return DictValue(c.entries)
+
+
+def _apply(cg: "PyCodegen", effect, temp: str) -> None:
+    if isinstance(effect, AttrWrite):
+        cg.load_fast(temp)
+        effect.obj.source.emit(cg)
+        cg.extend(bc.store_attr(effect.name))
+    elif isinstance(effect, GlobalWrite):
+        cg.load_fast(temp)
+        cg.extend([bc.create_instruction("STORE_GLOBAL", argval=effect.name)])
+    elif isinstance(effect, CellWrite):
+        cg.load_fast(temp)
+        cg.extend(bc.store_deref(effect.var_name))
+    elif isinstance(effect, ContainerUpdate):
+        from kiln.capture.values.containers import ListValue
+
+        cg.prepare_call(replace_list if isinstance(effect.container, ListValue) else replace_dict)
+        effect.container.source.emit(cg)
+        cg.load_fast(temp)
+        cg.call(2)
+        cg.extend(bc.pop_top())
+    else:
+        raise AssertionError(effect)
 
 
 class PyCodegen:
@@ -102,12 +136,15 @@ def collect_tensors(value: Value, out: list[TensorValue], seen: set[int]) -> Non
 
 
 def transformed_code(original: types.CodeType, graph_call: tuple[Any, list] | None, return_value: Value,
-                     graph_outputs: dict[int, int]) -> types.CodeType:
+                     graph_outputs: dict[int, int], side_effects) -> types.CodeType:
     """Build the code object that replaces `original` for one cache entry.
 
     graph_call: (compiled callable, sources of its inputs) or None when no graph is needed.
+    Every value (the result, and what each side effect writes) is computed into a temporary before
+    any side effect is applied, so no value is read from a place an earlier write changed.
     """
     cg = PyCodegen(graph_outputs)
+    temps = [OUT, RET]
     cg.extend(bc.function_prologue((), len(original.co_freevars)))
     if graph_call is not None:
         compiled, input_sources = graph_call
@@ -118,10 +155,17 @@ def transformed_code(original: types.CodeType, graph_call: tuple[Any, list] | No
         cg.call(len(input_sources) + 1)
         cg.extend(bc.store_fast(OUT))
     cg.reconstruct(return_value)
+    cg.extend(bc.store_fast(RET))
+    effects = list(side_effects)
+    for i, effect in enumerate(effects):
+        temps.append(f"__kiln_effect_{i}")
+        cg.reconstruct(_new_contents(effect) if isinstance(effect, ContainerUpdate) else effect.value)
+        cg.extend(bc.store_fast(temps[-1]))
+    for i, effect in enumerate(effects):
+        _apply(cg, effect, f"__kiln_effect_{i}")
+    cg.load_fast(RET)
     cg.extend(bc.return_value())
-    varnames = tuple(original.co_varnames)
-    if OUT not in varnames:
-        varnames = varnames + (OUT,)
+    varnames = tuple(original.co_varnames) + tuple(t for t in temps if t not in original.co_varnames)
     return bc.assemble(
         cg.instructions, original,
         co_varnames=varnames, co_cellvars=(), co_consts=(None,), co_names=(),

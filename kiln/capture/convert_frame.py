@@ -20,7 +20,7 @@ from kiln.capture.guards import CompiledGuards
 from kiln.capture.interpreter import RootTracer
 from kiln.capture.skipfiles import should_offer
 from kiln.debug.stats import stats
-from kiln.errors import BackendError, GraphBreakError, Unsupported
+from kiln.errors import BackendError, GraphBreakError, InternalError, Unsupported
 from kiln.options import Options
 
 
@@ -119,6 +119,23 @@ class FrameCompiler:
             self.failed[code] = record
             stats.eager_fallbacks[exc.reason] += 1
             return None
+        except (GraphBreakError, BackendError):
+            raise
+        except Exception as exc:  # a bug in kiln: never let it change the program's result
+            if self.fullgraph:
+                raise InternalError(
+                    f"kiln failed while capturing {code.co_qualname} ({code.co_filename}:{code.co_firstlineno}): "
+                    f"{type(exc).__name__}: {exc}. This is a bug in kiln; without fullgraph=True the "
+                    f"function would run eagerly.") from exc
+            reason = f"internal error in kiln: {type(exc).__name__}: {exc}"
+            record.fallback_reason = reason
+            record.fallback_file, record.fallback_line = code.co_filename, tracer.lineno
+            self.records.append(record)
+            self.failed[code] = record
+            stats.eager_fallbacks[reason] += 1
+            warnings.warn(f"kiln: {reason} (at {code.co_filename}:{tracer.lineno}); "
+                          f"{code.co_qualname} runs eagerly", stacklevel=2)
+            return None
         guards = tracer.output.guards.compile()
         entry = CacheEntry(guards, new_code, gm, tracer.output.op_count)
         self.cache.setdefault(code, []).append(entry)
@@ -132,7 +149,10 @@ class FrameCompiler:
     def _finish(self, code, tracer: RootTracer, result):
         output = tracer.output
         tensors: list = []
-        collect_tensors(result, tensors, set())
+        seen: set = set()
+        collect_tensors(result, tensors, seen)
+        for value in output.side_effects.values():
+            collect_tensors(value, tensors, seen)
         graph_outputs = {}
         # outputs that are graph inputs unchanged are loaded from the frame, not routed through the graph
         routed = [t for t in tensors if not (t.source is not None and t.node.op == "placeholder")]
@@ -156,7 +176,7 @@ class FrameCompiler:
             if not callable(compiled):
                 raise BackendError(f"backend {self.backend_name!r} returned {compiled!r}, which is not callable")
             graph_call = (compiled, list(output.input_sources))
-        new_code = transformed_code(code, graph_call, result, graph_outputs)
+        new_code = transformed_code(code, graph_call, result, graph_outputs, output.side_effects)
         return new_code, gm
 
 

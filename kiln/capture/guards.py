@@ -83,10 +83,10 @@ class GuardSet:
         exprs = [
             (f"___grad_enabled() is {torch.is_grad_enabled()}", "grad mode"),
             (f"___default_dtype() is {names.ref(torch.get_default_dtype())}", "default dtype"),
-            (f"___autocast_cpu() is {torch.is_autocast_cpu_enabled()}", "autocast (cpu)"),
+            (f"___autocast('cpu') is {torch.is_autocast_enabled('cpu')}", "autocast (cpu)"),
         ]
         if torch.cuda.is_available():
-            exprs.append((f"___autocast_cuda() is {torch.is_autocast_enabled()}", "autocast (cuda)"))
+            exprs.append((f"___autocast('cuda') is {torch.is_autocast_enabled('cuda')}", "autocast (cuda)"))
         ordered = sorted(self._guards.values(), key=lambda g: (g.source.name().count("."), g.source.name()))
         for g in ordered:
             exprs.extend(_guard_exprs(g, names))
@@ -135,8 +135,7 @@ class _Namer:
         self.namespace: dict[str, Any] = {
             "___grad_enabled": torch.is_grad_enabled,
             "___default_dtype": torch.get_default_dtype,
-            "___autocast_cpu": torch.is_autocast_cpu_enabled,
-            "___autocast_cuda": torch.is_autocast_enabled,
+            "___autocast": torch.is_autocast_enabled,
             "___type": type,
             "___len": len,
             "___list": list,

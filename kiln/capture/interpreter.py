@@ -124,8 +124,16 @@ class Tracer:
     def setattr(self, obj: Value, name: str, value: Value) -> None:
         from kiln.capture.values.objects import NewObjectValue
 
+        from kiln.capture.values.modules import NNModuleValue
+        from kiln.capture.values.objects import UserObjectValue
+
         if isinstance(obj, NewObjectValue):
             obj.setattr(self, name, value)
+            return
+        if isinstance(obj, (UserObjectValue, NNModuleValue)) and obj.source is not None:
+            if isinstance(obj, UserObjectValue) and type(obj.obj).__setattr__ is not object.__setattr__:
+                unsupported(f"assigning attribute {name!r} of a {type(obj.obj).__name__}, which defines __setattr__")
+            self.output.side_effects.store_attr(obj, name, value)
             return
         unsupported(f"assigning attribute {name!r} of {obj}",
                     hint="attribute writes to objects that exist outside the compiled function "
@@ -135,6 +143,10 @@ class Tracer:
         return fn.call(self, args, kwargs)
 
     def load_global(self, name: str) -> Value:
+        if self.f_globals is self.root().f_globals:
+            pending = self.output.side_effects.load_global(name)
+            if pending is not None:
+                return pending
         if name in self.f_globals:
             return wrap(self, self.f_globals[name], self.global_source(name))
         if name in self.f_builtins:
@@ -313,6 +325,10 @@ class _LazyCell(CellValue):
     def __init__(self, tx: RootTracer, index: int, name: str):
         super().__init__(None)
         self.tx, self.index, self.name = tx, index, name
+
+    def set(self, value: Value) -> None:
+        self.contents = value
+        self.tx.output.side_effects.store_cell(self.name, value)
 
     def get(self) -> Value:
         if self.contents is None:

@@ -10,6 +10,7 @@ import torch.fx as fx
 from torch.utils._pytree import tree_map
 
 from kiln.capture.guards import GuardSet
+from kiln.capture.side_effects import SideEffects
 from kiln.capture.sources import Source
 from kiln.capture.values.base import ConstantValue, Value, unsupported
 from kiln.fake import FakeTensor, FakeTensorMode, UnsupportedFakeOp
@@ -25,6 +26,7 @@ class OutputGraph:
         self.graph = fx.Graph()
         self.root = torch.nn.Module()
         self.guards = GuardSet()
+        self.side_effects = SideEffects()
         self.fake_mode = FakeTensorMode()
         self.input_sources: list[Source] = []
         self.example_inputs: list[Any] = []
@@ -124,7 +126,9 @@ class OutputGraph:
             for i, item in enumerate(example):
                 sub = self.graph.call_function(operator.getitem, (node, i))
                 parts.append(self.wrap_result(sub, item))
-            if isinstance(example, tuple) and hasattr(type(example), "_fields"):
+            from kiln.capture.values.containers import is_structseq
+
+            if isinstance(example, tuple) and (hasattr(type(example), "_fields") or is_structseq(type(example))):
                 return NamedTupleValue(parts, type(example))
             return TupleValue(parts) if isinstance(example, tuple) else ListValue(parts)
         if isinstance(example, (int, float, bool, torch.Size)) or example is None:
@@ -138,8 +142,8 @@ class OutputGraph:
     # ---- finishing ---------------------------------------------------------------------------
 
     def finish(self, outputs: list[Value]) -> fx.GraphModule:
+        # no dead-code elimination here: in-place ops and setitem have no users but must run
         self.graph.output(tuple(to_fx(v) for v in outputs))
-        self.graph.eliminate_dead_code()
         gm = fx.GraphModule(self.root, self.graph, class_name=f"{_clean_name(self.code_name)}_graph")
         return gm
 

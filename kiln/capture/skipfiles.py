@@ -18,8 +18,9 @@ _STDLIB_DIRS = tuple(
 )
 _INLINABLE_TORCH = (
     os.path.join(_TORCH_DIR, "nn", "modules") + os.sep,
-    os.path.join(_TORCH_DIR, "nn", "utils", "parametrize.py"),
 )
+# the module machinery itself (__call__, hooks) is not traced: kiln calls forward() directly
+_NOT_INLINABLE_TORCH = (os.path.join(_TORCH_DIR, "nn", "modules", "module.py"),)
 _SKIPPED_PREFIXES = ("<frozen", "<eval_with_key", "<kiln")
 
 _decisions: dict[str, bool] = {}
@@ -32,7 +33,7 @@ def _is_skipped_file(filename: str) -> bool:
     if path.startswith(_KILN_DIR):
         return True
     if path.startswith(_TORCH_DIR):
-        return not path.startswith(_INLINABLE_TORCH)
+        return not path.startswith(_INLINABLE_TORCH) or path.startswith(_NOT_INLINABLE_TORCH)
     site = "site-packages" in path or "dist-packages" in path
     return path.startswith(_STDLIB_DIRS) and not site
 
@@ -46,10 +47,7 @@ def is_skipped_file(filename: str) -> bool:
 
 def should_offer(code: types.CodeType) -> bool:
     """Whether a frame running `code` is analysed by kiln (False: it just runs)."""
-    if is_skipped_file(code.co_filename):
-        return False
-    path = os.path.abspath(code.co_filename)
-    return not path.startswith(_TORCH_DIR)
+    return not is_skipped_file(code.co_filename)
 
 
 def is_inlinable(code: types.CodeType) -> bool:

@@ -67,8 +67,9 @@ def MAKE_FUNCTION(tx, inst):
         unsupported("closure cells of an unexpected kind")
     tx.push(NestedFunctionValue(
         code, tx.f_globals, code.co_qualname,
-        tuple(defaults.elements) if defaults is not None else (),
-        dict(kwdefaults.entries) if kwdefaults is not None else {},
+        tuple(tx.items(defaults)) if defaults is not None else (),
+        ({k: v for k, v in kwdefaults.entries.items()} if hasattr(kwdefaults, "entries")
+         else {k: ConstantValue(v) for k, v in kwdefaults.as_constant().items()}) if kwdefaults is not None else {},
         cells,
     ))
 

@@ -102,8 +102,10 @@ def LOAD_GLOBAL(tx, inst):
 
 @handles()
 def STORE_GLOBAL(tx, inst):
-    unsupported(f"assigning global variable {inst.argval!r}",
-                hint="writes to globals are supported in a later kiln version")
+    value = tx.pop()
+    if tx.f_globals is not tx.root().f_globals:
+        unsupported(f"assigning global variable {inst.argval!r} of another module")
+    tx.output.side_effects.store_global(inst.argval, value)
 
 
 @handles()

@@ -58,6 +58,27 @@ class Value:
         return f"{type(self).__name__}()"
 
 
+class BoundMethodValue(Value):
+    """`obj.name` for a method of a value that implements its methods in `call_method` (containers,
+    constants): calling it calls `obj.call_method(name, ...)`."""
+
+    def __init__(self, obj: Value, name: str):
+        self.obj = obj
+        self.name = name
+
+    def call(self, tx, args, kwargs) -> Value:
+        return self.obj.call_method(tx, self.name, args, kwargs)
+
+    def __repr__(self) -> str:
+        return f"BoundMethod({self.obj!r}.{self.name})"
+
+
+def method_or_unsupported(value: Value, name: str) -> Value:
+    if callable(getattr(value.python_type(), name, None)):
+        return BoundMethodValue(value, name)
+    unsupported(f"{value.python_type().__name__!r} object has no attribute {name!r}")
+
+
 class NullValue(Value):
     """The NULL that CPython pushes below a callable in the call protocol."""
 
@@ -111,6 +132,8 @@ class ConstantValue(Value):
             attr = getattr(self.value, name)
         except AttributeError:
             unsupported(f"{type(self.value).__name__!r} object has no attribute {name!r}")
+        if callable(attr) and not isinstance(attr, type):
+            return BoundMethodValue(self, name)
         return wrap_constant_result(attr)
 
     def call_method(self, tx, name, args, kwargs):
@@ -127,7 +150,7 @@ class ConstantValue(Value):
                 except Exception as exc:
                     unsupported(f"{type(self.value).__name__}.{name}(...) raised {type(exc).__name__}: {exc}")
                 return wrap_constant_result(result)
-        return super().call_method(tx, name, args, kwargs)
+        unsupported(f"{type(self.value).__name__}.{name}() with arguments {args}")
 
     def reconstruct(self, cg) -> None:
         cg.load_const(self.value)

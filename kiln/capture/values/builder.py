@@ -98,8 +98,10 @@ def _wrap(tx, value, source, qualname) -> Value:
             if not isinstance(value.__self__, torch.nn.Module) else \
             NNModuleValue(value.__self__, None, type(value.__self__).__name__)
         return UserMethodValue(wrap(tx, value.__func__, ConstantSource("__func__", value.__func__)), self_value)
-    if isinstance(value, (types.BuiltinFunctionType, types.BuiltinMethodType)) or value in _BUILTIN_CALLABLES:
-        if getattr(value, "__self__", None) is not None and not isinstance(value.__self__, types.ModuleType):
+    if isinstance(value, (types.BuiltinFunctionType, types.BuiltinMethodType)) or \
+            (isinstance(value, type) and value in _BUILTIN_CALLABLES):
+        if not isinstance(value, type) and getattr(value, "__self__", None) is not None \
+                and not isinstance(value.__self__, types.ModuleType):
             unsupported(f"bound builtin method {value!r}")
         return BuiltinValue(value, source)
     if isinstance(value, functools.partial):

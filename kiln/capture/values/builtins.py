@@ -50,6 +50,8 @@ class BuiltinValue(Value):
             result = handler(tx, *args, **kwargs)
             if result is not NotImplemented:
                 return result
+        if isinstance(fn, type) and fn is not type and fn is not super:
+            return construct_builtin_type(tx, fn, args, kwargs)
         op_name = _OPERATOR_BINARY.get(fn)
         if op_name is not None and len(args) == 2 and not kwargs:
             from kiln.capture.values.ops import binary_op
@@ -308,7 +310,7 @@ _HANDLERS: dict = {
     setattr: _setattr, iter: _iter, next: _next, zip: _zip, enumerate: _enumerate, reversed: _reversed,
     map: _map, filter: _filter, range: _range, sum: _sum, min: _minmax(min), max: _minmax(max),
     all: _all_any(all), any: _all_any(any), sorted: _sorted, print: _print, id: _id, callable: _callable,
-    super: _super, int: _tensor_number(int), float: _tensor_number(float), bool: _tensor_number(bool),
+    super: _super, type: _type, int: _tensor_number(int), float: _tensor_number(float), bool: _tensor_number(bool),
 }
 
 
@@ -349,6 +351,6 @@ def construct_builtin_type(tx, cls, args, kwargs) -> Value:
             return _fold(cls, args, kwargs)
         if cls is bool and len(args) == 1:
             return ConstantValue(tx.truth(args[0]))
-    if cls in (torch.device, torch.dtype) and all(a.is_constant() for a in args):
+    if cls in (torch.device, torch.dtype, torch.finfo, torch.iinfo) and all(a.is_constant() for a in args):
         return ConstantValue(cls(*[a.as_constant() for a in args]))
     unsupported(f"constructing {cls.__module__}.{cls.__qualname__}")

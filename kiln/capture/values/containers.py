@@ -36,6 +36,11 @@ class SequenceValue(Value):
     def truth(self, tx) -> bool:
         return len(self.elements) > 0
 
+    def getattr(self, tx, name: str) -> Value:
+        from kiln.capture.values.base import method_or_unsupported
+
+        return method_or_unsupported(self, name)
+
     def getitem(self, tx, index: Value) -> Value:
         idx = index.as_constant() if index.is_constant() else unsupported(f"indexing a {self.python_kind.__name__} with {index}")
         if isinstance(idx, slice):
@@ -62,16 +67,19 @@ class TupleValue(SequenceValue):
             return ConstantValue(self.as_constant().index(args[0].as_constant()))
         if name == "count" and len(args) == 1 and args[0].is_constant() and self.is_constant():
             return ConstantValue(self.as_constant().count(args[0].as_constant()))
-        return super().call_method(tx, name, args, kwargs)
+        if name == "__getitem__":
+            return self.getitem(tx, args[0])
+        unsupported(f"tuple.{name}")
 
 
 class ListValue(SequenceValue):
     python_kind = list
 
-    def _check_mutable(self, what: str) -> None:
+    def _check_mutable(self, tx, what: str) -> None:
         if not self.created_here:
-            unsupported(f"{what} on a list that existed before the compiled function ran",
-                        hint="side effects on pre-existing lists are supported in a later kiln version")
+            if self.source is None or tx is None:
+                unsupported(f"{what} on a list kiln cannot locate after the graph runs")
+            tx.output.side_effects.container_changed(self)
 
     def call_method(self, tx, name, args, kwargs):
         from kiln.capture.values.builder import wrap_constant_result
@@ -79,27 +87,27 @@ class ListValue(SequenceValue):
         if kwargs and name != "sort":
             unsupported(f"list.{name} with keyword arguments")
         if name == "append":
-            self._check_mutable("list.append")
+            self._check_mutable(tx, "list.append")
             self.elements.append(args[0])
             return ConstantValue(None)
         if name == "extend":
-            self._check_mutable("list.extend")
+            self._check_mutable(tx, "list.extend")
             self.elements.extend(args[0].items(tx))
             return ConstantValue(None)
         if name == "insert":
-            self._check_mutable("list.insert")
+            self._check_mutable(tx, "list.insert")
             self.elements.insert(args[0].as_constant(), args[1])
             return ConstantValue(None)
         if name == "pop":
-            self._check_mutable("list.pop")
+            self._check_mutable(tx, "list.pop")
             idx = args[0].as_constant() if args else -1
             return self.elements.pop(idx)
         if name == "clear":
-            self._check_mutable("list.clear")
+            self._check_mutable(tx, "list.clear")
             self.elements.clear()
             return ConstantValue(None)
         if name == "reverse":
-            self._check_mutable("list.reverse")
+            self._check_mutable(tx, "list.reverse")
             self.elements.reverse()
             return ConstantValue(None)
         if name == "copy":
@@ -107,7 +115,7 @@ class ListValue(SequenceValue):
         if name in ("index", "count") and self.is_constant() and all(a.is_constant() for a in args):
             return wrap_constant_result(getattr(self.as_constant(), name)(*[a.as_constant() for a in args]))
         if name == "sort" and self.is_constant():
-            self._check_mutable("list.sort")
+            self._check_mutable(tx, "list.sort")
             values = self.as_constant()
             values.sort(**{k: v.as_constant() for k, v in kwargs.items()})
             self.elements = [ConstantValue(v) for v in values]
@@ -115,7 +123,7 @@ class ListValue(SequenceValue):
         unsupported(f"list.{name}")
 
     def setitem(self, tx, index: Value, value: Value) -> None:
-        self._check_mutable("list item assignment")
+        self._check_mutable(tx, "list item assignment")
         idx = index.as_constant()
         if isinstance(idx, slice):
             self.elements[idx] = value.items(tx)
@@ -123,7 +131,7 @@ class ListValue(SequenceValue):
             self.elements[idx] = value
 
     def delitem(self, tx, index: Value) -> None:
-        self._check_mutable("del on a list item")
+        self._check_mutable(tx, "del on a list item")
         del self.elements[index.as_constant()]
 
 
@@ -140,22 +148,60 @@ class NamedTupleValue(TupleValue):
     def as_constant(self):
         return self.tuple_type(*[v.as_constant() for v in self.elements])
 
+    def fields(self) -> tuple:
+        return tuple(getattr(self.tuple_type, "_fields", None) or structseq_fields(self.tuple_type))
+
     def getattr(self, tx, name: str) -> Value:
-        fields = getattr(self.tuple_type, "_fields", ())
+        fields = self.fields()
         if name in fields:
             return self.elements[fields.index(name)]
+        if name == "_fields":
+            return ConstantValue(fields)
+        if name in ("_replace", "_asdict", "index", "count"):
+            from kiln.capture.values.base import BoundMethodValue
+
+            return BoundMethodValue(self, name)
         from kiln.capture.values.objects import class_attribute
 
         return class_attribute(tx, self.tuple_type, name, self)
+
+    def call_method(self, tx, name, args, kwargs):
+        if name == "_replace" and not args:
+            fields = self.fields()
+            items = list(self.elements)
+            for k, v in kwargs.items():
+                if k not in fields:
+                    unsupported(f"{self.tuple_type.__name__}._replace() got unexpected field {k!r}")
+                items[fields.index(k)] = v
+            return NamedTupleValue(items, self.tuple_type)
+        if name == "_asdict" and not args and not kwargs:
+            return DictValue(dict(zip(self.fields(), self.elements)))
+        return super().call_method(tx, name, args, kwargs)
 
     def reconstruct(self, cg) -> None:
         cg.prepare_call(self.tuple_type)
         for v in self.elements:
             cg.reconstruct(v)
-        cg.call(len(self.elements))
+        if is_structseq(self.tuple_type):
+            cg.build(tuple, len(self.elements))  # torch.return_types.* take one sequence
+            cg.call(1)
+        else:
+            cg.call(len(self.elements))
 
     def __repr__(self) -> str:
         return f"NamedTuple[{self.tuple_type.__name__}]({self.elements!r})"
+
+
+def is_structseq(cls: type) -> bool:
+    return isinstance(getattr(cls, "n_fields", None), int) and issubclass(cls, tuple)
+
+
+def structseq_fields(cls: type) -> tuple:
+    """Field names of a structseq type such as torch.return_types.max (values, indices)."""
+    if not is_structseq(cls):
+        return ()
+    names = [name for name, attr in vars(cls).items() if type(attr).__name__ == "member_descriptor"]
+    return tuple(names[: cls.n_sequence_fields])
 
 
 def dict_key(tx, key: Value) -> Any:
@@ -191,23 +237,29 @@ class DictValue(Value):
     def truth(self, tx) -> bool:
         return bool(self.entries)
 
+    def getattr(self, tx, name: str) -> Value:
+        from kiln.capture.values.base import method_or_unsupported
+
+        return method_or_unsupported(self, name)
+
     def getitem(self, tx, key: Value) -> Value:
         k = dict_key(tx, key)
         if k not in self.entries:
             unsupported(f"KeyError: {k!r}")
         return self.entries[k]
 
-    def _check_mutable(self, what: str) -> None:
+    def _check_mutable(self, tx, what: str) -> None:
         if not self.created_here:
-            unsupported(f"{what} on a dict that existed before the compiled function ran",
-                        hint="side effects on pre-existing dicts are supported in a later kiln version")
+            if self.source is None or tx is None or self.dict_type is not dict:
+                unsupported(f"{what} on a dict kiln cannot locate after the graph runs")
+            tx.output.side_effects.container_changed(self)
 
     def setitem(self, tx, key: Value, value: Value) -> None:
-        self._check_mutable("dict item assignment")
+        self._check_mutable(tx, "dict item assignment")
         self.entries[dict_key(tx, key)] = value
 
     def delitem(self, tx, key: Value) -> None:
-        self._check_mutable("del on a dict item")
+        self._check_mutable(tx, "del on a dict item")
         del self.entries[dict_key(tx, key)]
 
     def call_method(self, tx, name, args, kwargs):
@@ -228,7 +280,7 @@ class DictValue(Value):
         if name == "copy":
             return DictValue(self.entries, self.dict_type)
         if name == "update":
-            self._check_mutable("dict.update")
+            self._check_mutable(tx, "dict.update")
             if args:
                 other = args[0]
                 if isinstance(other, DictValue):
@@ -241,13 +293,13 @@ class DictValue(Value):
                 self.entries[k] = v
             return ConstantValue(None)
         if name == "setdefault":
-            self._check_mutable("dict.setdefault")
+            self._check_mutable(tx, "dict.setdefault")
             k = dict_key(tx, args[0])
             if k not in self.entries:
                 self.entries[k] = args[1] if len(args) > 1 else ConstantValue(None)
             return self.entries[k]
         if name == "pop":
-            self._check_mutable("dict.pop")
+            self._check_mutable(tx, "dict.pop")
             k = dict_key(tx, args[0])
             if k in self.entries:
                 return self.entries.pop(k)
@@ -295,6 +347,11 @@ class SetValue(Value):
 
     def truth(self, tx) -> bool:
         return bool(self.members)
+
+    def getattr(self, tx, name: str) -> Value:
+        from kiln.capture.values.base import method_or_unsupported
+
+        return method_or_unsupported(self, name)
 
     def call_method(self, tx, name, args, kwargs):
         if name == "add":
@@ -368,6 +425,11 @@ class ListIteratorValue(Value):
 
     def is_constant(self) -> bool:
         return False
+
+    def getattr(self, tx, name: str) -> Value:
+        from kiln.capture.values.base import method_or_unsupported
+
+        return method_or_unsupported(self, name)
 
     def call_method(self, tx, name, args, kwargs):
         if name == "__contains__" and self.kind.startswith("dict_"):

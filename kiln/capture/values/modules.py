@@ -45,6 +45,9 @@ class NNModuleValue(Value):
     def getattr(self, tx, name: str) -> Value:
         from kiln.capture.values.builder import wrap
 
+        pending = tx.output.side_effects.load_attr(self, name)
+        if pending is not None:
+            return pending
         m = self.module
         d = m.__dict__
         if name in d.get("_parameters", {}):
@@ -136,9 +139,8 @@ class NNModuleValue(Value):
         if isinstance(m, (torch.nn.ModuleList, torch.nn.Sequential)):
             keys = list(m._modules.keys())
             if isinstance(idx, slice):
-                from kiln.capture.values.containers import ListValue
-
-                unsupported("slicing a ModuleList / Sequential")
+                # a new container of the same child modules (children are guarded through the parent)
+                return NNModuleValue(m[idx], None, f"{self.qualname}[{idx.start}:{idx.stop}:{idx.step}]")
             key = keys[idx]
             return self._child(tx, key, m._modules[key])
         if isinstance(m, torch.nn.ModuleDict):

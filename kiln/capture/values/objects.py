@@ -140,6 +140,9 @@ class UserObjectValue(Value):
     def getattr(self, tx, name: str) -> Value:
         from kiln.capture.values.builder import wrap
 
+        pending = tx.output.side_effects.load_attr(self, name)
+        if pending is not None:
+            return pending
         cls = type(self.obj)
         if type(cls).__getattribute__ is not type.__getattribute__ or cls.__getattribute__ is not object.__getattribute__:
             unsupported(f"{cls.__name__} defines __getattribute__")

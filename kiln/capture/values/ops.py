@@ -43,6 +43,9 @@ def binary_op(tx, op: Callable, a: Value, b: Value) -> Value:
         return (ListValue if a.python_kind is list else TupleValue)(a.elements * b.as_constant())
     if isinstance(b, SequenceValue) and plain is operator.mul and a.is_constant():
         return (ListValue if b.python_kind is list else TupleValue)(b.elements * a.as_constant())
+    if isinstance(a, SetValue) and isinstance(b, SetValue) and plain in (operator.or_, operator.and_,
+                                                                         operator.sub, operator.xor):
+        return SetValue([ConstantValue(v) for v in plain(a.as_constant(), b.as_constant())])
     if isinstance(a, DictValue) and isinstance(b, DictValue) and plain is operator.or_:
         return DictValue({**a.entries, **b.entries})
     if plain in (operator.eq, operator.ne):

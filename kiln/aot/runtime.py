@@ -1,0 +1,48 @@
+"""The runtime wrapper around an ATen graph: passes state, writes mutations back, rebuilds aliases."""
+from __future__ import annotations
+
+import torch
+from torch.utils._pytree import tree_unflatten
+
+from kiln.aot.graph import AtenGraph
+
+
+def write_back(target: torch.Tensor, new: torch.Tensor) -> None:
+    """Give ``target`` (a caller's tensor) the value the graph computed for it, as eager's mutation did."""
+    if new is target:
+        return
+    if target.is_leaf and target.requires_grad:
+        # eager could only have mutated it under no_grad (else tracing would have failed)
+        with torch.no_grad():
+            target.copy_(new)
+    else:
+        target.copy_(new)  # records the mutation in autograd history where eager would
+
+
+class AtenRuntime:
+    """Calls an AtenGraph's module with real tensors and restores eager's mutation and alias behaviour."""
+
+    def __init__(self, ag: AtenGraph, run=None) -> None:
+        self.ag = ag
+        self.run = run if run is not None else ag.gm
+        self.state = list(ag.state)
+        self.mutated = list(ag.mutated_inputs)
+        self.n_mut = len(self.mutated)
+        self.outputs = list(ag.outputs)
+        self.out_spec = ag.out_spec
+
+    def __call__(self, *args):
+        flat = [*args, *self.state]
+        results = self.run(*flat)
+        for k, index in enumerate(self.mutated):
+            write_back(flat[index], results[k])
+        outs = []
+        for spec in self.outputs:
+            if spec.kind == "constant":
+                outs.append(spec.value)
+                continue
+            value = results[self.n_mut + spec.index] if spec.kind == "graph" else flat[spec.index]
+            for step in spec.steps:
+                value = step.apply(value)
+            outs.append(value)
+        return tree_unflatten(outs, self.out_spec)

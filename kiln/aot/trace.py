@@ -1,0 +1,113 @@
+"""aot_trace: the front door from a torch-level FX graph to a functional ATen graph."""
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+import torch
+import torch.fx as fx
+from torch.utils._pytree import tree_flatten
+
+from kiln.aot.graph import AtenGraph, InputSpec, OutputSpec, eliminate_dead_code
+from kiln.aot.tracer import AtenTracer, interpret
+from kiln.fake import FakeTensor, UnsupportedFakeOp
+
+aten = torch.ops.aten
+
+
+def _state_tensors(gm: fx.GraphModule) -> dict[str, tuple[torch.Tensor, str]]:
+    state: dict[str, tuple[torch.Tensor, str]] = {}
+    seen: set[int] = set()
+    for name, p in gm.named_parameters(remove_duplicate=True):
+        state[name] = (p, "parameter")
+        seen.add(id(p))
+    for name, b in gm.named_buffers(remove_duplicate=True):
+        if id(b) not in seen:
+            state[name] = (b, "buffer")
+            seen.add(id(b))
+    for node in gm.graph.nodes:
+        if node.op != "get_attr":
+            continue
+        obj = gm
+        for part in node.target.split("."):
+            obj = getattr(obj, part)
+        if isinstance(obj, torch.Tensor) and id(obj) not in seen:
+            state[node.target] = (obj, "attribute")
+            seen.add(id(obj))
+    return state
+
+
+def aot_trace(
+    gm: fx.GraphModule,
+    example_inputs: Sequence,
+    decompositions: Mapping | None = None,
+    options=None,
+) -> AtenGraph:
+    """Trace ``gm`` on fakes of ``example_inputs`` into a functional ATen graph.
+
+    Parameters, buffers and tensor attributes that the graph reads become inputs after the user's
+    inputs. ``decompositions`` maps ATen ops to Python functions applied while tracing. Raises
+    ``UnsupportedFakeOp`` for what cannot be traced (data-dependent ops, mutations kiln cannot
+    express); callers fall back to eager for the graph.
+    """
+    tracer = AtenTracer(decompositions)
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    if len(placeholders) != len(example_inputs):
+        raise ValueError(f"graph has {len(placeholders)} inputs, got {len(example_inputs)} example inputs")
+    args = [tracer.add_input(x, n.name) for x, n in zip(example_inputs, placeholders)]
+    tracer.offer_state(_state_tensors(gm))
+    out = interpret(gm, tracer, args)
+    return _finish(tracer, out)
+
+
+def _finish(tracer: AtenTracer, out) -> AtenGraph:
+    b, fn = tracer.b, tracer.fn
+    flat_out, spec = tree_flatten(out)
+    flat_out = [tracer._lift(x) for x in flat_out]  # a parameter returned as is becomes an input alias
+
+    storages = {}  # flat input index -> storage
+    for fake, value in tracer._values.values():
+        if value.storage.input_index is not None:
+            storages.setdefault(value.storage.input_index, value.storage)
+    for group in tracer.aliased_inputs():
+        if any(storages.get(i) is not None and storages[i].mutated for i in group):
+            raise UnsupportedFakeOp("trace", "inputs that share memory, one of them mutated")
+    for index, storage in storages.items():
+        if storage.metadata_mutated:
+            raise UnsupportedFakeOp("trace", "an in-place metadata change (t_, resize_, ...) of a graph input")
+    mutated = sorted(i for i, s in storages.items() if s.mutated)
+    graph_outputs = [storages[i].root for i in mutated]
+
+    uses: dict[int, int] = {}
+    for x in flat_out:
+        if isinstance(x, FakeTensor):
+            st = tracer.value(x).storage
+            uses[id(st)] = uses.get(id(st), 0) + 1
+    root_index: dict[int, int] = {}
+    specs: list[OutputSpec] = []
+    for x in flat_out:
+        if not isinstance(x, FakeTensor):
+            specs.append(OutputSpec("constant", value=x))
+            continue
+        value = tracer.value(x)
+        st = value.storage
+        if st.input_index is not None:
+            specs.append(OutputSpec("input", st.input_index, value.steps))
+        elif uses[id(st)] == 1:
+            node = fn.current(value)
+            if node.op == "get_attr":
+                node = b.call(aten.clone.default, (node,))  # a fresh tensor per call, as in eager
+            graph_outputs.append(node)
+            specs.append(OutputSpec("graph", len(graph_outputs) - 1 - len(mutated)))
+        else:
+            if id(st) not in root_index:
+                root = st.root if st.root.op != "get_attr" else b.call(aten.clone.default, (st.root,))
+                graph_outputs.append(root)
+                root_index[id(st)] = len(graph_outputs) - 1 - len(mutated)
+            specs.append(OutputSpec("graph", root_index[id(st)], value.steps))
+    b.provenance = {}
+    b.output(graph_outputs)
+    eliminate_dead_code(b.graph)
+    gm = fx.GraphModule(b.root, b.graph, class_name="AtenGraphModule")
+    inputs = [InputSpec(kind, name, i in mutated) for i, (kind, name, _) in enumerate(tracer.inputs)]
+    state = [real for kind, _, real in tracer.inputs if kind != "user"]
+    return AtenGraph(gm, inputs, state, mutated, specs, spec)

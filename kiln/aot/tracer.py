@@ -1,0 +1,274 @@
+"""AtenTracer: records every ATen op of a computation on fake tensors into a functional FX graph.
+
+The tracer is a ``TorchDispatchMode``. For each op it (1) applies a decomposition if the table has
+one (the decomposition's own ops come back through the tracer), (2) lifts real tensors it meets:
+parameters and buffers become graph inputs, other tensors become constants, (3) records the op,
+turning views into view steps and mutations into functional ops (see ``functionalize.py``).
+"""
+from __future__ import annotations
+
+from typing import Mapping
+
+import torch
+import torch.fx as fx
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten, tree_map
+
+from kiln.aot.builder import GraphBuilder
+from kiln.aot.functionalize import Functionalizer, Storage, Value, ViewStep
+from kiln.aot.schema import (
+    bind_arguments,
+    functional_variant,
+    has_composite_implicit,
+    is_inplace_view,
+    is_view,
+    mutated_arguments,
+    unbind_arguments,
+)
+from kiln.fake import FakeTensor, UnsupportedFakeOp, fake_from_real, meta_alias, run_on_fakes
+
+aten = torch.ops.aten
+prim = torch.ops.prim
+
+# CompositeImplicitAutograd ops that reach the tracer are decomposed by their own C++ body unless a
+# decomposition in the table claims them first; these few are kept whole instead.
+KEEP_COMPOSITE: frozenset = frozenset()
+
+
+def _snapshot(x):
+    """A fake with x's current metadata and storage, immune to later in-place metadata changes of x."""
+    if isinstance(x, FakeTensor):
+        return FakeTensor(meta_alias(x), x.fake_device)
+    return x
+
+
+class AtenTracer(TorchDispatchMode):
+    """Builds a functional ATen graph while fake tensors run through a computation."""
+
+    def __init__(self, decompositions: Mapping | None = None) -> None:
+        super().__init__()
+        self.b = GraphBuilder()
+        self.fn = Functionalizer(self.b)
+        self.decompositions = dict(decompositions or {})
+        self._values: dict[int, tuple[FakeTensor, Value]] = {}
+        self._reals: dict[int, tuple[torch.Tensor, FakeTensor]] = {}  # lifted real tensor -> its fake
+        self._state: dict[int, tuple[torch.Tensor, str, str]] = {}  # candidate state: (real, name, kind)
+        self._storage_bases: dict = {}
+        self._real_storages: dict[int, list[int]] = {}  # real storage key -> flat input indices
+        self.inputs: list = []  # (kind, name, real-or-None) per flat graph input
+
+    # inputs -----------------------------------------------------------------------------------
+    def add_input(self, real, name: str, kind: str = "user"):
+        """A graph input; returns the fake (or the Python value) the traced code should see."""
+        index = len(self.inputs)
+        self.inputs.append((kind, name, real if kind != "user" else None))
+        if not isinstance(real, torch.Tensor):
+            self.b.placeholder(name, real)
+            return real
+        fake = fake_from_real(real, self._storage_bases)
+        if real.requires_grad and not real.is_leaf:
+            fake = fake.clone()  # a non-leaf, so in-place ops on it are allowed as in eager
+        node = self.b.placeholder(name, _snapshot(fake))
+        self._bind(fake, Value(Storage(node, input_index=index), (), node, 0))
+        self._reals[id(real)] = (real, fake)
+        key = real.untyped_storage().data_ptr() or id(real.untyped_storage())
+        self._real_storages.setdefault(key, []).append(index)
+        return fake
+
+    def offer_state(self, tensors: Mapping[str, tuple[torch.Tensor, str]]) -> None:
+        """Tensors (parameters, buffers) that become graph inputs if the computation uses them."""
+        for name, (real, kind) in tensors.items():
+            self._state.setdefault(id(real), (real, name, kind))
+
+    def aliased_inputs(self) -> list[list[int]]:
+        return [group for group in self._real_storages.values() if len(group) > 1]
+
+    # bookkeeping ------------------------------------------------------------------------------
+    def _bind(self, fake: FakeTensor, value: Value) -> None:
+        self._values[id(fake)] = (fake, value)
+
+    def value(self, fake: FakeTensor) -> Value:
+        found = self._values.get(id(fake))
+        if found is None or found[0] is not fake:
+            raise UnsupportedFakeOp("trace", f"a fake tensor that this trace did not make reached an op: {fake!r}")
+        return found[1]
+
+    def node_of(self, x):
+        if isinstance(x, FakeTensor):
+            return self.fn.current(self.value(x))
+        return x
+
+    def _nodes(self, tree):
+        return tree_map(self.node_of, tree)
+
+    def _lift(self, x):
+        if not isinstance(x, torch.Tensor) or isinstance(x, FakeTensor):
+            return x
+        known = self._reals.get(id(x))
+        if known is not None and known[0] is x:
+            return known[1]
+        state = self._state.get(id(x))
+        if state is not None and state[0] is x:
+            return self.add_input(x, state[1], state[2])
+        if x.is_meta:
+            raise UnsupportedFakeOp("trace", "a meta tensor reached the trace; kiln traces real or fake tensors")
+        # a constant: its value is baked into the graph
+        fake = fake_from_real(x, self._storage_bases)
+        node = self.b.constant(x.detach(), _snapshot(fake))
+        self._bind(fake, Value(Storage(node), (), node, 0))
+        self._reals[id(x)] = (x, fake)
+        return fake
+
+    def _bind_fresh(self, out, node: fx.Node) -> None:
+        if isinstance(out, FakeTensor):
+            self._bind(out, Value(Storage(node), (), node, 0))
+        elif isinstance(out, (tuple, list)):
+            for i, item in enumerate(out):
+                if isinstance(item, FakeTensor):
+                    item_node = self.b.getitem(node, i)
+                    self._bind(item, Value(Storage(item_node), (), item_node, 0))
+
+    # dispatch ---------------------------------------------------------------------------------
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is prim.device.default:
+            return run_on_fakes(func, args, kwargs)
+        decomposition = self.decompositions.get(func)
+        if decomposition is not None:
+            with self:
+                out = decomposition(*args, **kwargs)
+            if out is not NotImplemented:
+                return out
+        if has_composite_implicit(func) and func not in KEEP_COMPOSITE:
+            with self:
+                out = func.decompose(*args, **kwargs)
+            if out is not NotImplemented:
+                return out
+        args, kwargs = tree_map(self._lift, (args, kwargs))
+        if is_inplace_view(func):
+            return self._inplace_view(func, args, kwargs)
+        if func._schema.is_mutable:
+            return self._mutation(func, args, kwargs)
+        if is_view(func) and isinstance(args[0], FakeTensor):
+            return self._view(func, args, kwargs)
+        return self._functional(func, args, kwargs)
+
+    def _functional(self, func, args, kwargs):
+        out = run_on_fakes(func, args, kwargs)
+        if not any(isinstance(x, torch.Tensor) for x in tree_flatten(out)[0]):
+            return out  # metadata queries (``_fused_sdp_choice``) leave no trace
+        node = self.b.call(func, self._nodes(args), self._nodes(kwargs), val=tree_map(_snapshot, out))
+        self._bind_fresh(out, node)
+        return out
+
+    def _view(self, func, args, kwargs):
+        base, rest = args[0], args[1:]
+        if any(isinstance(x, torch.Tensor) for x in tree_flatten((rest, kwargs))[0]):
+            raise UnsupportedFakeOp(func, "kiln does not trace view ops that take extra tensors")
+        base_value = self.value(base)
+        out = run_on_fakes(func, args, kwargs)
+        node = self.b.call(func, (self.node_of(base), *rest), kwargs, val=tree_map(_snapshot, out))
+        frozen_kwargs = tuple(sorted(kwargs.items()))
+        storage = base_value.storage
+        if isinstance(out, FakeTensor):
+            step = ViewStep(func, tuple(rest), frozen_kwargs)
+            self._bind(out, Value(storage, base_value.steps + (step,), node, storage.version))
+        else:
+            for i, item in enumerate(out):
+                step = ViewStep(func, tuple(rest), frozen_kwargs, i)
+                self._bind(item, Value(storage, base_value.steps + (step,), self.b.getitem(node, i), storage.version))
+        return out
+
+    def _inplace_view(self, func, args, kwargs):
+        schema_name = func._schema.name.split("::")[1]
+        packet = getattr(aten, schema_name.rstrip("_"), None)
+        overload = func._overloadname
+        if packet is None or overload not in packet.overloads():
+            raise UnsupportedFakeOp(func, "kiln cannot functionalize this in-place metadata change")
+        view_op = getattr(packet, overload)
+        target, rest = args[0], args[1:]
+        value = self.value(target)
+        before = self.node_of(target)
+        run_on_fakes(func, args, kwargs)  # changes target's size/stride in place
+        if value.storage.input_index is not None:
+            value.storage.metadata_mutated = True
+        step = ViewStep(view_op, tuple(rest), tuple(sorted(kwargs.items())))
+        value.steps = value.steps + (step,)
+        value.node = self.fn.replay(step, before)
+        return target
+
+    def _mutation(self, func, args, kwargs):
+        bound = bind_arguments(func, args, kwargs)
+        targets = []  # (argument name, position in a list argument or None, fake)
+        for name in mutated_arguments(func):
+            arg = bound.get(name)
+            if isinstance(arg, FakeTensor):
+                targets.append((name, None, arg))
+            elif isinstance(arg, (list, tuple)):
+                targets += [(name, i, t) for i, t in enumerate(arg) if isinstance(t, FakeTensor)]
+        node_args = {k: self._nodes(v) for k, v in bound.items()}
+        out = run_on_fakes(func, args, kwargs)
+        variant = functional_variant(func)
+        if variant is not None and all(i is None for _, i, _ in targets):
+            fargs, fkwargs = unbind_arguments(variant.op, node_args, drop=variant.drop)
+            fnode = self.b.call(variant.op, fargs, fkwargs)
+            single = len(variant.op._schema.returns) == 1
+
+            def result(i):
+                return fnode if single else self.b.getitem(fnode, i)
+
+            for name, _, fake in targets:
+                self._write(fake, result(variant.new_values[name]))
+            outs = out if isinstance(out, (tuple, list)) else (out,)
+            for orig, fidx in variant.results.items():
+                if isinstance(outs[orig], FakeTensor):
+                    self._bind(outs[orig], Value(Storage(result(fidx)), (), result(fidx), 0))
+            return out
+        # no functional form in ATen: mutate fresh copies inside the graph instead of the originals
+        clones = {}
+        for name, i, fake in targets:
+            clones[(name, i)] = self.b.call(aten.clone.default, (self.node_of(fake),))
+        for (name, i), clone in clones.items():
+            if i is None:
+                node_args[name] = clone
+            else:
+                node_args[name] = list(node_args[name])
+                node_args[name][i] = clone
+        margs, mkwargs = unbind_arguments(func, node_args)
+        mnode = self.b.call(func, margs, mkwargs, val=tree_map(_snapshot, out))
+        mnode.meta["mutates_fresh_copies"] = True
+        for name, i, fake in targets:
+            self._write(fake, clones[(name, i)])
+        written = {id(fake) for _, _, fake in targets}
+        if isinstance(out, (tuple, list)):
+            for k, item in enumerate(out):
+                if isinstance(item, FakeTensor) and id(item) not in written:
+                    self._bind(item, Value(Storage(self.b.getitem(mnode, k)), (), self.b.getitem(mnode, k), 0))
+        elif isinstance(out, FakeTensor) and id(out) not in written:
+            self._bind(out, Value(Storage(mnode), (), mnode, 0))
+        return out
+
+    def _write(self, fake: FakeTensor, new: fx.Node) -> None:
+        new_val = new.meta["val"]
+        if new_val.dtype != fake.dtype:
+            new = self.b.call(aten._to_copy.default, (new,), {"dtype": fake.dtype})
+            new_val = new.meta["val"]
+        if tuple(new_val.shape) != tuple(fake.shape):
+            if new_val.dim() <= fake.dim():
+                new = self.b.call(aten.expand.default, (new, list(fake.shape)))
+            else:
+                raise UnsupportedFakeOp("write", f"new value of shape {tuple(new_val.shape)} for {fake!r}")
+        self.fn.write(self.value(fake), new)
+
+
+def interpret(gm: fx.GraphModule, tracer: AtenTracer, args: list) -> object:
+    """Run the torch-level graph ``gm`` on ``args`` with ``tracer`` recording, node by node."""
+
+    class _Interpreter(fx.Interpreter):
+        def run_node(self, n):
+            tracer.b.provenance = {"from_node": n.name, "stack_trace": n.meta.get("stack_trace")}
+            return super().run_node(n)
+
+    with tracer:
+        return _Interpreter(gm, garbage_collect_values=True).run(*args)
+
