@@ -12,6 +12,7 @@ import warnings
 import weakref
 from typing import Any, Callable
 
+import torch
 import torch.fx as fx
 
 from kiln.capture import hook
@@ -175,9 +176,26 @@ class FrameCompiler:
                     ) from exc
             if not callable(compiled):
                 raise BackendError(f"backend {self.backend_name!r} returned {compiled!r}, which is not callable")
+            if output.changes_grad_mode:
+                compiled = RestoreGradModeOnError(compiled)
             graph_call = (compiled, list(output.input_sources))
         new_code = transformed_code(code, graph_call, result, graph_outputs, output.side_effects)
         return new_code, gm
+
+
+class RestoreGradModeOnError:
+    """Wraps a graph that switches grad mode inside: if it raises midway, the mode is put back."""
+
+    def __init__(self, compiled: Callable):
+        self.compiled = compiled
+
+    def __call__(self, *args):
+        mode = torch.is_grad_enabled()
+        try:
+            return self.compiled(*args)
+        except BaseException:
+            torch._C._set_grad_enabled(mode)
+            raise
 
 
 def reset_all() -> None:

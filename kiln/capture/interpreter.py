@@ -55,6 +55,7 @@ class Tracer:
         self.ip = 0
         self.current = None
         self.kw_names: tuple[str, ...] = ()
+        self.active_withs: list = []
         self.depth = 0 if parent is None else parent.depth + 1
         self.lineno = code.co_firstlineno
 
@@ -68,8 +69,8 @@ class Tracer:
                 if inst.lineno is not None:
                     self.lineno = inst.lineno
                 self.ip += 1
-                if inst.exn_tab_entry is not None:
-                    unsupported("code inside a try/with block",
+                if inst.exn_tab_entry is not None and not self.in_with_block(inst):
+                    unsupported("code inside a try block",
                                 hint="exception handling inside compiled code is supported in a later kiln version")
                 handler = OPCODE_HANDLERS.get(inst.opname)
                 if handler is None:
@@ -80,6 +81,16 @@ class Tracer:
             return ret.value
         except Unsupported as exc:
             raise exc.locate(self.code.co_filename, self.lineno)
+
+    def in_with_block(self, inst) -> bool:
+        """Whether inst is protected only by the cleanup handler of a `with` kiln entered."""
+        if not self.active_withs:
+            return False
+        handler = inst.exn_tab_entry.target
+        i = self.index_of[id(handler)]
+        following = self.instructions[i + 1] if i + 1 < len(self.instructions) else None
+        return handler.opname == "PUSH_EXC_INFO" and following is not None and \
+            following.opname == "WITH_EXCEPT_START"
 
     def user_stack(self) -> list[tuple[str, int, str]]:
         frames = []

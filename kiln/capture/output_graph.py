@@ -27,6 +27,8 @@ class OutputGraph:
         self.root = torch.nn.Module()
         self.guards = GuardSet()
         self.side_effects = SideEffects()
+        self.grad_enabled = torch.is_grad_enabled()  # the mode ops run under at this point of the graph
+        self.changes_grad_mode = False
         self.fake_mode = FakeTensorMode()
         self.input_sources: list[Source] = []
         self.example_inputs: list[Any] = []
@@ -103,7 +105,7 @@ class OutputGraph:
         fargs = tree_map(example, args)
         fkwargs = tree_map(example, kwargs)
         try:
-            with self.fake_mode:
+            with self.fake_mode, torch.set_grad_enabled(self.grad_enabled):
                 if kind == "call_method":
                     return getattr(fargs[0], target)(*fargs[1:], **fkwargs)
                 return target(*fargs, **fkwargs)
@@ -131,7 +133,9 @@ class OutputGraph:
             if isinstance(example, tuple) and (hasattr(type(example), "_fields") or is_structseq(type(example))):
                 return NamedTupleValue(parts, type(example))
             return TupleValue(parts) if isinstance(example, tuple) else ListValue(parts)
-        if isinstance(example, (int, float, bool, torch.Size)) or example is None:
+        if example is None:
+            return ConstantValue(None)  # e.g. setitem: the node stays, it mutates its input
+        if isinstance(example, (int, float, bool, torch.Size)):
             # metadata results (sizes, numel) are known statically: use the constant, drop the node
             if not node.users:
                 self.graph.erase_node(node)

@@ -78,6 +78,15 @@ def RAISE_VARARGS(tx, inst):
                 hint="exceptions are supported in a later kiln version")
 
 
-@handles("BEFORE_WITH", "SETUP_WITH", "BEFORE_ASYNC_WITH")
+@handles()
 def BEFORE_WITH(tx, inst):
-    unsupported("`with` blocks are not supported yet", hint="move the with block outside the compiled function")
+    from kiln.capture.values.contexts import GradModeValue, WithExitValue
+
+    ctx = tx.pop()
+    if not isinstance(ctx, GradModeValue):
+        unsupported(f"`with` on {ctx}: only grad-mode context managers (torch.no_grad, enable_grad, "
+                    f"set_grad_enabled) are supported inside compiled code so far",
+                    hint="move the with block outside the compiled function")
+    tx.active_withs.append(ctx)
+    tx.push(WithExitValue(ctx))
+    tx.push(ctx.enter(tx))

@@ -87,6 +87,11 @@ class ClassValue(Value):
         from kiln.capture.values.builtins import construct_builtin_type
 
         cls = self.cls
+        from kiln.capture.values.contexts import make_grad_mode
+
+        grad_mode = make_grad_mode(tx, cls, args, kwargs)
+        if grad_mode is not None:
+            return grad_mode
         if issubclass(cls, tuple) and hasattr(cls, "_fields"):
             return _make_namedtuple(tx, cls, args, kwargs)
         if cls.__module__ == "builtins" or cls.__module__.startswith("torch"):

@@ -1,0 +1,83 @@
+"""Context managers kiln understands: grad mode (torch.no_grad, enable_grad, set_grad_enabled).
+
+Entering and leaving one records `torch._C._set_grad_enabled(mode)` into the graph and switches the
+mode used to compute fake results, so the graph runs each op under the mode eager would.
+"""
+from __future__ import annotations
+
+import torch
+
+from kiln.capture.values.base import ConstantValue, Value, unsupported
+
+
+def set_grad_mode(tx, enabled: bool) -> None:
+    out = tx.output
+    if out.grad_enabled == enabled:
+        return
+    node = out.graph.call_function(torch._C._set_grad_enabled, (enabled,))
+    node.meta["example_value"] = None
+    out.grad_enabled = enabled
+    out.changes_grad_mode = True
+
+
+class GradModeValue(Value):
+    """A grad-mode context manager. `target` is the mode inside the block."""
+
+    def __init__(self, target: bool, already_entered: bool = False, previous: bool | None = None):
+        self.target = target
+        self.already_entered = already_entered  # set_grad_enabled(...) switches on construction
+        self.previous = previous
+
+    def python_type(self) -> type:
+        return torch.autograd.grad_mode.set_grad_enabled if self.already_entered else torch.no_grad
+
+    def enter(self, tx) -> Value:
+        if not self.already_entered:
+            self.previous = tx.output.grad_enabled
+            set_grad_mode(tx, self.target)
+        return ConstantValue(None)
+
+    def exit(self, tx) -> Value:
+        set_grad_mode(tx, self.previous)
+        return ConstantValue(None)
+
+    def getattr(self, tx, name: str) -> Value:
+        if name in ("__enter__", "__exit__"):
+            return _ContextMethod(self, name)
+        unsupported(f"attribute {name!r} of a grad-mode context manager")
+
+    def call(self, tx, args, kwargs) -> Value:
+        unsupported("using a grad-mode context manager as a decorator inside a compiled function")
+
+
+class _ContextMethod(Value):
+    def __init__(self, ctx: GradModeValue, name: str):
+        self.ctx, self.name = ctx, name
+
+    def call(self, tx, args, kwargs) -> Value:
+        return self.ctx.enter(tx) if self.name == "__enter__" else self.ctx.exit(tx)
+
+
+class WithExitValue(Value):
+    """What BEFORE_WITH leaves below the block: calling it (with None, None, None) leaves the block."""
+
+    def __init__(self, ctx: GradModeValue):
+        self.ctx = ctx
+
+    def call(self, tx, args, kwargs) -> Value:
+        tx.active_withs.pop()
+        return self.ctx.exit(tx)
+
+
+def make_grad_mode(tx, cls, args, kwargs) -> Value | None:
+    """The value for calling `cls(*args)` if cls is a grad-mode context manager kiln handles."""
+    if cls is torch.no_grad:
+        return GradModeValue(False)
+    if cls is torch.enable_grad:
+        return GradModeValue(True)
+    if cls is torch.set_grad_enabled:
+        mode = (args[0] if args else kwargs["mode"]).as_constant()
+        previous = tx.output.grad_enabled
+        set_grad_mode(tx, bool(mode))
+        return GradModeValue(bool(mode), already_entered=True, previous=previous)
+    return None
