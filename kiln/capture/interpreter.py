@@ -207,9 +207,18 @@ class Tracer:
         else:
             f_globals = fn_value.f_globals
             name = fn_value.qualname
+        if code.co_flags & 0x20 and code.co_name == "<genexpr>" and not code.co_flags & (0x80 | 0x100 | 0x200):
+            # a generator expression: run it to the end now; its items become a materialized iterator
+            child = GeneratorTracer(code, f_globals, self.f_builtins, self.output, self, self.options, name)
+            child.bind_arguments(fn_value, args, kwargs)
+            child.run()
+            from kiln.capture.values.containers import ListIteratorValue
+
+            return ListIteratorValue(child.yielded)
         if code.co_flags & (0x20 | 0x80 | 0x100 | 0x200):
             unsupported(f"calling generator or coroutine function {name}",
-                        hint="generators are supported in a later kiln version")
+                        hint="generator functions are supported in a later kiln version; "
+                             "generator expressions already are")
         if self.depth >= self.options.inline_depth:
             unsupported(f"inlining deeper than {self.options.inline_depth} calls (at {name})")
         child = InliningTracer(code, f_globals, self.f_builtins, self.output, self, self.options, name)
@@ -265,6 +274,19 @@ class InliningTracer(Tracer):
             unsupported(f"{self.function_name}() got unexpected keyword arguments {sorted(kwargs)}")
         self.locals = bound
         self.cells.update(fn_value.bind_closure(self))
+
+
+class GeneratorTracer(InliningTracer):
+    """Runs a generator expression to completion, collecting what it yields."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.yielded: list[Value] = []
+
+    def in_with_block(self, inst) -> bool:
+        # 3.12 wraps generator bodies in a handler that turns StopIteration into RuntimeError
+        handler = inst.exn_tab_entry.target
+        return handler.opname == "CALL_INTRINSIC_1" or super().in_with_block(inst)
 
 
 def _default_value(tx, value) -> Value:

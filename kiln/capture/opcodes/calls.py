@@ -83,7 +83,17 @@ def RETURN_VALUE(tx, inst):
 
 @handles()
 def RETURN_GENERATOR(tx, inst):
-    unsupported("generator functions are not supported yet")
+    if not hasattr(tx, "yielded"):
+        unsupported("generator functions are not supported yet")
+    tx.push(ConstantValue(None))  # popped by the POP_TOP that follows
+
+
+@handles()
+def YIELD_VALUE(tx, inst):
+    if not hasattr(tx, "yielded"):
+        unsupported("yield outside a generator kiln can run")
+    tx.yielded.append(tx.pop())
+    tx.push(ConstantValue(None))  # the value sent into the generator
 
 
 @handles()
