@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import operator
+import re
 
 import torch
 import torch.fx as fx
@@ -30,6 +31,9 @@ class GraphBuilder:
         return node
 
     def placeholder(self, name: str, val) -> fx.Node:
+        name = re.sub(r"\W", "_", name)
+        if not name or name[0].isdigit():
+            name = "_" + name
         placeholders = [n for n in self.graph.nodes if n.op == "placeholder"]
         if placeholders:
             with self.graph.inserting_after(placeholders[-1]):

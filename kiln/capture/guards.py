@@ -23,6 +23,7 @@ class GuardKind(enum.Enum):
     LENGTH = "length"      # type and length of a list/tuple
     DICT_KEYS = "dict_keys"  # type and keys (in order) of a dict
     NONE = "none"          # is None / is not None
+    CONTAINS = "contains"  # a key is (or is not) in a dict
     GLOBAL_STATE = "global_state"  # grad mode, default dtype, autocast
 
 
@@ -66,6 +67,10 @@ class GuardSet:
 
     def length(self, source: Source, obj: Any) -> None:
         self.add(GuardKind.LENGTH, source, (type(obj), len(obj)))
+
+    def contains(self, source: Source, key, present: bool) -> None:
+        guard = Guard(GuardKind.CONTAINS, source, (key, present))
+        self._guards.setdefault((GuardKind.CONTAINS, source.name(), repr(key)), guard)
 
     def dict_keys(self, source: Source, obj: dict) -> None:
         self.add(GuardKind.DICT_KEYS, source, (type(obj), list(obj.keys())))
@@ -197,6 +202,9 @@ def _guard_exprs(g: Guard, names: _Namer) -> list[tuple[str, str]]:
     if k is GuardKind.DICT_KEYS:
         t, keys = g.value
         return [(f"___type({x}) is {names.ref(t)} and ___list({x}.keys()) == {names.ref(keys)}", f"keys of {x} == {keys!r}")]
+    if k is GuardKind.CONTAINS:
+        key, present = g.value
+        return [(f"({key!r} in {x}) is {present}", f"{key!r} {'in' if present else 'not in'} {x}")]
     if k is GuardKind.NONE:
         return [(f"({x} is None) is {g.value}", f"{x} is {'None' if g.value else 'not None'}")]
     raise AssertionError(k)

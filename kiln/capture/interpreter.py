@@ -69,9 +69,9 @@ class Tracer:
                 if inst.lineno is not None:
                     self.lineno = inst.lineno
                 self.ip += 1
-                if inst.exn_tab_entry is not None and not self.in_with_block(inst):
-                    unsupported("code inside a try block",
-                                hint="exception handling inside compiled code is supported in a later kiln version")
+                # Instructions inside try/with blocks run as usual: kiln only enters `with` blocks of
+                # context managers it models, and any exception while tracing makes the frame run
+                # eagerly, so the handlers are never needed while tracing.
                 handler = OPCODE_HANDLERS.get(inst.opname)
                 if handler is None:
                     unsupported(f"Python bytecode {inst.opname} is not supported yet")

@@ -88,6 +88,9 @@ def _wrap(tx, value, source, qualname) -> Value:
             guards.identity(source, value)
         return TorchFunctionValue(value, source)
     if isinstance(value, types.FunctionType):
+        answer = COMPILE_STATE_QUERIES.get((value.__module__, value.__name__))
+        if answer is not None:
+            return ConstantFunctionValue(value, answer)
         if source is not None and not isinstance(source, ConstantSource):
             guards.identity(source, value)
         return UserFunctionValue(value, source)
@@ -123,6 +126,32 @@ def _wrap(tx, value, source, qualname) -> Value:
         unsupported(f"object of type {type(value).__qualname__}")
     guards.type(source, value)
     return UserObjectValue(value, source)
+
+
+# "Is this code being compiled / traced / scripted?" as asked by library code: inside a kiln graph the
+# answer to is_compiling() is yes (code takes its compiler-friendly path), and it is not TorchScript.
+COMPILE_STATE_QUERIES = {
+    ("torch.compiler", "is_compiling"): True,
+    ("torch.compiler", "is_dynamo_compiling"): True,
+    ("torch.compiler", "is_exporting"): False,
+    ("torch.jit._trace", "is_tracing"): False,
+    ("torch._jit_internal", "is_scripting"): False,
+    ("torch.jit", "is_scripting"): False,
+    ("torch._utils", "is_compiling"): True,
+}
+
+
+class ConstantFunctionValue(Value):
+    """A function whose answer is known while tracing (compile-state queries)."""
+
+    def __init__(self, fn, answer):
+        self.fn, self.answer = fn, answer
+
+    def call(self, tx, args, kwargs) -> Value:
+        return ConstantValue(self.answer)
+
+    def reconstruct(self, cg) -> None:
+        cg.load_const(self.fn)
 
 
 _BUILTIN_CALLABLES = {tuple, list, dict, set, frozenset, slice, int, float, bool, str, complex, range, type,

@@ -35,6 +35,12 @@ class UserFunctionValue(Value):
     def call(self, tx, args, kwargs) -> Value:
         return tx.inline_user_function(self, args, kwargs)
 
+    def reconstruct(self, cg) -> None:
+        if self.source is not None:
+            self.source.emit(cg)
+        else:
+            cg.load_const(self.fn)
+
     def bind_closure(self, tx) -> dict[str, Value]:
         """Values of the function's free variables, read through the closure cells."""
         from kiln.capture.values.builder import wrap

@@ -149,8 +149,20 @@ class UserObjectValue(Value):
         if pending is not None:
             return pending
         cls = type(self.obj)
-        if type(cls).__getattribute__ is not type.__getattribute__ or cls.__getattribute__ is not object.__getattribute__:
-            unsupported(f"{cls.__name__} defines __getattribute__")
+        if cls.__getattribute__ is not object.__getattribute__:
+            if isinstance(cls.__getattribute__, types.FunctionType):
+                # a Python __getattribute__ (e.g. transformers' PretrainedConfig): trace it
+                return class_attribute(tx, cls, "__getattribute__", self).call(tx, [ConstantValue(name)], {})
+            unsupported(f"{cls.__name__} defines __getattribute__ in C")
+        return self.generic_getattr(tx, name)
+
+    def generic_getattr(self, tx, name: str) -> Value:
+        """object.__getattribute__: data descriptors, then the instance dict, then the class."""
+        from kiln.capture.values.builder import wrap
+
+        cls = type(self.obj)
+        if name == "__dict__" and hasattr(self.obj, "__dict__"):
+            return InstanceDictValue(self)
         class_attr = None
         for klass in cls.__mro__:
             if name in vars(klass):
@@ -258,10 +270,63 @@ class SuperValue(Value):
                     return wrap(tx, attr.__func__, src)
                 if attr is object.__init__:
                     return _NoOp()
+                if attr is object.__getattribute__ and isinstance(self.self_value, UserObjectValue):
+                    return _GenericGetattr(self.self_value)
                 if callable(attr) and klass.__module__.startswith("torch") and name == "__init__":
                     return _NoOp()
                 return wrap(tx, attr, src)
         unsupported(f"super().{name}")
+
+
+class InstanceDictValue(Value):
+    """`obj.__dict__` of an existing object, read key by key (each read guarded)."""
+
+    def __init__(self, obj: "UserObjectValue"):
+        self.obj = obj
+        self.source = AttrSource(obj.source, "__dict__")
+
+    def python_type(self) -> type:
+        return dict
+
+    def _lookup(self, tx, key: Value):
+        from kiln.capture.sources import GetItemSource
+        from kiln.capture.values.builder import wrap
+
+        k = key.as_constant()
+        d = self.obj.obj.__dict__
+        tx.output.guards.contains(self.source, k, k in d)
+        if k not in d:
+            return None
+        return wrap(tx, d[k], GetItemSource(self.source, k))
+
+    def getattr(self, tx, name: str) -> Value:
+        from kiln.capture.values.base import BoundMethodValue
+
+        if name in ("get", "__getitem__", "__contains__"):
+            return BoundMethodValue(self, name)
+        unsupported(f"__dict__.{name}")
+
+    def call_method(self, tx, name, args, kwargs) -> Value:
+        found = self._lookup(tx, args[0])
+        if name == "__contains__":
+            return ConstantValue(found is not None)
+        if name == "get":
+            return found if found is not None else (args[1] if len(args) > 1 else ConstantValue(None))
+        if found is None:
+            unsupported(f"KeyError: {args[0].as_constant()!r}")
+        return found
+
+
+class _GenericGetattr(Value):
+    """`super().__getattribute__` reaching object.__getattribute__ from a Python __getattribute__."""
+
+    def __init__(self, obj: "UserObjectValue"):
+        self.obj = obj
+
+    def call(self, tx, args, kwargs) -> Value:
+        if len(args) != 1 or kwargs or not args[0].is_constant():
+            unsupported("object.__getattribute__ with a non-constant name")
+        return self.obj.generic_getattr(tx, args[0].as_constant())
 
 
 class _NoOp(Value):

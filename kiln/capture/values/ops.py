@@ -132,6 +132,10 @@ def contains_op(tx, item: Value, container: Value) -> bool:
             elif isinstance(element, TensorValue) or isinstance(item, TensorValue):
                 unsupported("`in` comparing tensors depends on their data")
         return False
+    from kiln.capture.values.objects import InstanceDictValue
+
+    if isinstance(container, InstanceDictValue):
+        return tx.truth(container.call_method(tx, "__contains__", [item], {}))
     result = container.call_method(tx, "__contains__", [item], {})
     return tx.truth(result)
 
@@ -140,6 +144,8 @@ def getitem(tx, obj: Value, index: Value) -> Value:
     if isinstance(obj, TensorValue):
         return tx.output.call("call_function", operator.getitem, [obj, index], {})
     if isinstance(obj, (SequenceValue, DictValue)):
+        return obj.getitem(tx, index)
+    if hasattr(obj, "getitem"):
         return obj.getitem(tx, index)
     if obj.is_constant() and index.is_constant():
         try:

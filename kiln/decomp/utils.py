@@ -1,0 +1,61 @@
+"""Helpers shared by decompositions: dtype handling and dims."""
+from __future__ import annotations
+
+import functools
+
+import torch
+from torch.utils._pytree import tree_map
+
+aten = torch.ops.aten
+LOW_PRECISION = (torch.float16, torch.bfloat16)
+
+
+def compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype eager kernels compute in: float32 for half and bfloat16."""
+    return torch.float32 if dtype in LOW_PRECISION else dtype
+
+
+def upcast(x: torch.Tensor) -> torch.Tensor:
+    return aten._to_copy.default(x, dtype=torch.float32) if x.dtype in LOW_PRECISION else x
+
+
+def to_dtype(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    return x if x.dtype == dtype else aten._to_copy.default(x, dtype=dtype)
+
+
+def compute_in_float32(fn):
+    """Run a pointwise-style decomposition in float32 for half/bfloat16 inputs; cast results back
+    to the dtype of the first tensor argument (as eager's kernels do with their opmath type)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        first = next((a for a in args if isinstance(a, torch.Tensor)), None)
+        if first is None or first.dtype not in LOW_PRECISION:
+            return fn(*args, **kwargs)
+        out_dtype = first.dtype
+        cast = lambda t: upcast(t) if isinstance(t, torch.Tensor) else t  # noqa: E731
+        result = fn(*tree_map(cast, args), **tree_map(cast, kwargs))
+        return tree_map(lambda t: to_dtype(t, out_dtype) if isinstance(t, torch.Tensor) and t.is_floating_point() else t, result)
+
+    return wrapper
+
+
+def canonical_dims(dims, ndim: int) -> list[int]:
+    if dims is None:
+        return list(range(ndim))
+    if isinstance(dims, int):
+        dims = [dims]
+    if len(dims) == 0:
+        return list(range(ndim))
+    return sorted({d % max(ndim, 1) for d in dims})
+
+
+def numel_of(x: torch.Tensor, dims) -> int:
+    n = 1
+    for d in dims:
+        n *= x.shape[d] if x.dim() else 1
+    return n
+
+
+def scalar_like(value, x: torch.Tensor, dtype=None) -> torch.Tensor:
+    return aten.scalar_tensor.default(value, dtype=dtype or x.dtype, device=x.device)
