@@ -133,6 +133,11 @@ class AtenTracer(TorchDispatchMode):
         kwargs = kwargs or {}
         if func is prim.device.default:
             return run_on_fakes(func, args, kwargs)
+        if func is aten.native_batch_norm.default and func not in self.decompositions:
+            # its schema does not say that it writes the running stats; this twin's schema does
+            func = aten._native_batch_norm_legit.default if args[3] is not None else None
+            if func is None:
+                return aten._native_batch_norm_legit.no_stats(*args[:3], *args[5:], **kwargs)
         decomposition = self.decompositions.get(func)
         if decomposition is not None:
             with self:
@@ -210,19 +215,18 @@ class AtenTracer(TorchDispatchMode):
         out = run_on_fakes(func, args, kwargs)
         variant = functional_variant(func)
         if variant is not None and all(i is None for _, i, _ in targets):
-            fargs, fkwargs = unbind_arguments(variant.op, node_args, drop=variant.drop)
-            fnode = self.b.call(variant.op, fargs, fkwargs)
-            single = len(variant.op._schema.returns) == 1
-
-            def result(i):
-                return fnode if single else self.b.getitem(fnode, i)
-
+            # the functional op goes through the tracer again, so decompositions apply to it
+            fargs, fkwargs = unbind_arguments(variant.op, bound, drop=variant.drop)
+            with self:
+                fout = variant.op(*fargs, **fkwargs)
+            results = fout if isinstance(fout, (tuple, list)) else (fout,)
             for name, _, fake in targets:
-                self._write(fake, result(variant.new_values[name]))
+                self._write(fake, self.node_of(results[variant.new_values[name]]))
             outs = out if isinstance(out, (tuple, list)) else (out,)
             for orig, fidx in variant.results.items():
                 if isinstance(outs[orig], FakeTensor):
-                    self._bind(outs[orig], Value(Storage(result(fidx)), (), result(fidx), 0))
+                    source = self.value(results[fidx])
+                    self._bind(outs[orig], Value(source.storage, source.steps, source.node, source.version))
             return out
         # no functional form in ATen: mutate fresh copies inside the graph instead of the originals
         clones = {}

@@ -1,8 +1,82 @@
-"""Decompositions: attention."""
+"""Decompositions: scaled dot-product attention, written as the math pattern
+
+    scores = (q * sqrt(scale)) @ (k * sqrt(scale))^T (+ mask) ; p = softmax(scores) ; out = p @ v
+
+so that later stages can recognise it and fuse it into one attention kernel. The fused ATen kernels
+(flash for CPU, flash/efficient/cudnn for CUDA) all come back to this pattern.
+"""
 from __future__ import annotations
+
+import math
 
 import torch
 
 from kiln.decomp.registry import decomposition
+from kiln.decomp.utils import to_dtype, upcast
 
 aten = torch.ops.aten
+
+
+def _attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    """(out, logsumexp, probabilities) of attention over the last two dims; logsumexp in float32."""
+    L, S, E = q.shape[-2], k.shape[-2], q.shape[-1]
+    scale = 1.0 / math.sqrt(E) if scale is None else scale
+    if enable_gqa and q.dim() >= 3 and k.shape[-3] != q.shape[-3]:
+        groups = q.shape[-3] // k.shape[-3]
+        k = aten.repeat_interleave.self_int(k, groups, -3)
+        v = aten.repeat_interleave.self_int(v, groups, -3)
+    qf, kf, vf = upcast(q), upcast(k), upcast(v)
+    root = math.sqrt(scale)
+    scores = torch.matmul(aten.mul.Scalar(qf, root), aten.transpose.int(aten.mul.Scalar(kf, root), -2, -1))
+    if is_causal:
+        keep = aten.tril.default(aten.full.default([L, S], True, dtype=torch.bool, device=q.device))
+        scores = aten.masked_fill.Scalar(scores, aten.logical_not.default(keep), float("-inf"))
+    if attn_mask is not None:
+        if attn_mask.dtype == torch.bool:
+            scores = aten.masked_fill.Scalar(scores, aten.logical_not.default(attn_mask), float("-inf"))
+        else:
+            scores = aten.add.Tensor(scores, upcast(attn_mask))
+    lse = aten.logsumexp.default(scores, [-1], False)
+    probs = aten._softmax.default(scores, -1, False)
+    if dropout_p > 0:
+        probs = aten.native_dropout.default(probs, dropout_p, True)[0]
+    out = torch.matmul(probs, vf)
+    return to_dtype(out, q.dtype), lse, probs
+
+
+@decomposition(aten._scaled_dot_product_flash_attention_for_cpu.default)
+def sdpa_flash_cpu(q, k, v, dropout_p=0.0, is_causal=False, *, attn_mask=None, scale=None):
+    out, lse, _ = _attention(q, k, v, attn_mask, dropout_p, is_causal, scale)
+    return out, lse
+
+
+@decomposition(aten._scaled_dot_product_efficient_attention.default)
+def sdpa_efficient(q, k, v, attn_bias, compute_log_sumexp, dropout_p=0.0, is_causal=False, *, scale=None):
+    if dropout_p > 0:
+        return NotImplemented  # the kernel returns its RNG state; keep it whole
+    out, lse, _ = _attention(q, k, v, attn_bias, 0.0, is_causal, scale)
+    empty = aten.empty.memory_format([0], dtype=torch.int64, device=q.device)
+    if not compute_log_sumexp:
+        lse = aten.empty.memory_format([0], dtype=torch.float32, device=q.device)
+    return out, lse, empty, empty
+
+
+@decomposition(aten._scaled_dot_product_flash_attention.default)
+def sdpa_flash(q, k, v, dropout_p=0.0, is_causal=False, return_debug_mask=False, *, scale=None):
+    return NotImplemented if dropout_p > 0 or return_debug_mask else _flash_outputs(q, k, v, is_causal, scale)
+
+
+def _flash_outputs(q, k, v, is_causal, scale):
+    out, lse, _ = _attention(q, k, v, None, 0.0, is_causal, scale)
+    int_empty = aten.empty.memory_format([0], dtype=torch.int64, device=q.device)
+    seed = aten.empty.memory_format([2], dtype=torch.uint64 if hasattr(torch, "uint64") else torch.int64, device=q.device)
+    debug = aten.empty.memory_format([0], dtype=q.dtype, device=q.device)
+    return out, lse, int_empty, int_empty, q.shape[-2], k.shape[-2], seed, seed, debug
+
+
+@decomposition(aten._scaled_dot_product_attention_math.default)
+def sdpa_math(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, dropout_mask=None, *, scale=None, enable_gqa=False):
+    if dropout_mask is not None:
+        return NotImplemented
+    out, _, probs = _attention(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+    return out, to_dtype(probs, q.dtype)

@@ -1,8 +1,169 @@
-"""Decompositions: pointwise."""
+"""Decompositions: pointwise ops outside the core set (clamp, lerp, addcmul, masked_fill, fills, ...)."""
 from __future__ import annotations
 
 import torch
 
 from kiln.decomp.registry import decomposition
+from kiln.decomp.utils import compute_in_float32, scalar_like, to_dtype
 
 aten = torch.ops.aten
+
+
+def _clamp(x, low, high):
+    if x.dtype == torch.bool or (low is None and high is None):
+        return NotImplemented
+    dtype = x.dtype
+    for bound in (low, high):
+        if bound is not None:
+            dtype = torch.promote_types(dtype, torch.result_type(x, bound))
+    out = to_dtype(x, dtype)
+    # maximum/minimum propagate NaN from either side, as clamp does
+    if low is not None:
+        out = aten.maximum.default(out, to_dtype(low, dtype) if isinstance(low, torch.Tensor) else scalar_like(low, out))
+    if high is not None:
+        out = aten.minimum.default(out, to_dtype(high, dtype) if isinstance(high, torch.Tensor) else scalar_like(high, out))
+    return out
+
+
+@decomposition(aten.clamp.default, aten.clamp.Tensor)
+def clamp(x, min=None, max=None):
+    return _clamp(x, min, max)
+
+
+@decomposition(aten.clamp_min.default, aten.clamp_min.Tensor)
+def clamp_min(x, min):
+    return _clamp(x, min, None)
+
+
+@decomposition(aten.clamp_max.default, aten.clamp_max.Tensor)
+def clamp_max(x, max):
+    return _clamp(x, None, max)
+
+
+@decomposition(aten.add.Tensor)
+def add_alpha(x, other, alpha=1):
+    if alpha == 1 or not isinstance(other, torch.Tensor) or other.dtype == torch.bool:
+        return NotImplemented
+    return aten.add.Tensor(x, aten.mul.Scalar(other, alpha))
+
+
+@decomposition(aten.sub.Tensor)
+def sub_alpha(x, other, alpha=1):
+    if alpha == 1 or not isinstance(other, torch.Tensor) or other.dtype == torch.bool:
+        return NotImplemented
+    return aten.sub.Tensor(x, aten.mul.Scalar(other, alpha))
+
+
+@decomposition(aten.rsub.Tensor, aten.rsub.Scalar)
+def rsub(x, other, alpha=1):
+    scaled = x if alpha == 1 else aten.mul.Scalar(x, alpha)
+    if not isinstance(other, torch.Tensor):
+        other = aten.scalar_tensor.default(other, dtype=torch.result_type(x, other), device=x.device)
+    return aten.sub.Tensor(other, scaled)
+
+
+@decomposition(aten.addcmul.default)
+@compute_in_float32
+def addcmul(x, t1, t2, value=1):
+    prod = aten.mul.Tensor(t1, t2)
+    return aten.add.Tensor(x, prod if value == 1 else aten.mul.Scalar(prod, value))
+
+
+@decomposition(aten.addcdiv.default)
+@compute_in_float32
+def addcdiv(x, t1, t2, value=1):
+    quot = aten.div.Tensor(t1, t2)
+    return aten.add.Tensor(x, quot if value == 1 else aten.mul.Scalar(quot, value))
+
+
+@decomposition(aten.lerp.Scalar, aten.lerp.Tensor)
+@compute_in_float32
+def lerp(start, end, weight):
+    diff = aten.sub.Tensor(end, start)
+    w = weight if isinstance(weight, torch.Tensor) else scalar_like(weight, start)
+    # eager uses start + w * diff for |w| < 0.5, end - (1 - w) * diff otherwise (more accurate)
+    low = aten.add.Tensor(start, aten.mul.Tensor(w, diff))
+    high = aten.sub.Tensor(end, aten.mul.Tensor(aten.rsub.Scalar(w, 1), diff))
+    return aten.where.self(aten.lt.Scalar(aten.abs.default(w), 0.5), low, high)
+
+
+@decomposition(aten.masked_fill.Scalar, aten.masked_fill.Tensor)
+def masked_fill(x, mask, value):
+    if isinstance(value, torch.Tensor):
+        value = to_dtype(value, x.dtype)
+    else:
+        value = scalar_like(value, x)
+    return aten.where.self(mask, value, x)
+
+
+@decomposition(aten.fill.Scalar)
+def fill_scalar(x, value):
+    return aten.full.default(list(x.shape), value, dtype=x.dtype, device=x.device)
+
+
+@decomposition(aten.fill.Tensor)
+def fill_tensor(x, value):
+    return aten.clone.default(aten.expand.default(to_dtype(value, x.dtype), list(x.shape)))
+
+
+@decomposition(aten.zero.default)
+def zero(x):
+    return aten.full.default(list(x.shape), 0, dtype=x.dtype, device=x.device)
+
+
+@decomposition(aten.copy.default)
+def copy(x, src, non_blocking=False):
+    value = aten._to_copy.default(src, dtype=x.dtype, device=x.device)
+    if tuple(value.shape) != tuple(x.shape):
+        value = aten.clone.default(aten.expand.default(value, list(x.shape)))
+    return value
+
+
+@decomposition(aten.lift_fresh_copy.default)
+def lift_fresh_copy(x):
+    return aten.clone.default(x)
+
+
+@decomposition(aten.square.default)
+def square(x):
+    return aten.mul.Tensor(x, x)
+
+
+@decomposition(aten.frac.default)
+def frac(x):
+    return aten.sub.Tensor(x, aten.trunc.default(x))
+
+
+@decomposition(aten.deg2rad.default)
+def deg2rad(x):
+    return aten.mul.Scalar(x, torch.pi / 180) if x.is_floating_point() else NotImplemented
+
+
+@decomposition(aten.rad2deg.default)
+def rad2deg(x):
+    return aten.mul.Scalar(x, 180 / torch.pi) if x.is_floating_point() else NotImplemented
+
+
+@decomposition(aten.floor_divide.default)
+def floor_divide(x, other):
+    return aten.div.Tensor_mode(x, other, rounding_mode="floor")
+
+
+@decomposition(aten.logaddexp.default)
+@compute_in_float32
+def logaddexp(a, b):
+    if a.is_complex() or b.is_complex():
+        return NotImplemented
+    hi = aten.maximum.default(a, b)
+    lo = aten.minimum.default(a, b)
+    out = aten.add.Tensor(hi, aten.log1p.default(aten.exp.default(aten.sub.Tensor(lo, hi))))
+    # both -inf (or both +inf): the difference is NaN; the answer is that infinity
+    same_inf = aten.logical_and.default(aten.isinf.default(a), aten.eq.Tensor(a, b))
+    return aten.where.self(same_inf, a, out)
+
+
+@decomposition(aten.heaviside.default)
+def heaviside(x, values):
+    zero = aten.eq.Scalar(x, 0)
+    pos = to_dtype(aten.gt.Scalar(x, 0), torch.result_type(x, values))
+    return aten.where.self(zero, to_dtype(values, pos.dtype), pos)

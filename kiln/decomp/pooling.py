@@ -1,8 +1,173 @@
-"""Decompositions: pooling."""
+"""Decompositions: max/avg pooling over windows (``unfold`` views + reductions), adaptive average."""
 from __future__ import annotations
 
 import torch
 
 from kiln.decomp.registry import decomposition
+from kiln.decomp.utils import to_dtype, upcast
 
 aten = torch.ops.aten
+
+
+def _tuple(v, n):
+    if isinstance(v, int):
+        return [v] * n
+    v = list(v)
+    return v * n if len(v) == 1 else v
+
+
+def _out_size(length, k, s, p, d, ceil_mode):
+    span = d * (k - 1) + 1
+    out = (length + 2 * p - span + ((s - 1) if ceil_mode else 0)) // s + 1
+    if ceil_mode and (out - 1) * s >= length + p:
+        out -= 1
+    return out
+
+
+def _windows(x, n, kernel, stride, padding, dilation, ceil_mode, pad_value):
+    """x padded and unfolded: shape (*batch, *out_sizes, *kernel) plus the out sizes."""
+    pads, outs = [], []
+    for i in range(n):
+        dim = x.dim() - n + i
+        o = _out_size(x.shape[dim], kernel[i], stride[i], padding[i], dilation[i], ceil_mode)
+        needed = (o - 1) * stride[i] + dilation[i] * (kernel[i] - 1) + 1
+        after = max(needed - x.shape[dim] - padding[i], 0)
+        pads.append((padding[i], after))
+        outs.append(o)
+    flat_pad = [v for before, after in reversed(pads) for v in (before, after)]
+    xp = aten.constant_pad_nd.default(x, flat_pad, pad_value) if any(flat_pad) else x
+    for i in range(n):
+        dim = x.dim() - n + i
+        span = dilation[i] * (kernel[i] - 1) + 1
+        xp = aten.unfold.default(xp, dim, span, stride[i])
+        if dilation[i] > 1:
+            xp = aten.slice.Tensor(xp, -1, 0, span, dilation[i])
+        xp = aten.slice.Tensor(xp, dim, 0, outs[i])
+    return xp, outs
+
+
+def _max_pool(x, n, kernel_size, stride, padding, dilation, ceil_mode):
+    if not x.is_floating_point() or x.numel() == 0:
+        return NotImplemented
+    kernel = _tuple(kernel_size, n)
+    stride = _tuple(stride, n) if stride else kernel
+    padding, dilation = _tuple(padding, n), _tuple(dilation, n)
+    windows, outs = _windows(x, n, kernel, stride, padding, dilation, ceil_mode, float("-inf"))
+    batch = list(windows.shape[: windows.dim() - 2 * n])
+    flat = aten.reshape.default(windows, batch + outs + [-1])
+    values = aten.amax.default(flat, [-1])
+    arg = aten.argmax.default(flat, -1)
+    # the input position of each window's maximum, flattened over the pooled dims
+    index = None
+    rest = arg
+    for i in reversed(range(n)):
+        within = aten.remainder.Scalar(rest, kernel[i])
+        rest = aten.div.Tensor_mode(rest, kernel[i], rounding_mode="floor")
+        start = aten.arange.start_step(0, outs[i], 1, dtype=torch.int64, device=x.device)
+        start = aten.sub.Scalar(aten.mul.Scalar(start, stride[i]), padding[i])
+        start = aten.view.default(start, [outs[i]] + [1] * (n - 1 - i))
+        pos = aten.add.Tensor(start, aten.mul.Scalar(within, dilation[i]))
+        stride_in = 1
+        for j in range(i + 1, n):
+            stride_in *= x.shape[x.dim() - n + j]
+        term = aten.mul.Scalar(pos, stride_in)
+        index = term if index is None else aten.add.Tensor(index, term)
+    return values, index
+
+
+@decomposition(aten.max_pool2d_with_indices.default)
+def max_pool2d_with_indices(x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
+    return _max_pool(x, 2, kernel_size, stride, padding, dilation, ceil_mode)
+
+
+@decomposition(aten.max_pool3d_with_indices.default)
+def max_pool3d_with_indices(x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
+    return _max_pool(x, 3, kernel_size, stride, padding, dilation, ceil_mode)
+
+
+@decomposition(aten.max_pool2d.default)
+def max_pool2d(x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
+    out = _max_pool(x, 2, kernel_size, stride, padding, dilation, ceil_mode)
+    return out if out is NotImplemented else out[0]
+
+
+def _divisors(length, k, s, p, out, count_include_pad):
+    values = []
+    for o in range(out):
+        start = o * s - p
+        end = min(start + k, length + p)
+        if count_include_pad:
+            values.append(end - start)
+        else:
+            values.append(min(end, length) - max(start, 0))
+    return values
+
+
+def _avg_pool(x, n, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override):
+    if not x.is_floating_point() or x.numel() == 0:
+        return NotImplemented
+    kernel = _tuple(kernel_size, n)
+    stride = _tuple(stride, n) if stride else kernel
+    padding = _tuple(padding, n)
+    windows, outs = _windows(upcast(x), n, kernel, stride, padding, [1] * n, ceil_mode, 0.0)
+    total = aten.sum.dim_IntList(windows, list(range(-n, 0)))
+    if divisor_override:
+        return to_dtype(aten.div.Scalar(total, divisor_override), x.dtype)
+    divisor = None
+    for i in range(n):
+        length = x.shape[x.dim() - n + i]
+        values = _divisors(length, kernel[i], stride[i], padding[i], outs[i], count_include_pad)
+        d = torch.tensor(values, dtype=total.dtype, device=x.device)
+        d = aten.view.default(d, [outs[i]] + [1] * (n - 1 - i))
+        divisor = d if divisor is None else aten.mul.Tensor(divisor, d)
+    return to_dtype(aten.div.Tensor(total, divisor), x.dtype)
+
+
+@decomposition(aten.avg_pool2d.default)
+def avg_pool2d(x, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True, divisor_override=None):
+    return _avg_pool(x, 2, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
+
+
+@decomposition(aten.avg_pool3d.default)
+def avg_pool3d(x, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True, divisor_override=None):
+    return _avg_pool(x, 3, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
+
+
+def _adaptive_avg_1d(x, dim, out):
+    """Adaptive average along one dim: window i is [floor(i*L/out), ceil((i+1)*L/out))."""
+    length = x.shape[dim]
+    if length % out == 0:
+        k = length // out
+        shape = list(x.shape[:dim]) + [out, k] + list(x.shape[dim + 1:])
+        return aten.mean.dim(aten.reshape.default(x, shape), [dim + 1])
+    starts = [(i * length) // out for i in range(out)]
+    ends = [-((-(i + 1) * length) // out) for i in range(out)]
+    width = max(e - s for s, e in zip(starts, ends))
+    index = [[min(s + j, length - 1) for j in range(width)] for s in starts]
+    mask = [[1.0 if s + j < e else 0.0 for j in range(width)] for s, e in zip(starts, ends)]
+    index_t = torch.tensor(index, dtype=torch.int64, device=x.device)
+    mask_t = torch.tensor(mask, dtype=x.dtype, device=x.device)
+    counts = torch.tensor([e - s for s, e in zip(starts, ends)], dtype=x.dtype, device=x.device)
+    moved = aten.movedim.int(x, dim, -1)
+    gathered = aten.index.Tensor(moved, [None] * (moved.dim() - 1) + [index_t])  # (..., out, width)
+    summed = aten.sum.dim_IntList(aten.mul.Tensor(gathered, mask_t), [-1])
+    return aten.movedim.int(aten.div.Tensor(summed, counts), -1, dim)
+
+
+def _adaptive_avg(x, output_size, n):
+    if not x.is_floating_point() or x.numel() == 0:
+        return NotImplemented
+    out = upcast(x)
+    for i, size in enumerate(_tuple(output_size, n)):
+        out = _adaptive_avg_1d(out, x.dim() - n + i, size)
+    return to_dtype(out, x.dtype)
+
+
+@decomposition(aten._adaptive_avg_pool2d.default)
+def adaptive_avg_pool2d(x, output_size):
+    return _adaptive_avg(x, output_size, 2)
+
+
+@decomposition(aten._adaptive_avg_pool3d.default)
+def adaptive_avg_pool3d(x, output_size):
+    return _adaptive_avg(x, output_size, 3)

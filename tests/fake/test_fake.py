@@ -1,0 +1,114 @@
+import pytest
+import sympy
+import torch
+
+from kiln.fake import (
+    FakeTensor,
+    FakeTensorMode,
+    ShapeEnv,
+    UnsupportedFakeOp,
+    fake_from_real,
+    sym_numel,
+    sym_sizes,
+    sym_strides,
+    to_expr,
+)
+
+
+def test_metadata_matches_real():
+    x = torch.randn(4, 6, dtype=torch.float64).t()[1:]
+    f = fake_from_real(x)
+    assert isinstance(f, FakeTensor)
+    assert (f.shape, f.stride(), f.storage_offset(), f.dtype, f.device) == (
+        x.shape, x.stride(), x.storage_offset(), x.dtype, x.device)
+    assert not f.requires_grad
+    assert "FakeTensor(size=(5, 4)" in repr(f)
+
+
+def test_ops_compute_metadata_through_meta_kernels():
+    mode = FakeTensorMode()
+    a, b = mode.from_real(torch.randn(3, 4)), mode.from_real(torch.randn(4, 5))
+    c = torch.relu(a @ b).sum(dim=0, keepdim=True)
+    assert isinstance(c, FakeTensor) and c.shape == (1, 5) and c.device.type == "cpu"
+    h = a.to(torch.float16)
+    assert h.dtype == torch.float16
+
+
+def test_views_alias_and_inplace_metadata_ops():
+    mode = FakeTensorMode()
+    x = torch.randn(3, 4)
+    f = mode.from_real(x)
+    v = mode.from_real(x[1:])  # shares x's storage, as the real tensors do
+    assert v.untyped_storage()._cdata == f.untyped_storage()._cdata
+    assert v.storage_offset() == 4
+    g = f.t()
+    assert g.untyped_storage()._cdata == f.untyped_storage()._cdata
+    f.t_()
+    assert f.shape == (4, 3) and f.stride() == (1, 4)
+    f.unsqueeze_(0)
+    assert f.shape == (1, 4, 3)
+    other = mode.from_real(torch.randn(3, 4))
+    assert other.untyped_storage()._cdata != g.untyped_storage()._cdata
+    assert mode.from_real(x) is mode.from_real(x)
+
+
+def test_requires_grad_and_autograd_on_fakes():
+    mode = FakeTensorMode()
+    w = mode.from_real(torch.nn.Parameter(torch.randn(3, 3)))
+    x = mode.from_real(torch.randn(2, 3))
+    assert w.requires_grad and w.is_leaf
+    y = x @ w
+    assert y.requires_grad and y.grad_fn is not None
+    y.sum().backward()
+    assert isinstance(w.grad, FakeTensor) and w.grad.shape == (3, 3)
+
+
+def test_factory_ops_in_mode():
+    with FakeTensorMode():
+        z = torch.zeros(2, 3, dtype=torch.int32)
+        a = torch.arange(5)
+        r = torch.randn(4)
+        e = torch.empty_strided((2, 2), (1, 2))
+        t = torch.tensor([1.0, 2.0])
+    for x in (z, a, r, e, t):
+        assert isinstance(x, FakeTensor)
+    assert z.dtype == torch.int32 and a.shape == (5,) and e.stride() == (1, 2) and t.shape == (2,)
+
+
+def test_device_rules():
+    cuda = FakeTensor(torch.empty(3, device="meta"), "cuda")
+    assert cuda.device == torch.device("cuda", 0) and cuda.is_cuda
+    cpu = fake_from_real(torch.randn(3))
+    with pytest.raises(RuntimeError, match="same device"):
+        cuda + cpu
+    # a 0-dim CPU tensor mixes with any device, as in eager
+    out = cuda * fake_from_real(torch.tensor(2.0))
+    assert out.device.type == "cuda"
+    assert (cuda + 1).sum().device.type == "cuda"
+    assert torch.ops.aten._to_copy.default(cpu, device=torch.device("cuda")).device.type == "cuda"
+
+
+def test_data_dependent_ops_raise_clear_error():
+    f = fake_from_real(torch.randn(4))
+    with pytest.raises(UnsupportedFakeOp, match="depends on tensor data"):
+        torch.nonzero(f)
+    with pytest.raises(UnsupportedFakeOp):
+        f.sum().item()
+    with pytest.raises(UnsupportedFakeOp, match="nonzero"):
+        f[f > 0]
+
+
+def test_sympy_sizes():
+    f = fake_from_real(torch.randn(2, 3, 5))
+    sizes = sym_sizes(f)
+    assert all(isinstance(s, sympy.Integer) for s in sizes) and sizes == (2, 3, 5)
+    assert sym_strides(f) == (15, 5, 1)
+    assert sym_numel(f) == 30
+    env = ShapeEnv()
+    s0 = env.create_symbol(8)
+    s1 = env.create_symbol(3)
+    assert env.size_hint(s0 * s1 + 1) == 25
+    assert to_expr(4) == sympy.Integer(4)
+    assert (s0 > 0) is sympy.true  # symbols are positive integers
+    with pytest.raises(ValueError):
+        env.size_hint(sympy.Symbol("unknown"))
