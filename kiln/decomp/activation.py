@@ -77,6 +77,13 @@ def hardtanh(x, min_val=-1, max_val=1):
     return aten.clamp.default(x, min_val, max_val)
 
 
+@decomposition(aten.celu.default)
+@compute_in_float32
+def celu(x, alpha=1.0):
+    negative = aten.mul.Scalar(aten.expm1.default(aten.div.Scalar(x, alpha)), alpha)
+    return aten.where.self(aten.gt.Scalar(x, 0), x, negative)
+
+
 @decomposition(aten.elu.default)
 @compute_in_float32
 def elu(x, alpha=1, scale=1, input_scale=1):
@@ -116,8 +123,10 @@ def glu(x, dim=-1):
 def log_sigmoid_forward(x):
     # log(sigmoid(x)) = min(x, 0) - log1p(exp(-|x|))
     min_x = aten.minimum.default(x, aten.zeros_like.default(x))
-    out = aten.sub.Tensor(min_x, aten.log1p.default(aten.exp.default(aten.neg.default(aten.abs.default(x)))))
-    return out, aten.new_zeros.default(x, [0])
+    z = aten.exp.default(aten.neg.default(aten.abs.default(x)))
+    out = aten.sub.Tensor(min_x, aten.log1p.default(z))
+    # the CPU kernel keeps exp(-|x|) for the backward; the CUDA kernel keeps nothing
+    return out, z if x.device.type == "cpu" else aten.new_zeros.default(x, [0])
 
 
 @decomposition(aten._prelu_kernel.default)
@@ -150,6 +159,18 @@ def softmax(x, dim, half_to_float):
     e = aten.exp.default(shifted)
     out = aten.div.Tensor(e, aten.sum.dim_IntList(e, [dim], True))
     return to_dtype(out, out_dtype)
+
+
+@decomposition(aten._safe_softmax.default)
+def safe_softmax(x, dim, dtype=None):
+    """softmax, but rows that are all -inf give 0 instead of NaN."""
+    if dtype is not None and dtype != x.dtype:
+        x = to_dtype(x, dtype)
+    out = softmax(x, dim, False)
+    if out is NotImplemented:
+        return out
+    all_masked = aten.all.dim(aten.eq.Scalar(x, float("-inf")), dim, True)
+    return aten.where.self(all_masked, aten.zeros_like.default(out), out)
 
 
 @decomposition(aten._log_softmax.default)

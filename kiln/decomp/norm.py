@@ -78,7 +78,11 @@ def _batch_norm(x, weight, bias, running_mean, running_var, training, momentum, 
         out = aten.mul.Tensor(out, aten.view.default(weight, shape))
     if bias is not None:
         out = aten.add.Tensor(out, aten.view.default(bias, shape))
-    return to_dtype(out, x.dtype), save_mean, save_invstd, new_rm, new_rv
+    # saved statistics: float32 on GPU; on CPU the dtype of the running stats or parameters
+    stat_dtype = next((t.dtype for t in (running_mean, weight) if t is not None), x.dtype)
+    if x.device.type != "cpu":
+        stat_dtype = upcast(save_mean).dtype
+    return to_dtype(out, x.dtype), to_dtype(save_mean, stat_dtype), to_dtype(save_invstd, stat_dtype), new_rm, new_rv
 
 
 def _update_running(running_mean, running_var, new_rm, new_rv):

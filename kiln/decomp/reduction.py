@@ -175,6 +175,11 @@ def count_nonzero(x, dim):
     return _sum(aten.ne.Scalar(x, 0), canonical_dims(dim, x.dim()), False, torch.int64)
 
 
+@decomposition(aten.count_nonzero.default)
+def count_nonzero_all(x, dim=None):
+    return _sum(aten.ne.Scalar(x, 0), canonical_dims(dim, x.dim()), False, torch.int64)
+
+
 @decomposition(aten.sum.default)
 def sum_all(x, *, dtype=None):
     return aten.sum.dim_IntList(x, [], False, dtype=dtype)

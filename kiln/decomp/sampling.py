@@ -51,9 +51,9 @@ for _n in (1, 2, 3):
     _register_nearest(_n, True)
 
 
-def _linear_weights(in_size, out_size, align_corners, scale, device):
+def _linear_weights(in_size, out_size, align_corners, scale, device, dtype):
     s = _scale(in_size, out_size, scale, align_corners)
-    i = aten.arange.start_step(0, out_size, 1, dtype=torch.float32, device=device)
+    i = aten.arange.start_step(0, out_size, 1, dtype=dtype, device=device)
     if align_corners:
         src = aten.mul.Scalar(i, s)
     else:
@@ -71,7 +71,7 @@ def _upsample_linear(x, output_size, align_corners, scales):
     out = upcast(x)
     for i in range(n):
         dim = x.dim() - n + i
-        i0, i1, lam = _linear_weights(x.shape[dim], output_size[i], align_corners, scales[i], x.device)
+        i0, i1, lam = _linear_weights(x.shape[dim], output_size[i], align_corners, scales[i], x.device, out.dtype)
         lam = aten.view.default(to_dtype(lam, out.dtype), [output_size[i]] + [1] * (n - 1 - i))
         a = aten.index.Tensor(out, [None] * dim + [i0])
         b = aten.index.Tensor(out, [None] * dim + [i1])

@@ -54,6 +54,11 @@ def reshape_alias(x, size, stride):
     return aten.as_strided.default(x, size, stride, x.storage_offset())
 
 
+@decomposition(aten.lift_fresh.default)
+def lift_fresh(x):
+    return aten.alias.default(x)
+
+
 @decomposition(aten.expand_as.default)
 def expand_as(x, other):
     return aten.expand.default(x, list(other.shape))
@@ -158,12 +163,23 @@ def _like(x, fill, dtype, device, memory_format):
         return NotImplemented
     opts = _opts(x, dtype, device)
     if memory_format is torch.preserve_format or memory_format is None:
-        if not x.is_contiguous() and x.is_non_overlapping_and_dense():
+        if not x.is_contiguous() and _dense_permutation(x):
             out = aten.empty_strided.default(list(x.shape), list(x.stride()), **opts)
             return out if fill is None else aten.fill.Scalar(out, fill)
     if fill is None:
         return aten.empty.memory_format(list(x.shape), **opts)
     return aten.full.default(list(x.shape), fill, **opts)
+
+
+def _dense_permutation(x) -> bool:
+    """Whether x's elements fill its storage span exactly, in some order of dims (like a permuted contiguous tensor)."""
+    dims = sorted((d for d in range(x.dim()) if x.shape[d] != 1), key=lambda d: x.stride(d))
+    expected = 1
+    for d in dims:
+        if x.stride(d) != expected:
+            return False
+        expected *= x.shape[d]
+    return True
 
 
 @decomposition(aten.zeros_like.default)
