@@ -22,11 +22,16 @@ _INLINABLE_TORCH = (
 # the module machinery itself (__call__, hooks) is not traced: kiln calls forward() directly
 _NOT_INLINABLE_TORCH = (os.path.join(_TORCH_DIR, "nn", "modules", "module.py"),)
 _SKIPPED_PREFIXES = ("<frozen", "<eval_with_key", "<kiln")
+# pure-Python protocol mixins of the standard library that user containers inherit (Mapping.__contains__,
+# Mapping.get, ...): traced like user code
+_INLINABLE_STDLIB = ("<frozen _collections_abc>",) + tuple(os.path.join(d, "_collections_abc.py") for d in _STDLIB_DIRS)
 
 _decisions: dict[str, bool] = {}
 
 
 def _is_skipped_file(filename: str) -> bool:
+    if filename in _INLINABLE_STDLIB:
+        return False
     if filename.startswith(_SKIPPED_PREFIXES):
         return True
     path = os.path.abspath(filename) if not filename.startswith("<") else filename
@@ -35,6 +40,8 @@ def _is_skipped_file(filename: str) -> bool:
     if path.startswith(_TORCH_DIR):
         return not path.startswith(_INLINABLE_TORCH) or path.startswith(_NOT_INLINABLE_TORCH)
     site = "site-packages" in path or "dist-packages" in path
+    if path in _INLINABLE_STDLIB:
+        return False
     return path.startswith(_STDLIB_DIRS) and not site
 
 
