@@ -1,0 +1,290 @@
+"""Op sweep: PyTorch's OpInfo database through kiln's "aot_eager" and torch.compile's "aot_eager".
+
+For every OpInfo that supports float32 on CPU, each sample input (up to --max-samples) becomes a
+function of its tensors. kiln compiles it with backend "aot_eager" (ATen tracing, decompositions,
+functionalization, the core-op graph run with eager ATen); torch compiles it with
+torch.compile(backend="aot_eager"). Both are compared with eager. An op passes when all its samples
+match; "error" means kiln (or torch) raised where eager did not; "fallback" means kiln ran the graph
+eagerly because it could not trace it.
+
+    python benchmarks/op_sweep.py                      # everything, 2 worker processes
+    python benchmarks/op_sweep.py --ops add,softmax    # ops whose name contains a word
+    python benchmarks/op_sweep.py --no-torch --json sweep.json
+
+Frontends for kiln: "fx" (default) hands a one-node FX graph calling the op straight to the backend;
+"kiln" goes through kiln.compile(fn, backend="aot_eager"), so capture is exercised too.
+Needs the ``expecttest`` package (torch's OpInfo database imports it).
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import multiprocessing as mp
+import os
+import queue
+import sys
+import time
+import traceback
+
+STATUSES = ("pass", "mismatch", "error", "fallback", "timeout", "skip")
+
+
+def _op_db():
+    try:
+        from torch.testing._internal.common_methods_invocations import op_db
+    except ModuleNotFoundError as exc:
+        sys.exit(f"op_sweep: {exc}; install it with `pip install expecttest`")
+    return op_db
+
+
+def _op_key(op) -> str:
+    return f"{op.name}.{op.variant_test_name}" if op.variant_test_name else op.name
+
+
+def _sample_fn(op, sample):
+    import torch
+    from torch.utils._pytree import tree_flatten, tree_unflatten
+
+    leaves, spec = tree_flatten((sample.input, sample.args, sample.kwargs))
+    positions = [i for i, leaf in enumerate(leaves) if isinstance(leaf, torch.Tensor)]
+    tensors = [leaves[i] for i in positions]
+
+    def fn(*ts):
+        filled = list(leaves)
+        for i, t in zip(positions, ts):
+            filled[i] = t
+        inp, args, kwargs = tree_unflatten(filled, spec)
+        return op.op(inp, *args, **kwargs)
+
+    return fn, tensors
+
+
+def _clone(ts):
+    return [t.detach().clone() for t in ts]
+
+
+def _compare(expected, got):
+    import torch
+
+    torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-4, equal_nan=True, check_stride=False)
+
+
+def _kiln_compile(fn, tensors, frontend):
+    import torch.fx as fx
+
+    if frontend == "kiln":
+        import kiln
+
+        return kiln.compile(fn, backend="aot_eager", fullgraph=True)
+    from kiln.backends.aot_eager import compile_aot_eager
+
+    graph = fx.Graph()
+    placeholders = [graph.placeholder(f"t{i}") for i in range(len(tensors))]
+    graph.output(graph.call_function(fn, tuple(placeholders)))
+    import torch
+
+    gm = fx.GraphModule(torch.nn.Module(), graph)
+    return compile_aot_eager(gm, _clone(tensors), fallback=False)
+
+
+def _torch_compile(fn):
+    import torch
+
+    torch._dynamo.reset()
+    return torch.compile(fn, backend="aot_eager", dynamic=False)
+
+
+def _run_sample(compile_fn, fn, tensors):
+    """'pass', 'mismatch', 'error' or 'fallback' (with a message), or None when eager fails."""
+    import torch
+
+    from kiln.fake import UnsupportedFakeOp
+
+    try:
+        torch.manual_seed(0)
+        expected_inputs = _clone(tensors)
+        expected = fn(*expected_inputs)
+    except Exception:
+        return None, ""
+    try:
+        compiled = compile_fn(fn, tensors)
+        got_inputs = _clone(tensors)
+        torch.manual_seed(0)
+        got = compiled(*got_inputs)
+    except UnsupportedFakeOp as exc:
+        return "fallback", str(exc).splitlines()[0][:300]
+    except Exception as exc:
+        return "error", f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
+    try:
+        _compare(expected, got)
+        _compare(expected_inputs, got_inputs)
+    except Exception as exc:
+        return "mismatch", str(exc).strip().splitlines()[0][:300]
+    return "pass", ""
+
+
+def _run_op(op, args) -> dict:
+    import torch
+
+    samples = []
+    try:
+        for i, sample in enumerate(op.sample_inputs("cpu", torch.float32, requires_grad=False)):
+            if i >= args.max_samples:
+                break
+            samples.append(sample)
+    except Exception as exc:
+        return {"kiln": "skip", "torch": "skip", "why": f"sample_inputs failed: {exc}"}
+    result = {}
+    compilers = {"kiln": lambda fn, ts: _kiln_compile(fn, ts, args.frontend)}
+    if args.torch:
+        compilers["torch"] = lambda fn, ts: _torch_compile(fn)
+    for name, compile_fn in compilers.items():
+        statuses, why = [], ""
+        for sample in samples:
+            fn, tensors = _sample_fn(op, sample)
+            status, message = _run_sample(compile_fn, fn, tensors)
+            if status is None:
+                continue
+            statuses.append(status)
+            if status != "pass" and not why:
+                why = message
+        if not statuses:
+            result[name] = "skip"
+        else:
+            worst = next((s for s in ("error", "fallback", "mismatch") if s in statuses), "pass")
+            result[name] = worst
+        result[f"{name}_why"] = why
+    return result
+
+
+def _worker(tasks, results, args):
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    import torch
+
+    torch.set_num_threads(1)
+    import warnings
+
+    warnings.filterwarnings("ignore")
+    ops = {_op_key(op): op for op in _op_db()}
+    while True:
+        key = tasks.get()
+        if key is None:
+            return
+        results.put(("start", key, os.getpid()))
+        try:
+            out = _run_op(ops[key], args)
+        except Exception:
+            out = {"kiln": "error", "kiln_why": traceback.format_exc().splitlines()[-1]}
+        results.put(("done", key, (os.getpid(), out)))
+
+
+def _select_ops(args) -> list[str]:
+    import torch
+
+    keys = []
+    words = [w for w in (args.ops or "").split(",") if w]
+    for op in _op_db():
+        key = _op_key(op)
+        if words and not any(w in key for w in words):
+            continue
+        try:
+            if torch.float32 not in op.supported_dtypes("cpu"):
+                continue
+        except Exception:
+            continue
+        keys.append(key)
+    return keys
+
+
+def sweep(args) -> dict:
+    keys = _select_ops(args)
+    ctx = mp.get_context("spawn")
+    tasks, results = ctx.Queue(), ctx.Queue()
+    for key in keys:
+        tasks.put(key)
+    workers = {}
+
+    def start_worker():
+        p = ctx.Process(target=_worker, args=(tasks, results, args), daemon=True)
+        p.start()
+        workers[p.pid] = [p, None, 0.0]  # process, current op, start time
+        return p
+
+    for _ in range(args.workers):
+        start_worker()
+    done: dict[str, dict] = {}
+    t0 = time.time()
+    while len(done) < len(keys):
+        try:
+            kind, key, payload = results.get(timeout=1.0)
+            if kind == "start":
+                if payload in workers:
+                    workers[payload][1], workers[payload][2] = key, time.time()
+            elif key not in done:
+                pid, out = payload
+                done[key] = out
+                if pid in workers:
+                    workers[pid][1] = None
+                if args.verbose:  # noqa: SIM102
+                    print(f"[{len(done)}/{len(keys)}] {key}: kiln={out.get('kiln')} torch={out.get('torch', '-')}", flush=True)
+        except queue.Empty:
+            pass
+        now = time.time()
+        for pid, (proc, key, started) in list(workers.items()):
+            if key is not None and now - started > args.timeout:
+                proc.kill()
+                done[key] = {"kiln": "timeout", "torch": "timeout" if args.torch else "-", "kiln_why": f"over {args.timeout}s"}
+                del workers[pid]
+                start_worker()
+            elif not proc.is_alive() and key is not None:
+                done[key] = {"kiln": "error", "torch": "error" if args.torch else "-", "kiln_why": "worker crashed"}
+                del workers[pid]
+                start_worker()
+    for _ in workers:
+        tasks.put(None)
+    print(f"swept {len(keys)} ops in {time.time() - t0:.0f}s", flush=True)
+    return done
+
+
+def report(done: dict, with_torch: bool) -> str:
+    lines = []
+    counts = {name: collections.Counter(r.get(name, "-") for r in done.values()) for name in ("kiln", "torch")}
+    lines.append(f"{'':8s}" + "".join(f"{s:>10s}" for s in STATUSES))
+    for name in ("kiln", "torch") if with_torch else ("kiln",):
+        lines.append(f"{name:8s}" + "".join(f"{counts[name][s]:10d}" for s in STATUSES))
+    if with_torch:
+        torch_pass = {k for k, r in done.items() if r.get("torch") == "pass"}
+        both = {k for k in torch_pass if done[k].get("kiln") == "pass"}
+        share = 100.0 * len(both) / max(len(torch_pass), 1)
+        lines.append(f"kiln passes {len(both)} of the {len(torch_pass)} ops torch's aot_eager passes ({share:.1f}%)")
+        lines.append(f"kiln passes {len(({k for k, r in done.items() if r.get('kiln') == 'pass'}) - torch_pass)} ops that torch does not")
+    failing = sorted(k for k, r in done.items() if r.get("kiln") not in ("pass", "skip")
+                     and (not with_torch or r.get("torch") == "pass"))
+    lines.append(f"kiln failures{' where torch passes' if with_torch else ''} ({len(failing)}):")
+    for k in failing:
+        lines.append(f"  {k:40s} {done[k]['kiln']:9s} {done[k].get('kiln_why', '')[:150]}")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ops", default="", help="comma-separated substrings of op names")
+    parser.add_argument("--max-samples", type=int, default=8)
+    parser.add_argument("--timeout", type=float, default=120.0, help="seconds per op")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--frontend", choices=("fx", "kiln"), default="fx")
+    parser.add_argument("--no-torch", dest="torch", action="store_false", help="skip torch.compile's aot_eager")
+    parser.add_argument("--json", default="", help="write per-op results here")
+    parser.add_argument("-v", "--verbose", action="store_true")
+    args = parser.parse_args(argv)
+    done = sweep(args)
+    print(report(done, args.torch))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"args": vars(args), "results": done}, f, indent=1, sort_keys=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
