@@ -24,6 +24,8 @@ class GuardKind(enum.Enum):
     DICT_KEYS = "dict_keys"  # type and keys (in order) of a dict
     NONE = "none"          # is None / is not None
     CONTAINS = "contains"  # a key is (or is not) in a dict
+    IDENTITY_OF_SOURCE = "identity_of_source"  # two places hold the same object
+    DISTINCT = "distinct"  # tensor inputs are distinct objects (set by compile())
     GLOBAL_STATE = "global_state"  # grad mode, default dtype, autocast
 
 
@@ -95,6 +97,9 @@ class GuardSet:
         ordered = sorted(self._guards.values(), key=lambda g: (g.source.name().count("."), g.source.name()))
         for g in ordered:
             exprs.extend(_guard_exprs(g, names))
+        tensor_sources = [g.source for g in ordered if g.kind is GuardKind.TENSOR]
+        if len(tensor_sources) > 1:
+            exprs.extend(_guard_exprs(Guard(GuardKind.DISTINCT, tensor_sources[0], tensor_sources), names))
         return exprs
 
     def compile(self) -> "CompiledGuards":
@@ -145,6 +150,7 @@ class _Namer:
             "___len": len,
             "___list": list,
             "___getattr": getattr,
+            "id": id,
         }
         self._by_id: dict[int, str] = {}
 
@@ -202,6 +208,12 @@ def _guard_exprs(g: Guard, names: _Namer) -> list[tuple[str, str]]:
     if k is GuardKind.DICT_KEYS:
         t, keys = g.value
         return [(f"___type({x}) is {names.ref(t)} and ___list({x}.keys()) == {names.ref(keys)}", f"keys of {x} == {keys!r}")]
+    if k is GuardKind.IDENTITY_OF_SOURCE:
+        return [(f"{x} is {g.value.name()}", f"{x} is the same object as {g.value.name()}")]
+    if k is GuardKind.DISTINCT:
+        names = ", ".join(s.name() for s in g.value)
+        return [(f"___len({{id(v) for v in ({names},)}}) == {len(g.value)}",
+                 f"tensor inputs {names} are distinct objects")]
     if k is GuardKind.CONTAINS:
         key, present = g.value
         return [(f"({key!r} in {x}) is {present}", f"{key!r} {'in' if present else 'not in'} {x}")]

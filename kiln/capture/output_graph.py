@@ -9,7 +9,7 @@ import torch
 import torch.fx as fx
 from torch.utils._pytree import tree_map
 
-from kiln.capture.guards import GuardSet
+from kiln.capture.guards import GuardKind, GuardSet
 from kiln.capture.side_effects import SideEffects
 from kiln.capture.sources import Source
 from kiln.capture.values.base import ConstantValue, Value, unsupported
@@ -35,6 +35,7 @@ class OutputGraph:
         self.values_by_source: dict[str, Value] = {}
         self._attr_names: dict[int, str] = {}
         self._placeholders: list[fx.Node] = []
+        self._input_values: list = []
         self.op_count = 0
         self.code_name = code_name
         self.user_stack: list[tuple[str, int, str]] = []  # (file, line, function) of the op being added
@@ -44,6 +45,10 @@ class OutputGraph:
     def add_input(self, source: Source, real: torch.Tensor) -> Value:
         from kiln.capture.values.tensors import TensorValue
 
+        for i, known in enumerate(self.example_inputs):
+            if known is real:  # the same object under another name: one input, guarded to stay so
+                self.guards.add(GuardKind.IDENTITY_OF_SOURCE, source, self.input_sources[i])
+                return self._input_values[i]
         name = _clean_name(source.name().replace("L[", "").replace("G[", "g_"))
         if self._placeholders:
             where = self.graph.inserting_after(self._placeholders[-1])
@@ -57,7 +62,9 @@ class OutputGraph:
         self.guards.tensor(source, real)
         fake = self.fake_mode.from_real(real)
         node.meta["example_value"] = fake
-        return TensorValue(node, fake, source=source)
+        value = TensorValue(node, fake, source=source)
+        self._input_values.append(value)
+        return value
 
     def add_attr(self, tensor: torch.Tensor, qualname: str) -> Value:
         """A parameter or buffer of a module: a get_attr node holding the live tensor."""

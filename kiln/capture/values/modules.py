@@ -50,12 +50,13 @@ class NNModuleValue(Value):
             return pending
         m = self.module
         d = m.__dict__
-        if name in d.get("_parameters", {}):
-            p = d["_parameters"][name]
-            return ConstantValue(None) if p is None else tx.output.add_attr(p, f"{self.qualname}.{name}")
-        if name in d.get("_buffers", {}):
-            b = d["_buffers"][name]
-            return ConstantValue(None) if b is None else tx.output.add_attr(b, f"{self.qualname}.{name}")
+        for table in ("_parameters", "_buffers"):
+            if name in d.get(table, {}):
+                t = d[table][name]
+                if self.source is not None:
+                    # the graph holds this very tensor: a reassigned parameter must recompile
+                    tx.output.guards.identity(DictEntrySource(self.source, table, name), t)
+                return ConstantValue(None) if t is None else tx.output.add_attr(t, f"{self.qualname}.{name}")
         if name in d.get("_modules", {}):
             sub = d["_modules"][name]
             return ConstantValue(None) if sub is None else self._child(tx, name, sub)

@@ -34,6 +34,9 @@ def class_attribute(tx, cls: type, name: str, self_value: Value | None) -> Value
     if hasattr(attr, "__get__") and not isinstance(attr, (int, float, str, tuple, type(None), bool)) \
             and not isinstance(attr, type):
         unsupported(f"descriptor {type(attr).__name__} for attribute {name!r} of {cls.__name__}")
+    if self_value is not None and self_value.source is not None:
+        # a plain class attribute (a constant, a tensor, a config object): read and guarded through the class
+        src = AttrSource(AttrSource(self_value.source, "__class__"), name)
     return wrap(tx, attr, src)
 
 
@@ -173,6 +176,9 @@ class UserObjectValue(Value):
         if not data_descriptor and name in inst_dict:
             return wrap(tx, inst_dict[name], AttrSource(self.source, name))
         if class_attr is not None:
+            if hasattr(self.obj, "__dict__"):
+                # an instance attribute set later would shadow the class attribute
+                tx.output.guards.contains(AttrSource(self.source, "__dict__"), name, False)
             return class_attribute(tx, cls, name, self)
         if hasattr(cls, "__getattr__"):
             unsupported(f"{cls.__name__}.__getattr__ for attribute {name!r}")
