@@ -71,6 +71,8 @@ class GuardSet:
         self.add(GuardKind.LENGTH, source, (type(obj), len(obj)))
 
     def contains(self, source: Source, key, present: bool) -> None:
+        if not _guardable(source):
+            return
         guard = Guard(GuardKind.CONTAINS, source, (key, present))
         self._guards.setdefault((GuardKind.CONTAINS, source.name(), repr(key)), guard)
 
