@@ -85,7 +85,28 @@ def _kiln_compile(fn, tensors, frontend):
     import torch
 
     gm = fx.GraphModule(torch.nn.Module(), graph)
-    return compile_aot_eager(gm, _clone(tensors), fallback=False)
+    # Some OpInfos reseed the RNG inside the op (wrapper_set_seed). That Python side effect runs once,
+    # while tracing; a capture frontend would run it before the graph on every call, so replay it.
+    seeds = []
+    real_seed = torch.manual_seed
+
+    def recording_seed(seed):
+        seeds.append(seed)
+        return real_seed(seed)
+
+    torch.manual_seed = recording_seed
+    try:
+        compiled = compile_aot_eager(gm, _clone(tensors), fallback=False)
+    finally:
+        torch.manual_seed = real_seed
+    if not seeds:
+        return compiled
+
+    def reseeding(*args):
+        real_seed(seeds[0])
+        return compiled(*args)
+
+    return reseeding
 
 
 def _torch_compile(fn):

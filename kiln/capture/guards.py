@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import re
 from typing import Any, Callable
 
 import torch
@@ -107,8 +108,7 @@ class GuardSet:
     def compile(self) -> "CompiledGuards":
         names = _Namer()
         exprs = self._expressions(names)
-        body = "\n        and ".join(f"({e})" for e, _ in exprs) or "True"
-        src = f"def check(L, G, C, B):\n    return (\n        {body}\n    )\n"
+        src = _check_function_source(exprs, self._shared_places())
         ns = dict(names.namespace)
         exec(compile(src, "<kiln guards>", "exec"), ns)
         checks = []
@@ -117,6 +117,45 @@ class GuardSet:
             exec(compile(f"def one(L, G, C, B):\n    return {expr}\n", "<kiln guard>", "exec"), fn_ns)
             checks.append((expr, what, fn_ns["one"]))
         return CompiledGuards(ns["check"], src, checks)
+
+    def _shared_places(self) -> set[str]:
+        """Places (printed sources) that more than one guard reads through: read once, into a local."""
+        counts: dict[str, int] = {}
+        for g in self._guards.values():
+            if g.kind is GuardKind.TENSOR:  # its expression reads the tensor six times
+                counts[g.source.name()] = counts.get(g.source.name(), 0) + 1
+            node = g.source
+            while node is not None:
+                counts[node.name()] = counts.get(node.name(), 0) + 1
+                node = getattr(node, "base", None)
+        return {name for name, n in counts.items() if n >= 2}
+
+
+def _check_function_source(exprs: list[tuple[str, str]], shared: set[str]) -> str:
+    """The text of `check(L, G, C, B)`: guards in order, each shared place read once into a local.
+
+    Any exception (a missing attribute or key) means the frame is not the one the entry was made for.
+    """
+    patterns = {p: re.compile(re.escape(p) + r"(?![A-Za-z0-9_])") for p in shared}
+    assigned: dict[str, str] = {}
+
+    def substitute(text: str) -> str:
+        for place in sorted(assigned, key=len, reverse=True):
+            text = patterns[place].sub(assigned[place], text)
+        return text
+
+    lines = []
+    for expr, what in exprs:
+        for place in sorted((p for p in shared if patterns[p].search(expr)), key=len):
+            if place not in assigned:
+                rhs = substitute(place)
+                assigned[place] = f"v{len(assigned)}"
+                lines.append(f"{assigned[place]} = {rhs}")
+        lines.append(f"if not ({substitute(expr)}):  # {what}"[:400])
+        lines.append("    return False")
+    body = "\n        ".join(lines + ["return True"])
+    return (f"def check(L, G, C, B):\n    try:\n        {body}\n"
+            f"    except Exception:\n        return False\n")
 
 
 @dataclasses.dataclass
