@@ -1,0 +1,70 @@
+"""Unit tests of guard compilation: printable check functions, shared places, failures by name."""
+import torch
+
+from kiln.capture.guards import GuardSet
+from kiln.capture.sources import AttrSource, DictEntrySource, GetItemSource, LocalSource
+
+
+class Obj:
+    pass
+
+
+def test_guard_function_checks_and_prints():
+    guards = GuardSet()
+    x = torch.randn(2, 3)
+    guards.tensor(LocalSource("x"), x)
+    guards.constant(LocalSource("n"), 4)
+    guards.length(LocalSource("xs"), [1, 2])
+    compiled = guards.compile()
+    assert "def check(L, G, C, B)" in str(compiled)
+    L = {"x": x, "n": 4, "xs": [0, 0]}
+    assert compiled.check(L, {}, None, {})
+    assert not compiled.check({**L, "n": 5}, {}, None, {})
+    assert not compiled.check({**L, "x": torch.randn(3, 2)}, {}, None, {})
+    assert not compiled.check({**L, "x": x.double()}, {}, None, {})
+    assert not compiled.check({**L, "xs": [1]}, {}, None, {})
+    assert "L['n']" in compiled.first_failure({**L, "n": 5}, {}, None, {})
+
+
+def test_missing_attribute_means_no_match_not_an_error():
+    guards = GuardSet()
+    obj = Obj()
+    obj.a = 1
+    guards.constant(AttrSource(LocalSource("o"), "a"), 1)
+    compiled = guards.compile()
+    assert compiled.check({"o": obj}, {}, None, {})
+    assert not compiled.check({"o": Obj()}, {}, None, {})
+
+
+def test_shared_places_are_read_once():
+    guards = GuardSet()
+    m = torch.nn.Linear(2, 2)
+    base = LocalSource("m")
+    guards.identity(base, m)
+    guards.identity(DictEntrySource(base, "_parameters", "weight"), m.weight)
+    guards.identity(DictEntrySource(base, "_parameters", "bias"), m.bias)
+    code = "\n".join(line.split("#")[0] for line in str(guards.compile()).splitlines())
+    assert code.count("L['m']") == 1  # read into a local once
+
+
+def test_distinct_tensor_inputs_are_guarded():
+    guards = GuardSet()
+    a, b = torch.randn(2), torch.randn(2)
+    guards.tensor(LocalSource("a"), a)
+    guards.tensor(LocalSource("b"), b)
+    compiled = guards.compile()
+    assert compiled.check({"a": a, "b": b}, {}, None, {})
+    assert not compiled.check({"a": a, "b": a}, {}, None, {})
+
+
+def test_prefix_names_are_not_confused():
+    guards = GuardSet()
+    o = Obj()
+    o.fc, o.fc2 = 1, 2
+    guards.constant(AttrSource(LocalSource("o"), "fc"), 1)
+    guards.constant(AttrSource(LocalSource("o"), "fc2"), 2)
+    guards.constant(GetItemSource(LocalSource("t"), 0), 5)
+    compiled = guards.compile()
+    assert compiled.check({"o": o, "t": (5,)}, {}, None, {})
+    o.fc2 = 3
+    assert not compiled.check({"o": o, "t": (5,)}, {}, None, {})

@@ -1,0 +1,79 @@
+"""Unit tests of the interpreter stage: a frame traced directly into an FX graph and transformed code,
+and which files kiln looks inside."""
+import dis
+import os
+
+import torch
+
+from kiln.capture import skipfiles
+from kiln.capture.interpreter import RootTracer
+from kiln.errors import Unsupported
+from kiln.options import Options
+
+
+def trace(fn, **frame_locals):
+    tracer = RootTracer(fn.__code__, frame_locals, fn.__globals__, __builtins__, fn.__closure__, Options())
+    result = tracer.run()
+    return tracer, result
+
+
+def test_traces_tensor_ops_into_graph_with_inputs_and_guards():
+    def fn(x, scale):
+        y = x * scale
+        for _ in range(3):
+            y = torch.relu(y) + 1
+        return y, x.shape[0]
+
+    x = torch.randn(4, 2)
+    tracer, result = trace(fn, x=x, scale=2.0)
+    out = tracer.output
+    targets = [n.target for n in out.graph.nodes if n.op == "call_function"]
+    assert targets.count(torch.relu) == 3
+    assert [s.name() for s in out.input_sources] == ["L['x']"]
+    assert out.example_inputs[0] is x
+    kinds = {g.kind.value for g in out.guards}
+    assert {"tensor", "constant"} <= kinds
+    assert result.elements[1].as_constant() == 4
+
+
+def test_unsupported_construct_names_the_line():
+    def fn(x):
+        y = x + 1
+        return y.item()
+
+    x = torch.randn(1)
+    try:
+        trace(fn, x=x)
+    except Unsupported as exc:
+        assert exc.lineno == fn.__code__.co_firstlineno + 2
+        assert "item" in exc.reason
+    else:
+        raise AssertionError("expected Unsupported")
+
+
+def test_skipfiles():
+    assert skipfiles.is_skipped_file(os.__file__)
+    assert skipfiles.is_skipped_file(torch.nn.functional.__file__)
+    assert not skipfiles.is_skipped_file(torch.nn.Linear.forward.__code__.co_filename)
+    assert skipfiles.is_skipped_file(torch.nn.Module.__call__.__code__.co_filename)
+    assert not skipfiles.is_skipped_file(__file__)
+    assert skipfiles.is_skipped_file(skipfiles.__file__)
+
+
+def test_transformed_code_calls_graph_and_keeps_signature():
+    import kiln
+
+    def fn(a, b=2, *rest, k=3, **kw):
+        return a * b + k
+
+    seen = {}
+
+    def backend(gm, inputs):
+        seen["gm"] = gm
+        return gm.forward
+
+    x = torch.randn(3)
+    out = kiln.compile(fn, backend=backend)(x, 4, k=5)
+    torch.testing.assert_close(out, x * 4 + 5)
+    compiler = kiln.api.config_of(kiln.compile(fn, backend=backend))
+    assert "gm" in seen
