@@ -185,13 +185,10 @@ class AtenTracer(TorchDispatchMode):
         return out
 
     def _inplace_view(self, func, args, kwargs):
-        schema_name = func._schema.name.split("::")[1]
-        packet = getattr(aten, schema_name.rstrip("_"), None)
-        overload = func._overloadname
-        if packet is None or overload not in packet.overloads():
-            raise UnsupportedFakeOp(func, "kiln cannot functionalize this in-place metadata change")
-        view_op = getattr(packet, overload)
+        view_op = _view_twin(func)
         target, rest = args[0], args[1:]
+        if view_op is None or any(isinstance(x, torch.Tensor) for x in tree_flatten((rest, kwargs))[0]):
+            raise UnsupportedFakeOp(func, "kiln cannot functionalize this in-place metadata change")
         value = self.value(target)
         before = self.node_of(target)
         run_on_fakes(func, args, kwargs)  # changes target's size/stride in place
@@ -265,6 +262,21 @@ class AtenTracer(TorchDispatchMode):
         self.fn.write(self.value(fake), new)
 
 
+def _view_twin(func):
+    """The view op that does out of place what the in-place metadata op ``func`` (``t_``) does."""
+    packet = getattr(aten, func._schema.name.split("::")[1].rstrip("_"), None)
+    if packet is None:
+        return None
+    wanted = [str(a.type) for a in func._schema.arguments[1:]]
+    for name in [func._overloadname] + list(packet.overloads()):
+        if name not in packet.overloads():
+            continue
+        candidate = getattr(packet, name)
+        if is_view(candidate) and [str(a.type) for a in candidate._schema.arguments[1:]] == wanted:
+            return candidate
+    return None
+
+
 def interpret(gm: fx.GraphModule, tracer: AtenTracer, args: list) -> object:
     """Run the torch-level graph ``gm`` on ``args`` with ``tracer`` recording, node by node."""
 
@@ -274,5 +286,10 @@ def interpret(gm: fx.GraphModule, tracer: AtenTracer, args: list) -> object:
             return super().run_node(n)
 
     with tracer:
-        return _Interpreter(gm, garbage_collect_values=True).run(*args)
+        try:
+            return _Interpreter(gm, garbage_collect_values=True).run(*args)
+        except RuntimeError as exc:
+            if "data is not allocated" in str(exc):  # a C++ kernel read the data of a fake tensor
+                raise UnsupportedFakeOp("trace", f"an op read tensor data while tracing: {exc}") from None
+            raise
 
