@@ -10,6 +10,7 @@ from the graph's outputs and Python constants:
 """
 from __future__ import annotations
 
+import dis
 import types
 from typing import Any
 
@@ -105,6 +106,10 @@ class PyCodegen:
             raise AssertionError(kind)
 
     def reconstruct(self, value: Value) -> None:
+        if getattr(value, "created_here", True) is False and value.source is not None:
+            # an object that existed before the call: the very same object, not a copy
+            value.source.emit(self)
+            return
         if isinstance(value, TensorValue):
             index = self.graph_outputs.get(id(value.node))
             if index is not None:
@@ -116,35 +121,42 @@ class PyCodegen:
 
 
 def collect_tensors(value: Value, out: list[TensorValue], seen: set[int]) -> None:
-    """The tensors (graph values) inside a return value, in a stable order."""
-    from kiln.capture.values.containers import DictValue, SequenceValue, SetValue
+    """The tensors (graph values) inside a value the transformed code must rebuild, in a stable order."""
+    from kiln.capture.values.base import BoundMethodValue
+    from kiln.capture.values.containers import DictValue, ListIteratorValue, SequenceValue, SetValue
+    from kiln.capture.values.functions import UserMethodValue
     from kiln.capture.values.objects import NewObjectValue
+    from kiln.capture.values.tensors import TensorMethodValue
 
     if isinstance(value, TensorValue):
         if id(value.node) not in seen:
             seen.add(id(value.node))
             out.append(value)
-    elif isinstance(value, SequenceValue):
-        for v in value.elements:
-            collect_tensors(v, out, seen)
+        return
+    if isinstance(value, SequenceValue):
+        children = value.elements
     elif isinstance(value, DictValue):
-        for v in value.entries.values():
-            collect_tensors(v, out, seen)
+        children = list(value.entries.values())
+    elif isinstance(value, SetValue):
+        children = list(value.members.values())
     elif isinstance(value, NewObjectValue):
-        for v in value.attrs.values():
-            collect_tensors(v, out, seen)
+        children = list(value.attrs.values())
+    elif isinstance(value, ListIteratorValue):
+        children = value.remaining
+    elif isinstance(value, TensorMethodValue):
+        children = [value.tensor]
+    elif isinstance(value, BoundMethodValue):
+        children = [value.obj]
+    elif isinstance(value, UserMethodValue):
+        children = [value.self_value]
+    else:
+        children = []
+    for child in children:
+        collect_tensors(child, out, seen)
 
 
-def transformed_code(original: types.CodeType, graph_call: tuple[Any, list] | None, return_value: Value,
-                     graph_outputs: dict[int, int], side_effects) -> types.CodeType:
-    """Build the code object that replaces `original` for one cache entry.
-
-    graph_call: (compiled callable, sources of its inputs) or None when no graph is needed.
-    Every value (the result, and what each side effect writes) is computed into a temporary before
-    any side effect is applied, so no value is read from a place an earlier write changed.
-    """
+def _prologue_and_graph_call(original: types.CodeType, graph_call, graph_outputs) -> "PyCodegen":
     cg = PyCodegen(graph_outputs)
-    temps = [OUT, RET]
     cg.extend(bc.function_prologue((), len(original.co_freevars)))
     if graph_call is not None:
         compiled, input_sources = graph_call
@@ -154,8 +166,10 @@ def transformed_code(original: types.CodeType, graph_call: tuple[Any, list] | No
             source.emit(cg)
         cg.call(len(input_sources) + 1)
         cg.extend(bc.store_fast(OUT))
-    cg.reconstruct(return_value)
-    cg.extend(bc.store_fast(RET))
+    return cg
+
+
+def _compute_and_apply_effects(cg: "PyCodegen", side_effects, temps: list[str]) -> None:
     effects = list(side_effects)
     for i, effect in enumerate(effects):
         temps.append(f"__kiln_effect_{i}")
@@ -163,11 +177,95 @@ def transformed_code(original: types.CodeType, graph_call: tuple[Any, list] | No
         cg.extend(bc.store_fast(temps[-1]))
     for i, effect in enumerate(effects):
         _apply(cg, effect, f"__kiln_effect_{i}")
-    cg.load_fast(RET)
-    cg.extend(bc.return_value())
+
+
+def _assemble(cg: "PyCodegen", original: types.CodeType, temps: list[str]) -> types.CodeType:
+    # generated instructions report the function's first line (tracebacks need a line number)
+    first = bc.create_instruction("NOP")
+    first.positions = dis.Positions(original.co_firstlineno, original.co_firstlineno, None, None)
+    bc.inherit_positions(cg.instructions, first)
     varnames = tuple(original.co_varnames) + tuple(t for t in temps if t not in original.co_varnames)
     return bc.assemble(
         cg.instructions, original,
         co_varnames=varnames, co_cellvars=(), co_consts=(None,), co_names=(),
         co_flags=original.co_flags & ~0x20 & ~0x80 & ~0x100 & ~0x200,
     )
+
+
+def transformed_code(original: types.CodeType, graph_call: tuple[Any, list] | None, return_value: Value,
+                     graph_outputs: dict[int, int], side_effects) -> types.CodeType:
+    """Build the code object that replaces `original` for one cache entry (the whole frame captured).
+
+    graph_call: (compiled callable, sources of its inputs) or None when no graph is needed.
+    Every value (the result, and what each side effect writes) is computed into a temporary before
+    any side effect is applied, so no value is read from a place an earlier write changed.
+    """
+    cg = _prologue_and_graph_call(original, graph_call, graph_outputs)
+    temps = [OUT, RET]
+    cg.reconstruct(return_value)
+    cg.extend(bc.store_fast(RET))
+    _compute_and_apply_effects(cg, side_effects, temps)
+    cg.load_fast(RET)
+    cg.extend(bc.return_value())
+    return _assemble(cg, original, temps)
+
+
+def break_code(original: types.CodeType, graph_call, graph_outputs: dict[int, int], side_effects,
+               stack: list, consumed: int, pushed: int, locals_: dict[str, Value], break_insts: list,
+               continuations: list, make_resume_fn) -> types.CodeType:
+    """The code that replaces `original` when tracing stopped at an instruction it cannot trace.
+
+    It runs the graph, computes the stack and the live locals into temporaries, applies the side
+    effects, puts back only the `consumed` top stack slots, runs `break_insts` as ordinary Python (the
+    last may be a conditional jump), keeps its `pushed` results, and then for each continuation
+    (stack shape, live local names, resume code) calls the resume function with the non-NULL stack
+    values and those locals, returning its result. A conditional jump's target is the second
+    continuation.
+    """
+    from kiln.capture.values.base import NULL
+
+    cg = _prologue_and_graph_call(original, graph_call, graph_outputs)
+    temps = [OUT]
+    stack_temps: list[str | None] = []
+    for i, value in enumerate(stack):
+        if value is NULL:
+            stack_temps.append(None)
+            continue
+        cg.reconstruct(value)
+        stack_temps.append(f"__kiln_stack_{i}")
+        temps.append(stack_temps[-1])
+        cg.extend(bc.store_fast(stack_temps[-1]))
+    names = list(locals_)
+    for name in names:
+        cg.reconstruct(locals_[name])
+    for name in reversed(names):
+        cg.extend(bc.store_fast(name))
+    _compute_and_apply_effects(cg, side_effects, temps)
+    survivors = stack_temps[: len(stack_temps) - consumed]
+    for temp in stack_temps[len(stack_temps) - consumed:]:
+        if temp is None:
+            cg.extend(bc.push_null())
+        else:
+            cg.load_fast(temp)
+    cg.extend(break_insts)
+    results = [f"__kiln_result_{i}" for i in range(pushed)]
+    temps.extend(results)
+    for name in reversed(results):
+        cg.extend(bc.store_fast(name))
+    blocks = []
+    for shape, live, resume_code in continuations:
+        values = [t for t in survivors if t is not None] + (results if len(shape) > len(survivors) else [])
+        first = [live[0]] if live and original.co_argcount and live[0] == original.co_varnames[0] else []
+        block = PyCodegen(graph_outputs)
+        block.extend(bc.push_null())
+        make_resume_fn(block, resume_code)
+        for name in first + values + [n for n in live if n not in first]:
+            block.load_fast(name)
+        block.call(len(first) + len(values) + len(live) - len(first))
+        block.extend(bc.return_value())
+        blocks.append(block.instructions)
+    if len(blocks) == 2:
+        break_insts[-1].target = blocks[1][0]
+    for block in blocks:
+        cg.extend(block)
+    return _assemble(cg, original, temps)

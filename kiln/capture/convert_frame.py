@@ -17,6 +17,7 @@ import torch.fx as fx
 
 from kiln.capture import hook
 from kiln.capture.codegen import collect_tensors, transformed_code
+from kiln.capture.graph_break import compile_with_break
 from kiln.capture.guards import CompiledGuards
 from kiln.capture.interpreter import RootTracer
 from kiln.capture.skipfiles import should_offer
@@ -43,7 +44,8 @@ class FrameRecord:
     graph: fx.GraphModule | None = None
     guards: str = ""
     op_count: int = 0
-    fallback_reason: str | None = None
+    fallback_reason: str | None = None  # the whole frame ran eagerly because of this
+    break_reason: str | None = None  # the graph was broken here; the rest continues in a resume function
     fallback_file: str = ""
     fallback_line: int = 0
     hint: str = ""
@@ -112,6 +114,9 @@ class FrameCompiler:
             if self.fullgraph:
                 raise GraphBreakError(exc.reason, exc.filename or code.co_filename,
                                       exc.lineno or code.co_firstlineno, exc.hint) from None
+            broken = self._try_break(code, f_locals, f_globals, f_builtins, closure, exc, record)
+            if broken is not None:
+                return broken
             record.fallback_reason = exc.reason
             record.fallback_file = exc.filename or code.co_filename
             record.fallback_line = exc.lineno or code.co_firstlineno
@@ -147,6 +152,39 @@ class FrameCompiler:
         stats.frames_compiled += 1
         return new_code
 
+    def _try_break(self, code, f_locals, f_globals, f_builtins, closure, exc: Unsupported, record):
+        """Break the graph at the root instruction where `exc` happened; None if that is not possible."""
+        index = getattr(exc, "root_index", None)
+        if index is None or index < 0:
+            return None
+        try:
+            new_code, gm, tracer = compile_with_break(
+                code, f_locals, f_globals, f_builtins, closure, self.options, index,
+                lambda output, tensors: self._compile_graph(code, output, tensors))
+        except Unsupported as why_not:
+            exc.hint = (exc.hint + "; " if exc.hint else "") + f"no graph break possible here: {why_not.reason}"
+            return None
+        except BackendError:
+            raise
+        except Exception as bug:  # a bug in kiln: the frame runs eagerly instead
+            warnings.warn(f"kiln: internal error while breaking the graph of {code.co_qualname} at "
+                          f"{exc.where()}: {type(bug).__name__}: {bug}; the frame runs eagerly", stacklevel=2)
+            exc.hint = (exc.hint + "; " if exc.hint else "") + f"graph break failed: {type(bug).__name__}: {bug}"
+            return None
+        guards = tracer.output.guards.compile()
+        self.cache.setdefault(code, []).append(CacheEntry(guards, new_code, gm, tracer.output.op_count))
+        record.graph = gm
+        record.guards = guards.source_code
+        record.op_count = tracer.output.op_count
+        record.break_reason = exc.reason
+        record.fallback_file = exc.filename or code.co_filename
+        record.fallback_line = exc.lineno or code.co_firstlineno
+        record.hint = exc.hint
+        self.records.append(record)
+        stats.graph_breaks[exc.reason] += 1
+        stats.frames_compiled += 1
+        return new_code
+
     def _finish(self, code, tracer: RootTracer, result):
         output = tracer.output
         tensors: list = []
@@ -154,33 +192,34 @@ class FrameCompiler:
         collect_tensors(result, tensors, seen)
         for value in output.side_effects.values():
             collect_tensors(value, tensors, seen)
-        graph_outputs = {}
-        # outputs that are graph inputs unchanged are loaded from the frame, not routed through the graph
-        routed = [t for t in tensors if not (t.source is not None and t.node.op == "placeholder")]
-        for i, t in enumerate(routed):
-            graph_outputs[id(t.node)] = i
-        gm = None
-        graph_call = None
-        if output.op_count > 0 or routed:
-            gm = output.finish(routed)
-            stats.graphs += 1
-            with stats.timed("backend"):
-                try:
-                    compiled = self.backend(gm, list(output.example_inputs))
-                except Unsupported:
-                    raise
-                except Exception as exc:
-                    raise BackendError(
-                        f"backend {self.backend_name!r} failed to compile the graph of {code.co_qualname} "
-                        f"({code.co_filename}:{code.co_firstlineno}): {type(exc).__name__}: {exc}"
-                    ) from exc
-            if not callable(compiled):
-                raise BackendError(f"backend {self.backend_name!r} returned {compiled!r}, which is not callable")
-            if output.changes_grad_mode:
-                compiled = RestoreGradModeOnError(compiled)
-            graph_call = (compiled, list(output.input_sources))
+        graph_call, graph_outputs, gm = self._compile_graph(code, output, tensors)
         new_code = transformed_code(code, graph_call, result, graph_outputs, output.side_effects)
         return new_code, gm
+
+    def _compile_graph(self, code, output, tensors):
+        """Compile the graph with `tensors` as its outputs: (graph_call or None, output index by node, gm)."""
+        # outputs that are graph inputs unchanged are loaded from the frame, not routed through the graph
+        routed = [t for t in tensors if not (t.source is not None and t.node.op == "placeholder")]
+        graph_outputs = {id(t.node): i for i, t in enumerate(routed)}
+        if output.op_count == 0 and not routed:
+            return None, graph_outputs, None
+        gm = output.finish(routed)
+        stats.graphs += 1
+        with stats.timed("backend"):
+            try:
+                compiled = self.backend(gm, list(output.example_inputs))
+            except Unsupported:
+                raise
+            except Exception as exc:
+                raise BackendError(
+                    f"backend {self.backend_name!r} failed to compile the graph of {code.co_qualname} "
+                    f"({code.co_filename}:{code.co_firstlineno}): {type(exc).__name__}: {exc}"
+                ) from exc
+        if not callable(compiled):
+            raise BackendError(f"backend {self.backend_name!r} returned {compiled!r}, which is not callable")
+        if output.changes_grad_mode:
+            compiled = RestoreGradModeOnError(compiled)
+        return (compiled, list(output.input_sources)), graph_outputs, gm
 
 
 class RestoreGradModeOnError:

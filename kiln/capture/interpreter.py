@@ -32,6 +32,13 @@ def instructions_of(code: types.CodeType) -> list:
     return found
 
 
+class BreakSignal(Exception):
+    """Tracing of the root frame stops before the instruction at `index` (a graph break)."""
+
+    def __init__(self, index: int):
+        self.index = index
+
+
 class ReturnSignal(Exception):
     def __init__(self, value: Value):
         self.value = value
@@ -61,9 +68,13 @@ class Tracer:
 
     # ---- the loop ----------------------------------------------------------------------------
 
+    break_at: int | None = None
+
     def run(self) -> Value:
         try:
             while True:
+                if self.ip == self.break_at:
+                    raise BreakSignal(self.ip)
                 inst = self.instructions[self.ip]
                 self.current = inst
                 if inst.lineno is not None:
@@ -80,6 +91,8 @@ class Tracer:
         except ReturnSignal as ret:
             return ret.value
         except Unsupported as exc:
+            if self.parent is None and getattr(exc, "root_index", None) is None:
+                exc.root_index = self.ip - 1  # the root instruction that was running
             raise exc.locate(self.code.co_filename, self.lineno)
 
     def in_with_block(self, inst) -> bool:
@@ -319,8 +332,9 @@ def _call_library_function(tx, fn_value, args, kwargs) -> Value:
 class RootTracer(Tracer):
     """Traces the frame the hook offered: its arguments come from the real frame."""
 
-    def __init__(self, code, f_locals: dict, f_globals, f_builtins, closure, options):
+    def __init__(self, code, f_locals: dict, f_globals, f_builtins, closure, options, break_at: int | None = None):
         output = OutputGraph(code.co_name)
+        self.break_at = break_at
         super().__init__(code, f_globals, f_builtins, output, None, options, code.co_qualname)
         self.frame_locals = f_locals
         self.closure = closure
@@ -352,6 +366,9 @@ class _LazyLocal(Value):
 
     def __init__(self, name: str):
         self.name = name
+
+    def reconstruct(self, cg) -> None:
+        cg.load_fast(self.name)  # untouched: still in the frame's own argument
 
 
 class _LazyCell(CellValue):

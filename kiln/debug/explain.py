@@ -73,13 +73,13 @@ def explain(fn: Callable, *, backend=None, **compile_kwargs):
         graphs = [r.graph for r in records if r.graph is not None]
         name, fn_backend = lookup_backend(backend, config_of(compiled).options)
         runs_as = getattr(getattr(fn_backend, "func", fn_backend), "runs_as", name)
-        breaks = [BreakReason(r.fallback_reason, r.fallback_file, r.fallback_line, r.hint)
-                  for r in records if r.fallback_reason is not None]
+        breaks = [BreakReason(r.break_reason or r.fallback_reason, r.fallback_file, r.fallback_line, r.hint)
+                  for r in records if r.fallback_reason is not None or r.break_reason is not None]
         return ExplainReport(
             backend=name,
             runs_as=runs_as,
             graph_count=len(graphs),
-            graph_break_count=0,  # graph breaks split frames in a later version; now a frame runs eagerly
+            graph_break_count=sum(1 for r in records if r.break_reason is not None),
             break_reasons=breaks,
             graphs=graphs,
             guards=[r.guards for r in records if r.graph is not None],

@@ -45,7 +45,7 @@ def test_print_runs_frame_eagerly(capsys):
         print("shape", tuple(y.shape))
         return y + 1
 
-    check(fn, _t(3), graphs=0, dynamo_graphs=2)
+    check(fn, _t(3), graphs=2)
     assert capsys.readouterr().out.count("shape (3,)") == 4  # 2 eager + 2 compiled calls, printed once each
 
 
@@ -56,7 +56,7 @@ def test_item_in_python_control_flow():
             return x / m
         return x * 2
 
-    check(fn, _t(5), graphs=0, dynamo_graphs=2)
+    check(fn, _t(5), graphs=2)
 
 
 def test_item_as_python_number():
@@ -64,7 +64,7 @@ def test_item_as_python_number():
         n = int(x.sum().item()) % 3
         return x * n + 1
 
-    check(fn, torch.arange(4.0), graphs=0, dynamo_graphs=2)
+    check(fn, torch.arange(4.0), graphs=2)
 
 
 def test_data_dependent_if_on_tensor():
@@ -73,8 +73,8 @@ def test_data_dependent_if_on_tensor():
             return x * 2
         return x - 2
 
-    check(fn, _t(4), graphs=0, dynamo_graphs=(1, 2))
-    check(fn, -_t(4).abs() - 1, graphs=0, dynamo_graphs=(1, 2))
+    check(fn, _t(4), graphs=(1, 2))
+    check(fn, -_t(4).abs() - 1, graphs=(1, 2))
 
 
 def test_data_dependent_while_on_tensor():
@@ -85,7 +85,7 @@ def test_data_dependent_while_on_tensor():
             steps += 1
         return x, steps
 
-    check(fn, _t(8) * 4, graphs=0, dynamo_graphs=(1, 2, 3, 4, 5, 6, 7, 8, 9, 10))
+    check(fn, _t(8) * 4, graphs=(1, 2, 3, 4, 5, 6, 7, 8, 9, 10))
 
 
 def test_bool_of_tensor_in_and():
@@ -94,7 +94,7 @@ def test_bool_of_tensor_in_and():
             return x.relu()
         return x.neg()
 
-    check(fn, _t(4), True, graphs=0, dynamo_graphs=(1, 2))
+    check(fn, _t(4), True, graphs=(1, 2))
 
 
 def test_numpy_calls():
@@ -103,7 +103,7 @@ def test_numpy_calls():
         b = np.tanh(a) * 2
         return torch.from_numpy(b) + 1
 
-    check(fn, _t(4), graphs=0, dynamo_graphs=(0, 1, 2))
+    check(fn, _t(4), graphs=(0, 1, 2))
 
 
 def test_tolist_and_tensor_repr():
@@ -112,7 +112,7 @@ def test_tolist_and_tensor_repr():
         key = f"{x[0]}"
         return torch.tensor([v * 2 for v in vals]), len(key) > 0
 
-    check(fn, _t(3), graphs=0, dynamo_graphs=(0, 1, 2))
+    check(fn, _t(3), graphs=(0, 1, 2))
 
 
 def test_generator_function():
@@ -123,7 +123,7 @@ def test_generator_function():
             total = total + y
         return total
 
-    check(fn, _t(3), graphs=(0, 1), dynamo_graphs=1)
+    check(fn, _t(3), graphs=1)
 
 
 def test_try_except_may_be_captured():
@@ -135,8 +135,9 @@ def test_try_except_may_be_captured():
             s = 1.0
         return x * s
 
-    check(fn, _t(3), {"scale": 3.0}, graphs=(0, 1), dynamo_graphs=1)
-    check(fn, _t(3), {}, graphs=(0, 1), dynamo_graphs=1)
+    check(fn, _t(3), {"scale": 3.0}, graphs=1)
+    # the KeyError would be raised while tracing, inside the try block: kiln runs this frame eagerly
+    check(fn, _t(3), {}, graphs=(0, 1))
 
 
 def test_class_defined_inside_frame():
@@ -160,7 +161,7 @@ def test_data_dependent_output_shape():
         idx = torch.nonzero(x < 0)
         return pos * 2, idx
 
-    check(fn, _t(6), graphs=(0, 1), dynamo_graphs=(1, 2, 3))
+    check(fn, _t(6), graphs=(1, 2, 3))
 
 
 def test_callee_of_fallback_frame_is_compiled():
@@ -169,9 +170,10 @@ def test_callee_of_fallback_frame_is_compiled():
         print("between")
         return compiled_helper(y)
 
-    counter = check(fn, _t(3), graphs=1, dynamo_graphs=2)
+    counter = check(fn, _t(3), graphs=2)
     if not harness.USE_DYNAMO:
-        targets = [str(t) for t in counter.targets(0)]
+        # graph 0 is `x + 1` before the print; the resume function inlines compiled_helper
+        targets = [str(t) for i in range(len(counter.graphs)) for t in counter.targets(i)]
         assert any("sin" in t for t in targets), f"expected compiled_helper's graph, got {targets}"
 
 
@@ -183,7 +185,7 @@ def test_fallback_inside_inlined_callee():
         z = chatty_helper(y)
         return z * 3
 
-    check(fn, _t(3), graphs=0, dynamo_graphs=(3, 4))
+    check(fn, _t(3), graphs=(3, 4))
 
 
 def test_fallback_frame_calls_user_submodule():
@@ -207,7 +209,7 @@ def test_fallback_frame_calls_user_submodule():
 
     torch.manual_seed(0)
     # Inner.forward is its own frame: one graph, reused for the second call (same guards).
-    check(Outer(), _t(2, 3), graphs=1, dynamo_graphs=(1, 2))
+    check(Outer(), _t(2, 3), graphs=(1, 2))
 
 
 def test_side_effects_happen_once_in_fallback_frame():
@@ -233,7 +235,9 @@ def test_side_effects_happen_once_in_fallback_frame():
     torch.testing.assert_close(x, torch.full((3,), 2.0))
     assert len(log) == 2
     if not harness.USE_DYNAMO:
-        assert len(counter.graphs) == 0
+        # the graph before the print (add_, sum) and the one after it (x * 2); the second call
+        # recompiles the first frame because the guarded length of `log` changed
+        assert len(counter.graphs) in (2, 3)
 
 
 def test_fallback_frame_mutating_inputs():
@@ -242,7 +246,7 @@ def test_fallback_frame_mutating_inputs():
         cache["v"] = x.sum().item()
         return x + cache["v"]
 
-    check(fn, _t(3), {}, graphs=0, dynamo_graphs=(1, 2), inputs_mutated=True)
+    check(fn, _t(3), {}, graphs=(1, 2), inputs_mutated=True)
 
 
 def test_fallback_stats_and_no_retry():
@@ -260,9 +264,11 @@ def test_fallback_stats_and_no_retry():
     for _ in range(3):
         compiled(_t(2))
     snap = kiln.stats.snapshot()
-    assert snap["graphs"] == 0
-    assert sum(snap["eager_fallbacks"].values()) >= 1
-    assert len(counter.graphs) == 0
+    # the print breaks the graph once; the resume function holds `x + 1`; later calls hit the caches
+    assert snap["graphs"] == 1
+    assert sum(snap["graph_breaks"].values()) == 1
+    assert snap["frames_compiled"] == 2
+    assert len(counter.graphs) == 1
 
 
 def test_explain_reports_fallback_reason():
@@ -277,7 +283,8 @@ def test_explain_reports_fallback_reason():
 
     harness.reset()
     report = kiln.explain(fn)(_t(3))
-    assert report.graph_count == 0
+    assert report.graph_count == 1  # y = x * 2; the resume function has no tensor work
+    assert report.graph_break_count == 1
     assert len(report.break_reasons) >= 1
     reason = report.break_reasons[0]
     assert reason.filename.endswith("test_fallback.py")
@@ -380,5 +387,5 @@ def test_fallback_compiled_twice_with_different_functions_is_independent():
         print("bad")
         return x.relu() * 3
 
-    check(bad, _t(3), graphs=0, dynamo_graphs=1)
+    check(bad, _t(3), graphs=1)
     check(good, _t(3), graphs=1)

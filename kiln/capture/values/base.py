@@ -69,6 +69,10 @@ class BoundMethodValue(Value):
     def call(self, tx, args, kwargs) -> Value:
         return self.obj.call_method(tx, self.name, args, kwargs)
 
+    def reconstruct(self, cg) -> None:
+        cg.reconstruct(self.obj)
+        cg.load_attr(self.name)
+
     def __repr__(self) -> str:
         return f"BoundMethod({self.obj!r}.{self.name})"
 

@@ -67,7 +67,7 @@ class BuiltinValue(Value):
         if any(isinstance(a, TensorValue) for a in args) and fn in (abs, pow, round, divmod, operator.getitem):
             return tx.output.call("call_function", fn, args, kwargs)
         unsupported(f"builtin {getattr(fn, '__qualname__', fn)}() with arguments {args}",
-                    hint="" if fn is not print else "print() inside a compiled function needs a graph break")
+                    hint="")
 
     def __repr__(self) -> str:
         return f"Builtin({getattr(self.fn, '__name__', self.fn)})"
@@ -272,7 +272,7 @@ def _sorted(tx, iterable, key=None, reverse=None):
 
 def _print(tx, *args, **kwargs):
     unsupported("print() has a side effect outside the graph",
-                hint="remove the print, or move it outside the compiled function (graph breaks come later)")
+                hint="kiln runs the print between two graphs; move it out of hot code to keep one graph")
 
 
 def _id(tx, obj):

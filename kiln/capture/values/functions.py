@@ -150,6 +150,17 @@ class UserMethodValue(Value):
     def call(self, tx, args, kwargs) -> Value:
         return self.fn.call(tx, [self.self_value, *args], kwargs)
 
+    def reconstruct(self, cg) -> None:
+        if self.source is not None:
+            self.source.emit(cg)
+            return
+        import types as _types
+
+        cg.prepare_call(_types.MethodType)
+        cg.reconstruct(self.fn)
+        cg.reconstruct(self.self_value)
+        cg.call(2)
+
     def __repr__(self) -> str:
         return f"Method({self.fn!r} of {self.self_value!r})"
 

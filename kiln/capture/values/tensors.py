@@ -126,5 +126,9 @@ class TensorMethodValue(Value):
                 unsupported("Tensor.requires_grad_() inside a compiled function")
         return tx.output.call("call_method", name, [self.tensor, *args], kwargs)
 
+    def reconstruct(self, cg) -> None:
+        cg.reconstruct(self.tensor)
+        cg.load_attr(self.name)
+
     def __repr__(self) -> str:
         return f"TensorMethod({self.tensor!r}.{self.name})"

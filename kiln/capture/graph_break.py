@@ -1,0 +1,156 @@
+"""Turning an unsupported instruction of the root frame into a graph break.
+
+The frame is traced again, stopping just before that instruction (tracing is deterministic). The graph
+so far is compiled; the transformed code runs it, runs the instruction as ordinary Python, and calls
+resume functions (resume.py) for the rest of the function.
+"""
+from __future__ import annotations
+
+import sys
+import types
+from typing import Callable
+
+from kiln.capture import bytecode as bc
+from kiln.capture.codegen import break_code, collect_tensors
+from kiln.capture.interpreter import BreakSignal, RootTracer
+from kiln.capture.resume import live_locals, make_resume_code
+from kiln.capture.values.base import NULL, unsupported
+
+_JUMPS = {
+    "POP_JUMP_IF_TRUE", "POP_JUMP_IF_FALSE", "POP_JUMP_IF_NONE", "POP_JUMP_IF_NOT_NONE",
+    "POP_JUMP_FORWARD_IF_TRUE", "POP_JUMP_FORWARD_IF_FALSE", "POP_JUMP_FORWARD_IF_NONE",
+    "POP_JUMP_FORWARD_IF_NOT_NONE", "POP_JUMP_BACKWARD_IF_TRUE", "POP_JUMP_BACKWARD_IF_FALSE",
+    "POP_JUMP_BACKWARD_IF_NONE", "POP_JUMP_BACKWARD_IF_NOT_NONE",
+}
+
+
+def _generic_jump_name(opname: str) -> str:
+    return opname.replace("_FORWARD", "").replace("_BACKWARD", "")
+
+
+def _popped(inst, tracer) -> tuple[int, int]:
+    """(values the instruction pops, values it pushes) for the instructions kiln can break at."""
+    name, arg = inst.opname, inst.arg
+    if name == "CALL":
+        return arg + 2, 1
+    if name == "CALL_FUNCTION_EX":
+        return 3 + (arg & 1), 1
+    if name in _JUMPS:
+        return 1, 0
+    if name in ("BINARY_OP", "COMPARE_OP", "BINARY_SUBSCR", "CONTAINS_OP", "IS_OP"):
+        return 2, 1
+    if name in ("UNARY_NEGATIVE", "UNARY_NOT", "UNARY_INVERT", "UNARY_POSITIVE", "GET_ITER"):
+        return 1, 1
+    if name == "STORE_ATTR":
+        return 2, 0
+    if name == "STORE_SUBSCR":
+        return 3, 0
+    if name == "DELETE_SUBSCR":
+        return 2, 0
+    if name == "STORE_GLOBAL":
+        return 1, 0
+    if name == "LOAD_ATTR" and not (sys.version_info >= (3, 12) and arg & 1):
+        return 1, 1
+    if name == "FORMAT_VALUE":
+        return (2 if arg & 0x04 else 1), 1
+    if name == "BUILD_STRING":
+        return arg, 1
+    unsupported(f"a graph break at {name} is not supported")
+
+
+def _copy_instructions(inst, tracer) -> list:
+    """The instruction(s) to run as ordinary Python in the transformed code."""
+    if inst.opname == "CALL":
+        if tracer.kw_names:
+            return bc.call_kw(inst.arg, tuple(tracer.kw_names))
+        return bc.call(inst.arg)
+    if inst.opname in _JUMPS:
+        return [bc.create_instruction(_generic_jump_name(inst.opname), target=inst)]  # target fixed later
+    copy = bc.create_instruction(inst.opname, arg=inst.arg, argval=inst.argval)
+    copy.arg = inst.arg
+    return [copy]
+
+
+def compile_with_break(code, f_locals, f_globals, f_builtins, closure, options, break_index: int,
+                       finish_graph: Callable):
+    """Trace `code` up to instruction `break_index` and build the code that breaks the graph there.
+
+    finish_graph(output, tensors) compiles the graph with those tensors as outputs and returns
+    (graph_call or None, graph_outputs, gm). Returns (new code, gm, reason-free description).
+    """
+    tracer = RootTracer(code, f_locals, f_globals, f_builtins, closure, options, break_at=break_index)
+    try:
+        tracer.run()
+    except BreakSignal:
+        pass
+    else:
+        unsupported("the frame ran to its end when traced again (internal inconsistency)")
+    inst = tracer.instructions[break_index]
+    if tracer.active_withs:
+        unsupported("a graph break inside a `with` block is not supported yet")
+    if inst.exn_tab_entry is not None:
+        unsupported("a graph break inside a try block is not supported yet")
+    popped, pushed = _popped(inst, tracer)
+    stack = list(tracer.stack)
+    survivors = stack[: len(stack) - popped]
+
+    # where execution continues: the next instruction, and a conditional jump's target
+    instructions = tracer.instructions
+    targets = [instructions[break_index + 1]]
+    if inst.opname in _JUMPS:
+        targets.append(inst.target)
+    local_names = {n for n in code.co_varnames + code.co_cellvars}
+    continuations = []
+    needed_locals: set[str] = set()
+    for target in targets:
+        live = sorted(live_locals(instructions, target, local_names))
+        if "__class__" in code.co_freevars and code.co_argcount and code.co_varnames[0] not in live:
+            live.append(code.co_varnames[0])  # zero-argument super() reads the first local implicitly
+        if code.co_argcount and code.co_varnames[0] in live:  # see make_resume_code: first stays first
+            live.remove(code.co_varnames[0])
+            live.insert(0, code.co_varnames[0])
+        needed_locals |= set(live)
+        continuations.append((target, live))
+
+    locals_values = {}
+    for name in sorted(needed_locals):
+        if name in tracer.locals:
+            locals_values[name] = tracer.read_local(name)
+        elif name in tracer.cells and name in code.co_cellvars:
+            cell = tracer.cells[name]
+            if cell.contents is not None:
+                locals_values[name] = cell.contents
+    # a local that is live but unbound here stays unbound in the resume function: drop it from its args
+    continuations = [(t, [n for n in live if n in locals_values]) for t, live in continuations]
+
+    tensors: list = []
+    seen: set = set()
+    for v in stack:
+        if v is not NULL:
+            collect_tensors(v, tensors, seen)
+    for v in locals_values.values():
+        collect_tensors(v, tensors, seen)
+    for v in tracer.output.side_effects.values():
+        collect_tensors(v, tensors, seen)
+    graph_call, graph_outputs, gm = finish_graph(tracer.output, tensors)
+
+    def make_resume_fn(cg, resume_code):
+        if code.co_freevars:
+            for name in code.co_freevars:
+                cg.extend(bc.load_closure(name))
+            cg.extend(bc.build_tuple(len(code.co_freevars)))
+            cg.load_const(resume_code)
+            cg.extend(bc.make_function(bc.FN_CLOSURE))
+        else:
+            cg.load_const(types.FunctionType(resume_code, f_globals, resume_code.co_name))
+
+    survivor_shape = [v is not NULL for v in survivors]
+    built = []
+    for i, (target, live) in enumerate(continuations):
+        shape = survivor_shape + [True] * pushed
+        resume_code = make_resume_code(code, target.offset, shape, live)
+        built.append((shape, live, resume_code))
+    copied = bc.inherit_positions(_copy_instructions(inst, tracer), inst)  # errors point at the user's line
+    new_code = break_code(code, graph_call, graph_outputs, tracer.output.side_effects, stack, popped, pushed,
+                          locals_values, copied, built, make_resume_fn)
+    return new_code, gm, tracer

@@ -1,0 +1,101 @@
+"""Resume functions: continue a function from the middle, after a graph break.
+
+When the interpreter stops at an instruction it cannot trace, the transformed code runs the graph
+captured so far, runs that instruction as ordinary Python, and then calls a resume function
+
+    def resume_in_<fn>_at_<offset>(___stack0, ..., <live locals>):
+        <push the stack back>; jump to <offset>; ...the rest of the original function...
+
+Resume functions are ordinary Python functions, so the frame hook offers them to kiln like any
+other: they get their own graphs, guards and cache entries (and, if needed, breaks of their own).
+"""
+from __future__ import annotations
+
+import types
+
+from kiln.capture import bytecode as bc
+from kiln.capture.bytecode import Instruction
+
+CO_VARARGS, CO_VARKEYWORDS = 0x04, 0x08
+_LOADS = {"LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_FAST_AND_CLEAR", "DELETE_FAST", "LOAD_CLOSURE",
+          "LOAD_DEREF", "MAKE_CELL", "DELETE_DEREF"}
+_STORES = {"STORE_FAST"}
+_TERMINAL = {"RETURN_VALUE", "RETURN_CONST", "RAISE_VARARGS", "RERAISE"}
+_UNCONDITIONAL = {"JUMP_FORWARD", "JUMP_BACKWARD", "JUMP_BACKWARD_NO_INTERRUPT", "JUMP", "JUMP_NO_INTERRUPT"}
+
+
+def live_locals(instructions: list[Instruction], start: Instruction, names: set[str]) -> set[str]:
+    """Local (and cell) variables in `names` that may be read from `start` on before being written."""
+    index = {id(inst): i for i, inst in enumerate(instructions)}
+    n = len(instructions)
+    successors: list[list[int]] = []
+    for i, inst in enumerate(instructions):
+        nxt = []
+        if inst.opname not in _TERMINAL and inst.opname not in _UNCONDITIONAL and i + 1 < n:
+            nxt.append(i + 1)
+        if inst.target is not None:
+            nxt.append(index[id(inst.target)])
+        if inst.exn_tab_entry is not None:
+            nxt.append(index[id(inst.exn_tab_entry.target)])
+        successors.append(nxt)
+    live_in: list[set[str]] = [set() for _ in range(n)]
+    changed = True
+    while changed:
+        changed = False
+        for i in range(n - 1, -1, -1):
+            inst = instructions[i]
+            out: set[str] = set()
+            for j in successors[i]:
+                out |= live_in[j]
+            name = inst.argval if isinstance(inst.argval, str) else None
+            if inst.opname in _STORES or inst.opname == "STORE_DEREF":
+                out = out - {name}
+            if inst.opname in _LOADS and name is not None:
+                out = out | {name}
+            if out != live_in[i]:
+                live_in[i] = out
+                changed = True
+    return live_in[index[id(start)]] & names
+
+
+def make_resume_code(original: types.CodeType, resume_offset: int, stack: list[bool], live: list[str]) -> types.CodeType:
+    """A code object continuing `original` at `resume_offset`.
+
+    stack: for each stack slot at that point (bottom first), True if it holds a value (passed as an
+    argument `___stack<i>`), False if it holds CPython's NULL (pushed again by the prologue).
+    live: local variable names passed in as arguments after the stack values; when live[0] is the
+    original's first argument it comes first (before the stack values), as `super()` needs.
+    """
+    # `super()` without arguments reads the first local: keep the original first argument first
+    first = [live[0]] if live and original.co_argcount and live[0] == original.co_varnames[0] else []
+    key = (original, resume_offset, tuple(stack), tuple(live))
+    found = _CACHE.get(key)
+    if found is not None:
+        return found
+    body = bc.decode(original)
+    target = next(inst for inst in body if inst.offset == resume_offset)
+    stack_args = [f"___stack{i}" for i, present in enumerate(stack) if present]
+    args = first + stack_args + [name for name in live if name not in first]
+    prologue = bc.function_prologue(tuple(original.co_cellvars), len(original.co_freevars))
+    for i, present in enumerate(stack):
+        prologue += bc.load_fast(f"___stack{i}") if present else bc.push_null()
+    prologue += bc.jump(target)
+    bc.inherit_positions(prologue, target)
+    varnames = tuple(args) + tuple(v for v in original.co_varnames if v not in args)
+    name = f"resume_in_{original.co_name}_at_{resume_offset}"
+    code = bc.assemble(
+        prologue + body, original,
+        co_argcount=len(args), co_posonlyargcount=0, co_kwonlyargcount=0,
+        co_varnames=varnames,
+        co_flags=original.co_flags & ~(CO_VARARGS | CO_VARKEYWORDS),
+        co_name=name, co_qualname=f"{original.co_qualname}.<{name}>",
+    )
+    _CACHE[key] = code
+    return code
+
+
+_CACHE: dict[tuple, types.CodeType] = {}
+
+
+def clear_cache() -> None:
+    _CACHE.clear()
