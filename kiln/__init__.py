@@ -4,10 +4,10 @@
     model = kiln.compile(model)
     out = model(x)
 """
-from kiln.api import compile, disable, reset
+from kiln.api import compile, disable, graph_break, reset
 from kiln.backends import list_backends, register_backend
 from kiln.debug.explain import explain
 from kiln.debug.stats import stats
 from kiln.options import Options
 
-__all__ = ["Options", "compile", "disable", "explain", "list_backends", "register_backend", "reset", "stats"]
+__all__ = ["Options", "compile", "disable", "explain", "graph_break", "list_backends", "register_backend", "reset", "stats"]

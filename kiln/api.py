@@ -150,6 +150,10 @@ def reset() -> None:
     interpreter._DECODED.clear()
 
 
+def graph_break() -> None:
+    """Force a graph break here when called inside compiled code; does nothing when run eagerly."""
+
+
 def disable(fn: Callable | None = None):
     """Run `fn` eagerly, without kiln looking inside it or the functions it calls."""
     if fn is None:

@@ -87,6 +87,8 @@ def _wrap(tx, value, source, qualname) -> Value:
         if source is not None and not isinstance(source, ConstantSource):
             guards.identity(source, value)
         return TorchFunctionValue(value, source)
+    if isinstance(value, types.FunctionType) and value.__module__ == "kiln.api" and value.__name__ == "graph_break":
+        return ForcedBreakValue()
     if isinstance(value, types.FunctionType):
         answer = COMPILE_STATE_QUERIES.get((value.__module__, value.__name__))
         if answer is not None:
@@ -139,6 +141,18 @@ COMPILE_STATE_QUERIES = {
     ("torch.jit", "is_scripting"): False,
     ("torch._utils", "is_compiling"): True,
 }
+
+
+class ForcedBreakValue(Value):
+    """kiln.graph_break: calling it inside compiled code breaks the graph there."""
+
+    def call(self, tx, args, kwargs) -> Value:
+        unsupported("kiln.graph_break() was called", hint="remove the call to keep one graph")
+
+    def reconstruct(self, cg) -> None:
+        from kiln.api import graph_break
+
+        cg.load_const(graph_break)
 
 
 class ConstantFunctionValue(Value):
