@@ -57,9 +57,12 @@ def _apply(cg: "PyCodegen", effect, temp: str) -> None:
 
 
 class PyCodegen:
-    def __init__(self, graph_outputs: dict[int, int] | None = None):
+    def __init__(self, graph_outputs: dict[int, int] | None = None, built: dict | None = None):
         self.instructions: list[bc.Instruction] = []
         self.graph_outputs = graph_outputs or {}  # id(TensorValue.node) -> output index
+        # objects created while tracing, already rebuilt: id(value) -> (value, temp local). Rebuilding
+        # one twice would split one object into two (say, a local and the entry of a global dict).
+        self.built = built if built is not None else {}
 
     def extend(self, insts: list[bc.Instruction]) -> None:
         self.instructions.extend(insts)
@@ -117,7 +120,31 @@ class PyCodegen:
                 self.load_const(index)
                 self.binary_subscr()
                 return
+        if _has_identity(value):
+            found = self.built.get(id(value))
+            if found is not None:
+                self.load_fast(found[1])
+                return
+            value.reconstruct(self)
+            temp = f"__kiln_obj_{len(self.built)}"
+            self.built[id(value)] = (value, temp)
+            self.extend(bc.copy(1))
+            self.extend(bc.store_fast(temp))
+            return
         value.reconstruct(self)
+
+    def temps(self) -> list[str]:
+        return [temp for _, temp in self.built.values()]
+
+
+def _has_identity(value: Value) -> bool:
+    """Mutable objects created while tracing: one object, however many places hold it."""
+    from kiln.capture.values.containers import DictValue, ListValue, SetValue
+    from kiln.capture.values.objects import NewObjectValue
+
+    if isinstance(value, NewObjectValue):
+        return True
+    return isinstance(value, (ListValue, DictValue, SetValue)) and value.created_here
 
 
 def collect_tensors(value: Value, out: list[TensorValue], seen: set[int]) -> None:
@@ -184,6 +211,7 @@ def _assemble(cg: "PyCodegen", original: types.CodeType, temps: list[str]) -> ty
     first = bc.create_instruction("NOP")
     first.positions = dis.Positions(original.co_firstlineno, original.co_firstlineno, None, None)
     bc.inherit_positions(cg.instructions, first)
+    temps = temps + cg.temps()
     varnames = tuple(original.co_varnames) + tuple(t for t in temps if t not in original.co_varnames)
     return bc.assemble(
         cg.instructions, original,
@@ -212,7 +240,7 @@ def transformed_code(original: types.CodeType, graph_call: tuple[Any, list] | No
 
 def break_code(original: types.CodeType, graph_call, graph_outputs: dict[int, int], side_effects,
                stack: list, consumed: int, pushed: int, locals_: dict[str, Value], break_insts: list,
-               continuations: list, make_resume_fn) -> types.CodeType:
+               continuations: list, make_resume_fn, restore_grad_mode: bool | None = None) -> types.CodeType:
     """The code that replaces `original` when tracing stopped at an instruction it cannot trace.
 
     It runs the graph, computes the stack and the live locals into temporaries, applies the side
@@ -247,6 +275,16 @@ def break_code(original: types.CodeType, graph_call, graph_outputs: dict[int, in
             cg.extend(bc.push_null())
         else:
             cg.load_fast(temp)
+    handler = None
+    if restore_grad_mode is not None:
+        # the instruction runs inside grad-mode blocks: if it raises, leave them as eager would
+        from kiln.capture.values.contexts import GradModeExit
+
+        handler = [*bc.push_null(), *bc.load_const(GradModeExit(restore_grad_mode)), *bc.call(0),
+                   *bc.pop_top(), bc.create_instruction("RERAISE", arg=0)]
+        entry = bc.ExceptionTableEntry(break_insts[0], break_insts[-1], handler[0], 0, False)
+        for inst in break_insts:
+            inst.exn_tab_entry = entry
     cg.extend(break_insts)
     results = [f"__kiln_result_{i}" for i in range(pushed)]
     temps.extend(results)
@@ -256,7 +294,7 @@ def break_code(original: types.CodeType, graph_call, graph_outputs: dict[int, in
     for shape, live, resume_code in continuations:
         values = [t for t in survivors if t is not None] + (results if len(shape) > len(survivors) else [])
         first = [live[0]] if live and original.co_argcount and live[0] == original.co_varnames[0] else []
-        block = PyCodegen(graph_outputs)
+        block = PyCodegen(graph_outputs, cg.built)
         block.extend(bc.push_null())
         make_resume_fn(block, resume_code)
         for name in first + values + [n for n in live if n not in first]:
@@ -268,4 +306,6 @@ def break_code(original: types.CodeType, graph_call, graph_outputs: dict[int, in
         break_insts[-1].target = blocks[1][0]
     for block in blocks:
         cg.extend(block)
+    if handler is not None:
+        cg.extend(handler)
     return _assemble(cg, original, temps)

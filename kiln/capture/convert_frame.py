@@ -201,7 +201,7 @@ class FrameCompiler:
         # outputs that are graph inputs unchanged are loaded from the frame, not routed through the graph
         routed = [t for t in tensors if not (t.source is not None and t.node.op == "placeholder")]
         graph_outputs = {id(t.node): i for i, t in enumerate(routed)}
-        if output.op_count == 0 and not routed:
+        if output.op_count == 0 and not routed and not output.changes_grad_mode:
             return None, graph_outputs, None
         gm = output.finish(routed)
         stats.graphs += 1

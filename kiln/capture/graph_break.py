@@ -28,6 +28,22 @@ def _generic_jump_name(opname: str) -> str:
     return opname.replace("_FORWARD", "").replace("_BACKWARD", "")
 
 
+def _is_with_cleanup(tracer, handler) -> bool:
+    i = tracer.index_of[id(handler)]
+    following = tracer.instructions[i + 1] if i + 1 < len(tracer.instructions) else None
+    return handler.opname == "PUSH_EXC_INFO" and following is not None and following.opname == "WITH_EXCEPT_START"
+
+
+def _grad_mode_to_restore_on_error(stack) -> bool | None:
+    """If the break is inside grad-mode blocks, the mode to restore should the instruction raise."""
+    from kiln.capture.values.contexts import WithExitValue
+
+    for value in stack:
+        if isinstance(value, WithExitValue):
+            return value.ctx.previous
+    return None
+
+
 def _popped(inst, tracer) -> tuple[int, int]:
     """(values the instruction pops, values it pushes) for the instructions kiln can break at."""
     name, arg = inst.opname, inst.arg
@@ -86,9 +102,7 @@ def compile_with_break(code, f_locals, f_globals, f_builtins, closure, options, 
     else:
         unsupported("the frame ran to its end when traced again (internal inconsistency)")
     inst = tracer.instructions[break_index]
-    if tracer.active_withs:
-        unsupported("a graph break inside a `with` block is not supported yet")
-    if inst.exn_tab_entry is not None:
+    if inst.exn_tab_entry is not None and not _is_with_cleanup(tracer, inst.exn_tab_entry.target):
         unsupported("a graph break inside a try block is not supported yet")
     popped, pushed = _popped(inst, tracer)
     stack = list(tracer.stack)
@@ -152,5 +166,5 @@ def compile_with_break(code, f_locals, f_globals, f_builtins, closure, options, 
         built.append((shape, live, resume_code))
     copied = bc.inherit_positions(_copy_instructions(inst, tracer), inst)  # errors point at the user's line
     new_code = break_code(code, graph_call, graph_outputs, tracer.output.side_effects, stack, popped, pushed,
-                          locals_values, copied, built, make_resume_fn)
+                          locals_values, copied, built, make_resume_fn, _grad_mode_to_restore_on_error(stack))
     return new_code, gm, tracer

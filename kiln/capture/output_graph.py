@@ -33,6 +33,7 @@ class OutputGraph:
         self.input_sources: list[Source] = []
         self.example_inputs: list[Any] = []
         self.values_by_source: dict[str, Value] = {}
+        self.values_by_id: dict[int, Value] = {}  # mutable objects, by identity (see builder.wrap)
         self._attr_names: dict[int, str] = {}
         self._placeholders: list[fx.Node] = []
         self._input_values: list = []

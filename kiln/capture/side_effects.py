@@ -43,13 +43,22 @@ class SideEffects:
     def __init__(self) -> None:
         self._effects: dict[Any, Any] = {}  # insertion-ordered; key identifies the written place
 
+    @staticmethod
+    def _place(obj: Value):
+        """What identifies the written object: the real object when there is one (two sources can
+        reach the same object), else the symbolic value."""
+        real = getattr(obj, "obj", None)
+        if real is None:
+            real = getattr(obj, "module", None)
+        return id(real) if real is not None else id(obj)
+
     def store_attr(self, obj: Value, name: str, value: Value) -> None:
-        key = ("attr", obj.source.name() if obj.source is not None else id(obj), name)
+        key = ("attr", self._place(obj), name)
         self._effects.pop(key, None)  # a later write moves to the end: replay keeps program order
         self._effects[key] = AttrWrite(obj, name, value)
 
     def load_attr(self, obj: Value, name: str) -> Value | None:
-        key = ("attr", obj.source.name() if obj.source is not None else id(obj), name)
+        key = ("attr", self._place(obj), name)
         found = self._effects.get(key)
         return found.value if found is not None else None
 

@@ -9,7 +9,8 @@ from typing import Any
 
 import torch
 
-from kiln.capture.sources import ConstantSource, GetItemSource, Source
+from kiln.capture.guards import GuardKind
+from kiln.capture.sources import AttrSource, ConstantSource, GetItemSource, Source
 from kiln.capture.values.base import ConstantValue, Value, is_constant_literal, unsupported
 from kiln.capture.values.builtins import BuiltinValue
 from kiln.capture.values.containers import DictValue, ListValue, NamedTupleValue, SetValue, TupleValue
@@ -26,9 +27,20 @@ def wrap(tx, value: Any, source: Source | None, qualname: str | None = None) -> 
     key = source.name() if source is not None and not isinstance(source, ConstantSource) else None
     if key is not None and key in out.values_by_source:
         return out.values_by_source[key]
+    # a mutable object reached through two places is one value, so writes through one are seen by the other
+    mutable = type(value) in (list, dict) or isinstance(value, torch.nn.Module) or (
+        not is_constant_literal(value) and type(value).__module__ not in ("builtins",) and hasattr(value, "__dict__")
+        and not isinstance(value, (type, types.FunctionType, types.ModuleType)))
+    if mutable and id(value) in out.values_by_id:
+        found = out.values_by_id[id(value)]
+        if key is not None and source is not None:
+            tx.output.guards.add(GuardKind.IDENTITY_OF_SOURCE, source, found.source) if found.source is not None else None
+        return found
     result = _wrap(tx, value, source, qualname)
     if key is not None:
         out.values_by_source[key] = result
+    if mutable:
+        out.values_by_id[id(value)] = result
     return result
 
 
@@ -122,6 +134,13 @@ def _wrap(tx, value, source, qualname) -> Value:
         return ClassValue(value, source)
     if isinstance(value, (torch.finfo, torch.iinfo)):
         return ConstantValue(value, None)
+    from kiln.capture.values.contexts import GradModeExit, GradModeValue, WithExitValue
+
+    if type(value) is GradModeExit:  # a grad-mode block continued in a resume function
+        if source is not None:
+            guards.type(source, value)
+            guards.constant(AttrSource(source, "previous"), value.previous)
+        return WithExitValue(GradModeValue(torch.is_grad_enabled(), previous=value.previous), source)
     if source is None:
         unsupported(f"object of type {type(value).__name__} without a place in the frame")
     if type(value).__module__ in ("builtins",) or type(value).__module__.startswith("torch"):

@@ -58,15 +58,35 @@ class _ContextMethod(Value):
         return self.ctx.enter(tx) if self.name == "__enter__" else self.ctx.exit(tx)
 
 
+class GradModeExit:
+    """The `__exit__` of a grad-mode block that a graph break split: it lives on the stack of the
+    resume function, which calls it when the block ends (normally or by an exception)."""
+
+    def __init__(self, previous: bool):
+        self.previous = previous
+
+    def __call__(self, *exc_info) -> bool:
+        torch._C._set_grad_enabled(self.previous)
+        return False
+
+    def __repr__(self) -> str:
+        return f"GradModeExit(previous={self.previous})"
+
+
 class WithExitValue(Value):
     """What BEFORE_WITH leaves below the block: calling it (with None, None, None) leaves the block."""
 
-    def __init__(self, ctx: GradModeValue):
+    def __init__(self, ctx: GradModeValue, source=None):
         self.ctx = ctx
+        self.source = source
 
     def call(self, tx, args, kwargs) -> Value:
-        tx.active_withs.pop()
+        if tx.active_withs and tx.active_withs[-1] is self.ctx:
+            tx.active_withs.pop()
         return self.ctx.exit(tx)
+
+    def reconstruct(self, cg) -> None:
+        cg.load_const(GradModeExit(self.ctx.previous))
 
 
 def make_grad_mode(tx, cls, args, kwargs) -> Value | None:

@@ -74,6 +74,8 @@ class TorchFunctionValue(Value):
         fn = self.fn
         if fn in _NOT_IN_GRAPH:
             unsupported(f"torch.{getattr(fn, '__name__', fn)} changes global state or needs tensor data")
+        if fn is torch.is_grad_enabled:
+            return ConstantValue(tx.output.grad_enabled)  # the mode at this point of the graph
         if fn in _CONSTANT_FUNCTIONS and _CONSTANT_FUNCTIONS[fn] is not None:
             cargs = [a.example if isinstance(a, TensorValue) else a.as_constant() for a in args]
             return ConstantValue(_CONSTANT_FUNCTIONS[fn](*cargs, **{k: v.as_constant() for k, v in kwargs.items()}))
