@@ -22,6 +22,7 @@ _INLINABLE_TORCH = (
 # the module machinery itself (__call__, hooks) is not traced: kiln calls forward() directly
 _NOT_INLINABLE_TORCH = (os.path.join(_TORCH_DIR, "nn", "modules", "module.py"),)
 _SKIPPED_PREFIXES = ("<frozen", "<eval_with_key", "<kiln")
+_SKIPPED_NAMES = ("typing_extensions.py",)
 # pure-Python protocol mixins of the standard library that user containers inherit (Mapping.__contains__,
 # Mapping.get, ...): traced like user code
 _INLINABLE_STDLIB = ("<frozen _collections_abc>",) + tuple(os.path.join(d, "_collections_abc.py") for d in _STDLIB_DIRS)
@@ -32,7 +33,7 @@ _decisions: dict[str, bool] = {}
 def _is_skipped_file(filename: str) -> bool:
     if filename in _INLINABLE_STDLIB:
         return False
-    if filename.startswith(_SKIPPED_PREFIXES):
+    if filename.startswith(_SKIPPED_PREFIXES) or filename.endswith(_SKIPPED_NAMES):
         return True
     path = os.path.abspath(filename) if not filename.startswith("<") else filename
     if path.startswith(_KILN_DIR):

@@ -143,8 +143,11 @@ def _wrap(tx, value, source, qualname) -> Value:
         return WithExitValue(GradModeValue(torch.is_grad_enabled(), previous=value.previous), source)
     if source is None:
         unsupported(f"object of type {type(value).__name__} without a place in the frame")
-    if type(value).__module__ in ("builtins",) or type(value).__module__.startswith("torch"):
-        unsupported(f"object of type {type(value).__qualname__}")
+    if type(value).__module__ in ("builtins",) or type(value).__module__.startswith("torch") or \
+            not hasattr(value, "__dict__") and not hasattr(type(value), "__slots__"):
+        # an object kiln does not model (an optimizer, a numpy array, a file, an iterator): it can be
+        # held and handed back, and using it breaks the graph where it is used
+        return OpaqueObjectValue(value, source)
     guards.type(source, value)
     return UserObjectValue(value, source)
 
@@ -160,6 +163,51 @@ COMPILE_STATE_QUERIES = {
     ("torch.jit", "is_scripting"): False,
     ("torch._utils", "is_compiling"): True,
 }
+
+
+class OpaqueObjectValue(Value):
+    """An object kiln does not look into. Reading an attribute gives a value that can only be handed
+    back to Python; calling, testing or computing with it breaks the graph there."""
+
+    def __init__(self, obj, source):
+        self.obj = obj
+        self.source = source
+
+    def python_type(self) -> type:
+        return type(self.obj)
+
+    def getattr(self, tx, name: str) -> Value:
+        return OpaqueAttrValue(self, name)
+
+    def call(self, tx, args, kwargs) -> Value:
+        unsupported(f"calling a {type(self.obj).__qualname__} object, which kiln does not trace")
+
+    def truth(self, tx) -> bool:
+        unsupported(f"truth value of a {type(self.obj).__qualname__} object, which kiln does not trace")
+
+    def __repr__(self) -> str:
+        return f"Opaque({type(self.obj).__qualname__})"
+
+
+class OpaqueAttrValue(Value):
+    """`opaque.name`, not yet used."""
+
+    def __init__(self, obj: Value, name: str):
+        self.obj, self.name = obj, name
+
+    def call(self, tx, args, kwargs) -> Value:
+        unsupported(f"{type(self.obj.obj).__qualname__}.{self.name}() runs outside kiln's graphs",
+                    hint="kiln runs it between two graphs")
+
+    def getattr(self, tx, name: str) -> Value:
+        unsupported(f"attribute {name!r} of {type(self.obj.obj).__qualname__}.{self.name}")
+
+    def truth(self, tx) -> bool:
+        unsupported(f"truth value of {type(self.obj.obj).__qualname__}.{self.name}")
+
+    def reconstruct(self, cg) -> None:
+        cg.reconstruct(self.obj)
+        cg.load_attr(self.name)
 
 
 class ForcedBreakValue(Value):

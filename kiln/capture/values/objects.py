@@ -280,8 +280,29 @@ class SuperValue(Value):
                     return _GenericGetattr(self.self_value)
                 if callable(attr) and klass.__module__.startswith("torch") and name == "__init__":
                     return _NoOp()
+                if hasattr(attr, "__get__") and not isinstance(attr, (int, float, str, tuple, bool, type(None))):
+                    # a C method of a builtin base (dict.get, list.append, ...): bound, and run as Python
+                    return _SuperBoundAttr(self.cls, self.self_value, name)
                 return wrap(tx, attr, src)
         unsupported(f"super().{name}")
+
+
+class _SuperBoundAttr(Value):
+    """`super().name` for a C-level attribute: kiln does not run it, but can hand it back bound."""
+
+    def __init__(self, cls: type, self_value: Value, name: str):
+        self.cls, self.self_value, self.name = cls, self_value, name
+
+    def call(self, tx, args, kwargs) -> Value:
+        unsupported(f"super().{self.name}() of {self.cls.__name__} is a C method kiln does not trace",
+                    hint="kiln runs it between two graphs")
+
+    def reconstruct(self, cg) -> None:
+        cg.prepare_call(super)
+        cg.load_const(self.cls)
+        cg.reconstruct(self.self_value)
+        cg.call(2)
+        cg.load_attr(self.name)
 
 
 class InstanceDictValue(Value):

@@ -96,7 +96,7 @@ class TensorMethodValue(Value):
         name, ex = self.name, self.tensor.example
         if name in _DATA_METHODS:
             unsupported(f"Tensor.{name}() needs the tensor's data",
-                        hint="data-dependent Python values are handled by graph breaks in a later kiln version")
+                        hint="kiln breaks the graph here and runs it as Python")
         if name in _METADATA_METHODS:
             if not all(a.is_constant() for a in args) or not all(v.is_constant() for v in kwargs.values()):
                 unsupported(f"Tensor.{name} with non-constant arguments")
