@@ -49,6 +49,7 @@ class FrameRecord:
     fallback_file: str = ""
     fallback_line: int = 0
     hint: str = ""
+    backend_report: str = ""  # what the backend says it did with the graph (e.g. the ATen graph)
 
 
 _ALL_COMPILERS: "weakref.WeakSet[FrameCompiler]" = weakref.WeakSet()
@@ -217,6 +218,8 @@ class FrameCompiler:
                 ) from exc
         if not callable(compiled):
             raise BackendError(f"backend {self.backend_name!r} returned {compiled!r}, which is not callable")
+        report = getattr(compiled, "kiln_explain", None)
+        gm.meta["kiln_backend_report"] = report() if callable(report) else ""
         if output.changes_grad_mode:
             compiled = RestoreGradModeOnError(compiled)
         return (compiled, list(output.input_sources)), graph_outputs, gm

@@ -31,6 +31,7 @@ class ExplainReport:
     ops_per_graph: list[int]
     frames: list[Any]
     eager_frames: list[str]
+    backend_reports: list[str] = dataclasses.field(default_factory=list)
     result: Any = None
 
     def __str__(self) -> str:
@@ -46,6 +47,9 @@ class ExplainReport:
         for i, (gm, guards, n) in enumerate(zip(self.graphs, self.guards, self.ops_per_graph)):
             lines.append(f"  graph {i} ({n} ops):")
             lines.extend("    " + line for line in str(gm.graph).rstrip().splitlines())
+            if i < len(self.backend_reports) and self.backend_reports[i]:
+                lines.append(f"  what backend {self.backend!r} made of graph {i}:")
+                lines.extend("    " + line for line in self.backend_reports[i].rstrip().splitlines())
             lines.append(f"  guards of graph {i}:")
             lines.extend("    " + line for line in guards.rstrip().splitlines())
         return "\n".join(lines)
@@ -86,6 +90,7 @@ def explain(fn: Callable, *, backend=None, **compile_kwargs):
             ops_per_graph=[r.op_count for r in records if r.graph is not None],
             frames=records,
             eager_frames=[f"{r.code_name} ({r.filename}:{r.lineno})" for r in records if r.fallback_reason],
+            backend_reports=[g.meta.get("kiln_backend_report", "") for g in graphs],
             result=result,
         )
 

@@ -195,3 +195,11 @@ def test_options_from_environment_are_read_in_options_only():
     opts = kiln.Options(recompile_limit=2)
     assert kiln.Options.from_any({"recompile_limit": 2}) == opts
     assert kiln.Options.from_any(opts) is opts
+
+
+def test_explain_shows_the_backends_aten_graph():
+    def g(x):
+        return torch.nn.functional.gelu(x).softmax(-1)
+
+    text = str(kiln.explain(g, backend="aot_eager")(torch.randn(2, 3)))
+    assert "what backend 'aot_eager' made of graph 0" in text and "aten.exp" in text
