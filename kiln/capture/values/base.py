@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import operator
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, Callable, NoReturn
 
 import torch
 
@@ -81,6 +81,26 @@ def method_or_unsupported(value: Value, name: str) -> Value:
     if callable(getattr(value.python_type(), name, None)):
         return BoundMethodValue(value, name)
     unsupported(f"{value.python_type().__name__!r} object has no attribute {name!r}")
+
+
+class KnownFunctionValue(Value):
+    """A function kiln knows by identity (a builtin, a torch function): a constant of the trace."""
+
+    def __init__(self, fn: Callable, source=None):
+        self.fn = fn
+        self.source = source
+
+    def python_type(self) -> type:
+        return type(self.fn)
+
+    def is_constant(self) -> bool:
+        return True
+
+    def as_constant(self):
+        return self.fn
+
+    def reconstruct(self, cg) -> None:
+        cg.load_const(self.fn)
 
 
 class NullValue(Value):

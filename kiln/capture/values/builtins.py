@@ -9,7 +9,7 @@ from typing import Callable
 
 import torch
 
-from kiln.capture.values.base import BINARY_OPERATORS, ConstantValue, Value, unsupported
+from kiln.capture.values.base import BINARY_OPERATORS, ConstantValue, KnownFunctionValue, Value, unsupported
 from kiln.capture.values.containers import (
     DictValue, ListIteratorValue, ListValue, NamedTupleValue, SequenceValue, SetValue, SliceValue, TupleValue,
 )
@@ -26,22 +26,8 @@ PURE_CONSTANT_FUNCTIONS: set = {
                    "itemgetter", "methodcaller")}
 
 
-class BuiltinValue(Value):
-    def __init__(self, fn: Callable, source=None):
-        self.fn = fn
-        self.source = source
-
-    def python_type(self) -> type:
-        return type(self.fn)
-
-    def is_constant(self) -> bool:
-        return True
-
-    def as_constant(self):
-        return self.fn
-
-    def reconstruct(self, cg) -> None:
-        cg.load_const(self.fn)
+class BuiltinValue(KnownFunctionValue):
+    """A builtin function or type (len, isinstance, tuple, ...)."""
 
     def call(self, tx, args: list[Value], kwargs: dict[str, Value]) -> Value:
         fn = self.fn

@@ -7,7 +7,7 @@ import types
 import torch
 
 from kiln.capture.sources import AttrSource, ConstantSource
-from kiln.capture.values.base import ConstantValue, Value, unsupported
+from kiln.capture.values.base import ConstantValue, KnownFunctionValue, Value, unsupported
 from kiln.capture.values.tensors import TensorValue
 
 # functions of the torch namespace that change global state or need data: never put in a graph
@@ -53,22 +53,8 @@ def is_torch_function(obj) -> bool:
     return False
 
 
-class TorchFunctionValue(Value):
-    def __init__(self, fn, source=None):
-        self.fn = fn
-        self.source = source
-
-    def python_type(self) -> type:
-        return type(self.fn)
-
-    def is_constant(self) -> bool:
-        return True
-
-    def as_constant(self):
-        return self.fn
-
-    def reconstruct(self, cg) -> None:
-        cg.load_const(self.fn)
+class TorchFunctionValue(KnownFunctionValue):
+    """A function of the torch namespace: calls become graph ops."""
 
     def call(self, tx, args, kwargs) -> Value:
         fn = self.fn
