@@ -140,10 +140,13 @@ class PyCodegen:
 def _has_identity(value: Value) -> bool:
     """Mutable objects created while tracing: one object, however many places hold it."""
     from kiln.capture.values.containers import DictValue, ListValue, SetValue
+    from kiln.capture.values.functions import CellValue, NestedFunctionValue
     from kiln.capture.values.objects import NewObjectValue
 
-    if isinstance(value, NewObjectValue):
+    if isinstance(value, (NewObjectValue, NestedFunctionValue)):
         return True
+    if isinstance(value, CellValue):
+        return value.created_here and value.source is None
     return isinstance(value, (ListValue, DictValue, SetValue)) and value.created_here
 
 

@@ -376,6 +376,11 @@ class _LazyCell(CellValue):
         super().__init__(None)
         self.tx, self.index, self.name = tx, index, name
 
+    def reconstruct(self, cg) -> None:
+        from kiln.capture import bytecode as bc
+
+        cg.extend(bc.load_closure(self.name))  # the frame's own cell (the transformed code keeps free vars)
+
     def set(self, value: Value) -> None:
         self.contents = value
         self.tx.output.side_effects.store_cell(self.name, value)

@@ -57,7 +57,8 @@ class UserFunctionValue(Value):
                 contents = cell.cell_contents
             except ValueError:
                 unsupported(f"free variable {name!r} of {self.fn.__qualname__} is not set yet")
-            cells[name] = CellValue(wrap(tx, contents, src))
+            cell_src = GetItemSource(AttrSource(self.source, "__closure__"), i) if self.source is not None else None
+            cells[name] = CellValue(wrap(tx, contents, src), source=cell_src)
         return cells
 
     def defaults(self, tx) -> tuple[tuple, dict]:
@@ -70,9 +71,21 @@ class UserFunctionValue(Value):
 class CellValue(Value):
     """A closure cell. Cells created during tracing are mutable; cells from the frame are read-only for now."""
 
-    def __init__(self, contents: Value | None, created_here: bool = False):
+    def __init__(self, contents: Value | None, created_here: bool = False, source=None):
         self.contents = contents
         self.created_here = created_here
+        self.source = source  # where the cell object itself lives (a function's __closure__[i])
+
+    def reconstruct(self, cg) -> None:
+        if self.source is not None:
+            self.source.emit(cg)
+            return
+        if not self.created_here:
+            unsupported("handing back a closure cell kiln cannot locate")
+        cg.prepare_call(types.CellType)
+        if self.contents is not None:
+            cg.reconstruct(self.contents)
+        cg.call(1 if self.contents is not None else 0)
 
     def get(self) -> Value:
         if self.contents is None:
@@ -122,11 +135,31 @@ class NestedFunctionValue(Value):
         return self.default_values, self.kwdefault_values
 
     def reconstruct(self, cg) -> None:
-        unsupported(f"returning or storing nested function {self.qualname} outside the compiled function",
-                    hint="closures that escape the compiled function are supported in a later kiln version")
+        """Build the function for real: same code, globals, defaults and (rebuilt) closure cells."""
+        from kiln.capture.values.containers import DictValue, TupleValue
+
+        cg.prepare_call(make_function)
+        cg.load_const(self.code)
+        cg.load_const(self.f_globals)
+        cg.load_const(self.qualname)
+        cg.reconstruct(TupleValue(list(self.default_values)))
+        cg.reconstruct(DictValue(dict(self.kwdefault_values)))
+        for cell in self.closure:
+            cg.reconstruct(cell)
+        cg.build(tuple, len(self.closure))
+        cg.call(6)
 
     def __repr__(self) -> str:
         return f"NestedFunction({self.qualname})"
+
+
+def make_function(code, f_globals, qualname, defaults, kwdefaults, closure):
+    """The runtime half of NestedFunctionValue.reconstruct."""
+    fn = types.FunctionType(code, f_globals, code.co_name, defaults or None, closure or None)
+    fn.__qualname__ = qualname
+    if kwdefaults:
+        fn.__kwdefaults__ = kwdefaults
+    return fn
 
 
 class UserMethodValue(Value):
