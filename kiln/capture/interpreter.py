@@ -8,6 +8,7 @@ Opcode handlers live in `opcodes/`, grouped by family, as methods named after th
 from __future__ import annotations
 
 import builtins
+import inspect
 import sys
 import types
 from typing import Any
@@ -315,6 +316,10 @@ def _call_library_function(tx, fn_value, args, kwargs) -> Value:
     from kiln.capture.values.builtins import PURE_CONSTANT_FUNCTIONS
 
     fn = fn_value.fn
+    if fn is inspect.signature and len(args) == 1 and not kwargs:
+        real = _real_callable(args[0])
+        if real is not None:
+            return SignatureValue(inspect.signature(real))
     if all(a.is_constant() for a in args) and all(v.is_constant() for v in kwargs.values()) and \
             fn.__module__ in ("math", "operator", "functools", "typing", "copy", "numbers", "inspect", "enum") + \
             ("torch.nn.modules.utils", "torch.nn.common_types", "torch.overrides", "torch._jit_internal"):
@@ -327,6 +332,33 @@ def _call_library_function(tx, fn_value, args, kwargs) -> Value:
         return wrap_constant_result(result)
     unsupported(f"call to {fn.__module__}.{fn.__qualname__}, which kiln does not trace into",
                 hint="kiln does not trace into the standard library or torch internals")
+
+
+def _real_callable(value: Value):
+    """The Python function (or bound method) a value stands for, if kiln knows it exactly."""
+    from kiln.capture.values.functions import UserMethodValue
+    from kiln.capture.values.modules import NNModuleValue
+
+    if isinstance(value, UserFunctionValue):
+        return value.fn
+    if isinstance(value, UserMethodValue) and isinstance(value.fn, UserFunctionValue):
+        owner = value.self_value
+        obj = owner.module if isinstance(owner, NNModuleValue) else getattr(owner, "obj", None)
+        if obj is not None:
+            return types.MethodType(value.fn.fn, obj)
+    return None
+
+
+class SignatureValue(Value):
+    """inspect.signature(fn) of a function kiln knows: its parameters are constants of the trace."""
+
+    def __init__(self, signature: inspect.Signature):
+        self.signature = signature
+
+    def getattr(self, tx, name: str) -> Value:
+        if name == "parameters":
+            return ConstantValue(tuple(self.signature.parameters))  # names: len(), `in`, iteration
+        unsupported(f"inspect.Signature.{name}")
 
 
 class RootTracer(Tracer):

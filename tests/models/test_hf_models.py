@@ -15,6 +15,7 @@ from tests.corpus.harness import CountingBackend as Counter  # records each grap
 
 
 def _check(model, inputs):
+    """Compile `model`, compare with eager on three calls, print graph counts and the reasons."""
     kiln.reset()
     model.eval()
     with torch.no_grad():
@@ -53,3 +54,52 @@ def test_gpt2_small():
     config = transformers.GPT2Config(vocab_size=100, n_embd=32, n_layer=2, n_head=2, n_positions=64)
     model = transformers.GPT2Model(config)
     _check(model, dict(input_ids=torch.randint(0, 100, (2, 8))))
+
+
+def test_t5_small():
+    torch.manual_seed(0)
+    config = transformers.T5Config(vocab_size=100, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4,
+                                   decoder_start_token_id=0)
+    model = transformers.T5Model(config)
+    ids = torch.randint(0, 100, (2, 8))
+    _check(model, dict(input_ids=ids, decoder_input_ids=ids[:, :5]))
+
+
+def test_gpt2_training_loop_with_optimizer_and_logging():
+    """A training-style loop: forward, loss, backward, optimizer step and a logging print of loss.item()."""
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(vocab_size=100, n_embd=32, n_layer=2, n_head=2, n_positions=64)
+    model = transformers.GPT2LMHeadModel(config)
+    reference = transformers.GPT2LMHeadModel(config)
+    reference.load_state_dict(model.state_dict())
+    model.train(), reference.train()
+    config.attn_pdrop = config.resid_pdrop = config.embd_pdrop = 0.0
+    for m in (model, reference):
+        for mod in m.modules():
+            if isinstance(mod, torch.nn.Dropout):
+                mod.p = 0.0
+    optimizers = {id(model): torch.optim.AdamW(model.parameters(), lr=1e-3),
+                  id(reference): torch.optim.AdamW(reference.parameters(), lr=1e-3)}
+
+    def train_step(m, ids):
+        opt = optimizers[id(m)]
+        opt.zero_grad()
+        loss = m(input_ids=ids, labels=ids).loss
+        loss.backward()
+        opt.step()
+        print(f"loss {loss.item():.4f}")
+        return loss.detach()
+
+    kiln.reset()
+    counter = Counter()
+    compiled_step = kiln.compile(train_step, backend=counter)
+    ids = torch.randint(0, 100, (2, 8))
+    for _ in range(3):
+        torch.testing.assert_close(compiled_step(model, ids), train_step(reference, ids))
+    for (name, p), q in zip(model.named_parameters(), reference.parameters()):
+        torch.testing.assert_close(p, q, msg=name)
+    report = kiln.explain(train_step, backend="eager")(model, ids)
+    print(f"\ntraining step: {report.graph_count} graphs, {report.graph_break_count} breaks")
+    for reason in report.break_reasons:
+        print("   ", reason)
+    assert len(counter.graphs) >= 1

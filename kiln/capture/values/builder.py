@@ -113,7 +113,7 @@ def _wrap(tx, value, source, qualname) -> Value:
             guards.identity(source, value)
         self_value = wrap(tx, value.__self__, ConstantSource("__self__", value.__self__)) \
             if not isinstance(value.__self__, torch.nn.Module) else \
-            NNModuleValue(value.__self__, None, type(value.__self__).__name__)
+            NNModuleValue(value.__self__, ConstantSource("__self__", value.__self__), type(value.__self__).__name__)
         return UserMethodValue(wrap(tx, value.__func__, ConstantSource("__func__", value.__func__)), self_value)
     if isinstance(value, (types.BuiltinFunctionType, types.BuiltinMethodType)) or \
             (isinstance(value, type) and value in _BUILTIN_CALLABLES):
@@ -136,6 +136,16 @@ def _wrap(tx, value, source, qualname) -> Value:
         return ConstantValue(value, None)
     from kiln.capture.values.contexts import GradModeExit, GradModeValue, WithExitValue
 
+    from kiln.capture.values.containers import ListIteratorValue, ResumeIterator
+
+    if type(value) is ResumeIterator and source is not None:
+        guards.constant(AttrSource(source, "pos"), value.pos)
+        items_source = AttrSource(source, "items")
+        guards.length(items_source, value.items)
+        # reading ahead is not a side effect here: the real iterator is only ever advanced by the
+        # code kiln generates, which rebuilds it at the next break
+        return ListIteratorValue([wrap(tx, v, GetItemSource(items_source, i))
+                                  for i, v in enumerate(value.items) if i >= value.pos])
     if type(value) is GradModeExit:  # a grad-mode block continued in a resume function
         if source is not None:
             guards.type(source, value)

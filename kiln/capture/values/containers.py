@@ -443,11 +443,32 @@ class ListIteratorValue(Value):
     def reconstruct(self, cg) -> None:
         if self.kind.startswith("dict_"):
             unsupported("returning a dict view")
-        cg.prepare_call(iter)
+        cg.prepare_call(ResumeIterator)
         for v in self.remaining:
             cg.reconstruct(v)
         cg.build(tuple, len(self.remaining))
         cg.call(1)
+
+
+class ResumeIterator:
+    """An iterator rebuilt by kiln's transformed code (e.g. a for loop split by a graph break). Unlike a
+    tuple iterator, kiln can read what is left in it without consuming it, so the resume function
+    that continues the loop is traced like the original."""
+
+    __slots__ = ("items", "pos")
+
+    def __init__(self, items: tuple):
+        self.items = items
+        self.pos = 0
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self.pos >= len(self.items):
+            raise StopIteration
+        self.pos += 1
+        return self.items[self.pos - 1]
 
     def __repr__(self) -> str:
         return f"Iterator[{self.kind}]({self.remaining!r})"
