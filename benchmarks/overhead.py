@@ -1,4 +1,4 @@
-"""Per-call overhead of a compiled tiny function: guard check + dispatch, with a backend that runs the
+"""Per-call overhead of compiled tiny functions (one without and one with a graph break): guard check + dispatch, with a backend that runs the
 captured graph as is ("eager"), against torch.compile(backend="eager") and a direct call, in one run.
 
     python benchmarks/overhead.py [--calls 20000] [--repeats 7] [--json out.json]
@@ -28,6 +28,11 @@ def with_module_and_loop(x, layers):
     return x
 
 
+def with_one_break(x, y):
+    s = (x * y).sum().item()  # .item() breaks the graph in kiln and in torch.compile
+    return (x + y) * s
+
+
 def per_call_us(fn, args, calls: int, repeats: int) -> float:
     for _ in range(50):
         fn(*args)
@@ -53,6 +58,7 @@ def main() -> int:
     cases = {
         "tiny pointwise fn (2 tensor args)": (tiny, (x, y)),
         "4 nn.Linear in a Sequential": (with_module_and_loop, (x, layers)),
+        "fn with one graph break (.item())": (with_one_break, (x, y)),
     }
     rows = []
     for name, (fn, fn_args) in cases.items():
