@@ -107,6 +107,9 @@ class GuardSet:
 
     def compile(self) -> "CompiledGuards":
         names = _Namer()
+        for g in self._guards.values():
+            for src in [g.source] + ([g.value] if isinstance(g.value, Source) else []):
+                names.namespace.update(_held_objects(src))
         exprs = self._expressions(names)
         src = _check_function_source(exprs, self._shared_places())
         ns = dict(names.namespace)
@@ -206,14 +209,23 @@ class _Namer:
 
 
 def _guardable(source: Source) -> bool:
+    """A place kiln holds directly is fixed (nothing to check); what is read through it is not:
+    `module_globals['flag']` of another module, an attribute of a held object."""
     from kiln.capture.sources import ConstantSource
 
+    return not isinstance(source, ConstantSource)
+
+
+def _held_objects(source: Source) -> dict[str, Any]:
+    from kiln.capture.sources import ConstantSource
+
+    found = {}
     node = source
     while node is not None:
         if isinstance(node, ConstantSource):
-            return False
+            found[node.name()] = node.value
         node = getattr(node, "base", None)
-    return True
+    return found
 
 
 def _guard_exprs(g: Guard, names: _Namer) -> list[tuple[str, str]]:

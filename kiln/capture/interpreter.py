@@ -184,8 +184,11 @@ class Tracer:
 
         if self.f_globals is self.root().f_globals:
             return GlobalSource(name)
-        # globals of another module, reached through an inlined function: hold the value directly
-        return ConstantSource(f"{self.f_globals.get('__name__')}.{name}", self.f_globals[name])
+        # globals of another module, reached through an inlined function: read (and guarded)
+        # through that module's globals dict, which kiln holds
+        from kiln.capture.sources import GetItemSource
+
+        return GetItemSource(ConstantSource(f"{self.f_globals.get('__name__')}.globals", self.f_globals), name)
 
     def root(self) -> "Tracer":
         tx = self

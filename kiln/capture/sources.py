@@ -128,7 +128,8 @@ class ConstantSource(Source):
     value: Any = dataclasses.field(compare=False, hash=False)
 
     def name(self) -> str:
-        return f"K[{self.label!r}]"
+        # named by identity: two held objects never share a name (guards bind the name to the object)
+        return f"___k{id(self.value)}"
 
     def emit(self, cg) -> None:
         cg.load_const(self.value)

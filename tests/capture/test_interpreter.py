@@ -77,3 +77,20 @@ def test_transformed_code_calls_graph_and_keeps_signature():
     torch.testing.assert_close(out, x * 4 + 5)
     compiler = kiln.api.config_of(kiln.compile(fn, backend=backend))
     assert "gm" in seen
+
+
+def test_global_of_another_module_is_guarded():
+    import kiln
+    from tests.capture import other_module
+
+    def fn(x):
+        return other_module.scaled(x) + 1
+
+    cf = kiln.compile(fn, backend="eager")
+    x = torch.ones(2)
+    torch.testing.assert_close(cf(x), x * 2 + 1)
+    other_module.SCALE = 5.0
+    try:
+        torch.testing.assert_close(cf(x), x * 5 + 1)
+    finally:
+        other_module.SCALE = 2.0
