@@ -45,6 +45,50 @@ def _op_key(op) -> str:
     return f"{op.name}.{op.variant_test_name}" if op.variant_test_name else op.name
 
 
+class _Slot:
+    """Where the i-th tensor argument goes in a sample's (input, args, kwargs)."""
+
+    def __init__(self, index: int):
+        self.index = index
+
+
+def _with_slots(value, tensors: list):
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        tensors.append(value)
+        return _Slot(len(tensors) - 1)
+    if type(value) in (list, tuple):
+        return type(value)(_with_slots(v, tensors) for v in value)
+    if type(value) is dict:
+        return {k: _with_slots(v, tensors) for k, v in value.items()}
+    return value
+
+
+def _fill(value, ts):
+    """Plain Python that kiln's capture reads through (no pytree machinery from torch's internals)."""
+    if isinstance(value, _Slot):
+        return ts[value.index]
+    if isinstance(value, (list, tuple)):
+        return type(value)([_fill(v, ts) for v in value])
+    if isinstance(value, dict):
+        return {k: _fill(v, ts) for k, v in value.items()}
+    return value
+
+
+def _sample_fn_for_capture(op, sample):
+    """The sample as a function kiln.compile can capture: tensors in, op called on the filled arguments."""
+    tensors: list = []
+    template = _with_slots((sample.input, sample.args, sample.kwargs), tensors)
+    op_fn = op.op  # the callable itself (OpInfo objects are torch internals kiln does not read)
+
+    def fn(*ts):
+        inp, args, kwargs = _fill(template, ts)
+        return op_fn(inp, *args, **kwargs)
+
+    return fn, tensors
+
+
 def _sample_fn(op, sample):
     import torch
     from torch.utils._pytree import tree_flatten, tree_unflatten
@@ -78,8 +122,25 @@ def _kiln_compile(fn, tensors, frontend):
 
     if frontend == "kiln":
         import kiln
+        from kiln.backends.aot_eager import compile_aot_eager
 
-        return kiln.compile(fn, backend="aot_eager", fullgraph=True)
+        graphs = []
+
+        def counting_aot_eager(gm, example_inputs):
+            graphs.append(gm)
+            return compile_aot_eager(gm, example_inputs, fallback=False)
+
+        compiled = kiln.compile(fn, backend=counting_aot_eager)
+
+        def run(*args):
+            out = compiled(*args)
+            if not graphs:  # the op ran as plain Python between graphs: not a pass for kiln
+                from kiln.fake import UnsupportedFakeOp
+
+                raise UnsupportedFakeOp("capture", "kiln captured no graph (the op ran as plain Python)")
+            return out
+
+        return run
     from kiln.backends.aot_eager import compile_aot_eager
 
     graph = fx.Graph()
@@ -166,7 +227,10 @@ def _run_op(op, args) -> dict:
     for name, compile_fn in compilers.items():
         statuses, why = [], ""
         for sample in samples:
-            fn, tensors = _sample_fn(op, sample)
+            if name == "kiln" and args.frontend == "kiln":
+                fn, tensors = _sample_fn_for_capture(op, sample)
+            else:
+                fn, tensors = _sample_fn(op, sample)
             status, message = _run_sample(compile_fn, fn, tensors)
             if status is None:
                 continue
