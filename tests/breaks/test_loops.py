@@ -129,3 +129,39 @@ def test_loop_over_dict_items_with_break():
 
     check_breaks(fn, {"a": t(3), "b": t(3, seed=1), "c": t(3, seed=2)}, graphs=(1, 2, 3, 4), breaks=(2, 3, 4),
                  **_DYNAMO)
+
+
+def test_list_comprehension_of_item_calls():
+    # a very common pattern: Python numbers out of a tensor, one .item() per element
+    def fn(x):
+        vals = [v.item() for v in x.unbind(0)]
+        return x * max(vals), len(vals)
+
+    check_breaks(fn, t(4), graphs=(1, 2, 3, 4, 5), breaks=_upto(6), dynamo_graphs=2, dynamo_breaks=1)
+
+
+def test_dict_comprehension_calling_breaking_helper():
+    def fn(feats):
+        out = {k: _noisy(v) for k, v in feats.items()}
+        return out, sum(v.sum() for v in out.values())
+
+    check_breaks(fn, {"a": t(2), "b": t(2, seed=1)}, graphs=(1, 2, 3, 4), breaks=_upto(6),
+                 dynamo_graphs=1, dynamo_breaks=0)
+
+
+def test_generator_expression_with_breaking_helper_in_sum():
+    def fn(xs):
+        total = sum(_noisy(x).sum() for x in xs)
+        return total * 2
+
+    check_breaks(fn, [t(2, seed=i) for i in range(3)], graphs=(1, 2, 3, 4), breaks=_upto(6),
+                 dynamo_graphs=1, dynamo_breaks=0)
+
+
+def test_nested_comprehension_with_print_helper():
+    def fn(rows):
+        grid = [[_noisy(v) for v in row] for row in rows]
+        return torch.stack([torch.stack(r) for r in grid]).sum(), len(grid), len(grid[0])
+
+    check_breaks(fn, [[t(2, seed=i + j) for j in range(2)] for i in range(2)], graphs=(1, 2, 3, 4, 5),
+                 breaks=_upto(8), dynamo_graphs=2, dynamo_breaks=1)
