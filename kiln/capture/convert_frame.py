@@ -202,7 +202,9 @@ class FrameCompiler:
         # outputs that are graph inputs unchanged are loaded from the frame, not routed through the graph
         routed = [t for t in tensors if not (t.source is not None and t.node.op == "placeholder")]
         graph_outputs = {id(t.node): i for i, t in enumerate(routed)}
-        if output.op_count == 0 and not routed and not output.changes_grad_mode:
+        if output.op_count == 0 and not routed:
+            if output.changes_grad_mode and output.grad_enabled != torch.is_grad_enabled():
+                return (SetGradMode(output.grad_enabled), []), graph_outputs, None  # no graph needed
             return None, graph_outputs, None
         gm = output.finish(routed)
         stats.graphs += 1
@@ -223,6 +225,17 @@ class FrameCompiler:
         if output.changes_grad_mode:
             compiled = RestoreGradModeOnError(compiled)
         return (compiled, list(output.input_sources)), graph_outputs, gm
+
+
+class SetGradMode:
+    """Stands in for a graph whose only effect is to leave grad mode switched (a block entered)."""
+
+    def __init__(self, mode: bool):
+        self.mode = mode
+
+    def __call__(self):
+        torch._C._set_grad_enabled(self.mode)
+        return ()
 
 
 class RestoreGradModeOnError:

@@ -66,39 +66,39 @@ def FORMAT_VALUE(tx, inst):
     tx.push(ConstantValue(format(v, spec)))
 
 
+# The targets below are usually built by the same comprehension or display, but in a resume function
+# they can be containers handed in from before a break: the mutation then goes through the container's
+# own methods, which record it as a side effect.
+
 @handles()
 def LIST_APPEND(tx, inst):
     value = tx.pop()
-    tx.stack[-inst.arg].elements.append(value)
+    tx.stack[-inst.arg].call_method(tx, "append", [value], {})
 
 
 @handles()
 def SET_ADD(tx, inst):
     value = tx.pop()
-    target = tx.stack[-inst.arg]
-    target.members.setdefault(dict_key(tx, value), value)
+    tx.stack[-inst.arg].call_method(tx, "add", [value], {})
 
 
 @handles()
 def MAP_ADD(tx, inst):
     value = tx.pop()
     key = tx.pop()
-    tx.stack[-inst.arg].entries[dict_key(tx, key)] = value
+    tx.stack[-inst.arg].setitem(tx, key, value)
 
 
 @handles()
 def LIST_EXTEND(tx, inst):
-    values = tx.items(tx.pop())
-    tx.stack[-inst.arg].elements.extend(values)
+    values = tx.pop()
+    tx.stack[-inst.arg].call_method(tx, "extend", [values], {})
 
 
 @handles()
 def SET_UPDATE(tx, inst):
-    target = tx.stack[-(inst.arg + 1)] if False else None
-    values = tx.items(tx.pop())
-    target = tx.stack[-inst.arg]
-    for v in values:
-        target.members.setdefault(dict_key(tx, v), v)
+    values = tx.pop()
+    tx.stack[-inst.arg].call_method(tx, "update", [values], {})
 
 
 @handles("DICT_UPDATE", "DICT_MERGE")
