@@ -159,3 +159,20 @@ def test_training_step_with_optimizer_and_logging():
     for p, q in zip(model.parameters(), ref.parameters()):
         torch.testing.assert_close(p, q)
     assert logged[0::2] == logged[1::2]
+
+
+def test_attributes_of_objects_kiln_does_not_model_are_never_guessed():
+    # torch's own dataclasses are opaque to kiln: `== "auto"` and `is None` on their attributes must
+    # run as Python (a graph break), not be decided by identity while tracing.
+    from torch.nn.modules.linear_cross_entropy_options import LinearCrossEntropyOptions
+
+    def f(o, x):
+        y = x * 2
+        if o.chunking_method == "auto" and o.batch_chunk_size is None:
+            return y + 1
+        return y - 1
+
+    cf = kiln.compile(f, backend="eager")
+    x = torch.ones(2)
+    for opts in (LinearCrossEntropyOptions(chunking_method="auto"), LinearCrossEntropyOptions(batch_chunk_size=4)):
+        torch.testing.assert_close(cf(opts, x), f(opts, x))

@@ -51,10 +51,8 @@ def binary_op(tx, op: Callable, a: Value, b: Value) -> Value:
     if plain in (operator.eq, operator.ne):
         if a.is_constant() and b.is_constant():
             return wrap_const(plain(a.as_constant(), b.as_constant()))
-        from kiln.capture.values.objects import UserObjectValue
-
-        if not _has_custom_dunder(tx, a, plain) and not _has_custom_dunder(tx, b, plain):
-            same = a is b
+        if _eq_is_identity(a) and _eq_is_identity(b):
+            same = is_op(tx, a, b)
             return ConstantValue(same if plain is operator.eq else not same)
     dunder = _DUNDER.get(plain)
     if dunder:
@@ -64,6 +62,33 @@ def binary_op(tx, op: Callable, a: Value, b: Value) -> Value:
         if result is not None:
             return result
     unsupported(f"operator {_sym(plain)} between {a} and {b}")
+
+
+def _definite_object(v: Value) -> bool:
+    """Values that stand for one known object (so `is` between them can be decided while tracing)."""
+    from kiln.capture.values.base import KnownFunctionValue
+    from kiln.capture.values.builder import OpaqueObjectValue
+    from kiln.capture.values.functions import NestedFunctionValue, UserFunctionValue
+    from kiln.capture.values.modules import NNModuleValue
+    from kiln.capture.values.objects import ClassValue, NewObjectValue, UserObjectValue
+
+    return isinstance(v, (TensorValue, SequenceValue, DictValue, SetValue, ListIteratorValue, NNModuleValue,
+                          UserFunctionValue, NestedFunctionValue, UserObjectValue, NewObjectValue,
+                          OpaqueObjectValue, ClassValue, KnownFunctionValue)) or v.is_constant()
+
+
+def _eq_is_identity(v: Value) -> bool:
+    """Whether `==` on this value falls back to identity (no __eq__ of its own), so it is decidable."""
+    from kiln.capture.values.builder import OpaqueObjectValue
+    from kiln.capture.values.functions import NestedFunctionValue, UserFunctionValue
+    from kiln.capture.values.modules import NNModuleValue
+    from kiln.capture.values.objects import NewObjectValue, UserObjectValue
+
+    if isinstance(v, (NNModuleValue, UserFunctionValue, NestedFunctionValue)):
+        return True
+    if isinstance(v, (UserObjectValue, NewObjectValue, OpaqueObjectValue)):
+        return v.python_type().__eq__ is object.__eq__
+    return v.is_constant() and not isinstance(v, (SequenceValue, DictValue, SetValue))
 
 
 def _has_custom_dunder(tx, v: Value, op) -> bool:
@@ -102,8 +127,10 @@ def is_op(tx, a: Value, b: Value) -> bool:
     if a.is_constant() and b.is_constant() and not isinstance(a, (SequenceValue, DictValue, SetValue)) \
             and not isinstance(b, (SequenceValue, DictValue, SetValue)):
         return a.as_constant() is b.as_constant()
+    if not (_definite_object(a) and _definite_object(b)):
+        unsupported(f"`is` between {a} and {b}: kiln does not know what object each one is")
     if a.is_constant() and a.as_constant() is None or b.is_constant() and b.as_constant() is None:
-        return False  # a non-constant value is never None
+        return False  # one side is None, the other a definite non-None object
     from kiln.capture.values.builder import underlying_object
 
     ra, rb = underlying_object(a), underlying_object(b)
