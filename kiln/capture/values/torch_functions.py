@@ -35,6 +35,12 @@ _CONSTANT_FUNCTIONS = {
 _NOT_COMPILING = ("is_compiling", "is_dynamo_compiling", "is_exporting")
 
 
+# Python-level namespaces of torch whose functions compute tensors from tensors without side effects:
+# a call becomes one graph op (the graph runs the function itself)
+_MATH_NAMESPACES = ("torch._C", "torch.masked", "torch.signal", "torch.nn.functional", "torch.fft",
+                    "torch.linalg", "torch.special", "torch._linalg_utils", "torch._lowrank")
+
+
 def is_torch_function(obj) -> bool:
     if isinstance(obj, (types.BuiltinFunctionType, types.BuiltinMethodType)):
         mod = getattr(obj, "__module__", None) or ""
@@ -47,7 +53,7 @@ def is_torch_function(obj) -> bool:
     if isinstance(obj, types.FunctionType):
         mod = obj.__module__ or ""
         return mod in ("torch.nn.functional", "torch.functional", "torch", "torch._tensor", "torch.fft",
-                       "torch.linalg", "torch.special") or mod.startswith("torch._C")
+                       "torch.linalg", "torch.special") or mod.startswith(_MATH_NAMESPACES)
     if type(obj).__name__ in ("method_descriptor", "wrapper_descriptor", "getset_descriptor"):
         return getattr(obj, "__objclass__", None) in (torch._C.TensorBase, torch.Tensor)
     return False
