@@ -243,7 +243,8 @@ def transformed_code(original: types.CodeType, graph_call: tuple[Any, list] | No
 
 def break_code(original: types.CodeType, graph_call, graph_outputs: dict[int, int], side_effects,
                stack: list, consumed: int, pushed: int, locals_: dict[str, Value], break_insts: list,
-               continuations: list, make_resume_fn, restore_grad_mode: bool | None = None) -> types.CodeType:
+               continuations: list, make_resume_fn, restore_grad_mode: bool | None = None,
+               exception_continuation: tuple | None = None) -> types.CodeType:
     """The code that replaces `original` when tracing stopped at an instruction it cannot trace.
 
     It runs the graph, computes the stack and the live locals into temporaries, applies the side
@@ -279,7 +280,36 @@ def break_code(original: types.CodeType, graph_call, graph_outputs: dict[int, in
         else:
             cg.load_fast(temp)
     handler = None
-    if restore_grad_mode is not None:
+    if exception_continuation is not None:
+        # the instruction is inside a try block: if it raises, continue in the original handler, in a
+        # resume function that starts there with the stack the handler expects and the exception
+        depth, lasti, live, resume_code = exception_continuation
+        block = PyCodegen(graph_outputs, cg.built)
+        block.extend(bc.store_fast("__kiln_exception"))
+        temps.append("__kiln_exception")
+        block.extend(bc.push_null())
+        make_resume_fn(block, resume_code)
+        first = [live[0]] if live and original.co_argcount and live[0] == original.co_varnames[0] else []
+        args = first + [t for t in stack_temps[:depth] if t is not None]
+        for name in args:
+            block.load_fast(name)
+        n = len(args)
+        if lasti is not None:
+            block.load_const(lasti)
+            n += 1
+        block.load_fast("__kiln_exception")
+        n += 1
+        for name in live:
+            if name not in first:
+                block.load_fast(name)
+                n += 1
+        block.call(n)
+        block.extend(bc.return_value())
+        handler = block.instructions
+        entry = bc.ExceptionTableEntry(break_insts[0], break_insts[-1], handler[0], 0, False)
+        for inst in break_insts:
+            inst.exn_tab_entry = entry
+    elif restore_grad_mode is not None:
         # the instruction runs inside grad-mode blocks: if it raises, leave them as eager would
         from kiln.capture.values.contexts import GradModeExit
 

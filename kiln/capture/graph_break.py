@@ -102,8 +102,7 @@ def compile_with_break(code, f_locals, f_globals, f_builtins, closure, options, 
     else:
         unsupported("the frame ran to its end when traced again (internal inconsistency)")
     inst = tracer.instructions[break_index]
-    if inst.exn_tab_entry is not None and not _is_with_cleanup(tracer, inst.exn_tab_entry.target):
-        unsupported("a graph break inside a try block is not supported yet")
+    in_try = inst.exn_tab_entry is not None and not _is_with_cleanup(tracer, inst.exn_tab_entry.target)
     popped, pushed = _popped(inst, tracer)
     stack = list(tracer.stack)
     survivors = stack[: len(stack) - popped]
@@ -126,6 +125,16 @@ def compile_with_break(code, f_locals, f_globals, f_builtins, closure, options, 
         needed_locals |= set(live)
         continuations.append((target, live))
 
+    handler_live: list[str] = []
+    if in_try:
+        handler_live = sorted(live_locals(instructions, inst.exn_tab_entry.target, local_names))
+        if "__class__" in code.co_freevars and code.co_argcount and code.co_varnames[0] not in handler_live:
+            handler_live.append(code.co_varnames[0])
+        if code.co_argcount and code.co_varnames[0] in handler_live:
+            handler_live.remove(code.co_varnames[0])
+            handler_live.insert(0, code.co_varnames[0])
+        needed_locals |= set(handler_live)
+
     locals_values = {}
     for name in sorted(needed_locals):
         if name in tracer.locals:
@@ -136,6 +145,7 @@ def compile_with_break(code, f_locals, f_globals, f_builtins, closure, options, 
                 locals_values[name] = cell.contents
     # a local that is live but unbound here stays unbound in the resume function: drop it from its args
     continuations = [(t, [n for n in live if n in locals_values]) for t, live in continuations]
+    handler_live = [n for n in handler_live if n in locals_values]
 
     tensors: list = []
     seen: set = set()
@@ -164,7 +174,16 @@ def compile_with_break(code, f_locals, f_globals, f_builtins, closure, options, 
         shape = survivor_shape + [True] * pushed
         resume_code = make_resume_code(code, target.offset, shape, live)
         built.append((shape, live, resume_code))
+    exception_continuation = None
+    if in_try:
+        entry = inst.exn_tab_entry
+        below = stack[: entry.depth]
+        shape = [v is not NULL for v in below] + ([True] if entry.lasti else []) + [True]
+        lasti = inst.offset // 2 if entry.lasti else None  # in code units, as CPython pushes it
+        handler_code = make_resume_code(code, entry.target.offset, shape, handler_live)
+        exception_continuation = (entry.depth, lasti, handler_live, handler_code)
     copied = bc.inherit_positions(_copy_instructions(inst, tracer), inst)  # errors point at the user's line
     new_code = break_code(code, graph_call, graph_outputs, tracer.output.side_effects, stack, popped, pushed,
-                          locals_values, copied, built, make_resume_fn, _grad_mode_to_restore_on_error(stack))
+                          locals_values, copied, built, make_resume_fn, _grad_mode_to_restore_on_error(stack),
+                          exception_continuation)
     return new_code, gm, tracer

@@ -56,7 +56,8 @@ def is_skipped_file(filename: str) -> bool:
 
 def should_offer(code: types.CodeType) -> bool:
     """Whether a frame running `code` is analysed by kiln (False: it just runs)."""
-    return not is_skipped_file(code.co_filename)
+    # the standard library's mixins are traced when user code calls them, never compiled on their own
+    return not is_skipped_file(code.co_filename) and code.co_filename not in _INLINABLE_STDLIB
 
 
 def is_inlinable(code: types.CodeType) -> bool:

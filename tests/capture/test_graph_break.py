@@ -181,3 +181,23 @@ def test_attributes_of_objects_kiln_does_not_model_are_never_guessed():
     x = torch.ones(2)
     for opts in (Options(), Options(batch_chunk_size=4), Options("aspect_ratio")):
         torch.testing.assert_close(cf(opts, x), f(opts, x))
+
+
+def test_break_inside_try_runs_the_handler_when_the_instruction_raises(capsys):
+    def parse(s):
+        return int(s)
+
+    def f(x, s):
+        y = x * 2
+        try:
+            n = parse(s)  # raises while tracing for "x": the graph breaks at this call, inside the try
+            y = y + n
+        except ValueError:
+            y = y - 1
+        finally:
+            y = y * 3
+        return y
+
+    cf = kiln.compile(f, backend="eager")
+    for s in ("3", "x", "4", "y"):
+        torch.testing.assert_close(cf(torch.ones(2), s), f(torch.ones(2), s))
