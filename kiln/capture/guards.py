@@ -194,6 +194,7 @@ class _Namer:
             "___len": len,
             "___list": list,
             "___getattr": getattr,
+            "___object_getattr": object.__getattribute__,
             "id": id,
         }
         self._by_id: dict[int, str] = {}

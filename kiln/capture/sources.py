@@ -89,6 +89,24 @@ class AttrSource(Source):
 
 
 @dataclasses.dataclass(frozen=True)
+class GenericAttrSource(Source):
+    """`object.__getattribute__(base, attr)`: an attribute read that bypasses a class's own
+    __getattribute__ (reading through it again would run that Python code, or recurse into it)."""
+
+    base: Source
+    attr: str
+
+    def name(self) -> str:
+        return f"___object_getattr({self.base.name()}, {self.attr!r})"
+
+    def emit(self, cg) -> None:
+        cg.prepare_call(object.__getattribute__)
+        self.base.emit(cg)
+        cg.load_const(self.attr)
+        cg.call(2)
+
+
+@dataclasses.dataclass(frozen=True)
 class DictEntrySource(Source):
     """`base.__dict__[attr]`-like access used for module parameter/buffer/submodule dicts."""
 

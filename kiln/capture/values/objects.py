@@ -36,7 +36,9 @@ def class_attribute(tx, cls: type, name: str, self_value: Value | None) -> Value
         unsupported(f"descriptor {type(attr).__name__} for attribute {name!r} of {cls.__name__}")
     if self_value is not None and self_value.source is not None:
         # a plain class attribute (a constant, a tensor, a config object): read and guarded through the class
-        src = AttrSource(AttrSource(self_value.source, "__class__"), name)
+        from kiln.capture.sources import GenericAttrSource
+
+        src = AttrSource(GenericAttrSource(self_value.source, "__class__"), name)
     return wrap(tx, attr, src)
 
 
@@ -166,6 +168,7 @@ class UserObjectValue(Value):
         cls = type(self.obj)
         if name == "__dict__" and hasattr(self.obj, "__dict__"):
             return InstanceDictValue(self)
+        attr_source = self.attr_source
         class_attr = None
         for klass in cls.__mro__:
             if name in vars(klass):
@@ -174,15 +177,23 @@ class UserObjectValue(Value):
         data_descriptor = class_attr is not None and hasattr(type(class_attr), "__set__")
         inst_dict = getattr(self.obj, "__dict__", {})
         if not data_descriptor and name in inst_dict:
-            return wrap(tx, inst_dict[name], AttrSource(self.source, name))
+            return wrap(tx, inst_dict[name], attr_source(name))
         if class_attr is not None:
             if hasattr(self.obj, "__dict__"):
                 # an instance attribute set later would shadow the class attribute
-                tx.output.guards.contains(AttrSource(self.source, "__dict__"), name, False)
+                tx.output.guards.contains(attr_source("__dict__"), name, False)
             return class_attribute(tx, cls, name, self)
         if hasattr(cls, "__getattr__"):
             unsupported(f"{cls.__name__}.__getattr__ for attribute {name!r}")
         unsupported(f"{cls.__name__!r} object has no attribute {name!r}")
+
+    def attr_source(self, name: str):
+        """Where obj.name is read from: plainly, or bypassing the class's own __getattribute__."""
+        from kiln.capture.sources import GenericAttrSource
+
+        if type(self.obj).__getattribute__ is not object.__getattribute__:
+            return GenericAttrSource(self.source, name)
+        return AttrSource(self.source, name)
 
     def call(self, tx, args, kwargs) -> Value:
         call = getattr(type(self.obj), "__call__", None)
@@ -310,7 +321,7 @@ class InstanceDictValue(Value):
 
     def __init__(self, obj: "UserObjectValue"):
         self.obj = obj
-        self.source = AttrSource(obj.source, "__dict__")
+        self.source = obj.attr_source("__dict__")
 
     def python_type(self) -> type:
         return dict
