@@ -252,7 +252,10 @@ def break_code(original: types.CodeType, graph_call, graph_outputs: dict[int, in
     last may be a conditional jump), keeps its `pushed` results, and then for each continuation
     (stack shape, live local names, resume code) calls the resume function with the non-NULL stack
     values and those locals, returning its result. A conditional jump's target is the second
-    continuation.
+    continuation. When the instruction sits in a try block, `exception_continuation` (handler depth,
+    lasti or None, live locals, resume code) takes over if it raises: the original handler runs in a
+    resume function that starts there. Inside grad-mode blocks only, `restore_grad_mode` is put back
+    if it raises.
     """
     from kiln.capture.values.base import NULL
 

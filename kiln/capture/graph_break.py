@@ -44,6 +44,17 @@ def _grad_mode_to_restore_on_error(stack) -> bool | None:
     return None
 
 
+def _resume_args(code, instructions, target) -> list[str]:
+    """The locals a resume function starting at `target` takes, in order: the original first argument
+    first (zero-argument super() reads the first local, even where liveness does not see it), then
+    the other live locals by name."""
+    live = sorted(live_locals(instructions, target, set(code.co_varnames + code.co_cellvars)))
+    first = code.co_varnames[0] if code.co_argcount else None
+    if first is not None and (first in live or "__class__" in code.co_freevars):
+        live = [first] + [name for name in live if name != first]
+    return live
+
+
 def _popped(inst, tracer) -> tuple[int, int]:
     """(values the instruction pops, values it pushes) for the instructions kiln can break at."""
     name, arg = inst.opname, inst.arg
@@ -112,28 +123,9 @@ def compile_with_break(code, f_locals, f_globals, f_builtins, closure, options, 
     targets = [instructions[break_index + 1]]
     if inst.opname in _JUMPS:
         targets.append(inst.target)
-    local_names = {n for n in code.co_varnames + code.co_cellvars}
-    continuations = []
-    needed_locals: set[str] = set()
-    for target in targets:
-        live = sorted(live_locals(instructions, target, local_names))
-        if "__class__" in code.co_freevars and code.co_argcount and code.co_varnames[0] not in live:
-            live.append(code.co_varnames[0])  # zero-argument super() reads the first local implicitly
-        if code.co_argcount and code.co_varnames[0] in live:  # see make_resume_code: first stays first
-            live.remove(code.co_varnames[0])
-            live.insert(0, code.co_varnames[0])
-        needed_locals |= set(live)
-        continuations.append((target, live))
-
-    handler_live: list[str] = []
-    if in_try:
-        handler_live = sorted(live_locals(instructions, inst.exn_tab_entry.target, local_names))
-        if "__class__" in code.co_freevars and code.co_argcount and code.co_varnames[0] not in handler_live:
-            handler_live.append(code.co_varnames[0])
-        if code.co_argcount and code.co_varnames[0] in handler_live:
-            handler_live.remove(code.co_varnames[0])
-            handler_live.insert(0, code.co_varnames[0])
-        needed_locals |= set(handler_live)
+    continuations = [(target, _resume_args(code, instructions, target)) for target in targets]
+    handler_live = _resume_args(code, instructions, inst.exn_tab_entry.target) if in_try else []
+    needed_locals = set(handler_live).union(*(live for _, live in continuations))
 
     locals_values = {}
     for name in sorted(needed_locals):
