@@ -24,6 +24,19 @@ _INLINABLE_TORCH = (
 _NOT_INLINABLE_TORCH = (os.path.join(_TORCH_DIR, "nn", "modules", "module.py"),)
 _SKIPPED_PREFIXES = ("<frozen", "<eval_with_key", "<kiln")
 _SKIPPED_NAMES = ("typing_extensions.py",)
+
+
+def _package_dir(name: str) -> str | None:
+    import importlib.util
+
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return os.path.abspath(list(spec.submodule_search_locations)[0]) + os.sep
+
+
+# numerical libraries kiln does not trace into: a call into them breaks the graph at the call
+_SKIPPED_PACKAGES = tuple(d for d in (_package_dir("numpy"),) if d)
 # pure-Python protocol mixins of the standard library that user containers inherit (Mapping.__contains__,
 # Mapping.get, ...): traced like user code
 _INLINABLE_STDLIB = ("<frozen _collections_abc>",) + tuple(os.path.join(d, "_collections_abc.py") for d in _STDLIB_DIRS)
@@ -37,7 +50,7 @@ def _is_skipped_file(filename: str) -> bool:
     if filename.startswith(_SKIPPED_PREFIXES) or filename.endswith(_SKIPPED_NAMES):
         return True
     path = os.path.abspath(filename) if not filename.startswith("<") else filename
-    if path.startswith(_KILN_DIR):
+    if path.startswith(_KILN_DIR) or path.startswith(_SKIPPED_PACKAGES):
         return True
     if path.startswith(_TORCH_DIR):
         return not path.startswith(_INLINABLE_TORCH) or path.startswith(_NOT_INLINABLE_TORCH)
