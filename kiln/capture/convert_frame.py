@@ -222,7 +222,7 @@ class FrameCompiler:
             raise BackendError(f"backend {self.backend_name!r} returned {compiled!r}, which is not callable")
         report = getattr(compiled, "kiln_explain", None)
         gm.meta["kiln_backend_report"] = report() if callable(report) else ""
-        if output.changes_grad_mode:
+        if output.changes_grad_mode or output.changes_autocast:
             compiled = RestoreGradModeOnError(compiled)
         return (compiled, list(output.input_sources)), graph_outputs, gm
 
@@ -239,17 +239,21 @@ class SetGradMode:
 
 
 class RestoreGradModeOnError:
-    """Wraps a graph that switches grad mode inside: if it raises midway, the mode is put back."""
+    """Wraps a graph that switches grad mode or autocast inside: if it raises midway, both are put back."""
 
     def __init__(self, compiled: Callable):
         self.compiled = compiled
 
     def __call__(self, *args):
         mode = torch.is_grad_enabled()
+        autocast = {d: (torch.is_autocast_enabled(d), torch.get_autocast_dtype(d)) for d in ("cpu", "cuda")}
         try:
             return self.compiled(*args)
         except BaseException:
             torch._C._set_grad_enabled(mode)
+            for device, (enabled, dtype) in autocast.items():
+                torch.set_autocast_enabled(device, enabled)
+                torch.set_autocast_dtype(device, dtype)
             raise
 
 

@@ -38,8 +38,10 @@ def _grad_mode_to_restore_on_error(stack) -> bool | None:
     """If the break is inside grad-mode blocks, the mode to restore should the instruction raise."""
     from kiln.capture.values.contexts import WithExitValue
 
+    from kiln.capture.values.contexts import GradModeValue
+
     for value in stack:
-        if isinstance(value, WithExitValue):
+        if isinstance(value, WithExitValue) and isinstance(value.ctx, GradModeValue):
             return value.ctx.previous
     return None
 

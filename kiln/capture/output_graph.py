@@ -1,6 +1,7 @@
 """The FX graph being built for one frame: its inputs (with sources), parameters, ops and outputs."""
 from __future__ import annotations
 
+import contextlib
 import operator
 import re
 from typing import Any, Callable
@@ -29,6 +30,8 @@ class OutputGraph:
         self.side_effects = SideEffects()
         self.grad_enabled = torch.is_grad_enabled()  # the mode ops run under at this point of the graph
         self.changes_grad_mode = False
+        self.autocast_stack: list[tuple] = []  # autocast blocks open at this point of the graph
+        self.changes_autocast = False
         self.fake_mode = FakeTensorMode()
         self.input_sources: list[Source] = []
         self.example_inputs: list[Any] = []
@@ -113,7 +116,11 @@ class OutputGraph:
         fargs = tree_map(example, args)
         fkwargs = tree_map(example, kwargs)
         try:
-            with self.fake_mode, torch.set_grad_enabled(self.grad_enabled):
+            with contextlib.ExitStack() as stack:
+                stack.enter_context(self.fake_mode)
+                stack.enter_context(torch.set_grad_enabled(self.grad_enabled))
+                for device, dtype, enabled, cache in self.autocast_stack:
+                    stack.enter_context(torch.autocast(device, dtype=dtype, enabled=enabled))
                 if kind == "call_method":
                     return getattr(fargs[0], target)(*fargs[1:], **fkwargs)
                 return target(*fargs, **fkwargs)

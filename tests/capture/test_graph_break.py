@@ -201,3 +201,24 @@ def test_break_inside_try_runs_the_handler_when_the_instruction_raises(capsys):
     cf = kiln.compile(f, backend="eager")
     for s in ("3", "x", "4", "y"):
         torch.testing.assert_close(cf(torch.ones(2), s), f(torch.ones(2), s))
+
+
+def test_autocast_block_is_captured_with_eager_dtypes():
+    graphs = []
+
+    def backend(gm, inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    def f(x, w):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            y = x @ w
+            z = torch.relu(y)
+        return z.float() + 1, y.dtype
+
+    x, w = torch.randn(4, 4), torch.randn(4, 4)
+    out, dtype = kiln.compile(f, backend=backend)(x, w)
+    expected, expected_dtype = f(x, w)
+    torch.testing.assert_close(out, expected)
+    assert dtype is expected_dtype is torch.bfloat16
+    assert len(graphs) == 1 and not torch.is_autocast_enabled("cpu")

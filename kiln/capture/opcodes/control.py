@@ -80,10 +80,10 @@ def RAISE_VARARGS(tx, inst):
 
 @handles()
 def BEFORE_WITH(tx, inst):
-    from kiln.capture.values.contexts import GradModeValue, WithExitValue
+    from kiln.capture.values.contexts import AutocastValue, GradModeValue, WithExitValue
 
     ctx = tx.pop()
-    if not isinstance(ctx, GradModeValue):
+    if not isinstance(ctx, (GradModeValue, AutocastValue)):
         unsupported(f"`with` on {ctx}: only grad-mode context managers (torch.no_grad, enable_grad, "
                     f"set_grad_enabled) are supported inside compiled code so far",
                     hint="move the with block outside the compiled function")

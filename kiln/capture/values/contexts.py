@@ -50,6 +50,43 @@ class GradModeValue(Value):
         unsupported("using a grad-mode context manager as a decorator inside a compiled function")
 
 
+class AutocastValue(Value):
+    """torch.autocast(...) and its device-specific spellings: entering and leaving the block are graph
+    nodes (torch.amp's _enter_autocast/_exit_autocast), and fake results are computed under the same
+    autocast state, so each op gets the dtype eager would give it."""
+
+    def __init__(self, device_type: str, dtype, enabled: bool, cache_enabled):
+        self.args = (device_type, dtype, enabled, cache_enabled)
+        self.node = None
+
+    def python_type(self) -> type:
+        return torch.autocast
+
+    def enter(self, tx) -> Value:
+        from torch.amp import autocast_mode
+
+        out = tx.output
+        self.node = out.graph.call_function(autocast_mode._enter_autocast, self.args)
+        self.node.meta["example_value"] = None
+        out.autocast_stack.append(self.args)
+        out.changes_autocast = True
+        return ConstantValue(None)
+
+    def exit(self, tx) -> Value:
+        from torch.amp import autocast_mode
+
+        out = tx.output
+        node = out.graph.call_function(autocast_mode._exit_autocast, (self.node,))
+        node.meta["example_value"] = None
+        out.autocast_stack.pop()
+        return ConstantValue(None)
+
+    def getattr(self, tx, name: str) -> Value:
+        if name in ("__enter__", "__exit__"):
+            return _ContextMethod(self, name)
+        unsupported(f"attribute {name!r} of torch.autocast")
+
+
 class _ContextMethod(Value):
     def __init__(self, ctx: GradModeValue, name: str):
         self.ctx, self.name = ctx, name
@@ -86,11 +123,35 @@ class WithExitValue(Value):
         return self.ctx.exit(tx)
 
     def reconstruct(self, cg) -> None:
+        if not isinstance(self.ctx, GradModeValue):
+            unsupported("a graph break inside a `with torch.autocast(...)` block is not supported yet")
         cg.load_const(GradModeExit(self.ctx.previous))
 
 
+_AUTOCAST_CLASSES = {torch.autocast: None, torch.amp.autocast: None}
+for _name, _device in (("cpu", "cpu"), ("cuda", "cuda")):
+    _cls = getattr(getattr(getattr(torch, _name, None), "amp", None), "autocast", None)
+    if isinstance(_cls, type):
+        _AUTOCAST_CLASSES[_cls] = _device
+
+
+def _make_autocast(tx, cls, args, kwargs) -> Value:
+    fixed_device = _AUTOCAST_CLASSES[cls]
+    names = ("dtype", "enabled", "cache_enabled") if fixed_device else ("device_type", "dtype", "enabled", "cache_enabled")
+    bound = dict(zip(names, args))
+    bound.update(kwargs)
+    if not all(v.is_constant() for v in bound.values()):
+        unsupported("torch.autocast with arguments computed from tensors")
+    values = {k: v.as_constant() for k, v in bound.items()}
+    device = fixed_device or values["device_type"]
+    dtype = values.get("dtype") or torch.get_autocast_dtype(device)
+    return AutocastValue(device, dtype, bool(values.get("enabled", True)), values.get("cache_enabled"))
+
+
 def make_grad_mode(tx, cls, args, kwargs) -> Value | None:
-    """The value for calling `cls(*args)` if cls is a grad-mode context manager kiln handles."""
+    """The value for calling `cls(*args)` if cls is a context manager kiln models (grad mode, autocast)."""
+    if cls in _AUTOCAST_CLASSES:
+        return _make_autocast(tx, cls, args, kwargs)
     if cls is torch.no_grad:
         return GradModeValue(False)
     if cls is torch.enable_grad:
