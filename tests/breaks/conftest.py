@@ -10,44 +10,11 @@
   torch.compile to check their expectations against TorchDynamo (the list is ignored there too).
 """
 import os
-import sys
 
-import pytest
-
-from tests.corpus.harness import USE_DYNAMO, kiln_ready
+from tests import known_failures
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def _known_failures() -> dict:
-    path = os.path.join(_HERE, "known_failures.txt")
-    if not os.path.exists(path):
-        return {}
-    out = {}
-    with open(path) as f:
-        for line in f:
-            case, _, why = line.partition("#")
-            case = case.strip()
-            case, _, version = case.partition("@py")
-            if version and version != f"{sys.version_info[0]}.{sys.version_info[1]}":
-                continue
-            if case:
-                out[case] = why.strip() or "known gap of kiln's graph breaks"
-    return out
-
-
 def pytest_collection_modifyitems(config, items):
-    mine = [(item, os.path.basename(str(item.fspath))) for item in items
-            if str(item.fspath).startswith(_HERE + os.sep)]
-    if not kiln_ready():
-        skip = pytest.mark.skip(reason="kiln.compile (with its frame hook) is not there yet")
-        for item, _ in mine:
-            item.add_marker(skip)
-        return
-    if USE_DYNAMO or os.environ.get("KILN_CORPUS_STRICT") == "1":
-        return
-    known = _known_failures()
-    for item, filename in mine:
-        key = f"{filename}::{item.name}"
-        if key in known:
-            item.add_marker(pytest.mark.xfail(reason=f"known failure: {known[key]}", strict=False))
+    known_failures.apply(items, _HERE, "known gap of kiln's graph breaks")
