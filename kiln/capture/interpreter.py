@@ -96,16 +96,6 @@ class Tracer:
                 exc.root_index = self.ip - 1  # the root instruction that was running
             raise exc.locate(self.code.co_filename, self.lineno)
 
-    def in_with_block(self, inst) -> bool:
-        """Whether inst is protected only by the cleanup handler of a `with` kiln entered."""
-        if not self.active_withs:
-            return False
-        handler = inst.exn_tab_entry.target
-        i = self.index_of[id(handler)]
-        following = self.instructions[i + 1] if i + 1 < len(self.instructions) else None
-        return handler.opname == "PUSH_EXC_INFO" and following is not None and \
-            following.opname == "WITH_EXCEPT_START"
-
     def user_stack(self) -> list[tuple[str, int, str]]:
         frames = []
         tx = self
@@ -299,11 +289,6 @@ class GeneratorTracer(InliningTracer):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.yielded: list[Value] = []
-
-    def in_with_block(self, inst) -> bool:
-        # 3.12 wraps generator bodies in a handler that turns StopIteration into RuntimeError
-        handler = inst.exn_tab_entry.target
-        return handler.opname == "CALL_INTRINSIC_1" or super().in_with_block(inst)
 
 
 def _default_value(tx, value) -> Value:

@@ -54,7 +54,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from tests.corpus.harness import (USE_DYNAMO, CountingBackend, assert_same, check, check_fullgraph_error,
+from tests.corpus.harness import (USE_DYNAMO, CountingBackend, assert_same, find_instances, check, check_fullgraph_error,
                                   check_recompiles, compile_fn, marker_line, reset)
 
 if USE_DYNAMO:
@@ -90,16 +90,8 @@ def t(*shape, seed: int = 0, scale: float = 1.0, requires_grad: bool = False) ->
 _PERSISTENT = (torch.nn.Module, torch.optim.Optimizer)
 
 
-def _find_persistent(value: Any, depth: int = 0) -> list:
-    if isinstance(value, _PERSISTENT):
-        return [value]
-    if depth > 4:
-        return []
-    if isinstance(value, dict):
-        value = list(value.values())
-    if isinstance(value, (list, tuple)):
-        return [m for v in value for m in _find_persistent(v, depth + 1)]
-    return []
+def _find_persistent(value: Any) -> list:
+    return find_instances(value, _PERSISTENT)
 
 
 class _Side:

@@ -133,22 +133,23 @@ def clone_args(value: Any, modules: dict | None = None) -> Any:
     if modules is None:
         return copy.deepcopy(value)
     memo: dict = {}
-    for mod in _find_modules(value):
+    for mod in find_instances(value):
         if id(mod) not in modules:
             modules[id(mod)] = (mod, copy.deepcopy(mod))
         memo[id(mod)] = modules[id(mod)][1]
     return copy.deepcopy(value, memo)
 
 
-def _find_modules(value: Any, depth: int = 0) -> list:
-    if isinstance(value, torch.nn.Module):
+def find_instances(value: Any, kinds: tuple = (torch.nn.Module,), depth: int = 0) -> list:
+    """Objects of `kinds` in (nested lists, tuples and dict values of) `value`, four levels deep."""
+    if isinstance(value, kinds):
         return [value]
     if depth > 4:
         return []
     if isinstance(value, dict):
         value = list(value.values())
     if isinstance(value, (list, tuple)):
-        return [m for v in value for m in _find_modules(v, depth + 1)]
+        return [m for v in value for m in find_instances(v, kinds, depth + 1)]
     return []
 
 

@@ -148,7 +148,7 @@ def _make_autocast(tx, cls, args, kwargs) -> Value:
     return AutocastValue(device, dtype, bool(values.get("enabled", True)), values.get("cache_enabled"))
 
 
-def make_grad_mode(tx, cls, args, kwargs) -> Value | None:
+def make_context_manager(tx, cls, args, kwargs) -> Value | None:
     """The value for calling `cls(*args)` if cls is a context manager kiln models (grad mode, autocast)."""
     if cls in _AUTOCAST_CLASSES:
         return _make_autocast(tx, cls, args, kwargs)

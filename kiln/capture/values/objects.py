@@ -92,11 +92,11 @@ class ClassValue(Value):
         from kiln.capture.values.builtins import construct_builtin_type
 
         cls = self.cls
-        from kiln.capture.values.contexts import make_grad_mode
+        from kiln.capture.values.contexts import make_context_manager
 
-        grad_mode = make_grad_mode(tx, cls, args, kwargs)
-        if grad_mode is not None:
-            return grad_mode
+        context = make_context_manager(tx, cls, args, kwargs)
+        if context is not None:
+            return context
         if issubclass(cls, tuple) and hasattr(cls, "_fields"):
             return _make_namedtuple(tx, cls, args, kwargs)
         if cls.__module__ == "builtins" or cls.__module__.startswith("torch"):

@@ -91,14 +91,6 @@ def _eq_is_identity(v: Value) -> bool:
     return v.is_constant() and not isinstance(v, (SequenceValue, DictValue, SetValue))
 
 
-def _has_custom_dunder(tx, v: Value, op) -> bool:
-    from kiln.capture.values.objects import UserObjectValue, NewObjectValue
-
-    if isinstance(v, (UserObjectValue, NewObjectValue)):
-        return _DUNDER[op] in vars(v.python_type()) or any(_DUNDER[op] in vars(c) for c in v.python_type().__mro__[:-1])
-    return False
-
-
 def _sym(op) -> str:
     return getattr(op, "__name__", str(op))
 

@@ -120,10 +120,8 @@ class TensorMethodValue(Value):
         if name == "__setitem__":
             tx.output.call("call_function", operator.setitem, [self.tensor, *args], kwargs)
             return ConstantValue(None)
-        if name in ("to", "cuda", "cpu", "type_as", "float", "half", "double", "int", "long", "bool", "bfloat16",
-                    "contiguous", "clone", "detach", "requires_grad_"):
-            if name == "requires_grad_":
-                unsupported("Tensor.requires_grad_() inside a compiled function")
+        if name == "requires_grad_":
+            unsupported("Tensor.requires_grad_() inside a compiled function")
         return tx.output.call("call_method", name, [self.tensor, *args], kwargs)
 
     def reconstruct(self, cg) -> None:
