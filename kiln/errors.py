@@ -52,3 +52,20 @@ class BackendError(KilnError):
 
 class InternalError(KilnError):
     """A bug in kiln. Carries the stage where it happened."""
+
+
+class KernelBuildError(BackendError):
+    """The system compiler rejected a generated kernel (a kiln bug, or a broken toolchain)."""
+
+    def __init__(self, what: str, command: str, stderr: str, source_path: str):
+        self.command, self.stderr, self.source_path = command, stderr, source_path
+        tail = "\n".join(stderr.strip().splitlines()[-15:])
+        super().__init__(
+            f"kiln could not build {what}.\n"
+            f"  command: {command}\n"
+            f"  source:  {source_path}\n"
+            f"  compiler said:\n{tail}\n"
+            f"  what to do: check that a C++17 compiler with OpenMP is installed (g++ -fopenmp); if it is, "
+            f"this is a kiln bug: please report it with the source file above. "
+            f"kiln.compile(..., backend='aot_eager') runs the program without generated kernels meanwhile."
+        )

@@ -32,12 +32,18 @@ class Options:
     debug_dir: directory where each stage dumps its printout (KILN_DEBUG_DIR).
     logs: comma-separated stage names whose printouts go to stderr, e.g. "graph,guards" (KILN_LOGS).
     inline_depth: how deep user-function calls are inlined before the call is left to run as a frame.
+    cache_dir: where compiled kernels are kept across processes (KILN_CACHE_DIR; default ~/.cache/kiln).
+    cpp_compiler: the C++ compiler for CPU kernels (KILN_CXX; default g++).
+    fusion: let the scheduler fuse kernels (turn off to see one kernel per loop nest).
     """
 
     recompile_limit: int = 8
     debug_dir: str | None = None
     logs: tuple[str, ...] = ()
     inline_depth: int = 32
+    cache_dir: str = os.path.join(os.path.expanduser("~"), ".cache", "kiln")
+    cpp_compiler: str = "g++"
+    fusion: bool = True
 
     def replace(self, **changes: Any) -> "Options":
         return dataclasses.replace(self, **changes)
@@ -69,6 +75,8 @@ def _read_environment() -> Options:
         recompile_limit=_env_int("KILN_RECOMPILE_LIMIT", 8),
         debug_dir=_env_str("KILN_DEBUG_DIR"),
         logs=tuple(s.strip() for s in logs.split(",") if s.strip()) if logs else (),
+        cache_dir=_env_str("KILN_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "kiln"),
+        cpp_compiler=_env_str("KILN_CXX") or "g++",
     )
 
 

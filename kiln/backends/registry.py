@@ -72,5 +72,6 @@ def _load_builtins() -> None:
     if _loaded:
         return
     _loaded = True
-    from kiln.backends import eager  # noqa: F401  (registers "eager" and "kiln")
+    from kiln.backends import eager  # noqa: F401  (registers "eager")
     from kiln.backends import aot_eager  # noqa: F401  (registers "aot_eager")
+    from kiln.backends import kiln  # noqa: F401  (registers "kiln")

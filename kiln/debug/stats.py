@@ -13,7 +13,9 @@ class Stats:
     frames_seen / frames_compiled: frames offered by the hook / turned into transformed code.
     graphs: FX graphs handed to a backend. graph_breaks: by reason.
     recompilations: by the guard that failed. eager_fallbacks: frames run eagerly, by reason.
-    kernels_generated / aten_fallbacks: filled in by code generation.
+    kernels_generated / aten_fallbacks: filled in by code generation (fallbacks by op and reason).
+    kernel_compiles / kernel_cache_hits: kernel libraries built by the system compiler / found in the
+    disk cache.
     seconds: time spent per stage.
     """
 
@@ -30,6 +32,8 @@ class Stats:
         self.eager_fallbacks: collections.Counter[str] = collections.Counter()
         self.kernels_generated = 0
         self.aten_fallbacks: collections.Counter[str] = collections.Counter()
+        self.kernel_compiles = 0
+        self.kernel_cache_hits = 0
         self.seconds: collections.Counter[str] = collections.Counter()
 
     @contextlib.contextmanager
@@ -51,6 +55,8 @@ class Stats:
             "eager_fallbacks": dict(self.eager_fallbacks),
             "kernels_generated": self.kernels_generated,
             "aten_fallbacks": dict(self.aten_fallbacks),
+            "kernel_compiles": self.kernel_compiles,
+            "kernel_cache_hits": self.kernel_cache_hits,
             "seconds": {k: round(v, 6) for k, v in self.seconds.items()},
         }
 

@@ -1,0 +1,148 @@
+"""Backend "kiln" (the default): capture -> ATen tracing and decompositions -> lowering to loop IR ->
+scheduling and fusion -> generated C++/OpenMP kernels and a Python wrapper.
+
+Graphs kiln cannot generate code for yet run through the ``aot_eager`` path (ATen kernels), and
+``explain`` says why: CUDA tensors (until the Triton generator lands), inputs that require grad
+with grad mode on (until compiled training lands), and graph inputs that are not tensors.
+"""
+from __future__ import annotations
+
+import os
+import warnings
+
+import torch
+
+from kiln.aot import AtenRuntime, aot_trace
+from kiln.backends.aot_eager import compile_aot_eager, explain_aten_graph
+from kiln.backends.registry import register_backend
+from kiln.codegen.cpp.build import load_library
+from kiln.codegen.cpp.kernel import generate_kernel
+from kiln.codegen.wrapper import WrapperGen
+from kiln.debug.stats import stats
+from kiln.decomp import decomposition_table
+from kiln.errors import KernelBuildError
+from kiln.fake import UnsupportedFakeOp
+from kiln.lower.graph import lower_graph
+from kiln.lower.registry import Unlowerable
+from kiln.options import Options, default_options
+from kiln.schedule.scheduler import FusedGroup, schedule
+
+PRELUDE = os.path.join(os.path.dirname(__file__), "..", "codegen", "cpp", "prelude.h")
+
+
+class CompiledGraph:
+    """Everything generated for one graph: printable, and callable through ``AtenRuntime``."""
+
+    def __init__(self, ag, lg, sched, kernels, wrapper, library_source):
+        self.ag, self.lg, self.sched, self.kernels, self.wrapper = ag, lg, sched, kernels, wrapper
+        self.source = library_source
+
+    def explain(self) -> str:
+        lines = [explain_aten_graph(self.ag), "", f"generated {len(self.kernels)} C++ kernel(s):"]
+        for k in self.kernels.values():
+            lines.append(f"  {k.name}: fuses {len(k.origins)} op(s)")
+        externs = [s for s in self.sched.steps if not isinstance(s, FusedGroup)]
+        if externs:
+            lines.append(f"ops run by ATen ({len(externs)}):")
+            for s in externs:
+                lines.append(f"  {s.node.node.op}: {s.node.node.reason}")
+        lines += ["", "wrapper:", self.wrapper.source]
+        return "\n".join(lines)
+
+
+def _prelude() -> str:
+    with open(PRELUDE) as f:
+        return f.read()
+
+
+def compile_graph(ag, options: Options) -> CompiledGraph:
+    """Lower, schedule and generate code for a traced ATen graph."""
+    with stats.timed("lower"):
+        lg = lower_graph(ag.gm)
+    buffers = lg.buffers()
+    output_names = {o.buffer.name for o in lg.outputs if hasattr(o, "buffer")}
+    with stats.timed("schedule"):
+        sched = schedule(lg.nodes, buffers, output_names, fuse=options.fusion)
+    kernels = {}
+    with stats.timed("codegen"):
+        for i, step in enumerate(sched.groups()):
+            k = generate_kernel(step, buffers, i)
+            step.name = k.name
+            kernels[k.name] = k
+    source = _prelude() + "\n\n" + "\n\n".join(k.source for k in kernels.values()) + "\n"
+    if kernels:
+        lib = load_library(source, options)
+        import ctypes
+
+        for k in kernels.values():
+            fn = getattr(lib, k.name)
+            fn.argtypes = [ctypes.c_void_p] * len(k.params)
+            fn.restype = None
+            k.fn = fn
+    wrapper = WrapperGen(lg, sched, kernels, buffers).generate()
+    stats.kernels_generated += len(kernels)
+    for op, reason in lg.fallbacks.items():
+        stats.aten_fallbacks[f"{op}: {reason}"] += 1
+    cg = CompiledGraph(ag, lg, sched, kernels, wrapper, source)
+    _dump(cg, options)
+    return cg
+
+
+def _dump(cg: CompiledGraph, options: Options) -> None:
+    if not options.debug_dir:
+        return
+    os.makedirs(options.debug_dir, exist_ok=True)
+    n = len([f for f in os.listdir(options.debug_dir) if f.startswith("graph_") and f.endswith("_wrapper.py")])
+    base = os.path.join(options.debug_dir, f"graph_{n}")
+    for suffix, text in (("_aten.txt", cg.ag.format()), ("_loopir.txt", cg.lg.format()),
+                         ("_schedule.txt", cg.sched.format()), ("_kernels.cpp", cg.source),
+                         ("_wrapper.py", cg.wrapper.source)):
+        with open(base + suffix, "w") as f:
+            f.write(text)
+
+
+def _why_not_codegen(gm, example_inputs) -> str | None:
+    tensors = [x for x in example_inputs if isinstance(x, torch.Tensor)]
+    if any(t.device.type != "cpu" for t in tensors):
+        return "CUDA tensors run through ATen kernels until the Triton generator lands"
+    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+        return "inputs require grad: training graphs run through ATen kernels until compiled backward lands"
+    for node in gm.graph.nodes:
+        if node.op == "get_attr":
+            value = getattr(gm, node.target, None)
+            if isinstance(value, torch.Tensor) and value.requires_grad and torch.is_grad_enabled():
+                return "parameters require grad: training graphs run through ATen kernels until compiled backward lands"
+    return None
+
+
+@register_backend(name="kiln")
+def kiln_backend(gm, example_inputs, options=None):
+    options = options or default_options()
+    reason = _why_not_codegen(gm, example_inputs)
+    if reason is None:
+        try:
+            with stats.timed("aot"):
+                ag = aot_trace(gm, example_inputs, decompositions=decomposition_table(), options=options)
+        except UnsupportedFakeOp:
+            ag = None  # compile_aot_eager below reports it
+        if ag is not None and any(s.requires_grad for s in ag.state) and torch.is_grad_enabled():
+            reason = "parameters require grad: training graphs run through ATen kernels until compiled backward lands"
+        elif ag is not None:
+            try:
+                cg = compile_graph(ag, options)
+            except Unlowerable as exc:
+                reason = f"could not lower the graph: {exc.reason}"
+            except KernelBuildError as exc:
+                warnings.warn(f"{exc}\nkiln runs this graph with ATen kernels instead.", stacklevel=2)
+                reason = "kernel build failed (warned)"
+            else:
+                runtime = AtenRuntime(ag, run=cg.wrapper.compile())
+                runtime.kiln_explain = cg.explain
+                runtime.compiled_graph = cg
+                return runtime
+    fn = compile_aot_eager(gm, example_inputs, options)
+    if reason is not None:
+        inner = getattr(fn, "kiln_explain", lambda: "")
+        stats.eager_fallbacks[f"kiln codegen: {reason}"] += 1
+        fn.kiln_explain = lambda: f"kiln ran this graph with ATen kernels: {reason}\n{inner()}"
+    return fn

@@ -1,0 +1,94 @@
+"""Pieces every code generator shares: printing index expressions, naming kernels, provenance."""
+from __future__ import annotations
+
+import re
+
+import sympy
+
+from kiln.loopir.index import FloorDiv, ModularIndexing
+
+
+def print_index_c(expr) -> str:
+    """A sympy index expression as C/C++ (and Python/Triton: ``//`` is spelled per language)."""
+    return _print(sympy.sympify(expr), "/")
+
+
+def print_index_py(expr) -> str:
+    return _print(sympy.sympify(expr), "//")
+
+
+def _print(e, div: str) -> str:
+    if e.is_Integer:
+        return str(int(e))
+    if e.is_Symbol:
+        return e.name
+    if isinstance(e, sympy.Add):
+        parts = [_print(a, div) for a in _ordered(e.args)]
+        out = parts[0]
+        for p in parts[1:]:
+            out += f" - {p[1:]}" if p.startswith("-") else f" + {p}"
+        return f"({out})"
+    if isinstance(e, sympy.Mul):
+        coeff, rest = e.as_coeff_Mul()
+        body = "*".join(_atom(a, div) for a in sympy.Mul.make_args(rest))
+        if coeff == 1:
+            return body
+        if coeff == -1:
+            return f"-{body}"
+        return f"{int(coeff)}*{body}"
+    if isinstance(e, FloorDiv):
+        return f"({_print(e.args[0], div)} {div} {_print(e.args[1], div)})"
+    if isinstance(e, ModularIndexing):
+        a, b, c = (_print(x, div) for x in e.args)
+        inner = a if e.args[1] == 1 else f"({a} {div} {b})"
+        return f"({inner} % {c})"
+    if isinstance(e, sympy.Pow) and e.args[1].is_Integer and int(e.args[1]) > 0:
+        return "*".join([_atom(e.args[0], div)] * int(e.args[1]))
+    raise NotImplementedError(f"cannot print index expression {e}")
+
+
+def _atom(e, div) -> str:
+    s = _print(e, div)
+    return s if e.is_Atom or s.startswith("(") else f"({s})"
+
+
+def _ordered(args):
+    return sorted(args, key=lambda a: (a.is_Number, str(a)))
+
+
+def op_names(origins) -> list[str]:
+    """Short names of the ATen ops behind a kernel, in order, without repeats."""
+    out = []
+    for node in origins:
+        target = getattr(node, "target", None)
+        name = getattr(target, "__name__", str(target)).split(".")[0]
+        name = re.sub(r"[^0-9a-zA-Z_]", "", name).strip("_")
+        if name and name not in out:
+            out.append(name)
+    return out
+
+
+def kernel_name(prefix: str, origins, index: int, max_ops: int = 4) -> str:
+    names = op_names(origins)
+    body = "_".join(names[:max_ops]) or "kernel"
+    return f"{prefix}_fused_{body}_{index}" if len(origins) > 1 else f"{prefix}_{body}_{index}"
+
+
+def provenance(origins) -> list[str]:
+    """One line per source op: the ATen op and the user's file:line it came from."""
+    lines = []
+    for node in origins:
+        where = user_location(node)
+        lines.append(f"{node.name} = {node.target}" + (f"  ({where})" if where else ""))
+    return lines
+
+
+def user_location(node) -> str:
+    trace = node.meta.get("stack_trace") if hasattr(node, "meta") else None
+    if not trace:
+        return ""
+    m = re.findall(r'File "([^"]+)", line (\d+)', trace)
+    if m:
+        path, line = m[-1]
+        return f"{path}:{line}"
+    return str(trace).strip().splitlines()[-1][:120]

@@ -1,0 +1,70 @@
+"""Building C++ kernels: the system compiler, a content-addressed disk cache, in-process loading.
+
+The cache key is the source text, the flags and the compiler's version, so a second process that
+generates the same source loads the cached library and compiles nothing.
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import os
+import subprocess
+import tempfile
+
+from kiln.debug.stats import stats
+from kiln.errors import KernelBuildError
+
+FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c++17", "-fno-math-errno")
+_LOADED: dict[str, ctypes.CDLL] = {}
+
+
+@functools.lru_cache(maxsize=None)
+def compiler_version(compiler: str) -> str:
+    try:
+        out = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise KernelBuildError("C++ kernels", f"{compiler} --version", str(exc), "<none>") from None
+    return out.stdout.splitlines()[0] if out.stdout else compiler
+
+
+def library_path(source: str, options) -> str:
+    key = hashlib.sha256("\0".join([source, " ".join(FLAGS), compiler_version(options.cpp_compiler)]).encode()).hexdigest()
+    return os.path.join(options.cache_dir, "cpp", key[:2], f"kiln_{key[:40]}.so")
+
+
+def load_library(source: str, options, what: str = "C++ kernels") -> ctypes.CDLL:
+    """Compile ``source`` (or find it in the cache) and load it."""
+    path = library_path(source, options)
+    lib = _LOADED.get(path)
+    if lib is not None:
+        return lib
+    if not os.path.exists(path):
+        _compile(source, path, options, what)
+    else:
+        stats.kernel_cache_hits += 1
+    lib = ctypes.CDLL(path)
+    _LOADED[path] = lib
+    return lib
+
+
+def _compile(source: str, path: str, options, what: str) -> None:
+    directory = os.path.dirname(path)
+    os.makedirs(directory, exist_ok=True)
+    src_path = path[:-3] + ".cpp"
+    with open(src_path, "w") as f:
+        f.write(source)
+    fd, tmp = tempfile.mkstemp(suffix=".so", dir=directory)
+    os.close(fd)
+    cmd = [options.cpp_compiler, *FLAGS, src_path, "-o", tmp]
+    with stats.timed("cpp_compile"):
+        try:
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            os.unlink(tmp)
+            raise KernelBuildError(what, " ".join(cmd), str(exc), src_path) from None
+    if done.returncode != 0:
+        os.unlink(tmp)
+        raise KernelBuildError(what, " ".join(cmd), done.stderr, src_path)
+    os.replace(tmp, path)  # atomic: a concurrent process sees the whole library or none
+    stats.kernel_compiles += 1

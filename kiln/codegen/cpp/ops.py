@@ -1,0 +1,219 @@
+"""CppOps: the ``ops`` handler that turns a loop body into C++ statements (one typed temporary per op,
+common subexpressions shared)."""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import sympy
+import torch
+
+from kiln.codegen.common import print_index_c
+from kiln.loopir.ops import OpsHandler, reduction_identity, result_dtype
+
+CTYPE = {
+    torch.float32: "float", torch.float64: "double", torch.float16: "_Float16", torch.bfloat16: "kiln_bf16",
+    torch.int64: "int64_t", torch.int32: "int32_t", torch.int16: "int16_t", torch.int8: "int8_t",
+    torch.uint8: "uint8_t", torch.bool: "bool",
+}
+
+_UNARY_FLOAT = {
+    "exp": "std::exp({})", "exp2": "std::exp2({})", "expm1": "std::expm1({})", "log": "std::log({})",
+    "log2": "std::log2({})", "log10": "std::log10({})", "log1p": "std::log1p({})", "sqrt": "std::sqrt({})",
+    "rsqrt": "{T}(1) / std::sqrt({})", "reciprocal": "{T}(1) / {}", "sin": "std::sin({})", "cos": "std::cos({})",
+    "tan": "std::tan({})", "asin": "std::asin({})", "acos": "std::acos({})", "atan": "std::atan({})",
+    "sinh": "std::sinh({})", "cosh": "std::cosh({})", "tanh": "std::tanh({})", "asinh": "std::asinh({})",
+    "acosh": "std::acosh({})", "atanh": "std::atanh({})", "sigmoid": "kiln_sigmoid({})", "erf": "std::erf({})",
+    "erfc": "std::erfc({})", "lgamma": "std::lgamma({})", "floor": "std::floor({})", "ceil": "std::ceil({})",
+    "trunc": "std::trunc({})", "round": "std::nearbyint({})", "frac": "({0} - std::trunc({0}))",
+    "isnan": "std::isnan({})", "isinf": "std::isinf({})", "isfinite": "std::isfinite({})",
+    "signbit": "std::signbit({})",
+}
+_UNARY_INT = {
+    "floor": "{}", "ceil": "{}", "trunc": "{}", "round": "{}", "frac": "{T}(0)", "isnan": "false",
+    "isinf": "false", "isfinite": "true", "signbit": "({} < 0)",
+}
+_UNARY_ANY = {
+    "neg": "-{}", "abs": "kiln_abs({})", "sign": "kiln_sign({})", "relu": "kiln_relu({})", "square": "({0} * {0})",
+    "logical_not": "!{}",
+}
+_BINARY = {
+    "add": "{} + {}", "sub": "{} - {}", "mul": "{} * {}", "truediv": "{} / {}",
+    "floordiv": "kiln_floordiv({}, {})", "truncdiv": "kiln_truncdiv({}, {})", "mod": "kiln_mod({}, {})",
+    "fmod": "kiln_fmod({}, {})", "pow": "kiln_pow({}, {})", "maximum": "kiln_max({}, {})",
+    "minimum": "kiln_min({}, {})", "atan2": "std::atan2({}, {})", "hypot": "std::hypot({}, {})",
+    "copysign": "std::copysign({}, {})", "nextafter": "std::nextafter({}, {})",
+    "bitwise_and": "{} & {}", "bitwise_or": "{} | {}", "bitwise_xor": "{} ^ {}",
+    "lshift": "kiln_lshift({}, {})", "rshift": "kiln_rshift({}, {})",
+    "eq": "{} == {}", "ne": "{} != {}", "lt": "{} < {}", "le": "{} <= {}", "gt": "{} > {}", "ge": "{} >= {}",
+    "logical_and": "{} && {}", "logical_or": "{} || {}", "logical_xor": "{} != {}",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class CppVal:
+    name: str
+    dtype: torch.dtype
+
+    def __str__(self) -> str:
+        return self.name
+
+
+def c_literal(value, dtype: torch.dtype) -> str:
+    T = CTYPE[dtype]
+    if dtype == torch.bool:
+        return "true" if value else "false"
+    if dtype.is_floating_point:
+        v = float(value)
+        if math.isnan(v):
+            return f"std::numeric_limits<{_math_type(dtype)}>::quiet_NaN()"
+        if math.isinf(v):
+            return f"{'-' if v < 0 else ''}std::numeric_limits<{_math_type(dtype)}>::infinity()"
+        return f"static_cast<{T}>({v.hex()})"
+    v = int(value)
+    if v == -(2 ** 63):
+        return "std::numeric_limits<int64_t>::min()"
+    return f"static_cast<{T}>({v}LL)"
+
+
+def _math_type(dtype):
+    return "float" if dtype in (torch.float16, torch.bfloat16) else CTYPE[dtype]
+
+
+class CppOps(OpsHandler):
+    """Emits C++ for one loop body.
+
+    ``ctx`` is the kernel being generated: ``ctx.pointer(name)`` gives the C expression of a buffer's
+    base pointer (None for a kernel-local scalar, named by ``ctx.local_scalar(name)``),
+    ``ctx.local_index(name, index)`` rewrites indices of kernel-local arrays, ``ctx.dtype_of(name)``
+    gives a buffer's dtype. Statements before
+    the body's reduction go to ``lines`` (they run inside the reduction loop); statements after it go to
+    ``post``. ``reductions`` lists the accumulators the loop needs.
+    """
+
+    def __init__(self, ctx, rindex_linear: str = "0"):
+        self.ctx = ctx
+        self.rindex_linear = rindex_linear
+        self.lines: list[str] = []
+        self.post: list[str] = []
+        self.reductions: list[tuple[str, str, torch.dtype]] = []  # (acc name, kind, dtype)
+        self.cse: dict[str, CppVal] = {}
+        self.count = 0
+        self.after_reduction = False
+
+    @property
+    def out(self) -> list[str]:
+        return self.post if self.after_reduction else self.lines
+
+    def _emit(self, expr: str, dtype: torch.dtype) -> CppVal:
+        key = f"{dtype}:{expr}"
+        if key in self.cse:
+            return self.cse[key]
+        name = f"tmp{self.count}"
+        self.count += 1
+        self.out.append(f"{CTYPE[dtype]} {name} = {expr};")
+        val = CppVal(name, dtype)
+        self.cse[key] = val
+        return val
+
+    # ---------------------------------------------------------------------------------- math
+
+    def unary(self, op, x):
+        dtype = result_dtype(op, x.dtype)
+        if op == "bitwise_not":
+            tmpl = "!{}" if x.dtype == torch.bool else "~{}"
+        elif op in _UNARY_ANY:
+            tmpl = _UNARY_ANY[op]
+        elif x.dtype.is_floating_point:
+            tmpl = _UNARY_FLOAT.get(op)
+        else:
+            tmpl = _UNARY_INT.get(op)
+        if tmpl is None:
+            raise NotImplementedError(f"C++ has no rule for ops.{op} on {x.dtype}")
+        return self._emit(tmpl.format(x.name, T=CTYPE[x.dtype]), dtype)
+
+    def binary(self, op, a, b):
+        tmpl = _BINARY.get(op)
+        if op == "truediv" and not a.dtype.is_floating_point:
+            raise NotImplementedError("truediv of integers reaches C++ without a cast")
+        if op in ("maximum", "minimum") and a.dtype == torch.bool:
+            tmpl = "{} || {}" if op == "maximum" else "{} && {}"
+        if op in ("fmax", "fmin"):
+            fn = op if a.dtype.is_floating_point else op[1:]
+            tmpl = f"std::{fn}({{}}, {{}})"
+        if tmpl is None:
+            raise NotImplementedError(f"C++ has no rule for ops.{op}")
+        return self._emit(tmpl.format(a.name, b.name), result_dtype(op, a.dtype, b.dtype))
+
+    # ------------------------------------------------------------------------------ memory
+
+    def load(self, name, index):
+        ptr = self.ctx.pointer(name)
+        dtype = self.ctx.dtype_of(name)
+        if ptr is None:
+            return CppVal(self.ctx.local_scalar(name), dtype)
+        idx = self.ctx.local_index(name, index)
+        return self._emit(f"{ptr}[{print_index_c(idx)}]", dtype)
+
+    def store(self, name, index, value):
+        ptr = self.ctx.pointer(name)
+        if ptr is None:
+            self.out.append(f"{self.ctx.local_scalar(name)} = {value};")
+            return
+        idx = self.ctx.local_index(name, index)
+        self.out.append(f"{ptr}[{print_index_c(idx)}] = {value};")
+
+    store_reduction = store
+
+    # ------------------------------------------------------------------------------- values
+
+    def constant(self, value, dtype):
+        return self._emit(c_literal(value, dtype), dtype)
+
+    def index_expr(self, expr, dtype):
+        return self._emit(f"static_cast<{CTYPE[dtype]}>({print_index_c(sympy.sympify(expr))})", dtype)
+
+    def to_dtype(self, x, dtype):
+        if x.dtype == dtype:
+            return x
+        src = x.name
+        if x.dtype == torch.bfloat16:
+            src = f"static_cast<float>({src})"
+        if dtype == torch.bfloat16:
+            return self._emit(f"kiln_bf16(static_cast<float>({src}))", dtype)
+        return self._emit(f"static_cast<{CTYPE[dtype]}>({src})", dtype)
+
+    def where(self, c, a, b):
+        return self._emit(f"{c} ? {a} : {b}", a.dtype)
+
+    def reduction(self, kind, value, dtype):
+        acc = f"acc{len(self.reductions)}"
+        self.reductions.append((acc, kind, dtype))
+        v = value.name
+        if kind in ("argmax", "argmin"):
+            cmp = ">" if kind == "argmax" else "<"
+            self.lines.append(
+                f"if ({v} {cmp} {acc} || ({v} != {v} && {acc} == {acc})) {{ {acc} = {v}; {acc}_idx = {self.rindex_linear}; }}"
+            )
+            self.after_reduction = True
+            return CppVal(f"{acc}_idx", torch.int64)
+        combine = {
+            "sum": f"{acc} = {acc} + {v};", "prod": f"{acc} = {acc} * {v};",
+            "max": f"{acc} = kiln_max({acc}, {v});", "min": f"{acc} = kiln_min({acc}, {v});",
+            "any": f"{acc} = {acc} || {v};", "all": f"{acc} = {acc} && {v};",
+        }[kind]
+        self.lines.append(combine)
+        self.after_reduction = True
+        return CppVal(acc, dtype)
+
+
+def accumulator_decls(reductions) -> list[str]:
+    out = []
+    for acc, kind, dtype in reductions:
+        out.append(f"{CTYPE[dtype]} {acc} = {c_literal(reduction_identity(kind, dtype), dtype)};")
+        if kind in ("argmax", "argmin"):
+            out.append(f"int64_t {acc}_idx = 0;")
+    return out
+
+
+OMP_REDUCTION_OP = {"sum": "+", "prod": "*", "any": "||", "all": "&&"}

@@ -1,0 +1,150 @@
+"""The wrapper: one Python function per graph that allocates buffers, calls kernels and extern ATen
+ops in schedule order, frees buffers after their last use, and returns the graph's outputs.
+
+It is generated as source text (printable, dumped under ``KILN_DEBUG_DIR``) and compiled with
+``exec`` against a small namespace of kernels and helpers.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+from torch.utils._pytree import tree_map
+
+from kiln.loopir.nodes import ComputedBuffer, ExternOutput, InputBuffer, Stored
+from kiln.schedule.scheduler import ExternStep, FusedGroup, Schedule
+
+
+@dataclasses.dataclass
+class Wrapper:
+    source: str
+    namespace: dict
+
+    def compile(self):
+        ns = dict(self.namespace)
+        exec(compile(self.source, "<kiln wrapper>", "exec"), ns)
+        return ns["call"]
+
+
+def ensure_layout(t: torch.Tensor, size, stride) -> torch.Tensor:
+    """An extern kernel's result with the strides the generated code assumes (copied if ATen chose others)."""
+    if tuple(t.stride()) == stride or t.numel() <= 1:
+        return t
+    return torch.empty_strided(size, stride, dtype=t.dtype, device=t.device).copy_(t)
+
+
+class WrapperGen:
+    def __init__(self, lg, sched: Schedule, kernels: dict, buffers: dict):
+        self.lg, self.sched, self.kernels, self.buffers = lg, sched, kernels, buffers
+        self.lines: list[str] = []
+        self.ns: dict = {"empty_strided": torch.empty_strided, "ensure_layout": ensure_layout, "torch": torch}
+        self._consts = 0
+
+    def const(self, value, hint: str) -> str:
+        name = f"{hint}{self._consts}"
+        self._consts += 1
+        self.ns[name] = value
+        return name
+
+    def ref(self, v: Stored) -> str:
+        """A Python expression for a strided view ``v`` of a buffer."""
+        b = v.buffer
+        if v.is_whole_buffer():
+            return b.name
+        off = f"{b.name}.storage_offset() + {v.offset}" if isinstance(b, (InputBuffer, ExternOutput)) else str(v.offset)
+        return f"{b.name}.as_strided({tuple(v.size)}, {tuple(v.stride)}, {off})"
+
+    def generate(self) -> Wrapper:
+        args = [b.name for b in self.lg.inputs]
+        last_use, extern_inputs = self._last_uses()
+        outputs = {o.buffer.name for o in self.lg.outputs if isinstance(o, Stored)}
+        pool: dict[tuple, list[str]] = {}
+        body: list[str] = []
+        for i, step in enumerate(self.sched.steps):
+            if isinstance(step, FusedGroup):
+                kernel = self.kernels[step.name]
+                for name, kind in kernel.params:
+                    b = self.buffers[name]
+                    if kind == "out" and isinstance(b, ComputedBuffer):
+                        body.append(self._alloc(b, pool))
+                fn = self.const(kernel.fn, "k")
+                ptrs = ", ".join(f"{name}.data_ptr()" for name, _ in kernel.params)
+                body.append(f"{fn}({ptrs})  # {kernel.name}")
+            else:
+                body += self._extern(step)
+            for name in sorted(n for n, last in last_use.items() if last == i):
+                if name in outputs or name in args:
+                    continue
+                body.append(f"del {name}")
+                b = self.buffers[name]
+                if isinstance(b, ComputedBuffer) and name not in extern_inputs:
+                    pool.setdefault(_pool_key(b), []).append(name)
+        outs = [self.ref(o) if isinstance(o, Stored) else self.const(o, "c") for o in self.lg.outputs]
+        body.append(f"return ({', '.join(outs)}{',' if len(outs) == 1 else ''})")
+        src = [f"def call({', '.join(args)}):"] + ["    " + line for line in body]
+        return Wrapper("\n".join(src) + "\n", self.ns)
+
+    def _alloc(self, b: ComputedBuffer, pool) -> str:
+        key = _pool_key(b)
+        free = pool.get(key)
+        dtype = f"torch.{str(b.dtype).replace('torch.', '')}"
+        if free:
+            old = free.pop()
+            return f"{b.name} = {old}.as_strided({tuple(b.size)}, {tuple(b.stride)})  # reuses {old}"
+        return f"{b.name} = empty_strided({tuple(b.size)}, {tuple(b.stride)}, dtype={dtype}, device='{b.device}')"
+
+    def py(self, v) -> str:
+        """A Python expression for an extern call's argument."""
+        if isinstance(v, _Raw):
+            return v.text
+        if isinstance(v, (torch.dtype, torch.layout, torch.memory_format)):
+            return f"torch.{str(v).replace('torch.', '')}"
+        if isinstance(v, torch.device):
+            return f"torch.device({str(v)!r})"
+        if isinstance(v, (list, tuple)):
+            inner = ", ".join(self.py(x) for x in v)
+            return f"[{inner}]" if isinstance(v, list) else f"({inner}{',' if len(v) == 1 else ''})"
+        if isinstance(v, float) and (v != v or v in (float("inf"), float("-inf"))):
+            return f"float('{v}')"
+        if v is None or isinstance(v, (bool, int, float, str)):
+            return repr(v)
+        return self.const(v, "arg")
+
+    def _extern(self, step: ExternStep) -> list[str]:
+        k = step.node.node
+        op = self.const(k.op, "aten_")
+        args, kwargs = tree_map(lambda v: _Raw(self.ref(v)) if isinstance(v, Stored) else v, (k.args, k.kwargs))
+        call = ", ".join([self.py(a) for a in args] + [f"{key}={self.py(v)}" for key, v in kwargs.items()])
+        lines = [f"{k.name} = {op}({call})  # {k.reason}"]
+        for out in k.outputs:
+            path = "".join(f"[{i}]" for i in out.path)
+            lines.append(f"{out.name} = ensure_layout({k.name}{path}, {tuple(out.size)}, {tuple(out.stride)})")
+        lines.append(f"del {k.name}")
+        return lines
+
+    def _last_uses(self):
+        last: dict[str, int] = {}
+        extern_inputs: set[str] = set()
+        for i, step in enumerate(self.sched.steps):
+            if isinstance(step, FusedGroup):
+                names = [n for n, _ in self.kernels[step.name].params]
+            else:
+                names = list(step.node.read_names) + list(step.node.writes)
+                extern_inputs |= step.node.read_names
+            for n in names:
+                last[n] = i
+        return last, extern_inputs
+
+
+def _pool_key(b) -> tuple:
+    return (b.numel, b.dtype, str(b.device))
+
+
+class _Raw:
+    def __init__(self, text):
+        self.text = text
+
+    def __repr__(self):
+        return self.text
+
+

@@ -1,0 +1,145 @@
+"""Index expressions: sympy over loop variables, plus the integer division ops that views need.
+
+Loop variables are nonnegative integer symbols (``x0, x1, ...`` for the iteration space, ``r0, ...``
+for reduction loops). ``FloorDiv`` and ``ModularIndexing`` stay unevaluated until
+``simplify_with_ranges`` knows each variable's extent and can drop what cannot matter.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Mapping, Sequence
+
+import sympy
+
+
+@functools.lru_cache(maxsize=None)
+def var(prefix: str, i: int) -> sympy.Symbol:
+    return sympy.Symbol(f"{prefix}{i}", integer=True, nonnegative=True)
+
+
+def vars_for(prefix: str, n: int) -> list[sympy.Symbol]:
+    return [var(prefix, i) for i in range(n)]
+
+
+class FloorDiv(sympy.Function):
+    """floor(a / b) for a >= 0, b > 0 (an index computation, never a user value)."""
+
+    is_integer = True
+    is_nonnegative = True
+
+    @classmethod
+    def eval(cls, a, b):
+        if b == 1:
+            return a
+        if a == 0:
+            return sympy.Integer(0)
+        if a.is_Integer and b.is_Integer:
+            return sympy.Integer(int(a) // int(b))
+        return None
+
+
+class ModularIndexing(sympy.Function):
+    """(a // b) % c for a >= 0: the digit of ``a`` with place value ``b`` in base ``c``."""
+
+    is_integer = True
+    is_nonnegative = True
+
+    @classmethod
+    def eval(cls, a, b, c):
+        if c == 1 or a == 0:
+            return sympy.Integer(0)
+        if a.is_Integer and b.is_Integer and c.is_Integer:
+            return sympy.Integer((int(a) // int(b)) % int(c))
+        return None
+
+
+def linear_index(index: Sequence, stride: Sequence[int], offset: int = 0) -> sympy.Expr:
+    """``offset + sum(index[d] * stride[d])``, skipping dims of stride 0."""
+    expr = sympy.Integer(offset)
+    for i, s in zip(index, stride):
+        if s != 0:
+            expr = expr + i * s
+    return expr
+
+
+def expr_range(expr: sympy.Expr, ranges: Mapping[sympy.Symbol, int]) -> tuple[int, int] | None:
+    """Inclusive (min, max) of an affine ``expr`` over variables in ``[0, ranges[v])``; None if not affine."""
+    expr = sympy.expand(expr)
+    lo = hi = 0
+    for term in sympy.Add.make_args(expr):
+        coeff, rest = term.as_coeff_Mul()
+        if rest == 1:
+            lo += int(coeff)
+            hi += int(coeff)
+            continue
+        if rest.is_Symbol and rest in ranges:
+            top = int(coeff) * (ranges[rest] - 1)
+            lo, hi = lo + min(0, top), hi + max(0, top)
+            continue
+        if isinstance(rest, (FloorDiv, ModularIndexing)):
+            r = _func_range(rest, ranges)
+            if r is None:
+                return None
+            a, b = int(coeff) * r[0], int(coeff) * r[1]
+            lo, hi = lo + min(a, b), hi + max(a, b)
+            continue
+        return None
+    return lo, hi
+
+
+def _func_range(e, ranges):
+    inner = expr_range(e.args[0], ranges)
+    if inner is None or inner[0] < 0:
+        return None
+    if isinstance(e, FloorDiv):
+        return inner[0] // int(e.args[1]), inner[1] // int(e.args[1])
+    return 0, int(e.args[2]) - 1
+
+
+def _split_divisible(expr: sympy.Expr, d: int):
+    """expr = d * q + r where q gathers the terms whose integer coefficient ``d`` divides."""
+    q = sympy.Integer(0)
+    r = sympy.Integer(0)
+    for term in sympy.Add.make_args(sympy.expand(expr)):
+        coeff, rest = term.as_coeff_Mul()
+        if coeff.is_Integer and int(coeff) % d == 0:
+            q += (int(coeff) // d) * rest
+        else:
+            r += term
+    return q, r
+
+
+def simplify_with_ranges(expr: sympy.Expr, ranges: Mapping[sympy.Symbol, int]) -> sympy.Expr:
+    """Rewrite FloorDiv / ModularIndexing away where the variables' extents allow."""
+    if not expr.has(FloorDiv, ModularIndexing):
+        return expr
+
+    def visit(e):
+        if not e.args:
+            return e
+        args = [visit(a) for a in e.args]
+        if isinstance(e, FloorDiv):
+            a, b = args
+            if b.is_Integer:
+                q, r = _split_divisible(a, int(b))
+                rr = expr_range(r, ranges)
+                if rr is not None and 0 <= rr[0] and rr[1] < int(b):
+                    return q
+                return q + FloorDiv(r, b) if q != 0 and rr is not None and rr[0] >= 0 else FloorDiv(a, b)
+            return FloorDiv(a, b)
+        if isinstance(e, ModularIndexing):
+            a, b, c = args
+            if b.is_Integer and c.is_Integer:
+                a_range = expr_range(a, ranges)
+                if a_range is not None and a_range[0] >= 0 and a_range[1] < int(b):
+                    return sympy.Integer(0)
+                # drop whole multiples of b*c (they do not change the digit)
+                _, r = _split_divisible(a, int(b) * int(c))
+                rr = expr_range(r, ranges)
+                if rr is not None and rr[0] >= 0 and rr[1] < int(b) * int(c):
+                    return visit(FloorDiv(r, b))
+                return ModularIndexing(r, b, c) if rr is not None and rr[0] >= 0 else ModularIndexing(a, b, c)
+            return ModularIndexing(a, b, c)
+        return e.func(*args)
+
+    return sympy.expand(visit(expr))

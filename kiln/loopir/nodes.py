@@ -1,0 +1,202 @@
+"""Loop-IR nodes: values that lowering builds, and the buffers the scheduler orders and fuses.
+
+Two layers:
+
+* ``TensorValue`` -- what a lowering returns for one FX value. ``Lazy`` is an unrealized pointwise
+  computation (a body over the value's own index; it is inlined into whatever reads it), ``Stored`` is
+  a strided view of a buffer. Views never copy: a view of ``Stored`` is another ``Stored`` over the
+  same buffer; a view of ``Lazy`` is a ``Lazy`` whose body reindexes.
+* ``Buffer`` -- memory the program needs: ``InputBuffer`` (a graph input), ``ComputedBuffer``
+  (written by a ``Pointwise`` or ``Reduction`` loop nest), ``ExternOutput`` (returned by an
+  ``ExternKernel``: an ATen call for matmul/conv/attention or any op without a lowering).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Callable, Sequence
+
+import sympy
+import torch
+
+from kiln.loopir.index import linear_index
+
+Loader = Callable[[Any, Sequence[sympy.Expr]], Any]  # (ops, index) -> value
+
+
+def contiguous_strides(size: Sequence[int]) -> tuple[int, ...]:
+    strides, acc = [], 1
+    for s in reversed(size):
+        strides.append(acc)
+        acc *= max(int(s), 1)
+    return tuple(reversed(strides))
+
+
+def is_dense(size: Sequence[int], stride: Sequence[int]) -> bool:
+    """True when ``stride`` is a permutation of a contiguous layout of ``size`` (no gaps, no overlap)."""
+    dims = sorted((st, sz) for sz, st in zip(size, stride) if sz != 1)
+    expected = 1
+    for st, sz in dims:
+        if st != expected:
+            return False
+        expected *= sz
+    return True
+
+
+def numel(size: Sequence[int]) -> int:
+    return math.prod(int(s) for s in size)
+
+
+# ---------------------------------------------------------------------------------------- buffers
+
+
+@dataclasses.dataclass(eq=False)
+class Buffer:
+    name: str
+    dtype: torch.dtype
+    device: torch.device
+    size: tuple[int, ...]
+    stride: tuple[int, ...]
+    origins: tuple = ()  # FX nodes this buffer computes
+
+    @property
+    def numel(self) -> int:
+        return numel(self.size)
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel * self.dtype.itemsize
+
+    def describe(self) -> str:
+        return f"{self.name}: {str(self.dtype).replace('torch.', '')}{list(self.size)} stride={list(self.stride)}"
+
+
+@dataclasses.dataclass(eq=False)
+class InputBuffer(Buffer):
+    position: int = 0
+
+
+@dataclasses.dataclass(eq=False)
+class Pointwise:
+    """out[index] = body(ops, index) over ``ranges``."""
+
+    ranges: tuple[int, ...]
+    body: Loader
+    dtype: torch.dtype
+
+
+@dataclasses.dataclass(eq=False)
+class Reduction:
+    """out[index] = reduce(kind, body(ops, index, rindex) for rindex in reduction_ranges)."""
+
+    ranges: tuple[int, ...]
+    reduction_ranges: tuple[int, ...]
+    body: Callable[[Any, Sequence[sympy.Expr], Sequence[sympy.Expr]], Any]
+    kind: str
+    src_dtype: torch.dtype  # dtype the values are accumulated in
+    dtype: torch.dtype  # dtype of the stored result
+
+
+@dataclasses.dataclass(eq=False)
+class ComputedBuffer(Buffer):
+    data: Pointwise | Reduction | None = None
+
+    def store_body(self):
+        """The full loop body: (ops, index[, rindex]) -> None, storing into this buffer."""
+        data, name, stride = self.data, self.name, self.stride
+        # iteration dims of size 1 are dropped by the scheduler; here index has one entry per dim
+        if isinstance(data, Pointwise):
+
+            def body(ops, index):
+                ops.store(name, linear_index(index, stride), data.body(ops, index))
+
+            return body
+
+        def rbody(ops, index, rindex):
+            value = ops.reduction(data.kind, data.body(ops, index, rindex), data.src_dtype)
+            if data.kind not in ("argmax", "argmin") and data.src_dtype != data.dtype:
+                value = ops.to_dtype(value, data.dtype)
+            ops.store_reduction(name, linear_index(index, stride), value)
+
+        return rbody
+
+
+@dataclasses.dataclass(eq=False)
+class ExternKernel:
+    """A call to an ATen op on realized tensors: ``result = op(*args, **kwargs)``.
+
+    ``args``/``kwargs`` hold Python values with ``Stored`` values where the op takes tensors; the
+    wrapper passes those buffers (as strided views). ``outputs`` are the tensors of the result, in
+    pytree order; ``reason`` says why the op was not lowered to a loop nest.
+    """
+
+    name: str
+    op: Any
+    args: tuple
+    kwargs: dict
+    outputs: list["ExternOutput"]
+    reason: str
+    origins: tuple = ()
+
+
+@dataclasses.dataclass(eq=False)
+class ExternOutput(Buffer):
+    kernel: ExternKernel | None = None
+    path: tuple = ()  # where in the op's (possibly nested) result this tensor is
+
+
+# ----------------------------------------------------------------------------------- tensor values
+
+
+class TensorValue:
+    size: tuple[int, ...]
+    dtype: torch.dtype
+    device: torch.device
+
+    def loader(self) -> Loader:
+        raise NotImplementedError
+
+
+@dataclasses.dataclass(eq=False)
+class Lazy(TensorValue):
+    """An unrealized pointwise value; ``cost`` counts the ops its body inlines (to bound recomputation)."""
+
+    size: tuple[int, ...]
+    dtype: torch.dtype
+    device: torch.device
+    body: Loader
+    cost: int = 1
+    origins: tuple = ()
+
+    def loader(self) -> Loader:
+        return self.body
+
+
+@dataclasses.dataclass(eq=False)
+class Stored(TensorValue):
+    """A strided view of ``buffer``: element ``index`` lives at ``offset + sum(index * stride)``."""
+
+    buffer: Buffer
+    size: tuple[int, ...]
+    stride: tuple[int, ...]
+    offset: int = 0
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.buffer.dtype
+
+    @property
+    def device(self) -> torch.device:
+        return self.buffer.device
+
+    def is_whole_buffer(self) -> bool:
+        b = self.buffer
+        return self.offset == 0 and tuple(self.size) == tuple(b.size) and tuple(self.stride) == tuple(b.stride)
+
+    def loader(self) -> Loader:
+        name, stride, offset = self.buffer.name, self.stride, self.offset
+
+        def load(ops, index):
+            return ops.load(name, linear_index(index, stride, offset))
+
+        return load

@@ -1,0 +1,212 @@
+"""GraphLowering: a core-op ATen FX graph -> loop-IR buffers, extern kernels and graph outputs.
+
+It walks the graph once, in order. Each node's lowering returns a ``TensorValue``; pointwise results
+stay ``Lazy`` (inlined into their readers) unless they are outputs, are read by an extern kernel,
+feed several readers and are costly to recompute, or have grown too large to inline.
+"""
+from __future__ import annotations
+
+import dataclasses
+import operator
+from typing import Any
+
+import torch
+import torch.fx as fx
+from torch.utils._pytree import tree_flatten, tree_map
+
+from kiln.loopir.nodes import (
+    Buffer, ComputedBuffer, ExternKernel, ExternOutput, InputBuffer, Lazy, Pointwise, Reduction, Stored,
+    TensorValue, contiguous_strides, is_dense,
+)
+from kiln.lower.registry import Unlowerable, lowerings
+
+# a Lazy whose body inlines more ops than this is realized even with one reader
+MAX_INLINE_COST = 64
+# a Lazy read by several nodes is realized when it costs more than this to recompute
+MULTI_USE_COST = 8
+
+
+@dataclasses.dataclass
+class LoweredGraph:
+    """The result of lowering: what the scheduler and the wrapper generator consume."""
+
+    inputs: list[InputBuffer]
+    nodes: list  # ComputedBuffer | ExternKernel, in program order
+    outputs: list[Any]  # per graph output: Stored, or a Python value
+    fallbacks: dict  # op name -> reason (ops run through ATen)
+
+    def buffers(self) -> dict[str, Buffer]:
+        out = {b.name: b for b in self.inputs}
+        for n in self.nodes:
+            if isinstance(n, ExternKernel):
+                out.update({o.name: o for o in n.outputs})
+            else:
+                out[n.name] = n
+        return out
+
+    def format(self) -> str:
+        from kiln.loopir.handlers import format_buffer
+
+        dtypes = {name: b.dtype for name, b in self.buffers().items()}
+        lines = [f"inputs: {', '.join(b.describe() for b in self.inputs)}"]
+        for n in self.nodes:
+            if isinstance(n, ExternKernel):
+                outs = ", ".join(o.describe() for o in n.outputs)
+                lines.append(f"extern {n.name}: {n.op}  ->  {outs}   ({n.reason})")
+            else:
+                lines.append(format_buffer(n, dtypes))
+        lines.append("outputs: " + ", ".join(_describe_out(o) for o in self.outputs))
+        return "\n".join(lines)
+
+
+def _describe_out(o) -> str:
+    if isinstance(o, Stored):
+        return o.buffer.name if o.is_whole_buffer() else f"view({o.buffer.name}, {list(o.size)}, {list(o.stride)}, {o.offset})"
+    return repr(o)
+
+
+def fake_val(node) -> Any:
+    return node.meta.get("val") if isinstance(node, fx.Node) else node
+
+
+class GraphLowering:
+    def __init__(self, gm: fx.GraphModule):
+        self.gm = gm
+        self.nodes: list = []
+        self.inputs: list[InputBuffer] = []
+        self.env: dict[fx.Node, Any] = {}
+        self.fallbacks: dict[str, str] = {}
+        self._count = 0
+        self.current: fx.Node | None = None
+
+    # ---------------------------------------------------------------------------------- naming
+
+    def new_name(self, prefix: str = "buf") -> str:
+        name = f"{prefix}{self._count}"
+        self._count += 1
+        return name
+
+    # ------------------------------------------------------------------------------- realizing
+
+    def realize(self, value: TensorValue, stride=None) -> Stored:
+        """Make ``value`` a view of a buffer, computing it into a new buffer if it is ``Lazy``."""
+        if isinstance(value, Stored):
+            return value
+        assert isinstance(value, Lazy), value
+        size = tuple(value.size)
+        if stride is None:
+            val = fake_val(self.current)
+            stride = _layout_for(size, val)
+        buf = ComputedBuffer(
+            self.new_name(), value.dtype, value.device, size, tuple(stride), value.origins,
+            data=Pointwise(size, value.body, value.dtype),
+        )
+        self.nodes.append(buf)
+        return Stored(buf, size, tuple(stride), 0)
+
+    def add_reduction(self, size, rsize, body, kind, src_dtype, dtype, device) -> Stored:
+        size = tuple(size)
+        stride = contiguous_strides(size)
+        buf = ComputedBuffer(
+            self.new_name(), dtype, device, size, stride, (self.current,),
+            data=Reduction(size, tuple(rsize), body, kind, src_dtype, dtype),
+        )
+        self.nodes.append(buf)
+        return Stored(buf, size, stride, 0)
+
+    def add_extern(self, op, args, kwargs, reason: str, node: fx.Node):
+        """Run ``op`` through ATen on realized inputs; returns the node's value built of ``Stored``s."""
+        args, kwargs = tree_map(lambda v: self.realize(v) if isinstance(v, TensorValue) else v, (args, kwargs))
+        kernel = ExternKernel(self.new_name("extern"), op, args, kwargs, [], reason, (node,))
+        val = fake_val(node)
+
+        def make(path, v):
+            if not isinstance(v, torch.Tensor):
+                return v
+            out = ExternOutput(self.new_name(), v.dtype, v.device, tuple(v.shape), tuple(v.stride()), (node,),
+                               kernel=kernel, path=path)
+            kernel.outputs.append(out)
+            return Stored(out, out.size, out.stride, 0)
+
+        if isinstance(val, (tuple, list)):
+            result = type(val)(make((i,), v) for i, v in enumerate(val))
+        else:
+            result = make((), val)
+        self.nodes.append(kernel)
+        return result
+
+    # ------------------------------------------------------------------------------------ walk
+
+    def run(self) -> LoweredGraph:
+        table = lowerings()
+        outputs = None
+        for node in self.gm.graph.nodes:
+            self.current = node
+            if node.op == "placeholder":
+                self.env[node] = self._input(node)
+            elif node.op == "call_function":
+                self.env[node] = self._call(node, table)
+            elif node.op == "output":
+                outputs = [self._output(v) for v in tree_flatten(node.args[0])[0]]
+            else:
+                raise Unlowerable(f"FX node kind {node.op!r}")
+        return LoweredGraph(self.inputs, self.nodes, outputs, self.fallbacks)
+
+    def _input(self, node):
+        val = fake_val(node)
+        if not isinstance(val, torch.Tensor):
+            raise Unlowerable(f"graph input {node.name} is not a tensor ({type(val).__name__})")
+        buf = InputBuffer(node.name, val.dtype, val.device, tuple(val.shape), tuple(val.stride()), (node,),
+                          position=len(self.inputs))
+        self.inputs.append(buf)
+        return Stored(buf, buf.size, buf.stride, 0)
+
+    def _call(self, node, table):
+        args, kwargs = tree_map(lambda a: self.env[a] if isinstance(a, fx.Node) else a, (node.args, node.kwargs))
+        if node.target is operator.getitem:
+            return args[0][args[1]]
+        fn = table.get(node.target)
+        if fn is None:
+            reason = "no lowering"
+        else:
+            try:
+                out = fn(self, node, *args, **kwargs)
+                return self._maybe_realize(node, out)
+            except Unlowerable as exc:
+                reason = exc.reason
+        self.fallbacks.setdefault(str(node.target), reason)
+        return self.add_extern(node.target, args, kwargs, reason, node)
+
+    def _maybe_realize(self, node, out):
+        if isinstance(out, Lazy):
+            readers = len(node.users)
+            if out.cost > MAX_INLINE_COST or (readers > 1 and out.cost > MULTI_USE_COST):
+                return self.realize(out)
+        return out
+
+    def _output(self, v):
+        value = self.env[v] if isinstance(v, fx.Node) else v
+        if not isinstance(value, TensorValue):
+            return value
+        self.current = v
+        val = fake_val(v)
+        want = tuple(val.stride())
+        if isinstance(value, Stored) and tuple(value.stride) == want:
+            return value
+        if isinstance(value, Stored):
+            value = Lazy(value.size, value.dtype, value.device, value.loader(), 1, (v,))
+        stride = want if is_dense(val.shape, want) else None
+        return self.realize(value, stride)
+
+
+def _layout_for(size, val) -> tuple[int, ...]:
+    """Strides for realizing a value: the ones ATen would give it when dense, else contiguous."""
+    if isinstance(val, torch.Tensor) and tuple(val.shape) == tuple(size):
+        stride = tuple(val.stride())
+        if is_dense(size, stride):
+            return stride
+    return contiguous_strides(size)
+
+
+def lower_graph(gm: fx.GraphModule) -> LoweredGraph:
+    return GraphLowering(gm).run()

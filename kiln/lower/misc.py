@@ -1,0 +1,56 @@
+"""Lowerings of factories (full, arange, scalar_tensor, empty)."""
+from __future__ import annotations
+
+import torch
+
+from kiln.loopir.nodes import Lazy
+from kiln.lower.registry import Unlowerable, lowering
+
+aten = torch.ops.aten
+
+
+def _constant(node, value):
+    val = node.meta["val"]
+    if val.dtype.is_complex or isinstance(value, complex):
+        raise Unlowerable("complex dtype")
+    dtype = val.dtype
+
+    def body(ops, index):
+        return ops.constant(value, dtype)
+
+    return Lazy(tuple(val.shape), dtype, val.device, body, 1, (node,))
+
+
+@lowering(aten.full.default)
+def lower_full(g, node, size, fill_value, **kwargs):
+    return _constant(node, fill_value)
+
+
+@lowering(aten.scalar_tensor.default)
+def lower_scalar_tensor(g, node, value, **kwargs):
+    return _constant(node, value)
+
+
+@lowering(aten.empty_strided.default, aten.empty.memory_format)
+def lower_empty(g, node, *args, **kwargs):
+    # contents are unspecified; zeros are as good as any and keep the output deterministic
+    return _constant(node, 0)
+
+
+@lowering(aten.arange.start_step)
+def lower_arange(g, node, start, end, step=1, **kwargs):
+    val = node.meta["val"]
+    dtype = val.dtype
+    if dtype.is_complex:
+        raise Unlowerable("complex dtype")
+
+    def body(ops, index):
+        i = ops.index_expr(index[0], torch.int64)
+        if dtype.is_floating_point:
+            v = ops.add(ops.constant(float(start), torch.float64),
+                        ops.mul(ops.to_dtype(i, torch.float64), ops.constant(float(step), torch.float64)))
+            return ops.to_dtype(v, dtype)
+        v = ops.add(ops.constant(int(start), torch.int64), ops.mul(i, ops.constant(int(step), torch.int64)))
+        return v if dtype == torch.int64 else ops.to_dtype(v, dtype)
+
+    return Lazy(tuple(val.shape), dtype, val.device, body, 2, (node,))

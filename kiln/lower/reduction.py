@@ -1,0 +1,115 @@
+"""Lowerings of reductions: sum, prod, amax/amin, argmax/argmin, any/all over any set of dims."""
+from __future__ import annotations
+
+import sympy
+import torch
+
+from kiln.lower.common import upcast, value_loader
+from kiln.lower.registry import Unlowerable, lowering
+
+aten = torch.ops.aten
+
+
+def _normalize_dims(dims, ndim: int) -> list[int]:
+    if dims is None:
+        return list(range(ndim))
+    if isinstance(dims, int):
+        dims = [dims]
+    dims = list(dims)
+    if not dims:
+        return list(range(ndim))
+    return sorted({d % ndim if ndim else 0 for d in dims})
+
+
+def reduce(g, node, x, dims, kind: str, src_dtype: torch.dtype):
+    """Reduce ``x`` over ``dims`` with ``kind``, accumulating in ``src_dtype``; result dtype from the node."""
+    if x.dtype.is_complex:
+        raise Unlowerable("complex dtype")
+    val = node.meta["val"]
+    in_size = tuple(x.size)
+    ndim = len(in_size)
+    rdims = _normalize_dims(dims, ndim) if ndim else []
+    kept = [d for d in range(ndim) if d not in rdims]
+    out_size = tuple(val.shape)
+    keepdim = len(out_size) == ndim and ndim > 0 and bool(rdims)
+    rsize = [in_size[d] for d in rdims]
+    load = value_loader(x, src_dtype, in_size)
+
+    def body(ops, index, rindex):
+        full = [None] * ndim
+        if keepdim:
+            for d in kept:
+                full[d] = index[d]
+        else:
+            for i, d in enumerate(kept):
+                full[d] = index[i]
+        for i, d in enumerate(rdims):
+            full[d] = rindex[i]
+        return load(ops, [sympy.Integer(0) if e is None else e for e in full])
+
+    return g.add_reduction(out_size, rsize, body, kind, src_dtype, val.dtype, val.device)
+
+
+def _sum_like(kind):
+    def lower(g, node, x, dims=None, keepdim=False, *, dtype=None):
+        val = node.meta["val"]
+        return reduce(g, node, x, dims, kind, upcast(val.dtype))
+
+    return lower
+
+
+lowering(aten.sum.dim_IntList)(_sum_like("sum"))
+
+
+@lowering(aten.sum.default)
+def lower_sum_all(g, node, x, *, dtype=None):
+    return reduce(g, node, x, None, "sum", upcast(node.meta["val"].dtype))
+
+
+@lowering(aten.prod.dim_int)
+def lower_prod_dim(g, node, x, dim, keepdim=False, *, dtype=None):
+    return reduce(g, node, x, [dim], "prod", upcast(node.meta["val"].dtype))
+
+
+@lowering(aten.prod.default)
+def lower_prod_all(g, node, x, *, dtype=None):
+    return reduce(g, node, x, None, "prod", upcast(node.meta["val"].dtype))
+
+
+def _minmax(kind):
+    def lower(g, node, x, dim=(), keepdim=False):
+        if x.dtype == torch.bool:
+            return reduce(g, node, x, dim, "any" if kind == "max" else "all", torch.bool)
+        return reduce(g, node, x, dim, kind, upcast(x.dtype))
+
+    return lower
+
+
+lowering(aten.amax.default)(_minmax("max"))
+lowering(aten.amin.default)(_minmax("min"))
+
+
+def _arg(kind):
+    def lower(g, node, x, dim=None, keepdim=False):
+        if x.dtype == torch.bool:
+            raise Unlowerable("argmax of bool")
+        if len(x.size) == 0:
+            raise Unlowerable("argmax of a 0-dim tensor")
+        return reduce(g, node, x, dim, kind, upcast(x.dtype))
+
+    return lower
+
+
+lowering(aten.argmax.default)(_arg("argmax"))
+lowering(aten.argmin.default)(_arg("argmin"))
+
+
+def _logical(kind):
+    def lower(g, node, x, dim=None, keepdim=False):
+        return reduce(g, node, x, dim, kind, torch.bool)
+
+    return lower
+
+
+lowering(aten.any.dims, aten.any.dim, aten.any.default)(_logical("any"))
+lowering(aten.all.dims, aten.all.dim, aten.all.default)(_logical("all"))

@@ -1,0 +1,177 @@
+"""Lowerings of view ops. Views never copy.
+
+A view of a ``Stored`` value whose layout is the one ATen's meta gave it is another ``Stored`` over
+the same buffer, with the size, stride and offset the meta computed (so every view op, ``as_strided``
+included, is exact). A view of a ``Lazy`` value reindexes: its body maps the view's index to the
+base's index, one rule per op.
+"""
+from __future__ import annotations
+
+import sympy
+import torch
+
+from kiln.loopir.index import FloorDiv, ModularIndexing
+from kiln.loopir.nodes import Lazy, Stored
+from kiln.lower.common import as_lazy, stored_matches_meta
+from kiln.lower.graph import fake_val
+from kiln.lower.registry import Unlowerable, lowering
+
+aten = torch.ops.aten
+
+
+def _meta_view(x: Stored, base_node, node) -> Stored:
+    base, val = fake_val(base_node), fake_val(node)
+    offset = x.offset + (val.storage_offset() - base.storage_offset())
+    return Stored(x.buffer, tuple(val.shape), tuple(val.stride()), offset)
+
+
+def view_lowering(*ops, reindex=None):
+    """Register a view op: the meta path for ``Stored``; ``reindex(node, in_size, out_size, *args)``
+    (a function from the view's index to the base's index) for ``Lazy``; without one, a ``Lazy`` base
+    is realized first."""
+
+    def register(fn_args):
+        def lower(g, node, x, *args, **kwargs):
+            if x.dtype.is_complex:
+                raise Unlowerable("complex dtype")
+            base_node = node.args[0]
+            if stored_matches_meta(x, base_node):
+                return _meta_view(x, base_node, node)
+            val = fake_val(node)
+            if reindex is None:
+                # realize the base with ATen's layout, then follow the meta
+                g.current = base_node
+                stored = g.realize(as_lazy(x))
+                g.current = node
+                if not stored_matches_meta(stored, base_node):
+                    raise Unlowerable("view of a value whose layout differs from ATen's")
+                return _meta_view(stored, base_node, node)
+            lazy = as_lazy(x)
+            mapping = reindex(node, tuple(x.size), tuple(val.shape), *args, **kwargs)
+            inner = lazy.body
+
+            def body(ops, index):
+                return inner(ops, mapping(index))
+
+            return Lazy(tuple(val.shape), x.dtype, x.device, body, lazy.cost, (node,))
+
+        lower.__name__ = f"lower_{fn_args}"
+        for op in ops:
+            lowering(op)(lower)
+        return lower
+
+    return register
+
+
+def _reshape_index(node, in_size, out_size, *args, **kwargs):
+    out_strides = _row_major(out_size)
+    in_strides = _row_major(in_size)
+
+    def mapping(index):
+        flat = sum((i * s for i, s in zip(index, out_strides)), sympy.Integer(0))
+        return [ModularIndexing(flat, st, n) if d > 0 else FloorDiv(flat, st)
+                for d, (st, n) in enumerate(zip(in_strides, in_size))]
+
+    return mapping
+
+
+def _row_major(size):
+    out, acc = [], 1
+    for n in reversed(size):
+        out.append(acc)
+        acc *= n
+    return list(reversed(out))
+
+
+def _permute_index(node, in_size, out_size, dims):
+    dims = [d % len(in_size) for d in dims]
+
+    def mapping(index):
+        full = [None] * len(in_size)
+        for i, d in enumerate(dims):
+            full[d] = index[i]
+        return full
+
+    return mapping
+
+
+def _expand_index(node, in_size, out_size, sizes, implicit=False):
+    lead = len(out_size) - len(in_size)
+
+    def mapping(index):
+        return [sympy.Integer(0) if n == 1 and out_size[d + lead] != 1 else index[d + lead] for d, n in enumerate(in_size)]
+
+    return mapping
+
+
+def _slice_index(node, in_size, out_size, dim=0, start=None, end=None, step=1):
+    dim = dim % len(in_size)
+    n = in_size[dim]
+    start = 0 if start is None else start
+    start = start + n if start < 0 else start
+    start = min(max(start, 0), n)
+
+    def mapping(index):
+        out = list(index)
+        out[dim] = start + index[dim] * step
+        return out
+
+    return mapping
+
+
+def _select_index(node, in_size, out_size, dim, idx):
+    dim = dim % len(in_size)
+    idx = idx + in_size[dim] if idx < 0 else idx
+
+    def mapping(index):
+        return list(index[:dim]) + [sympy.Integer(idx)] + list(index[dim:])
+
+    return mapping
+
+
+def _unsqueeze_index(node, in_size, out_size, dim):
+    dim = dim % len(out_size)
+
+    def mapping(index):
+        return list(index[:dim]) + list(index[dim + 1:])
+
+    return mapping
+
+
+def _squeeze_index(node, in_size, out_size, *args):
+    # squeezed dims are the size-1 input dims missing from the output; match greedily from the left
+    keep, j = [], 0
+    for d, n in enumerate(in_size):
+        if j < len(out_size) and out_size[j] == n and not (n == 1 and _squeezed(node, d, len(in_size))):
+            keep.append(j)
+            j += 1
+        else:
+            keep.append(None)
+
+    def mapping(index):
+        return [sympy.Integer(0) if k is None else index[k] for k in keep]
+
+    return mapping
+
+
+def _squeezed(node, d, ndim) -> bool:
+    if node.target is aten.squeeze.default:
+        return True
+    dims = node.args[1] if len(node.args) > 1 else ()
+    dims = [dims] if isinstance(dims, int) else list(dims)
+    return d in [x % ndim for x in dims]
+
+
+def _identity_index(node, in_size, out_size, *args, **kwargs):
+    return lambda index: list(index)
+
+
+view_lowering(aten.view.default, aten._unsafe_view.default, aten.reshape.default, reindex=_reshape_index)("view")
+view_lowering(aten.permute.default, reindex=_permute_index)("permute")
+view_lowering(aten.expand.default, reindex=_expand_index)("expand")
+view_lowering(aten.slice.Tensor, reindex=_slice_index)("slice")
+view_lowering(aten.select.int, reindex=_select_index)("select")
+view_lowering(aten.unsqueeze.default, reindex=_unsqueeze_index)("unsqueeze")
+view_lowering(aten.squeeze.dims, aten.squeeze.dim, aten.squeeze.default, reindex=_squeeze_index)("squeeze")
+view_lowering(aten.alias.default, aten.detach.default, reindex=_identity_index)("alias")
+view_lowering(aten.as_strided.default, aten.diagonal.default, aten.unfold.default)("strided_view")

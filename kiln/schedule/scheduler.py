@@ -1,0 +1,144 @@
+"""The scheduler: lowered nodes -> an ordered list of kernels (fused groups and extern calls).
+
+Greedy in program order: each computed node joins the legal group that saves the most bytes
+(``fusion.score``), or starts a new group. A node may only join a group if everything it depends on
+outside the group is computed by an earlier group, so the groups' order stays a topological order.
+A buffer written and read only inside one group (and not a graph output) becomes local to the
+kernel: it is never allocated.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from kiln.loopir.nodes import ExternKernel
+from kiln.schedule.fusion import common_prefix, group_legal, score
+from kiln.schedule.nodes import SchedulerNode, make_scheduler_nodes
+
+
+@dataclasses.dataclass(eq=False)
+class FusedGroup:
+    """Nodes that become one generated kernel, sharing ``depth`` outer loops of sizes ``outer``."""
+
+    members: list[SchedulerNode]
+    depth: int
+    index: int
+    locals: set[str] = dataclasses.field(default_factory=set)  # buffers that never leave the kernel
+    name: str = ""
+
+    @property
+    def outer(self) -> list[int]:
+        return self.members[0].ranges[: self.depth]
+
+    @property
+    def writes(self) -> set[str]:
+        return {w for m in self.members for w in m.writes}
+
+    @property
+    def reads(self) -> set[str]:
+        return {r for m in self.members for r in m.read_names}
+
+
+@dataclasses.dataclass(eq=False)
+class ExternStep:
+    node: SchedulerNode
+    index: int
+
+
+@dataclasses.dataclass
+class Schedule:
+    steps: list  # FusedGroup | ExternStep, in execution order
+
+    def groups(self) -> list[FusedGroup]:
+        return [s for s in self.steps if isinstance(s, FusedGroup)]
+
+    def format(self) -> str:
+        lines = []
+        for s in self.steps:
+            if isinstance(s, FusedGroup):
+                names = ", ".join(m.name for m in s.members)
+                local = f"  local: {', '.join(sorted(s.locals))}" if s.locals else ""
+                lines.append(f"kernel {s.name}: [{names}] outer {s.outer}{local}")
+            else:
+                lines.append(f"extern {s.node.name}: {s.node.node.op}")
+        return "\n".join(lines)
+
+
+def schedule(nodes, buffers: dict, output_names: set[str], fuse: bool = True) -> Schedule:
+    dtypes = {name: b.dtype for name, b in buffers.items()}
+    nbytes = {name: b.nbytes for name, b in buffers.items()}
+    snodes = make_scheduler_nodes(nodes, dtypes)
+    steps: list = []
+    group_of: dict[SchedulerNode, object] = {}
+    for sn in snodes:
+        if sn.is_extern:
+            step = ExternStep(sn, len(steps))
+        else:
+            step = _best_group(sn, steps, group_of, nbytes) if fuse else None
+            if step is None:
+                step = FusedGroup([sn], len(sn.ranges), len(steps))
+                steps.append(step)
+            else:
+                step.members.append(sn)
+                step.depth = common_prefix(step.outer, sn.ranges)
+            group_of[sn] = step
+            continue
+        steps.append(step)
+        group_of[sn] = step
+    _mark_locals(steps, snodes, group_of, output_names)
+    return Schedule(steps)
+
+
+def _best_group(sn: SchedulerNode, steps, group_of, nbytes):
+    """The group ``sn`` fuses into with the best score, or None.
+
+    Everything ``sn`` needs from outside the group must be computed before the group runs. A step
+    after the group that ``sn`` needs is moved in front of the group when its own inputs allow.
+    """
+    best, best_score, best_moves = None, 0, []
+    for step in steps:
+        if not isinstance(step, FusedGroup):
+            continue
+        s = score(step.reads, step.writes, sn, nbytes)
+        if s == 0 or s < best_score:
+            continue
+        later = {group_of[d] for d in sn.deps if group_of[d] is not step and group_of[d].index >= step.index}
+        if not all(_can_move_before(h, step, steps, group_of) for h in later):
+            continue
+        k = common_prefix(step.outer, sn.ranges)
+        if sn.is_reduction and any(m.is_reduction for m in step.members) and k < 1:
+            continue
+        if not group_legal(step.members + [sn], k):
+            continue
+        best, best_score, best_moves = step, s, sorted(later, key=lambda h: h.index)
+    for h in best_moves:
+        steps.remove(h)
+        steps.insert(steps.index(best), h)
+    for i, st in enumerate(steps):
+        st.index = i
+    return best
+
+
+def _can_move_before(h, g, steps, group_of) -> bool:
+    """Can step ``h`` (after ``g``) run just before ``g``? Only if all it reads comes from before ``g``."""
+    members = h.members if isinstance(h, FusedGroup) else [h.node]
+    return all(group_of[d] is not h and group_of[d].index < g.index for m in members for d in m.deps)
+
+
+def _mark_locals(steps, snodes, group_of, output_names) -> None:
+    readers: dict[str, set] = {}
+    for sn in snodes:
+        for name in sn.read_names:
+            readers.setdefault(name, set()).add(group_of[sn])
+    for step in steps:
+        if not isinstance(step, FusedGroup) or len(step.members) == 1:
+            continue
+        for m in step.members:
+            for w in m.writes:
+                if w in output_names or w not in readers:
+                    continue
+                if readers[w] == {step}:
+                    step.locals.add(w)
+
+
+def extern_nodes(sched: Schedule) -> list[ExternKernel]:
+    return [s.node.node for s in sched.steps if isinstance(s, ExternStep)]
