@@ -43,7 +43,7 @@ class CompiledGraph:
             lines.append(f"  {k.name}: fuses {len(k.origins)} op(s)")
         externs = [s for s in self.sched.steps if not isinstance(s, FusedGroup)]
         if externs:
-            lines.append(f"ops run by ATen ({len(externs)}):")
+            lines.append(f"ops run by ATen kernels ({len(externs)}):")
             for s in externs:
                 lines.append(f"  {s.node.node.op}: {s.node.node.reason}")
         lines += ["", "wrapper:", self.wrapper.source]
@@ -143,6 +143,6 @@ def kiln_backend(gm, example_inputs, options=None):
     fn = compile_aot_eager(gm, example_inputs, options)
     if reason is not None:
         inner = getattr(fn, "kiln_explain", lambda: "")
-        stats.eager_fallbacks[f"kiln codegen: {reason}"] += 1
+        stats.aten_fallbacks[f"whole graph: {reason}"] += 1
         fn.kiln_explain = lambda: f"kiln ran this graph with ATen kernels: {reason}\n{inner()}"
     return fn

@@ -75,10 +75,11 @@ class WrapperGen:
             for name in sorted(n for n, last in last_use.items() if last == i):
                 if name in outputs or name in args:
                     continue
-                body.append(f"del {name}")
                 b = self.buffers[name]
                 if isinstance(b, ComputedBuffer) and name not in extern_inputs:
-                    pool.setdefault(_pool_key(b), []).append(name)
+                    pool.setdefault(_pool_key(b), []).append(name)  # kept alive to be reused
+                else:
+                    body.append(f"del {name}")
         outs = [self.ref(o) if isinstance(o, Stored) else self.const(o, "c") for o in self.lg.outputs]
         body.append(f"return ({', '.join(outs)}{',' if len(outs) == 1 else ''})")
         src = [f"def call({', '.join(args)}):"] + ["    " + line for line in body]

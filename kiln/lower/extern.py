@@ -1,0 +1,32 @@
+"""Ops that run as library kernels by design (BLAS, convolution, sort): extern kernels, not fallbacks.
+
+Their inputs are realized; the wrapper calls the ATen op. ``explain`` lists them as library calls,
+and they do not count as ATen fallbacks.
+"""
+from __future__ import annotations
+
+import torch
+
+from kiln.lower.registry import lowering
+
+aten = torch.ops.aten
+
+LIBRARY_OPS = {
+    "matmul (BLAS)": [aten.mm.default, aten.bmm.default, aten.addmm.default, aten.baddbmm.default,
+                      aten.addmv.default, aten.mv.default, aten.dot.default],
+    "convolution (library kernel)": [aten.convolution.default],
+    "sort (library kernel)": [aten.sort.default, aten.sort.stable, aten.topk.default],
+}
+
+
+def _library(reason):
+    def lower(g, node, *args, **kwargs):
+        return g.add_extern(node.target, args, kwargs, reason, node)
+
+    lower.__name__ = "lower_library_call"
+    return lower
+
+
+for _reason, _ops in LIBRARY_OPS.items():
+    for _op in _ops:
+        lowering(_op)(_library(_reason))
