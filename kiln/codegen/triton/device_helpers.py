@@ -151,6 +151,11 @@ def mod_float(a, b):
 
 
 @jit
+def to_bfloat16(x):
+    return x.to(tl.bfloat16)  # round to nearest even (the interpreter's own cast truncates: replaced there)
+
+
+@jit
 def sigmoid(a):
     return 1.0 / (1.0 + tl.exp(-a))
 

@@ -78,3 +78,11 @@ def signbit(x):
     handle = TensorHandle(out, tl.int32)
     ty = tl.block_type(tl.int32, list(x.type.shape)) if x.type.is_block() else tl.int32
     return tl.core.tensor(handle, ty)
+
+
+def to_bfloat16(x):
+    """float32 -> bfloat16 rounding to nearest even, as the GPU does (the interpreter truncates)."""
+    data = np.ascontiguousarray(_data(x)).astype(np.float32)
+    bits = torch.from_numpy(data).to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16)
+    ty = tl.block_type(tl.bfloat16, list(x.type.shape)) if x.type.is_block() else tl.bfloat16
+    return tl.core.tensor(TensorHandle(bits, tl.bfloat16), ty)

@@ -194,9 +194,10 @@ class TritonOps(OpsHandler):
         if ptr is None:
             return
         idx, axes = self.ctx.index(index)
-        if not value.axes <= axes:
-            idx = f"({idx}) + tl.full({self.ctx.shape(value.axes | axes)}, 0, tl.int32)"
-            axes = axes | value.axes
+        want = axes | value.axes | {"x"}  # a block pointer, never a scalar one: values may be blocks
+        if want != axes:
+            idx = f"({idx}) + tl.full({self.ctx.shape(want)}, 0, tl.int32)"
+            axes = frozenset(want)
         mask = self.ctx.mask(axes)
         v = value.name
         target = self.ctx.dtype_of(name)
@@ -222,6 +223,8 @@ class TritonOps(OpsHandler):
             return x
         if dtype == torch.bool:
             return self._emit(f"{x} != 0", dtype, x.axes)
+        if dtype == torch.bfloat16 and x.dtype == torch.float32:
+            return self._emit(f"kh.to_bfloat16({x})", dtype, x.axes)  # rounds to nearest even
         return self._emit(f"{x}.to({TL_DTYPE[dtype]})", dtype, x.axes)
 
     def where(self, c, a, b):

@@ -56,6 +56,8 @@ def _target_names(interpret: bool) -> dict:
     helpers.__dict__.update(names)
     with open(_HELPERS_PATH) as f:
         exec(compile(f.read(), _HELPERS_PATH, "exec"), helpers.__dict__)
+    if interpret:
+        helpers.to_bfloat16 = libdevice.to_bfloat16
     names["kh"] = helpers
     return names
 
