@@ -100,7 +100,8 @@ def literal(value, dtype: torch.dtype) -> str:
         if math.isinf(v):
             return "float('inf')" if v > 0 else "float('-inf')"
         return repr(v)
-    return str(int(value))
+    v = int(value)
+    return "(-9223372036854775807 - 1)" if v == -(2 ** 63) else str(v)  # no literal is below int64's range
 
 
 class TritonOps(OpsHandler):
