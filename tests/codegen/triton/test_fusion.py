@@ -50,3 +50,11 @@ def test_header_lists_source_ops():
     cg = check(softmax, torch.randn(2, 8))
     src = next(iter(cg.kernels.values())).source
     assert "aten.amax.default" in src and "aten.div.Tensor" in src
+
+
+def test_mlp_with_extern_matmuls():
+    m = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 16),
+                            torch.nn.LayerNorm(16)).eval()
+    with torch.no_grad():
+        cg = check(m, torch.randn(4, 16), atol=1e-5)
+    assert len(cg.kernels) == 2  # gelu (after addmm), layer_norm (after addmm); the matmuls run in ATen
