@@ -24,6 +24,15 @@ def _env_str(name: str) -> str | None:
     return raw if raw else None
 
 
+def _env_choice(name: str, choices: tuple[str, ...], default: str) -> str:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    if raw not in choices:
+        raise ValueError(f"environment variable {name}={raw!r} must be one of {list(choices)}")
+    return raw
+
+
 @dataclasses.dataclass(frozen=True)
 class Options:
     """Knobs of the compiler. Build with ``Options(...)`` or pass a dict as ``kiln.compile(options=...)``.
@@ -35,6 +44,13 @@ class Options:
     cache_dir: where compiled kernels are kept across processes (KILN_CACHE_DIR; default ~/.cache/kiln).
     cpp_compiler: the C++ compiler for CPU kernels (KILN_CXX; default g++).
     fusion: let the scheduler fuse kernels (turn off to see one kernel per loop nest).
+    cpu_codegen: code generator for CPU tensors: "cpp" (C++/OpenMP) or "triton" (Triton kernels run by
+        Triton's interpreter; slow, it exists so CI tests the Triton generator) (KILN_CPU_CODEGEN).
+    triton_autotune: time a few launch configs of big Triton kernels on the GPU and keep the fastest
+        (KILN_TRITON_AUTOTUNE=0 turns it off).
+    triton_persistent_max: rows (inner or reduction spaces) up to this many elements are held in
+        registers whole; longer ones are looped over in blocks.
+    triton_max_block: caps XBLOCK and a looped RBLOCK (0: heuristics decide; tests use small caps).
     """
 
     recompile_limit: int = 8
@@ -44,6 +60,14 @@ class Options:
     cache_dir: str = os.path.join(os.path.expanduser("~"), ".cache", "kiln")
     cpp_compiler: str = "g++"
     fusion: bool = True
+    cpu_codegen: str = "cpp"
+    triton_autotune: bool = True
+    triton_persistent_max: int = 4096
+    triton_max_block: int = 0
+
+    def __post_init__(self):
+        if self.cpu_codegen not in ("cpp", "triton"):
+            raise ValueError(f"Options.cpu_codegen must be 'cpp' or 'triton', not {self.cpu_codegen!r}")
 
     def replace(self, **changes: Any) -> "Options":
         return dataclasses.replace(self, **changes)
@@ -77,6 +101,8 @@ def _read_environment() -> Options:
         logs=tuple(s.strip() for s in logs.split(",") if s.strip()) if logs else (),
         cache_dir=_env_str("KILN_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "kiln"),
         cpp_compiler=_env_str("KILN_CXX") or "g++",
+        cpu_codegen=_env_choice("KILN_CPU_CODEGEN", ("cpp", "triton"), "cpp"),
+        triton_autotune=_env_int("KILN_TRITON_AUTOTUNE", 1) != 0,
     )
 
 

@@ -1,8 +1,9 @@
 """Backend "kiln" (the default): capture -> ATen tracing and decompositions -> lowering to loop IR ->
 scheduling and fusion -> generated C++/OpenMP kernels and a Python wrapper.
 
-Graphs kiln cannot generate code for yet run through the ``aot_eager`` path (ATen kernels), and
-``explain`` says why: CUDA tensors (until the Triton generator lands), inputs that require grad
+CUDA tensors get Triton kernels; CPU tensors get C++ kernels, or Triton kernels run by Triton's
+interpreter with ``cpu_codegen="triton"``. Graphs kiln cannot generate code for yet run through the
+``aot_eager`` path (ATen kernels), and ``explain`` says why: inputs on several devices, inputs that require grad
 with grad mode on (until compiled training lands), and graph inputs that are not tensors.
 """
 from __future__ import annotations
@@ -17,7 +18,9 @@ from kiln.backends.aot_eager import compile_aot_eager, explain_aten_graph
 from kiln.backends.registry import register_backend
 from kiln.codegen.cpp.build import load_library
 from kiln.codegen.cpp.kernel import generate_kernel
-from kiln.codegen.wrapper import WrapperGen
+from kiln.codegen.triton import build as triton_build
+from kiln.codegen.triton.runtime import triton_available
+from kiln.codegen.wrapper import WrapperGen, tensor_call
 from kiln.debug.stats import stats
 from kiln.decomp import decomposition_table
 from kiln.errors import KernelBuildError
@@ -33,12 +36,14 @@ PRELUDE = os.path.join(os.path.dirname(__file__), "..", "codegen", "cpp", "prelu
 class CompiledGraph:
     """Everything generated for one graph: printable, and callable through ``AtenRuntime``."""
 
-    def __init__(self, ag, lg, sched, kernels, wrapper, library_source):
+    def __init__(self, ag, lg, sched, kernels, wrapper, library_source, target="cpp"):
         self.ag, self.lg, self.sched, self.kernels, self.wrapper = ag, lg, sched, kernels, wrapper
         self.source = library_source
+        self.target = target  # "cpp", "triton" (GPU) or "triton-interpreted" (CPU tensors)
 
     def explain(self) -> str:
-        lines = [explain_aten_graph(self.ag), "", f"generated {len(self.kernels)} C++ kernel(s):"]
+        what = "C++" if self.target == "cpp" else "Triton"
+        lines = [explain_aten_graph(self.ag), "", f"generated {len(self.kernels)} {what} kernel(s) ({self.target}):"]
         for k in self.kernels.values():
             lines.append(f"  {k.name}: fuses {len(k.origins)} op(s)")
         externs = [s for s in self.sched.steps if not isinstance(s, FusedGroup)]
@@ -55,20 +60,41 @@ def _prelude() -> str:
         return f.read()
 
 
-def compile_graph(ag, options: Options) -> CompiledGraph:
-    """Lower, schedule and generate code for a traced ATen graph."""
+def compile_graph(ag, options: Options, target: str = "cpp") -> CompiledGraph:
+    """Lower, schedule and generate code for a traced ATen graph; ``target`` is "cpp", "triton" (GPU)
+    or "triton-interpreted" (Triton kernels on CPU tensors, run by Triton's interpreter)."""
     with stats.timed("lower"):
         lg = lower_graph(ag.gm)
     buffers = lg.buffers()
     output_names = {o.buffer.name for o in lg.outputs if hasattr(o, "buffer")}
+    triton = target != "cpp"
+    can_fuse = triton_build.can_fuse(options) if triton else None
     with stats.timed("schedule"):
-        sched = schedule(lg.nodes, buffers, output_names, fuse=options.fusion)
-    kernels = {}
+        sched = schedule(lg.nodes, buffers, output_names, fuse=options.fusion, can_fuse=can_fuse)
     with stats.timed("codegen"):
-        for i, step in enumerate(sched.groups()):
-            k = generate_kernel(step, buffers, i)
-            step.name = k.name
-            kernels[k.name] = k
+        if triton:
+            kernels = triton_build.generate_kernels(sched.groups(), buffers, options)
+        else:
+            kernels = {}
+            for i, step in enumerate(sched.groups()):
+                k = generate_kernel(step, buffers, i)
+                step.name = k.name
+                kernels[k.name] = k
+    if triton:
+        source = triton_build.load_kernels(kernels, options, interpret=target == "triton-interpreted")
+        wrapper = WrapperGen(lg, sched, kernels, buffers, kernel_call=tensor_call).generate()
+    else:
+        source = _load_cpp(kernels, options)
+        wrapper = WrapperGen(lg, sched, kernels, buffers).generate()
+    stats.kernels_generated += len(kernels)
+    for op, reason in lg.fallbacks.items():
+        stats.aten_fallbacks[f"{op}: {reason}"] += 1
+    cg = CompiledGraph(ag, lg, sched, kernels, wrapper, source, target)
+    _dump(cg, options)
+    return cg
+
+
+def _load_cpp(kernels: dict, options: Options) -> str:
     source = _prelude() + "\n\n" + "\n\n".join(k.source for k in kernels.values()) + "\n"
     if kernels:
         lib = load_library(source, options)
@@ -79,13 +105,7 @@ def compile_graph(ag, options: Options) -> CompiledGraph:
             fn.argtypes = [ctypes.c_void_p] * len(k.params)
             fn.restype = None
             k.fn = fn
-    wrapper = WrapperGen(lg, sched, kernels, buffers).generate()
-    stats.kernels_generated += len(kernels)
-    for op, reason in lg.fallbacks.items():
-        stats.aten_fallbacks[f"{op}: {reason}"] += 1
-    cg = CompiledGraph(ag, lg, sched, kernels, wrapper, source)
-    _dump(cg, options)
-    return cg
+    return source
 
 
 def _dump(cg: CompiledGraph, options: Options) -> None:
@@ -95,16 +115,35 @@ def _dump(cg: CompiledGraph, options: Options) -> None:
     n = len([f for f in os.listdir(options.debug_dir) if f.startswith("graph_") and f.endswith("_wrapper.py")])
     base = os.path.join(options.debug_dir, f"graph_{n}")
     for suffix, text in (("_aten.txt", cg.ag.format()), ("_loopir.txt", cg.lg.format()),
-                         ("_schedule.txt", cg.sched.format()), ("_kernels.cpp", cg.source),
+                         ("_schedule.txt", cg.sched.format()),
+                         ("_kernels.cpp" if cg.target == "cpp" else "_kernels.py", cg.source),
                          ("_wrapper.py", cg.wrapper.source)):
         with open(base + suffix, "w") as f:
             f.write(text)
 
 
+def codegen_target(example_inputs, options: Options) -> tuple[str | None, str | None]:
+    """(target, None) with the code generator for these inputs, or (None, why kiln cannot generate code)."""
+    tensors = [x for x in example_inputs if isinstance(x, torch.Tensor)]
+    devices = {t.device.type for t in tensors}
+    if len(devices) > 1:
+        return None, f"inputs on several device types ({', '.join(sorted(devices))}) run through ATen kernels"
+    device = devices.pop() if devices else "cpu"
+    if device == "cuda":
+        target = "triton"
+    elif device == "cpu":
+        target = "triton-interpreted" if options.cpu_codegen == "triton" else "cpp"
+    else:
+        return None, f"{device} tensors run through ATen kernels (kiln generates code for cpu and cuda)"
+    if target != "cpp":
+        missing = triton_available()
+        if missing:
+            return None, f"Triton code generation needs triton: {missing}"
+    return target, None
+
+
 def _why_not_codegen(gm, example_inputs) -> str | None:
     tensors = [x for x in example_inputs if isinstance(x, torch.Tensor)]
-    if any(t.device.type != "cpu" for t in tensors):
-        return "CUDA tensors run through ATen kernels until the Triton generator lands"
     if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
         return "inputs require grad: training graphs run through ATen kernels until compiled backward lands"
     for node in gm.graph.nodes:
@@ -118,7 +157,8 @@ def _why_not_codegen(gm, example_inputs) -> str | None:
 @register_backend(name="kiln")
 def kiln_backend(gm, example_inputs, options=None):
     options = options or default_options()
-    reason = _why_not_codegen(gm, example_inputs)
+    target, reason = codegen_target(example_inputs, options)
+    reason = reason or _why_not_codegen(gm, example_inputs)
     if reason is None:
         try:
             with stats.timed("aot"):
@@ -129,9 +169,11 @@ def kiln_backend(gm, example_inputs, options=None):
             reason = "parameters require grad: training graphs run through ATen kernels until compiled backward lands"
         elif ag is not None:
             try:
-                cg = compile_graph(ag, options)
+                cg = compile_graph(ag, options, target)
             except Unlowerable as exc:
                 reason = f"could not lower the graph: {exc.reason}"
+            except NotImplementedError as exc:
+                reason = f"{target} code generation does not cover this graph: {exc}"
             except KernelBuildError as exc:
                 warnings.warn(f"{exc}\nkiln runs this graph with ATen kernels instead.", stacklevel=2)
                 reason = "kernel build failed (warned)"

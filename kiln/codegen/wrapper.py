@@ -33,9 +33,22 @@ def ensure_layout(t: torch.Tensor, size, stride) -> torch.Tensor:
     return torch.empty_strided(size, stride, dtype=t.dtype, device=t.device).copy_(t)
 
 
+def pointer_call(fn: str, names: list[str]) -> str:
+    """A call of a C++ kernel: raw data pointers (ctypes)."""
+    return f"{fn}({', '.join(f'{n}.data_ptr()' for n in names)})"
+
+
+def tensor_call(fn: str, names: list[str]) -> str:
+    """A call of a launcher that takes the tensors themselves (Triton)."""
+    return f"{fn}({', '.join(names)})"
+
+
 class WrapperGen:
-    def __init__(self, lg, sched: Schedule, kernels: dict, buffers: dict):
+    """``kernel_call(fn, buffer names)`` writes one kernel call: the per-backend hook."""
+
+    def __init__(self, lg, sched: Schedule, kernels: dict, buffers: dict, kernel_call=pointer_call):
         self.lg, self.sched, self.kernels, self.buffers = lg, sched, kernels, buffers
+        self.kernel_call = kernel_call
         self.lines: list[str] = []
         self.ns: dict = {"empty_strided": torch.empty_strided, "ensure_layout": ensure_layout, "torch": torch}
         self._consts = 0
@@ -68,8 +81,8 @@ class WrapperGen:
                     if kind == "out" and isinstance(b, ComputedBuffer):
                         body.append(self._alloc(b, pool))
                 fn = self.const(kernel.fn, "k")
-                ptrs = ", ".join(f"{name}.data_ptr()" for name, _ in kernel.params)
-                body.append(f"{fn}({ptrs})  # {kernel.name}")
+                call = self.kernel_call(fn, [name for name, _ in kernel.params])
+                body.append(f"{call}  # {kernel.name}")
             else:
                 body += self._extern(step)
             for name in sorted(n for n, last in last_use.items() if last == i):

@@ -63,7 +63,9 @@ class Schedule:
         return "\n".join(lines)
 
 
-def schedule(nodes, buffers: dict, output_names: set[str], fuse: bool = True) -> Schedule:
+def schedule(nodes, buffers: dict, output_names: set[str], fuse: bool = True, can_fuse=None) -> Schedule:
+    """``can_fuse(members, depth)``, when given, is a code generator's own condition on a group (on top
+    of ``fusion.group_legal``)."""
     dtypes = {name: b.dtype for name, b in buffers.items()}
     nbytes = {name: b.nbytes for name, b in buffers.items()}
     snodes = make_scheduler_nodes(nodes, dtypes)
@@ -73,7 +75,7 @@ def schedule(nodes, buffers: dict, output_names: set[str], fuse: bool = True) ->
         if sn.is_extern:
             step = ExternStep(sn, len(steps))
         else:
-            step = _best_group(sn, steps, group_of, nbytes) if fuse else None
+            step = _best_group(sn, steps, group_of, nbytes, can_fuse) if fuse else None
             if step is None:
                 step = FusedGroup([sn], len(sn.ranges), len(steps))
                 steps.append(step)
@@ -88,7 +90,7 @@ def schedule(nodes, buffers: dict, output_names: set[str], fuse: bool = True) ->
     return Schedule(steps)
 
 
-def _best_group(sn: SchedulerNode, steps, group_of, nbytes):
+def _best_group(sn: SchedulerNode, steps, group_of, nbytes, can_fuse=None):
     """The group ``sn`` fuses into with the best score, or None.
 
     Everything ``sn`` needs from outside the group must be computed before the group runs. A step
@@ -108,6 +110,8 @@ def _best_group(sn: SchedulerNode, steps, group_of, nbytes):
         if sn.is_reduction and any(m.is_reduction for m in step.members) and k < 1:
             continue
         if not group_legal(step.members + [sn], k):
+            continue
+        if can_fuse is not None and not can_fuse(step.members + [sn], k):
             continue
         best, best_score, best_moves = step, s, sorted(later, key=lambda h: h.index)
     for h in best_moves:

@@ -1,0 +1,301 @@
+"""Triton code for one fused group.
+
+Two kernel shapes:
+
+* **pointwise** (every member is pointwise over exactly the group's outer loops): 1-D blocks over
+  the flattened iteration space, ``xindex = program * XBLOCK + arange(XBLOCK)``, masked at the
+  ragged end.
+* **row** (anything else): each program handles ``XBLOCK`` outer iterations ("rows": ``xindex`` is
+  ``[XBLOCK, 1]``); each member then covers its own inner space (its inner pointwise loops or its
+  reduction loops, flattened) along a second axis of ``RBLOCK`` lanes, ``[1, RBLOCK]``. When every
+  member's inner space fits one block the kernel is *persistent* (no loop, a reduction is one
+  ``tl.sum``/``tl.reduce`` over the block); otherwise each member loops over its inner space in
+  chunks of ``RBLOCK`` with a block accumulator (*looped*). Members run in program order. A value a
+  member reads from an earlier member of the group comes from registers, never from memory: a
+  per-row value (a reduction result) broadcasts along the row, an inner block must be read at the
+  element its producer computed (``fusable`` makes the scheduler keep other groups apart).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import sympy
+
+from kiln.codegen.common import kernel_name, print_index_py, provenance
+from kiln.codegen.triton.ops import TritonOps
+from kiln.loopir.handlers import iteration_vars, run_body
+from kiln.loopir.index import linear_index, simplify_with_ranges, var
+from kiln.loopir.nodes import Reduction
+from kiln.schedule.fusion import block_of, split_outer
+from kiln.schedule.scheduler import FusedGroup
+
+PERSISTENT_MAX = 4096  # inner spaces up to this many elements are held in registers whole
+INT32_LIMIT = 2 ** 31 - 1
+
+
+@dataclasses.dataclass
+class TritonKernel:
+    name: str
+    source: str  # the @jit function (module imports are added by the runtime)
+    params: list[tuple[str, str]]  # (buffer name, "in" | "out") in argument order
+    origins: tuple
+    style: str  # "pointwise" | "persistent" | "looped"
+    xnumel: int
+    rnumel: int  # the largest inner space of a member (1 for pointwise kernels)
+    fn: object = None  # the launcher, set by the runtime
+
+
+# ------------------------------------------------------------------------------- fusion legality
+
+
+def inner_sizes(member, k: int) -> list[int]:
+    """The sizes of a member's loops inside the group's ``k`` outer loops: inner pointwise dims, or
+    the reduction dims of a reduction (whose outer loops must then be all of its loops)."""
+    if member.is_reduction:
+        return [int(n) for n in member.node.data.reduction_ranges if n != 1]
+    return member.ranges[k:]
+
+
+def _inner_vars(member, k: int) -> list[sympy.Symbol]:
+    if member.is_reduction:
+        return [var("r", d) for d in range(len(inner_sizes(member, k)))]
+    return [var("x", d) for d in range(k, len(member.ranges))]
+
+
+def _store_index(member) -> sympy.Expr:
+    xs, _ = iteration_vars(member.node)
+    return linear_index(xs, member.node.stride)
+
+
+def register_read_ok(consumer, index, producer, k: int) -> bool:
+    """Can ``consumer`` read ``producer``'s buffer at ``index`` from the producer's registers?"""
+    block = block_of(producer, k)
+    if block is None:
+        return False
+    if block[1] == 1:
+        return True  # one value per row: broadcast along the consumer's row
+    if producer.is_reduction or inner_sizes(consumer, k) != inner_sizes(producer, k):
+        return False
+    rename = dict(zip(_inner_vars(consumer, k), _inner_vars(producer, k)))
+    return sympy.expand(sympy.sympify(index).xreplace(rename) - _store_index(producer)) == 0
+
+
+def fusable(members, k: int, persistent_max: int = PERSISTENT_MAX) -> bool:
+    """The Triton generator's extra condition on a fused group (on top of ``schedule.fusion``)."""
+    if any(m.is_reduction and len(m.ranges) != k for m in members):
+        return False
+    by_name = {w: m for m in members for w in m.writes}
+    needs_persistent = False
+    for consumer in members:
+        for name, index in consumer.reads:
+            producer = by_name.get(name)
+            if producer is None or producer is consumer:
+                continue
+            if not register_read_ok(consumer, index, producer, k):
+                return False
+            needs_persistent |= block_of(producer, k)[1] > 1
+    if needs_persistent:
+        return max(math.prod(inner_sizes(m, k)) for m in members) <= persistent_max
+    return True
+
+
+# ------------------------------------------------------------------------------------ generation
+
+
+def _next_pow2(n: int) -> int:
+    return 1 << max(0, int(n) - 1).bit_length()
+
+
+class KernelContext:
+    """Pointers, registers and temporaries of one kernel; ``MemberContext`` adds a member's indexing."""
+
+    def __init__(self, group: FusedGroup, buffers: dict):
+        self.group, self.buffers, self.k = group, buffers, group.depth
+        writes = [w for m in group.members for w in m.writes if w not in group.locals]
+        produced = {w for m in group.members for w in m.writes}
+        reads = [r for m in group.members for r, _ in m.reads if r not in produced]
+        self.params: list[tuple[str, str]] = []
+        self.pointers: dict[str, str] = {}
+        for name in dict.fromkeys(reads):
+            self.pointers[name] = f"in_ptr{len(self.pointers)}"
+            self.params.append((name, "in"))
+        n_in = len(self.pointers)
+        for name in dict.fromkeys(writes):
+            self.pointers[name] = f"out_ptr{len(self.pointers) - n_in}"
+            self.params.append((name, "out"))
+        self.producers = {w: m for m in group.members for w in m.writes}
+        self.registers: dict[str, object] = {}
+        self.count = 0
+        self.inner_prefixes: dict[tuple, str] = {}
+
+    def new_tmp(self, prefix: str = "tmp") -> str:
+        self.count += 1
+        return f"{prefix}{self.count - 1}"
+
+    def inner_prefix(self, sizes) -> str:
+        sizes = tuple(sizes)
+        if sizes not in self.inner_prefixes:
+            self.inner_prefixes[sizes] = "r" + "abcdefghijklmnopqrstuvwxyz"[len(self.inner_prefixes) % 26] + (
+                str(len(self.inner_prefixes) // 26) if len(self.inner_prefixes) >= 26 else "")
+        return self.inner_prefixes[sizes]
+
+
+class MemberContext:
+    """What ``TritonOps`` asks while generating one member."""
+
+    def __init__(self, kctx: KernelContext, member, row: bool, reduction_mode: str):
+        self.kctx, self.member, self.row, self.reduction_mode = kctx, member, row, reduction_mode
+        k = kctx.k
+        self.sizes = inner_sizes(member, k) if row else []
+        self.prefix = kctx.inner_prefix(self.sizes) if row else ""
+        outer = {var("x", d): n for d, n in enumerate(member.ranges[:k])}
+        inner_syms = _inner_vars(member, k) if row else []
+        self.ranges = dict(outer)
+        self.ranges.update(dict(zip(inner_syms, self.sizes)))
+        if not row:  # pointwise kernels: every loop is an outer loop
+            self.ranges = {var("x", d): n for d, n in enumerate(member.ranges)}
+        self.rename = {s: sympy.Symbol(f"{self.prefix}{d}", integer=True, nonnegative=True)
+                       for d, s in enumerate(inner_syms)}
+        self.axis_of = {s: "x" for s in outer} if row else {s: "x" for s in self.ranges}
+        self.axis_of.update({s: "r" for s in self.rename.values()})
+
+    def new_tmp(self, prefix: str = "tmp") -> str:
+        return self.kctx.new_tmp(prefix)
+
+    # ------------------------------------------------------------------------ buffers
+
+    def dtype_of(self, name):
+        return self.kctx.buffers[name].dtype
+
+    def pointer(self, name):
+        return self.kctx.pointers.get(name)
+
+    def register(self, name, index):
+        producer = self.kctx.producers.get(name)
+        if producer is None or producer is self.member:
+            return None
+        if not register_read_ok(self.member, index, producer, self.kctx.k):
+            raise NotImplementedError(f"Triton: {self.member.name} reads {name} where its producer did not compute it")
+        return self.kctx.registers[name]
+
+    def record(self, name, value):
+        self.kctx.registers[name] = value
+
+    # ------------------------------------------------------------------------ indexing
+
+    def index(self, expr) -> tuple[str, frozenset]:
+        expr = simplify_with_ranges(sympy.sympify(expr), self.ranges).xreplace(self.rename)
+        axes = frozenset(self.axis_of[s] for s in expr.free_symbols)
+        return print_index_py(expr), axes
+
+    def mask(self, axes) -> str | None:
+        parts = []
+        if "x" in axes:
+            parts.append("xmask")
+        if "r" in axes:
+            parts.append(f"rmask_{self.prefix}")
+        return " & ".join(parts) or None
+
+    def shape(self, axes) -> str:
+        if not self.row:
+            return "[XBLOCK]"
+        return f"[{'XBLOCK' if 'x' in axes else 1}, {'RBLOCK' if 'r' in axes else 1}]"
+
+    def reduction_linear(self) -> str:
+        return "rindex"
+
+
+def _outer_defs(sizes, source: str) -> list[str]:
+    """Definitions of the loop variables ``x0..`` over ``sizes`` from a flat ``source`` index."""
+    lines = []
+    for d, n in enumerate(sizes):
+        inner = math.prod(sizes[d + 1:])
+        expr = source if inner == 1 else f"({source} // {inner})"
+        if d > 0:
+            expr = f"{expr} % {n}"
+        lines.append(f"x{d} = {expr}")
+    return lines
+
+
+def _inner_defs(prefix: str, sizes) -> list[str]:
+    lines = []
+    for d, n in enumerate(sizes):
+        inner = math.prod(sizes[d + 1:])
+        expr = "rindex" if inner == 1 else f"(rindex // {inner})"
+        if d > 0:
+            expr = f"{expr} % {n}"
+        lines.append(f"{prefix}{d} = {expr}")
+    return lines
+
+
+def _indent(lines, n=1):
+    pad = "    " * n
+    return [pad + line if line else line for line in lines]
+
+
+def _index_dtype_is_64(group, buffers) -> bool:
+    names = {w for m in group.members for w in m.writes} | {r for m in group.members for r, _ in m.reads}
+    biggest = max((buffers[n].numel for n in names), default=1)
+    return biggest > INT32_LIMIT or math.prod(group.outer) > INT32_LIMIT
+
+
+def generate_kernel(group: FusedGroup, buffers: dict, index: int, persistent_max: int = PERSISTENT_MAX) -> TritonKernel:
+    kctx = KernelContext(group, buffers)
+    origins = tuple(o for m in group.members for o in m.node.origins if o is not None)
+    name = kernel_name("triton", origins, index)
+    k = group.depth
+    xnumel = math.prod(group.outer)
+    row = not all(not m.is_reduction and len(m.ranges) == k for m in group.members)
+    rnumel = max((math.prod(inner_sizes(m, k)) for m in group.members), default=1) if row else 1
+    style = "pointwise" if not row else ("persistent" if rnumel <= persistent_max else "looped")
+    if not fusable(group.members, k, persistent_max):
+        raise NotImplementedError(f"Triton cannot generate group {[m.name for m in group.members]} at depth {k}")
+    wide = _index_dtype_is_64(group, buffers)
+    pid = "tl.program_id(0).to(tl.int64)" if wide else "tl.program_id(0)"
+    body = [f"xnumel = {xnumel}", f"xoffset = {pid} * XBLOCK"]
+    if row:
+        body += ["xindex = xoffset + tl.arange(0, XBLOCK)[:, None]", "xmask = xindex < xnumel",
+                 "rbase = tl.arange(0, RBLOCK)[None, :]"]
+        if style == "persistent":
+            body.append("rindex = rbase")
+    else:
+        body += ["xindex = xoffset + tl.arange(0, XBLOCK)", "xmask = xindex < xnumel"]
+    body += _outer_defs(group.outer, "xindex")
+    shared_cse: dict = {}
+    defined_prefixes: set[str] = set()
+    for m in group.members:
+        body.append(f"# {m.name}" + (f" (kernel-local)" if m.name in group.locals else ""))
+        body += _member_code(kctx, m, row, style, shared_cse, defined_prefixes)
+    params = [kctx.pointers[n] for n, _ in kctx.params] + ["XBLOCK: tl.constexpr"]
+    if row:
+        params.append("RBLOCK: tl.constexpr")
+    header = [f"# {name}: {', '.join(m.name for m in group.members)}  ({style})"]
+    header += [f"#   {line}" for line in provenance(origins)]
+    if group.locals:
+        header.append(f"#   kernel-local (registers only): {', '.join(sorted(group.locals))}")
+    src = header + ["@jit", f"def {name}({', '.join(params)}):"] + _indent(body)
+    return TritonKernel(name, "\n".join(src) + "\n", kctx.params, origins, style, xnumel, rnumel)
+
+
+def _member_code(kctx, m, row, style, shared_cse, defined_prefixes) -> list[str]:
+    """Lines for one member (at the kernel's top level)."""
+    k = kctx.k
+    sizes = inner_sizes(m, k) if row else []
+    n_inner = math.prod(sizes)
+    has_inner = row and (m.is_reduction or sizes)
+    looped = style == "looped" and has_inner
+    ctx = MemberContext(kctx, m, row, "looped" if looped else "persistent")
+    ops = TritonOps(ctx, cse=None if looped else shared_cse)
+    run_body(m.node, ops)
+    if not has_inner:
+        return ops.lines + ops.post
+    prefix = ctx.prefix
+    defs = [f"rmask_{prefix} = rindex < {n_inner}"] + _inner_defs(prefix, sizes)
+    if not looped:
+        head = [] if prefix in defined_prefixes else defs
+        defined_prefixes.add(prefix)
+        return head + ops.lines + ops.pre + ops.post
+    loop = [f"for roffset in range(0, {n_inner}, RBLOCK):"]
+    loop += _indent(["rindex = roffset + rbase"] + defs + ops.lines)
+    return ops.pre + loop + ops.post

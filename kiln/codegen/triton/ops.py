@@ -1,0 +1,288 @@
+"""TritonOps: the ``ops`` handler that turns a loop body into Triton statements.
+
+Each op becomes one ``tmpN = <expr>`` line; a line already emitted with the same text is reused
+(common subexpressions). Values know their dtype and which block axes they span (``"x"``: the
+rows/elements a program handles, ``"r"``: the inner or reduction chunk), so masks and reductions
+only involve the axes a value really has. Math on float16/bfloat16 never reaches here: lowerings
+compute in float32 and convert at loads and stores, as ATen does.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import sympy
+import torch
+
+from kiln.codegen.common import print_index_py
+from kiln.loopir.ops import OpsHandler, reduction_identity, result_dtype
+
+TL_DTYPE = {
+    torch.float32: "tl.float32", torch.float64: "tl.float64", torch.float16: "tl.float16",
+    torch.bfloat16: "tl.bfloat16", torch.int64: "tl.int64", torch.int32: "tl.int32", torch.int16: "tl.int16",
+    torch.int8: "tl.int8", torch.uint8: "tl.uint8", torch.bool: "tl.int1",
+}
+
+# float unary ops: template over the operand ``{0}``
+_UNARY_FLOAT = {
+    "exp": "tl.exp({0})", "exp2": "tl.exp2({0})", "expm1": "libdevice.expm1({0})", "log": "tl.log({0})",
+    "log2": "tl.log2({0})", "log10": "libdevice.log10({0})", "log1p": "libdevice.log1p({0})",
+    "sqrt": "tl.sqrt_rn({0})", "rsqrt": "libdevice.rsqrt({0})", "reciprocal": "1.0 / {0}",
+    "sin": "libdevice.sin({0})", "cos": "libdevice.cos({0})", "tan": "libdevice.tan({0})",
+    "asin": "libdevice.asin({0})", "acos": "libdevice.acos({0})", "atan": "libdevice.atan({0})",
+    "sinh": "libdevice.sinh({0})", "cosh": "libdevice.cosh({0})", "tanh": "libdevice.tanh({0})",
+    "asinh": "libdevice.asinh({0})", "acosh": "libdevice.acosh({0})", "atanh": "libdevice.atanh({0})",
+    "sigmoid": "kh.sigmoid({0})", "erf": "tl.erf({0})", "erfc": "libdevice.erfc({0})",
+    "erfinv": "libdevice.erfinv({0})", "lgamma": "libdevice.lgamma({0})", "floor": "tl.floor({0})",
+    "ceil": "tl.ceil({0})", "trunc": "libdevice.trunc({0})", "round": "libdevice.nearbyint({0})",
+    "frac": "{0} - libdevice.trunc({0})", "isnan": "{0} != {0}", "isinf": "tl.abs({0}) == float('inf')",
+    "isfinite": "tl.abs({0}) < float('inf')", "signbit": "libdevice.signbit({0}) != 0", "sign": "kh.sign({0})",
+}
+_UNARY_INT = {
+    "floor": "{0}", "ceil": "{0}", "trunc": "{0}", "round": "{0}", "frac": "{0} * 0", "isnan": "{0} != {0}",
+    "isinf": "{0} != {0}", "isfinite": "{0} == {0}", "signbit": "{0} < 0", "sign": "kh.sign({0})",
+}
+_UNARY_ANY = {
+    "neg": "-{0}", "abs": "tl.abs({0})", "relu": "tl.where({0} < 0, 0, {0})", "square": "{0} * {0}",
+}
+_BINARY = {
+    "add": "{0} + {1}", "sub": "{0} - {1}", "mul": "{0} * {1}",
+    "bitwise_and": "{0} & {1}", "bitwise_or": "{0} | {1}", "bitwise_xor": "{0} ^ {1}",
+    "eq": "{0} == {1}", "ne": "{0} != {1}", "lt": "{0} < {1}", "le": "{0} <= {1}", "gt": "{0} > {1}",
+    "ge": "{0} >= {1}", "logical_and": "{0} & {1}", "logical_or": "{0} | {1}", "logical_xor": "{0} ^ {1}",
+}
+_BINARY_FLOAT = {
+    "truediv": "{0} / {1}", "floordiv": "kh.floordiv_float({0}, {1})", "truncdiv": "libdevice.trunc({0} / {1})",
+    "mod": "kh.mod_float({0}, {1})", "fmod": "libdevice.fmod({0}, {1})", "pow": "libdevice.pow({0}, {1})",
+    "maximum": "kh.maximum({0}, {1})", "minimum": "kh.minimum({0}, {1})", "fmax": "kh.fmax({0}, {1})",
+    "fmin": "kh.fmin({0}, {1})", "atan2": "libdevice.atan2({0}, {1})", "hypot": "libdevice.hypot({0}, {1})",
+    "copysign": "libdevice.copysign({0}, {1})", "nextafter": "libdevice.nextafter({0}, {1})",
+}
+_BINARY_INT = {
+    "floordiv": "kh.floordiv_int({0}, {1})", "truncdiv": "kh.truncdiv_int({0}, {1})", "mod": "kh.mod_int({0}, {1})",
+    "fmod": "kh.fmod_int({0}, {1})", "pow": "kh.pow_int({0}, {1})", "maximum": "tl.maximum({0}, {1})",
+    "minimum": "tl.minimum({0}, {1})", "fmax": "tl.maximum({0}, {1})", "fmin": "tl.minimum({0}, {1})",
+    "lshift": "kh.lshift({0}, {1}, {bits})", "rshift": "kh.rshift({0}, {1}, {bits})",
+}
+_BINARY_BOOL = {"maximum": "{0} | {1}", "minimum": "{0} & {1}", "fmax": "{0} | {1}", "fmin": "{0} & {1}"}
+
+# reduction kind -> (combine for one step, final reduce over axis 1)
+_COMBINE = {
+    "sum": "{acc} + {v}", "prod": "{acc} * {v}", "max": "kh.maximum({acc}, {v})", "min": "kh.minimum({acc}, {v})",
+    "any": "{acc} | {v}", "all": "{acc} & {v}",
+}
+_REDUCE_FN = {"sum": "kh.add", "prod": "kh.mul", "max": "kh.maximum", "min": "kh.minimum",
+              "any": "kh.logical_or", "all": "kh.logical_and"}
+# Triton's own combine functions where NaN does not matter: the interpreter runs these with numpy
+_REDUCE_INT = {"sum": "tl.reduce({0}, 1, tl.standard._sum_combine)",
+               "max": "tl.reduce({0}, 1, tl.standard._elementwise_max)",
+               "min": "tl.reduce({0}, 1, tl.standard._elementwise_min)"}
+
+
+@dataclasses.dataclass(frozen=True)
+class TVal:
+    name: str
+    dtype: torch.dtype
+    axes: frozenset = frozenset()  # block axes the value spans: subsets of {"x", "r"}
+
+    def __str__(self) -> str:
+        return self.name
+
+
+def literal(value, dtype: torch.dtype) -> str:
+    """A Python scalar as Triton source (for ``tl.full``)."""
+    if dtype == torch.bool:
+        return "1" if value else "0"
+    if dtype.is_floating_point:
+        v = float(value)
+        if math.isnan(v):
+            return "float('nan')"
+        if math.isinf(v):
+            return "float('inf')" if v > 0 else "float('-inf')"
+        return repr(v)
+    v = int(value)
+    return "(-9223372036854775807 - 1)" if v == -(2 ** 63) else str(v)  # no literal is below int64's range
+
+
+class TritonOps(OpsHandler):
+    """Emits Triton for one member of a fused kernel.
+
+    ``ctx`` (``kernel.MemberContext``) knows the kernel: ``pointer(name)`` gives a buffer's pointer
+    argument, or None when the value lives in registers (``register(name)``); ``index(expr)`` prints an
+    index expression in the member's variables and gives its axes; ``mask(axes)`` the mask for them;
+    ``reduction_mode`` is "persistent" (the whole row in one block) or "looped". Statements go to
+    ``pre`` (before the member's loop), ``lines`` (the loop body) and ``post`` (after the reduction).
+    """
+
+    def __init__(self, ctx, cse: dict | None = None):
+        self.ctx = ctx
+        self.pre: list[str] = []
+        self.lines: list[str] = []
+        self.post: list[str] = []
+        self.cse: dict[str, TVal] = {} if cse is None else cse
+        self.after_reduction = False
+
+    @property
+    def out(self) -> list[str]:
+        return self.post if self.after_reduction else self.lines
+
+    def _emit(self, expr: str, dtype: torch.dtype, axes) -> TVal:
+        key = f"{dtype}:{expr}"
+        if key in self.cse:
+            return self.cse[key]
+        val = TVal(self.ctx.new_tmp(), dtype, frozenset(axes))
+        self.out.append(f"{val.name} = {expr}")
+        self.cse[key] = val
+        return val
+
+    # ---------------------------------------------------------------------------------- math
+
+    def unary(self, op, x):
+        dtype = result_dtype(op, x.dtype)
+        if op == "bitwise_not":
+            tmpl = "{0} == 0" if x.dtype == torch.bool else "~{0}"
+        elif op == "logical_not":
+            tmpl = "{0} == 0"
+        elif op in _UNARY_ANY:
+            tmpl = _UNARY_ANY[op]
+        elif x.dtype.is_floating_point:
+            if x.dtype in (torch.float16, torch.bfloat16) and op not in ("isnan", "isinf", "isfinite"):
+                raise NotImplementedError(f"Triton: ops.{op} on {x.dtype} (lowerings compute in float32)")
+            tmpl = _UNARY_FLOAT.get(op)
+        else:
+            tmpl = _UNARY_INT.get(op)
+        if tmpl is None:
+            raise NotImplementedError(f"Triton has no rule for ops.{op} on {x.dtype}")
+        return self._emit(tmpl.format(x.name), dtype, x.axes)
+
+    def binary(self, op, a, b):
+        dtype = result_dtype(op, a.dtype, b.dtype)
+        tmpl = _BINARY.get(op)
+        if tmpl is None:
+            if a.dtype == torch.bool:
+                tmpl = _BINARY_BOOL.get(op)
+            elif a.dtype.is_floating_point:
+                tmpl = _BINARY_FLOAT.get(op)
+            else:
+                if op == "truediv":
+                    raise NotImplementedError("truediv of integers reaches Triton without a cast")
+                tmpl = _BINARY_INT.get(op)
+        if tmpl is None:
+            raise NotImplementedError(f"Triton has no rule for ops.{op} on {a.dtype}")
+        bits = a.dtype.itemsize * 8
+        return self._emit(tmpl.format(a.name, b.name, bits=bits), dtype, a.axes | b.axes)
+
+    # ------------------------------------------------------------------------------ memory
+
+    def load(self, name, index):
+        dtype = self.ctx.dtype_of(name)
+        reg = self.ctx.register(name, index)
+        if reg is not None:
+            return reg
+        ptr = self.ctx.pointer(name)
+        idx, axes = self.ctx.index(index)
+        mask = self.ctx.mask(axes)
+        args = f"{ptr} + ({idx})" + (f", {mask}, other=0" if mask else "")
+        val = self._emit(f"tl.load({args})", dtype, axes)
+        if dtype in (torch.float16, torch.bfloat16):
+            # kept in its dtype; the lowering converts explicitly where it computes
+            return val
+        return val
+
+    def store(self, name, index, value):
+        self.ctx.record(name, value)
+        ptr = self.ctx.pointer(name)
+        if ptr is None:
+            return
+        idx, axes = self.ctx.index(index)
+        want = axes | value.axes | {"x"}  # a block pointer, never a scalar one: values may be blocks
+        if want != axes:
+            idx = f"({idx}) + tl.full({self.ctx.shape(want)}, 0, tl.int32)"
+            axes = frozenset(want)
+        mask = self.ctx.mask(axes)
+        v = value.name
+        target = self.ctx.dtype_of(name)
+        if value.dtype != target:
+            raise NotImplementedError(f"store of {value.dtype} into {name} of {target}")
+        self.out.append(f"tl.store({ptr} + ({idx}), {v}" + (f", {mask})" if mask else ")"))
+
+    store_reduction = store
+
+    # ------------------------------------------------------------------------------- values
+
+    def constant(self, value, dtype):
+        return self._emit(f"tl.full([1], {literal(value, dtype)}, {TL_DTYPE[dtype]})", dtype, ())
+
+    def index_expr(self, expr, dtype):
+        idx, axes = self.ctx.index(sympy.sympify(expr))
+        if not axes:
+            return self._emit(f"tl.full([1], {idx}, {TL_DTYPE[dtype]})", dtype, ())
+        return self._emit(f"({idx}).to({TL_DTYPE[dtype]})", dtype, axes)
+
+    def to_dtype(self, x, dtype):
+        if x.dtype == dtype:
+            return x
+        if dtype == torch.bool:
+            return self._emit(f"{x} != 0", dtype, x.axes)
+        if dtype == torch.bfloat16 and x.dtype == torch.float32:
+            return self._emit(f"kh.to_bfloat16({x})", dtype, x.axes)  # rounds to nearest even
+        return self._emit(f"{x}.to({TL_DTYPE[dtype]})", dtype, x.axes)
+
+    def where(self, c, a, b):
+        return self._emit(f"tl.where({c}, {a}, {b})", a.dtype, c.axes | a.axes | b.axes)
+
+    # ---------------------------------------------------------------------------- reductions
+
+    def reduction(self, kind, value, dtype):
+        if self.after_reduction:
+            raise NotImplementedError("Triton: a body with two reductions")
+        ctx = self.ctx
+        if value.dtype != dtype:
+            value = self.to_dtype(value, dtype)
+        mask = ctx.mask(frozenset({"x", "r"}))
+        full = ctx.shape(frozenset({"x", "r"}))
+        ident = literal(reduction_identity(kind, dtype), dtype)
+        T = TL_DTYPE[dtype]
+        acc = ctx.new_tmp("acc")
+        if kind in ("argmax", "argmin"):
+            return self._arg_reduction(kind, value, dtype, acc, mask, full, ident)
+        if ctx.reduction_mode == "persistent":
+            self.lines.append(f"{acc} = tl.where({mask}, {value}, tl.full([1], {ident}, {T}))")
+        else:
+            self.pre.append(f"{acc} = tl.full({full}, {ident}, {T})")
+            step = _COMBINE[kind].format(acc=acc, v=value.name)
+            self.lines.append(f"{acc} = tl.where({mask}, {step}, {acc})")
+        self.after_reduction = True
+        if dtype == torch.bool:
+            fn = "max" if kind == "any" else "min"
+            final = f"tl.reduce({acc}.to(tl.int8), 1, tl.standard._elementwise_{fn}) != 0"
+        elif not dtype.is_floating_point and kind in _REDUCE_INT:
+            final = _REDUCE_INT[kind].format(acc)
+        elif kind == "sum":
+            final = f"tl.reduce({acc}, 1, tl.standard._sum_combine)"
+        else:
+            final = f"tl.reduce({acc}, 1, {_REDUCE_FN[kind]})"
+        res = TVal(ctx.new_tmp(), dtype, frozenset({"x"}))
+        self.post.append(f"{res.name} = ({final})[:, None]" + ("" if dtype == torch.bool else f".to({T})"))
+        return res
+
+    def _arg_reduction(self, kind, value, dtype, acc, mask, full, ident):
+        ctx = self.ctx
+        T = TL_DTYPE[dtype]
+        rlin = ctx.reduction_linear()
+        combine = f"kh.{kind}_combine"
+        if ctx.reduction_mode == "persistent":
+            self.lines.append(f"{acc} = tl.where({mask}, {value}, tl.full([1], {ident}, {T}))")
+            self.lines.append(f"{acc}_idx = ({rlin} + tl.full({full}, 0, tl.int32)).to(tl.int64)")
+        else:
+            self.pre.append(f"{acc} = tl.full({full}, {ident}, {T})")
+            self.pre.append(f"{acc}_idx = tl.full({full}, 9223372036854775807, tl.int64)")
+            new_idx = f"({rlin} + tl.full({full}, 0, tl.int32)).to(tl.int64)"
+            self.lines.append(f"{acc}_next = {combine}({acc}, {acc}_idx, {value}, {new_idx})")
+            self.lines.append(f"{acc} = tl.where({mask}, {acc}_next[0], {acc})")
+            self.lines.append(f"{acc}_idx = tl.where({mask}, {acc}_next[1], {acc}_idx)")
+        self.after_reduction = True
+        res = TVal(ctx.new_tmp(), torch.int64, frozenset({"x"}))
+        self.post.append(f"{res.name}_pair = tl.reduce(({acc}, {acc}_idx), 1, {combine})")
+        self.post.append(f"{res.name} = {res.name}_pair[1][:, None]")
+        return res

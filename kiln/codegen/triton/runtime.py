@@ -1,0 +1,102 @@
+"""Loading generated Triton kernels: a content-addressed source file per graph, executed once per
+process and target.
+
+The source of all kernels of a graph is written to ``<cache_dir>/triton/<hash>.py`` (the hash covers
+the source and Triton's version) and executed with ``jit``, ``kh`` (kiln's device helpers) and
+``libdevice`` bound for the target: compiled GPU code (``triton.jit``: Triton's own cache keeps the
+binaries, so a warm process compiles nothing) or Triton's interpreter for CPU tensors. Executing the
+file from disk keeps ``inspect.getsource`` working, which both need.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import tempfile
+import types
+
+from kiln.debug.stats import stats
+
+MODULE_HEADER = (
+    "# kiln: generated Triton kernels. Executed by kiln.codegen.triton.runtime with these names bound:\n"
+    "#   tl (triton.language), jit (triton.jit, or the interpreter's), kh (kiln device helpers), libdevice\n"
+)
+_HELPERS_PATH = os.path.join(os.path.dirname(__file__), "device_helpers.py")
+
+
+def triton_available() -> str | None:
+    """None when Triton can be imported, else why not."""
+    try:
+        import triton  # noqa: F401
+        import triton.language  # noqa: F401
+    except Exception as exc:  # ImportError, or a broken install
+        return f"triton is not importable ({type(exc).__name__}: {exc})"
+    return None
+
+
+@functools.lru_cache(maxsize=None)
+def _target_names(interpret: bool) -> dict:
+    import triton
+    import triton.language as tl
+
+    if interpret:
+        from triton.runtime.interpreter import InterpretedFunction
+
+        from kiln.codegen.triton import interp_libdevice as libdevice
+
+        def jit(fn):
+            return InterpretedFunction(fn)
+    else:
+        from triton.language.extra import libdevice
+
+        jit = triton.jit
+    names = {"tl": tl, "triton": triton, "jit": jit, "libdevice": libdevice}
+    helpers = types.ModuleType("kiln_triton_helpers" + ("_interpreted" if interpret else ""))
+    helpers.__file__ = _HELPERS_PATH
+    helpers.__dict__.update(names)
+    with open(_HELPERS_PATH) as f:
+        exec(compile(f.read(), _HELPERS_PATH, "exec"), helpers.__dict__)
+    if interpret:
+        helpers.to_bfloat16 = libdevice.to_bfloat16
+    names["kh"] = helpers
+    return names
+
+
+def module_path(source: str, options) -> str:
+    import triton
+
+    key = hashlib.sha256("\0".join([source, triton.__version__]).encode()).hexdigest()
+    return os.path.join(options.cache_dir, "triton", key[:2], f"kiln_{key[:40]}.py")
+
+
+_LOADED: dict[tuple[str, bool], dict] = {}
+
+
+def load_module(source: str, options, interpret: bool) -> tuple[dict, str]:
+    """The namespace of the executed kernel source (cached per process), and the source file's path."""
+    path = module_path(source, options)
+    ns = _LOADED.get((path, interpret))
+    if ns is not None:
+        return ns, path
+    if os.path.exists(path):
+        stats.kernel_cache_hits += 1
+    else:
+        _write(path, source)
+        stats.kernel_compiles += 1
+    ns = dict(_target_names(interpret))
+    ns["__name__"] = "kiln_triton_" + os.path.basename(path)[5:21] + ("_interpreted" if interpret else "")
+    ns["__file__"] = path
+    with open(path) as f:
+        text = f.read()
+    exec(compile(text, path, "exec"), ns)
+    _LOADED[(path, interpret)] = ns
+    return ns, path
+
+
+def _write(path: str, source: str) -> None:
+    directory = os.path.dirname(path)
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(suffix=".py", dir=directory)
+    with os.fdopen(fd, "w") as f:
+        f.write(source)
+    os.replace(tmp, path)  # atomic: a concurrent process sees the whole file or none

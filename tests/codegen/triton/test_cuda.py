@@ -1,0 +1,82 @@
+"""The Triton generator on CUDA tensors: compiled kernels (run on the GPU machine; skipped without one)."""
+import pytest
+import torch
+import torch.fx as fx
+
+pytest.importorskip("triton")
+
+from kiln.backends.kiln import kiln_backend  # noqa: E402
+from kiln.options import default_options  # noqa: E402
+
+pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
+
+
+def run(fn, *args, kernels=None, atol=1e-5, rtol=1e-5, **changes):
+    gm = fx.symbolic_trace(fn)
+    compiled = kiln_backend(gm, list(args), default_options().replace(**changes))
+    cg = getattr(compiled, "compiled_graph", None)
+    assert cg is not None and cg.target == "triton", compiled.kiln_explain()
+    got, want = compiled(*args), fn(*args)
+    got = got if isinstance(got, (tuple, list)) else (got,)
+    want = want if isinstance(want, (tuple, list)) else (want,)
+    for g, w in zip(got, want):
+        assert g.device.type == "cuda" and g.dtype == w.dtype and g.shape == w.shape
+        torch.testing.assert_close(g, w, atol=atol, rtol=rtol, equal_nan=True)
+    if kernels is not None:
+        assert len(cg.kernels) == kernels, cg.source
+    return cg
+
+
+def cuda(*shape, dtype=torch.float32):
+    return torch.randn(*shape, device="cuda").to(dtype)
+
+
+@pytest.mark.parametrize("n", [33, 1000, 4096, 20000])
+def test_softmax_one_kernel(n):
+    cg = run(lambda x: torch.softmax(x, -1), cuda(64, n), kernels=1)
+    assert next(iter(cg.kernels.values())).style == ("looped" if n > 4096 else "persistent")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_layer_norm_dtypes(dtype):
+    tol = dict(atol=2e-2, rtol=2e-2) if dtype != torch.float32 else dict(atol=1e-4, rtol=1e-4)
+    x, w, b = cuda(128, 768, dtype=dtype), cuda(768, dtype=dtype), cuda(768, dtype=dtype)
+    run(lambda x, w, b: torch.nn.functional.layer_norm(x, (768,), w, b), x, w, b, kernels=1, **tol)
+
+
+@pytest.mark.parametrize("dim", [0, 1, None])
+def test_reductions(dim):
+    x = cuda(300, 517)
+    x[3, 7] = float("nan")
+    f = (lambda x: (x.sum(), x.amax(), x.argmax())) if dim is None else \
+        (lambda x: (x.sum(dim), x.amax(dim), x.argmax(dim), x.argmin(dim)))
+    run(f, x, atol=1e-3, rtol=1e-4)
+
+
+def test_pointwise_math_and_ints():
+    x, y = cuda(1000, 37), cuda(1000, 37) + 0.1
+    i = torch.randint(-50, 50, (1000, 37), device="cuda")
+    j = torch.randint(1, 9, (1000, 37), device="cuda")
+
+    def f(x, y, i, j):
+        return (torch.tanh(x) * torch.erf(y), x // y, torch.remainder(x, y), i // j, i % -j, torch.maximum(x, y),
+                torch.sigmoid(x).to(torch.bfloat16), (x > y) & (i > 0), torch.pow(x.abs(), y))
+
+    run(f, x, y, i, j, atol=1e-5, rtol=1e-5)
+
+
+def test_transposed_inputs_and_big_pointwise():
+    x = cuda(2048, 1024)
+    run(lambda x, y: (x.t() + y).relu() * 2, x, cuda(1024, 2048), kernels=1)
+
+
+def test_warm_process_compiles_nothing(tmp_path):
+    from kiln.codegen.triton import runtime
+    from kiln.debug.stats import stats
+
+    f = lambda x: torch.softmax(x * 2, -1)  # noqa: E731
+    run(f, cuda(8, 100), cache_dir=str(tmp_path))
+    runtime._LOADED.clear()
+    compiles = stats.kernel_compiles
+    run(f, cuda(8, 100), cache_dir=str(tmp_path))
+    assert stats.kernel_compiles == compiles
