@@ -79,6 +79,9 @@ def compile_graph(ag, options: Options) -> CompiledGraph:
             fn.argtypes = [ctypes.c_void_p] * len(k.params)
             fn.restype = None
             k.fn = fn
+        lib.kiln_take_error.restype = ctypes.c_int
+        for k in kernels.values():
+            k.take_error = lib.kiln_take_error
     wrapper = WrapperGen(lg, sched, kernels, buffers).generate()
     stats.kernels_generated += len(kernels)
     for op, reason in lg.fallbacks.items():

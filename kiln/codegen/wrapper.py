@@ -11,7 +11,7 @@ import dataclasses
 import torch
 from torch.utils._pytree import tree_map
 
-from kiln.loopir.nodes import ComputedBuffer, ExternOutput, InputBuffer, Stored
+from kiln.loopir.nodes import ComputedBuffer, ConstantBuffer, ExternOutput, InputBuffer, Stored
 from kiln.schedule.scheduler import ExternStep, FusedGroup, Schedule
 
 
@@ -51,7 +51,8 @@ class WrapperGen:
         b = v.buffer
         if v.is_whole_buffer():
             return b.name
-        off = f"{b.name}.storage_offset() + {v.offset}" if isinstance(b, (InputBuffer, ExternOutput)) else str(v.offset)
+        held = (InputBuffer, ExternOutput, ConstantBuffer)
+        off = f"{b.name}.storage_offset() + {v.offset}" if isinstance(b, held) else str(v.offset)
         return f"{b.name}.as_strided({tuple(v.size)}, {tuple(v.stride)}, {off})"
 
     def generate(self) -> Wrapper:
@@ -60,6 +61,8 @@ class WrapperGen:
         outputs = {o.buffer.name for o in self.lg.outputs if isinstance(o, Stored)}
         pool: dict[tuple, list[str]] = {}
         body: list[str] = []
+        for c in self.lg.constants:
+            body.append(f"{c.name} = {self.const(c.value, 'constant')}")
         for i, step in enumerate(self.sched.steps):
             if isinstance(step, FusedGroup):
                 kernel = self.kernels[step.name]
@@ -70,6 +73,9 @@ class WrapperGen:
                 fn = self.const(kernel.fn, "k")
                 ptrs = ", ".join(f"{name}.data_ptr()" for name, _ in kernel.params)
                 body.append(f"{fn}({ptrs})  # {kernel.name}")
+                if kernel.checks_bounds:
+                    err = self.const(kernel.take_error, "take_error")
+                    body.append(f"if {err}(): raise IndexError('{kernel.name}: index out of bounds')")
             else:
                 body += self._extern(step)
             for name in sorted(n for n, last in last_use.items() if last == i):
