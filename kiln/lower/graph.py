@@ -144,6 +144,10 @@ class GraphLowering:
         table = lowerings()
         outputs = None
         for node in self.gm.graph.nodes:
+            if node.op == "call_function" and mutates_an_argument(node.target):
+                # later readers of the mutated value are lazy reads of its old contents here
+                raise Unlowerable(f"the graph mutates a value in place ({node.target})")
+        for node in self.gm.graph.nodes:
             self.current = node
             if node.op == "placeholder":
                 self.env[node] = self._input(node)
@@ -221,6 +225,14 @@ class GraphLowering:
             value = Lazy(value.size, value.dtype, value.device, value.loader(), 1, (v,))
         stride = want if is_dense(val.shape, want) else None
         return self.realize(value, stride)
+
+
+def mutates_an_argument(target) -> bool:
+    """True for ATen ops that write into one of their arguments (``normal_``, ``out=`` variants)."""
+    schema = getattr(target, "_schema", None)
+    if schema is None:
+        return False
+    return any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments)
 
 
 def _layout_for(size, val) -> tuple[int, ...]:
