@@ -81,10 +81,11 @@ class WrapperGen:
             for name in sorted(n for n, last in last_use.items() if last == i):
                 if name in outputs or name in args:
                     continue
-                body.append(f"del {name}")
                 b = self.buffers[name]
                 if isinstance(b, ComputedBuffer) and name not in extern_inputs:
-                    pool.setdefault(_pool_key(b), []).append(name)
+                    pool.setdefault(_pool_key(b), []).append(name)  # deleted when a later buffer takes it
+                else:
+                    body.append(f"del {name}")
         outs = [self.ref(o) if isinstance(o, Stored) else self.const(o, "c") for o in self.lg.outputs]
         body.append(f"return ({', '.join(outs)}{',' if len(outs) == 1 else ''})")
         src = [f"def call({', '.join(args)}):"] + ["    " + line for line in body]
@@ -96,7 +97,7 @@ class WrapperGen:
         dtype = f"torch.{str(b.dtype).replace('torch.', '')}"
         if free:
             old = free.pop()
-            return f"{b.name} = {old}.as_strided({tuple(b.size)}, {tuple(b.stride)})  # reuses {old}"
+            return f"{b.name} = {old}.as_strided({tuple(b.size)}, {tuple(b.stride)}); del {old}  # reuses {old}"
         return f"{b.name} = empty_strided({tuple(b.size)}, {tuple(b.stride)}, dtype={dtype}, device='{b.device}')"
 
     def py(self, v) -> str:
