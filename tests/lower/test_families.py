@@ -147,3 +147,20 @@ def test_empty_tensors():
                 y[torch.zeros(0, dtype=torch.int64)], y.amax(1) if y.numel() else y, x.t().clone()]
 
     check(fn, x, y)
+
+
+def test_transpose_and_view_copies():
+    aten = torch.ops.aten
+    x = sample((3, 4, 5), torch.float32)
+
+    def fn(x):
+        y = x * 2  # lazy: the copies reindex it
+        outs = []
+        for v in (x, y):
+            outs += [aten.transpose.int(v, 0, 2).clone(), aten.expand_copy.default(v[:, :1], [3, 4, 5]),
+                     aten.diagonal_copy.default(v, 1, 1, 2), aten.diagonal.default(v, -1, 0, 2).clone(),
+                     aten.permute_copy.default(v, [2, 0, 1]), aten.alias_copy.default(v),
+                     aten.slice_copy.Tensor(v, 2, 1, 5, 2), aten.select_copy.int(v, 1, -1)]
+        return outs
+
+    check(fn, x)
