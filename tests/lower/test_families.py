@@ -60,7 +60,7 @@ def test_argmax_ties_and_nans():
                       [-float("inf"), -float("inf"), -float("inf"), -float("inf")]])
 
     def fn(x):
-        return x.argmax(1), x.argmin(1), x.amax(1), x.amin(1), x.argmax(0), x.t().argmax(1), x.max(1)
+        return x.argmax(1), x.argmin(1), x.amax(1), x.amin(1), x.argmax(0), x.t().argmax(1), x.max(1), x[1, 2].argmax()
 
     check(fn, x)
 
