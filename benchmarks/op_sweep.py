@@ -1,18 +1,26 @@
-"""Op sweep: PyTorch's OpInfo database through kiln's "aot_eager" and torch.compile's "aot_eager".
+"""Op sweep: PyTorch's OpInfo database through a kiln backend and the matching torch.compile backend.
 
 For every OpInfo that supports float32 on CPU, each sample input (up to --max-samples) becomes a
-function of its tensors. kiln compiles it with backend "aot_eager" (ATen tracing, decompositions,
-functionalization, the core-op graph run with eager ATen); torch compiles it with
-torch.compile(backend="aot_eager"). Both are compared with eager. An op passes when all its samples
-match; "error" means kiln (or torch) raised where eager did not; "fallback" means kiln ran the graph
-eagerly because it could not trace it.
+function of its tensors, compiled by kiln and by torch.compile, and both are compared with eager.
+
+--backend kiln (the default): kiln's code generation (lowering to loop IR, fusion, generated C++
+kernels) against torch.compile's default backend (inductor). "fallback" then means kiln ran the graph
+with ATen kernels (aot_eager) because it could not trace or lower it. For ops that pass, the report
+also counts how many ran entirely through generated kernels and how many needed ATen fallbacks
+(extern kernels) inside the generated code, and which ops fell back most.
+--backend aot_eager: kiln's "aot_eager" (ATen tracing, decompositions, functionalization, the core-op
+graph run with eager ATen) against torch.compile(backend="aot_eager"); "fallback" means kiln ran the
+graph eagerly because it could not trace it.
+
+An op passes when all its samples match; "error" means kiln (or torch) raised where eager did not.
 
     python benchmarks/op_sweep.py                      # everything, 2 worker processes
     python benchmarks/op_sweep.py --ops add,softmax    # ops whose name contains a word
     python benchmarks/op_sweep.py --no-torch --json sweep.json
+    python benchmarks/op_sweep.py --backend aot_eager
 
 Frontends for kiln: "fx" (default) hands a one-node FX graph calling the op straight to the backend;
-"kiln" goes through kiln.compile(fn, backend="aot_eager"), so capture is exercised too.
+"kiln" goes through kiln.compile(fn, backend=...), so capture is exercised too.
 Needs the ``expecttest`` package (torch's OpInfo database imports it).
 """
 from __future__ import annotations
@@ -117,31 +125,59 @@ def _compare(expected, got):
     torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-4, equal_nan=True, check_stride=False)
 
 
-def _kiln_compile(fn, tensors, frontend):
-    import torch.fx as fx
+class KilnFallback(Exception):
+    """kiln ran a graph with ATen kernels (or eagerly) instead of the backend under test."""
 
-    if frontend == "kiln":
-        import kiln
-        from kiln.backends.aot_eager import compile_aot_eager
 
-        graphs = []
+def _backend_under_test(backend: str, record: list):
+    """A backend (gm, example_inputs) -> callable that raises ``KilnFallback`` instead of falling back.
 
-        def counting_aot_eager(gm, example_inputs):
-            graphs.append(gm)
+    For "kiln", every graph it generates code for appends (kernels, extern ops) to ``record``.
+    """
+    from kiln.backends.aot_eager import compile_aot_eager
+
+    if backend == "aot_eager":
+        def aot_eager(gm, example_inputs):
+            record.append((0, []))
             return compile_aot_eager(gm, example_inputs, fallback=False)
 
-        compiled = kiln.compile(fn, backend=counting_aot_eager)
+        return aot_eager
 
-        def run(*args):
-            out = compiled(*args)
-            if not graphs:  # the op ran as plain Python between graphs: not a pass for kiln
-                from kiln.fake import UnsupportedFakeOp
+    from kiln.backends.kiln import kiln_backend
 
-                raise UnsupportedFakeOp("capture", "kiln captured no graph (the op ran as plain Python)")
+    def kiln_codegen(gm, example_inputs):
+        compiled = kiln_backend(gm, example_inputs)
+        cg = getattr(compiled, "compiled_graph", None)
+        if cg is None:
+            explain = getattr(compiled, "kiln_explain", lambda: "")().splitlines()
+            reason = explain[0] if explain else "no code generated"
+            if "kernel build failed" in reason:
+                raise RuntimeError(f"generated C++ did not build: {reason}")
+            raise KilnFallback(reason)
+        externs = [f"{step.node.node.op}: {step.node.node.reason}" for step in cg.sched.steps
+                   if not hasattr(step, "members")]
+        record.append((len(cg.kernels), externs))
+        return compiled
+
+    return kiln_codegen
+
+
+def _kiln_compile(fn, tensors, args, record):
+    import torch.fx as fx
+
+    backend = _backend_under_test(args.backend, record)
+    if args.frontend == "kiln":
+        import kiln
+
+        compiled = kiln.compile(fn, backend=backend)
+
+        def run(*call_args):
+            out = compiled(*call_args)
+            if not record:  # the op ran as plain Python between graphs: not a pass for kiln
+                raise KilnFallback("kiln captured no graph (the op ran as plain Python)")
             return out
 
         return run
-    from kiln.backends.aot_eager import compile_aot_eager
 
     graph = fx.Graph()
     placeholders = [graph.placeholder(f"t{i}") for i in range(len(tensors))]
@@ -160,24 +196,24 @@ def _kiln_compile(fn, tensors, frontend):
 
     torch.manual_seed = recording_seed
     try:
-        compiled = compile_aot_eager(gm, _clone(tensors), fallback=False)
+        compiled = backend(gm, _clone(tensors))
     finally:
         torch.manual_seed = real_seed
     if not seeds:
         return compiled
 
-    def reseeding(*args):
+    def reseeding(*call_args):
         real_seed(seeds[0])
-        return compiled(*args)
+        return compiled(*call_args)
 
     return reseeding
 
 
-def _torch_compile(fn):
+def _torch_compile(fn, backend):
     import torch
 
     torch._dynamo.reset()
-    return torch.compile(fn, backend="aot_eager", dynamic=False)
+    return torch.compile(fn, backend=backend, dynamic=False)
 
 
 def _run_sample(compile_fn, fn, tensors):
@@ -197,7 +233,7 @@ def _run_sample(compile_fn, fn, tensors):
         got_inputs = _clone(tensors)
         torch.manual_seed(0)
         got = compiled(*got_inputs)
-    except UnsupportedFakeOp as exc:
+    except (UnsupportedFakeOp, KilnFallback) as exc:
         return "fallback", str(exc).splitlines()[0][:300]
     except Exception as exc:
         return "error", f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
@@ -207,6 +243,9 @@ def _run_sample(compile_fn, fn, tensors):
     except Exception as exc:
         return "mismatch", str(exc).strip().splitlines()[0][:300]
     return "pass", ""
+
+
+TORCH_BACKEND = {"kiln": "inductor", "aot_eager": "aot_eager"}
 
 
 def _run_op(op, args) -> dict:
@@ -221,28 +260,38 @@ def _run_op(op, args) -> dict:
     except Exception as exc:
         return {"kiln": "skip", "torch": "skip", "why": f"sample_inputs failed: {exc}"}
     result = {}
-    compilers = {"kiln": lambda fn, ts: _kiln_compile(fn, ts, args.frontend)}
-    if args.torch:
-        compilers["torch"] = lambda fn, ts: _torch_compile(fn)
-    for name, compile_fn in compilers.items():
+    names = ["kiln"] + (["torch"] if args.torch else [])
+    kernels, externs = 0, []
+    for name in names:
         statuses, why = [], ""
         for sample in samples:
             if name == "kiln" and args.frontend == "kiln":
                 fn, tensors = _sample_fn_for_capture(op, sample)
             else:
                 fn, tensors = _sample_fn(op, sample)
+            record: list = []
+            if name == "kiln":
+                compile_fn = lambda f, ts, rec=record: _kiln_compile(f, ts, args, rec)  # noqa: E731
+            else:
+                compile_fn = lambda f, ts: _torch_compile(f, TORCH_BACKEND[args.backend])  # noqa: E731
             status, message = _run_sample(compile_fn, fn, tensors)
             if status is None:
                 continue
             statuses.append(status)
             if status != "pass" and not why:
                 why = message
+            for n_kernels, ext in record:
+                kernels += n_kernels
+                externs += ext
         if not statuses:
             result[name] = "skip"
         else:
-            worst = next((s for s in ("error", "fallback", "mismatch") if s in statuses), "pass")
+            worst = next((s for s in ("error", "mismatch", "fallback") if s in statuses), "pass")
             result[name] = worst
         result[f"{name}_why"] = why
+    if args.backend == "kiln":
+        result["kernels"] = kernels
+        result["externs"] = sorted(set(externs))
     return result
 
 
@@ -314,6 +363,8 @@ def sweep(args) -> dict:
                 done[key] = out
                 if pid in workers:
                     workers[pid][1] = None
+                if args.json:  # partial results survive a run that is cut off
+                    _save(args, done)
                 if args.verbose:  # noqa: SIM102
                     print(f"[{len(done)}/{len(keys)}] {key}: kiln={out.get('kiln')} torch={out.get('torch', '-')}", flush=True)
         except queue.Empty:
@@ -335,8 +386,15 @@ def sweep(args) -> dict:
     return done
 
 
-def report(done: dict, with_torch: bool) -> str:
-    lines = []
+def _save(args, done: dict) -> None:
+    with open(args.json + ".tmp", "w") as f:
+        json.dump({"args": vars(args), "results": done}, f, indent=1, sort_keys=True)
+    os.replace(args.json + ".tmp", args.json)
+
+
+def report(done: dict, with_torch: bool, backend: str = "aot_eager") -> str:
+    torch_name = f"torch.compile(backend={TORCH_BACKEND[backend]!r})"
+    lines = [f"kiln backend {backend!r} vs {torch_name}"]
     counts = {name: collections.Counter(r.get(name, "-") for r in done.values()) for name in ("kiln", "torch")}
     lines.append(f"{'':8s}" + "".join(f"{s:>10s}" for s in STATUSES))
     for name in ("kiln", "torch") if with_torch else ("kiln",):
@@ -345,17 +403,44 @@ def report(done: dict, with_torch: bool) -> str:
         torch_pass = {k for k, r in done.items() if r.get("torch") == "pass"}
         both = {k for k in torch_pass if done[k].get("kiln") == "pass"}
         share = 100.0 * len(both) / max(len(torch_pass), 1)
-        lines.append(f"kiln passes {len(both)} of the {len(torch_pass)} ops torch's aot_eager passes ({share:.1f}%)")
+        lines.append(f"kiln passes {len(both)} of the {len(torch_pass)} ops torch passes ({share:.1f}%)")
         sound = {k for k in torch_pass if done[k].get("kiln") in ("pass", "fallback")}
-        lines.append(f"counting kiln's eager fallbacks (eager's results, as a graph break gives): "
+        lines.append(f"counting kiln's fallbacks (ATen's results): "
                      f"{len(sound)} of {len(torch_pass)} ({100.0 * len(sound) / max(len(torch_pass), 1):.1f}%)")
         lines.append(f"kiln passes {len(({k for k, r in done.items() if r.get('kiln') == 'pass'}) - torch_pass)} ops that torch does not")
-    failing = sorted(k for k, r in done.items() if r.get("kiln") not in ("pass", "skip")
+    if backend == "kiln":
+        lines += _codegen_report(done)
+    mismatches = sorted(k for k, r in done.items() if r.get("kiln") == "mismatch")
+    lines.append(f"kiln mismatches (wrong results; each is a bug) ({len(mismatches)}):")
+    for k in mismatches:
+        lines.append(f"  {k:40s} {done[k].get('kiln_why', '')[:150]}")
+    failing = sorted(k for k, r in done.items() if r.get("kiln") not in ("pass", "skip", "mismatch")
                      and (not with_torch or r.get("torch") == "pass"))
-    lines.append(f"kiln failures{' where torch passes' if with_torch else ''} ({len(failing)}):")
+    lines.append(f"other kiln failures{' where torch passes' if with_torch else ''} ({len(failing)}):")
     for k in failing:
         lines.append(f"  {k:40s} {done[k]['kiln']:9s} {done[k].get('kiln_why', '')[:150]}")
     return "\n".join(lines)
+
+
+def _codegen_report(done: dict) -> list[str]:
+    """How the ops kiln passes ran: entirely in generated kernels, or with ATen extern kernels."""
+    passed = {k: r for k, r in done.items() if r.get("kiln") == "pass"}
+    generated = sorted(k for k, r in passed.items() if not r.get("externs") and r.get("kernels", 0) > 0)
+    no_kernels = sorted(k for k, r in passed.items() if not r.get("externs") and not r.get("kernels", 0))
+    mixed = sorted(k for k, r in passed.items() if r.get("externs") and r.get("kernels", 0) > 0)
+    aten_only = sorted(k for k, r in passed.items() if r.get("externs") and not r.get("kernels", 0))
+    lines = [f"of the {len(passed)} ops kiln passes: {len(generated)} ran fully in generated kernels, "
+             f"{len(mixed)} in generated kernels plus ATen fallbacks, {len(aten_only)} only in ATen fallbacks, "
+             f"{len(no_kernels)} needed no kernel (views/aliases of inputs)"]
+    by_op: collections.Counter = collections.Counter()
+    for r in done.values():
+        for e in r.get("externs", []):
+            by_op[e] += 1
+    if by_op:
+        lines.append("ATen fallbacks inside generated code (op: reason -> number of swept ops using it):")
+        for e, n in by_op.most_common(40):
+            lines.append(f"  {n:4d}  {e[:140]}")
+    return lines
 
 
 def main(argv=None) -> int:
@@ -365,7 +450,9 @@ def main(argv=None) -> int:
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds per op")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--frontend", choices=("fx", "kiln"), default="fx")
-    parser.add_argument("--no-torch", dest="torch", action="store_false", help="skip torch.compile's aot_eager")
+    parser.add_argument("--backend", choices=tuple(TORCH_BACKEND), default="kiln",
+                        help="kiln's backend under test (compared with torch.compile's inductor / aot_eager)")
+    parser.add_argument("--no-torch", dest="torch", action="store_false", help="skip torch.compile")
     parser.add_argument("--json", default="", help="write per-op results here")
     parser.add_argument("-v", "--verbose", action="store_true")
     parser.add_argument("--report", default="", help="print the report of an earlier --json file and exit")
@@ -373,13 +460,12 @@ def main(argv=None) -> int:
     if args.report:
         with open(args.report) as f:
             saved = json.load(f)
-        print(report(saved["results"], saved["args"]["torch"]))
+        print(report(saved["results"], saved["args"]["torch"], saved["args"].get("backend", "aot_eager")))
         return 0
     done = sweep(args)
-    print(report(done, args.torch))
+    print(report(done, args.torch, args.backend))
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"args": vars(args), "results": done}, f, indent=1, sort_keys=True)
+        _save(args, done)
     return 0
 
 

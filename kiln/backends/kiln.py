@@ -105,6 +105,9 @@ def _load_cpp(kernels: dict, options: Options) -> str:
             fn.argtypes = [ctypes.c_void_p] * len(k.params)
             fn.restype = None
             k.fn = fn
+        lib.kiln_take_error.restype = ctypes.c_int
+        for k in kernels.values():
+            k.take_error = lib.kiln_take_error
     return source
 
 

@@ -11,7 +11,7 @@ import dataclasses
 import torch
 from torch.utils._pytree import tree_map
 
-from kiln.loopir.nodes import ComputedBuffer, ExternOutput, InputBuffer, Stored
+from kiln.loopir.nodes import ComputedBuffer, ConstantBuffer, ExternOutput, InputBuffer, Stored
 from kiln.schedule.scheduler import ExternStep, FusedGroup, Schedule
 
 
@@ -64,7 +64,8 @@ class WrapperGen:
         b = v.buffer
         if v.is_whole_buffer():
             return b.name
-        off = f"{b.name}.storage_offset() + {v.offset}" if isinstance(b, (InputBuffer, ExternOutput)) else str(v.offset)
+        held = (InputBuffer, ExternOutput, ConstantBuffer)
+        off = f"{b.name}.storage_offset() + {v.offset}" if isinstance(b, held) else str(v.offset)
         return f"{b.name}.as_strided({tuple(v.size)}, {tuple(v.stride)}, {off})"
 
     def generate(self) -> Wrapper:
@@ -73,6 +74,8 @@ class WrapperGen:
         outputs = {o.buffer.name for o in self.lg.outputs if isinstance(o, Stored)}
         pool: dict[tuple, list[str]] = {}
         body: list[str] = []
+        for c in self.lg.constants:
+            body.append(f"{c.name} = {self.const(c.value, 'constant')}")
         for i, step in enumerate(self.sched.steps):
             if isinstance(step, FusedGroup):
                 kernel = self.kernels[step.name]
@@ -83,6 +86,9 @@ class WrapperGen:
                 fn = self.const(kernel.fn, "k")
                 call = self.kernel_call(fn, [name for name, _ in kernel.params])
                 body.append(f"{call}  # {kernel.name}")
+                if getattr(kernel, "checks_bounds", False):
+                    err = self.const(kernel.take_error, "take_error")
+                    body.append(f"if {err}(): raise IndexError('{kernel.name}: index out of bounds')")
             else:
                 body += self._extern(step)
             for name in sorted(n for n, last in last_use.items() if last == i):
@@ -90,7 +96,7 @@ class WrapperGen:
                     continue
                 b = self.buffers[name]
                 if isinstance(b, ComputedBuffer) and name not in extern_inputs:
-                    pool.setdefault(_pool_key(b), []).append(name)  # kept alive to be reused
+                    pool.setdefault(_pool_key(b), []).append(name)  # deleted when a later buffer takes it
                 else:
                     body.append(f"del {name}")
         outs = [self.ref(o) if isinstance(o, Stored) else self.const(o, "c") for o in self.lg.outputs]
@@ -104,7 +110,7 @@ class WrapperGen:
         dtype = f"torch.{str(b.dtype).replace('torch.', '')}"
         if free:
             old = free.pop()
-            return f"{b.name} = {old}.as_strided({tuple(b.size)}, {tuple(b.stride)})  # reuses {old}"
+            return f"{b.name} = {old}.as_strided({tuple(b.size)}, {tuple(b.stride)}); del {old}  # reuses {old}"
         return f"{b.name} = empty_strided({tuple(b.size)}, {tuple(b.stride)}, dtype={dtype}, device='{b.device}')"
 
     def py(self, v) -> str:

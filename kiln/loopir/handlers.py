@@ -106,6 +106,23 @@ class _Symbolic(OpsHandler):
         out = torch.int64 if kind in ("argmax", "argmin") else dtype
         return self._emit(f"reduction({kind}, {value})", out)
 
+    def masked(self, mask, body, other):
+        start = len(self.lines)
+        value = body()
+        self.lines[start:] = [f"masked {mask}:"] + ["    " + line for line in self.lines[start:]]
+        return self._emit(f"masked({mask}, {value}, {other!r})", value.dtype)
+
+    def indirect_indexing(self, value, size, wrap_negative=True):
+        sym = indirect_symbol(self.count)
+        self.count += 1
+        self.lines.append(f"{sym} = indirect_indexing({value}, {size}{'' if wrap_negative else ', no wrap'})")
+        return sym
+
+
+def indirect_symbol(n: int) -> sympy.Symbol:
+    """The index symbol an ``indirect_indexing`` call returns (a loaded value, never a loop variable)."""
+    return sympy.Symbol(f"ind{n}", integer=True, nonnegative=True)
+
 
 def _short(dtype: torch.dtype) -> str:
     return str(dtype).replace("torch.", "")
@@ -187,8 +204,10 @@ class Evaluator(OpsHandler):
 
     def __init__(self, buffers: Mapping[str, torch.Tensor], env: Mapping[sympy.Symbol, torch.Tensor], rdims: int = 0):
         self.buffers = buffers  # name -> flat tensor over the buffer's storage
-        self.env = env
+        self.env = dict(env)
         self.rdims = rdims  # trailing grid dims that are reduction dims
+        self.mask = None  # inside ``masked``: where the body's values are used
+        self.indirect = 0
 
     def _grid(self, t):
         return t
@@ -204,9 +223,35 @@ class Evaluator(OpsHandler):
     def load(self, name, index):
         idx = eval_index(sympy.sympify(index), self.env)
         flat = self.buffers[name]
-        if isinstance(idx, int):
-            return flat[idx]
+        if self.mask is not None:  # masked-off positions may be out of bounds: read element 0 there
+            idx = torch.where(self.mask, torch.as_tensor(idx), 0)
+            if flat.numel() == 0:
+                return torch.zeros(idx.shape, dtype=flat.dtype)
         return flat[idx]
+
+    def masked(self, mask, body, other):
+        outer = self.mask
+        self.mask = mask if outer is None else torch.logical_and(outer, mask)
+        try:
+            value = torch.as_tensor(body())
+        finally:
+            self.mask = outer
+        return torch.where(mask, value, torch.tensor(other, dtype=value.dtype))
+
+    def indirect_indexing(self, value, size, wrap_negative=True):
+        v = torch.as_tensor(value).to(torch.int64)
+        if wrap_negative:
+            v = torch.where(v < 0, v + size, v)
+        bad = (v < 0) | (v >= size)
+        if self.mask is not None:
+            bad = bad & self.mask
+            v = torch.where(self.mask, v, 0)
+        if bool(bad.any()):
+            raise IndexError(f"index out of bounds for a dimension of size {size}")
+        sym = indirect_symbol(self.indirect)
+        self.indirect += 1
+        self.env[sym] = v
+        return sym
 
     def store(self, name, index, value):
         idx = eval_index(sympy.sympify(index), self.env)

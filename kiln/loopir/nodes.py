@@ -77,6 +77,13 @@ class InputBuffer(Buffer):
 
 
 @dataclasses.dataclass(eq=False)
+class ConstantBuffer(Buffer):
+    """A tensor constant of the graph (a ``get_attr`` node); the wrapper holds ``value``."""
+
+    value: Any = None
+
+
+@dataclasses.dataclass(eq=False)
 class Pointwise:
     """out[index] = body(ops, index) over ``ranges``."""
 

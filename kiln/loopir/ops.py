@@ -40,7 +40,27 @@ REDUCTION_TYPES = ("sum", "prod", "max", "min", "argmax", "argmin", "any", "all"
 #   reduction(kind, value, dtype)        the running reduction of ``value`` over the reduction loop;
 #                                        returns the reduced value (argmax/argmin: an int64 index)
 #   store_reduction(name, index, value)  write a reduced value
-SPECIAL = ("load", "store", "constant", "index_expr", "to_dtype", "where", "reduction", "store_reduction")
+#   masked(mask, body, other)            ``body()`` where the bool value ``mask`` is true, else the Python
+#                                        scalar ``other`` (as ``body()``'s dtype). ``body`` is a function
+#                                        of no arguments that calls ops on this same handler; its loads
+#                                        and indirect indices may be out of bounds where ``mask`` is
+#                                        false, so a handler must not perform them there (C++: a lambda
+#                                        called under ``mask ? body() : other``; Triton: every load inside
+#                                        ``body`` gets ``mask=`` and the result is
+#                                        ``tl.where(mask, value, other)``; Evaluator: loads clamp masked-off
+#                                        indices to 0). Masks nest: an inner body runs where both hold.
+#                                        ``body`` never contains a reduction.
+#   indirect_indexing(value, size, wrap_negative=True)
+#                                        an integer *value* (read from an index tensor) as a sympy symbol
+#                                        usable in the index of later ``load``s of the same body. A
+#                                        negative value counts from the end (``+ size``) when
+#                                        ``wrap_negative``; a result outside ``[0, size)`` is the user's
+#                                        error: the handler raises it (the Evaluator raises IndexError;
+#                                        C++ sets the library's error flag, which the wrapper turns into
+#                                        IndexError, and reads element 0 instead of out of bounds).
+#                                        Under ``masked`` the check applies only where the mask holds.
+SPECIAL = ("load", "store", "constant", "index_expr", "to_dtype", "where", "reduction", "store_reduction",
+           "masked", "indirect_indexing")
 
 ALL_OPS = frozenset(UNARY) | frozenset(BINARY) | frozenset(SPECIAL)
 

@@ -15,8 +15,8 @@ import torch.fx as fx
 from torch.utils._pytree import tree_flatten, tree_map
 
 from kiln.loopir.nodes import (
-    Buffer, ComputedBuffer, ExternKernel, ExternOutput, InputBuffer, Lazy, Pointwise, Reduction, Stored,
-    TensorValue, contiguous_strides, is_dense,
+    Buffer, ComputedBuffer, ConstantBuffer, ExternKernel, ExternOutput, InputBuffer, Lazy, Pointwise, Reduction,
+    Stored, TensorValue, contiguous_strides, is_dense,
 )
 from kiln.lower.registry import Unlowerable, lowerings
 
@@ -34,9 +34,11 @@ class LoweredGraph:
     nodes: list  # ComputedBuffer | ExternKernel, in program order
     outputs: list[Any]  # per graph output: Stored, or a Python value
     fallbacks: dict  # op name -> reason (ops run through ATen)
+    constants: list = dataclasses.field(default_factory=list)  # ConstantBuffers (get_attr tensors)
 
     def buffers(self) -> dict[str, Buffer]:
         out = {b.name: b for b in self.inputs}
+        out.update({b.name: b for b in self.constants})
         for n in self.nodes:
             if isinstance(n, ExternKernel):
                 out.update({o.name: o for o in n.outputs})
@@ -76,6 +78,7 @@ class GraphLowering:
         self.inputs: list[InputBuffer] = []
         self.env: dict[fx.Node, Any] = {}
         self.fallbacks: dict[str, str] = {}
+        self.constants: list[ConstantBuffer] = []
         self._count = 0
         self.current: fx.Node | None = None
 
@@ -141,16 +144,22 @@ class GraphLowering:
         table = lowerings()
         outputs = None
         for node in self.gm.graph.nodes:
+            if node.op == "call_function" and mutates_an_argument(node.target):
+                # later readers of the mutated value are lazy reads of its old contents here
+                raise Unlowerable(f"the graph mutates a value in place ({node.target})")
+        for node in self.gm.graph.nodes:
             self.current = node
             if node.op == "placeholder":
                 self.env[node] = self._input(node)
             elif node.op == "call_function":
                 self.env[node] = self._call(node, table)
+            elif node.op == "get_attr":
+                self.env[node] = self._constant(node)
             elif node.op == "output":
                 outputs = [self._output(v) for v in tree_flatten(node.args[0])[0]]
             else:
                 raise Unlowerable(f"FX node kind {node.op!r}")
-        return LoweredGraph(self.inputs, self.nodes, outputs, self.fallbacks)
+        return LoweredGraph(self.inputs, self.nodes, outputs, self.fallbacks, self.constants)
 
     def _input(self, node):
         val = fake_val(node)
@@ -159,6 +168,25 @@ class GraphLowering:
         buf = InputBuffer(node.name, val.dtype, val.device, tuple(val.shape), tuple(val.stride()), (node,),
                           position=len(self.inputs))
         self.inputs.append(buf)
+        return Stored(buf, buf.size, buf.stride, 0)
+
+    def _constant(self, node):
+        """A tensor constant: a 0-dim one becomes an inlined scalar, others a buffer the wrapper holds."""
+        value = getattr(self.gm, node.target)
+        if not isinstance(value, torch.Tensor) or value.device.type != "cpu" and value.numel() > 1:
+            raise Unlowerable(f"constant {node.target} of type {type(value).__name__}")
+        if value.dtype.is_complex:
+            raise Unlowerable("complex constant")
+        if value.dim() == 0:
+            scalar, dtype = value.item(), value.dtype
+
+            def body(ops, index):
+                return ops.constant(scalar, dtype)
+
+            return Lazy((), dtype, value.device, body, 1, (node,))
+        buf = ConstantBuffer(self.new_name("const"), value.dtype, value.device, tuple(value.shape),
+                             tuple(value.stride()), (node,), value=value)
+        self.constants.append(buf)
         return Stored(buf, buf.size, buf.stride, 0)
 
     def _call(self, node, table):
@@ -197,6 +225,14 @@ class GraphLowering:
             value = Lazy(value.size, value.dtype, value.device, value.loader(), 1, (v,))
         stride = want if is_dense(val.shape, want) else None
         return self.realize(value, stride)
+
+
+def mutates_an_argument(target) -> bool:
+    """True for ATen ops that write into one of their arguments (``normal_``, ``out=`` variants)."""
+    schema = getattr(target, "_schema", None)
+    if schema is None:
+        return False
+    return any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments)
 
 
 def _layout_for(size, val) -> tuple[int, ...]:

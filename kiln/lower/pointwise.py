@@ -36,6 +36,24 @@ def lower_round(g, node, x):
     return make_pointwise(node, lambda ops, a: ops.round(a), [x])
 
 
+@lowering(aten.round.decimals)
+def lower_round_decimals(g, node, x, *, decimals=0):
+    """ATen's rule: round(x * 10^d) / 10^d, or round(x / 10^-d) * 10^-d for negative d (in the op math type)."""
+    if not x.dtype.is_floating_point:
+        raise Unlowerable("round with decimals of a non-float tensor")
+    if decimals == 0:
+        return make_pointwise(node, lambda ops, a: ops.round(a), [x])
+    scale = float(10 ** abs(decimals))
+
+    def fn(ops, a):
+        ten = ops.constant(scale, a.dtype)
+        if decimals > 0:
+            return ops.truediv(ops.round(ops.mul(a, ten)), ten)
+        return ops.mul(ops.round(ops.truediv(a, ten)), ten)
+
+    return make_pointwise(node, fn, [x])
+
+
 # unary predicates: compute in the input's dtype, result bool
 for _aten_name in ("isnan", "isinf", "isfinite", "signbit", "logical_not"):
     def _make_pred(op_name):

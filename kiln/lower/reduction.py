@@ -93,8 +93,10 @@ def _arg(kind):
     def lower(g, node, x, dim=None, keepdim=False):
         if x.dtype == torch.bool:
             raise Unlowerable("argmax of bool")
-        if len(x.size) == 0:
-            raise Unlowerable("argmax of a 0-dim tensor")
+        if len(x.size) == 0:  # the only index of a scalar
+            from kiln.lower.shape import _constant_lazy
+
+            return _constant_lazy(node, 0)
         return reduce(g, node, x, dim, kind, upcast(x.dtype))
 
     return lower

@@ -27,6 +27,9 @@ def run_reference(lg: LoweredGraph, args) -> list:
     flats: dict[str, torch.Tensor] = {}
     for buf, arg in zip(lg.inputs, args):
         flats[buf.name] = arg.as_strided((_storage_numel(arg.shape, arg.stride()),), (1,))
+    for buf in lg.constants:
+        v = buf.value
+        flats[buf.name] = v.as_strided((_storage_numel(v.shape, v.stride()),), (1,), v.storage_offset())
     for node in lg.nodes:
         if isinstance(node, ExternKernel):
             a, k = tree_map(lambda v: tensor_of(v, flats) if isinstance(v, Stored) else v, (node.args, node.kwargs))

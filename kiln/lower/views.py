@@ -166,6 +166,52 @@ def _identity_index(node, in_size, out_size, *args, **kwargs):
     return lambda index: list(index)
 
 
+def _transpose_index(node, in_size, out_size, dim0, dim1):
+    n = len(in_size)
+    dims = list(range(n))
+    if n:
+        dims[dim0 % n], dims[dim1 % n] = dims[dim1 % n], dims[dim0 % n]
+    return _permute_index(node, in_size, out_size, dims)
+
+
+def _diagonal_index(node, in_size, out_size, offset=0, dim1=0, dim2=1):
+    n = len(in_size)
+    dim1, dim2 = dim1 % n, dim2 % n
+    rest = [d for d in range(n) if d not in (dim1, dim2)]
+
+    def mapping(index):
+        full = [None] * n
+        for i, d in enumerate(rest):
+            full[d] = index[i]
+        k = index[-1]
+        full[dim1] = k + max(-offset, 0)
+        full[dim2] = k + max(offset, 0)
+        return full
+
+    return mapping
+
+
+def copy_lowering(*ops, reindex):
+    """Register a ``*_copy`` op (the view op's result in a fresh dense tensor): a ``Lazy`` that reindexes."""
+
+    def lower(g, node, x, *args, **kwargs):
+        if x.dtype.is_complex:
+            raise Unlowerable("complex dtype")
+        val = fake_val(node)
+        lazy = as_lazy(x)
+        mapping = reindex(node, tuple(x.size), tuple(val.shape), *args, **kwargs)
+        inner = lazy.body
+
+        def body(ops, index):
+            return inner(ops, mapping(index))
+
+        return Lazy(tuple(val.shape), x.dtype, x.device, body, lazy.cost, (node,))
+
+    for op in ops:
+        lowering(op)(lower)
+    return lower
+
+
 view_lowering(aten.view.default, aten._unsafe_view.default, aten.reshape.default, reindex=_reshape_index)("view")
 view_lowering(aten.permute.default, reindex=_permute_index)("permute")
 view_lowering(aten.expand.default, reindex=_expand_index)("expand")
@@ -174,4 +220,16 @@ view_lowering(aten.select.int, reindex=_select_index)("select")
 view_lowering(aten.unsqueeze.default, reindex=_unsqueeze_index)("unsqueeze")
 view_lowering(aten.squeeze.dims, aten.squeeze.dim, aten.squeeze.default, reindex=_squeeze_index)("squeeze")
 view_lowering(aten.alias.default, aten.detach.default, reindex=_identity_index)("alias")
-view_lowering(aten.as_strided.default, aten.diagonal.default, aten.unfold.default)("strided_view")
+view_lowering(aten.transpose.int, reindex=_transpose_index)("transpose")
+view_lowering(aten.diagonal.default, reindex=_diagonal_index)("diagonal")
+view_lowering(aten.as_strided.default, aten.unfold.default)("strided_view")
+
+copy_lowering(aten.alias_copy.default, aten.detach_copy.default, reindex=_identity_index)
+copy_lowering(aten.permute_copy.default, reindex=_permute_index)
+copy_lowering(aten.transpose_copy.int, reindex=_transpose_index)
+copy_lowering(aten.expand_copy.default, reindex=_expand_index)
+copy_lowering(aten.diagonal_copy.default, reindex=_diagonal_index)
+copy_lowering(aten.unsqueeze_copy.default, reindex=_unsqueeze_index)
+copy_lowering(aten.view_copy.default, reindex=_reshape_index)
+copy_lowering(aten.slice_copy.Tensor, reindex=_slice_index)
+copy_lowering(aten.select_copy.int, reindex=_select_index)

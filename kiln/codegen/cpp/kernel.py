@@ -42,6 +42,7 @@ class CppKernel:
     params: list[tuple[str, str]]  # (buffer name, "in" | "out") in parameter order
     origins: tuple
     work: int
+    checks_bounds: bool = False  # reads loaded indices: the wrapper checks the library's error flag after it
 
 
 class KernelContext:
@@ -51,6 +52,7 @@ class KernelContext:
         self.group = group
         self.buffers = buffers
         self.k = group.depth
+        self.checks_bounds = False  # set by CppOps.indirect_indexing
         writes = [w for m in group.members for w in m.writes if w not in group.locals]
         reads = [r for m in group.members for r, _ in m.reads if r not in group.locals and r not in writes]
         self.params: list[tuple[str, str]] = []
@@ -183,7 +185,7 @@ def generate_kernel(group: FusedGroup, buffers: dict, index: int) -> CppKernel:
     if group.locals:
         header.append(f"//   kernel-local (never allocated): {', '.join(sorted(group.locals))}")
     src = header + [f'extern "C" void {name}({", ".join(params)})', "{"] + _indent(body) + ["}"]
-    return CppKernel(name, "\n".join(src), ctx.params, origins, work)
+    return CppKernel(name, "\n".join(src), ctx.params, origins, work, ctx.checks_bounds)
 
 
 def _scalar_group(group, ctx, member_code, parallel) -> list[str]:

@@ -24,7 +24,7 @@ _UNARY_FLOAT = {
     "tan": "std::tan({})", "asin": "std::asin({})", "acos": "std::acos({})", "atan": "std::atan({})",
     "sinh": "std::sinh({})", "cosh": "std::cosh({})", "tanh": "std::tanh({})", "asinh": "std::asinh({})",
     "acosh": "std::acosh({})", "atanh": "std::atanh({})", "sigmoid": "kiln_sigmoid({})", "erf": "std::erf({})",
-    "erfc": "std::erfc({})", "lgamma": "std::lgamma({})", "floor": "std::floor({})", "ceil": "std::ceil({})",
+    "erfc": "std::erfc({})", "erfinv": "kiln_erfinv({})", "lgamma": "std::lgamma({})", "floor": "std::floor({})", "ceil": "std::ceil({})",
     "trunc": "std::trunc({})", "round": "std::nearbyint({})", "frac": "({0} - std::trunc({0}))",
     "isnan": "std::isnan({})", "isinf": "std::isinf({})", "isfinite": "std::isfinite({})",
     "signbit": "std::signbit({})",
@@ -100,9 +100,12 @@ class CppOps(OpsHandler):
         self.cse: dict[str, CppVal] = {}
         self.count = 0
         self.after_reduction = False
+        self.redirect: list[list[str]] = []  # bodies of ``masked`` being generated, innermost last
 
     @property
     def out(self) -> list[str]:
+        if self.redirect:
+            return self.redirect[-1]
         return self.post if self.after_reduction else self.lines
 
     def _emit(self, expr: str, dtype: torch.dtype) -> CppVal:
@@ -185,6 +188,32 @@ class CppOps(OpsHandler):
 
     def where(self, c, a, b):
         return self._emit(f"{c} ? {a} : {b}", a.dtype)
+
+    def masked(self, mask, body, other):
+        """``mask ? body() : other`` with the body in a lambda, so its loads run only where ``mask`` holds."""
+        outer_cse, n_reductions = self.cse, len(self.reductions)
+        self.cse = dict(self.cse)  # values made inside the lambda are not visible after it
+        self.redirect.append([])
+        try:
+            value = body()
+        finally:
+            inner = self.redirect.pop()
+            self.cse = outer_cse
+        if len(self.reductions) != n_reductions:
+            raise NotImplementedError("a reduction inside ops.masked")
+        fn = f"tmp{self.count}_fn"
+        self.count += 1
+        T = CTYPE[value.dtype]
+        self.out.extend([f"auto {fn} = [&]() -> {T} {{"] + ["    " + line for line in inner]
+                        + [f"    return {value};", "};"])
+        return self._emit(f"{mask} ? {fn}() : {c_literal(other, value.dtype)}", value.dtype)
+
+    def indirect_indexing(self, value, size, wrap_negative=True):
+        """A loaded index as a C variable (checked: out of bounds sets the library's error flag)."""
+        self.ctx.checks_bounds = True
+        v = self._emit(f"kiln_indirect(static_cast<int64_t>({value}), {int(size)}LL, {'true' if wrap_negative else 'false'})",
+                       torch.int64)
+        return sympy.Symbol(v.name, integer=True, nonnegative=True)
 
     def reduction(self, kind, value, dtype):
         acc = f"acc{len(self.reductions)}"

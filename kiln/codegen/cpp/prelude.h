@@ -6,6 +6,15 @@
 #include <algorithm>
 #include <omp.h>
 
+// Set by a kernel that met an out-of-bounds index; the wrapper reads and clears it after the call.
+static int kiln_error_flag = 0;
+extern "C" int kiln_take_error() { return __atomic_exchange_n(&kiln_error_flag, 0, __ATOMIC_RELAXED); }
+static inline int64_t kiln_indirect(int64_t i, int64_t size, bool wrap) {
+  if (wrap && i < 0) i += size;
+  if (i < 0 || i >= size) { __atomic_store_n(&kiln_error_flag, 1, __ATOMIC_RELAXED); return 0; }
+  return i;
+}
+
 struct kiln_bf16 {
   uint16_t bits;
   kiln_bf16() = default;
@@ -92,3 +101,30 @@ template <typename T> static inline T kiln_abs(T a) {
   else if constexpr (std::is_same_v<T, bool>) return a;
   else return a < 0 ? (T)-a : a;
 }
+// erfinv: a rational first guess refined by two Newton steps on erf (in double).
+static inline double kiln_erfinv_d(double y) {
+  if (y != y || y < -1.0 || y > 1.0) return std::numeric_limits<double>::quiet_NaN();
+  if (y == 1.0) return std::numeric_limits<double>::infinity();
+  if (y == -1.0) return -std::numeric_limits<double>::infinity();
+  const double a[4] = {0.886226899, -1.645349621, 0.914624893, -0.140543331};
+  const double b[4] = {-2.118377725, 1.442710462, -0.329097515, 0.012229801};
+  const double c[4] = {-1.970840454, -1.624906493, 3.429567803, 1.641345311};
+  const double d[2] = {3.543889200, 1.637067800};
+  double x, ay = std::fabs(y);
+  if (ay <= 0.7) {
+    double z = y * y;
+    double num = ((a[3] * z + a[2]) * z + a[1]) * z + a[0];
+    double den = (((b[3] * z + b[2]) * z + b[1]) * z + b[0]) * z + 1.0;
+    x = y * num / den;
+  } else {
+    double z = std::sqrt(-std::log((1.0 - ay) / 2.0));
+    double num = ((c[3] * z + c[2]) * z + c[1]) * z + c[0];
+    double den = (d[1] * z + d[0]) * z + 1.0;
+    x = std::copysign(num, y) / den;
+  }
+  const double two_over_sqrt_pi = 1.1283791670955126;
+  x = x - (std::erf(x) - y) / (two_over_sqrt_pi * std::exp(-x * x));
+  x = x - (std::erf(x) - y) / (two_over_sqrt_pi * std::exp(-x * x));
+  return x;
+}
+template <typename T> static inline T kiln_erfinv(T y) { return static_cast<T>(kiln_erfinv_d(static_cast<double>(y))); }

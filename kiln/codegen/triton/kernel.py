@@ -159,6 +159,7 @@ class MemberContext:
                        for d, s in enumerate(inner_syms)}
         self.axis_of = {s: "x" for s in outer} if row else {s: "x" for s in self.ranges}
         self.axis_of.update({s: "r" for s in self.rename.values()})
+        self.indirect: dict = {}  # symbols made by ops.indirect_indexing -> the axes of their values
 
     def new_tmp(self, prefix: str = "tmp") -> str:
         return self.kctx.new_tmp(prefix)
@@ -186,8 +187,10 @@ class MemberContext:
 
     def index(self, expr) -> tuple[str, frozenset]:
         expr = simplify_with_ranges(sympy.sympify(expr), self.ranges).xreplace(self.rename)
-        axes = frozenset(self.axis_of[s] for s in expr.free_symbols)
-        return print_index_py(expr), axes
+        axes = set()
+        for s in expr.free_symbols:
+            axes |= self.indirect[s] if s in self.indirect else {self.axis_of[s]}
+        return print_index_py(expr), frozenset(axes)
 
     def mask(self, axes) -> str | None:
         parts = []

@@ -121,6 +121,7 @@ class TritonOps(OpsHandler):
         self.post: list[str] = []
         self.cse: dict[str, TVal] = {} if cse is None else cse
         self.after_reduction = False
+        self.masks: list[TVal] = []  # enclosing ops.masked conditions
 
     @property
     def out(self) -> list[str]:
@@ -181,7 +182,12 @@ class TritonOps(OpsHandler):
             return reg
         ptr = self.ctx.pointer(name)
         idx, axes = self.ctx.index(index)
-        mask = self.ctx.mask(axes)
+        if self.masks:
+            want = axes.union(*(m.axes for m in self.masks))
+            if want != axes:
+                idx = f"({idx}) + tl.full({self.ctx.shape(want)}, 0, tl.int32)"
+                axes = frozenset(want)
+        mask = " & ".join(filter(None, [self.ctx.mask(axes)] + [m.name for m in self.masks])) or None
         args = f"{ptr} + ({idx})" + (f", {mask}, other=0" if mask else "")
         val = self._emit(f"tl.load({args})", dtype, axes)
         if dtype in (torch.float16, torch.bfloat16):
@@ -230,6 +236,33 @@ class TritonOps(OpsHandler):
 
     def where(self, c, a, b):
         return self._emit(f"tl.where({c}, {a}, {b})", a.dtype, c.axes | a.axes | b.axes)
+
+    def masked(self, mask, body, other):
+        """``body()`` with every load under ``mask`` too, then ``tl.where(mask, value, other)``."""
+        outer_cse = self.cse
+        self.cse = dict(self.cse)  # values loaded under the mask are not valid outside it
+        self.masks.append(mask)
+        try:
+            value = body()
+        finally:
+            self.masks.pop()
+            self.cse = outer_cse
+        fill = self.constant(other, value.dtype)
+        return self._emit(f"tl.where({mask}, {value}, {fill})", value.dtype, mask.axes | value.axes)
+
+    def indirect_indexing(self, value, size, wrap_negative=True):
+        """A loaded index as a block variable usable in later indices.
+
+        Negative values count from the end. Out-of-range values (the user's error; eager raises) are
+        clamped so no load leaves the buffer; the GPU cannot raise IndexError mid-kernel.
+        """
+        v = self._emit(f"({value}).to(tl.int64)", torch.int64, value.axes)
+        if wrap_negative:
+            v = self._emit(f"tl.where({v} < 0, {v} + {int(size)}, {v})", torch.int64, v.axes)
+        v = self._emit(f"tl.minimum(tl.maximum({v}, 0), {int(size) - 1})", torch.int64, v.axes)
+        sym = sympy.Symbol(v.name, integer=True, nonnegative=True)
+        self.ctx.indirect[sym] = set(v.axes)
+        return sym
 
     # ---------------------------------------------------------------------------- reductions
 

@@ -1,0 +1,47 @@
+"""C++ generation of the masked and indirect-indexing ops (the text; running them is tested in tests/lower)."""
+import torch
+
+from kiln.codegen.cpp.ops import CppOps
+
+
+class Ctx:
+    checks_bounds = False
+
+    def pointer(self, name):
+        return f"ptr_{name}"
+
+    def dtype_of(self, name):
+        return {"x": torch.float32, "idx": torch.int64}[name]
+
+    def local_index(self, name, index):
+        return index
+
+
+def test_masked_body_is_a_lambda_called_only_under_the_mask():
+    from kiln.loopir.index import var
+
+    ops = CppOps(Ctx())
+    x0 = var("x", 0)
+    j = ops.index_expr(x0, torch.int64)
+    mask = ops.ge(j, ops.constant(2, torch.int64))
+    out = ops.masked(mask, lambda: ops.exp(ops.load("x", x0 - 2)), 0.0)
+    text = "\n".join(ops.lines)
+    assert "[&]() -> float {" in text and "ptr_x[(x0 - 2)]" in text, text
+    assert f"{mask} ? " in text and "() : static_cast<float>(0x0.0p+0)" in text, text
+    # the load inside the lambda is not reused outside it
+    again = ops.load("x", x0 - 2)
+    assert again.name != out.name and sum("ptr_x[(x0 - 2)]" in line for line in ops.lines) == 2
+
+
+def test_indirect_indexing_is_checked_and_flags_the_kernel():
+    from kiln.loopir.index import var
+
+    ctx = Ctx()
+    ops = CppOps(ctx)
+    v = ops.load("idx", var("x", 0))
+    k = ops.indirect_indexing(v, 7)
+    ops.load("x", 3 * k + 1)
+    text = "\n".join(ops.lines)
+    assert f"kiln_indirect(static_cast<int64_t>({v.name}), 7LL, true)" in text, text
+    assert f"ptr_x[(1 + 3*{k.name})]" in text or f"ptr_x[(3*{k.name} + 1)]" in text, text
+    assert ctx.checks_bounds
