@@ -42,6 +42,8 @@ _MATH_NAMESPACES = ("torch._C", "torch.masked", "torch.signal", "torch.nn.functi
 
 
 def is_torch_function(obj) -> bool:
+    if isinstance(obj, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+        return True  # torch.ops.<namespace>.<op>[.<overload>]: dispatcher ops, called straight from user code
     if isinstance(obj, (types.BuiltinFunctionType, types.BuiltinMethodType)):
         mod = getattr(obj, "__module__", None) or ""
         self_obj = getattr(obj, "__self__", None)
@@ -77,6 +79,18 @@ class TorchFunctionValue(KnownFunctionValue):
             # torch.Tensor.add(x, y): an unbound Tensor method
             return tx.output.call("call_method", fn.__name__, args, kwargs)
         return tx.output.call("call_function", fn, args, kwargs)
+
+    def getattr(self, tx, name: str) -> Value:
+        if isinstance(self.fn, torch._ops.OpOverloadPacket):
+            try:
+                overload = getattr(self.fn, name)
+            except AttributeError:
+                unsupported(f"{self.fn} has no overload {name!r}")
+            if isinstance(overload, torch._ops.OpOverload):
+                return TorchFunctionValue(overload)
+        if name in ("__name__", "__qualname__", "__module__") and isinstance(getattr(self.fn, name, None), str):
+            return ConstantValue(getattr(self.fn, name))
+        unsupported(f"attribute {name!r} of {self}")
 
     def __repr__(self) -> str:
         return f"TorchFunction({getattr(self.fn, '__qualname__', self.fn)})"
