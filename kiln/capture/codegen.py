@@ -328,9 +328,20 @@ def break_code(original: types.CodeType, graph_call, graph_outputs: dict[int, in
         cg.extend(bc.store_fast(name))
     blocks = []
     for shape, live, resume_code in continuations:
-        values = [t for t in survivors if t is not None] + (results if len(shape) > len(survivors) else [])
+        values = [t for t, kind in zip(survivors, shape) if kind is True] + \
+            (results if len(shape) > len(survivors) else [])
         first = [live[0]] if live and original.co_argcount and live[0] == original.co_varnames[0] else []
         block = PyCodegen(graph_outputs, cg.built)
+        # autocast blocks entered again for the breaking instruction are left here: the resume
+        # function's prologue enters them once more
+        for temp, kind in reversed(list(zip(survivors, shape))):
+            if isinstance(kind, tuple):
+                block.extend(bc.push_null())
+                block.load_fast(temp)
+                for _ in range(3):
+                    block.load_const(None)
+                block.call(3)
+                block.extend(bc.pop_top())
         block.extend(bc.push_null())
         make_resume_fn(block, resume_code)
         for name in first + values + [n for n in live if n not in first]:
