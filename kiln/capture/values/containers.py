@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kiln.capture.values.base import ConstantValue, Value, unsupported
+from kiln.capture.values.base import ConstantValue, Value, note_mutation, unsupported
 
 
 def constants_of(values: list[Value]) -> list[Any] | None:
@@ -76,6 +76,7 @@ class ListValue(SequenceValue):
     python_kind = list
 
     def _check_mutable(self, tx, what: str) -> None:
+        note_mutation(tx, self)
         if not self.created_here:
             if self.source is None or tx is None:
                 unsupported(f"{what} on a list kiln cannot locate after the graph runs")
@@ -249,6 +250,7 @@ class DictValue(Value):
         return self.entries[k]
 
     def _check_mutable(self, tx, what: str) -> None:
+        note_mutation(tx, self)
         if not self.created_here:
             if self.source is None or tx is None or self.dict_type is not dict:
                 unsupported(f"{what} on a dict kiln cannot locate after the graph runs")
@@ -354,6 +356,8 @@ class SetValue(Value):
         return method_or_unsupported(self, name)
 
     def call_method(self, tx, name, args, kwargs):
+        if name in ("add", "update"):
+            note_mutation(tx, self)
         if name == "add":
             if not self.created_here:
                 unsupported("set.add on a set that existed before the compiled function ran")
@@ -407,7 +411,7 @@ class ListIteratorValue(Value):
 
     def python_type(self) -> type:
         return {"dict_keys": type({}.keys()), "dict_values": type({}.values()),
-                "dict_items": type({}.items())}.get(self.kind, type(iter([])))
+                "dict_items": type({}.items()), "generator": type(x for x in ())}.get(self.kind, type(iter([])))
 
     def items(self, tx) -> list[Value]:
         if self.kind.startswith("dict_"):
