@@ -16,7 +16,8 @@ from typing import Any
 
 from kiln.capture import bytecode as bc
 from kiln.capture.hook import call_without_hook
-from kiln.capture.side_effects import AttrWrite, CellWrite, ContainerUpdate, GlobalWrite, replace_dict, replace_list
+from kiln.capture.side_effects import (AttrWrite, CellWrite, ContainerUpdate, GlobalWrite, IteratorAdvance,
+                                       replace_dict, replace_list)
 from kiln.capture.values.base import Value
 from kiln.capture.values.tensors import TensorValue
 
@@ -44,6 +45,14 @@ def _apply(cg: "PyCodegen", effect, temp: str) -> None:
     elif isinstance(effect, CellWrite):
         cg.load_fast(temp)
         cg.extend(bc.store_deref(effect.var_name))
+    elif isinstance(effect, IteratorAdvance):
+        from kiln.capture.sources import advance_iterator
+
+        cg.prepare_call(advance_iterator)
+        effect.iterator.source.emit(cg)
+        cg.load_fast(temp)
+        cg.call(2)
+        cg.extend(bc.pop_top())
     elif isinstance(effect, ContainerUpdate):
         from kiln.capture.values.containers import ListValue
 

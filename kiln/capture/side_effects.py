@@ -39,6 +39,20 @@ class ContainerUpdate:
     container: Value
 
 
+@dataclasses.dataclass
+class IteratorAdvance:
+    """An iterator from outside (list, tuple, dict, range iterator) that tracing read items from: the
+    real one is advanced by as many items after the graph."""
+
+    iterator: Value
+
+    @property
+    def value(self) -> Value:
+        from kiln.capture.values.base import ConstantValue
+
+        return ConstantValue(self.iterator.consumed())
+
+
 class SideEffects:
     def __init__(self) -> None:
         self._effects: dict[Any, Any] = {}  # insertion-ordered; key identifies the written place
@@ -85,6 +99,10 @@ class SideEffects:
     def container_changed(self, container: Value) -> None:
         self.write_count += 1
         self._effects.setdefault(("container", id(container)), ContainerUpdate(container))
+
+    def iterator_read(self, iterator: Value) -> None:
+        self.write_count += 1
+        self._effects.setdefault(("iterator", id(iterator)), IteratorAdvance(iterator))
 
     def __iter__(self):
         return iter(list(self._effects.values()))

@@ -60,7 +60,7 @@ def FOR_ITER(tx, inst):
     it = tx.stack[-1]
     if not isinstance(it, ListIteratorValue):
         unsupported(f"for loop over {it}")
-    item = it.next_item()
+    item = it.next_item(tx)
     if item is not None:
         tx.push(item)
         return

@@ -153,6 +153,21 @@ def _wrap(tx, value, source, qualname) -> Value:
 
     from kiln.capture.values.containers import ListIteratorValue, ResumeIterator
 
+    from kiln.capture.sources import READABLE_ITERATOR_TYPES, IteratorRemainingSource, iterator_remaining
+
+    if type(value) in READABLE_ITERATOR_TYPES and source is not None and not isinstance(source, ConstantSource):
+        from kiln.capture.values.containers import ExternalIteratorValue
+
+        remaining = iterator_remaining(value)
+        if len(remaining) > 1000:
+            unsupported(f"iterating over a {type(value).__name__} with {len(remaining)} items left")
+        guards.type(source, value)
+        items_source = IteratorRemainingSource(source)
+        guards.length(items_source, remaining)
+        result = ExternalIteratorValue([wrap(tx, v, GetItemSource(items_source, i)) for i, v in enumerate(remaining)],
+                                       source, tx)
+        result._real = value
+        return result
     if type(value) is ResumeIterator and source is not None:
         guards.constant(AttrSource(source, "pos"), value.pos)
         items_source = AttrSource(source, "items")

@@ -419,7 +419,7 @@ class ListIteratorValue(Value):
         out, self.remaining = self.remaining, []
         return out
 
-    def next_item(self) -> Value | None:
+    def next_item(self, tx=None) -> Value | None:
         if not self.remaining:
             return None
         return self.remaining.pop(0)
@@ -476,3 +476,42 @@ class ResumeIterator:
 
     def __repr__(self) -> str:
         return f"Iterator[{self.kind}]({self.remaining!r})"
+
+
+class ExternalIteratorValue(ListIteratorValue):
+    """A list/tuple/dict/range iterator passed in from outside: its remaining items were read (and
+    guarded) without advancing it; items consumed while tracing advance the real one after the graph
+    (a side effect), and handing it on hands on the very same object."""
+
+    def __init__(self, items: list[Value], source, tx):
+        super().__init__(items)
+        self.source = source
+        self.initial = len(items)
+        self.created_here = False
+        self._tx = tx
+
+    def python_type(self) -> type:
+        return type(self._real)
+
+    def consumed(self) -> int:
+        return self.initial - len(self.remaining)
+
+    def _note_read(self, tx) -> None:
+        from kiln.capture.values.base import note_mutation
+
+        note_mutation(tx, self)
+        tx.output.side_effects.iterator_read(self)
+
+    def items(self, tx) -> list[Value]:
+        self._note_read(tx)
+        return super().items(tx)
+
+    def next_item(self, tx=None) -> Value | None:
+        self._note_read(tx or self._tx)
+        return super().next_item()
+
+    def reconstruct(self, cg) -> None:
+        self.source.emit(cg)
+
+    def __repr__(self) -> str:
+        return f"ExternalIterator({self.remaining!r})"
