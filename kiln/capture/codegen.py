@@ -252,7 +252,7 @@ def transformed_code(original: types.CodeType, graph_call: tuple[Any, list] | No
 
 def break_code(original: types.CodeType, graph_call, graph_outputs: dict[int, int], side_effects,
                stack: list, consumed: int, pushed: int, locals_: dict[str, Value], break_insts: list,
-               continuations: list, make_resume_fn, restore_grad_mode: bool | None = None,
+               continuations: list, make_resume_fn,
                exception_continuation: tuple | None = None) -> types.CodeType:
     """The code that replaces `original` when tracing stopped at an instruction it cannot trace.
 
@@ -261,10 +261,11 @@ def break_code(original: types.CodeType, graph_call, graph_outputs: dict[int, in
     last may be a conditional jump), keeps its `pushed` results, and then for each continuation
     (stack shape, live local names, resume code) calls the resume function with the non-NULL stack
     values and those locals, returning its result. A conditional jump's target is the second
-    continuation. When the instruction sits in a try block, `exception_continuation` (handler depth,
-    lasti or None, live locals, resume code) takes over if it raises: the original handler runs in a
-    resume function that starts there. Inside grad-mode blocks only, `restore_grad_mode` is put back
-    if it raises.
+    continuation. When the instruction sits in a try or with block, `exception_continuation` (handler
+    depth, lasti or None, live locals, resume code) takes over if it raises: the original handler (an
+    except/finally clause, or the with block's cleanup calling its __exit__) runs in a resume function
+    that starts there. Stack slots of kind ("autocast", args) hold the exit of an autocast block the
+    transformed code entered again: it is left before each resume function, which re-enters it.
     """
     from kiln.capture.values.base import NULL
 
@@ -318,15 +319,6 @@ def break_code(original: types.CodeType, graph_call, graph_outputs: dict[int, in
         block.call(n)
         block.extend(bc.return_value())
         handler = block.instructions
-        entry = bc.ExceptionTableEntry(break_insts[0], break_insts[-1], handler[0], 0, False)
-        for inst in break_insts:
-            inst.exn_tab_entry = entry
-    elif restore_grad_mode is not None:
-        # the instruction runs inside grad-mode blocks: if it raises, leave them as eager would
-        from kiln.capture.values.contexts import GradModeExit
-
-        handler = [*bc.push_null(), *bc.load_const(GradModeExit(restore_grad_mode)), *bc.call(0),
-                   *bc.pop_top(), bc.create_instruction("RERAISE", arg=0)]
         entry = bc.ExceptionTableEntry(break_insts[0], break_insts[-1], handler[0], 0, False)
         for inst in break_insts:
             inst.exn_tab_entry = entry

@@ -28,24 +28,6 @@ def _generic_jump_name(opname: str) -> str:
     return opname.replace("_FORWARD", "").replace("_BACKWARD", "")
 
 
-def _is_with_cleanup(tracer, handler) -> bool:
-    i = tracer.index_of[id(handler)]
-    following = tracer.instructions[i + 1] if i + 1 < len(tracer.instructions) else None
-    return handler.opname == "PUSH_EXC_INFO" and following is not None and following.opname == "WITH_EXCEPT_START"
-
-
-def _grad_mode_to_restore_on_error(stack) -> bool | None:
-    """If the break is inside grad-mode blocks, the mode to restore should the instruction raise."""
-    from kiln.capture.values.contexts import WithExitValue
-
-    from kiln.capture.values.contexts import GradModeValue
-
-    for value in stack:
-        if isinstance(value, WithExitValue) and isinstance(value.ctx, GradModeValue):
-            return value.ctx.previous
-    return None
-
-
 def _slot_kind(value):
     """How a stack value reaches a resume function: True (an argument), False (CPython's NULL, pushed
     again), or ("autocast", args): the __exit__ of an open autocast block, whose resume function enters
@@ -209,6 +191,6 @@ def compile_with_break(code, f_locals, f_globals, f_builtins, closure, options, 
         exception_continuation = (entry.depth, lasti, handler_live, handler_code)
     copied = bc.inherit_positions(_copy_instructions(inst, tracer), inst)  # errors point at the user's line
     new_code = break_code(code, graph_call, graph_outputs, tracer.output.side_effects, stack, popped, pushed,
-                          locals_values, copied, built, make_resume_fn, _grad_mode_to_restore_on_error(stack),
+                          locals_values, copied, built, make_resume_fn,
                           exception_continuation)
     return new_code, gm, tracer
