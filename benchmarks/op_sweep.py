@@ -19,6 +19,11 @@ An op passes when all its samples match; "error" means kiln (or torch) raised wh
     python benchmarks/op_sweep.py --no-torch --json sweep.json
     python benchmarks/op_sweep.py --backend aot_eager
 
+kiln passes only when its backend compiled at least one graph; by default torch passes whenever its
+result matches, also when dynamo fell back to eager (a graph break before any op, or aot_eager failing:
+narrow/tensor_split with tensor arguments, nonzero, item, ...). --strict-torch applies kiln's rule to
+torch as well: the fair comparison of what each captures.
+
 Frontends for kiln: "fx" (default) hands a one-node FX graph calling the op straight to the backend;
 "kiln" goes through kiln.compile(fn, backend=...), so capture is exercised too.
 Needs the ``expecttest`` package (torch's OpInfo database imports it).
@@ -209,11 +214,43 @@ def _kiln_compile(fn, tensors, args, record):
     return reseeding
 
 
-def _torch_compile(fn, backend):
+class TorchCapturedNothing(Exception):
+    """torch.compile produced a correct result without aot_eager compiling any graph (dynamo fell back)."""
+
+
+def _torch_compile(fn, backend: str, strict: bool):
     import torch
 
     torch._dynamo.reset()
-    return torch.compile(fn, backend=backend, dynamic=False)
+    if not strict:
+        return torch.compile(fn, backend=backend, dynamic=False)
+    # kiln's rule for torch too: at least one graph compiled by aot_eager, and no backend failure
+    # (dynamo otherwise runs the frame eagerly and still gets eager's result)
+    from torch._dynamo.backends.registry import lookup_backend
+
+    aot_eager = lookup_backend(backend)
+    record = {"graphs": 0, "failed": ""}
+
+    def counting_aot_eager(gm, example_inputs):
+        try:
+            compiled_gm = aot_eager(gm, example_inputs)
+        except Exception as exc:
+            record["failed"] = record["failed"] or f"{type(exc).__name__}: {exc}"
+            raise
+        record["graphs"] += 1
+        return compiled_gm
+
+    compiled = torch.compile(fn, backend=counting_aot_eager, dynamic=False)
+
+    def run(*args):
+        out = compiled(*args)
+        if record["failed"]:
+            raise TorchCapturedNothing(f"aot_eager failed, dynamo ran the code eagerly: {record['failed']}")
+        if not record["graphs"]:
+            raise TorchCapturedNothing("dynamo captured no graph (the op ran as plain Python)")
+        return out
+
+    return run
 
 
 def _run_sample(compile_fn, fn, tensors):
@@ -233,7 +270,7 @@ def _run_sample(compile_fn, fn, tensors):
         got_inputs = _clone(tensors)
         torch.manual_seed(0)
         got = compiled(*got_inputs)
-    except (UnsupportedFakeOp, KilnFallback) as exc:
+    except (UnsupportedFakeOp, KilnFallback, TorchCapturedNothing) as exc:
         return "fallback", str(exc).splitlines()[0][:300]
     except Exception as exc:
         return "error", f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
@@ -273,7 +310,7 @@ def _run_op(op, args) -> dict:
             if name == "kiln":
                 compile_fn = lambda f, ts, rec=record: _kiln_compile(f, ts, args, rec)  # noqa: E731
             else:
-                compile_fn = lambda f, ts: _torch_compile(f, TORCH_BACKEND[args.backend])  # noqa: E731
+                compile_fn = lambda f, ts: _torch_compile(f, TORCH_BACKEND[args.backend], args.strict_torch)  # noqa: E731
             status, message = _run_sample(compile_fn, fn, tensors)
             if status is None:
                 continue
@@ -453,6 +490,9 @@ def main(argv=None) -> int:
     parser.add_argument("--backend", choices=tuple(TORCH_BACKEND), default="kiln",
                         help="kiln's backend under test (compared with torch.compile's inductor / aot_eager)")
     parser.add_argument("--no-torch", dest="torch", action="store_false", help="skip torch.compile")
+    parser.add_argument("--strict-torch", action="store_true",
+                        help="count a torch pass only when aot_eager compiled at least one graph without failing "
+                             "(kiln's rule; by default dynamo's silent eager fallbacks count as torch passes)")
     parser.add_argument("--json", default="", help="write per-op results here")
     parser.add_argument("-v", "--verbose", action="store_true")
     parser.add_argument("--report", default="", help="print the report of an earlier --json file and exit")

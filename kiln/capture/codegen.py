@@ -16,7 +16,8 @@ from typing import Any
 
 from kiln.capture import bytecode as bc
 from kiln.capture.hook import call_without_hook
-from kiln.capture.side_effects import AttrWrite, CellWrite, ContainerUpdate, GlobalWrite, replace_dict, replace_list
+from kiln.capture.side_effects import (AttrWrite, CellWrite, ContainerUpdate, GlobalWrite, IteratorAdvance,
+                                       replace_dict, replace_list)
 from kiln.capture.values.base import Value
 from kiln.capture.values.tensors import TensorValue
 
@@ -44,6 +45,14 @@ def _apply(cg: "PyCodegen", effect, temp: str) -> None:
     elif isinstance(effect, CellWrite):
         cg.load_fast(temp)
         cg.extend(bc.store_deref(effect.var_name))
+    elif isinstance(effect, IteratorAdvance):
+        from kiln.capture.sources import advance_iterator
+
+        cg.prepare_call(advance_iterator)
+        effect.iterator.source.emit(cg)
+        cg.load_fast(temp)
+        cg.call(2)
+        cg.extend(bc.pop_top())
     elif isinstance(effect, ContainerUpdate):
         from kiln.capture.values.containers import ListValue
 
@@ -243,7 +252,7 @@ def transformed_code(original: types.CodeType, graph_call: tuple[Any, list] | No
 
 def break_code(original: types.CodeType, graph_call, graph_outputs: dict[int, int], side_effects,
                stack: list, consumed: int, pushed: int, locals_: dict[str, Value], break_insts: list,
-               continuations: list, make_resume_fn, restore_grad_mode: bool | None = None,
+               continuations: list, make_resume_fn,
                exception_continuation: tuple | None = None) -> types.CodeType:
     """The code that replaces `original` when tracing stopped at an instruction it cannot trace.
 
@@ -252,10 +261,11 @@ def break_code(original: types.CodeType, graph_call, graph_outputs: dict[int, in
     last may be a conditional jump), keeps its `pushed` results, and then for each continuation
     (stack shape, live local names, resume code) calls the resume function with the non-NULL stack
     values and those locals, returning its result. A conditional jump's target is the second
-    continuation. When the instruction sits in a try block, `exception_continuation` (handler depth,
-    lasti or None, live locals, resume code) takes over if it raises: the original handler runs in a
-    resume function that starts there. Inside grad-mode blocks only, `restore_grad_mode` is put back
-    if it raises.
+    continuation. When the instruction sits in a try or with block, `exception_continuation` (handler
+    depth, lasti or None, live locals, resume code) takes over if it raises: the original handler (an
+    except/finally clause, or the with block's cleanup calling its __exit__) runs in a resume function
+    that starts there. Stack slots of kind ("autocast", args) hold the exit of an autocast block the
+    transformed code entered again: it is left before each resume function, which re-enters it.
     """
     from kiln.capture.values.base import NULL
 
@@ -312,15 +322,6 @@ def break_code(original: types.CodeType, graph_call, graph_outputs: dict[int, in
         entry = bc.ExceptionTableEntry(break_insts[0], break_insts[-1], handler[0], 0, False)
         for inst in break_insts:
             inst.exn_tab_entry = entry
-    elif restore_grad_mode is not None:
-        # the instruction runs inside grad-mode blocks: if it raises, leave them as eager would
-        from kiln.capture.values.contexts import GradModeExit
-
-        handler = [*bc.push_null(), *bc.load_const(GradModeExit(restore_grad_mode)), *bc.call(0),
-                   *bc.pop_top(), bc.create_instruction("RERAISE", arg=0)]
-        entry = bc.ExceptionTableEntry(break_insts[0], break_insts[-1], handler[0], 0, False)
-        for inst in break_insts:
-            inst.exn_tab_entry = entry
     cg.extend(break_insts)
     results = [f"__kiln_result_{i}" for i in range(pushed)]
     temps.extend(results)
@@ -328,9 +329,20 @@ def break_code(original: types.CodeType, graph_call, graph_outputs: dict[int, in
         cg.extend(bc.store_fast(name))
     blocks = []
     for shape, live, resume_code in continuations:
-        values = [t for t in survivors if t is not None] + (results if len(shape) > len(survivors) else [])
+        values = [t for t, kind in zip(survivors, shape) if kind is True] + \
+            (results if len(shape) > len(survivors) else [])
         first = [live[0]] if live and original.co_argcount and live[0] == original.co_varnames[0] else []
         block = PyCodegen(graph_outputs, cg.built)
+        # autocast blocks entered again for the breaking instruction are left here: the resume
+        # function's prologue enters them once more
+        for temp, kind in reversed(list(zip(survivors, shape))):
+            if isinstance(kind, tuple):
+                block.extend(bc.push_null())
+                block.load_fast(temp)
+                for _ in range(3):
+                    block.load_const(None)
+                block.call(3)
+                block.extend(bc.pop_top())
         block.extend(bc.push_null())
         make_resume_fn(block, resume_code)
         for name in first + values + [n for n in live if n not in first]:

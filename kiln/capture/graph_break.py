@@ -28,22 +28,28 @@ def _generic_jump_name(opname: str) -> str:
     return opname.replace("_FORWARD", "").replace("_BACKWARD", "")
 
 
-def _is_with_cleanup(tracer, handler) -> bool:
-    i = tracer.index_of[id(handler)]
-    following = tracer.instructions[i + 1] if i + 1 < len(tracer.instructions) else None
-    return handler.opname == "PUSH_EXC_INFO" and following is not None and following.opname == "WITH_EXCEPT_START"
+def _slot_kind(value):
+    """How a stack value reaches a resume function: True (an argument), False (CPython's NULL, pushed
+    again), or ("autocast", args): the __exit__ of an open autocast block, whose resume function enters
+    the block again itself (so its graph records the enter and exit)."""
+    from kiln.capture.values.contexts import AutocastValue, WithExitValue
+
+    if value is NULL:
+        return False
+    if isinstance(value, WithExitValue) and isinstance(value.ctx, AutocastValue):
+        return ("autocast", value.ctx.args)
+    return True
 
 
-def _grad_mode_to_restore_on_error(stack) -> bool | None:
-    """If the break is inside grad-mode blocks, the mode to restore should the instruction raise."""
-    from kiln.capture.values.contexts import WithExitValue
+def _close_open_autocasts(output, stack) -> None:
+    from torch.amp import autocast_mode
 
-    from kiln.capture.values.contexts import GradModeValue
+    from kiln.capture.values.contexts import AutocastValue, WithExitValue
 
-    for value in stack:
-        if isinstance(value, WithExitValue) and isinstance(value.ctx, GradModeValue):
-            return value.ctx.previous
-    return None
+    for value in reversed(stack):
+        if isinstance(value, WithExitValue) and isinstance(value.ctx, AutocastValue) and value.ctx.node is not None:
+            node = output.graph.call_function(autocast_mode._exit_autocast, (value.ctx.node,))
+            node.meta["example_value"] = None
 
 
 def _resume_args(code, instructions, target) -> list[str]:
@@ -70,6 +76,8 @@ def _popped(inst, tracer) -> tuple[int, int]:
         return 2, 1
     if name in ("UNARY_NEGATIVE", "UNARY_NOT", "UNARY_INVERT", "UNARY_POSITIVE", "GET_ITER"):
         return 1, 1
+    if name == "BEFORE_WITH":  # pops the context manager; pushes its __exit__ and what __enter__ returned
+        return 1, 2
     if name == "STORE_ATTR":
         return 2, 0
     if name == "STORE_SUBSCR":
@@ -115,7 +123,9 @@ def compile_with_break(code, f_locals, f_globals, f_builtins, closure, options, 
     else:
         unsupported("the frame ran to its end when traced again (internal inconsistency)")
     inst = tracer.instructions[break_index]
-    in_try = inst.exn_tab_entry is not None and not _is_with_cleanup(tracer, inst.exn_tab_entry.target)
+    # inside a try or with block: if the instruction raises, the original handler (an except/finally
+    # clause, or a with block's cleanup, which calls the context manager's __exit__) takes over
+    in_try = inst.exn_tab_entry is not None
     popped, pushed = _popped(inst, tracer)
     stack = list(tracer.stack)
     survivors = stack[: len(stack) - popped]
@@ -150,6 +160,9 @@ def compile_with_break(code, f_locals, f_globals, f_builtins, closure, options, 
         collect_tensors(v, tensors, seen)
     for v in tracer.output.side_effects.values():
         collect_tensors(v, tensors, seen)
+    # autocast blocks open at the break end with the graph; the transformed code enters them again as
+    # Python around the breaking instruction, and each resume function re-enters them in its prologue
+    _close_open_autocasts(tracer.output, stack)
     graph_call, graph_outputs, gm = finish_graph(tracer.output, tensors)
 
     def make_resume_fn(cg, resume_code):
@@ -162,7 +175,7 @@ def compile_with_break(code, f_locals, f_globals, f_builtins, closure, options, 
         else:
             cg.load_const(types.FunctionType(resume_code, f_globals, resume_code.co_name))
 
-    survivor_shape = [v is not NULL for v in survivors]
+    survivor_shape = [_slot_kind(v) for v in survivors]
     built = []
     for i, (target, live) in enumerate(continuations):
         shape = survivor_shape + [True] * pushed
@@ -178,6 +191,6 @@ def compile_with_break(code, f_locals, f_globals, f_builtins, closure, options, 
         exception_continuation = (entry.depth, lasti, handler_live, handler_code)
     copied = bc.inherit_positions(_copy_instructions(inst, tracer), inst)  # errors point at the user's line
     new_code = break_code(code, graph_call, graph_outputs, tracer.output.side_effects, stack, popped, pushed,
-                          locals_values, copied, built, make_resume_fn, _grad_mode_to_restore_on_error(stack),
+                          locals_values, copied, built, make_resume_fn,
                           exception_continuation)
     return new_code, gm, tracer

@@ -195,6 +195,7 @@ class _Namer:
             "___list": list,
             "___getattr": getattr,
             "___object_getattr": object.__getattribute__,
+            "___remaining": _iterator_remaining,
             "id": id,
         }
         self._by_id: dict[int, str] = {}
@@ -207,6 +208,12 @@ class _Namer:
         self._by_id[id(obj)] = label
         self.namespace[label] = obj
         return label
+
+
+def _iterator_remaining(it):
+    from kiln.capture.sources import iterator_remaining
+
+    return iterator_remaining(it)
 
 
 def _guardable(source: Source) -> bool:

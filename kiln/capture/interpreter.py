@@ -222,15 +222,58 @@ class Tracer:
             from kiln.capture.values.containers import ListIteratorValue
 
             return ListIteratorValue(child.yielded)
-        if code.co_flags & (0x20 | 0x80 | 0x100 | 0x200):
-            unsupported(f"calling generator or coroutine function {name}",
-                        hint="generator functions are supported in a later kiln version; "
-                             "generator expressions already are")
+        if code.co_flags & 0x20 and not code.co_flags & (0x80 | 0x100 | 0x200):
+            return self._run_generator_function(code, f_globals, name, fn_value, args, kwargs)
+        if code.co_flags & (0x80 | 0x100 | 0x200):
+            unsupported(f"calling coroutine function {name}")
         if self.depth >= self.options.inline_depth:
             unsupported(f"inlining deeper than {self.options.inline_depth} calls (at {name})")
         child = InliningTracer(code, f_globals, self.f_builtins, self.output, self, self.options, name)
         child.bind_arguments(fn_value, args, kwargs)
         return child.run()
+
+    def _run_generator_function(self, code, f_globals, name, fn_value, args, kwargs) -> Value:
+        """A user generator function: its body runs to the end now and its items become a materialized
+        iterator. Only sound when running it early changes nothing the caller could see: it may not
+        write to the world outside (side effects) nor change tensors in place, and it must end."""
+        if self.depth >= self.options.inline_depth:
+            unsupported(f"inlining deeper than {self.options.inline_depth} calls (at {name})")
+        output = self.output
+        effects_before = output.side_effects.write_count
+        nodes_before = set(output.graph.nodes)
+        floor = output.generator_floor
+        output.generator_floor = ConstantValue(None).serial  # values older than this belong to the caller
+        try:
+            child = GeneratorTracer(code, f_globals, self.f_builtins, output, self, self.options, name)
+            child.bind_arguments(fn_value, args, kwargs)
+            child.run()
+        finally:
+            output.generator_floor = floor
+        if output.side_effects.write_count != effects_before:
+            unsupported(f"generator function {name} has side effects: kiln cannot run it ahead of its consumer")
+        for node in output.graph.nodes:
+            if node not in nodes_before and _mutates_in_place(node):
+                unsupported(f"generator function {name} changes a tensor in place: kiln cannot run it ahead "
+                            f"of its consumer")
+        from kiln.capture.values.containers import ListIteratorValue
+
+        return ListIteratorValue(child.yielded, kind="generator")
+
+
+def _mutates_in_place(node) -> bool:
+    import operator
+
+    target = node.target
+    if node.op == "call_method":
+        return isinstance(target, str) and target.endswith("_") and not target.startswith("__")
+    if node.op == "call_function":
+        from kiln.capture.values.base import INPLACE_TO_PLAIN
+
+        if target is operator.setitem or target in INPLACE_TO_PLAIN:
+            return True
+        name = getattr(target, "__name__", "")
+        return name.endswith("_") and not name.startswith("_") or "out" in node.kwargs
+    return False
 
 
 class InliningTracer(Tracer):
@@ -284,11 +327,18 @@ class InliningTracer(Tracer):
 
 
 class GeneratorTracer(InliningTracer):
-    """Runs a generator expression to completion, collecting what it yields."""
+    """Runs a generator expression or generator function to completion, collecting what it yields."""
+
+    MAX_ITEMS = 10_000  # a generator that does not end is not run ahead
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.yielded: list[Value] = []
+
+    def add_yielded(self, value: Value) -> None:
+        if len(self.yielded) >= self.MAX_ITEMS:
+            unsupported(f"generator {self.function_name} yields more than {self.MAX_ITEMS} items")
+        self.yielded.append(value)
 
 
 def _default_value(tx, value) -> Value:

@@ -43,6 +43,7 @@ class OutputGraph:
         self.op_count = 0
         self.code_name = code_name
         self.user_stack: list[tuple[str, int, str]] = []  # (file, line, function) of the op being added
+        self.generator_floor: int | None = None  # while a generator runs ahead: serial of its first value
 
     # ---- inputs ------------------------------------------------------------------------------
 

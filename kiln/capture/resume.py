@@ -62,7 +62,9 @@ def make_resume_code(original: types.CodeType, resume_offset: int, stack: list[b
     """A code object continuing `original` at `resume_offset`.
 
     stack: for each stack slot at that point (bottom first), True if it holds a value (passed as an
-    argument `___stack<i>`), False if it holds CPython's NULL (pushed again by the prologue).
+    argument `___stack<i>`), False if it holds CPython's NULL (pushed again by the prologue), or
+    ("autocast", (device_type, dtype, enabled, cache_enabled)) for the __exit__ of an autocast block
+    the prologue enters again (`with torch.autocast(...)`: its __exit__ lands in that slot).
     live: local variable names passed in as arguments after the stack values; when live[0] is the
     original's first argument it comes first (before the stack values), as `super()` needs.
     """
@@ -74,11 +76,14 @@ def make_resume_code(original: types.CodeType, resume_offset: int, stack: list[b
         return found
     body = bc.decode(original)
     target = next(inst for inst in body if inst.offset == resume_offset)
-    stack_args = [f"___stack{i}" for i, present in enumerate(stack) if present]
+    stack_args = [f"___stack{i}" for i, present in enumerate(stack) if present is True]
     args = first + stack_args + [name for name in live if name not in first]
     prologue = bc.function_prologue(tuple(original.co_cellvars), len(original.co_freevars))
     for i, present in enumerate(stack):
-        prologue += bc.load_fast(f"___stack{i}") if present else bc.push_null()
+        if isinstance(present, tuple):
+            prologue += _enter_autocast_again(present[1])
+        else:
+            prologue += bc.load_fast(f"___stack{i}") if present else bc.push_null()
     prologue += bc.jump(target)
     bc.inherit_positions(prologue, target)
     varnames = tuple(args) + tuple(v for v in original.co_varnames if v not in args)
@@ -92,6 +97,16 @@ def make_resume_code(original: types.CodeType, resume_offset: int, stack: list[b
     )
     _CACHE[key] = code
     return code
+
+
+def _enter_autocast_again(args: tuple) -> list:
+    """torch.autocast(*args).__enter__(), leaving the block's __exit__ on the stack (as BEFORE_WITH does)."""
+    import torch
+
+    insts = bc.push_null() + bc.load_const(torch.autocast)
+    for arg in args:
+        insts += bc.load_const(arg)
+    return insts + bc.call(len(args)) + [bc.create_instruction("BEFORE_WITH")] + bc.pop_top()
 
 
 _CACHE: dict[tuple, types.CodeType] = {}

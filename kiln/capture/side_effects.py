@@ -39,9 +39,24 @@ class ContainerUpdate:
     container: Value
 
 
+@dataclasses.dataclass
+class IteratorAdvance:
+    """An iterator from outside (list, tuple, dict, range iterator) that tracing read items from: the
+    real one is advanced by as many items after the graph."""
+
+    iterator: Value
+
+    @property
+    def value(self) -> Value:
+        from kiln.capture.values.base import ConstantValue
+
+        return ConstantValue(self.iterator.consumed())
+
+
 class SideEffects:
     def __init__(self) -> None:
         self._effects: dict[Any, Any] = {}  # insertion-ordered; key identifies the written place
+        self.write_count = 0  # every write recorded so far, also those replacing an earlier one
 
     @staticmethod
     def _place(obj: Value):
@@ -53,6 +68,7 @@ class SideEffects:
         return id(real) if real is not None else id(obj)
 
     def store_attr(self, obj: Value, name: str, value: Value) -> None:
+        self.write_count += 1
         key = ("attr", self._place(obj), name)
         self._effects.pop(key, None)  # a later write moves to the end: replay keeps program order
         self._effects[key] = AttrWrite(obj, name, value)
@@ -63,6 +79,7 @@ class SideEffects:
         return found.value if found is not None else None
 
     def store_global(self, name: str, value: Value) -> None:
+        self.write_count += 1
         self._effects.pop(("global", name), None)
         self._effects[("global", name)] = GlobalWrite(name, value)
 
@@ -71,6 +88,7 @@ class SideEffects:
         return found.value if found is not None else None
 
     def store_cell(self, var_name: str, value: Value) -> None:
+        self.write_count += 1
         self._effects.pop(("cell", var_name), None)
         self._effects[("cell", var_name)] = CellWrite(var_name, value)
 
@@ -79,7 +97,12 @@ class SideEffects:
         return found.value if found is not None else None
 
     def container_changed(self, container: Value) -> None:
+        self.write_count += 1
         self._effects.setdefault(("container", id(container)), ContainerUpdate(container))
+
+    def iterator_read(self, iterator: Value) -> None:
+        self.write_count += 1
+        self._effects.setdefault(("iterator", id(iterator)), IteratorAdvance(iterator))
 
     def __iter__(self):
         return iter(list(self._effects.values()))

@@ -19,6 +19,7 @@ _STDLIB_DIRS = tuple(
 _INLINABLE_TORCH = (
     os.path.join(_TORCH_DIR, "nn", "modules") + os.sep,
     os.path.join(_TORCH_DIR, "testing", "_internal") + os.sep,  # test helpers: written like user code
+    os.path.join(_TORCH_DIR, "testing", "_utils.py"),  # wrapper_set_seed, freeze_rng_state (OpInfo's helpers)
 )
 # the module machinery itself (__call__, hooks) is not traced: kiln calls forward() directly
 _NOT_INLINABLE_TORCH = (os.path.join(_TORCH_DIR, "nn", "modules", "module.py"),)

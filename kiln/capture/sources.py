@@ -151,3 +151,38 @@ class ConstantSource(Source):
 
     def emit(self, cg) -> None:
         cg.load_const(self.value)
+
+
+@dataclasses.dataclass(frozen=True)
+class IteratorRemainingSource(Source):
+    """The items an iterator from outside has left (list, tuple, dict and range iterators), read
+    without advancing it: `___remaining(base)` (see iterator_remaining)."""
+
+    base: Source
+
+    def name(self) -> str:
+        return f"___remaining({self.base.name()})"
+
+    def emit(self, cg) -> None:
+        cg.prepare_call(iterator_remaining)
+        self.base.emit(cg)
+        cg.call(1)
+
+
+# the iterator types whose remaining items __reduce__ gives without advancing them
+READABLE_ITERATOR_TYPES = tuple(type(it) for it in (
+    iter([]), iter(()), iter({}), iter({}.values()), iter({}.items()), iter(range(0)), iter(range(1 << 64))))
+
+
+def iterator_remaining(it) -> tuple:
+    if type(it) not in READABLE_ITERATOR_TYPES:
+        raise TypeError(f"cannot read ahead in a {type(it).__name__}")
+    _, args, *state = it.__reduce__()
+    items = tuple(args[0]) if args else ()
+    return items[state[0]:] if state else items
+
+
+def advance_iterator(it, n: int) -> None:
+    """The replay of items consumed while tracing: the real iterator moves on as eager's would have."""
+    for _ in range(n):
+        next(it)

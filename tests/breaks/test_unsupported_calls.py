@@ -1,6 +1,7 @@
 """Calls kiln does not look inside: NumPy, random, file I/O, C functions of extension modules,
 kiln.graph_break() and kiln.disable(fn). Each breaks the graph cleanly; the call runs once per call
 of the compiled function, with eager's arguments and effects."""
+import contextlib
 import os
 import random
 import tempfile
@@ -303,3 +304,46 @@ def test_disable_applied_inline():
         return a + b
 
     check_breaks(fn, t(3), graphs=2, breaks=1)
+
+
+def _rng_state():
+    return torch.get_rng_state()
+
+
+def test_manual_seed_then_random_ops():
+    def fn(x):
+        y = x * 2
+        torch.manual_seed(7)  # BREAK:manual_seed
+        noise = torch.rand_like(y)
+        return y + noise, torch.randn(3), torch.nn.functional.dropout(y, 0.5, training=True)
+
+    # the reseed runs as Python between the graphs; the random ops of the second graph draw from the
+    # reseeded generator in program order: the same numbers as eager, and the same generator state after
+    check_breaks(fn, t(4), graphs=2, breaks=1, observe=_rng_state, where=["BREAK:manual_seed"])
+
+
+@contextlib.contextmanager
+def _frozen_rng():
+    state = torch.get_rng_state()
+    try:
+        yield
+    finally:
+        torch.set_rng_state(state)
+
+
+def _with_seed(op, *args, **kwargs):
+    """Like OpInfo's wrapper_set_seed: reseed inside a block that puts the generator state back."""
+    with _frozen_rng():
+        torch.manual_seed(42)
+        return op(*args, **kwargs)
+
+
+def test_reseeding_wrapper_around_random_op():
+    def fn(x):
+        y = x.abs()
+        return _with_seed(torch.nn.functional.dropout, y, 0.3, training=True) + 1
+
+    # fn breaks at the call into the wrapper; the wrapper's frame breaks at the generator context
+    # manager (building it, entering it, leaving it) and at manual_seed; dropout and the add after it
+    # are still compiled, with eager's random numbers, and the generator state is put back as in eager
+    check_breaks(fn, t(6), graphs=3, breaks=5, observe=_rng_state, dynamo_graphs=2, dynamo_breaks=1)

@@ -715,3 +715,35 @@ def test_format_instructions():
     assert "FOR_ITER" in text and "(to #" in text and "[exc -> #" in text and " new " in text
     assert len(text.splitlines()) == len(insts) + 1
     assert "RESUME" in repr(insts[next(k for k, i in enumerate(insts) if i.opname == "RESUME")])
+
+
+class _Block:
+    """A context manager that records how it is entered and left."""
+
+    def __init__(self, log, tag):
+        self.log, self.tag = log, tag
+
+    def __enter__(self):
+        self.log.append(("enter", self.tag))
+        return self
+
+    def __exit__(self, *exc):
+        self.log.append(("exit", self.tag, exc[0]))
+        return False
+
+
+def test_with_setup_in_a_prologue_then_exit_call():
+    # what a resume function's prologue does to re-enter a block (resume._enter_autocast_again):
+    # construct the context manager, BEFORE_WITH, drop __enter__'s result, leaving __exit__ on the
+    # stack; the block's normal end calls it with three Nones
+    def template(log):
+        pass
+
+    insts = (bc.resume(0) + bc.push_null() + bc.load_const(_Block) + bc.load_fast("log") + bc.load_const("b")
+             + bc.call(2) + [bc.create_instruction("BEFORE_WITH")] + bc.pop_top()
+             + bc.load_fast("log") + bc.load_method("append") + bc.load_const("body") + bc.call(1) + bc.pop_top()
+             + bc.load_const(None) + bc.load_const(None) + bc.load_const(None) + bc.call(2) + bc.pop_top()
+             + bc.load_const(7) + bc.return_value())
+    log = []
+    assert types.FunctionType(bc.assemble(insts, template.__code__), {})(log) == 7
+    assert log == [("enter", "b"), "body", ("exit", "b", None)]

@@ -159,3 +159,64 @@ def test_generator_expression_unpacked_qkv():
         return (q @ k.transpose(-1, -2)).softmax(-1) @ v
 
     check(fn, _t(1, 3, 4), _t(1, 3, 4, seed=1), _t(1, 3, 4, seed=2))
+
+
+def _scaled_pairs(x, n):
+    for i in range(n):
+        if i % 2:
+            yield i, x * i
+        else:
+            yield i, x - i
+
+
+def _chunks(xs, size):
+    chunk = []
+    for x in xs:
+        chunk.append(x)
+        if len(chunk) == size:
+            yield tuple(chunk)
+            chunk = []
+    if chunk:
+        yield tuple(chunk)
+    return
+
+
+def test_user_generator_functions_consumed_by_for_list_zip_next():
+    # user generator functions without side effects run to their end while tracing (dynamo: 1 graph)
+    def fn(x):
+        total = torch.zeros_like(x)
+        for i, y in _scaled_pairs(x, 4):
+            total = total + y * i
+        groups = list(_chunks([x, x + 1, x * 2, x.sin(), x.cos()], 2))
+        firsts = [a for a, _ in zip(_scaled_pairs(x, 10), range(2))]
+        head = next(_scaled_pairs(x.exp(), 3))
+        return total, [torch.stack(g).sum(0) for g in groups], firsts, head
+
+    check(fn, _t(3), graphs=1)
+
+
+class _Tally:
+    def __init__(self):
+        self.n = 0
+
+
+TALLY = _Tally()
+
+
+def _counting_gen(x):
+    for i in range(3):
+        TALLY.n += 1  # a write the consumer reads between items: not run ahead
+        yield x + TALLY.n
+
+
+def test_user_generator_with_side_effects_is_not_run_ahead():
+    def fn(x):
+        TALLY.n = 0
+        out = []
+        for y in _counting_gen(x):
+            out.append(y * TALLY.n)
+        return out
+
+    # kiln breaks at the call (the generator object runs as Python) and cannot resume inside the loop
+    # over it: the frame runs eagerly, with eager's interleaving of the writes and the reads
+    check(fn, _t(3), graphs=0, dynamo_graphs=(0, 1, 2, 3, 4))

@@ -290,3 +290,14 @@ def test_ordered_dict_and_defaultdict():
         return od, torch.stack(dd["k"]), list(od.keys())
 
     check(fn, _t(2))
+
+
+def test_in_on_an_iterator_consumes_up_to_the_match():
+    def fn(x):
+        it = iter([1, 2, 3, 4])
+        found = 2 in it
+        rest = list(it)  # eager: [3, 4]; `in` stopped at the match
+        missing = 9 in iter(rest)
+        return x * found, rest, missing
+
+    check(fn, _t(2))

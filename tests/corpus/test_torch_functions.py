@@ -190,3 +190,13 @@ def test_interpolate_nearest():
         return F.interpolate(x, scale_factor=2, mode="nearest"), F.interpolate(x, size=(3, 3), mode="bilinear", align_corners=False)
 
     check(fn, _t(1, 1, 2, 2))
+
+
+def test_torch_ops_aten_overloads_called_directly():
+    def fn(x, y):
+        a = torch.ops.aten.add.Tensor(x, y)  # an OpOverload
+        b = torch.ops.aten.mul(a, 2)  # an OpOverloadPacket
+        c = torch.ops.aten._softmax(b, -1, False)
+        return torch.ops.aten.slice.Tensor(c, 1, 0, 2), torch.ops.aten.sum.default(c)
+
+    check(fn, _t(3, 4), _t(3, 4, seed=1), fullgraph=True)

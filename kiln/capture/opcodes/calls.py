@@ -92,7 +92,7 @@ def RETURN_GENERATOR(tx, inst):
 def YIELD_VALUE(tx, inst):
     if not hasattr(tx, "yielded"):
         unsupported("yield outside a generator kiln can run")
-    tx.yielded.append(tx.pop())
+    tx.add_yielded(tx.pop())
     tx.push(ConstantValue(None))  # the value sent into the generator
 
 

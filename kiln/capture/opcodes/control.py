@@ -60,7 +60,7 @@ def FOR_ITER(tx, inst):
     it = tx.stack[-1]
     if not isinstance(it, ListIteratorValue):
         unsupported(f"for loop over {it}")
-    item = it.next_item()
+    item = it.next_item(tx)
     if item is not None:
         tx.push(item)
         return
@@ -80,13 +80,21 @@ def RAISE_VARARGS(tx, inst):
 
 @handles()
 def BEFORE_WITH(tx, inst):
-    from kiln.capture.values.contexts import AutocastValue, GradModeValue, WithExitValue
+    from kiln.capture.values.contexts import AutocastValue, GradModeValue, WithExitValue, user_context_methods
 
     ctx = tx.pop()
-    if not isinstance(ctx, (GradModeValue, AutocastValue)):
-        unsupported(f"`with` on {ctx}: only grad-mode context managers (torch.no_grad, enable_grad, "
-                    f"set_grad_enabled) are supported inside compiled code so far",
-                    hint="move the with block outside the compiled function")
-    tx.active_withs.append(ctx)
-    tx.push(WithExitValue(ctx))
-    tx.push(ctx.enter(tx))
+    if isinstance(ctx, (GradModeValue, AutocastValue)):
+        tx.active_withs.append(ctx)
+        tx.push(WithExitValue(ctx))
+        tx.push(ctx.enter(tx))
+        return
+    methods = user_context_methods(tx, ctx)
+    if methods is None:
+        # a context manager kiln does not trace (written in C, or in a library): the graph breaks at
+        # the `with`, which runs as Python; the block continues in a resume function
+        unsupported(f"`with` on {ctx}: kiln does not trace this context manager",
+                    hint="kiln breaks the graph at the with statement and resumes inside the block")
+    enter, exit_ = methods
+    result = enter.call(tx, [], {})
+    tx.push(exit_)
+    tx.push(result)

@@ -82,6 +82,9 @@ def STORE_DEREF(tx, inst):
     if name not in tx.cells:
         tx.cells[name] = CellValue(value, created_here=True)
     else:
+        from kiln.capture.values.base import note_mutation
+
+        note_mutation(tx, tx.cells[name])
         tx.cells[name].set(value)
 
 

@@ -1,6 +1,7 @@
 """The base of all symbolic values, plus Python constants and the NULL marker of the call protocol."""
 from __future__ import annotations
 
+import itertools
 import operator
 from typing import TYPE_CHECKING, Any, Callable, NoReturn
 
@@ -17,10 +18,19 @@ def unsupported(reason: str, hint: str = "") -> NoReturn:
     raise Unsupported(reason, hint=hint)
 
 
+_SERIALS = itertools.count()
+
+
 class Value:
-    """A symbolic Python value. `source` says where it came from in the frame, if anywhere."""
+    """A symbolic Python value. `source` says where it came from in the frame, if anywhere.
+    `serial` orders values by creation (a generator run ahead may only change values it created)."""
 
     source: Source | None = None
+
+    def __new__(cls, *args, **kwargs):
+        obj = super().__new__(cls)
+        obj.serial = next(_SERIALS)
+        return obj
 
     def python_type(self) -> type:
         unsupported(f"type() of {self} is not known to kiln")
@@ -75,6 +85,15 @@ class BoundMethodValue(Value):
 
     def __repr__(self) -> str:
         return f"BoundMethod({self.obj!r}.{self.name})"
+
+
+def note_mutation(tx, value: "Value") -> None:
+    """Called before a symbolic object changes. While a generator function runs ahead of its consumer,
+    changing an object that existed before it started would reorder that change: refuse."""
+    floor = tx.output.generator_floor if tx is not None else None
+    if floor is not None and value.serial < floor:
+        unsupported(f"a generator function changes {value}, which its caller can see: kiln cannot run "
+                    f"it ahead of its consumer")
 
 
 def method_or_unsupported(value: Value, name: str) -> Value:

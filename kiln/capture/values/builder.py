@@ -18,7 +18,8 @@ from kiln.capture.values.functions import PartialValue, UserFunctionValue, UserM
 from kiln.capture.values.modules import NNModuleValue
 from kiln.capture.values.objects import ClassValue, UserObjectValue
 from kiln.capture.values.tensors import TensorValue
-from kiln.capture.values.torch_functions import PythonModuleValue, TorchFunctionValue, is_torch_function
+from kiln.capture.values.torch_functions import (PythonModuleValue, TorchFunctionValue, is_rng_state_function,
+                                                 is_torch_function)
 
 
 def wrap(tx, value: Any, source: Source | None, qualname: str | None = None) -> Value:
@@ -101,6 +102,8 @@ def _wrap(tx, value, source, qualname) -> Value:
         return TorchFunctionValue(value, source)
     if isinstance(value, types.FunctionType) and value.__module__ == "kiln.api" and value.__name__ == "graph_break":
         return ForcedBreakValue()
+    if isinstance(value, types.FunctionType) and is_rng_state_function(value):
+        return TorchFunctionValue(value, source)  # a named break: the call runs between two graphs
     if isinstance(value, types.FunctionType):
         answer = COMPILE_STATE_QUERIES.get((value.__module__, value.__name__))
         if answer is not None:
@@ -110,7 +113,10 @@ def _wrap(tx, value, source, qualname) -> Value:
         return UserFunctionValue(value, source)
     if isinstance(value, types.MethodType):
         if source is not None and not isinstance(source, ConstantSource):
-            guards.identity(source, value)
+            # a bound method is a new object each time it is read (e.g. the __exit__ of a with block
+            # handed to a resume function): guard what it binds, not the method object itself
+            return UserMethodValue(wrap(tx, value.__func__, AttrSource(source, "__func__")),
+                                   wrap(tx, value.__self__, AttrSource(source, "__self__")), source=source)
         self_value = wrap(tx, value.__self__, ConstantSource("__self__", value.__self__)) \
             if not isinstance(value.__self__, torch.nn.Module) else \
             NNModuleValue(value.__self__, ConstantSource("__self__", value.__self__), type(value.__self__).__name__)
@@ -119,6 +125,15 @@ def _wrap(tx, value, source, qualname) -> Value:
             (isinstance(value, type) and value in _BUILTIN_CALLABLES):
         if not isinstance(value, type) and getattr(value, "__self__", None) is not None \
                 and not isinstance(value.__self__, types.ModuleType):
+            if source is not None and not isinstance(source, ConstantSource) and not isinstance(value.__self__, type):
+                if type(value.__self__) in (list, dict, set):
+                    # e.g. `losses.append` handed to a resume function: tracing on would guard the
+                    # list's items by value (floats from item() change every call)
+                    unsupported(f"bound builtin method {value!r}")
+                # a C method of an object kiln does not model (random.random, a C context manager's
+                # __exit__): held, and calling it breaks the graph at the call
+                guards.type(source, value)
+                return OpaqueObjectValue(value, source)
             unsupported(f"bound builtin method {value!r}")
         return BuiltinValue(value, source)
     if isinstance(value, functools.partial):
@@ -138,6 +153,21 @@ def _wrap(tx, value, source, qualname) -> Value:
 
     from kiln.capture.values.containers import ListIteratorValue, ResumeIterator
 
+    from kiln.capture.sources import READABLE_ITERATOR_TYPES, IteratorRemainingSource, iterator_remaining
+
+    if type(value) in READABLE_ITERATOR_TYPES and source is not None and not isinstance(source, ConstantSource):
+        from kiln.capture.values.containers import ExternalIteratorValue
+
+        remaining = iterator_remaining(value)
+        if len(remaining) > 1000:
+            unsupported(f"iterating over a {type(value).__name__} with {len(remaining)} items left")
+        guards.type(source, value)
+        items_source = IteratorRemainingSource(source)
+        guards.length(items_source, remaining)
+        result = ExternalIteratorValue([wrap(tx, v, GetItemSource(items_source, i)) for i, v in enumerate(remaining)],
+                                       source, tx)
+        result._real = value
+        return result
     if type(value) is ResumeIterator and source is not None:
         guards.constant(AttrSource(source, "pos"), value.pos)
         items_source = AttrSource(source, "items")

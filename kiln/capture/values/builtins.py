@@ -167,7 +167,7 @@ def _iter(tx, obj):
 
 def _next(tx, it, default=None):
     if isinstance(it, ListIteratorValue):
-        item = it.next_item()
+        item = it.next_item(tx)
         if item is None:
             if default is not None:
                 return default

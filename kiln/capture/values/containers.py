@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kiln.capture.values.base import ConstantValue, Value, unsupported
+from kiln.capture.values.base import ConstantValue, Value, note_mutation, unsupported
 
 
 def constants_of(values: list[Value]) -> list[Any] | None:
@@ -76,6 +76,7 @@ class ListValue(SequenceValue):
     python_kind = list
 
     def _check_mutable(self, tx, what: str) -> None:
+        note_mutation(tx, self)
         if not self.created_here:
             if self.source is None or tx is None:
                 unsupported(f"{what} on a list kiln cannot locate after the graph runs")
@@ -249,6 +250,7 @@ class DictValue(Value):
         return self.entries[k]
 
     def _check_mutable(self, tx, what: str) -> None:
+        note_mutation(tx, self)
         if not self.created_here:
             if self.source is None or tx is None or self.dict_type is not dict:
                 unsupported(f"{what} on a dict kiln cannot locate after the graph runs")
@@ -354,6 +356,8 @@ class SetValue(Value):
         return method_or_unsupported(self, name)
 
     def call_method(self, tx, name, args, kwargs):
+        if name in ("add", "update"):
+            note_mutation(tx, self)
         if name == "add":
             if not self.created_here:
                 unsupported("set.add on a set that existed before the compiled function ran")
@@ -407,7 +411,7 @@ class ListIteratorValue(Value):
 
     def python_type(self) -> type:
         return {"dict_keys": type({}.keys()), "dict_values": type({}.values()),
-                "dict_items": type({}.items())}.get(self.kind, type(iter([])))
+                "dict_items": type({}.items()), "generator": type(x for x in ())}.get(self.kind, type(iter([])))
 
     def items(self, tx) -> list[Value]:
         if self.kind.startswith("dict_"):
@@ -415,7 +419,7 @@ class ListIteratorValue(Value):
         out, self.remaining = self.remaining, []
         return out
 
-    def next_item(self) -> Value | None:
+    def next_item(self, tx=None) -> Value | None:
         if not self.remaining:
             return None
         return self.remaining.pop(0)
@@ -472,3 +476,42 @@ class ResumeIterator:
 
     def __repr__(self) -> str:
         return f"Iterator[{self.kind}]({self.remaining!r})"
+
+
+class ExternalIteratorValue(ListIteratorValue):
+    """A list/tuple/dict/range iterator passed in from outside: its remaining items were read (and
+    guarded) without advancing it; items consumed while tracing advance the real one after the graph
+    (a side effect), and handing it on hands on the very same object."""
+
+    def __init__(self, items: list[Value], source, tx):
+        super().__init__(items)
+        self.source = source
+        self.initial = len(items)
+        self.created_here = False
+        self._tx = tx
+
+    def python_type(self) -> type:
+        return type(self._real)
+
+    def consumed(self) -> int:
+        return self.initial - len(self.remaining)
+
+    def _note_read(self, tx) -> None:
+        from kiln.capture.values.base import note_mutation
+
+        note_mutation(tx, self)
+        tx.output.side_effects.iterator_read(self)
+
+    def items(self, tx) -> list[Value]:
+        self._note_read(tx)
+        return super().items(tx)
+
+    def next_item(self, tx=None) -> Value | None:
+        self._note_read(tx or self._tx)
+        return super().next_item()
+
+    def reconstruct(self, cg) -> None:
+        self.source.emit(cg)
+
+    def __repr__(self) -> str:
+        return f"ExternalIterator({self.remaining!r})"

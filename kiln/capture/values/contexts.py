@@ -123,9 +123,29 @@ class WithExitValue(Value):
         return self.ctx.exit(tx)
 
     def reconstruct(self, cg) -> None:
+        if isinstance(self.ctx, AutocastValue):
+            # the graph closed the block at its end: enter it again for the code that runs as Python
+            cg.prepare_call(AutocastExit)
+            cg.load_const(self.ctx.args)
+            cg.call(1)
+            return
         if not isinstance(self.ctx, GradModeValue):
-            unsupported("a graph break inside a `with torch.autocast(...)` block is not supported yet")
+            unsupported(f"handing on the exit of a `with` block on {self.ctx}")
         cg.load_const(GradModeExit(self.ctx.previous))
+
+
+class AutocastExit:
+    """An autocast block split by a graph break, entered again (on construction) for the code that runs
+    as Python at the break; calling it leaves the block (as a with statement's __exit__)."""
+
+    def __init__(self, args: tuple):
+        device_type, dtype, enabled, cache_enabled = args
+        self.mode = torch.autocast(device_type, dtype=dtype, enabled=enabled, cache_enabled=cache_enabled)
+        self.mode.__enter__()
+
+    def __call__(self, *exc_info) -> bool:
+        self.mode.__exit__(*exc_info)
+        return False
 
 
 _AUTOCAST_CLASSES = {torch.autocast: None, torch.amp.autocast: None}
@@ -146,6 +166,26 @@ def _make_autocast(tx, cls, args, kwargs) -> Value:
     device = fixed_device or values["device_type"]
     dtype = values.get("dtype") or torch.get_autocast_dtype(device)
     return AutocastValue(device, dtype, bool(values.get("enabled", True)), values.get("cache_enabled"))
+
+
+def user_context_methods(tx, ctx: Value):
+    """(bound __enter__, bound __exit__) of a context manager object whose class defines both in Python
+    code kiln traces into, else None."""
+    import types
+
+    from kiln.capture.skipfiles import is_inlinable
+    from kiln.capture.values.objects import NewObjectValue, UserObjectValue, class_attribute
+
+    if not isinstance(ctx, (UserObjectValue, NewObjectValue)):
+        return None
+    cls = ctx.python_type()
+    found = []
+    for name in ("__enter__", "__exit__"):
+        attr = next((vars(k)[name] for k in cls.__mro__ if name in vars(k)), None)
+        if not isinstance(attr, types.FunctionType) or not is_inlinable(attr.__code__):
+            return None
+        found.append(class_attribute(tx, cls, name, ctx))
+    return tuple(found)
 
 
 def make_context_manager(tx, cls, args, kwargs) -> Value | None:

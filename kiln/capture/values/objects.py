@@ -230,6 +230,9 @@ class NewObjectValue(Value):
         return class_attribute(tx, self.cls, name, self)
 
     def setattr(self, tx, name: str, value: Value) -> None:
+        from kiln.capture.values.base import note_mutation
+
+        note_mutation(tx, self)
         for klass in self.cls.__mro__:
             if name in vars(klass) and hasattr(type(vars(klass)[name]), "__set__"):
                 unsupported(f"assigning descriptor attribute {name!r} of {self.cls.__name__}")

@@ -142,7 +142,12 @@ def contains_op(tx, item: Value, container: Value) -> bool:
     if container.is_constant() and item.is_constant():
         return item.as_constant() in container.as_constant()
     if isinstance(container, (SequenceValue, ListIteratorValue)):
-        for element in container.items(tx):
+        if isinstance(container, ListIteratorValue) and not container.kind.startswith("dict_"):
+            # `in` on an iterator consumes items up to the first match only
+            elements = iter(lambda: container.next_item(tx), None)
+        else:
+            elements = container.items(tx)
+        for element in elements:
             if element is item:
                 return True
             if element.is_constant() and item.is_constant():

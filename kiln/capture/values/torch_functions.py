@@ -17,6 +17,16 @@ _NOT_IN_GRAPH = {
     torch.equal, torch.allclose, torch.nonzero, torch.masked_select, torch.unique, torch.set_default_device,
     torch.get_rng_state, torch.set_rng_state, torch.initial_seed,
 }
+_RNG_STATE_NAMES = ("manual_seed", "seed", "initial_seed", "get_rng_state", "set_rng_state")
+
+
+def is_rng_state_function(fn) -> bool:
+    """torch.manual_seed and friends: they read or reseed the global generator. Matched by name, since
+    torch.manual_seed may be a wrapper installed after kiln was imported."""
+    return getattr(fn, "__module__", None) in ("torch", "torch.random") and \
+        getattr(fn, "__name__", None) in _RNG_STATE_NAMES
+
+
 # functions answered at trace time from metadata or from state that the guards pin down
 _CONSTANT_FUNCTIONS = {
     torch.is_tensor: lambda *a: isinstance(a[0], torch.Tensor),
@@ -42,6 +52,8 @@ _MATH_NAMESPACES = ("torch._C", "torch.masked", "torch.signal", "torch.nn.functi
 
 
 def is_torch_function(obj) -> bool:
+    if isinstance(obj, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+        return True  # torch.ops.<namespace>.<op>[.<overload>]: dispatcher ops, called straight from user code
     if isinstance(obj, (types.BuiltinFunctionType, types.BuiltinMethodType)):
         mod = getattr(obj, "__module__", None) or ""
         self_obj = getattr(obj, "__self__", None)
@@ -64,10 +76,20 @@ class TorchFunctionValue(KnownFunctionValue):
 
     def call(self, tx, args, kwargs) -> Value:
         fn = self.fn
+        if is_rng_state_function(fn):
+            unsupported(f"torch.{fn.__name__}() reads or reseeds the global random number generator",
+                        hint="kiln runs it between two graphs; random ops in the next graph draw from the "
+                             "generator in program order, as in eager")
         if fn in _NOT_IN_GRAPH:
             unsupported(f"torch.{getattr(fn, '__name__', fn)} changes global state or needs tensor data")
         if fn is torch.is_grad_enabled:
             return ConstantValue(tx.output.grad_enabled)  # the mode at this point of the graph
+        if fn in (torch.is_autocast_enabled, torch.get_autocast_dtype) and all(a.is_constant() for a in args):
+            # inside autocast blocks the graph opened, the state they set (not the ambient one)
+            device = args[0].as_constant() if args else "cuda"
+            for entry_device, dtype, enabled, _ in reversed(tx.output.autocast_stack):
+                if entry_device == device:
+                    return ConstantValue(enabled if fn is torch.is_autocast_enabled else dtype)
         if fn in _CONSTANT_FUNCTIONS and _CONSTANT_FUNCTIONS[fn] is not None:
             cargs = [a.example if isinstance(a, TensorValue) else a.as_constant() for a in args]
             return ConstantValue(_CONSTANT_FUNCTIONS[fn](*cargs, **{k: v.as_constant() for k, v in kwargs.items()}))
@@ -77,6 +99,18 @@ class TorchFunctionValue(KnownFunctionValue):
             # torch.Tensor.add(x, y): an unbound Tensor method
             return tx.output.call("call_method", fn.__name__, args, kwargs)
         return tx.output.call("call_function", fn, args, kwargs)
+
+    def getattr(self, tx, name: str) -> Value:
+        if isinstance(self.fn, torch._ops.OpOverloadPacket):
+            try:
+                overload = getattr(self.fn, name)
+            except AttributeError:
+                unsupported(f"{self.fn} has no overload {name!r}")
+            if isinstance(overload, torch._ops.OpOverload):
+                return TorchFunctionValue(overload)
+        if name in ("__name__", "__qualname__", "__module__") and isinstance(getattr(self.fn, name, None), str):
+            return ConstantValue(getattr(self.fn, name))
+        unsupported(f"attribute {name!r} of {self}")
 
     def __repr__(self) -> str:
         return f"TorchFunction({getattr(self.fn, '__qualname__', self.fn)})"
