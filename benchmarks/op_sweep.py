@@ -10,6 +10,12 @@ eagerly because it could not trace it.
     python benchmarks/op_sweep.py                      # everything, 2 worker processes
     python benchmarks/op_sweep.py --ops add,softmax    # ops whose name contains a word
     python benchmarks/op_sweep.py --no-torch --json sweep.json
+    python benchmarks/op_sweep.py --grad --ops add,softmax  # outputs and input gradients (training)
+
+With --grad, samples require grad; each function's outputs are back-propagated with fixed random
+cotangents (torch.autograd.grad), and outputs and input gradients are compared with eager. kiln must
+take its training path (joint graph, partition, autograd.Function): where it falls back to running
+the ATen graph under autograd, the sample counts as "fallback".
 
 Frontends for kiln: "fx" (default) hands a one-node FX graph calling the op straight to the backend;
 "kiln" goes through kiln.compile(fn, backend="aot_eager"), so capture is exercised too.
@@ -108,7 +114,23 @@ def _sample_fn(op, sample):
 
 
 def _clone(ts):
-    return [t.detach().clone() for t in ts]
+    return [t.detach().clone().requires_grad_(t.requires_grad) for t in ts]
+
+
+def _forward_backward(fn, inputs):
+    """(outputs, gradients of the inputs that require grad) with fixed random cotangents."""
+    import torch
+    from torch.utils._pytree import tree_flatten
+
+    out = fn(*inputs)
+    flat = [o for o in tree_flatten(out)[0] if isinstance(o, torch.Tensor) and o.requires_grad]
+    wrt = [t for t in inputs if t.requires_grad]
+    if not flat or not wrt:
+        return out, []
+    gen = torch.Generator().manual_seed(1234)
+    cotangents = [torch.randn(o.shape, generator=gen, dtype=o.dtype) for o in flat]
+    grads = torch.autograd.grad(flat, wrt, cotangents, allow_unused=True)
+    return out, list(grads)
 
 
 def _compare(expected, got):
@@ -117,7 +139,7 @@ def _compare(expected, got):
     torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-4, equal_nan=True, check_stride=False)
 
 
-def _kiln_compile(fn, tensors, frontend):
+def _kiln_compile(fn, tensors, frontend, grad=False):
     import torch.fx as fx
 
     if frontend == "kiln":
@@ -127,8 +149,15 @@ def _kiln_compile(fn, tensors, frontend):
         graphs = []
 
         def counting_aot_eager(gm, example_inputs):
+            from kiln.aot.training import TrainingRuntime
+            from kiln.fake import UnsupportedFakeOp
+
             graphs.append(gm)
-            return compile_aot_eager(gm, example_inputs, fallback=False)
+            compiled = compile_aot_eager(gm, example_inputs, fallback=False)
+            if grad and any(getattr(t, "requires_grad", False) for t in example_inputs) \
+                    and not isinstance(compiled, TrainingRuntime):
+                raise UnsupportedFakeOp("joint", "kiln did not take the training path (joint graph)")
+            return compiled
 
         compiled = kiln.compile(fn, backend=counting_aot_eager)
 
@@ -142,6 +171,7 @@ def _kiln_compile(fn, tensors, frontend):
 
         return run
     from kiln.backends.aot_eager import compile_aot_eager
+    from kiln.aot.training import TrainingRuntime
 
     graph = fx.Graph()
     placeholders = [graph.placeholder(f"t{i}") for i in range(len(tensors))]
@@ -163,6 +193,10 @@ def _kiln_compile(fn, tensors, frontend):
         compiled = compile_aot_eager(gm, _clone(tensors), fallback=False)
     finally:
         torch.manual_seed = real_seed
+    if grad and any(t.requires_grad for t in tensors) and not isinstance(compiled, TrainingRuntime):
+        from kiln.fake import UnsupportedFakeOp
+
+        raise UnsupportedFakeOp("joint", "kiln did not take the training path (joint graph) for this sample")
     if not seeds:
         return compiled
 
@@ -180,30 +214,33 @@ def _torch_compile(fn):
     return torch.compile(fn, backend="aot_eager", dynamic=False)
 
 
-def _run_sample(compile_fn, fn, tensors):
+def _run_sample(compile_fn, fn, tensors, grad=False):
     """'pass', 'mismatch', 'error' or 'fallback' (with a message), or None when eager fails."""
     import torch
 
     from kiln.fake import UnsupportedFakeOp
 
+    def run(f, inputs):
+        return _forward_backward(f, inputs) if grad else f(*inputs)
+
     try:
         torch.manual_seed(0)
         expected_inputs = _clone(tensors)
-        expected = fn(*expected_inputs)
+        expected = run(fn, expected_inputs)
     except Exception:
         return None, ""
     try:
         compiled = compile_fn(fn, tensors)
         got_inputs = _clone(tensors)
         torch.manual_seed(0)
-        got = compiled(*got_inputs)
+        got = run(compiled, got_inputs)
     except UnsupportedFakeOp as exc:
         return "fallback", str(exc).splitlines()[0][:300]
     except Exception as exc:
         return "error", f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
     try:
         _compare(expected, got)
-        _compare(expected_inputs, got_inputs)
+        _compare([t.detach() for t in expected_inputs], [t.detach() for t in got_inputs])
     except Exception as exc:
         return "mismatch", str(exc).strip().splitlines()[0][:300]
     return "pass", ""
@@ -213,15 +250,17 @@ def _run_op(op, args) -> dict:
     import torch
 
     samples = []
+    if args.grad and not op.supports_autograd:
+        return {"kiln": "skip", "torch": "skip", "why": "the op does not support autograd"}
     try:
-        for i, sample in enumerate(op.sample_inputs("cpu", torch.float32, requires_grad=False)):
+        for i, sample in enumerate(op.sample_inputs("cpu", torch.float32, requires_grad=args.grad)):
             if i >= args.max_samples:
                 break
             samples.append(sample)
     except Exception as exc:
         return {"kiln": "skip", "torch": "skip", "why": f"sample_inputs failed: {exc}"}
     result = {}
-    compilers = {"kiln": lambda fn, ts: _kiln_compile(fn, ts, args.frontend)}
+    compilers = {"kiln": lambda fn, ts: _kiln_compile(fn, ts, args.frontend, args.grad)}
     if args.torch:
         compilers["torch"] = lambda fn, ts: _torch_compile(fn)
     for name, compile_fn in compilers.items():
@@ -231,7 +270,7 @@ def _run_op(op, args) -> dict:
                 fn, tensors = _sample_fn_for_capture(op, sample)
             else:
                 fn, tensors = _sample_fn(op, sample)
-            status, message = _run_sample(compile_fn, fn, tensors)
+            status, message = _run_sample(compile_fn, fn, tensors, args.grad)
             if status is None:
                 continue
             statuses.append(status)
@@ -365,6 +404,7 @@ def main(argv=None) -> int:
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds per op")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--frontend", choices=("fx", "kiln"), default="fx")
+    parser.add_argument("--grad", action="store_true", help="compare input gradients too (training path)")
     parser.add_argument("--no-torch", dest="torch", action="store_false", help="skip torch.compile's aot_eager")
     parser.add_argument("--json", default="", help="write per-op results here")
     parser.add_argument("-v", "--verbose", action="store_true")

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Callable
 
 import torch
+from torch.autograd.function import once_differentiable
 from torch.utils._pytree import tree_unflatten
 
 from kiln.aot.joint import JointGraph
@@ -37,6 +38,7 @@ class CompiledFunction(torch.autograd.Function):
         return outs
 
     @staticmethod
+    @once_differentiable  # the backward graph is not itself differentiated (no double backward yet)
     def backward(ctx, *grad_outputs):
         rt: TrainingRuntime = ctx.rt
         tangents = [g.contiguous() for g, d in zip(grad_outputs, rt.differentiable) if d]
