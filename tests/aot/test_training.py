@@ -90,7 +90,7 @@ def test_pointwise_chain_saves_only_the_input_and_recomputes():
 def test_matmul_output_is_saved_not_recomputed():
     x, w = torch.randn(4, 8, requires_grad=True), torch.randn(8, 8, requires_grad=True)
     part = partition(_joint(lambda x, w: torch.mm(x, w).tanh().sum(), x, w))
-    assert "mm_default" in part.saved or "tanh_default" in part.saved
+    assert part.saved_activation_bytes == 4 * 8 * 4  # one [4, 8] activation, not x and w to redo the mm
     assert _targets(part.fwd).count(aten.mm.default) == 1
     assert _targets(part.bwd).count(aten.mm.default) == 2  # the two gradient matmuls only
 
