@@ -214,8 +214,11 @@ def _trace_backward(tracer: AtenTracer, outputs: list, targets: list) -> list:
         tracer._bind(tangent, Value(Storage(node), (), node, 0))
         tangents.append(tangent)
     tracer.b.provenance = {"from_node": "backward"}
-    with tracer:
-        grads = torch.autograd.grad(outputs, targets, tangents, allow_unused=True)
+    try:
+        with tracer:
+            grads = torch.autograd.grad(outputs, targets, tangents, allow_unused=True)
+    except UnsupportedFakeOp as exc:  # the forward traced: it can still run under autograd
+        raise JointUnsupported(exc.func, f"backward: {exc.reason}") from exc
     if len(tracer.inputs) != n_inputs:
         raise JointUnsupported("joint", "the backward read a tensor the forward did not")
     nodes = []
