@@ -118,8 +118,10 @@ def partition(joint: JointGraph) -> Partition:
     forwardable = [n for n in graph.nodes if n.op not in ("output",) and n not in backward]
     impure = [n for n in forwardable if n.op == "call_function" and is_impure(n)]
     forward_required = _ancestors(fwd_outputs + impure)
+    # a mutated input is written back after the forward: the backward must not read it in place
+    mutated = {primals[i].meta["val"].untyped_storage()._cdata for i in joint.mutated_inputs}
     input_storages = {p.meta["val"].untyped_storage()._cdata for p in primals
-                      if isinstance(p.meta.get("val"), torch.Tensor)}
+                      if isinstance(p.meta.get("val"), torch.Tensor)} - mutated
 
     saved = _min_cut(forwardable, set(primals), forward_required, backward, grad_outputs, input_storages)
     fwd_nodes = forward_required | _ancestors(saved)
@@ -129,7 +131,7 @@ def partition(joint: JointGraph) -> Partition:
     if bad:
         raise JointUnsupported("partition", f"the backward needs graph inputs that were not saved: {bad}")
 
-    fwd = _forward_module(joint.gm, primals, fwd_nodes, fwd_outputs, saved)
+    fwd = _forward_module(joint.gm, primals, fwd_nodes, fwd_outputs, saved, mutated)
     bwd = _backward_module(joint.gm, saved, placeholders[len(joint.inputs):], bwd_nodes, grad_outputs)
     recomputed = [n.name for n in graph.nodes if n in bwd_nodes and n in fwd_nodes and n.op != "get_attr"]
     acts, ins = _saved_bytes(saved, input_storages)
@@ -207,7 +209,7 @@ def _min_cut(forwardable, primals: set, forward_required: set, backward: set, gr
     return [n for n in forwardable if (n.name, "in") in reachable and (n.name, "out") not in reachable]
 
 
-def _forward_module(root, primals, fwd_nodes, fwd_outputs, saved) -> fx.GraphModule:
+def _forward_module(root, primals, fwd_nodes, fwd_outputs, saved, mutated_storages) -> fx.GraphModule:
     graph, env = fx.Graph(), {}
     for node in root.graph.nodes:
         if node in primals:
@@ -215,7 +217,15 @@ def _forward_module(root, primals, fwd_nodes, fwd_outputs, saved) -> fx.GraphMod
             env[node].meta = dict(node.meta)
         elif node in fwd_nodes and node.op != "placeholder":
             env[node] = graph.node_copy(node, lambda n: env[n])
-    graph.output(tuple(env[n] for n in list(fwd_outputs) + list(saved)))
+    saved_values = []
+    for node in saved:
+        value = env[node]
+        if node.meta["val"].untyped_storage()._cdata in mutated_storages:
+            # the input's memory is overwritten after the graph: save a copy of the value it had
+            value = graph.call_function(torch.ops.aten.clone.default, (value,))
+            value.meta = {"val": node.meta["val"]}
+        saved_values.append(value)
+    graph.output(tuple(env[n] for n in fwd_outputs) + tuple(saved_values))
     return fx.GraphModule(root, graph, class_name="ForwardGraphModule")
 
 

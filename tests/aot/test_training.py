@@ -259,3 +259,34 @@ def test_double_backward_is_refused_not_wrong():
     torch.testing.assert_close(g, 3 * x.detach() ** 2)
     with pytest.raises(RuntimeError):
         g.sum().backward()
+
+
+class _Scale(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("buf", torch.tensor([1.0, 2.0, 3.0]))
+
+    def forward(self, x):
+        y = x * (self.buf * 2)  # eager saves buf * 2; kiln would rather save buf and recompute
+        self.buf.add_(10)  # written back after the forward; the backward needs the old value
+        return y
+
+
+def test_saved_value_of_a_mutated_buffer_is_the_old_value():
+    runtimes = []
+
+    def backend(gm, example_inputs):  # (fx.symbolic_trace would run the add_ for real: capture instead)
+        runtimes.append(compile_aot_eager(gm, example_inputs, fallback=False))
+        return runtimes[-1]
+
+    kiln.reset()
+    eager, mine = _Scale(), _Scale()
+    x = torch.randn(3, requires_grad=True)
+    x2 = x.detach().clone().requires_grad_()
+    kiln.compile(mine, backend=backend)(x2).sum().backward()
+    eager(x).sum().backward()
+    torch.testing.assert_close(x2.grad, x.grad)  # the old buf, not the written-back one
+    torch.testing.assert_close(mine.buf, eager.buf)
+    assert runtimes[0].plan.joint.mutated_inputs
+    clones = [n for n in runtimes[0].plan.partition.fwd.graph.nodes if n.target is aten.clone.default]
+    assert clones  # the saved buffer value is a copy
