@@ -23,6 +23,12 @@ kiln passes only when its backend compiled at least one graph; by default torch 
 result matches, also when dynamo fell back to eager (a graph break before any op, or aot_eager failing:
 narrow/tensor_split with tensor arguments, nonzero, item, ...). --strict-torch applies kiln's rule to
 torch as well: the fair comparison of what each captures.
+    python benchmarks/op_sweep.py --grad --ops add,softmax  # outputs and input gradients (training)
+
+With --grad, samples require grad; each function's outputs are back-propagated with fixed random
+cotangents (torch.autograd.grad), and outputs and input gradients are compared with eager. kiln must
+take its training path (joint graph, partition, autograd.Function): where it falls back to running
+the ATen graph under autograd, the sample counts as "fallback".
 
 Frontends for kiln: "fx" (default) hands a one-node FX graph calling the op straight to the backend;
 "kiln" goes through kiln.compile(fn, backend=...), so capture is exercised too.
@@ -121,7 +127,23 @@ def _sample_fn(op, sample):
 
 
 def _clone(ts):
-    return [t.detach().clone() for t in ts]
+    return [t.detach().clone().requires_grad_(t.requires_grad) for t in ts]
+
+
+def _forward_backward(fn, inputs):
+    """(outputs, gradients of the inputs that require grad) with fixed random cotangents."""
+    import torch
+    from torch.utils._pytree import tree_flatten
+
+    out = fn(*inputs)
+    flat = [o for o in tree_flatten(out)[0] if isinstance(o, torch.Tensor) and o.requires_grad]
+    wrt = [t for t in inputs if t.requires_grad]
+    if not flat or not wrt:
+        return out, []
+    gen = torch.Generator().manual_seed(1234)
+    cotangents = [torch.randn(o.shape, generator=gen, dtype=o.dtype) for o in flat]
+    grads = torch.autograd.grad(flat, wrt, cotangents, allow_unused=True)
+    return out, list(grads)
 
 
 def _compare(expected, got):
@@ -134,7 +156,17 @@ class KilnFallback(Exception):
     """kiln ran a graph with ATen kernels (or eagerly) instead of the backend under test."""
 
 
-def _backend_under_test(backend: str, record: list):
+def _require_training_path(compiled, example_inputs, grad: bool):
+    """With --grad, a sample counts only when kiln took its training path (joint graph)."""
+    from kiln.aot.training import TrainingRuntime
+
+    if grad and any(getattr(t, "requires_grad", False) for t in example_inputs) \
+            and not isinstance(compiled, TrainingRuntime):
+        raise KilnFallback("kiln did not take the training path (joint graph) for this sample")
+    return compiled
+
+
+def _backend_under_test(backend: str, record: list, grad: bool = False):
     """A backend (gm, example_inputs) -> callable that raises ``KilnFallback`` instead of falling back.
 
     For "kiln", every graph it generates code for appends (kernels, extern ops) to ``record``.
@@ -144,7 +176,7 @@ def _backend_under_test(backend: str, record: list):
     if backend == "aot_eager":
         def aot_eager(gm, example_inputs):
             record.append((0, []))
-            return compile_aot_eager(gm, example_inputs, fallback=False)
+            return _require_training_path(compile_aot_eager(gm, example_inputs, fallback=False), example_inputs, grad)
 
         return aot_eager
 
@@ -152,17 +184,18 @@ def _backend_under_test(backend: str, record: list):
 
     def kiln_codegen(gm, example_inputs):
         compiled = kiln_backend(gm, example_inputs)
-        cg = getattr(compiled, "compiled_graph", None)
-        if cg is None:
+        graphs = getattr(compiled, "compiled_graphs", None)
+        if not graphs or not getattr(compiled, "codegen_complete", False):
             explain = getattr(compiled, "kiln_explain", lambda: "")().splitlines()
-            reason = explain[0] if explain else "no code generated"
+            reason = next((line for line in explain if "ATen kernels" in line), explain[0] if explain else "no code generated")
             if "kernel build failed" in reason:
                 raise RuntimeError(f"generated C++ did not build: {reason}")
             raise KilnFallback(reason)
-        externs = [f"{step.node.node.op}: {step.node.node.reason}" for step in cg.sched.steps
+        externs = [f"{step.node.node.op}: {step.node.node.reason}" for cg in graphs for step in cg.sched.steps
                    if not hasattr(step, "members")]
-        record.append((len(cg.kernels), externs))
-        return compiled
+        n_kernels = sum(len(cg.kernels) for cg in graphs)
+        record.append((n_kernels, externs))
+        return _require_training_path(compiled, example_inputs, grad)
 
     return kiln_codegen
 
@@ -170,7 +203,7 @@ def _backend_under_test(backend: str, record: list):
 def _kiln_compile(fn, tensors, args, record):
     import torch.fx as fx
 
-    backend = _backend_under_test(args.backend, record)
+    backend = _backend_under_test(args.backend, record, args.grad)
     if args.frontend == "kiln":
         import kiln
 
@@ -253,30 +286,33 @@ def _torch_compile(fn, backend: str, strict: bool):
     return run
 
 
-def _run_sample(compile_fn, fn, tensors):
+def _run_sample(compile_fn, fn, tensors, grad=False):
     """'pass', 'mismatch', 'error' or 'fallback' (with a message), or None when eager fails."""
     import torch
 
     from kiln.fake import UnsupportedFakeOp
 
+    def run(f, inputs):
+        return _forward_backward(f, inputs) if grad else f(*inputs)
+
     try:
         torch.manual_seed(0)
         expected_inputs = _clone(tensors)
-        expected = fn(*expected_inputs)
+        expected = run(fn, expected_inputs)
     except Exception:
         return None, ""
     try:
         compiled = compile_fn(fn, tensors)
         got_inputs = _clone(tensors)
         torch.manual_seed(0)
-        got = compiled(*got_inputs)
+        got = run(compiled, got_inputs)
     except (UnsupportedFakeOp, KilnFallback, TorchCapturedNothing) as exc:
         return "fallback", str(exc).splitlines()[0][:300]
     except Exception as exc:
         return "error", f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
     try:
         _compare(expected, got)
-        _compare(expected_inputs, got_inputs)
+        _compare([t.detach() for t in expected_inputs], [t.detach() for t in got_inputs])
     except Exception as exc:
         return "mismatch", str(exc).strip().splitlines()[0][:300]
     return "pass", ""
@@ -289,8 +325,10 @@ def _run_op(op, args) -> dict:
     import torch
 
     samples = []
+    if args.grad and not op.supports_autograd:
+        return {"kiln": "skip", "torch": "skip", "why": "the op does not support autograd"}
     try:
-        for i, sample in enumerate(op.sample_inputs("cpu", torch.float32, requires_grad=False)):
+        for i, sample in enumerate(op.sample_inputs("cpu", torch.float32, requires_grad=args.grad)):
             if i >= args.max_samples:
                 break
             samples.append(sample)
@@ -311,7 +349,7 @@ def _run_op(op, args) -> dict:
                 compile_fn = lambda f, ts, rec=record: _kiln_compile(f, ts, args, rec)  # noqa: E731
             else:
                 compile_fn = lambda f, ts: _torch_compile(f, TORCH_BACKEND[args.backend], args.strict_torch)  # noqa: E731
-            status, message = _run_sample(compile_fn, fn, tensors)
+            status, message = _run_sample(compile_fn, fn, tensors, args.grad)
             if status is None:
                 continue
             statuses.append(status)
@@ -493,6 +531,7 @@ def main(argv=None) -> int:
     parser.add_argument("--strict-torch", action="store_true",
                         help="count a torch pass only when aot_eager compiled at least one graph without failing "
                              "(kiln's rule; by default dynamo's silent eager fallbacks count as torch passes)")
+    parser.add_argument("--grad", action="store_true", help="compare input gradients too (training path)")
     parser.add_argument("--json", default="", help="write per-op results here")
     parser.add_argument("-v", "--verbose", action="store_true")
     parser.add_argument("--report", default="", help="print the report of an earlier --json file and exit")

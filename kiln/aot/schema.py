@@ -66,9 +66,15 @@ def functional_variant(func) -> FunctionalVariant | None:
     # foo_ -> foo: the functional op returns the new value of self (plus the op's other results)
     if packet_name.endswith("_") and mutated == ["self"] and not packet_name.startswith("_foreach"):
         packet = getattr(aten, packet_name[:-1], None)
-        if packet is not None and overload in packet.overloads():
-            op = getattr(packet, overload)
-            if not op._schema.is_mutable:
+        wanted = [(*_arg_signature(a), a.has_default_value()) for a in schema.arguments]
+        # the overload of the same name, if its arguments match (pow_.Scalar is pow.Tensor_Scalar)
+        names = [overload] + sorted(packet.overloads()) if packet is not None else []
+        for name in names:
+            if name not in packet.overloads():
+                continue
+            op = getattr(packet, name)
+            signature = [(*_arg_signature(a), a.has_default_value()) for a in op._schema.arguments]
+            if not op._schema.is_mutable and signature == wanted:
                 return FunctionalVariant(op, (), {"self": 0}, {i: i for i in plain_returns})
 
     # foo.out -> foo.<overload with the same non-out arguments>

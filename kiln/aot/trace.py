@@ -14,7 +14,7 @@ from kiln.fake import FakeTensor, UnsupportedFakeOp
 aten = torch.ops.aten
 
 
-def _state_tensors(gm: fx.GraphModule) -> dict[str, tuple[torch.Tensor, str]]:
+def state_tensors(gm: fx.GraphModule) -> dict[str, tuple[torch.Tensor, str]]:
     state: dict[str, tuple[torch.Tensor, str]] = {}
     seen: set[int] = set()
     for name, p in gm.named_parameters(remove_duplicate=True):
@@ -49,22 +49,25 @@ def aot_trace(
     ``UnsupportedFakeOp`` for what cannot be traced (data-dependent ops, mutations kiln cannot
     express); callers fall back to eager for the graph.
     """
+    tracer, args = start_trace(gm, example_inputs, decompositions)
+    out = interpret(gm, tracer, args)
+    return _finish(tracer, out)
+
+
+def start_trace(gm: fx.GraphModule, example_inputs: Sequence, decompositions: Mapping | None) -> tuple:
+    """A tracer with ``gm``'s inputs added and its state offered; returns (tracer, fake args)."""
     tracer = AtenTracer(decompositions)
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     if len(placeholders) != len(example_inputs):
         raise ValueError(f"graph has {len(placeholders)} inputs, got {len(example_inputs)} example inputs")
     args = [tracer.add_input(x, n.name) for x, n in zip(example_inputs, placeholders)]
-    tracer.offer_state(_state_tensors(gm))
-    out = interpret(gm, tracer, args)
-    return _finish(tracer, out)
+    tracer.offer_state(state_tensors(gm))
+    return tracer, args
 
 
-def _finish(tracer: AtenTracer, out) -> AtenGraph:
-    b, fn = tracer.b, tracer.fn
-    flat_out, spec = tree_flatten(out)
-    flat_out = [tracer._lift(x) for x in flat_out]  # a parameter returned as is becomes an input alias
-
-    storages = {}  # flat input index -> storage
+def input_storages(tracer: AtenTracer) -> dict:
+    """Flat input index -> its storage; raises for input mutations kiln cannot write back."""
+    storages = {}
     for fake, value in tracer._values.values():
         if value.storage.input_index is not None:
             storages.setdefault(value.storage.input_index, value.storage)
@@ -74,6 +77,15 @@ def _finish(tracer: AtenTracer, out) -> AtenGraph:
     for index, storage in storages.items():
         if storage.metadata_mutated:
             raise UnsupportedFakeOp("trace", "an in-place metadata change (t_, resize_, ...) of a graph input")
+    return storages
+
+
+def _finish(tracer: AtenTracer, out) -> AtenGraph:
+    b, fn = tracer.b, tracer.fn
+    flat_out, spec = tree_flatten(out)
+    flat_out = [tracer._lift(x) for x in flat_out]  # a parameter returned as is becomes an input alias
+
+    storages = input_storages(tracer)
     mutated = sorted(i for i, s in storages.items() if s.mutated)
     graph_outputs = [storages[i].root for i in mutated]
 

@@ -3,8 +3,12 @@ scheduling and fusion -> generated C++/OpenMP kernels and a Python wrapper.
 
 CUDA tensors get Triton kernels; CPU tensors get C++ kernels, or Triton kernels run by Triton's
 interpreter with ``cpu_codegen="triton"``. Graphs kiln cannot generate code for yet run through the
-``aot_eager`` path (ATen kernels), and ``explain`` says why: inputs on several devices, inputs that require grad
-with grad mode on (until compiled training lands), and graph inputs that are not tensors.
+``aot_eager`` path (ATen kernels), and ``explain`` says why: inputs on several devices, or
+graph inputs that are not tensors.
+
+Training (grad mode on, something requires grad) goes through ``aot_compile``: the joint graph is
+partitioned and the forward and backward graphs each get generated code. A single graph kiln cannot
+generate code for runs op by op with ATen kernels; the rest of the region keeps its kernels.
 """
 from __future__ import annotations
 
@@ -13,8 +17,10 @@ import warnings
 
 import torch
 
-from kiln.aot import AtenRuntime, aot_trace
-from kiln.backends.aot_eager import compile_aot_eager, explain_aten_graph
+from kiln.aot.compile import aot_compile
+from kiln.aot.graph import format_graph
+from kiln.aot.joint import JointUnsupported
+from kiln.backends.aot_eager import compile_aot_eager, explain_aten_graph, run_graph_module
 from kiln.backends.registry import register_backend
 from kiln.codegen.cpp.build import load_library
 from kiln.codegen.cpp.kernel import generate_kernel
@@ -36,14 +42,14 @@ PRELUDE = os.path.join(os.path.dirname(__file__), "..", "codegen", "cpp", "prelu
 class CompiledGraph:
     """Everything generated for one graph: printable, and callable through ``AtenRuntime``."""
 
-    def __init__(self, ag, lg, sched, kernels, wrapper, library_source, target="cpp"):
-        self.ag, self.lg, self.sched, self.kernels, self.wrapper = ag, lg, sched, kernels, wrapper
+    def __init__(self, gm, lg, sched, kernels, wrapper, library_source, target="cpp"):
+        self.gm, self.lg, self.sched, self.kernels, self.wrapper = gm, lg, sched, kernels, wrapper
         self.source = library_source
         self.target = target  # "cpp", "triton" (GPU) or "triton-interpreted" (CPU tensors)
 
     def explain(self) -> str:
         what = "C++" if self.target == "cpp" else "Triton"
-        lines = [explain_aten_graph(self.ag), "", f"generated {len(self.kernels)} {what} kernel(s) ({self.target}):"]
+        lines = [f"generated {len(self.kernels)} {what} kernel(s) ({self.target}):"]
         for k in self.kernels.values():
             lines.append(f"  {k.name}: fuses {len(k.origins)} op(s)")
         externs = [s for s in self.sched.steps if not isinstance(s, FusedGroup)]
@@ -60,11 +66,11 @@ def _prelude() -> str:
         return f.read()
 
 
-def compile_graph(ag, options: Options, target: str = "cpp") -> CompiledGraph:
-    """Lower, schedule and generate code for a traced ATen graph; ``target`` is "cpp", "triton" (GPU)
-    or "triton-interpreted" (Triton kernels on CPU tensors, run by Triton's interpreter)."""
+def compile_graph(gm, options: Options, target: str = "cpp") -> CompiledGraph:
+    """Lower, schedule and generate code for a core-op ATen graph module; ``target`` is "cpp",
+    "triton" (GPU) or "triton-interpreted" (Triton kernels on CPU tensors, run by Triton's interpreter)."""
     with stats.timed("lower"):
-        lg = lower_graph(ag.gm)
+        lg = lower_graph(gm)
     buffers = lg.buffers()
     output_names = {o.buffer.name for o in lg.outputs if hasattr(o, "buffer")}
     triton = target != "cpp"
@@ -89,7 +95,7 @@ def compile_graph(ag, options: Options, target: str = "cpp") -> CompiledGraph:
     stats.kernels_generated += len(kernels)
     for op, reason in lg.fallbacks.items():
         stats.aten_fallbacks[f"{op}: {reason}"] += 1
-    cg = CompiledGraph(ag, lg, sched, kernels, wrapper, source, target)
+    cg = CompiledGraph(gm, lg, sched, kernels, wrapper, source, target)
     _dump(cg, options)
     return cg
 
@@ -117,7 +123,7 @@ def _dump(cg: CompiledGraph, options: Options) -> None:
     os.makedirs(options.debug_dir, exist_ok=True)
     n = len([f for f in os.listdir(options.debug_dir) if f.startswith("graph_") and f.endswith("_wrapper.py")])
     base = os.path.join(options.debug_dir, f"graph_{n}")
-    for suffix, text in (("_aten.txt", cg.ag.format()), ("_loopir.txt", cg.lg.format()),
+    for suffix, text in (("_aten.txt", format_graph(cg.gm.graph)), ("_loopir.txt", cg.lg.format()),
                          ("_schedule.txt", cg.sched.format()),
                          ("_kernels.cpp" if cg.target == "cpp" else "_kernels.py", cg.source),
                          ("_wrapper.py", cg.wrapper.source)):
@@ -145,49 +151,73 @@ def codegen_target(example_inputs, options: Options) -> tuple[str | None, str | 
     return target, None
 
 
-def _why_not_codegen(gm, example_inputs) -> str | None:
-    tensors = [x for x in example_inputs if isinstance(x, torch.Tensor)]
-    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
-        return "inputs require grad: training graphs run through ATen kernels until compiled backward lands"
-    for node in gm.graph.nodes:
-        if node.op == "get_attr":
-            value = getattr(gm, node.target, None)
-            if isinstance(value, torch.Tensor) and value.requires_grad and torch.is_grad_enabled():
-                return "parameters require grad: training graphs run through ATen kernels until compiled backward lands"
-    return None
+class GraphCompiler:
+    """The ``(gm, example_inputs) -> callable`` that ``aot_compile`` hands each ATen graph to.
+
+    It generates code when it can; otherwise that graph runs op by op with ATen kernels, and the
+    reason is kept for ``explain``.
+    """
+
+    def __init__(self, options: Options, target: str):
+        self.options, self.target = options, target
+        self.compiled: list[tuple[str, CompiledGraph | None, str]] = []  # (role, graph, why not)
+
+    def role(self, role: str):
+        return lambda gm, example_inputs: self(gm, example_inputs, role)
+
+    def __call__(self, gm, example_inputs, role: str = "graph"):
+        try:
+            cg = compile_graph(gm, self.options, self.target)
+        except Unlowerable as exc:
+            reason = f"could not lower the graph: {exc.reason}"
+        except NotImplementedError as exc:
+            reason = f"{self.target} code generation does not cover this graph: {exc}"
+        except KernelBuildError as exc:
+            warnings.warn(f"{exc}\nkiln runs this graph with ATen kernels instead.", stacklevel=2)
+            reason = "kernel build failed (warned)"
+        else:
+            self.compiled.append((role, cg, ""))
+            return cg.wrapper.compile()
+        stats.aten_fallbacks[f"whole graph: {reason}"] += 1
+        self.compiled.append((role, None, reason))
+        return run_graph_module(gm, example_inputs)
+
+    def explain(self) -> str:
+        lines = []
+        for role, cg, reason in self.compiled:
+            lines.append(f"-- {role} graph --")
+            lines.append(cg.explain() if cg is not None else f"ran with ATen kernels: {reason}")
+        return "\n".join(lines)
 
 
 @register_backend(name="kiln")
 def kiln_backend(gm, example_inputs, options=None):
     options = options or default_options()
     target, reason = codegen_target(example_inputs, options)
-    reason = reason or _why_not_codegen(gm, example_inputs)
-    if reason is None:
-        try:
-            with stats.timed("aot"):
-                ag = aot_trace(gm, example_inputs, decompositions=decomposition_table(), options=options)
-        except UnsupportedFakeOp:
-            ag = None  # compile_aot_eager below reports it
-        if ag is not None and any(s.requires_grad for s in ag.state) and torch.is_grad_enabled():
-            reason = "parameters require grad: training graphs run through ATen kernels until compiled backward lands"
-        elif ag is not None:
-            try:
-                cg = compile_graph(ag, options, target)
-            except Unlowerable as exc:
-                reason = f"could not lower the graph: {exc.reason}"
-            except NotImplementedError as exc:
-                reason = f"{target} code generation does not cover this graph: {exc}"
-            except KernelBuildError as exc:
-                warnings.warn(f"{exc}\nkiln runs this graph with ATen kernels instead.", stacklevel=2)
-                reason = "kernel build failed (warned)"
-            else:
-                runtime = AtenRuntime(ag, run=cg.wrapper.compile())
-                runtime.kiln_explain = cg.explain
-                runtime.compiled_graph = cg
-                return runtime
-    fn = compile_aot_eager(gm, example_inputs, options)
     if reason is not None:
-        inner = getattr(fn, "kiln_explain", lambda: "")
+        fn = compile_aot_eager(gm, example_inputs, options)
         stats.aten_fallbacks[f"whole graph: {reason}"] += 1
+        inner = getattr(fn, "kiln_explain", lambda: "")
         fn.kiln_explain = lambda: f"kiln ran this graph with ATen kernels: {reason}\n{inner()}"
-    return fn
+        return fn
+    compiler = GraphCompiler(options, target)
+    table = decomposition_table()
+    try:
+        try:
+            runtime = aot_compile(gm, example_inputs, compiler.role("forward"), compiler.role("backward"),
+                                  options=options, decompositions=table)
+        except JointUnsupported as exc:
+            # the region runs its forward ATen graph under autograd: no generated code (it would cut
+            # the autograd history)
+            stats.eager_fallbacks[f"kiln joint graph: {exc.reason}"] += 1
+            return compile_aot_eager(gm, example_inputs, options, training=False)
+    except UnsupportedFakeOp:
+        return compile_aot_eager(gm, example_inputs, options)  # reports why and runs the FX graph
+    plan = getattr(runtime, "plan", None)
+    head = plan.explain if plan is not None else (lambda: explain_aten_graph(runtime.aten_graph))
+    runtime.kiln_explain = lambda: head() + "\n\n" + compiler.explain()
+    graphs = [cg for _, cg, _ in compiler.compiled if cg is not None]
+    runtime.compiled_graph = graphs[0] if len(compiler.compiled) == 1 and graphs else None
+    runtime.compiled_graphs = graphs
+    runtime.codegen_complete = bool(graphs) and len(graphs) == len(compiler.compiled)
+    return runtime

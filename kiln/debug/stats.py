@@ -12,6 +12,7 @@ class Stats:
 
     frames_seen / frames_compiled: frames offered by the hook / turned into transformed code.
     graphs: FX graphs handed to a backend. graph_breaks: by reason.
+    joint_graphs: graphs compiled for training (forward and backward from one joint graph).
     recompilations: by the guard that failed. eager_fallbacks: frames run eagerly, by reason.
     kernels_generated / aten_fallbacks: filled in by code generation (fallbacks by op and reason).
     kernel_compiles / kernel_cache_hits: kernel libraries built by the system compiler / found in the
@@ -27,6 +28,7 @@ class Stats:
         self.frames_compiled = 0
         self.cache_hits = 0
         self.graphs = 0
+        self.joint_graphs = 0
         self.graph_breaks: collections.Counter[str] = collections.Counter()
         self.recompilations: collections.Counter[str] = collections.Counter()
         self.eager_fallbacks: collections.Counter[str] = collections.Counter()
@@ -50,6 +52,7 @@ class Stats:
             "frames_compiled": self.frames_compiled,
             "cache_hits": self.cache_hits,
             "graphs": self.graphs,
+            "joint_graphs": self.joint_graphs,
             "graph_breaks": dict(self.graph_breaks),
             "recompilations": dict(self.recompilations),
             "eager_fallbacks": dict(self.eager_fallbacks),

@@ -235,3 +235,13 @@ def test_getitem_nodes_and_provenance():
     assert any(n.target is operator.getitem for n in nodes)
     assert all(n.meta.get("from_node") for n in nodes if n.op == "call_function")
     verify(c.aten_graph)
+
+
+def test_inplace_op_whose_same_named_overload_differs_pow_scalar():
+    def f(x):
+        y = x.clone()
+        y.pow_(2)  # pow_.Scalar's functional form is pow.Tensor_Scalar, not pow.Scalar
+        return y
+
+    c = compare(f, torch.randn(3, 4))
+    assert aten.pow.Tensor_Scalar in targets(c)

@@ -53,7 +53,7 @@ def check(fn, *args, allow_fallbacks=(), kernels=None):
     assert not unexpected, f"ops fell back to ATen: {unexpected}"
     reference = AtenRuntime(ag, run=lambda *a: run_reference(lg, a))
     assert_same(reference(*[clone(a) for a in args]), expected, "reference evaluator")
-    cg = compile_graph(ag, default_options())
+    cg = compile_graph(ag.gm, default_options())
     compiled = AtenRuntime(ag, run=cg.wrapper.compile())
     assert_same(compiled(*[clone(a) for a in args]), expected, "generated C++")
     if kernels is not None:

@@ -132,7 +132,7 @@ def test_index_out_of_bounds_raises():
     lg = lower_graph(ag.gm)
     with pytest.raises(IndexError):
         run_reference(lg, [x, i])
-    compiled = AtenRuntime(ag, run=compile_graph(ag, default_options()).wrapper.compile())
+    compiled = AtenRuntime(ag, run=compile_graph(ag.gm, default_options()).wrapper.compile())
     with pytest.raises(IndexError):
         compiled(x, i)
     torch.testing.assert_close(compiled(x, torch.tensor([-4, 3])), x[[-4, 3]] + 1)  # still works afterwards

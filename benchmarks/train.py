@@ -1,0 +1,291 @@
+"""Training-step time and memory: eager vs torch.compile vs kiln.compile, in one run.
+
+A step is zero_grad, forward, loss, backward and an AdamW step. Each model is run eagerly, through
+torch.compile(backend=--torch-backend) and through kiln.compile(backend=--backend); the first steps
+compile (their time is reported as "first"), then the median of --steps timed steps is taken.
+
+Memory:
+  saved   bytes of the tensors autograd keeps for backward after the forward (measured with
+          torch.autograd.graph.saved_tensors_hooks; unique storages, parameters and inputs excluded),
+          which is the memory a compiler's partition decides; comparable on CPU and GPU.
+  peak    (CUDA only) torch.cuda.max_memory_allocated over a step, minus what was allocated before.
+
+    python benchmarks/train.py                                   # all models, CPU, float32
+    python benchmarks/train.py --models mlp,gpt2 --steps 5 --json train.json
+    python benchmarks/train.py --device cuda --dtype bf16        # autocast to bfloat16 on the GPU
+    python benchmarks/train.py --size base                       # BERT-base / GPT-2 small (124M) configs
+
+Before timing, the first step's gradients are compared with eager's (max abs difference printed).
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import statistics
+import sys
+import time
+import warnings
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import torch  # noqa: E402
+
+import kiln  # noqa: E402
+
+
+# models -------------------------------------------------------------------------------------------
+def _small_models():
+    from tests.models.test_small_models import MLP, ConvNet, TransformerBlock
+
+    return {
+        "mlp": lambda dev: (MLP(d=256, hidden=1024, out=16), (torch.randn(64, 256, device=dev),), {}),
+        "convnet": lambda dev: (ConvNet(), (torch.randn(16, 3, 32, 32, device=dev),), {}),
+        "block": lambda dev: (TransformerBlock(dim=128, heads=4), (torch.randn(8, 64, 128, device=dev),), {}),
+    }
+
+
+def _hf_models(size: str):
+    import transformers
+
+    if size == "base":  # the published BERT-base and GPT-2 small (124M) shapes
+        bert = dict(vocab_size=30522, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
+                    intermediate_size=3072, max_position_embeddings=512)
+        gpt2 = dict(vocab_size=50257, n_embd=768, n_layer=12, n_head=12, n_positions=1024)
+        batch, seq = 4, 128
+    else:
+        bert = dict(vocab_size=1000, hidden_size=128, num_hidden_layers=2, num_attention_heads=4,
+                    intermediate_size=512, max_position_embeddings=128)
+        gpt2 = dict(vocab_size=1000, n_embd=128, n_layer=2, n_head=4, n_positions=128)
+        batch, seq = 4, 64
+
+    def bert_model(dev):
+        # the loss is taken outside the model: BertForMaskedLM builds a new CrossEntropyLoss module on
+        # every call, which kiln's capture guards on (a recompile per step)
+        cfg = transformers.BertConfig(**bert)
+        ids = torch.randint(0, cfg.vocab_size, (batch, seq), device=dev)
+        return transformers.BertForMaskedLM(cfg), (), dict(input_ids=ids)
+
+    def gpt2_model(dev):
+        cfg = transformers.GPT2Config(**gpt2, bos_token_id=0, eos_token_id=0)
+        ids = torch.randint(0, cfg.vocab_size, (batch, seq), device=dev)
+        return transformers.GPT2LMHeadModel(cfg), (), dict(input_ids=ids, labels=ids)
+
+    return {"bert": bert_model, "gpt2": gpt2_model}
+
+
+# measuring ----------------------------------------------------------------------------------------
+def _loss(out, kwargs):
+    if getattr(out, "loss", None) is not None:
+        return out.loss
+    if hasattr(out, "logits"):
+        logits = out.logits.float()
+        return torch.nn.functional.cross_entropy(logits.flatten(0, 1), kwargs["input_ids"].flatten())
+    return out.float().square().mean()
+
+
+class Step:
+    def __init__(self, model, runner, args, kwargs, device, dtype):
+        self.model, self.runner, self.args, self.kwargs = model, runner, args, kwargs
+        self.opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        self.device, self.dtype = device, dtype
+
+    def forward_loss(self):
+        if self.dtype is None:
+            return _loss(self.runner(*self.args, **self.kwargs), self.kwargs)
+        with torch.autocast(self.device, dtype=self.dtype):
+            return _loss(self.runner(*self.args, **self.kwargs), self.kwargs)
+
+    def __call__(self):
+        self.opt.zero_grad(set_to_none=True)
+        loss = self.forward_loss()
+        loss.backward()
+        self.opt.step()
+        return loss
+
+
+def _sync(device):
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def saved_bytes(step: Step) -> int:
+    """Bytes autograd holds for backward after one forward (unique storages, not params/inputs)."""
+    exclude = {p.untyped_storage().data_ptr() for p in step.model.parameters()}
+    exclude |= {b.untyped_storage().data_ptr() for b in step.model.buffers()}
+    exclude |= {t.untyped_storage().data_ptr() for t in [*step.args, *step.kwargs.values()] if isinstance(t, torch.Tensor)}
+    storages = {}
+
+    def pack(t):
+        storage = t.untyped_storage()
+        if storage.data_ptr() not in exclude:
+            storages[storage.data_ptr()] = storage.nbytes()
+        return t
+
+    step.opt.zero_grad(set_to_none=True)
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        loss = step.forward_loss()
+    total = sum(storages.values())
+    loss.backward()  # frees them
+    return total
+
+
+def peak_bytes(step: Step, device: str) -> int | None:
+    if device != "cuda":
+        return None
+    step.opt.zero_grad(set_to_none=True)
+    _sync(device)
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    step()
+    _sync(device)
+    return torch.cuda.max_memory_allocated() - base
+
+
+def first_grads(make, device, runner_factory, dtype, seed=0):
+    model, args, kwargs = make_model(make, device)
+    runner = runner_factory(model)
+    step = Step(model, runner, args, kwargs, device, dtype)
+    torch.manual_seed(seed)
+    step.forward_loss().backward()
+    return [p.grad.detach().float().clone() if p.grad is not None else None for p in model.parameters()]
+
+
+_MODEL_CACHE: dict = {}
+
+
+def make_model(make, device):
+    """The same initial weights and inputs for every runner of a model."""
+    key = id(make)
+    if key not in _MODEL_CACHE:
+        torch.manual_seed(0)
+        model, args, kwargs = make(device)
+        _MODEL_CACHE[key] = (model.to(device).train(), args, kwargs)
+    model, args, kwargs = _MODEL_CACHE[key]
+    return copy.deepcopy(model), args, kwargs
+
+
+def measure(name, make, runner_factory, device, dtype, steps, warmup):
+    model, args, kwargs = make_model(make, device)
+    runner = runner_factory(model)
+    step = Step(model, runner, args, kwargs, device, dtype)
+    torch.manual_seed(0)
+    _sync(device)
+    start = time.perf_counter()
+    step()
+    _sync(device)
+    first = time.perf_counter() - start
+    for _ in range(warmup):
+        step()
+    times = []
+    for _ in range(steps):
+        _sync(device)
+        start = time.perf_counter()
+        step()
+        _sync(device)
+        times.append(time.perf_counter() - start)
+    return {"first_s": first, "step_ms": 1e3 * statistics.median(times), "saved_bytes": saved_bytes(step),
+            "peak_bytes": peak_bytes(step, device)}
+
+
+def runners(args):
+    def eager(model):
+        return model
+
+    def torch_compiled(model):
+        import torch._dynamo
+
+        torch._dynamo.reset()
+        return torch.compile(model, backend=args.torch_backend)
+
+    def kiln_compiled(model):
+        kiln.reset()
+        return kiln.compile(model, backend=args.backend)
+
+    return {"eager": eager, "torch.compile": torch_compiled, "kiln": kiln_compiled}
+
+
+def _max_diff(a, b) -> float:
+    diffs = [(x - y).abs().max().item() for x, y in zip(a, b) if x is not None and y is not None]
+    return max(diffs) if diffs else 0.0
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default="mlp,convnet,block,bert,gpt2")
+    parser.add_argument("--size", choices=("tiny", "base"), default="tiny", help="HF model configs")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32", help="bf16: autocast")
+    parser.add_argument("--backend", default="aot_eager", help="kiln backend")
+    parser.add_argument("--torch-backend", default=None, help="torch.compile backend (default: like --backend)")
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: leave as is)")
+    parser.add_argument("--json", default="")
+    args = parser.parse_args(argv)
+    if args.torch_backend is None:
+        args.torch_backend = {"kiln": "inductor"}.get(args.backend, args.backend)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    warnings.filterwarnings("ignore")
+    import logging
+
+    logging.disable(logging.WARNING)
+    dtype = torch.bfloat16 if args.dtype == "bf16" else None
+    makers = {**_small_models(), **_hf_models(args.size)}
+    wanted = [m for m in args.models.split(",") if m]
+    rows = []
+    for name in wanted:
+        make = makers[name]
+        row = {"model": name}
+        grads = {}
+        for rname, factory in runners(args).items():
+            grads[rname] = first_grads(make, args.device, factory, dtype)
+            kiln.stats.reset()
+            row[rname] = measure(name, make, factory, args.device, dtype, args.steps, args.warmup)
+            if rname == "kiln":
+                row["kiln"]["joint_graphs"] = kiln.stats.joint_graphs
+                row["kiln"]["graphs"] = kiln.stats.graphs
+        row["kiln_grad_max_diff"] = _max_diff(grads["kiln"], grads["eager"])
+        row["torch_grad_max_diff"] = _max_diff(grads["torch.compile"], grads["eager"])
+        rows.append(row)
+        _print_row(row, header=len(rows) == 1, device=args.device)
+    print(f"(torch {torch.__version__}, device {args.device}, {args.dtype}, kiln backend {args.backend!r}, "
+          f"torch.compile backend {args.torch_backend!r}; median of {args.steps} steps; 'x' columns: speedup over eager)")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"args": vars(args), "rows": rows}, f, indent=1)
+    return 0
+
+
+def _mb(n) -> str:
+    return "-" if n is None else f"{n / 2**20:.2f}"
+
+
+def _print_row(row, header: bool, device: str) -> None:
+    cols = ["eager", "torch.compile", "kiln"]
+    if header:
+        line = f"{'model':8} " + " ".join(f"{c + ' ms':>16}" for c in cols) + f" {'tc x':>6} {'kiln x':>6}"
+        line += " " + " ".join(f"{c + ' saved MB':>18}" for c in cols) + f" {'kiln/eager':>10}"
+        if device == "cuda":
+            line += " " + " ".join(f"{c + ' peak MB':>17}" for c in cols)
+        line += f" {'first s (tc/kiln)':>18} {'grad diff (tc/kiln)':>20} {'joint':>5}"
+        print(line)
+        print("-" * len(line))
+    ms = [row[c]["step_ms"] for c in cols]
+    saved = [row[c]["saved_bytes"] for c in cols]
+    line = f"{row['model']:8} " + " ".join(f"{m:16.2f}" for m in ms)
+    line += f" {ms[0] / ms[1]:6.2f} {ms[0] / ms[2]:6.2f}"
+    line += " " + " ".join(f"{_mb(s):>18}" for s in saved)
+    line += f" {saved[2] / max(saved[0], 1):10.2f}"
+    if device == "cuda":
+        line += " " + " ".join(f"{_mb(row[c]['peak_bytes']):>17}" for c in cols)
+    line += f" {row['torch.compile']['first_s']:8.1f}/{row['kiln']['first_s']:<8.1f}"
+    line += f" {row['torch_grad_max_diff']:9.1e}/{row['kiln_grad_max_diff']:<9.1e}"
+    line += f" {row['kiln'].get('joint_graphs', 0):5d}"
+    print(line, flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,120 @@
+"""aot_compile: the one entry point from a captured torch-level graph to a compiled callable.
+
+    aot_compile(gm, example_inputs, compile_fwd, compile_bwd, options, decompositions)
+
+Inference (grad mode off, or nothing requires grad): ``aot_trace`` gives one functional ATen graph,
+handed to ``compile_fwd(gm, example_inputs)``, and run by ``AtenRuntime``.
+
+Training: ``trace_joint`` gives the joint forward/backward graph, ``partition`` splits it, and the
+forward and backward graphs go to ``compile_fwd`` and ``compile_bwd``; ``TrainingRuntime`` runs
+them inside a ``torch.autograd.Function``.
+
+A backend's compiler is any ``(gm, example_inputs) -> callable`` that takes and returns flat lists
+(as the graph module itself does). The forward's example inputs are the real inputs and state; the
+backward's are fake tensors (``kiln.fake.FakeTensor``: shapes, dtypes and devices, no data), the same
+values as each placeholder's ``meta["val"]``.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Mapping, Sequence
+
+import torch.fx as fx
+
+from kiln.aot.graph import AtenGraph
+from kiln.aot.joint import JointGraph, needs_joint_graph, trace_joint
+from kiln.aot.partition import Partition, describe_saved, explain_rules, partition
+from kiln.aot.runtime import AtenRuntime
+from kiln.aot.trace import aot_trace
+from kiln.aot.training import TrainingRuntime
+from kiln.debug.stats import stats
+from kiln.decomp.core_ops import count_by_kind
+
+GraphCompiler = Callable  # (gm: fx.GraphModule, example_inputs: list) -> callable
+
+
+@dataclasses.dataclass
+class TrainingPlan:
+    """Everything the training path made, for explain and tests."""
+
+    joint: JointGraph
+    partition: Partition
+    forward: AtenGraph  # the forward graph with the runtime's view of its inputs and outputs
+
+    def explain(self) -> str:
+        return explain_training(self)
+
+
+def aot_compile(
+    gm: fx.GraphModule,
+    example_inputs: Sequence,
+    compile_fwd: GraphCompiler,
+    compile_bwd: GraphCompiler | None = None,
+    options=None,
+    decompositions: Mapping | None = None,
+    training: bool | None = None,
+):
+    """Compile ``gm`` for inference or training (see the module doc); returns the runtime callable.
+
+    ``training`` None decides from grad mode and ``requires_grad``. Raises ``UnsupportedFakeOp``
+    (``JointUnsupported`` for what only the training path cannot do).
+    """
+    if training is None:
+        training = needs_joint_graph(gm, example_inputs)
+    if not training:
+        with stats.timed("aot"):
+            ag = aot_trace(gm, example_inputs, decompositions=decompositions, options=options)
+        runtime = AtenRuntime(ag, run=compile_fwd(ag.gm, [*example_inputs, *ag.state]))
+        runtime.aten_graph = ag
+        return runtime
+    with stats.timed("aot"):
+        joint = trace_joint(gm, example_inputs, decompositions=decompositions, options=options)
+    with stats.timed("partition"):
+        part = partition(joint)
+    forward = AtenGraph(part.fwd, joint.inputs, joint.state, joint.mutated_inputs, joint.outputs, joint.out_spec)
+    fwd = compile_fwd(part.fwd, [*example_inputs, *joint.state])
+    bwd = (compile_bwd or compile_fwd)(part.bwd, placeholder_values(part.bwd))
+    runtime = TrainingRuntime(joint, fwd, bwd)
+    runtime.plan = TrainingPlan(joint, part, forward)
+    runtime.aten_graph = forward
+    stats.joint_graphs += 1
+    return runtime
+
+
+def placeholder_values(gm: fx.GraphModule) -> list:
+    return [n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"]
+
+
+def _fmt_bytes(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def _kinds(gm: fx.GraphModule) -> str:
+    return ", ".join(f"{kind} {n}" for kind, n in count_by_kind(gm.graph).items()) or "none"
+
+
+def explain_training(plan: TrainingPlan) -> str:
+    """The forward and backward graphs, what crosses between them, and memory against eager's."""
+    part, eager = plan.partition, plan.joint.eager_saved
+    ratio = f" ({part.saved_activation_bytes / eager.activation_bytes:.2f}x eager)" if eager.activation_bytes else ""
+    joint_ops = len(plan.joint.gm.graph.nodes)
+    lines = [
+        f"training: a joint forward/backward ATen graph ({joint_ops} nodes, after decompositions and "
+        "functionalization), split by a min-cut",
+        part.format(plan.joint.inputs),
+        "",
+        "ops by kind: forward " + _kinds(part.fwd) + "; backward " + _kinds(part.bwd),
+        "",
+        "saved values:",
+        *[f"  {line}" for line in describe_saved(part)],
+        f"activation memory saved for backward: {_fmt_bytes(part.saved_activation_bytes)}{ratio}; "
+        f"eager autograd saves {_fmt_bytes(eager.activation_bytes)} in {eager.tensors} tensors "
+        f"(plus graph inputs: kiln {_fmt_bytes(part.saved_input_bytes)}, eager {_fmt_bytes(eager.input_bytes)})",
+        "partition rules:",
+        *[f"  {line}" for line in explain_rules().splitlines()],
+    ]
+    return "\n".join(lines)

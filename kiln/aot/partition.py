@@ -1,0 +1,259 @@
+"""Partition a joint graph into a forward graph and a backward graph, by a minimum cut.
+
+Every node of the joint graph that does not depend on a tangent is *forward-able*: it can run in
+the forward, or in the backward from what the forward saved. Which values cross from forward to
+backward is a minimum s-t cut over a flow network (as in AOTAutograd's min-cut partitioner):
+
+    source ──∞──▶ primal_in                     graph inputs are available in the forward
+    source ──∞──▶ v_in          v must run in the forward and may not run again (``must_stay``)
+    v_in ──cost(v)──▶ v_out     saving v costs the bytes its storage keeps alive
+    v_out ──∞──▶ u_in           for each use of v by a forward-able u
+    v_out ──∞──▶ sink           v is used by a backward node (one that depends on a tangent)
+
+The cut edges ``v_in → v_out`` are the saved values. Nodes on the sink side that the forward also
+computes are recomputed in the backward; the rest of the sink side runs in the backward only.
+The rules are small pure functions below; ``explain_rules()`` prints them.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import operator
+
+import networkx as nx
+import torch
+import torch.fx as fx
+
+from kiln.aot.graph import describe_val, format_graph, is_impure
+from kiln.aot.joint import JointGraph, JointUnsupported
+from kiln.aot.schema import is_random, is_view
+from kiln.decomp.core_ops import op_kind
+
+# core op kinds cheap enough to run again in the backward instead of saving their result
+RECOMPUTABLE_KINDS = frozenset({"pointwise", "view", "factory", "shape"})
+# a graph input kept alive for the backward costs (almost) nothing: it is alive anyway
+INPUT_COST = 1
+
+
+# rules --------------------------------------------------------------------------------------------
+def recompute_rule(node: fx.Node) -> tuple[bool, str]:
+    """May ``node`` run a second time, in the backward? (answer, reason)"""
+    if node.op == "get_attr":
+        return True, "constant"
+    if node.op != "call_function":
+        return False, node.op
+    target = node.target
+    if target is operator.getitem:
+        return recompute_rule(node.args[0])
+    if not isinstance(target, torch._ops.OpOverload):
+        return False, "not an ATen op"
+    if is_random(target):
+        return False, "random"
+    if node.meta.get("mutates_fresh_copies") or node.meta.get("mutated_in_place"):
+        return False, "mutated in place"
+    kind = op_kind(target)
+    if kind in RECOMPUTABLE_KINDS:
+        return True, kind
+    if kind == "non-core" and (is_view(target) or torch.Tag.pointwise in target.tags):
+        return True, "view" if is_view(target) else "pointwise"
+    return False, kind
+
+
+def storage_bytes(val) -> int:
+    """Bytes a tensor keeps alive: its whole storage (a saved view keeps its base alive)."""
+    return val.untyped_storage().nbytes()
+
+
+def save_cost(node: fx.Node, input_storages: set) -> float:
+    """What saving ``node``'s value for the backward costs, in bytes (inf: it cannot be saved)."""
+    val = node.meta.get("val")
+    if not isinstance(val, torch.Tensor):
+        return math.inf  # tuples (save their items instead), non-tensors
+    if node.op == "placeholder" or val.untyped_storage()._cdata in input_storages:
+        return INPUT_COST
+    return storage_bytes(val)
+
+
+def explain_rules() -> str:
+    kinds = ", ".join(sorted(RECOMPUTABLE_KINDS))
+    return (
+        f"recompute: core ops of kind {kinds}, non-core views and pointwise ops, constants;\n"
+        f"  never random ops, copies mutated in place, matmuls, reductions, indexing, sorts or other ops\n"
+        f"save cost: bytes of the value's storage; graph inputs and their views {INPUT_COST}; tuples cannot be saved"
+    )
+
+
+# the partition -------------------------------------------------------------------------------------
+@dataclasses.dataclass
+class Partition:
+    fwd: fx.GraphModule  # (*primals) -> (*mutated input values, *forward outputs, *saved)
+    bwd: fx.GraphModule  # (*saved, *tangents) -> (*grads)
+    saved: list[str]
+    recomputed: list[str]
+    saved_activation_bytes: int  # storages of saved values that are not graph inputs
+    saved_input_bytes: int
+    num_fwd_outputs: int  # mutated input values + forward outputs
+    num_saved: int
+
+    def format(self, inputs=None) -> str:
+        return "\n".join([
+            "forward graph:", format_graph(self.fwd.graph, inputs), "",
+            "backward graph:", format_graph(self.bwd.graph), "",
+            f"saved for backward ({len(self.saved)}): " + (", ".join(self.saved) or "nothing"),
+            f"recomputed in backward ({len(self.recomputed)}): " + (", ".join(self.recomputed) or "nothing"),
+        ])
+
+
+def partition(joint: JointGraph) -> Partition:
+    graph = joint.gm.graph
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    primals = placeholders[: len(joint.inputs)]
+    output = next(n for n in reversed(graph.nodes) if n.op == "output")
+    n_fwd = len(joint.mutated_inputs) + joint.num_fwd_outputs
+    fwd_outputs = list(output.args[0][:n_fwd])
+    grad_outputs = list(output.args[0][n_fwd:])
+    _mark_mutated_copies(graph)
+
+    backward = _tangent_dependent(graph, placeholders[len(joint.inputs):])
+    forwardable = [n for n in graph.nodes if n.op not in ("output",) and n not in backward]
+    impure = [n for n in forwardable if n.op == "call_function" and is_impure(n)]
+    forward_required = _ancestors(fwd_outputs + impure)
+    # a mutated input is written back after the forward: the backward must not read it in place
+    mutated = {primals[i].meta["val"].untyped_storage()._cdata for i in joint.mutated_inputs}
+    input_storages = {p.meta["val"].untyped_storage()._cdata for p in primals
+                      if isinstance(p.meta.get("val"), torch.Tensor)} - mutated
+
+    saved = _min_cut(forwardable, set(primals), forward_required, backward, grad_outputs, input_storages)
+    fwd_nodes = forward_required | _ancestors(saved)
+    bwd_nodes = _needed(grad_outputs, stop=set(saved) | backward.intersection(placeholders))
+    bwd_nodes -= set(saved)
+    bad = [n.name for n in bwd_nodes if n in primals]
+    if bad:
+        raise JointUnsupported("partition", f"the backward needs graph inputs that were not saved: {bad}")
+
+    fwd = _forward_module(joint.gm, primals, fwd_nodes, fwd_outputs, saved, mutated)
+    bwd = _backward_module(joint.gm, saved, placeholders[len(joint.inputs):], bwd_nodes, grad_outputs)
+    recomputed = [n.name for n in graph.nodes if n in bwd_nodes and n in fwd_nodes and n.op != "get_attr"]
+    acts, ins = _saved_bytes(saved, input_storages)
+    return Partition(fwd, bwd, [n.name for n in saved], recomputed, acts, ins, n_fwd, len(saved))
+
+
+def _mark_mutated_copies(graph: fx.Graph) -> None:
+    """Copies that an op without a functional form mutates in place must not be recomputed."""
+    for node in graph.nodes:
+        if node.meta.get("mutates_fresh_copies"):
+            for arg in node.all_input_nodes:
+                if arg.op == "call_function" and arg.target is torch.ops.aten.clone.default:
+                    arg.meta["mutated_in_place"] = True
+
+
+def _tangent_dependent(graph: fx.Graph, tangents: list) -> set:
+    found = set(tangents)
+    for node in graph.nodes:
+        if node.op == "call_function" and any(a in found for a in node.all_input_nodes):
+            found.add(node)
+    return found
+
+
+def _ancestors(nodes) -> set:
+    seen: set = set()
+    stack = [n for n in nodes if isinstance(n, fx.Node)]
+    while stack:
+        node = stack.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        stack.extend(node.all_input_nodes)
+    return seen
+
+
+def _needed(roots, stop: set) -> set:
+    """Nodes needed to compute ``roots``, not looking past ``stop`` (included when reached)."""
+    seen: set = set()
+    stack = [n for n in roots if isinstance(n, fx.Node)]
+    while stack:
+        node = stack.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        if node not in stop:
+            stack.extend(node.all_input_nodes)
+    return seen
+
+
+def _min_cut(forwardable, primals: set, forward_required: set, backward: set, grad_outputs, input_storages):
+    net = nx.DiGraph()
+    net.add_node("source")
+    net.add_node("sink")
+    grad_nodes = {n for n in grad_outputs if isinstance(n, fx.Node)}
+    for node in forwardable:
+        v_in, v_out = (node.name, "in"), (node.name, "out")
+        cost = save_cost(node, input_storages)
+        if math.isinf(cost):
+            net.add_edge(v_in, v_out)
+        else:
+            net.add_edge(v_in, v_out, capacity=cost)
+        if node in primals or (node in forward_required and not recompute_rule(node)[0]):
+            net.add_edge("source", v_in)
+        for user in node.users:
+            if user in backward:
+                net.add_edge(v_out, "sink")
+            elif user.op != "output":
+                net.add_edge(v_out, (user.name, "in"))
+        if node in grad_nodes:  # a forward-able grad output (a zero gradient, say)
+            net.add_edge(v_out, "sink")
+    try:
+        cut_value, (reachable, _) = nx.minimum_cut(net, "source", "sink")
+    except nx.NetworkXUnbounded:
+        raise JointUnsupported("partition", "no finite cut: the backward needs a value that cannot be saved")
+    return [n for n in forwardable if (n.name, "in") in reachable and (n.name, "out") not in reachable]
+
+
+def _forward_module(root, primals, fwd_nodes, fwd_outputs, saved, mutated_storages) -> fx.GraphModule:
+    graph, env = fx.Graph(), {}
+    for node in root.graph.nodes:
+        if node in primals:
+            env[node] = graph.placeholder(node.name)
+            env[node].meta = dict(node.meta)
+        elif node in fwd_nodes and node.op != "placeholder":
+            env[node] = graph.node_copy(node, lambda n: env[n])
+    saved_values = []
+    for node in saved:
+        value = env[node]
+        if node.meta["val"].untyped_storage()._cdata in mutated_storages:
+            # the input's memory is overwritten after the graph: save a copy of the value it had
+            value = graph.call_function(torch.ops.aten.clone.default, (value,))
+            value.meta = {"val": node.meta["val"]}
+        saved_values.append(value)
+    graph.output(tuple(env[n] for n in fwd_outputs) + tuple(saved_values))
+    return fx.GraphModule(root, graph, class_name="ForwardGraphModule")
+
+
+def _backward_module(root, saved, tangents, bwd_nodes, grad_outputs) -> fx.GraphModule:
+    graph, env = fx.Graph(), {}
+    for node in list(saved) + list(tangents):
+        env[node] = graph.placeholder(node.name)
+        env[node].meta = dict(node.meta)
+    for node in root.graph.nodes:
+        if node in bwd_nodes and node not in env and node.op != "placeholder":
+            env[node] = graph.node_copy(node, lambda n: env[n])
+    graph.output(tuple(env[n] if isinstance(n, fx.Node) else n for n in grad_outputs))
+    return fx.GraphModule(root, graph, class_name="BackwardGraphModule")
+
+
+def _saved_bytes(saved, input_storages) -> tuple[int, int]:
+    storages: dict = {}
+    for node in saved:
+        val = node.meta["val"]
+        storages[val.untyped_storage()._cdata] = storage_bytes(val)
+    acts = sum(b for key, b in storages.items() if key not in input_storages)
+    ins = sum(b for key, b in storages.items() if key in input_storages)
+    return acts, ins
+
+
+def describe_saved(part: Partition) -> list[str]:
+    lines = []
+    for node in part.bwd.graph.nodes:
+        if node.op == "placeholder" and not node.name.startswith("tangent"):
+            lines.append(f"{node.name}: {describe_val(node.meta.get('val'))}")
+    return lines
