@@ -11,7 +11,7 @@ import dataclasses
 import torch
 from torch.utils._pytree import tree_map
 
-from kiln.loopir.nodes import ComputedBuffer, ExternOutput, InputBuffer, Stored
+from kiln.loopir.nodes import ComputedBuffer, ConstantBuffer, ExternOutput, InputBuffer, Stored
 from kiln.schedule.scheduler import ExternStep, FusedGroup, Schedule
 
 
@@ -51,11 +51,13 @@ class WrapperGen:
         b = v.buffer
         if v.is_whole_buffer():
             return b.name
-        off = f"{b.name}.storage_offset() + {v.offset}" if isinstance(b, (InputBuffer, ExternOutput)) else str(v.offset)
+        off = f"{b.name}.storage_offset() + {v.offset}" if isinstance(b, (InputBuffer, ConstantBuffer, ExternOutput)) else str(v.offset)
         return f"{b.name}.as_strided({tuple(v.size)}, {tuple(v.stride)}, {off})"
 
     def generate(self) -> Wrapper:
         args = [b.name for b in self.lg.inputs]
+        for c in self.lg.constants:
+            self.ns[c.name] = c.value
         last_use, extern_inputs = self._last_uses()
         outputs = {o.buffer.name for o in self.lg.outputs if isinstance(o, Stored)}
         pool: dict[tuple, list[str]] = {}
@@ -73,12 +75,14 @@ class WrapperGen:
             else:
                 body += self._extern(step)
             for name in sorted(n for n, last in last_use.items() if last == i):
-                if name in outputs or name in args:
+                if name in outputs or name in args or name in self.ns:
                     continue
-                body.append(f"del {name}")
                 b = self.buffers[name]
                 if isinstance(b, ComputedBuffer) and name not in extern_inputs:
+                    # kept (not deleted): a later buffer of the same size reuses its memory
                     pool.setdefault(_pool_key(b), []).append(name)
+                else:
+                    body.append(f"del {name}")
         outs = [self.ref(o) if isinstance(o, Stored) else self.const(o, "c") for o in self.lg.outputs]
         body.append(f"return ({', '.join(outs)}{',' if len(outs) == 1 else ''})")
         src = [f"def call({', '.join(args)}):"] + ["    " + line for line in body]

@@ -77,6 +77,13 @@ class InputBuffer(Buffer):
 
 
 @dataclasses.dataclass(eq=False)
+class ConstantBuffer(Buffer):
+    """A tensor the graph holds (an FX ``get_attr``): passed to kernels like an input, never written."""
+
+    value: Any = None
+
+
+@dataclasses.dataclass(eq=False)
 class Pointwise:
     """out[index] = body(ops, index) over ``ranges``."""
 

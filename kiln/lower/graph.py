@@ -15,7 +15,7 @@ import torch.fx as fx
 from torch.utils._pytree import tree_flatten, tree_map
 
 from kiln.loopir.nodes import (
-    Buffer, ComputedBuffer, ExternKernel, ExternOutput, InputBuffer, Lazy, Pointwise, Reduction, Stored,
+    Buffer, ComputedBuffer, ConstantBuffer, ExternKernel, ExternOutput, InputBuffer, Lazy, Pointwise, Reduction, Stored,
     TensorValue, contiguous_strides, is_dense,
 )
 from kiln.lower.registry import Unlowerable, lowerings
@@ -34,9 +34,11 @@ class LoweredGraph:
     nodes: list  # ComputedBuffer | ExternKernel, in program order
     outputs: list[Any]  # per graph output: Stored, or a Python value
     fallbacks: dict  # op name -> reason (ops run through ATen)
+    constants: list = dataclasses.field(default_factory=list)  # ConstantBuffers (FX get_attr tensors)
 
     def buffers(self) -> dict[str, Buffer]:
         out = {b.name: b for b in self.inputs}
+        out.update({b.name: b for b in self.constants})
         for n in self.nodes:
             if isinstance(n, ExternKernel):
                 out.update({o.name: o for o in n.outputs})
@@ -74,6 +76,7 @@ class GraphLowering:
         self.gm = gm
         self.nodes: list = []
         self.inputs: list[InputBuffer] = []
+        self.constants: list[ConstantBuffer] = []
         self.env: dict[fx.Node, Any] = {}
         self.fallbacks: dict[str, str] = {}
         self._count = 0
@@ -144,13 +147,15 @@ class GraphLowering:
             self.current = node
             if node.op == "placeholder":
                 self.env[node] = self._input(node)
+            elif node.op == "get_attr":
+                self.env[node] = self._constant(node)
             elif node.op == "call_function":
                 self.env[node] = self._call(node, table)
             elif node.op == "output":
                 outputs = [self._output(v) for v in tree_flatten(node.args[0])[0]]
             else:
                 raise Unlowerable(f"FX node kind {node.op!r}")
-        return LoweredGraph(self.inputs, self.nodes, outputs, self.fallbacks)
+        return LoweredGraph(self.inputs, self.nodes, outputs, self.fallbacks, self.constants)
 
     def _input(self, node):
         val = fake_val(node)
@@ -159,6 +164,15 @@ class GraphLowering:
         buf = InputBuffer(node.name, val.dtype, val.device, tuple(val.shape), tuple(val.stride()), (node,),
                           position=len(self.inputs))
         self.inputs.append(buf)
+        return Stored(buf, buf.size, buf.stride, 0)
+
+    def _constant(self, node):
+        value = getattr(self.gm, node.target)
+        if not isinstance(value, torch.Tensor):
+            raise Unlowerable(f"graph attribute {node.target} is not a tensor ({type(value).__name__})")
+        buf = ConstantBuffer(f"const_{node.name}", value.dtype, value.device, tuple(value.shape),
+                             tuple(value.stride()), (node,), value=value)
+        self.constants.append(buf)
         return Stored(buf, buf.size, buf.stride, 0)
 
     def _call(self, node, table):
