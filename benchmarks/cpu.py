@@ -217,6 +217,9 @@ def check(f, args, got, expected) -> str | None:
 # ---------------------------------------------------------------------------------------- timing
 
 
+CLOCK = time.perf_counter  # --timer cpu: time.process_time (CPU seconds of all threads; for busy machines)
+
+
 def median_time(fn, args, iters: int, min_time: float) -> float:
     """Median seconds per call over at least ``iters`` calls (and at least ``min_time`` seconds)."""
     for _ in range(3):
@@ -224,9 +227,9 @@ def median_time(fn, args, iters: int, min_time: float) -> float:
     samples = []
     start = time.perf_counter()
     while len(samples) < iters or time.perf_counter() - start < min_time:
-        t0 = time.perf_counter()
+        t0 = CLOCK()
         fn(*args)
-        samples.append(time.perf_counter() - t0)
+        samples.append(CLOCK() - t0)
         if len(samples) >= 20 * iters:
             break
     return statistics.median(samples)
@@ -362,6 +365,8 @@ def main() -> int:
     parser.add_argument("--iters", type=int, default=50)
     parser.add_argument("--min-time", type=float, default=0.5, help="seconds of timed calls per measurement, at least")
     parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--timer", choices=["wall", "cpu"], default="wall",
+                        help="cpu: CPU time of the process (all threads), steadier on a shared machine")
     parser.add_argument("--compile-time", dest="compile_time", action="store_true", default=True)
     parser.add_argument("--no-compile-time", dest="compile_time", action="store_false")
     parser.add_argument("--compile-time-micro", action="store_true", help="also measure compile time of microbenchmarks")
@@ -376,6 +381,9 @@ def main() -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.timer == "cpu":
+        global CLOCK
+        CLOCK = time.process_time
     if args.child_compile:
         child_compile(args.child_compile[0], args.size, args.child_compile[1])
         return 0

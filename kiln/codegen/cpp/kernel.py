@@ -24,6 +24,7 @@ Variants:
   vector loop over the tile for each reduction index, with per-tile accumulators.
 * no outer loops (a reduction to one element): the reduction's outer loop (or chunks of its only loop)
   runs in parallel with an OpenMP reduction, the inner loop vectorized.
+"""
 from __future__ import annotations
 
 import dataclasses
