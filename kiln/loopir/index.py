@@ -7,6 +7,7 @@ for reduction loops). ``FloorDiv`` and ``ModularIndexing`` stay unevaluated unti
 from __future__ import annotations
 
 import functools
+import math
 from typing import Mapping, Sequence
 
 import sympy
@@ -109,6 +110,27 @@ def _split_divisible(expr: sympy.Expr, d: int):
     return q, r
 
 
+def _drop_small_terms(a: sympy.Expr, b: int, ranges):
+    """(a1, b1) with floor(a / b) == floor(a1 / b1), or None: a = g*a1 + r with 0 <= r < g and g | b.
+
+    ``floor((32*x0 + x1) / 512) == floor(x0 / 16)`` when ``0 <= x1 < 32``."""
+    terms = sorted(sympy.Add.make_args(sympy.expand(a)), key=lambda t: -abs(int(t.as_coeff_Mul()[0])))
+    for i in range(len(terms) - 1, 0, -1):
+        big, small = terms[:i], terms[i:]
+        g = b
+        for t in big:
+            c = t.as_coeff_Mul()[0]
+            if not c.is_Integer:
+                return None
+            g = math.gcd(g, int(c))
+        if g <= 1:
+            continue
+        r = expr_range(sympy.Add(*small), ranges)
+        if r is not None and r[0] >= 0 and r[1] < g:
+            return sympy.expand(sympy.Add(*big) / g), b // g
+    return None
+
+
 def simplify_with_ranges(expr: sympy.Expr, ranges: Mapping[sympy.Symbol, int]) -> sympy.Expr:
     """Rewrite FloorDiv / ModularIndexing away where the variables' extents allow."""
     if not expr.has(FloorDiv, ModularIndexing):
@@ -121,6 +143,9 @@ def simplify_with_ranges(expr: sympy.Expr, ranges: Mapping[sympy.Symbol, int]) -
         if isinstance(e, FloorDiv):
             a, b = args
             if b.is_Integer:
+                dropped = _drop_small_terms(a, int(b), ranges)
+                if dropped is not None:
+                    return visit(FloorDiv(dropped[0], dropped[1]))
                 q, r = _split_divisible(a, int(b))
                 rr = expr_range(r, ranges)
                 if rr is not None and 0 <= rr[0] and rr[1] < int(b):
@@ -130,6 +155,9 @@ def simplify_with_ranges(expr: sympy.Expr, ranges: Mapping[sympy.Symbol, int]) -
         if isinstance(e, ModularIndexing):
             a, b, c = args
             if b.is_Integer and c.is_Integer:
+                dropped = _drop_small_terms(a, int(b), ranges)
+                if dropped is not None:
+                    return visit(ModularIndexing(dropped[0], dropped[1], c))
                 a_range = expr_range(a, ranges)
                 if a_range is not None and a_range[0] >= 0 and a_range[1] < int(b):
                     return sympy.Integer(0)
