@@ -64,7 +64,9 @@ class Schedule:
         return "\n".join(lines)
 
 
-def schedule(nodes, buffers: dict, output_names: set[str], fuse: bool = True) -> Schedule:
+def schedule(nodes, buffers: dict, output_names: set[str], fuse: bool = True, can_fuse=None) -> Schedule:
+    """``can_fuse(members, depth)``, when given, is a code generator's own condition on a group (on top
+    of ``fusion.group_legal``)."""
     dtypes = {name: b.dtype for name, b in buffers.items()}
     nbytes = {name: b.nbytes for name, b in buffers.items()}
     snodes = make_scheduler_nodes(nodes, dtypes)
@@ -74,7 +76,7 @@ def schedule(nodes, buffers: dict, output_names: set[str], fuse: bool = True) ->
         if sn.is_extern:
             step = ExternStep(sn, len(steps))
         else:
-            step = _best_group(sn, steps, group_of, nbytes, dtypes) if fuse else None
+            step = _best_group(sn, steps, group_of, nbytes, dtypes, can_fuse) if fuse else None
             if step is None:
                 step = FusedGroup([sn], len(sn.ranges), len(steps))
                 steps.append(step)
@@ -89,7 +91,7 @@ def schedule(nodes, buffers: dict, output_names: set[str], fuse: bool = True) ->
     return Schedule(steps)
 
 
-def _best_group(sn: SchedulerNode, steps, group_of, nbytes, dtypes):
+def _best_group(sn: SchedulerNode, steps, group_of, nbytes, dtypes, can_fuse=None):
     """The group ``sn`` fuses into with the best score, or None.
 
     Everything ``sn`` needs from outside the group must be computed before the group runs. A step
@@ -110,6 +112,8 @@ def _best_group(sn: SchedulerNode, steps, group_of, nbytes, dtypes):
         for cand in _candidates(sn, step, dtypes):
             k = common_prefix(step.outer, cand.ranges)
             if cand.is_reduction and any(m.is_reduction for m in step.members) and k < 1:
+                continue
+            if can_fuse is not None and not can_fuse(step.members + [cand], k):
                 continue
             if group_legal(step.members + [cand], k):
                 best, best_score, best_moves = step, s, sorted(later, key=lambda h: h.index)
