@@ -170,4 +170,30 @@ def simplify_with_ranges(expr: sympy.Expr, ranges: Mapping[sympy.Symbol, int]) -
             return ModularIndexing(a, b, c)
         return e.func(*args)
 
-    return sympy.expand(visit(expr))
+    return _recombine(sympy.expand(visit(expr)))
+
+
+def _recombine(expr: sympy.Expr) -> sympy.Expr:
+    """``c*b*FloorDiv(e, b) + c*ModularIndexing(e, 1, b) -> c*e`` (for e >= 0), so that a dim that was
+    split by a view and joined again reads as one dim."""
+    if not isinstance(expr, sympy.Add):
+        return expr
+    coeffs: dict = {}
+    for term in expr.args:
+        c, rest = term.as_coeff_Mul()
+        coeffs[rest] = coeffs.get(rest, 0) + c
+    changed = False
+    for rest in list(coeffs):
+        if not (isinstance(rest, ModularIndexing) and rest.args[1] == 1 and rest.args[2].is_Integer):
+            continue
+        e, b = rest.args[0], rest.args[2]
+        fd = FloorDiv(e, b)
+        c = coeffs.get(rest, 0)
+        if c != 0 and coeffs.get(fd, 0) == c * b:
+            coeffs[rest] = 0
+            coeffs[fd] = 0
+            coeffs[e] = coeffs.get(e, 0) + c
+            changed = True
+    if not changed:
+        return expr
+    return sympy.expand(sympy.Add(*[c * r for r, c in coeffs.items()]))

@@ -50,6 +50,13 @@ _BINARY = {
 }
 
 
+# pow(x, c) for the exponents ATen's CPU kernel special-cases (results bit-equal to eager)
+_POW_SPECIAL = {
+    2.0: "({0} * {0})", 3.0: "({0} * {0} * {0})", 0.5: "std::sqrt({0})", -0.5: "{T}(1) / std::sqrt({0})",
+    -1.0: "{T}(1) / {0}", -2.0: "{T}(1) / ({0} * {0})",
+}
+
+
 @dataclasses.dataclass(frozen=True)
 class CppVal:
     name: str
@@ -97,6 +104,7 @@ class CppOps(OpsHandler):
         self.lines: list[str] = []
         self.post: list[str] = []
         self.reductions: list[Red] = []
+        self.constants: dict[str, float] = {}  # C name -> value of floating constants
         self.cse: dict[str, CppVal] = {}
         self.count = 0
         self.after_reduction = False
@@ -133,6 +141,9 @@ class CppOps(OpsHandler):
         return self._emit(tmpl.format(x.name, T=CTYPE[x.dtype]), dtype)
 
     def binary(self, op, a, b):
+        if op == "pow" and a.dtype.is_floating_point and self.constants.get(b.name) in _POW_SPECIAL:
+            # ATen computes these scalar exponents with multiplications / sqrt: the same formula here
+            return self._emit(_POW_SPECIAL[self.constants[b.name]].format(a.name, T=CTYPE[a.dtype]), a.dtype)
         tmpl = _BINARY.get(op)
         if op == "truediv" and not a.dtype.is_floating_point:
             raise NotImplementedError("truediv of integers reaches C++ without a cast")
@@ -168,7 +179,10 @@ class CppOps(OpsHandler):
     # ------------------------------------------------------------------------------- values
 
     def constant(self, value, dtype):
-        return self._emit(c_literal(value, dtype), dtype)
+        val = self._emit(c_literal(value, dtype), dtype)
+        if dtype.is_floating_point and isinstance(value, (int, float)):
+            self.constants[val.name] = float(value)
+        return val
 
     def index_expr(self, expr, dtype):
         return self._emit(f"static_cast<{CTYPE[dtype]}>({print_index_c(self.ctx.rename(sympy.sympify(expr)))})", dtype)
