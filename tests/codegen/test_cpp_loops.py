@@ -147,3 +147,19 @@ def test_view_split_and_joined_again_reads_as_one_loop(tmp_path):
     n, src = run(lambda a, b: (a.view(2, 16, 128) * 2).view(32, 128) + b, torch.randn(32, 128), torch.randn(32, 128),
                  tmp_path=tmp_path)
     assert "x0 < 4096" in src and "/ 16" not in src
+
+
+def test_merge_loops_unit():
+    from kiln.codegen.cpp.loops import merge_loops
+    from kiln.loopir.index import vars_for
+
+    x0, x1, x2 = vars_for("x", 3)
+    # contiguous read and write: all three dims merge
+    sizes, subs = merge_loops([4, 8, 16], [128 * x0 + 16 * x1 + x2])
+    assert sizes == [512] and (128 * x0 + 16 * x1 + x2).xreplace(subs) == x0
+    # a read broadcast along dim 0 keeps dims 0 and 1 apart; dims 1 and 2 still merge
+    sizes, subs = merge_loops([4, 8, 16], [128 * x0 + 16 * x1 + x2, 16 * x1 + x2])
+    assert sizes == [4, 128] and (16 * x1 + x2).xreplace(subs) == x1
+    # a read of dim 1 alone (a broadcast along dim 2) merges nothing
+    sizes, subs = merge_loops([4, 8, 16], [128 * x0 + 16 * x1 + x2, 16 * x0 + x2])
+    assert sizes == [4, 8, 16] and subs == {}
