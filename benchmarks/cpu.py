@@ -4,6 +4,12 @@
     python benchmarks/cpu.py --cases softmax,bert --size small --iters 30
     python benchmarks/cpu.py --no-compile-time --json out.json
     python benchmarks/cpu.py --threads 2              # OMP/torch threads (default: all cores)
+    python benchmarks/cpu.py --threads 1 --timer cpu  # on a busy shared machine: CPU time, one thread
+
+On the 16-core GPU host (one command is limited to 10 minutes), split the run in two:
+
+    python benchmarks/cpu.py --no-compile-time --json $OUT/cpu_speed.json
+    python benchmarks/cpu.py --cases mlp,convnet,transformer_block,bert,gpt2 --iters 3 --min-time 0 --json $OUT/cpu_compile.json
 
 Every case is checked against eager before it is timed: kiln's result must match eager (or be as close
 to a float64 reference as eager is, for reductions whose summation order differs); a mismatch is a

@@ -160,6 +160,6 @@ def test_merge_loops_unit():
     # a read broadcast along dim 0 keeps dims 0 and 1 apart; dims 1 and 2 still merge
     sizes, subs = merge_loops([4, 8, 16], [128 * x0 + 16 * x1 + x2, 16 * x1 + x2])
     assert sizes == [4, 128] and (16 * x1 + x2).xreplace(subs) == x1
-    # a read of dim 1 alone (a broadcast along dim 2) merges nothing
+    # a read broadcast along dim 1 merges nothing
     sizes, subs = merge_loops([4, 8, 16], [128 * x0 + 16 * x1 + x2, 16 * x0 + x2])
     assert sizes == [4, 8, 16] and subs == {}
