@@ -23,7 +23,8 @@ def _print(e, div: str) -> str:
     if e.is_Symbol:
         return e.name
     if isinstance(e, sympy.Add):
-        parts = [_print(a, div) for a in _ordered(e.args)]
+        # terms ordered by their printed text (numbers last): a stable order without sympy's slow str()
+        parts = [p for _, p in sorted((a.is_Number, _print(a, div)) for a in e.args)]
         out = parts[0]
         for p in parts[1:]:
             out += f" - {p[1:]}" if p.startswith("-") else f" + {p}"
@@ -50,10 +51,6 @@ def _print(e, div: str) -> str:
 def _atom(e, div) -> str:
     s = _print(e, div)
     return s if e.is_Atom or s.startswith("(") else f"({s})"
-
-
-def _ordered(args):
-    return sorted(args, key=lambda a: (a.is_Number, str(a)))
 
 
 def op_names(origins) -> list[str]:

@@ -70,12 +70,12 @@ class WrapperGen:
 
     def generate(self) -> Wrapper:
         args = [b.name for b in self.lg.inputs]
+        for c in self.lg.constants:
+            self.ns[c.name] = c.value
         last_use, extern_inputs = self._last_uses()
         outputs = {o.buffer.name for o in self.lg.outputs if isinstance(o, Stored)}
         pool: dict[tuple, list[str]] = {}
         body: list[str] = []
-        for c in self.lg.constants:
-            body.append(f"{c.name} = {self.const(c.value, 'constant')}")
         for i, step in enumerate(self.sched.steps):
             if isinstance(step, FusedGroup):
                 kernel = self.kernels[step.name]
@@ -92,7 +92,7 @@ class WrapperGen:
             else:
                 body += self._extern(step)
             for name in sorted(n for n, last in last_use.items() if last == i):
-                if name in outputs or name in args:
+                if name in outputs or name in args or name in self.ns:
                     continue
                 b = self.buffers[name]
                 if isinstance(b, ComputedBuffer) and name not in extern_inputs:

@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import Mapping
 
 import sympy
 import torch
 
-from kiln.loopir.index import FloorDiv, ModularIndexing, var
+from kiln.loopir.index import FloorDiv, ModularIndexing, simplify_with_ranges, var
 from kiln.loopir.nodes import ComputedBuffer, Pointwise, Reduction
 from kiln.loopir.ops import OpsHandler, reduction_identity, result_dtype
 
@@ -53,9 +54,57 @@ def effective_ranges(ranges) -> list[int]:
     return [int(n) for n in ranges if n != 1]
 
 
+def var_ranges(buf: ComputedBuffer) -> dict:
+    """Extent of each loop variable ``iteration_vars`` gives ``buf``'s body."""
+    data = buf.data
+    out = {var("x", d): n for d, n in enumerate(effective_ranges(data.ranges))}
+    if isinstance(data, Reduction):
+        out.update({var("r", d): n for d, n in enumerate(effective_ranges(data.reduction_ranges))})
+    return out
+
+
+class SimplifiedIndices:
+    """Wraps a handler: every index the body passes to it is first simplified with the loop extents
+    (``FloorDiv``/``ModularIndexing`` that views introduce fold away where the extents allow)."""
+
+    def __init__(self, ops, ranges: dict):
+        self._ops = ops
+        self._ranges = ranges
+        self._key = tuple(sorted((v.name, n) for v, n in ranges.items()))
+
+    def _simplify(self, index):
+        index = sympy.sympify(index)
+        if not index.has(FloorDiv, ModularIndexing):
+            return index
+        return _simplify_cached(index, self._key)
+
+    def load(self, name, index):
+        return self._ops.load(name, self._simplify(index))
+
+    def store(self, name, index, value):
+        return self._ops.store(name, self._simplify(index), value)
+
+    def store_reduction(self, name, index, value):
+        return self._ops.store_reduction(name, self._simplify(index), value)
+
+    def index_expr(self, expr, dtype):
+        return self._ops.index_expr(self._simplify(expr), dtype)
+
+    def __getattr__(self, name):
+        return getattr(self._ops, name)
+
+
+@functools.lru_cache(maxsize=65536)
+def _simplify_cached(index, key):
+    ranges = {sympy.Symbol(name, integer=True, nonnegative=True): n for name, n in key}
+    return simplify_with_ranges(index, ranges)
+
+
 def run_body(buf: ComputedBuffer, ops) -> None:
+    """Run ``buf``'s loop body (store included) under ``ops``, with simplified indices."""
     xs, rs = iteration_vars(buf)
     body = buf.store_body()
+    ops = SimplifiedIndices(ops, var_ranges(buf))
     if rs is None:
         body(ops, xs)
     else:
@@ -129,16 +178,25 @@ def _short(dtype: torch.dtype) -> str:
 
 
 class ReadsWrites(_Symbolic):
-    """Records every load and store (buffer name, index expression) and counts math ops."""
+    """Records every load and store (buffer name, index expression) and counts math ops.
+
+    Values carry no text (printing sympy index expressions is slow, and nothing reads it here)."""
 
     def __init__(self, dtypes):
         super().__init__(dtypes)
         self.reads: list[tuple[str, sympy.Expr]] = []
         self.writes: list[tuple[str, sympy.Expr]] = []
 
+    def _emit(self, text: str, dtype: torch.dtype) -> Val:
+        self.count += 1
+        return Val("", dtype)
+
     def load(self, name, index):
         self.reads.append((name, sympy.sympify(index)))
-        return super().load(name, index)
+        return self._emit("", self.dtypes[name])
+
+    def index_expr(self, expr, dtype):
+        return self._emit("", dtype)
 
     def store(self, name, index, value):
         self.writes.append((name, sympy.sympify(index)))

@@ -7,6 +7,7 @@ for reduction loops). ``FloorDiv`` and ``ModularIndexing`` stay unevaluated unti
 from __future__ import annotations
 
 import functools
+import math
 from typing import Mapping, Sequence
 
 import sympy
@@ -109,6 +110,27 @@ def _split_divisible(expr: sympy.Expr, d: int):
     return q, r
 
 
+def _drop_small_terms(a: sympy.Expr, b: int, ranges):
+    """(a1, b1) with floor(a / b) == floor(a1 / b1), or None: a = g*a1 + r with 0 <= r < g and g | b.
+
+    ``floor((32*x0 + x1) / 512) == floor(x0 / 16)`` when ``0 <= x1 < 32``."""
+    terms = sorted(sympy.Add.make_args(sympy.expand(a)), key=lambda t: -abs(int(t.as_coeff_Mul()[0])))
+    for i in range(len(terms) - 1, 0, -1):
+        big, small = terms[:i], terms[i:]
+        g = b
+        for t in big:
+            c = t.as_coeff_Mul()[0]
+            if not c.is_Integer:
+                return None
+            g = math.gcd(g, int(c))
+        if g <= 1:
+            continue
+        r = expr_range(sympy.Add(*small), ranges)
+        if r is not None and r[0] >= 0 and r[1] < g:
+            return sympy.expand(sympy.Add(*big) / g), b // g
+    return None
+
+
 def simplify_with_ranges(expr: sympy.Expr, ranges: Mapping[sympy.Symbol, int]) -> sympy.Expr:
     """Rewrite FloorDiv / ModularIndexing away where the variables' extents allow."""
     if not expr.has(FloorDiv, ModularIndexing):
@@ -121,6 +143,9 @@ def simplify_with_ranges(expr: sympy.Expr, ranges: Mapping[sympy.Symbol, int]) -
         if isinstance(e, FloorDiv):
             a, b = args
             if b.is_Integer:
+                dropped = _drop_small_terms(a, int(b), ranges)
+                if dropped is not None:
+                    return visit(FloorDiv(dropped[0], dropped[1]))
                 q, r = _split_divisible(a, int(b))
                 rr = expr_range(r, ranges)
                 if rr is not None and 0 <= rr[0] and rr[1] < int(b):
@@ -130,6 +155,9 @@ def simplify_with_ranges(expr: sympy.Expr, ranges: Mapping[sympy.Symbol, int]) -
         if isinstance(e, ModularIndexing):
             a, b, c = args
             if b.is_Integer and c.is_Integer:
+                dropped = _drop_small_terms(a, int(b), ranges)
+                if dropped is not None:
+                    return visit(ModularIndexing(dropped[0], dropped[1], c))
                 a_range = expr_range(a, ranges)
                 if a_range is not None and a_range[0] >= 0 and a_range[1] < int(b):
                     return sympy.Integer(0)
@@ -142,4 +170,30 @@ def simplify_with_ranges(expr: sympy.Expr, ranges: Mapping[sympy.Symbol, int]) -
             return ModularIndexing(a, b, c)
         return e.func(*args)
 
-    return sympy.expand(visit(expr))
+    return _recombine(sympy.expand(visit(expr)))
+
+
+def _recombine(expr: sympy.Expr) -> sympy.Expr:
+    """``c*b*FloorDiv(e, b) + c*ModularIndexing(e, 1, b) -> c*e`` (for e >= 0), so that a dim that was
+    split by a view and joined again reads as one dim."""
+    if not isinstance(expr, sympy.Add):
+        return expr
+    coeffs: dict = {}
+    for term in expr.args:
+        c, rest = term.as_coeff_Mul()
+        coeffs[rest] = coeffs.get(rest, 0) + c
+    changed = False
+    for rest in list(coeffs):
+        if not (isinstance(rest, ModularIndexing) and rest.args[1] == 1 and rest.args[2].is_Integer):
+            continue
+        e, b = rest.args[0], rest.args[2]
+        fd = FloorDiv(e, b)
+        c = coeffs.get(rest, 0)
+        if c != 0 and coeffs.get(fd, 0) == c * b:
+            coeffs[rest] = 0
+            coeffs[fd] = 0
+            coeffs[e] = coeffs.get(e, 0) + c
+            changed = True
+    if not changed:
+        return expr
+    return sympy.expand(sympy.Add(*[c * r for r, c in coeffs.items()]))

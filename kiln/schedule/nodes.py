@@ -49,6 +49,13 @@ def _extern_reads(kernel: ExternKernel) -> list[tuple[str, None]]:
     return [(v.buffer.name, None) for v in leaves if isinstance(v, Stored)]
 
 
+def make_node(buf: ComputedBuffer, dtypes, order: int, deps) -> SchedulerNode:
+    """The scheduler node of a computed buffer: its loads from running its body."""
+    rw = ReadsWrites(dtypes)
+    run_body(buf, rw)
+    return SchedulerNode(buf, rw.reads, [buf.name], set(deps), order=order)
+
+
 def make_scheduler_nodes(nodes, dtypes) -> list[SchedulerNode]:
     """One SchedulerNode per lowered node, with dependencies from what each reads."""
     out: list[SchedulerNode] = []
@@ -57,9 +64,7 @@ def make_scheduler_nodes(nodes, dtypes) -> list[SchedulerNode]:
         if isinstance(n, ExternKernel):
             sn = SchedulerNode(n, _extern_reads(n), [o.name for o in n.outputs], order=i)
         else:
-            rw = ReadsWrites(dtypes)
-            run_body(n, rw)
-            sn = SchedulerNode(n, rw.reads, [n.name], order=i)
+            sn = make_node(n, dtypes, i, set())
         sn.deps = {producer[name] for name in sn.read_names if name in producer}
         for w in sn.writes:
             producer[w] = sn

@@ -12,7 +12,8 @@ import dataclasses
 
 from kiln.loopir.nodes import ExternKernel
 from kiln.schedule.fusion import common_prefix, group_legal, score
-from kiln.schedule.nodes import SchedulerNode, make_scheduler_nodes
+from kiln.schedule.nodes import SchedulerNode, make_node, make_scheduler_nodes
+from kiln.schedule.split import adopt, refine, split_buffer
 
 
 @dataclasses.dataclass(eq=False)
@@ -75,7 +76,7 @@ def schedule(nodes, buffers: dict, output_names: set[str], fuse: bool = True, ca
         if sn.is_extern:
             step = ExternStep(sn, len(steps))
         else:
-            step = _best_group(sn, steps, group_of, nbytes, can_fuse) if fuse else None
+            step = _best_group(sn, steps, group_of, nbytes, dtypes, can_fuse) if fuse else None
             if step is None:
                 step = FusedGroup([sn], len(sn.ranges), len(steps))
                 steps.append(step)
@@ -90,13 +91,15 @@ def schedule(nodes, buffers: dict, output_names: set[str], fuse: bool = True, ca
     return Schedule(steps)
 
 
-def _best_group(sn: SchedulerNode, steps, group_of, nbytes, can_fuse=None):
+def _best_group(sn: SchedulerNode, steps, group_of, nbytes, dtypes, can_fuse=None):
     """The group ``sn`` fuses into with the best score, or None.
 
     Everything ``sn`` needs from outside the group must be computed before the group runs. A step
-    after the group that ``sn`` needs is moved in front of the group when its own inputs allow.
+    after the group that ``sn`` needs is moved in front of the group when its own inputs allow. When
+    ``sn``'s loop dims split into the group's outer loop sizes (a view between them), the split node
+    is tried too, and kept if it fuses.
     """
-    best, best_score, best_moves = None, 0, []
+    best, best_score, best_moves, best_split = None, 0, [], None
     for step in steps:
         if not isinstance(step, FusedGroup):
             continue
@@ -106,20 +109,36 @@ def _best_group(sn: SchedulerNode, steps, group_of, nbytes, can_fuse=None):
         later = {group_of[d] for d in sn.deps if group_of[d] is not step and group_of[d].index >= step.index}
         if not all(_can_move_before(h, step, steps, group_of) for h in later):
             continue
-        k = common_prefix(step.outer, sn.ranges)
-        if sn.is_reduction and any(m.is_reduction for m in step.members) and k < 1:
-            continue
-        if not group_legal(step.members + [sn], k):
-            continue
-        if can_fuse is not None and not can_fuse(step.members + [sn], k):
-            continue
-        best, best_score, best_moves = step, s, sorted(later, key=lambda h: h.index)
+        for cand in _candidates(sn, step, dtypes):
+            k = common_prefix(step.outer, cand.ranges)
+            if cand.is_reduction and any(m.is_reduction for m in step.members) and k < 1:
+                continue
+            if can_fuse is not None and not can_fuse(step.members + [cand], k):
+                continue
+            if group_legal(step.members + [cand], k):
+                best, best_score, best_moves = step, s, sorted(later, key=lambda h: h.index)
+                best_split = cand if cand is not sn else None
+                break
     for h in best_moves:
         steps.remove(h)
         steps.insert(steps.index(best), h)
     for i, st in enumerate(steps):
         st.index = i
+    if best_split is not None:
+        adopt(sn.node, best_split.node)
+        sn.reads = best_split.reads
     return best
+
+
+def _candidates(sn: SchedulerNode, step, dtypes):
+    """``sn`` as it is, then (lazily) ``sn`` with its loop dims split into the group's outer sizes."""
+    yield sn
+    k = common_prefix(step.outer, sn.ranges)
+    if k >= len(step.outer) or sn.is_extern:
+        return
+    factors = refine(sn.ranges, step.outer)
+    if factors is not None:
+        yield make_node(split_buffer(sn.node, factors), dtypes, sn.order, sn.deps)
 
 
 def _can_move_before(h, g, steps, group_of) -> bool:

@@ -16,6 +16,9 @@ class Ctx:
     def local_index(self, name, index):
         return index
 
+    def rename(self, expr):
+        return expr
+
 
 def test_masked_body_is_a_lambda_called_only_under_the_mask():
     from kiln.loopir.index import var

@@ -28,8 +28,25 @@ def compiler_version(compiler: str) -> str:
     return out.stdout.splitlines()[0] if out.stdout else compiler
 
 
+@functools.lru_cache(maxsize=None)
+def build_flags(compiler: str) -> tuple[str, ...]:
+    """FLAGS, plus glibc's vector math library where the compiler finds it (the prelude then declares
+    SIMD versions of exp, log, tanh, erf, ... so that loops calling them vectorize)."""
+    try:
+        out = subprocess.run([compiler, "-print-file-name=libmvec.so"], capture_output=True, text=True, timeout=30)
+        found = os.path.isabs(out.stdout.strip())
+    except (OSError, subprocess.TimeoutExpired):
+        found = False
+    return FLAGS + (("-DKILN_LIBMVEC",) if found else ())
+
+
+def link_flags(compiler: str) -> tuple[str, ...]:
+    return ("-lmvec",) if "-DKILN_LIBMVEC" in build_flags(compiler) else ()
+
+
 def library_path(source: str, options) -> str:
-    key = hashlib.sha256("\0".join([source, " ".join(FLAGS), compiler_version(options.cpp_compiler)]).encode()).hexdigest()
+    flags = build_flags(options.cpp_compiler)
+    key = hashlib.sha256("\0".join([source, " ".join(flags), compiler_version(options.cpp_compiler)]).encode()).hexdigest()
     return os.path.join(options.cache_dir, "cpp", key[:2], f"kiln_{key[:40]}.so")
 
 
@@ -56,7 +73,8 @@ def _compile(source: str, path: str, options, what: str) -> None:
         f.write(source)
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=directory)
     os.close(fd)
-    cmd = [options.cpp_compiler, *FLAGS, src_path, "-o", tmp]
+    cxx = options.cpp_compiler
+    cmd = [cxx, *build_flags(cxx), src_path, "-o", tmp, *link_flags(cxx)]
     with stats.timed("cpp_compile"):
         try:
             done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)

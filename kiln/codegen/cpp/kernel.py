@@ -8,14 +8,22 @@ Shape of a kernel whose members share ``k`` outer loops::
       #pragma omp for collapse(k)
       for x0 ... for x{k-1} {
         <kernel-local scalars>
-        { member 1: its inner loops (reduction loop with accumulators) }
+        { member 1: its inner loops (reduction loop with accumulators, loops.reduction_loops) }
         { member 2 ... }
       }
     }
 
-A group of pointwise members with no inner loops vectorizes its innermost outer loop instead
-(``omp for simd`` / ``omp simd``). A group without outer loops (a reduction to a scalar) runs its
-reduction loop as an OpenMP parallel reduction where the combine allows it.
+Variants:
+
+* flat: pointwise members only, all over the outer loops. Adjacent loop dims that every access reads as
+  one contiguous dim are merged (a contiguous [4096, 4096] op becomes one loop of 16M), the innermost
+  loop is vectorized, the others run in parallel.
+* tiled: the members are reductions (and pointwise ops) over the outer loops only, and a reduction reads
+  contiguously along the innermost outer dim but not along its reduction axis (a sum over dim 0 of a
+  row-major matrix). The innermost outer loop is cut into tiles of ``loops.TILE``; each member runs a
+  vector loop over the tile for each reduction index, with per-tile accumulators.
+* no outer loops (a reduction to one element): the reduction's outer loop (or chunks of its only loop)
+  runs in parallel with an OpenMP reduction, the inner loop vectorized.
 """
 from __future__ import annotations
 
@@ -25,8 +33,12 @@ import math
 import torch
 
 from kiln.codegen.common import kernel_name, provenance
-from kiln.codegen.cpp.ops import CTYPE, OMP_REDUCTION_OP, CppOps, accumulator_decls
-from kiln.loopir.handlers import run_body
+from kiln.codegen.cpp.loops import (
+    TILE, block, loop, merge_loops, reduction_loops, tiled_pointwise, tiled_reduction,
+    wants_tiling,
+)
+from kiln.codegen.cpp.ops import CTYPE, CppOps, accumulator_decls
+from kiln.loopir.handlers import ReadsWrites, run_body
 from kiln.loopir.nodes import Reduction
 from kiln.schedule.fusion import block_of, split_outer
 from kiln.schedule.scheduler import FusedGroup
@@ -53,6 +65,8 @@ class KernelContext:
         self.buffers = buffers
         self.k = group.depth
         self.checks_bounds = False  # set by CppOps.indirect_indexing
+        self.subs: dict = {}  # loop variable -> expression (merged loops)
+        self.tiled = False  # kernel-local scalars are per-tile arrays indexed by ``xi``
         writes = [w for m in group.members for w in m.writes if w not in group.locals]
         reads = [r for m in group.members for r, _ in m.reads if r not in group.locals and r not in writes]
         self.params: list[tuple[str, str]] = []
@@ -78,102 +92,120 @@ class KernelContext:
         return self.pointers[name]
 
     def local_scalar(self, name) -> str:
-        return f"local_{name}"
+        return f"local_{name}[xi]" if self.tiled else f"local_{name}"
 
     def local_index(self, name, index):
         if name not in self.local_blocks:
             return index
         return split_outer(index, self.k)[1]
 
-
-def _loop(var: str, n: int) -> str:
-    return f"for (int64_t {var} = 0; {var} < {n}; ++{var})"
-
-
-def _indent(lines, n=1):
-    pad = "    " * n
-    return [pad + line if line else line for line in lines]
+    def rename(self, expr):
+        return expr.xreplace(self.subs) if self.subs else expr
 
 
-def _member_code(ctx: KernelContext, member, flat: bool) -> tuple[list[str], int]:
+def _reduction_ranges(node) -> list[int]:
+    return [n for n in node.data.reduction_ranges if n != 1]
+
+
+def _member_code(ctx: KernelContext, member) -> tuple[list[str], int]:
     """C++ for one member inside the outer loops, and its work per outer iteration."""
     node = member.node
-    ranges = member.ranges
-    inner = ranges[ctx.k:]
+    inner = member.ranges[ctx.k:]
+    ops = CppOps(ctx)
+    run_body(node, ops)
     if isinstance(node.data, Reduction):
-        rr = [n for n in node.data.reduction_ranges if n != 1]
-        strides = [math.prod(rr[d + 1:]) for d in range(len(rr))]
-        linear = " + ".join(f"r{d}*{s}" if s != 1 else f"r{d}" for d, s in enumerate(strides)) or "0"
-        ops = CppOps(ctx, linear)
-        run_body(node, ops)
-        body = list(ops.lines)
-        for d in reversed(range(len(rr))):
-            head = [_loop(f"r{d}", rr[d])]
-            if d == len(rr) - 1:
-                kinds = {kind for _, kind, _ in ops.reductions}
-                accs = [acc for acc, kind, dtype in ops.reductions]
-                if len(kinds) == 1 and next(iter(kinds)) in ("sum", "prod") and all(
-                    dtype != torch.bool for _, _, dtype in ops.reductions
-                ):
-                    head = [f"#pragma omp simd reduction({OMP_REDUCTION_OP[next(iter(kinds))]}:{', '.join(accs)})"] + head
-            body = head + ["{"] + _indent(body) + ["}"]
-        body = accumulator_decls(ops.reductions) + body + ops.post
+        rr = _reduction_ranges(node)
+        (red,) = ops.reductions
+        body = accumulator_decls(ops.reductions) + reduction_loops(rr, ops.lines, red) + ops.post
         work = math.prod(inner) * max(1, math.prod(rr))
     else:
-        ops = CppOps(ctx)
-        run_body(node, ops)
         body = list(ops.lines)
         work = math.prod(inner)
     for d in reversed(range(len(inner))):
-        var = f"x{ctx.k + d}"
-        head = [_loop(var, inner[d])]
+        head = [loop(f"x{ctx.k + d}", inner[d])]
         if d == len(inner) - 1 and not isinstance(node.data, Reduction):
             head = ["#pragma omp simd"] + head
-        body = head + ["{"] + _indent(body) + ["}"]
-    return [f"// {node.name}", "{"] + _indent(body) + ["}"], work
+        body = head + block(body)
+    return [f"// {node.name}"] + block(body), work
+
+
+def _tiled_member_code(ctx: KernelContext, member) -> tuple[list[str], int]:
+    node = member.node
+    xvar = f"x{ctx.k - 1}"
+    if isinstance(node.data, Reduction):
+        rr = _reduction_ranges(node)
+        ops = CppOps(ctx, acc_ref=lambda acc: f"{acc}[xi]")
+        run_body(node, ops)
+        (red,) = ops.reductions
+        return [f"// {node.name}"] + block(tiled_reduction(rr, ops.lines, ops.post, red, xvar)), max(1, math.prod(rr))
+    ops = CppOps(ctx)
+    run_body(node, ops)
+    return [f"// {node.name}"] + block(tiled_pointwise(ops.lines, xvar)), 1
+
+
+def _all_indices(group: FusedGroup, dtypes) -> list:
+    """Every index expression the group's bodies use (loads, stores, index_expr)."""
+
+    class Indices(ReadsWrites):
+        def index_expr(self, expr, dtype):
+            self.writes.append(("", expr))
+            return super().index_expr(expr, dtype)
+
+    out = []
+    for m in group.members:
+        rw = Indices(dtypes)
+        run_body(m.node, rw)
+        out += [e for _, e in rw.reads] + [e for _, e in rw.writes]
+    return out
+
+
+def _local_decls(ctx: KernelContext, buffers) -> tuple[list[str], list[str]]:
+    """Declarations of kernel-local buffers: (per outer iteration scalars, per thread arrays)."""
+    scalars, arrays = [], []
+    for n, b in ctx.local_blocks.items():
+        T = CTYPE[buffers[n].dtype]
+        if b == 1:
+            scalars.append(f"{T} local_{n}[{TILE}];" if ctx.tiled else f"{T} local_{n};")
+        elif b * buffers[n].dtype.itemsize <= STACK_LOCAL_BYTES:
+            arrays.append(f"{T} local_{n}[{b}];")
+        else:
+            arrays += [f"std::unique_ptr<{T}[]> local_{n}_owner(new {T}[{b}]);", f"{T}* local_{n} = local_{n}_owner.get();"]
+    return scalars, arrays
 
 
 def generate_kernel(group: FusedGroup, buffers: dict, index: int) -> CppKernel:
     ctx = KernelContext(group, buffers)
     origins = tuple(o for m in group.members for o in m.node.origins if o is not None)
     name = kernel_name("cpp", origins, index)
-    flat = all(not m.is_reduction and len(m.ranges) == ctx.k for m in group.members)
+    outer = list(group.outer)
+    flat = ctx.k > 0 and all(not m.is_reduction and len(m.ranges) == ctx.k for m in group.members)
+    ctx.tiled = not flat and wants_tiling(group.members, ctx.k)
+    if flat:
+        dtypes = {n: b.dtype for n, b in buffers.items()}
+        outer, ctx.subs = merge_loops(outer, _all_indices(group, dtypes))
     member_code, work_inner = [], 0
     for m in group.members:
-        code, w = _member_code(ctx, m, flat)
+        code, w = (_tiled_member_code if ctx.tiled else _member_code)(ctx, m)
         member_code += code
         work_inner += w
-    outer = group.outer
     work = math.prod(outer) * max(1, work_inner)
     parallel = work >= PARALLEL_THRESHOLD
-
-    scalars = [f"{CTYPE[buffers[n].dtype]} local_{n};" for n, b in ctx.local_blocks.items() if b == 1]
-    arrays = []
-    for n, b in ctx.local_blocks.items():
-        if b > 1:
-            T = CTYPE[buffers[n].dtype]
-            if b * buffers[n].dtype.itemsize <= STACK_LOCAL_BYTES:
-                arrays.append(f"{T} local_{n}[{b}];")
-            else:
-                arrays += [f"std::unique_ptr<{T}[]> local_{n}_owner(new {T}[{b}]);", f"{T}* local_{n} = local_{n}_owner.get();"]
+    scalars, arrays = _local_decls(ctx, buffers)
 
     if ctx.k == 0:
         body = _scalar_group(group, ctx, member_code, parallel)
+    elif flat:
+        body = _flat_nest(outer, scalars + member_code, parallel)
     else:
-        loops = [_loop(f"x{d}", outer[d]) for d in range(ctx.k)]
-        if flat:
-            pre = ["#pragma omp for simd" if parallel and ctx.k == 1 else "#pragma omp simd" if ctx.k == 1 else
-                   f"#pragma omp for{f' collapse({ctx.k - 1})' if ctx.k > 2 else ''}" if parallel else ""]
-            if ctx.k > 1:
-                loops = loops[:-1] + ["#pragma omp simd", loops[-1]]
-        else:
-            pre = [f"#pragma omp for{f' collapse({ctx.k})' if ctx.k > 1 else ''}" if parallel else ""]
+        loops = [loop(f"x{d}", outer[d]) for d in range(ctx.k)]
         nest = scalars + member_code
-        nest = ["{"] + _indent(nest) + ["}"]
-        for loop in reversed(loops):
-            nest = ([loop] + nest) if not loop.startswith("#") else [loop] + nest
-        region = arrays + [p for p in pre if p] + nest
-        body = (["#pragma omp parallel"] if parallel else []) + ["{"] + _indent(region) + ["}"]
+        if ctx.tiled:
+            n = outer[-1]
+            loops[-1] = f"for (int64_t xt = 0; xt < {n}; xt += {TILE})"
+            nest = [f"const int64_t xn = std::min<int64_t>({TILE}, {n} - xt);"] + nest
+        pre = [f"#pragma omp for{f' collapse({ctx.k})' if ctx.k > 1 else ''}"] if parallel else []
+        region = arrays + pre + loops + block(nest)
+        body = (["#pragma omp parallel"] if parallel else []) + block(region)
 
     params = []
     for buf_name, kind in ctx.params:
@@ -184,28 +216,28 @@ def generate_kernel(group: FusedGroup, buffers: dict, index: int) -> CppKernel:
     header += [f"//   {line}" for line in provenance(origins)]
     if group.locals:
         header.append(f"//   kernel-local (never allocated): {', '.join(sorted(group.locals))}")
-    src = header + [f'extern "C" void {name}({", ".join(params)})', "{"] + _indent(body) + ["}"]
+    src = header + [f'extern "C" void {name}({", ".join(params)})'] + block(body)
     return CppKernel(name, "\n".join(src), ctx.params, origins, work, ctx.checks_bounds)
+
+
+def _flat_nest(ranges, body, parallel) -> list[str]:
+    """Pointwise members over the same loops: the innermost loop vectorized, the outer ones parallel."""
+    k = len(ranges)
+    loops = [loop(f"x{d}", ranges[d]) for d in range(k)]
+    if k == 1:
+        return [f"#pragma omp {'parallel for simd' if parallel else 'simd'}"] + loops + block(body)
+    pre = [f"#pragma omp parallel for{f' collapse({k - 1})' if k > 2 else ''}"] if parallel else []
+    return pre + loops[:-1] + ["#pragma omp simd", loops[-1]] + block(body)
 
 
 def _scalar_group(group, ctx, member_code, parallel) -> list[str]:
     """A group with no outer loops: one member whose result is a single element."""
     (member,) = group.members
     if member.is_reduction and parallel:
-        node = member.node
-        rr = [n for n in node.data.reduction_ranges if n != 1]
-        linear = " + ".join(f"r{d}*{math.prod(rr[d + 1:])}" if d < len(rr) - 1 else f"r{d}" for d in range(len(rr))) or "0"
-        ops = CppOps(ctx, linear)
-        run_body(node, ops)
-        kinds = {kind for _, kind, _ in ops.reductions}
-        if len(kinds) == 1 and next(iter(kinds)) in OMP_REDUCTION_OP:
-            accs = ", ".join(acc for acc, _, _ in ops.reductions)
-            op = OMP_REDUCTION_OP[next(iter(kinds))]
-            collapse = f" collapse({len(rr)})" if len(rr) > 1 else ""
-            body = list(ops.lines)
-            loops = [_loop(f"r{d}", rr[d]) for d in range(len(rr))]
-            nest = ["{"] + _indent(body) + ["}"]
-            for loop in reversed(loops):
-                nest = [loop] + nest
-            return accumulator_decls(ops.reductions) + [f"#pragma omp parallel for reduction({op}:{accs}){collapse}"] + nest + ops.post
+        ops = CppOps(ctx)
+        run_body(member.node, ops)
+        (red,) = ops.reductions
+        if red.kind not in ("argmax", "argmin"):
+            rr = _reduction_ranges(member.node)
+            return accumulator_decls(ops.reductions) + reduction_loops(rr, ops.lines, red, parallel=True) + ops.post
     return member_code

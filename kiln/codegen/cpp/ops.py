@@ -50,6 +50,13 @@ _BINARY = {
 }
 
 
+# pow(x, c) for the exponents ATen's CPU kernel special-cases (results bit-equal to eager)
+_POW_SPECIAL = {
+    2.0: "({0} * {0})", 3.0: "({0} * {0} * {0})", 0.5: "std::sqrt({0})", -0.5: "{T}(1) / std::sqrt({0})",
+    -1.0: "{T}(1) / {0}", -2.0: "{T}(1) / ({0} * {0})",
+}
+
+
 @dataclasses.dataclass(frozen=True)
 class CppVal:
     name: str
@@ -86,17 +93,18 @@ class CppOps(OpsHandler):
     ``ctx`` is the kernel being generated: ``ctx.pointer(name)`` gives the C expression of a buffer's
     base pointer (None for a kernel-local scalar, named by ``ctx.local_scalar(name)``),
     ``ctx.local_index(name, index)`` rewrites indices of kernel-local arrays, ``ctx.dtype_of(name)``
-    gives a buffer's dtype. Statements before
-    the body's reduction go to ``lines`` (they run inside the reduction loop); statements after it go to
-    ``post``. ``reductions`` lists the accumulators the loop needs.
+    gives a buffer's dtype, ``ctx.rename(index)`` rewrites loop variables (merged loops). Statements
+    before the body's reduction go to ``lines`` (they run inside the reduction loop); statements after
+    it go to ``post``. ``reductions`` lists the reductions (the loop generator folds each value in).
     """
 
-    def __init__(self, ctx, rindex_linear: str = "0"):
+    def __init__(self, ctx, acc_ref=None):
         self.ctx = ctx
-        self.rindex_linear = rindex_linear
+        self.acc_ref = acc_ref or (lambda acc: acc)  # C expression of an accumulator (e.g. a tile's element)
         self.lines: list[str] = []
         self.post: list[str] = []
-        self.reductions: list[tuple[str, str, torch.dtype]] = []  # (acc name, kind, dtype)
+        self.reductions: list[Red] = []
+        self.constants: dict[str, float] = {}  # C name -> value of floating constants
         self.cse: dict[str, CppVal] = {}
         self.count = 0
         self.after_reduction = False
@@ -136,6 +144,9 @@ class CppOps(OpsHandler):
         return self._emit(tmpl.format(x.name, T=CTYPE[x.dtype]), dtype)
 
     def binary(self, op, a, b):
+        if op == "pow" and a.dtype.is_floating_point and self.constants.get(b.name) in _POW_SPECIAL:
+            # ATen computes these scalar exponents with multiplications / sqrt: the same formula here
+            return self._emit(_POW_SPECIAL[self.constants[b.name]].format(a.name, T=CTYPE[a.dtype]), a.dtype)
         tmpl = _BINARY.get(op)
         if op == "truediv" and not a.dtype.is_floating_point:
             raise NotImplementedError("truediv of integers reaches C++ without a cast")
@@ -155,7 +166,7 @@ class CppOps(OpsHandler):
         dtype = self.ctx.dtype_of(name)
         if ptr is None:
             return CppVal(self.ctx.local_scalar(name), dtype)
-        idx = self.ctx.local_index(name, index)
+        idx = self.ctx.rename(self.ctx.local_index(name, index))
         return self._emit(f"{ptr}[{print_index_c(idx)}]", dtype)
 
     def store(self, name, index, value):
@@ -163,7 +174,7 @@ class CppOps(OpsHandler):
         if ptr is None:
             self.out.append(f"{self.ctx.local_scalar(name)} = {value};")
             return
-        idx = self.ctx.local_index(name, index)
+        idx = self.ctx.rename(self.ctx.local_index(name, index))
         self.out.append(f"{ptr}[{print_index_c(idx)}] = {value};")
 
     store_reduction = store
@@ -171,10 +182,13 @@ class CppOps(OpsHandler):
     # ------------------------------------------------------------------------------- values
 
     def constant(self, value, dtype):
-        return self._emit(c_literal(value, dtype), dtype)
+        val = self._emit(c_literal(value, dtype), dtype)
+        if dtype.is_floating_point and isinstance(value, (int, float)):
+            self.constants[val.name] = float(value)
+        return val
 
     def index_expr(self, expr, dtype):
-        return self._emit(f"static_cast<{CTYPE[dtype]}>({print_index_c(sympy.sympify(expr))})", dtype)
+        return self._emit(f"static_cast<{CTYPE[dtype]}>({print_index_c(self.ctx.rename(sympy.sympify(expr)))})", dtype)
 
     def to_dtype(self, x, dtype):
         if x.dtype == dtype:
@@ -216,33 +230,62 @@ class CppOps(OpsHandler):
         return sympy.Symbol(v.name, integer=True, nonnegative=True)
 
     def reduction(self, kind, value, dtype):
+        """Records the reduction (the loop generator emits its combine step and accumulators)."""
         acc = f"acc{len(self.reductions)}"
-        self.reductions.append((acc, kind, dtype))
-        v = value.name
-        if kind in ("argmax", "argmin"):
-            cmp = ">" if kind == "argmax" else "<"
-            self.lines.append(
-                f"if ({v} {cmp} {acc} || ({v} != {v} && {acc} == {acc})) {{ {acc} = {v}; {acc}_idx = {self.rindex_linear}; }}"
-            )
-            self.after_reduction = True
-            return CppVal(f"{acc}_idx", torch.int64)
-        combine = {
-            "sum": f"{acc} = {acc} + {v};", "prod": f"{acc} = {acc} * {v};",
-            "max": f"{acc} = kiln_max({acc}, {v});", "min": f"{acc} = kiln_min({acc}, {v});",
-            "any": f"{acc} = {acc} || {v};", "all": f"{acc} = {acc} && {v};",
-        }[kind]
-        self.lines.append(combine)
+        self.reductions.append(Red(acc, kind, dtype, value.name))
         self.after_reduction = True
-        return CppVal(acc, dtype)
-
-
-def accumulator_decls(reductions) -> list[str]:
-    out = []
-    for acc, kind, dtype in reductions:
-        out.append(f"{CTYPE[dtype]} {acc} = {c_literal(reduction_identity(kind, dtype), dtype)};")
         if kind in ("argmax", "argmin"):
-            out.append(f"int64_t {acc}_idx = 0;")
+            return CppVal(self.acc_ref(f"{acc}_idx"), torch.int64)
+        return CppVal(self.acc_ref(acc), dtype)
+
+
+@dataclasses.dataclass(frozen=True)
+class Red:
+    """One reduction of a loop body: accumulator name, kind, accumulation dtype, the C value reduced."""
+
+    acc: str
+    kind: str
+    dtype: torch.dtype
+    value: str
+
+
+def combine_line(red: Red, target: str, rindex: str, idx_target: str | None = None) -> str:
+    """C++ that folds ``red.value`` into the accumulator ``target`` (argmax/argmin: and ``idx_target``)."""
+    v = red.value
+    if red.kind in ("argmax", "argmin"):
+        cmp = ">" if red.kind == "argmax" else "<"
+        idx = idx_target or f"{target}_idx"
+        # first occurrence wins; a NaN wins over numbers (and the first NaN over later ones)
+        return f"if ({v} {cmp} {target} || ({v} != {v} && {target} == {target})) {{ {target} = {v}; {idx} = {rindex}; }}"
+    return {
+        "sum": f"{target} = {target} + {v};", "prod": f"{target} = {target} * {v};",
+        "max": f"{target} = kiln_max({target}, {v});", "min": f"{target} = kiln_min({target}, {v});",
+        "any": f"{target} = {target} || {v};", "all": f"{target} = {target} && {v};",
+    }[red.kind]
+
+
+def reduction_clause(red: Red, target: str) -> str | None:
+    """The OpenMP ``reduction(...)`` clause for ``target``, or None where none is exact (argmax/argmin)."""
+    op = OMP_REDUCTION_OP.get(red.kind)
+    if op is None:
+        return None
+    if red.kind in ("max", "min") and red.dtype in (torch.bool, torch.float16, torch.bfloat16):
+        return None
+    return f"reduction({op}:{target})"
+
+
+def accumulator_decls(reductions, suffix: str = "") -> list[str]:
+    out = []
+    for red in reductions:
+        T = CTYPE[red.dtype]
+        out.append(f"{T} {red.acc}{suffix} = {c_literal(reduction_identity(red.kind, red.dtype), red.dtype)};")
+        if red.kind in ("argmax", "argmin"):
+            out.append(f"int64_t {red.acc}_idx{suffix} = 0;")
     return out
 
 
-OMP_REDUCTION_OP = {"sum": "+", "prod": "*", "any": "||", "all": "&&"}
+def identity_literal(red: Red) -> str:
+    return c_literal(reduction_identity(red.kind, red.dtype), red.dtype)
+
+
+OMP_REDUCTION_OP = {"sum": "+", "prod": "*", "any": "||", "all": "&&", "max": "kiln_max", "min": "kiln_min"}

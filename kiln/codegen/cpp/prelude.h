@@ -14,6 +14,68 @@ static inline int64_t kiln_indirect(int64_t i, int64_t size, bool wrap) {
   if (i < 0 || i >= size) { __atomic_store_n(&kiln_error_flag, 1, __ATOMIC_RELAXED); return 0; }
   return i;
 }
+// glibc's vector math library (libmvec) has SIMD versions of these; declaring them lets `omp simd`
+// loops call the vector versions (glibc declares them itself only under -ffast-math).
+#if defined(__x86_64__) && defined(__GLIBC__) && defined(KILN_LIBMVEC)
+extern "C" {
+#pragma omp declare simd notinbranch
+float expf(float);
+#pragma omp declare simd notinbranch
+float logf(float);
+#pragma omp declare simd notinbranch
+float sinf(float);
+#pragma omp declare simd notinbranch
+float cosf(float);
+#pragma omp declare simd notinbranch
+float powf(float, float);
+#pragma omp declare simd notinbranch
+double exp(double);
+#pragma omp declare simd notinbranch
+double log(double);
+#pragma omp declare simd notinbranch
+double sin(double);
+#pragma omp declare simd notinbranch
+double cos(double);
+#if __GLIBC_PREREQ(2, 35)
+#pragma omp declare simd notinbranch
+float tanhf(float);
+#pragma omp declare simd notinbranch
+float erff(float);
+#pragma omp declare simd notinbranch
+float expm1f(float);
+#pragma omp declare simd notinbranch
+float log1pf(float);
+#pragma omp declare simd notinbranch
+float exp2f(float);
+#pragma omp declare simd notinbranch
+float log2f(float);
+#pragma omp declare simd notinbranch
+float log10f(float);
+#pragma omp declare simd notinbranch
+float tanf(float);
+#pragma omp declare simd notinbranch
+float atanf(float);
+#pragma omp declare simd notinbranch
+float asinf(float);
+#pragma omp declare simd notinbranch
+float acosf(float);
+#pragma omp declare simd notinbranch
+float sinhf(float);
+#pragma omp declare simd notinbranch
+float coshf(float);
+#pragma omp declare simd notinbranch
+float erfcf(float);
+#pragma omp declare simd notinbranch
+double tanh(double);
+#pragma omp declare simd notinbranch
+double erf(double);
+#pragma omp declare simd notinbranch
+double expm1(double);
+#pragma omp declare simd notinbranch
+double log1p(double);
+#endif
+}
+#endif
 
 struct kiln_bf16 {
   uint16_t bits;
@@ -27,14 +89,20 @@ struct kiln_bf16 {
   operator float() const { uint32_t u = (uint32_t)bits << 16; float f; std::memcpy(&f, &u, 4); return f; }
 };
 
+// max/min propagate NaN (as torch.maximum/amax do), written branch-free so that loops vectorize
 template <typename T> static inline T kiln_max(T a, T b) {
-  if constexpr (std::is_floating_point_v<T>) { if (a != a) return a; if (b != b) return b; }
-  return b > a ? b : a;
+  if constexpr (std::is_floating_point_v<T>) return (b > a || b != b) ? b : a;
+  else return b > a ? b : a;
 }
 template <typename T> static inline T kiln_min(T a, T b) {
-  if constexpr (std::is_floating_point_v<T>) { if (a != a) return a; if (b != b) return b; }
-  return b < a ? b : a;
+  if constexpr (std::is_floating_point_v<T>) return (b < a || b != b) ? b : a;
+  else return b < a ? b : a;
 }
+// OpenMP reductions for them; each private copy starts from the original value (max/min are idempotent)
+#pragma omp declare reduction(kiln_max : float, double, int64_t, int32_t, int16_t, int8_t, uint8_t : \
+    omp_out = kiln_max(omp_out, omp_in)) initializer(omp_priv = omp_orig)
+#pragma omp declare reduction(kiln_min : float, double, int64_t, int32_t, int16_t, int8_t, uint8_t : \
+    omp_out = kiln_min(omp_out, omp_in)) initializer(omp_priv = omp_orig)
 template <typename T> static inline T kiln_floordiv(T a, T b) {
   if constexpr (std::is_floating_point_v<T>) {
     if (b == 0) return a / b;

@@ -1,0 +1,33 @@
+"""Splitting a node's loop dims into a group's outer sizes: which splits, and that the split buffer
+computes the same elements."""
+import torch
+
+from kiln.loopir.handlers import Evaluator, evaluate_buffer
+from kiln.loopir.nodes import ComputedBuffer, Pointwise, contiguous_strides
+from kiln.loopir.index import linear_index
+from kiln.schedule.split import refine, split_buffer
+
+
+def test_refine_splits_to_match_a_prefix():
+    assert refine([32, 32], [2, 16]) == [[2, 16], [32]]
+    assert refine([4, 16, 16], [2, 2, 16]) == [[2, 2], [16], [16]]
+    assert refine([32, 128], [32, 128]) is None  # nothing to gain
+    assert refine([30, 8], [4, 8]) is None  # 4 does not divide 30
+    assert refine([8, 6], [8, 2, 3]) == [[8], [2, 3]]
+
+
+def test_split_buffer_computes_the_same_elements():
+    src = torch.randn(32 * 5)
+
+    def body(ops, index):
+        return ops.mul(ops.load("src", linear_index(index, (5, 1))), ops.constant(2.0, torch.float32))
+
+    size = (32, 5)
+    buf = ComputedBuffer("out", torch.float32, torch.device("cpu"), size, contiguous_strides(size),
+                         data=Pointwise(size, body, torch.float32))
+    split = split_buffer(buf, [[2, 16], [5]])
+    assert split.size == (2, 16, 5) and split.stride == (80, 5, 1)
+    for b in (buf, split):
+        out = torch.zeros(32 * 5)
+        evaluate_buffer(b, {"src": src, "out": out})
+        torch.testing.assert_close(out, src * 2)
