@@ -51,6 +51,8 @@ class Options:
     triton_persistent_max: rows (inner or reduction spaces) up to this many elements are held in
         registers whole; longer ones are looped over in blocks.
     triton_max_block: caps XBLOCK and a looped RBLOCK (0: heuristics decide; tests use small caps).
+    cudagraphs: record each CUDA graph's work into CUDA graphs and replay them (set by
+        ``kiln.compile(mode="reduce-overhead")``; see ``kiln/codegen/cudagraphs.py``).
     """
 
     recompile_limit: int = 8
@@ -64,6 +66,7 @@ class Options:
     triton_autotune: bool = True
     triton_persistent_max: int = 4096
     triton_max_block: int = 0
+    cudagraphs: bool = False
 
     def __post_init__(self):
         if self.cpu_codegen not in ("cpp", "triton"):

@@ -18,6 +18,7 @@ from kiln.backends.aot_eager import compile_aot_eager, explain_aten_graph
 from kiln.backends.registry import register_backend
 from kiln.codegen.cpp.build import load_library
 from kiln.codegen.cpp.kernel import generate_kernel
+from kiln.codegen.cudagraphs import CudaGraphRunner
 from kiln.codegen.triton import build as triton_build
 from kiln.codegen.triton.runtime import triton_available
 from kiln.codegen.wrapper import WrapperGen, tensor_call
@@ -40,6 +41,7 @@ class CompiledGraph:
         self.ag, self.lg, self.sched, self.kernels, self.wrapper = ag, lg, sched, kernels, wrapper
         self.source = library_source
         self.target = target  # "cpp", "triton" (GPU) or "triton-interpreted" (CPU tensors)
+        self.cudagraphs = None  # the CudaGraphRunner with mode="reduce-overhead" on the GPU
 
     def explain(self) -> str:
         what = "C++" if self.target == "cpp" else "Triton"
@@ -51,6 +53,8 @@ class CompiledGraph:
             lines.append(f"ops run by ATen kernels ({len(externs)}):")
             for s in externs:
                 lines.append(f"  {s.node.node.op}: {s.node.node.reason}")
+        if self.cudagraphs is not None:
+            lines.append(self.cudagraphs.explain())
         lines += ["", "wrapper:", self.wrapper.source]
         return "\n".join(lines)
 
@@ -181,7 +185,10 @@ def kiln_backend(gm, example_inputs, options=None):
                 warnings.warn(f"{exc}\nkiln runs this graph with ATen kernels instead.", stacklevel=2)
                 reason = "kernel build failed (warned)"
             else:
-                runtime = AtenRuntime(ag, run=cg.wrapper.compile())
+                run = cg.wrapper.compile()
+                if options.cudagraphs and target == "triton":
+                    run = cg.cudagraphs = CudaGraphRunner(run, n_state=len(ag.state))
+                runtime = AtenRuntime(ag, run=run)
                 runtime.kiln_explain = cg.explain
                 runtime.compiled_graph = cg
                 return runtime

@@ -80,3 +80,46 @@ def test_warm_process_compiles_nothing(tmp_path):
     compiles = stats.kernel_compiles
     run(f, cuda(8, 100), cache_dir=str(tmp_path))
     assert stats.kernel_compiles == compiles
+
+
+def test_fast_launch_is_bound_and_used():
+    f = lambda x, y: torch.softmax(x * y, -1)  # noqa: E731
+    x, y = cuda(64, 300), cuda(64, 300)
+    cg = run(f, x, y, kernels=1)
+    (k,) = cg.kernels.values()
+    assert k.fn.fast is not None  # bound after the first launch
+    compiled = kiln_backend(fx.symbolic_trace(f), [x, y], default_options())
+    for _ in range(3):
+        x2 = cuda(64, 300)
+        torch.testing.assert_close(compiled(x2, y), f(x2, y))
+    # a misaligned input takes Triton's path (another specialization) and is still right
+    big = cuda(64 * 300 + 1)
+    xm = big[1:].view(64, 300)
+    torch.testing.assert_close(compiled(xm, y), f(xm, y))
+
+
+def test_reduce_overhead_records_and_replays_cuda_graphs():
+    import kiln
+
+    m = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.GELU(), torch.nn.Linear(128, 64),
+                            torch.nn.LayerNorm(64)).cuda().eval()
+    graphs = []
+
+    def backend(gm, example_inputs):  # what mode="reduce-overhead" selects, keeping the compiled graphs
+        fn = kiln_backend(gm, example_inputs, default_options().replace(cudagraphs=True))
+        graphs.append(fn.compiled_graph)
+        return fn
+
+    kiln.reset()
+    compiled = kiln.compile(m, backend=backend)
+    outs = []
+    with torch.no_grad():
+        for _ in range(4):
+            x = cuda(32, 64)
+            got = compiled(x)
+            outs.append(got)
+            torch.testing.assert_close(got, m(x), atol=1e-4, rtol=1e-4)
+    assert not torch.equal(outs[-1], outs[-2])  # results are copies, not the graph's static memory
+    (cg,) = graphs
+    assert cg.cudagraphs.recordings and cg.cudagraphs.replays == 2, cg.cudagraphs.explain()
+    assert "1 recorded, 2 replays" in cg.explain()
