@@ -161,6 +161,40 @@ def _why_not_codegen(gm, example_inputs) -> str | None:
     return None
 
 
+class GpuBuildCheck:
+    """A graph's first call on the GPU, where Triton compiles the kernels: a kernel that fails to build
+    or load for this GPU (a compiler error, too many registers or too much shared memory) makes the
+    graph run with ATen kernels from then on, with a warning and the reason in ``explain``. Nothing
+    has been written to the caller's tensors when it fails: the wrapper computes functionally and
+    ``AtenRuntime`` writes mutated inputs back only after it returns."""
+
+    def __init__(self, runtime, gm, options):
+        self.run, self.gm, self.options, self.first = runtime, gm, options, True
+        self.compiled_graph, self.kiln_explain = runtime.compiled_graph, runtime.kiln_explain
+
+    def __call__(self, *args):
+        if not self.first:
+            return self.run(*args)
+        try:
+            out = self.run(*args)
+        except Exception as exc:
+            if not _is_triton_error(exc):
+                raise
+            reason = f"a Triton kernel failed to build for this GPU ({type(exc).__name__}: {str(exc)[:300]})"
+            warnings.warn(f"kiln: {reason}; this graph runs with ATen kernels instead.", stacklevel=2)
+            stats.aten_fallbacks[f"whole graph: {reason}"] += 1
+            self.run = compile_aot_eager(self.gm, list(args), self.options)
+            self.compiled_graph = None
+            self.kiln_explain = lambda: f"kiln ran this graph with ATen kernels: {reason}"
+            out = self.run(*args)
+        self.first = False
+        return out
+
+
+def _is_triton_error(exc: BaseException) -> bool:
+    return type(exc).__module__.startswith("triton") or str(exc).startswith("Triton Error")
+
+
 @register_backend(name="kiln")
 def kiln_backend(gm, example_inputs, options=None):
     options = options or default_options()
@@ -191,7 +225,7 @@ def kiln_backend(gm, example_inputs, options=None):
                 runtime = AtenRuntime(ag, run=run)
                 runtime.kiln_explain = cg.explain
                 runtime.compiled_graph = cg
-                return runtime
+                return GpuBuildCheck(runtime, gm, options) if target == "triton" else runtime
     fn = compile_aot_eager(gm, example_inputs, options)
     if reason is not None:
         inner = getattr(fn, "kiln_explain", lambda: "")
