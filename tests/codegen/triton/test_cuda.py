@@ -123,3 +123,9 @@ def test_reduce_overhead_records_and_replays_cuda_graphs():
     (cg,) = graphs
     assert cg.cudagraphs.recordings and cg.cudagraphs.replays == 2, cg.cudagraphs.explain()
     assert "1 recorded, 2 replays" in cg.explain()
+
+
+def test_big_full_reductions_split_in_two_stages():
+    x = cuda(3000, 2999)
+    cg = run(lambda x: (x.sum(), x.amax(), (x > 4).any(), x.to(torch.bfloat16).sum()), x, atol=1e-2, rtol=1e-4)
+    assert "reduction sum over [] x [" in cg.lg.format() and "reduction sum over [1024] x [" in cg.lg.format()
