@@ -16,6 +16,9 @@ LIBRARY_OPS = {
                       aten.addmv.default, aten.addbmm.default, aten.mv.default, aten.dot.default],
     "convolution (library kernel)": [aten.convolution.default],
     "sort (library kernel)": [aten.sort.default, aten.sort.stable, aten.topk.default],
+    "fused attention (library kernel)": [aten._scaled_dot_product_flash_attention.default,
+                                         aten._scaled_dot_product_efficient_attention.default,
+                                         aten._scaled_dot_product_cudnn_attention.default],
 }
 
 

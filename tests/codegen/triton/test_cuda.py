@@ -129,3 +129,12 @@ def test_big_full_reductions_split_in_two_stages():
     x = cuda(3000, 2999)
     cg = run(lambda x: (x.sum(), x.amax(), (x > 4).any(), x.to(torch.bfloat16).sum()), x, atol=1e-2, rtol=1e-4)
     assert "reduction sum over [] x [" in cg.lg.format() and "reduction sum over [1024] x [" in cg.lg.format()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_attention_runs_as_a_library_kernel(dtype):
+    q, k, v = cuda(2, 4, 128, 64, dtype=dtype), cuda(2, 4, 128, 64, dtype=dtype), cuda(2, 4, 128, 64, dtype=dtype)
+    f = lambda q, k, v: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True) * 2  # noqa: E731
+    tol = dict(atol=2e-2, rtol=2e-2) if dtype == torch.bfloat16 else dict(atol=1e-3, rtol=1e-3)
+    cg = run(f, q, k, v, **tol)
+    assert "fused attention (library kernel)" in cg.explain() or "cudnn" in cg.ag.format()

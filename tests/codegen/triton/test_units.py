@@ -184,3 +184,23 @@ def test_gpu_build_failure_at_first_call_falls_back_to_aten():
     other = GpuBuildCheck(Runtime(IndexError("user error")), gm, triton_options())
     with pytest.raises(IndexError):
         other(x)
+
+
+def test_fused_attention_stays_whole_on_cuda(monkeypatch):
+    """On CUDA, flash/efficient attention run as library kernels (traced here with CPU standing in for
+    CUDA; the CPU has no such kernels, so the graph is compiled, not run)."""
+    import torch.fx as fx
+
+    import kiln.decomp.attention as attention
+    from kiln.aot import aot_trace
+    from kiln.backends.kiln import compile_graph
+    from kiln.decomp import decomposition_table
+
+    monkeypatch.setattr(attention, "FUSED_ATTENTION_DEVICES", ("cpu",))
+    aten = torch.ops.aten
+    q = torch.randn(2, 4, 16, 32, dtype=torch.bfloat16)
+    f = lambda q: aten._scaled_dot_product_flash_attention(q, q, q, is_causal=True)[0] * 2  # noqa: E731
+    opts = triton_options()
+    ag = aot_trace(fx.symbolic_trace(f), [q], decompositions=decomposition_table(), options=opts)
+    cg = compile_graph(ag, opts, "triton-interpreted")
+    assert "fused attention (library kernel)" in cg.explain() and len(cg.kernels) == 1
