@@ -1,7 +1,7 @@
 """GPU benchmarks (H100): eager vs torch.compile (default, reduce-overhead) vs kiln (default, reduce-overhead).
 
     python benchmarks/gpu.py                       # everything: copy bandwidth, kernels, models, compile times
-    python benchmarks/gpu.py --sections kernels    # one part (kernels, models, compile); --quick for small sizes
+    python benchmarks/gpu.py --sections kernels    # one part (overhead, kernels, models, compile); --quick: small sizes
     python benchmarks/gpu.py --json out.json
     python benchmarks/gpu.py --sections models --models mlp,hf_bert --dtypes bf16 --backends eager,kiln,kiln_ro
 
@@ -212,6 +212,44 @@ def run_kernels(quick: bool, copy_gbs: float) -> list[dict]:
     return rows
 
 
+def run_overhead() -> list[dict]:
+    """Per-call wall time (µs) of tiny graphs, where launch overhead is everything: eager, kiln with
+    Triton's launch path, kiln with the fast launcher, kiln with CUDA graphs."""
+    import kiln
+    from kiln.backends.kiln import kiln_backend
+    from kiln.options import default_options
+    import torch.fx as fx
+
+    def one_kernel(x):
+        return torch.softmax(x * 2, -1)
+
+    def five_kernels(x):  # reductions over different dims do not fuse
+        a = torch.softmax(x, -1)
+        b = torch.softmax(x, 0)
+        return a.sum(0) + b.sum(-1), (a * b).amax(), x.t().contiguous().relu()
+
+    rows = []
+    x = torch.randn(64, 64, device="cuda")
+    for name, fn in (("1 kernel", one_kernel), ("5 kernels", five_kernels)):
+        times = {}
+        for label, changes in (("eager", None), ("kiln triton launch", dict(triton_fast_launch=False)),
+                               ("kiln fast launch", {}), ("kiln cuda graphs", dict(cudagraphs=True))):
+            kiln.reset()
+            f = fn if changes is None else kiln_backend(fx.symbolic_trace(fn), [x], default_options().replace(**changes))
+            for _ in range(20):
+                f(x)
+            torch.cuda.synchronize()
+            n = 2000
+            t0 = time.perf_counter()
+            for _ in range(n):
+                f(x)
+            torch.cuda.synchronize()
+            times[label] = (time.perf_counter() - t0) / n * 1e6
+        rows.append({"case": name, "us_per_call": times})
+        print(f"{name:<12} " + "  ".join(f"{k} {v:7.1f} us" for k, v in times.items()))
+    return rows
+
+
 def model_cases(quick: bool):
     """(name, builder) pairs; a builder returns (module, example args) or raises ImportError."""
     import torch.nn as nn
@@ -370,7 +408,7 @@ def geomean_speedups(rows) -> dict:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sections", default="kernels,models,compile")
+    parser.add_argument("--sections", default="overhead,kernels,models,compile")
     parser.add_argument("--models", default="", help="comma-separated model names (default: all)")
     parser.add_argument("--dtypes", default="f32,bf16", help="model dtypes: f32,bf16")
     parser.add_argument("--backends", default=",".join(b.replace(" ", "_") for b in BACKENDS),
@@ -406,6 +444,8 @@ def main() -> int:
     report["copy_bandwidth_GBs"] = copy_gbs
     print(f"device: {report['device']}   copy bandwidth: {copy_gbs:.0f} GB/s")
     print(f"{'case (median ms; ! = differs from eager)':<44} " + " ".join(f"{b:>9}" for b in BACKENDS))
+    if "overhead" in sections:
+        report["overhead"] = run_overhead()
     if "kernels" in sections:
         report["kernels"] = run_kernels(args.quick, copy_gbs)
     if "models" in sections:

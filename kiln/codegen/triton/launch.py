@@ -76,8 +76,9 @@ def candidate_configs(kernel, max_block: int = 0) -> list[LaunchConfig]:
 class Launcher:
     """Calls one kernel with buffers: ``launcher(*tensors)`` in the kernel's parameter order."""
 
-    def __init__(self, fn, kernel, configs: list[LaunchConfig], tune_path: str | None):
+    def __init__(self, fn, kernel, configs: list[LaunchConfig], tune_path: str | None, fast_launch: bool = True):
         self.fn, self.kernel, self.configs, self.tune_path = fn, kernel, configs, tune_path
+        self.fast_launch = fast_launch
         self.config: LaunchConfig | None = configs[0] if len(configs) == 1 or tune_path is None else None
         if self.config is None:
             self.config = _saved_choice(tune_path, kernel.name, configs)
@@ -103,7 +104,7 @@ class Launcher:
         if self.grid[0] == 0:
             return
         compiled = self.launch(*args, **self.meta)
-        if fast is None:
+        if fast is None and self.fast_launch:
             self.fast = FastLaunch.bind(compiled, self.grid, self.constexprs, args)
 
     def _autotune(self, args) -> LaunchConfig:

@@ -138,3 +138,9 @@ def test_attention_runs_as_a_library_kernel(dtype):
     tol = dict(atol=2e-2, rtol=2e-2) if dtype == torch.bfloat16 else dict(atol=1e-3, rtol=1e-3)
     cg = run(f, q, k, v, **tol)
     assert "fused attention (library kernel)" in cg.explain() or "cudnn" in cg.ag.format()
+
+
+def test_fast_launch_can_be_turned_off():
+    cg = run(lambda x: x * 2 + 1, cuda(1000), triton_fast_launch=False)
+    (k,) = cg.kernels.values()
+    assert k.fn.fast is None
