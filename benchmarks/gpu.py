@@ -1,8 +1,9 @@
 """GPU benchmarks (H100): eager vs torch.compile (default, reduce-overhead) vs kiln (default, reduce-overhead).
 
     python benchmarks/gpu.py                       # everything: copy bandwidth, kernels, models, compile times
-    python benchmarks/gpu.py --sections kernels    # one part (kernels, models, compile); --quick for small sizes
+    python benchmarks/gpu.py --sections kernels    # one part (overhead, kernels, models, compile); --quick: small sizes
     python benchmarks/gpu.py --json out.json
+    python benchmarks/gpu.py --sections models --models mlp,hf_bert --dtypes bf16 --backends eager,kiln,kiln_ro
 
 Kernels: large fused pointwise, softmax and layer_norm, reported as milliseconds and as achieved
 bandwidth (bytes read + written once) over the device's measured copy bandwidth. Models: inference of
@@ -10,6 +11,12 @@ small models, HF BERT / GPT-2 / a Llama-style model (small configs, random weigh
 vit_base (random weights) where installed, in float32 and bfloat16; speedups over eager and their
 geomeans. Compile: first-call latency with cold caches, and in a fresh process with warm caches.
 Prints a table and writes JSON (stdout when --json is not given). Without CUDA it stops with a message.
+
+Accuracy (``!`` in the table): as torch's own benchmarks do, each output is compared with a float64
+run of the same model: a backend passes when its RMS error against float64 is at most 2x (float32)
+or 3x (bfloat16/float16) eager's, plus tol/10 (tol 1e-3 for float32 with TF32 on, 1e-2 for 16-bit
+floats). Errors are printed under the row; for kiln, the graph count, graph breaks and ops that ran
+with ATen kernels are listed too.
 """
 from __future__ import annotations
 
@@ -29,6 +36,7 @@ sys.path.insert(0, ROOT)
 import torch  # noqa: E402
 
 BACKENDS = ("eager", "torch.compile", "torch.compile ro", "kiln", "kiln ro")
+BACKENDS_SELECTED = BACKENDS  # --backends
 
 
 # --------------------------------------------------------------------------------------- timing
@@ -74,8 +82,9 @@ def reset_all():
     torch._dynamo.reset()
 
 
-def bench_backends(fn, args, backends=BACKENDS, iters=30) -> dict:
-    """{backend: {"ms":..., "first_call_s":..., "error":...}} with outputs checked against eager."""
+def bench_backends(fn, args, backends=BACKENDS, iters=30, ref64=None) -> dict:
+    """{backend: {"ms":..., "first_call_s":..., "matches_eager":..., "error":...}}; outputs are checked
+    against ``ref64`` (the float64 outputs) when given, else against eager with per-dtype tolerances."""
     out = {}
     with torch.no_grad():
         want = fn(*args)
@@ -88,24 +97,74 @@ def bench_backends(fn, args, backends=BACKENDS, iters=30) -> dict:
                 got = compiled(*args)
                 torch.cuda.synchronize()
                 first = time.perf_counter() - t0
-                ok = _close(got, want)
+                ok, err = accuracy(got, want, ref64)
                 ms = median_ms(compiled, args, iters=iters)
-            out[b] = {"ms": ms, "first_call_s": first, "matches_eager": ok}
+            out[b] = {"ms": ms, "first_call_s": first, "matches_eager": ok, "error_vs_reference": err}
+            if b.startswith("kiln"):
+                out[b]["kiln"] = kiln_notes()
         except Exception as exc:  # a backend failing is a result, not the end of the run
-            out[b] = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
+            out[b] = {"error": f"{type(exc).__name__}: {str(exc)[:600]}"}
     return out
 
 
-def _close(got, want) -> bool:
+def _rmse(a, b) -> float:
+    return torch.sqrt(torch.mean((a.double() - b.double()) ** 2)).item()
+
+
+def accuracy(got, want, ref64=None) -> tuple[bool, str]:
+    """(passes, a short description of the worst output's error), as torch's benchmarks judge it."""
     from torch.utils._pytree import tree_flatten
 
     g, w = tree_flatten(got)[0], tree_flatten(want)[0]
-    for a, b in zip(g, w):
-        if isinstance(a, torch.Tensor):
-            tol = 1e-2 if a.dtype in (torch.float16, torch.bfloat16) else 1e-3
-            if a.shape != b.shape or not torch.allclose(a.float(), b.float(), atol=tol, rtol=tol, equal_nan=True):
-                return False
-    return True
+    r = tree_flatten(ref64)[0] if ref64 is not None else [None] * len(w)
+    if len(g) != len(w):
+        return False, f"{len(g)} outputs, eager has {len(w)}"
+    notes = []
+    for a, b, ref in zip(g, w, r):
+        if not isinstance(a, torch.Tensor) or not a.is_floating_point():
+            if isinstance(a, torch.Tensor) and not torch.equal(a, b):
+                return False, "integer output differs"
+            continue
+        if a.shape != b.shape:
+            return False, f"shape {tuple(a.shape)} != {tuple(b.shape)}"
+        low = a.dtype in (torch.float16, torch.bfloat16)
+        tol = 1e-2 if low else 1e-3
+        if ref is None or ref.shape != a.shape:
+            ok = torch.allclose(a.float(), b.float(), atol=tol, rtol=tol, equal_nan=True)
+            notes.append(f"max|diff| {(a.float() - b.float()).abs().max().item():.2e}")
+        else:
+            res_err, eager_err = _rmse(a, ref), _rmse(b, ref)
+            ok = res_err <= (3.0 if low else 2.0) * eager_err + tol / 10
+            notes.append(f"rmse {res_err:.2e} (eager {eager_err:.2e})")
+        if not ok:
+            return False, notes[-1]
+    return True, "; ".join(notes[:2])
+
+
+def fp64_reference(model, args):
+    """The outputs of a float64 copy of ``model`` (None when it cannot run in float64)."""
+    import copy
+
+    try:
+        m64 = copy.deepcopy(model).to(torch.float64)
+        a64 = tuple(a.to(torch.float64) if a.is_floating_point() else a for a in args)
+        with torch.no_grad():
+            out = m64(*a64)
+        del m64
+        return out
+    except Exception as exc:  # noqa: BLE001 -- fall back to comparing with eager
+        print(f"    (no float64 reference: {type(exc).__name__}: {str(exc)[:120]})")
+        return None
+
+
+def kiln_notes() -> dict:
+    """What kiln did for the last compiled model: graphs, breaks, ops run with ATen kernels."""
+    import kiln
+
+    st = kiln.stats
+    return {"graphs": st.graphs, "graph_breaks": sum(st.graph_breaks.values()),
+            "recompilations": sum(st.recompilations.values()), "eager_frames": dict(st.eager_fallbacks),
+            "aten_fallbacks": dict(st.aten_fallbacks), "kernels": st.kernels_generated}
 
 
 # ------------------------------------------------------------------------------------- sections
@@ -141,12 +200,53 @@ def kernel_cases(quick: bool):
 def run_kernels(quick: bool, copy_gbs: float) -> list[dict]:
     rows = []
     for name, fn, args, nbytes in kernel_cases(quick):
-        res = bench_backends(fn, args)
+        with torch.no_grad():
+            ref64 = fn(*[a.double() for a in args])
+        res = bench_backends(fn, args, backends=BACKENDS_SELECTED, ref64=ref64)
+        del ref64
         for b, r in res.items():
             if "ms" in r:
                 r["bandwidth_fraction"] = nbytes / r["ms"] / 1e6 / copy_gbs
         rows.append({"case": name, "bytes": nbytes, "results": res})
         _print_row(name, res, extra="bandwidth_fraction")
+    return rows
+
+
+def run_overhead() -> list[dict]:
+    """Per-call wall time (µs) of tiny graphs, where launch overhead is everything: eager, kiln with
+    Triton's launch path, kiln with the fast launcher, kiln with CUDA graphs."""
+    import kiln
+    from kiln.backends.kiln import kiln_backend
+    from kiln.options import default_options
+    import torch.fx as fx
+
+    def one_kernel(x):
+        return torch.softmax(x * 2, -1)
+
+    def five_kernels(x):  # reductions over different dims do not fuse
+        a = torch.softmax(x, -1)
+        b = torch.softmax(x, 0)
+        return a.sum(0) + b.sum(-1), (a * b).amax(), x.t().contiguous().relu()
+
+    rows = []
+    x = torch.randn(64, 64, device="cuda")
+    for name, fn in (("1 kernel", one_kernel), ("5 kernels", five_kernels)):
+        times = {}
+        for label, changes in (("eager", None), ("kiln triton launch", dict(triton_fast_launch=False)),
+                               ("kiln fast launch", {}), ("kiln cuda graphs", dict(cudagraphs=True))):
+            kiln.reset()
+            f = fn if changes is None else kiln_backend(fx.symbolic_trace(fn), [x], default_options().replace(**changes))
+            for _ in range(20):
+                f(x)
+            torch.cuda.synchronize()
+            n = 2000
+            t0 = time.perf_counter()
+            for _ in range(n):
+                f(x)
+            torch.cuda.synchronize()
+            times[label] = (time.perf_counter() - t0) / n * 1e6
+        rows.append({"case": name, "us_per_call": times})
+        print(f"{name:<12} " + "  ".join(f"{k} {v:7.1f} us" for k, v in times.items()))
     return rows
 
 
@@ -195,12 +295,12 @@ def model_cases(quick: bool):
             ("timm_vit_base", timm_model("vit_base_patch16_224", 224))]
 
 
-def run_models(quick: bool, only: list[str] | None) -> list[dict]:
+def run_models(quick: bool, only: list[str] | None, dtypes=(torch.float32, torch.bfloat16)) -> list[dict]:
     rows = []
     for name, build in model_cases(quick):
         if only and name not in only:
             continue
-        for dtype in (torch.float32, torch.bfloat16):
+        for dtype in dtypes:
             label = f"{name} {_short(dtype)}"
             try:
                 model, args = build()
@@ -212,9 +312,12 @@ def run_models(quick: bool, only: list[str] | None) -> list[dict]:
             if dtype != torch.float32:
                 model = model.to(dtype)
             args = tuple(a.to("cuda", dtype) if a.is_floating_point() else a.to("cuda") for a in args)
-            res = bench_backends(model, args, iters=20)
+            ref64 = fp64_reference(model, args)
+            res = bench_backends(model, args, backends=BACKENDS_SELECTED, iters=20, ref64=ref64)
+            del ref64
             rows.append({"case": label, "results": res})
             _print_row(label, res)
+            _print_notes(res)
     return rows
 
 
@@ -265,6 +368,9 @@ def _print_row(name, res, extra=None):
     cells = []
     for b in BACKENDS:
         r = res.get(b, {})
+        if b not in res:
+            cells.append(f"{'-':>9}")
+            continue
         if "ms" not in r:
             cells.append(f"{'ERR':>9}")
             continue
@@ -273,6 +379,21 @@ def _print_row(name, res, extra=None):
             cell += f" ({r[extra]:.0%})"
         cells.append(f"{cell:>9}")
     print(f"{name:<44} " + " ".join(cells))
+
+
+def _print_notes(res):
+    for b, r in res.items():
+        if "error" in r:
+            print(f"    {b}: {r['error']}")
+        elif not r.get("matches_eager"):
+            print(f"    {b}: differs: {r.get('error_vs_reference')}")
+        notes = r.get("kiln")
+        if notes and b == "kiln":
+            fallbacks = "; ".join(f"{k} x{v}" for k, v in list(notes["aten_fallbacks"].items())[:6]) or "none"
+            print(f"    kiln: {notes['graphs']} graphs, {notes['graph_breaks']} breaks, "
+                  f"{notes['recompilations']} recompiles, {notes['kernels']} kernels; ATen fallbacks: {fallbacks}")
+            for why, n in list(notes["eager_frames"].items())[:4]:
+                print(f"      frame run eagerly x{n}: {why[:150]}")
 
 
 def geomean_speedups(rows) -> dict:
@@ -287,8 +408,11 @@ def geomean_speedups(rows) -> dict:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sections", default="kernels,models,compile")
+    parser.add_argument("--sections", default="overhead,kernels,models,compile")
     parser.add_argument("--models", default="", help="comma-separated model names (default: all)")
+    parser.add_argument("--dtypes", default="f32,bf16", help="model dtypes: f32,bf16")
+    parser.add_argument("--backends", default=",".join(b.replace(" ", "_") for b in BACKENDS),
+                        help="comma-separated backends (spaces as _): " + ",".join(b.replace(" ", "_") for b in BACKENDS))
     parser.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
     parser.add_argument("--json", default=None)
     parser.add_argument("--probe", default=None, help=argparse.SUPPRESS)
@@ -303,6 +427,12 @@ def main() -> int:
         probe(args.probe, args.quick)
         return 0
     sections = set(args.sections.split(","))
+    global BACKENDS_SELECTED
+    BACKENDS_SELECTED = tuple(b.replace("_", " ") for b in args.backends.split(",") if b)
+    unknown = set(BACKENDS_SELECTED) - set(BACKENDS)
+    if unknown:
+        parser.error(f"unknown backends {sorted(unknown)}")
+    dtypes = tuple({"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}[d] for d in args.dtypes.split(","))
     report = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "quick": args.quick}
     try:
         import triton
@@ -314,10 +444,12 @@ def main() -> int:
     report["copy_bandwidth_GBs"] = copy_gbs
     print(f"device: {report['device']}   copy bandwidth: {copy_gbs:.0f} GB/s")
     print(f"{'case (median ms; ! = differs from eager)':<44} " + " ".join(f"{b:>9}" for b in BACKENDS))
+    if "overhead" in sections:
+        report["overhead"] = run_overhead()
     if "kernels" in sections:
         report["kernels"] = run_kernels(args.quick, copy_gbs)
     if "models" in sections:
-        report["models"] = run_models(args.quick, [m for m in args.models.split(",") if m] or None)
+        report["models"] = run_models(args.quick, [m for m in args.models.split(",") if m] or None, dtypes)
         report["model_geomean_speedup_over_eager"] = geomean_speedups(report["models"])
         print("geomean speedup over eager (models):",
               ", ".join(f"{b} {v:.2f}x" for b, v in report["model_geomean_speedup_over_eager"].items()))

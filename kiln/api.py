@@ -21,7 +21,8 @@ def compile(model: Callable | None = None, *, backend: str | Callable = "kiln", 
     """Compile a function or nn.Module. Usable as `kiln.compile(f)`, `@kiln.compile` or `@kiln.compile(...)`.
 
     backend: a registered name (see kiln.list_backends()) or a callable (gm, example_inputs) -> callable.
-    mode: None/"default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs".
+    mode: None/"default", "reduce-overhead" (CUDA graphs: ``Options.cudagraphs``), "max-autotune",
+        "max-autotune-no-cudagraphs".
     fullgraph: raise GraphBreakError instead of running unsupported code eagerly.
     dynamic: accepted for compatibility; shapes are specialized (static) in this version.
     options: kiln.Options or a dict of its fields.
@@ -33,6 +34,8 @@ def compile(model: Callable | None = None, *, backend: str | Callable = "kiln", 
     if dynamic not in (None, True, False):
         raise TypeError(f"kiln.compile(dynamic=...) takes None, True or False, not {dynamic!r}")
     opts = Options.from_any(options)
+    if mode == "reduce-overhead" and not opts.cudagraphs:
+        opts = opts.replace(cudagraphs=True)
     backend_name, backend_fn = lookup_backend(backend, opts)
 
     def make(target):

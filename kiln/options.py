@@ -51,6 +51,10 @@ class Options:
     triton_persistent_max: rows (inner or reduction spaces) up to this many elements are held in
         registers whole; longer ones are looped over in blocks.
     triton_max_block: caps XBLOCK and a looped RBLOCK (0: heuristics decide; tests use small caps).
+    triton_fast_launch: after a kernel's first launch through Triton, call its C launcher directly
+        (KILN_TRITON_FAST_LAUNCH=0 keeps Triton's launch path for every call).
+    cudagraphs: record each CUDA graph's work into CUDA graphs and replay them (set by
+        ``kiln.compile(mode="reduce-overhead")``; see ``kiln/codegen/cudagraphs.py``).
     """
 
     recompile_limit: int = 8
@@ -64,6 +68,8 @@ class Options:
     triton_autotune: bool = True
     triton_persistent_max: int = 4096
     triton_max_block: int = 0
+    triton_fast_launch: bool = True
+    cudagraphs: bool = False
 
     def __post_init__(self):
         if self.cpu_codegen not in ("cpp", "triton"):
@@ -103,6 +109,7 @@ def _read_environment() -> Options:
         cpp_compiler=_env_str("KILN_CXX") or "g++",
         cpu_codegen=_env_choice("KILN_CPU_CODEGEN", ("cpp", "triton"), "cpp"),
         triton_autotune=_env_int("KILN_TRITON_AUTOTUNE", 1) != 0,
+        triton_fast_launch=_env_int("KILN_TRITON_FAST_LAUNCH", 1) != 0,
     )
 
 

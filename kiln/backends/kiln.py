@@ -24,6 +24,7 @@ from kiln.backends.aot_eager import compile_aot_eager, explain_aten_graph, run_g
 from kiln.backends.registry import register_backend
 from kiln.codegen.cpp.build import load_library
 from kiln.codegen.cpp.kernel import generate_kernel
+from kiln.codegen.cudagraphs import CudaGraphRunner
 from kiln.codegen.triton import build as triton_build
 from kiln.codegen.triton.runtime import triton_available
 from kiln.codegen.wrapper import WrapperGen, tensor_call
@@ -46,6 +47,7 @@ class CompiledGraph:
         self.gm, self.lg, self.sched, self.kernels, self.wrapper = gm, lg, sched, kernels, wrapper
         self.source = library_source
         self.target = target  # "cpp", "triton" (GPU) or "triton-interpreted" (CPU tensors)
+        self.cudagraphs = None  # the CudaGraphRunner with mode="reduce-overhead" on the GPU
 
     def explain(self) -> str:
         what = "C++" if self.target == "cpp" else "Triton"
@@ -57,6 +59,8 @@ class CompiledGraph:
             lines.append(f"ops run by ATen kernels ({len(externs)}):")
             for s in externs:
                 lines.append(f"  {s.node.node.op}: {s.node.node.reason}")
+        if self.cudagraphs is not None:
+            lines.append(self.cudagraphs.explain())
         lines += ["", "wrapper:", self.wrapper.source]
         return "\n".join(lines)
 
@@ -190,6 +194,44 @@ class GraphCompiler:
         return "\n".join(lines)
 
 
+class GpuBuildCheck:
+    """A graph's first call on the GPU, where Triton compiles the kernels: a kernel that fails to build
+    or load for this GPU (a compiler error, too many registers or too much shared memory) makes the
+    graph run with ATen kernels from then on, with a warning and the reason in ``explain``. Nothing
+    has been written to the caller's tensors when it fails: the wrapper computes functionally and
+    ``AtenRuntime`` writes mutated inputs back only after it returns."""
+
+    def __init__(self, runtime, gm, options):
+        self.run, self.gm, self.options, self.first = runtime, gm, options, True
+        self.compiled_graph, self.kiln_explain = runtime.compiled_graph, runtime.kiln_explain
+
+    def __call__(self, *args):
+        if not self.first:
+            return self.run(*args)
+        try:
+            out = self.run(*args)
+        except Exception as exc:
+            if not _is_triton_error(exc):
+                raise
+            reason = f"a Triton kernel failed to build for this GPU ({type(exc).__name__}: {str(exc)[:300]})"
+            warnings.warn(f"kiln: {reason}; this graph runs with ATen kernels instead.", stacklevel=2)
+            stats.aten_fallbacks[f"whole graph: {reason}"] += 1
+            self.run = compile_aot_eager(self.gm, list(args), self.options)
+            self.compiled_graph = None
+            self.kiln_explain = lambda: f"kiln ran this graph with ATen kernels: {reason}"
+            out = self.run(*args)
+        self.first = False
+        return out
+
+
+    def __getattr__(self, name):
+        return getattr(self.__dict__["run"], name)
+
+
+def _is_triton_error(exc: BaseException) -> bool:
+    return type(exc).__module__.startswith("triton") or str(exc).startswith("Triton Error")
+
+
 @register_backend(name="kiln")
 def kiln_backend(gm, example_inputs, options=None):
     options = options or default_options()
@@ -220,4 +262,9 @@ def kiln_backend(gm, example_inputs, options=None):
     runtime.compiled_graph = graphs[0] if len(compiler.compiled) == 1 and graphs else None
     runtime.compiled_graphs = graphs
     runtime.codegen_complete = bool(graphs) and len(graphs) == len(compiler.compiled)
+    if target == "triton" and plan is None and runtime.compiled_graph is not None:
+        cg = runtime.compiled_graph
+        if options.cudagraphs:
+            runtime.run = cg.cudagraphs = CudaGraphRunner(runtime.run, n_state=len(runtime.aten_graph.state))
+        return GpuBuildCheck(runtime, gm, options)
     return runtime

@@ -50,9 +50,14 @@ def sdpa_flash_cpu(q, k, v, dropout_p=0.0, is_causal=False, *, attn_mask=None, s
     return out, lse
 
 
+# On CUDA the fused kernels (flash, memory-efficient) stay whole: until kiln generates its own attention
+# kernel they are much faster than the math pattern (float32 scores of size L x S in memory, twice).
+FUSED_ATTENTION_DEVICES = ("cuda",)
+
+
 @decomposition(aten._scaled_dot_product_efficient_attention.default)
 def sdpa_efficient(q, k, v, attn_bias, compute_log_sumexp, dropout_p=0.0, is_causal=False, *, scale=None):
-    if dropout_p > 0:
+    if dropout_p > 0 or q.device.type in FUSED_ATTENTION_DEVICES:
         return NotImplemented  # the kernel returns its RNG state; keep it whole
     out, lse, _ = _attention(q, k, v, attn_bias, 0.0, is_causal, scale)
     empty = aten.empty.memory_format([0], dtype=torch.int64, device=q.device)
@@ -63,7 +68,9 @@ def sdpa_efficient(q, k, v, attn_bias, compute_log_sumexp, dropout_p=0.0, is_cau
 
 @decomposition(aten._scaled_dot_product_flash_attention.default)
 def sdpa_flash(q, k, v, dropout_p=0.0, is_causal=False, return_debug_mask=False, *, scale=None):
-    return NotImplemented if dropout_p > 0 or return_debug_mask else _flash_outputs(q, k, v, is_causal, scale)
+    if dropout_p > 0 or return_debug_mask or q.device.type in FUSED_ATTENTION_DEVICES:
+        return NotImplemented
+    return _flash_outputs(q, k, v, is_causal, scale)
 
 
 def _flash_outputs(q, k, v, is_causal, scale):

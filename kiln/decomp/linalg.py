@@ -8,6 +8,15 @@ from kiln.decomp.registry import decomposition
 aten = torch.ops.aten
 
 
+LOW_PRECISION = (torch.float16, torch.bfloat16)
+
+
+def _keeps_rounding(m1) -> bool:
+    """Leave a fused multiply-add whole for float16/bfloat16: the library kernel adds the bias to the
+    float32 accumulator and rounds once; ``mm`` then ``add`` would round the product first."""
+    return m1.is_complex() or m1.dtype in LOW_PRECISION
+
+
 def _scaled_add(bias, product, beta, alpha):
     if alpha != 1:
         product = aten.mul.Scalar(product, alpha)
@@ -20,21 +29,21 @@ def _scaled_add(bias, product, beta, alpha):
 
 @decomposition(aten.addmm.default)
 def addmm(bias, m1, m2, *, beta=1, alpha=1):
-    if m1.is_complex():
+    if _keeps_rounding(m1):
         return NotImplemented
     return _scaled_add(bias, aten.mm.default(m1, m2), beta, alpha)
 
 
 @decomposition(aten.baddbmm.default)
 def baddbmm(bias, b1, b2, *, beta=1, alpha=1):
-    if b1.is_complex():
+    if _keeps_rounding(b1):
         return NotImplemented
     return _scaled_add(bias, aten.bmm.default(b1, b2), beta, alpha)
 
 
 @decomposition(aten.addbmm.default)
 def addbmm(bias, b1, b2, *, beta=1, alpha=1):
-    if b1.is_complex():
+    if _keeps_rounding(b1):
         return NotImplemented
     return _scaled_add(bias, aten.sum.dim_IntList(aten.bmm.default(b1, b2), [0]), beta, alpha)
 
@@ -46,7 +55,7 @@ def mv(mat, vec):
 
 @decomposition(aten.addmv.default)
 def addmv(bias, mat, vec, *, beta=1, alpha=1):
-    if mat.is_complex():
+    if _keeps_rounding(mat):
         return NotImplemented
     return _scaled_add(bias, mv(mat, vec), beta, alpha)
 

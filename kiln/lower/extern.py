@@ -13,9 +13,12 @@ aten = torch.ops.aten
 
 LIBRARY_OPS = {
     "matmul (BLAS)": [aten.mm.default, aten.bmm.default, aten.addmm.default, aten.baddbmm.default,
-                      aten.addmv.default, aten.mv.default, aten.dot.default],
+                      aten.addmv.default, aten.addbmm.default, aten.mv.default, aten.dot.default],
     "convolution (library kernel)": [aten.convolution.default],
     "sort (library kernel)": [aten.sort.default, aten.sort.stable, aten.topk.default],
+    "fused attention (library kernel)": [aten._scaled_dot_product_flash_attention.default,
+                                         aten._scaled_dot_product_efficient_attention.default,
+                                         aten._scaled_dot_product_cudnn_attention.default],
 }
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import sympy
 import torch
 
+from kiln.loopir.ops import reduction_identity
 from kiln.lower.common import upcast, value_loader
 from kiln.lower.registry import Unlowerable, lowering
 
@@ -47,7 +48,70 @@ def reduce(g, node, x, dims, kind: str, src_dtype: torch.dtype):
             full[d] = rindex[i]
         return load(ops, [sympy.Integer(0) if e is None else e for e in full])
 
+    if _split_parts(out_size, rsize, kind, val.device):
+        return _split_reduction(g, out_size, rsize, body, kind, src_dtype, val)
     return g.add_reduction(out_size, rsize, body, kind, src_dtype, val.dtype, val.device)
+
+
+# Full reductions (to one value) of at least SPLIT_MIN elements on these devices run in two stages:
+# SPLIT_PARTS programs each reduce one contiguous chunk, then one program reduces their partial results
+# (one program looping over everything leaves the GPU idle). argmax/argmin are not split.
+SPLIT_DEVICES = ("cuda",)
+SPLIT_MIN = 1 << 16
+SPLIT_MAX_PARTS = 1024
+SPLIT_MIN_CHUNK = 2048
+SPLIT_KINDS = ("sum", "prod", "max", "min", "any", "all")
+
+
+def _split_parts(out_size, rsize, kind, device) -> int:
+    """How many chunks a full reduction is split into (0: not split)."""
+    n = 1
+    for s in rsize:
+        n *= int(s)
+    out = 1
+    for s in out_size:
+        out *= int(s)
+    if out != 1 or kind not in SPLIT_KINDS or n < SPLIT_MIN or device.type not in SPLIT_DEVICES:
+        return 0
+    return max(2, min(SPLIT_MAX_PARTS, n // SPLIT_MIN_CHUNK))
+
+
+def _split_reduction(g, out_size, rsize, body, kind, src_dtype, val):
+    """``kind`` over ``rsize`` as partial results per chunk of the flattened reduction space (accumulated
+    in ``src_dtype``), then ``kind`` over the partials."""
+    from kiln.loopir.index import FloorDiv, ModularIndexing
+
+    from kiln.lower.shape import index_in_range
+
+    n = 1
+    for s in rsize:
+        n *= int(s)
+    parts = _split_parts(out_size, rsize, kind, val.device)
+    chunk = -(-n // parts)
+    parts = -(-n // chunk)
+    zeros = [sympy.Integer(0)] * len(out_size)
+
+    def unflatten(flat):
+        out, inner = [], n
+        for d, size in enumerate(rsize):
+            inner //= int(size)
+            out.append(FloorDiv(flat, inner) if d == 0 else ModularIndexing(flat, inner, int(size)))
+        return out
+
+    def partial_body(ops, index, rindex):
+        flat = index[0] * chunk + rindex[0]
+        read = lambda: body(ops, zeros, unflatten(flat))  # noqa: E731
+        if parts * chunk == n:
+            return read()
+        return ops.masked(index_in_range(ops, flat, hi=n), read, reduction_identity(kind, src_dtype))
+
+    partial = g.add_reduction((parts,), (chunk,), partial_body, kind, src_dtype, src_dtype, val.device)
+    load = partial.loader()
+
+    def final_body(ops, index, rindex):
+        return load(ops, [rindex[0]])
+
+    return g.add_reduction(out_size, (parts,), final_body, kind, src_dtype, val.dtype, val.device)
 
 
 def _sum_like(kind):

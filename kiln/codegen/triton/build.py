@@ -39,5 +39,6 @@ def load_kernels(kernels: dict, options, interpret: bool) -> str:
     tune = options.triton_autotune and not interpret
     for k in kernels.values():
         configs = candidate_configs(k, options.triton_max_block)
-        k.fn = Launcher(ns[k.name], k, configs, path + ".tune.json" if tune else None)
+        k.fn = Launcher(ns[k.name], k, configs, path + ".tune.json" if tune else None,
+                        fast_launch=options.triton_fast_launch)
     return source

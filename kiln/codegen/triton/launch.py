@@ -4,6 +4,11 @@ A config is (XBLOCK, RBLOCK, num_warps); the grid is ``ceil(xnumel / XBLOCK)`` p
 big enough for the choice to matter get a few candidates; on a GPU the first call times each and
 keeps the fastest, and the choice is saved beside the kernel source (``<source>.tune.json``) so a
 warm process does not time again. Under the interpreter the first candidate is used.
+
+Launching: the first launch of a kernel goes through Triton's ``JITFunction`` (which compiles or loads
+the binary: tens of microseconds of Python per call); it returns the ``CompiledKernel``, and later
+launches call that kernel's C launcher directly with the precomputed grid and the current stream
+(``FastLaunch``). The interpreter, and profiling hooks registered with Triton, keep the slow path.
 """
 from __future__ import annotations
 
@@ -12,7 +17,8 @@ import json
 import os
 import tempfile
 
-TUNE_MIN_ELEMENTS = 1 << 20  # kernels touching fewer elements than this use the heuristic config
+TUNE_MIN_ELEMENTS = 1 << 20
+ALIGNMENT = 16  # Triton specializes pointer arguments on this alignment  # kernels touching fewer elements than this use the heuristic config
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,12 +76,15 @@ def candidate_configs(kernel, max_block: int = 0) -> list[LaunchConfig]:
 class Launcher:
     """Calls one kernel with buffers: ``launcher(*tensors)`` in the kernel's parameter order."""
 
-    def __init__(self, fn, kernel, configs: list[LaunchConfig], tune_path: str | None):
+    def __init__(self, fn, kernel, configs: list[LaunchConfig], tune_path: str | None, fast_launch: bool = True):
         self.fn, self.kernel, self.configs, self.tune_path = fn, kernel, configs, tune_path
+        self.fast_launch = fast_launch
         self.config: LaunchConfig | None = configs[0] if len(configs) == 1 or tune_path is None else None
         if self.config is None:
             self.config = _saved_choice(tune_path, kernel.name, configs)
         self._bind()
+
+    fast = None  # the FastLaunch bound after the first launch, when Triton gave a compiled kernel
 
     def _bind(self):
         if self.config is not None:
@@ -83,14 +92,20 @@ class Launcher:
             self.grid = ((self.kernel.xnumel + xb - 1) // xb,)
             self.launch = self.fn[self.grid]
             self.meta = self.config.kwargs()
+            self.constexprs = (xb,) + ((self.config.RBLOCK,) if self.kernel.style != "pointwise" else ())
 
     def __call__(self, *args):
+        fast = self.fast
+        if fast is not None and fast(args):
+            return
         if self.config is None:
             self.config = self._autotune(args)
             self._bind()
         if self.grid[0] == 0:
             return
-        self.launch(*args, **self.meta)
+        compiled = self.launch(*args, **self.meta)
+        if fast is None and self.fast_launch:
+            self.fast = FastLaunch.bind(compiled, self.grid, self.constexprs, args)
 
     def _autotune(self, args) -> LaunchConfig:
         from triton.testing import do_bench
@@ -107,6 +122,61 @@ class Launcher:
         best = min(timings, key=lambda t: t[0])[1] if timings else self.configs[0]
         _save_choice(self.tune_path, self.kernel.name, best)
         return best
+
+
+class FastLaunch:
+    """A launch of one compiled kernel that skips Triton's Python dispatch: ``fast(args)`` calls the
+    kernel's C launcher with the grid fixed at bind time and the device's current stream, and returns
+    True. It returns False (the caller takes Triton's path) while Triton has launch hooks registered,
+    and when a pointer that was 16-byte aligned at bind time is not: Triton compiled the kernel for
+    aligned pointers and needs another specialization."""
+
+    def __init__(self, c_launch, grid, function, packed_metadata, flags, constexprs, device, get_stream, hooks,
+                 aligned=()):
+        self.head = (grid[0], 1, 1)
+        self.aligned = tuple(aligned)  # positions of the tensor arguments Triton specialized as aligned
+        self.function, self.packed_metadata, self.flags = function, packed_metadata, flags
+        self.constexprs, self.device, self.get_stream, self.hooks = tuple(constexprs), device, get_stream, hooks
+        self.c_launch = c_launch
+
+    @classmethod
+    def bind(cls, compiled, grid, constexprs, args, device=None, get_stream=None):
+        """A FastLaunch for what ``JITFunction.run`` returned, or None (the interpreter returns no
+        compiled kernel; a kernel that needs scratch memory keeps Triton's launcher)."""
+        function = getattr(compiled, "function", None)
+        packed = getattr(compiled, "packed_metadata", None)
+        if function is None or packed is None:
+            return None
+        try:
+            import torch
+            from triton import knobs
+
+            runner = compiled.run
+            c_launch = runner.launch
+            flags = (runner.launch_cooperative_grid, runner.launch_pdl)
+            if getattr(runner, "global_scratch_size", 0) or getattr(runner, "profile_scratch_size", 0):
+                return None
+            get_stream = get_stream or torch._C._cuda_getCurrentRawStream
+            device = torch.cuda.current_device() if device is None else device
+        except (ImportError, AttributeError):  # another Triton or torch version: keep Triton's path
+            return None
+        aligned = [i for i, a in enumerate(args) if a.data_ptr() % ALIGNMENT == 0]
+        return cls(c_launch, grid, function, packed, flags, constexprs, device, get_stream, knobs.runtime, aligned)
+
+    def __call__(self, args) -> bool:
+        hooks = self.hooks
+        if _has_hooks(hooks.launch_enter_hook) or _has_hooks(hooks.launch_exit_hook):
+            return False
+        for i in self.aligned:
+            if args[i].data_ptr() % ALIGNMENT:
+                return False
+        self.c_launch(*self.head, self.get_stream(self.device), self.function, *self.flags, None, None,
+                      self.packed_metadata, None, None, None, *args, *self.constexprs)
+        return True
+
+
+def _has_hooks(chain) -> bool:
+    return chain is not None and bool(getattr(chain, "calls", True))
 
 
 def _saved_choice(path: str, name: str, configs) -> LaunchConfig | None:

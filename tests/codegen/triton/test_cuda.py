@@ -1,6 +1,8 @@
 """The Triton generator on CUDA tensors: compiled kernels (run on the GPU machine; skipped without one)."""
 import pytest
 import torch
+
+from kiln.aot.graph import format_graph
 import torch.fx as fx
 
 pytest.importorskip("triton")
@@ -80,3 +82,67 @@ def test_warm_process_compiles_nothing(tmp_path):
     compiles = stats.kernel_compiles
     run(f, cuda(8, 100), cache_dir=str(tmp_path))
     assert stats.kernel_compiles == compiles
+
+
+def test_fast_launch_is_bound_and_used():
+    f = lambda x, y: torch.softmax(x * y, -1)  # noqa: E731
+    x, y = cuda(64, 300), cuda(64, 300)
+    cg = run(f, x, y, kernels=1)
+    (k,) = cg.kernels.values()
+    assert k.fn.fast is not None  # bound after the first launch
+    compiled = kiln_backend(fx.symbolic_trace(f), [x, y], default_options())
+    for _ in range(3):
+        x2 = cuda(64, 300)
+        torch.testing.assert_close(compiled(x2, y), f(x2, y))
+    # a misaligned input takes Triton's path (another specialization) and is still right
+    big = cuda(64 * 300 + 1)
+    xm = big[1:].view(64, 300)
+    torch.testing.assert_close(compiled(xm, y), f(xm, y))
+
+
+def test_reduce_overhead_records_and_replays_cuda_graphs():
+    import kiln
+
+    m = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.GELU(), torch.nn.Linear(128, 64),
+                            torch.nn.LayerNorm(64)).cuda().eval()
+    graphs = []
+
+    def backend(gm, example_inputs):  # what mode="reduce-overhead" selects, keeping the compiled graphs
+        fn = kiln_backend(gm, example_inputs, default_options().replace(cudagraphs=True))
+        graphs.append(fn.compiled_graph)
+        return fn
+
+    kiln.reset()
+    compiled = kiln.compile(m, backend=backend)
+    outs = []
+    with torch.no_grad():
+        for _ in range(4):
+            x = cuda(32, 64)
+            got = compiled(x)
+            outs.append(got)
+            torch.testing.assert_close(got, m(x), atol=1e-4, rtol=1e-4)
+    assert not torch.equal(outs[-1], outs[-2])  # results are copies, not the graph's static memory
+    (cg,) = graphs
+    assert cg.cudagraphs.recordings and cg.cudagraphs.replays == 2, cg.cudagraphs.explain()
+    assert "1 recorded, 2 replays" in cg.explain()
+
+
+def test_big_full_reductions_split_in_two_stages():
+    x = cuda(3000, 2999)
+    cg = run(lambda x: (x.sum(), x.amax(), (x > 4).any(), x.to(torch.bfloat16).sum()), x, atol=1e-2, rtol=1e-4)
+    assert "reduction sum over [] x [" in cg.lg.format() and "reduction sum over [1024] x [" in cg.lg.format()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_attention_runs_as_a_library_kernel(dtype):
+    q, k, v = cuda(2, 4, 128, 64, dtype=dtype), cuda(2, 4, 128, 64, dtype=dtype), cuda(2, 4, 128, 64, dtype=dtype)
+    f = lambda q, k, v: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True) * 2  # noqa: E731
+    tol = dict(atol=2e-2, rtol=2e-2) if dtype == torch.bfloat16 else dict(atol=1e-3, rtol=1e-3)
+    cg = run(f, q, k, v, **tol)
+    assert "fused attention (library kernel)" in cg.explain() or "cudnn" in format_graph(cg.gm.graph)
+
+
+def test_fast_launch_can_be_turned_off():
+    cg = run(lambda x: x * 2 + 1, cuda(1000), triton_fast_launch=False)
+    (k,) = cg.kernels.values()
+    assert k.fn.fast is None

@@ -1,6 +1,8 @@
 """Fused groups become one Triton kernel: softmax and layer_norm rows, pointwise chains."""
 import torch
 
+from kiln.aot.graph import format_graph
+
 from tests.codegen.triton.helpers import check
 
 
@@ -58,3 +60,14 @@ def test_mlp_with_extern_matmuls():
     with torch.no_grad():
         cg = check(m, torch.randn(4, 16), atol=1e-5)
     assert len(cg.kernels) == 2  # gelu (after addmm), layer_norm (after addmm); the matmuls run in ATen
+
+
+def test_bf16_linear_rounds_once_like_eager():
+    # eager's addmm adds the bias to the float32 accumulator and rounds once; kiln keeps addmm whole in
+    # bfloat16 (mm then add would round the product first and differ from eager by an ulp here and there)
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.GELU()).eval().to(torch.bfloat16)
+    x = torch.randn(32, 64).to(torch.bfloat16)
+    with torch.no_grad():
+        cg = check(m, x, atol=0, rtol=0)
+    assert "aten.addmm.default" in format_graph(cg.gm.graph)

@@ -75,3 +75,37 @@ def test_sum_then_pointwise_epilogue_and_reuse():
         return (x - m) * 2, m
 
     check(f, torch.randn(9, 14), kernels=1, atol=1e-5)
+
+
+@pytest.fixture
+def split_on_cpu(monkeypatch):
+    import kiln.lower.reduction as red
+
+    monkeypatch.setattr(red, "SPLIT_DEVICES", ("cuda", "cpu"))
+    monkeypatch.setattr(red, "SPLIT_MIN", 64)
+    monkeypatch.setattr(red, "SPLIT_MIN_CHUNK", 16)
+    monkeypatch.setattr(red, "SPLIT_MAX_PARTS", 7)
+
+
+@pytest.mark.parametrize("shape,chunk", [((13, 11, 3), 62), ((16, 7), 16)])  # 429 = 6 * 62 + 57; 112 = 7 * 16
+def test_split_full_reductions(split_on_cpu, shape, chunk):
+    x = torch.randn(*shape)
+    x.view(-1)[5] = float("nan")
+    i = torch.randint(-3, 4, shape)
+
+    def f(x, i):
+        y = torch.nan_to_num(x)
+        return (y.sum(), x.amax(), y.amin(), (y > 2).any(), (y > -9).all(), y.to(torch.bfloat16).sum(), y.mean(),
+                i.sum(), (i.abs() + 1).prod(), y.argmax())
+
+    cg = check(f, x, i, atol=1e-4, rtol=1e-4)
+    text = cg.lg.format()
+    assert f"reduction sum over [7] x [{chunk}]" in text and "reduction sum over [] x [7]" in text
+    assert f"reduction argmax over [] x [{', '.join(map(str, shape))}]" in text  # argmax stays whole
+    assert ("masked" in text) == (chunk == 62)
+
+
+def test_full_reduction_not_split_on_cpu_by_default():
+    x = torch.randn(300, 300)
+    cg = check(lambda x: x.sum(), x, atol=1e-3, rtol=1e-4)
+    assert "reduction sum over [] x [300, 300]" in cg.lg.format()

@@ -5,6 +5,7 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
 import sympy
 import torch
 
@@ -154,3 +155,52 @@ def test_fresh_process_through_kiln_compile(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     assert "OK 1" in done.stdout
     assert any(name.endswith(".py") for _, _, files in os.walk(tmp_path / "triton") for name in files)
+
+
+def test_gpu_build_failure_at_first_call_falls_back_to_aten():
+    import torch.fx as fx
+    from triton.runtime.errors import OutOfResources
+
+    from kiln.backends.kiln import GpuBuildCheck
+
+    class Runtime:
+        compiled_graph, kiln_explain = object(), staticmethod(lambda: "kernels")
+
+        def __init__(self, exc):
+            self.exc = exc
+
+        def __call__(self, *args):
+            raise self.exc
+
+    f = lambda x: (x * 2).sum(-1)  # noqa: E731
+    gm, x = fx.symbolic_trace(f), torch.randn(3, 4)
+    guarded = GpuBuildCheck(Runtime(OutOfResources(300000, 232448, "shared memory")), gm, triton_options())
+    with pytest.warns(UserWarning, match="failed to build for this GPU"):
+        got = guarded(x)
+    torch.testing.assert_close(got if isinstance(got, torch.Tensor) else got[0], f(x))
+    assert guarded.compiled_graph is None and "OutOfResources" in guarded.kiln_explain()
+    again = guarded(x)
+    torch.testing.assert_close(again if isinstance(again, torch.Tensor) else again[0], f(x))
+    other = GpuBuildCheck(Runtime(IndexError("user error")), gm, triton_options())
+    with pytest.raises(IndexError):
+        other(x)
+
+
+def test_fused_attention_stays_whole_on_cuda(monkeypatch):
+    """On CUDA, flash/efficient attention run as library kernels (traced here with CPU standing in for
+    CUDA; the CPU has no such kernels, so the graph is compiled, not run)."""
+    import torch.fx as fx
+
+    import kiln.decomp.attention as attention
+    from kiln.aot import aot_trace
+    from kiln.backends.kiln import compile_graph
+    from kiln.decomp import decomposition_table
+
+    monkeypatch.setattr(attention, "FUSED_ATTENTION_DEVICES", ("cpu",))
+    aten = torch.ops.aten
+    q = torch.randn(2, 4, 16, 32, dtype=torch.bfloat16)
+    f = lambda q: aten._scaled_dot_product_flash_attention(q, q, q, is_causal=True)[0] * 2  # noqa: E731
+    opts = triton_options()
+    ag = aot_trace(fx.symbolic_trace(f), [q], decompositions=decomposition_table(), options=opts)
+    cg = compile_graph(ag.gm, opts, "triton-interpreted")
+    assert "fused attention (library kernel)" in cg.explain() and len(cg.kernels) == 1

@@ -1,0 +1,163 @@
+"""CUDA graphs for generated wrappers (``mode="reduce-overhead"``): record the kernels and library calls
+of one graph once, then replay them with one launch.
+
+``CudaGraphRunner(run, n_state)`` wraps a wrapper function ``run(*inputs)`` (graph inputs, then the
+module's parameters and buffers: ``n_state`` of them). Per input signature (sizes, strides, dtypes,
+devices) it:
+
+1. runs ``run`` plainly the first time (Triton compiles and autotunes, cuBLAS warms up);
+2. the second time, copies the inputs into static buffers (parameters and buffers are used in place,
+   by address) and records ``run`` on them into a ``torch.cuda.CUDAGraph``;
+3. then, on every call: copies the inputs into the static buffers, replays the graph, and returns
+   copies of the static results (a later replay overwrites them, so callers never see that).
+
+Graphs are not used, and ``run`` runs plainly, when: an input is not a CUDA tensor, an input has
+overlapping memory (expanded), a result shares memory with an input or another result, recording
+fails (an op that synchronizes or touches CPU memory), or a runner already holds ``MAX_GRAPHS``
+graphs. A parameter whose memory moved is re-recorded. ``explain()`` says which and why.
+"""
+from __future__ import annotations
+
+import torch
+
+MAX_GRAPHS = 4  # recorded graphs per runner (input signatures); more run without graphs
+
+
+class _Recording:
+    def __init__(self, graph, static_inputs, static_results, state_ptrs):
+        self.graph, self.static_inputs, self.static_results = graph, static_inputs, static_results
+        self.state_ptrs = state_ptrs
+
+
+def _signature(inputs) -> tuple:
+    return tuple((tuple(t.shape), t.stride(), t.dtype, t.device) if isinstance(t, torch.Tensor) else ("value", t)
+                 for t in inputs)
+
+
+def _dense(t: torch.Tensor) -> bool:
+    """Do the elements of ``t`` fill a block of memory exactly, each once (in some order of dims)?"""
+    expected = 1
+    for stride, size in sorted((s, n) for n, s in zip(t.size(), t.stride()) if n != 1):
+        if stride != expected:
+            return False
+        expected *= size
+    return True
+
+
+def _storage(t: torch.Tensor) -> int:
+    return t.untyped_storage().data_ptr()
+
+
+class CudaGraphRunner:
+    """``run`` recorded into CUDA graphs and replayed; see the module docstring."""
+
+    device_type = "cuda"  # the device every input must be on (tests on CPU stand in fake graphs)
+
+    def __init__(self, run, n_state: int, max_graphs: int = MAX_GRAPHS):
+        self.run, self.n_state, self.max_graphs = run, n_state, max_graphs
+        self.recordings: dict[tuple, _Recording] = {}
+        self.warm: set[tuple] = set()
+        self.declined: dict[tuple, str] = {}  # signature -> why no graph is used for it
+        self.replays = 0
+
+    # ----------------------------------------------------------------------------------- calls
+
+    def __call__(self, *inputs):
+        key = _signature(inputs)
+        rec = self.recordings.get(key)
+        if rec is not None and self._state_in_place(rec, inputs):
+            return self._replay(rec, inputs)
+        if key in self.declined:
+            return self.run(*inputs)
+        reason = self._why_not(inputs, rec)
+        if reason is not None:
+            self.declined[key] = reason
+            return self.run(*inputs)
+        if key not in self.warm:
+            self.warm.add(key)
+            return self.run(*inputs)
+        rec = self._record(key, inputs)
+        if rec is None:
+            return self.run(*inputs)
+        return self._replay(rec, inputs)
+
+    def _why_not(self, inputs, stale) -> str | None:
+        for t in inputs:
+            if not isinstance(t, torch.Tensor):
+                return f"a graph input is a {type(t).__name__}, not a tensor"
+            if t.device.type != self.device_type:
+                return f"a graph input is on {t.device}; CUDA graphs need every input on the GPU"
+            if not _dense(t):
+                return "a graph input has overlapping or non-dense memory (an expanded view), which cannot be copied in"
+        if stale is None and len(self.recordings) >= self.max_graphs:
+            return f"{self.max_graphs} CUDA graphs are recorded already (one per input shape); more run without graphs"
+        return None
+
+    def _state_in_place(self, rec: _Recording, inputs) -> bool:
+        n_user = len(inputs) - self.n_state
+        return all(inputs[n_user + i].data_ptr() == p for i, p in enumerate(rec.state_ptrs))
+
+    def _replay(self, rec: _Recording, inputs):
+        n_user = len(inputs) - self.n_state
+        for static, t in zip(rec.static_inputs[:n_user], inputs[:n_user]):
+            if static.data_ptr() != t.data_ptr():
+                static.copy_(t)
+        rec.graph.replay()
+        self.replays += 1
+        return tuple(_copy(r) for r in rec.static_results)
+
+    # ------------------------------------------------------------------------------- recording
+
+    def _record(self, key, inputs) -> _Recording | None:
+        n_user = len(inputs) - self.n_state
+        static = [torch.empty_strided(t.size(), t.stride(), dtype=t.dtype, device=t.device).copy_(t)
+                  for t in inputs[:n_user]]
+        static += list(inputs[n_user:])
+        graph = torch.cuda.CUDAGraph()
+        torch.cuda.synchronize()
+        try:
+            with torch.cuda.graph(graph):
+                results = self.run(*static)
+        except Exception as exc:  # an op that cannot be captured: run this signature without graphs
+            self.declined[key] = f"recording the CUDA graph failed ({type(exc).__name__}: {str(exc)[:200]})"
+            torch.cuda.synchronize()
+            return None
+        reason = _aliasing(static, results)
+        if reason is not None:
+            self.declined[key] = reason
+            return None
+        rec = _Recording(graph, static, tuple(results), [t.data_ptr() for t in inputs[n_user:]])
+        self.recordings[key] = rec
+        return rec
+
+    def explain(self) -> str:
+        lines = [f"CUDA graphs (mode='reduce-overhead'): {len(self.recordings)} recorded, {self.replays} replays"]
+        lines += [f"  not used for one input signature: {why}" for why in dict.fromkeys(self.declined.values())]
+        return "\n".join(lines)
+
+
+def _aliasing(static_inputs, results) -> str | None:
+    inputs = {_storage(t) for t in static_inputs if isinstance(t, torch.Tensor) and t.numel()}
+    seen: set[int] = set()
+    for r in results:
+        if not isinstance(r, torch.Tensor) or r.numel() == 0:
+            continue
+        s = _storage(r)
+        if s in inputs:
+            return "a result shares memory with a graph input"
+        if s in seen:
+            return "two results share memory"
+        seen.add(s)
+    return None
+
+
+def _copy(r):
+    """A copy of a static result with its size, strides and offset (an expanded one keeps its strides)."""
+    if not isinstance(r, torch.Tensor):
+        return r
+    if _dense(r):
+        return torch.empty_strided(r.size(), r.stride(), dtype=r.dtype, device=r.device).copy_(r)
+    extent = r.storage_offset() + 1 + sum((n - 1) * s for n, s in zip(r.size(), r.stride()))
+    flat = torch.empty(extent, dtype=r.dtype, device=r.device)
+    flat.copy_(r.as_strided((extent,), (1,), 0))
+    return flat.as_strided(r.size(), r.stride(), r.storage_offset())

@@ -1,0 +1,70 @@
+"""Compiling generated Triton kernels for a GPU that is not there: Triton's compiler and ``ptxas`` run
+on any machine, so a CPU-only machine can check that every kernel of a graph builds for an NVIDIA
+architecture (the interpreter accepts code that the real compiler rejects: mixed dtypes in
+``tl.where``, a reduction of a bool block, ...).
+
+    from kiln.codegen.triton.offline import compile_for_gpu
+    compile_for_gpu(compiled_graph)   # {kernel name: None, or the compiler's error}
+
+Used by tests (``tests/codegen/triton/test_offline.py``) and by hand on graphs of big models.
+"""
+from __future__ import annotations
+
+import torch
+
+from kiln.codegen.triton.launch import candidate_configs
+
+_SIG = {
+    torch.float32: "fp32", torch.float64: "fp64", torch.float16: "fp16", torch.bfloat16: "bf16",
+    torch.int64: "i64", torch.int32: "i32", torch.int16: "i16", torch.int8: "i8", torch.uint8: "u8",
+    torch.bool: "i1",
+}
+
+
+def kernel_signature(kernel, buffers) -> dict:
+    """Triton's signature of a generated kernel: a typed pointer per buffer, then the constexprs."""
+    sig = {}
+    for i, (name, kind) in enumerate(kernel.params):
+        sig[_pointer_name(kernel, i)] = "*" + _SIG[buffers[name].dtype]
+    sig["XBLOCK"] = "constexpr"
+    if kernel.style != "pointwise":
+        sig["RBLOCK"] = "constexpr"
+    return sig
+
+
+def _pointer_name(kernel, i: int) -> str:
+    n_in = sum(1 for _, kind in kernel.params if kind == "in")
+    return f"in_ptr{i}" if i < n_in else f"out_ptr{i - n_in}"
+
+
+def compile_for_gpu(cg, arch: int = 90, options=None, all_configs: bool = False) -> dict:
+    """Compile each Triton kernel of ``cg`` (a ``CompiledGraph`` of target "triton" or
+    "triton-interpreted") for CUDA compute capability ``arch``: {kernel name: None or error text}."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from kiln.codegen.triton.runtime import load_module
+    from kiln.options import default_options
+
+    options = options or default_options()
+    ns, _ = load_module(cg.source, options, interpret=False)
+    buffers = cg.lg.buffers()
+    target = GPUTarget("cuda", arch, 32)
+    results = {}
+    for k in cg.kernels.values():
+        sig = kernel_signature(k, buffers)
+        configs = candidate_configs(k, options.triton_max_block)
+        error = None
+        for cfg in configs if all_configs else configs[:1]:
+            consts = {"XBLOCK": cfg.XBLOCK}
+            if "RBLOCK" in sig:
+                consts["RBLOCK"] = cfg.RBLOCK
+            try:
+                triton.compile(ASTSource(ns[k.name], sig, constexprs=consts), target=target,
+                               options={"num_warps": cfg.num_warps})
+            except Exception as exc:  # the compiler's error is the result
+                error = f"{type(exc).__name__}: {exc}"
+                break
+        results[k.name] = error
+    return results

@@ -1,0 +1,152 @@
+"""CudaGraphRunner (mode="reduce-overhead"): when graphs are recorded, replayed, re-recorded or not used.
+The recording itself is faked on CPU (a "graph" that replays by calling the wrapper on the static
+inputs again); test_cuda.py runs real CUDA graphs."""
+import pytest
+import torch
+
+import kiln
+from kiln.codegen.cudagraphs import CudaGraphRunner
+
+
+class FakeGraph:
+    last = None
+
+    def __init__(self):
+        self.replay_fn = None
+        FakeGraph.last = self
+
+    def replay(self):
+        self.replay_fn()
+
+
+class FakeCapture:
+    def __init__(self, graph):
+        self.graph = graph
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+@pytest.fixture
+def fake_cuda(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", FakeGraph)
+    monkeypatch.setattr(torch.cuda, "graph", FakeCapture)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+
+
+class Wrapper:
+    """Stands in for a generated wrapper: allocates its results, like the real one (``calls`` counts runs)."""
+
+    def __init__(self, fail=False, alias=False):
+        self.calls, self.fail, self.alias = 0, fail, alias
+
+    def __call__(self, x, w):
+        self.calls += 1
+        if self.fail:
+            raise RuntimeError("operation not permitted when stream is capturing")
+        return (x.view(-1),) if self.alias else (x * w + 1, (x * w).sum())
+
+
+def runner_for(wrapper, **kw):
+    r = CudaGraphRunner(wrapper, n_state=1, **kw)
+    r.device_type = "cpu"
+    real_record = r._record
+
+    def record(key, inputs):  # the fake graph replays by running the wrapper into the static results
+        rec = real_record(key, inputs)
+        if rec is not None:
+            def replay():
+                for dst, src in zip(rec.static_results, wrapper(*rec.static_inputs)):
+                    dst.copy_(src)
+            rec.graph.replay_fn = replay
+        return rec
+
+    r._record = record
+    return r
+
+
+def check(runner, x, w):
+    got = runner(x, w)
+    torch.testing.assert_close(got[0], x * w + 1)
+    torch.testing.assert_close(got[1], (x * w).sum())
+    return got
+
+
+def test_warm_up_record_then_replay_with_new_values(fake_cuda):
+    wrapper, w = Wrapper(), torch.randn(8)
+    runner = runner_for(wrapper)
+    check(runner, torch.randn(8), w)  # warm-up: plain run
+    assert not runner.recordings
+    check(runner, torch.randn(8), w)  # recorded, replayed
+    assert len(runner.recordings) == 1 and runner.replays == 1
+    rec = next(iter(runner.recordings.values()))
+    first = check(runner, torch.randn(8), w)
+    second = check(runner, torch.randn(8), w)
+    assert runner.replays == 3
+    assert first[0].data_ptr() != rec.static_results[0].data_ptr()  # callers get copies
+    assert not torch.equal(first[0], second[0])
+
+
+def test_parameter_moved_re_records_and_new_shapes_up_to_a_limit(fake_cuda):
+    wrapper = Wrapper()
+    runner = runner_for(wrapper, max_graphs=2)
+    w = torch.randn(8)
+    for _ in range(3):
+        check(runner, torch.randn(8), w)
+    w2 = w.clone()  # same signature, parameter at another address: recorded again
+    check(runner, torch.randn(8), w2)
+    assert len(runner.recordings) == 1 and runner.recordings[next(iter(runner.recordings))].state_ptrs == [w2.data_ptr()]
+    for n in (4, 4, 4):
+        check(runner, torch.randn(n), torch.randn(n))
+    assert len(runner.recordings) == 2
+    for n in (5, 5, 5):
+        check(runner, torch.randn(n), torch.randn(n))
+    assert len(runner.recordings) == 2
+    assert "2 CUDA graphs are recorded already" in runner.explain()
+
+
+def test_not_used_for_cpu_inputs_expanded_inputs_failures_and_aliases(fake_cuda):
+    runner = CudaGraphRunner(Wrapper(), n_state=1)  # device_type "cuda": CPU inputs decline
+    for _ in range(3):
+        check(runner, torch.randn(8), torch.randn(8))
+    assert not runner.recordings and "CUDA graphs need every input on the GPU" in runner.explain()
+
+    runner = runner_for(Wrapper())
+    for _ in range(3):
+        check(runner, torch.randn(1).expand(8), torch.randn(8))
+    assert "overlapping" in runner.explain()
+
+    failing = Wrapper()
+    runner = runner_for(failing)
+    check(runner, torch.randn(8), torch.randn(8))
+    failing.fail = True
+    with pytest.raises(RuntimeError):  # the failure is not the capture's: the plain run raises it too
+        runner(torch.randn(8), torch.randn(8))
+    assert "recording the CUDA graph failed (RuntimeError" in runner.explain()
+
+    runner = runner_for(Wrapper(alias=True))
+    x = torch.randn(8)
+    for _ in range(3):
+        (out,) = runner(x, torch.randn(8))
+    assert out.data_ptr() == x.data_ptr() and "shares memory with a graph input" in runner.explain()
+
+
+def test_expanded_result_is_copied_with_its_strides():
+    from kiln.codegen.cudagraphs import _copy
+
+    r = torch.randn(3, 1).expand(3, 4)[1:]
+    c = _copy(r)
+    assert c.stride() == r.stride() and c.storage_offset() == r.storage_offset() and torch.equal(c, r)
+    assert c.untyped_storage().data_ptr() != r.untyped_storage().data_ptr()
+
+
+def test_reduce_overhead_mode_turns_on_cudagraphs():
+    f = kiln.compile(lambda x: x + 1, mode="reduce-overhead")
+    assert f._kiln_config.options.cudagraphs
+    assert not kiln.compile(lambda x: x + 1)._kiln_config.options.cudagraphs
+    # CPU tensors: no CUDA graphs, same results
+    x = torch.randn(4)
+    torch.testing.assert_close(f(x), x + 1)

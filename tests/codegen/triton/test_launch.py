@@ -1,0 +1,69 @@
+"""FastLaunch: after the first launch through Triton, kernels are launched through the compiled
+kernel's C launcher directly (stand-ins for the compiled kernel here; the real one is cuda-tested)."""
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+from kiln.codegen.triton.launch import FastLaunch, LaunchConfig, Launcher  # noqa: E402
+
+
+def _compiled(calls, scratch=0):
+    runner = SimpleNamespace(launch=lambda *a: calls.append(a), launch_cooperative_grid=False, launch_pdl=True,
+                             global_scratch_size=scratch, profile_scratch_size=0)
+    return SimpleNamespace(function=77, packed_metadata=(4, 1, 0), run=runner)
+
+
+def _bind(calls, args, **kw):
+    return FastLaunch.bind(_compiled(calls, **kw), (5,), (128, 64), args, device=0, get_stream=lambda d: 1000 + d)
+
+
+def test_fast_launch_passes_what_triton_passes():
+    calls = []
+    args = (torch.empty(8), torch.empty(8))
+    fast = _bind(calls, args)
+    assert fast(args)
+    (call,) = calls
+    assert call[:13] == (5, 1, 1, 1000, 77, False, True, None, None, (4, 1, 0), None, None, None)
+    assert call[13:15] == args and call[15:] == (128, 64)
+
+
+def test_fast_launch_declines_a_misaligned_pointer_and_hooks():
+    calls = []
+    base = torch.empty(64)
+    fast = _bind(calls, (base, base))
+    assert not fast((base[1:], base))  # Triton specialized the kernel for a 16-byte aligned pointer
+    assert fast((base[4:], base))  # 16 bytes further: aligned again
+    fast.hooks = SimpleNamespace(launch_enter_hook=SimpleNamespace(calls=[print]), launch_exit_hook=None)
+    assert not fast((base, base))
+    assert len(calls) == 1
+
+
+def test_no_fast_launch_for_the_interpreter_or_scratch_memory():
+    assert FastLaunch.bind(None, (5,), (128,), (), device=0, get_stream=lambda d: 0) is None
+    assert _bind([], (torch.empty(4),), scratch=128) is None
+
+
+def test_launcher_takes_tritons_path_once_then_the_fast_one(monkeypatch):
+    slow, fast_calls = [], []
+
+    class Fn:
+        def __getitem__(self, grid):
+            def launch(*args, **meta):
+                slow.append((grid, meta))
+                return _compiled(fast_calls)
+            return launch
+
+    kernel = SimpleNamespace(xnumel=1000, style="pointwise", name="k")
+    bind = FastLaunch.bind.__func__
+    monkeypatch.setattr(FastLaunch, "bind", classmethod(
+        lambda cls, *a: bind(cls, *a, device=0, get_stream=lambda d: 0)))
+    launcher = Launcher(Fn(), kernel, [LaunchConfig(256, 0, 2)], None)
+    x = torch.empty(1000)
+    launcher(x, x)
+    launcher(x, x)
+    launcher(x, x)
+    assert slow == [((4,), {"XBLOCK": 256, "num_warps": 2})]
+    assert len(fast_calls) == 2 and fast_calls[0][:3] == (4, 1, 1) and fast_calls[0][-1] == 256
