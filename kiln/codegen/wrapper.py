@@ -28,6 +28,8 @@ class Wrapper:
 
 def ensure_layout(t: torch.Tensor, size, stride) -> torch.Tensor:
     """An extern kernel's result with the strides the generated code assumes (copied if ATen chose others)."""
+    if t is None:  # an optional output ATen left undefined (e.g. attention's unused logsumexp)
+        return None
     if tuple(t.stride()) == stride or t.numel() <= 1:
         return t
     return torch.empty_strided(size, stride, dtype=t.dtype, device=t.device).copy_(t)
