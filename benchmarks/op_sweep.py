@@ -1,7 +1,32 @@
 """Op sweep: PyTorch's OpInfo database through a kiln backend and the matching torch.compile backend.
 
-For every OpInfo that supports float32 on CPU, each sample input (up to --max-samples) becomes a
-function of its tensors, compiled by kiln and by torch.compile, and both are compared with eager.
+For every OpInfo that supports --dtype (float32 by default) on --device (cpu by default), each sample
+input (up to --max-samples) becomes a function of its tensors, compiled by kiln and by torch.compile,
+and both are compared with eager: float32 within atol=rtol=1e-4, float64 1e-7, and bfloat16 (1.6e-2)
+and float16 (1e-3) with torch's own rule for compiled low precision results as well: a result further
+from eager's still passes when its error against a float64 run is at most 3x eager's.
+
+Full sweeps on the 16-core H100 host, each command well inside 9 minutes (estimates from local runs:
+3.5 s of one core per op for cpu float32 kiln vs inductor, 5.4 s with --grad, 0.8 s for --grad
+through aot_eager; cuda guessed at 4x the cpu time for the Triton builds). Each writes its JSON as ops
+finish, stops itself after --time-limit, and running the same command again (--resume) runs only what
+is missing. The report's last line ("time in ops") gives the measured seconds per op to re-plan by.
+Each command (needs `expecttest`: carry its wheel if missing), with ARGS from the list below:
+    python3 setup.py build_ext --inplace -q && mkdir -p /tmp/sw && KILN_CACHE_DIR=/tmp/sw/cache PYTHONUNBUFFERED=1 \
+    python3 benchmarks/op_sweep.py --workers 16 --time-limit 480 --resume ARGS 2>&1; cp /tmp/sw/*.json $OUT/
+ARGS:
+    --json /tmp/sw/cpu_f32.json                                      # cpu float32, kiln vs inductor (~3 min)
+    --device cuda --shard 0/2 --json /tmp/sw/cuda_f32_0.json         # cuda float32, kiln vs inductor (~5 min each)
+    --device cuda --shard 1/2 --json /tmp/sw/cuda_f32_1.json
+    --device cuda --dtype bfloat16 --shard 0/2 --json /tmp/sw/cuda_bf16_0.json   # cuda bfloat16 (~4 min each)
+    --device cuda --dtype bfloat16 --shard 1/2 --json /tmp/sw/cuda_bf16_1.json
+    --grad --backend aot_eager --json /tmp/sw/grad_aot.json          # training: kiln's aot_eager vs torch's (~1 min)
+    --grad --json /tmp/sw/grad_kiln.json                             # training: kiln's codegen vs inductor (~4 min)
+The combined report of shards, anywhere (no torch needed):
+    python benchmarks/op_sweep.py --report cuda_f32_0.json,cuda_f32_1.json
+--shard I/N runs every N-th op from the I-th, in OpInfo's order. With --device cuda each worker
+process holds a CUDA context of its own (spawned); one whose context breaks (an illegal address, a
+device-side assert) reports that op as an error and is replaced. --workers defaults to min(8, CPUs); a worker over --timeout (per op) is killed and replaced.
 
 --backend kiln (the default): kiln's code generation (lowering to loop IR, fusion, generated C++
 kernels) against torch.compile's default backend (inductor). "fallback" then means kiln ran the graph
@@ -14,10 +39,12 @@ graph eagerly because it could not trace it.
 
 An op passes when all its samples match; "error" means kiln (or torch) raised where eager did not.
 
-    python benchmarks/op_sweep.py                      # everything, 2 worker processes
+    python benchmarks/op_sweep.py                      # everything, min(8, CPUs) worker processes
     python benchmarks/op_sweep.py --ops add,softmax    # ops whose name contains a word
     python benchmarks/op_sweep.py --no-torch --json sweep.json
     python benchmarks/op_sweep.py --backend aot_eager
+    python benchmarks/op_sweep.py --dtype bfloat16 --shard 0/2 --json s0.json   # then 1/2 into s1.json,
+    python benchmarks/op_sweep.py --report s0.json,s1.json                     # and their combined report
 
 kiln passes only when its backend compiled at least one graph; by default torch passes whenever its
 result matches, also when dynamo fell back to eager (a graph break before any op, or aot_eager failing:
@@ -40,16 +67,17 @@ import argparse
 import collections
 import json
 import multiprocessing as mp
+import multiprocessing.connection
 import os
-import queue
 import sys
 import time
 import traceback
 
 # this checkout's kiln, not whichever one is installed
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from op_sweep_report import TORCH_BACKEND, load_reports, report, settings_of  # noqa: E402
 
-STATUSES = ("pass", "mismatch", "error", "fallback", "timeout", "skip")
 
 
 def _op_db():
@@ -130,8 +158,12 @@ def _clone(ts):
     return [t.detach().clone().requires_grad_(t.requires_grad) for t in ts]
 
 
-def _forward_backward(fn, inputs):
-    """(outputs, gradients of the inputs that require grad) with fixed random cotangents."""
+def _forward_backward(fn, inputs, sample_dtype: str = "float32"):
+    """(outputs, gradients of the inputs that require grad) with fixed random cotangents.
+
+    The cotangents are rounded to the samples' dtype first: a float64 reference run of a bfloat16
+    sample back-propagates the same values.
+    """
     import torch
     from torch.utils._pytree import tree_flatten
 
@@ -140,16 +172,60 @@ def _forward_backward(fn, inputs):
     wrt = [t for t in inputs if t.requires_grad]
     if not flat or not wrt:
         return out, []
-    gen = torch.Generator().manual_seed(1234)
-    cotangents = [torch.randn(o.shape, generator=gen, dtype=o.dtype) for o in flat]
+    gen = torch.Generator().manual_seed(1234)  # on the CPU: the same cotangents on every device
+    cotangents = [torch.randn(o.shape, generator=gen).to(getattr(torch, sample_dtype)).to(dtype=o.dtype, device=o.device)
+                  for o in flat]
     grads = torch.autograd.grad(flat, wrt, cotangents, allow_unused=True)
     return out, list(grads)
 
 
-def _compare(expected, got):
+# (atol, rtol) of a compiled result against eager's, by the dtype of the samples. float32 as the sweep
+# always had it; the others from torch.testing's defaults for the dtype (torch.testing._comparison:
+# rtol 1.6e-2 for bfloat16, 1e-3 for float16, 1e-7 for float64), with atol raised to rtol for the
+# low precision dtypes: a fused kernel rounds once where eager rounds after every op, about an ulp
+# (2**-8 for bfloat16, 2**-11 for float16) apart near zero as well.
+TOLERANCES = {"float32": (1e-4, 1e-4), "float64": (1e-7, 1e-7), "bfloat16": (1.6e-2, 1.6e-2), "float16": (1e-3, 1e-3)}
+
+
+LOW_PRECISION = ("bfloat16", "float16")
+
+
+def _compare(expected, got, dtype: str = "float32"):
     import torch
 
-    torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-4, equal_nan=True, check_stride=False)
+    atol, rtol = TOLERANCES[dtype]
+    torch.testing.assert_close(got, expected, atol=atol, rtol=rtol, equal_nan=True, check_stride=False)
+
+
+def _compare_low_precision(expected, got, reference, dtype: str):
+    """torch's own rule for compiled low precision results (torch._dynamo.utils.same with fp64_ref).
+
+    A float tensor not close to eager's still passes when its error against a float64 run of the
+    same sample is at most 3 times eager's, plus atol/10: a fused kernel rounds less often than
+    eager does, so near cancellations it can differ from eager by more than an ulp.
+    """
+    import torch
+    from torch.utils._pytree import tree_flatten
+
+    leaves = [tree_flatten(x)[0] for x in (expected, got, reference)]
+    if len({len(x) for x in leaves}) != 1:
+        raise AssertionError("the float64 run returned another structure")
+    for e, g, r in zip(*leaves):
+        try:
+            _compare(e, g, dtype)
+            continue
+        except AssertionError as exc:
+            if not (isinstance(g, torch.Tensor) and g.is_floating_point() and isinstance(r, torch.Tensor)
+                    and r.shape == g.shape and torch.equal(g.isfinite(), e.isfinite())):
+                raise
+            message = " ".join([line for line in str(exc).splitlines() if line.strip()][1:3])
+        finite = e.isfinite() & r.isfinite()
+
+        def rmse(x, r=r, finite=finite):
+            return (x.double() - r.double())[finite].pow(2).mean().sqrt().item() if finite.any() else 0.0
+
+        if not rmse(g) <= 3.0 * rmse(e) + TOLERANCES[dtype][0] / 10:
+            raise AssertionError(f"{message}; error against float64: {rmse(g):.3g}, eager's {rmse(e):.3g}")
 
 
 class KilnFallback(Exception):
@@ -286,17 +362,45 @@ def _torch_compile(fn, backend: str, strict: bool):
     return run
 
 
-def _run_sample(compile_fn, fn, tensors, grad=False):
+def _cuda_broken(device: str) -> str:
+    """Why this process can no longer run CUDA kernels ("" while it can, and always on the CPU).
+
+    An illegal memory access or a device-side assert poisons the process's CUDA context: every later
+    call fails, eager's too, which would otherwise read as samples that eager cannot run.
+    """
+    if device != "cuda":
+        return ""
+    import torch
+
+    try:
+        torch.cuda.synchronize()
+        (torch.ones(1, device="cuda") + 1).item()
+    except Exception as exc:
+        return f"CUDA context broken: {str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__}"
+    return ""
+
+
+def _upcast(ts, dtype):
+    import torch
+
+    return [t.detach().to(torch.float64).requires_grad_(t.requires_grad) if t.dtype == dtype else t.detach().clone()
+            for t in ts]
+
+
+def _run_sample(compile_fn, fn, tensors, args):
     """'pass', 'mismatch', 'error' or 'fallback' (with a message), or None when eager fails."""
     import torch
 
     from kiln.fake import UnsupportedFakeOp
 
     def run(f, inputs):
-        return _forward_backward(f, inputs) if grad else f(*inputs)
+        torch.manual_seed(0)
+        out = _forward_backward(f, inputs, args.dtype) if args.grad else f(*inputs)
+        if args.device == "cuda":
+            torch.cuda.synchronize()  # asynchronous kernel failures surface here, in the run that caused them
+        return out
 
     try:
-        torch.manual_seed(0)
         expected_inputs = _clone(tensors)
         expected = run(fn, expected_inputs)
     except Exception:
@@ -304,40 +408,61 @@ def _run_sample(compile_fn, fn, tensors, grad=False):
     try:
         compiled = compile_fn(fn, tensors)
         got_inputs = _clone(tensors)
-        torch.manual_seed(0)
         got = run(compiled, got_inputs)
     except (UnsupportedFakeOp, KilnFallback, TorchCapturedNothing) as exc:
         return "fallback", str(exc).splitlines()[0][:300]
     except Exception as exc:
         return "error", f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
+    expected, got = (expected, [t.detach() for t in expected_inputs]), (got, [t.detach() for t in got_inputs])
     try:
-        _compare(expected, got)
-        _compare([t.detach() for t in expected_inputs], [t.detach() for t in got_inputs])
+        _compare(expected, got, args.dtype)
     except Exception as exc:
-        return "mismatch", str(exc).strip().splitlines()[0][:300]
+        message = " ".join([line for line in str(exc).splitlines() if line.strip()][:3])[:300]
+        if args.dtype not in LOW_PRECISION:
+            return "mismatch", message
+        try:
+            reference_inputs = _upcast(tensors, getattr(torch, args.dtype))
+            reference = (run(fn, reference_inputs), [t.detach() for t in reference_inputs])
+        except Exception:
+            return "mismatch", message + " (and no float64 reference run)"
+        try:
+            _compare_low_precision(expected, got, reference, args.dtype)
+        except Exception as exc:
+            return "mismatch", str(exc).strip().splitlines()[0][:300]
     return "pass", ""
 
 
-TORCH_BACKEND = {"kiln": "inductor", "aot_eager": "aot_eager"}
-
-
-def _run_op(op, args) -> dict:
+def _samples(op, args):
+    """(the op's first --max-samples sample inputs, None), or (None, a result that skips the op)."""
     import torch
 
-    samples = []
+    dtype = getattr(torch, args.dtype)
     if args.grad and not op.supports_autograd:
-        return {"kiln": "skip", "torch": "skip", "why": "the op does not support autograd"}
+        return None, {"kiln": "skip", "torch": "skip", "why": "the op does not support autograd"}
+    if args.grad and dtype not in op.supported_backward_dtypes(args.device):
+        return None, {"kiln": "skip", "torch": "skip", "why": f"no {args.dtype} backward on {args.device}"}
+    samples = []
     try:
-        for i, sample in enumerate(op.sample_inputs("cpu", torch.float32, requires_grad=args.grad)):
+        for i, sample in enumerate(op.sample_inputs(args.device, dtype, requires_grad=args.grad)):
             if i >= args.max_samples:
                 break
             samples.append(sample)
     except Exception as exc:
-        return {"kiln": "skip", "torch": "skip", "why": f"sample_inputs failed: {exc}"}
+        return None, {"kiln": "skip", "torch": "skip", "why": f"sample_inputs failed: {exc}"}
+    return samples, None
+
+
+def _run_op(op, args) -> dict:
+    samples, skipped = _samples(op, args)
+    if skipped:
+        return skipped
     result = {}
     names = ["kiln"] + (["torch"] if args.torch else [])
     kernels, externs = 0, []
     for name in names:
+        if result.get("cuda_broken"):
+            result[name], result[f"{name}_why"] = "skip", "not run: the CUDA context broke in an earlier sample"
+            continue
         statuses, why = [], ""
         for sample in samples:
             if name == "kiln" and args.frontend == "kiln":
@@ -349,7 +474,11 @@ def _run_op(op, args) -> dict:
                 compile_fn = lambda f, ts, rec=record: _kiln_compile(f, ts, args, rec)  # noqa: E731
             else:
                 compile_fn = lambda f, ts: _torch_compile(f, TORCH_BACKEND[args.backend], args.strict_torch)  # noqa: E731
-            status, message = _run_sample(compile_fn, fn, tensors, args.grad)
+            status, message = _run_sample(compile_fn, fn, tensors, args)
+            broken = _cuda_broken(args.device)
+            if broken:  # this sample broke it (the context worked before): an error, and the worker retires
+                status, message = "error", f"{broken} (sample result: {status} {message})"[:300]
+                result["cuda_broken"] = True
             if status is None:
                 continue
             statuses.append(status)
@@ -358,6 +487,8 @@ def _run_op(op, args) -> dict:
             for n_kernels, ext in record:
                 kernels += n_kernels
                 externs += ext
+            if broken:
+                break
         if not statuses:
             result[name] = "skip"
         else:
@@ -370,8 +501,30 @@ def _run_op(op, args) -> dict:
     return result
 
 
-def _worker(tasks, results, args):
+def _warm_up(args):
+    """One tiny compile through each compiler before any op's clock starts: imports, the CUDA context,
+    the first C++/Triton build, so the first op of a (re)started worker is timed like any other."""
+    import torch
+
+    def add_one(x):
+        return x + 1
+
+    x = torch.ones(4, device=args.device, dtype=getattr(torch, args.dtype))
+    try:
+        _kiln_compile(add_one, [x], args, [])(x)
+        if args.torch:
+            _torch_compile(add_one, TORCH_BACKEND[args.backend], args.strict_torch)(x)
+        if args.device == "cuda":
+            torch.cuda.synchronize()
+    except Exception:
+        pass  # the ops report what fails
+
+
+def _worker(conn, args):
+    """One process: takes op names from ``conn`` and sends back ("done", name, result)."""
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    # inductor compiles in this process: no pool of compile workers in each of the sweep's processes
+    os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
     import torch
 
     torch.set_num_threads(1)
@@ -379,21 +532,43 @@ def _worker(tasks, results, args):
 
     warnings.filterwarnings("ignore")
     ops = {_op_key(op): op for op in _op_db()}
+    _warm_up(args)
+    conn.send(("ready", None, None))
     while True:
-        key = tasks.get()
+        try:
+            key = conn.recv()
+        except EOFError:
+            return
         if key is None:
             return
-        results.put(("start", key, os.getpid()))
         try:
             out = _run_op(ops[key], args)
         except Exception:
-            out = {"kiln": "error", "kiln_why": traceback.format_exc().splitlines()[-1]}
-        results.put(("done", key, (os.getpid(), out)))
+            out = {"kiln": "error", "torch": "error" if args.torch else "-",
+                   "kiln_why": traceback.format_exc().splitlines()[-1]}
+        if args.device == "cuda":
+            torch.cuda.empty_cache()  # several workers share the GPU's memory
+        conn.send(("done", key, out))
+        if out.get("cuda_broken") or _cuda_broken(args.device):
+            return  # a fresh process (and CUDA context) takes the next op
+
+
+def _shard(text: str) -> tuple[int, int]:
+    """'I/N' -> (I, N): every N-th op starting at the I-th (0 <= I < N)."""
+    try:
+        index, count = (int(part) for part in text.split("/"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--shard wants I/N, like 0/4, not {text!r}") from None
+    if not 0 <= index < count:
+        raise argparse.ArgumentTypeError(f"--shard {text}: I must be 0..N-1")
+    return index, count
 
 
 def _select_ops(args) -> list[str]:
+    """The swept ops in OpInfo's order: those matching --ops with the dtype on the device, then --shard."""
     import torch
 
+    dtype = getattr(torch, args.dtype)
     keys = []
     words = [w for w in (args.ops or "").split(",") if w]
     for op in _op_db():
@@ -401,129 +576,177 @@ def _select_ops(args) -> list[str]:
         if words and not any(w in key for w in words):
             continue
         try:
-            if torch.float32 not in op.supported_dtypes("cpu"):
+            if dtype not in op.supported_dtypes(args.device):
                 continue
         except Exception:
             continue
         keys.append(key)
-    return keys
+    index, count = args.shard
+    return keys[index::count]
 
 
-def sweep(args) -> dict:
-    keys = _select_ops(args)
-    ctx = mp.get_context("spawn")
-    tasks, results = ctx.Queue(), ctx.Queue()
-    for key in keys:
-        tasks.put(key)
-    workers = {}
+class _Pool:
+    """Worker processes, one op at a time each, over a pipe of their own.
 
-    def start_worker():
-        p = ctx.Process(target=_worker, args=(tasks, results, args), daemon=True)
-        p.start()
-        workers[p.pid] = [p, None, 0.0]  # process, current op, start time
-        return p
+    A worker's op clock starts when the op is sent (after the worker's start-up), and a worker over
+    --timeout is killed and replaced; killing one cannot disturb the others' pipes.
+    """
 
-    for _ in range(args.workers):
-        start_worker()
-    done: dict[str, dict] = {}
+    def __init__(self, args, keys: list[str]):
+        self.args, self.keys, self.ctx = args, keys, mp.get_context("spawn")  # spawn: a CUDA context of its own in each
+        self.busy: dict = {}  # connection -> [process, op or None, start time, has started]
+        self.failed_starts = 0
+
+    def start(self):
+        parent, child = self.ctx.Pipe()
+        proc = self.ctx.Process(target=_worker, args=(child, self.args), daemon=True)
+        proc.start()
+        child.close()
+        self.busy[parent] = [proc, None, 0.0, False]
+
+    def send(self, conn, key):
+        conn.send(key)
+        self.busy[conn][1:3] = [key, time.time()]
+
+    def retire(self, conn) -> tuple[str | None, str]:
+        """Kill (if still alive) and forget a worker: (the op it was running, its exit code)."""
+        proc, key, _, _ = self.busy.pop(conn)
+        proc.kill()
+        proc.join(5)
+        conn.close()
+        return key, str(proc.exitcode)
+
+    def stop(self):
+        for conn, (_, key, _, _) in self.busy.items():
+            if key is None:
+                try:
+                    conn.send(None)
+                except OSError:
+                    pass
+        for conn, (proc, _, _, _) in list(self.busy.items()):
+            proc.join(1)
+            self.retire(conn)
+
+
+def sweep(args, keys: list[str], done: dict) -> dict:
+    """Run the ops of ``keys`` not in ``done`` yet; results go into ``done`` (and --json as they come)."""
+    pending = collections.deque(k for k in keys if k not in done)
+    total = len(pending)
+    pool = _Pool(args, keys)
+    for _ in range(min(args.workers, total)):
+        pool.start()
     t0 = time.time()
-    while len(done) < len(keys):
-        try:
-            kind, key, payload = results.get(timeout=1.0)
-            if kind == "start":
-                if payload in workers:
-                    workers[payload][1], workers[payload][2] = key, time.time()
-            elif key not in done:
-                pid, out = payload
-                done[key] = out
-                if pid in workers:
-                    workers[pid][1] = None
-                if args.json:  # partial results survive a run that is cut off
-                    _save(args, done)
-                if args.verbose:  # noqa: SIM102
-                    print(f"[{len(done)}/{len(keys)}] {key}: kiln={out.get('kiln')} torch={out.get('torch', '-')}", flush=True)
-        except queue.Empty:
-            pass
-        now = time.time()
-        for pid, (proc, key, started) in list(workers.items()):
-            if key is not None and now - started > args.timeout:
-                proc.kill()
-                done[key] = {"kiln": "timeout", "torch": "timeout" if args.torch else "-", "kiln_why": f"over {args.timeout}s"}
-                del workers[pid]
-                start_worker()
-            elif not proc.is_alive() and key is not None:
-                done[key] = {"kiln": "error", "torch": "error" if args.torch else "-", "kiln_why": "worker crashed"}
-                del workers[pid]
-                start_worker()
-    for _ in workers:
-        tasks.put(None)
-    print(f"swept {len(keys)} ops in {time.time() - t0:.0f}s", flush=True)
+    try:
+        while any(k not in done for k in keys):
+            if args.time_limit and time.time() - t0 > args.time_limit:
+                print(f"op_sweep: --time-limit {args.time_limit:.0f}s reached; "
+                      f"{sum(k not in done for k in keys)} ops not run (--resume runs them)", flush=True)
+                break
+            for conn in mp.connection.wait(list(pool.busy), timeout=1.0):
+                _receive(pool, conn, pending, done, args)
+            _enforce_timeouts(pool, pending, done, args)
+    finally:
+        pool.stop()
+    print(f"swept {sum(k in done for k in keys)} of {len(keys)} ops in {time.time() - t0:.0f}s "
+          f"({args.workers} workers)", flush=True)
     return done
 
 
-def _save(args, done: dict) -> None:
+def _receive(pool, conn, pending, done, args):
+    try:
+        kind, key, out = conn.recv()
+    except (EOFError, OSError):  # the worker died: crashed in an op, retired, or failed to start
+        started = pool.busy[conn][3]
+        key, code = pool.retire(conn)
+        if key is not None:
+            _finish(pool, done, key, {"kiln": "error", "torch": "error" if args.torch else "-",
+                                      "kiln_why": f"worker crashed (exit code {code})"}, 0.0, args)
+        elif not started:
+            pool.failed_starts += 1
+            if pool.failed_starts > 2 * args.workers:
+                raise SystemExit(f"op_sweep: worker processes die while starting (last exit code {code})")
+        if pending:
+            pool.start()
+        return
+    if kind == "done" and key not in done:
+        _finish(pool, done, key, out, time.time() - pool.busy[conn][2], args)
+    pool.failed_starts = 0
+    pool.busy[conn][1], pool.busy[conn][3] = None, True
+    if pending:
+        pool.send(conn, pending.popleft())
+
+
+def _enforce_timeouts(pool, pending, done, args):
+    now = time.time()
+    for conn, (_, key, started, _) in list(pool.busy.items()):
+        if key is not None and now - started > args.timeout:
+            pool.retire(conn)
+            _finish(pool, done, key, {"kiln": "timeout", "torch": "timeout" if args.torch else "-",
+                                      "kiln_why": f"over {args.timeout:.0f}s"}, now - started, args)
+            if pending:
+                pool.start()
+
+
+def _finish(pool, done, key, out, seconds, args):
+    out["seconds"] = round(seconds, 1)
+    done[key] = out
+    if args.json:  # partial results survive a run that is cut off
+        _save(args, done, pool.keys)
+    if args.verbose:
+        print(f"[{len(done)}/{len(pool.keys)}] {key}: kiln={out.get('kiln')} torch={out.get('torch', '-')} "
+              f"({seconds:.0f}s)", flush=True)
+
+
+def _save(args, done: dict, keys: list[str]) -> None:
+    saved = {"args": vars(args), "selected": keys, "complete": all(k in done for k in keys), "results": done}
     with open(args.json + ".tmp", "w") as f:
-        json.dump({"args": vars(args), "results": done}, f, indent=1, sort_keys=True)
+        json.dump(saved, f, indent=1, sort_keys=True)
     os.replace(args.json + ".tmp", args.json)
 
 
-def report(done: dict, with_torch: bool, backend: str = "aot_eager") -> str:
-    torch_name = f"torch.compile(backend={TORCH_BACKEND[backend]!r})"
-    lines = [f"kiln backend {backend!r} vs {torch_name}"]
-    counts = {name: collections.Counter(r.get(name, "-") for r in done.values()) for name in ("kiln", "torch")}
-    lines.append(f"{'':8s}" + "".join(f"{s:>10s}" for s in STATUSES))
-    for name in ("kiln", "torch") if with_torch else ("kiln",):
-        lines.append(f"{name:8s}" + "".join(f"{counts[name][s]:10d}" for s in STATUSES))
-    if with_torch:
-        torch_pass = {k for k, r in done.items() if r.get("torch") == "pass"}
-        both = {k for k in torch_pass if done[k].get("kiln") == "pass"}
-        share = 100.0 * len(both) / max(len(torch_pass), 1)
-        lines.append(f"kiln passes {len(both)} of the {len(torch_pass)} ops torch passes ({share:.1f}%)")
-        sound = {k for k in torch_pass if done[k].get("kiln") in ("pass", "fallback")}
-        lines.append(f"counting kiln's fallbacks (ATen's results): "
-                     f"{len(sound)} of {len(torch_pass)} ({100.0 * len(sound) / max(len(torch_pass), 1):.1f}%)")
-        lines.append(f"kiln passes {len(({k for k, r in done.items() if r.get('kiln') == 'pass'}) - torch_pass)} ops that torch does not")
-    if backend == "kiln":
-        lines += _codegen_report(done)
-    mismatches = sorted(k for k, r in done.items() if r.get("kiln") == "mismatch")
-    lines.append(f"kiln mismatches (wrong results; each is a bug) ({len(mismatches)}):")
-    for k in mismatches:
-        lines.append(f"  {k:40s} {done[k].get('kiln_why', '')[:150]}")
-    failing = sorted(k for k, r in done.items() if r.get("kiln") not in ("pass", "skip", "mismatch")
-                     and (not with_torch or r.get("torch") == "pass"))
-    lines.append(f"other kiln failures{' where torch passes' if with_torch else ''} ({len(failing)}):")
-    for k in failing:
-        lines.append(f"  {k:40s} {done[k]['kiln']:9s} {done[k].get('kiln_why', '')[:150]}")
-    return "\n".join(lines)
+def _default_workers() -> int:
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return min(8, cpus)
 
 
-def _codegen_report(done: dict) -> list[str]:
-    """How the ops kiln passes ran: entirely in generated kernels, or with ATen extern kernels."""
-    passed = {k: r for k, r in done.items() if r.get("kiln") == "pass"}
-    generated = sorted(k for k, r in passed.items() if not r.get("externs") and r.get("kernels", 0) > 0)
-    no_kernels = sorted(k for k, r in passed.items() if not r.get("externs") and not r.get("kernels", 0))
-    mixed = sorted(k for k, r in passed.items() if r.get("externs") and r.get("kernels", 0) > 0)
-    aten_only = sorted(k for k, r in passed.items() if r.get("externs") and not r.get("kernels", 0))
-    lines = [f"of the {len(passed)} ops kiln passes: {len(generated)} ran fully in generated kernels, "
-             f"{len(mixed)} in generated kernels plus ATen fallbacks, {len(aten_only)} only in ATen fallbacks, "
-             f"{len(no_kernels)} needed no kernel (views/aliases of inputs)"]
-    by_op: collections.Counter = collections.Counter()
-    for r in done.values():
-        for e in r.get("externs", []):
-            by_op[e] += 1
-    if by_op:
-        lines.append("ATen fallbacks inside generated code (op: reason -> number of swept ops using it):")
-        for e, n in by_op.most_common(40):
-            lines.append(f"  {n:4d}  {e[:140]}")
-    return lines
+def _check_device(device: str) -> None:
+    if device != "cuda":
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        sys.exit(f"op_sweep: --device cuda needs a CUDA GPU, and torch.cuda.is_available() is False here "
+                 f"(torch {torch.__version__}, built for CUDA {torch.version.cuda or 'no CUDA'}); "
+                 f"use --device cpu")
+
+
+def _resumed(args) -> dict:
+    """With --resume, the results already in --json (from the same sweep); otherwise none."""
+    if not args.resume:
+        return {}
+    if not args.json:
+        sys.exit("op_sweep: --resume reads and continues the --json file: name one")
+    if not os.path.exists(args.json):
+        return {}
+    results, settings, _ = load_reports([args.json])
+    if settings != settings_of(vars(args)):
+        sys.exit(f"op_sweep: --resume: {args.json} is from a sweep with other settings ({settings})")
+    return results
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ops", default="", help="comma-separated substrings of op names")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    parser.add_argument("--dtype", choices=tuple(TOLERANCES), default="float32",
+                        help="the samples' floating point dtype (ops without it on the device are not swept)")
     parser.add_argument("--max-samples", type=int, default=8)
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds per op")
-    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--workers", type=int, default=0, help="worker processes (default: min(8, CPUs))")
+    parser.add_argument("--shard", type=_shard, default=(0, 1), metavar="I/N",
+                        help="only every N-th op, starting at the I-th (0-based), in OpInfo's order")
+    parser.add_argument("--time-limit", type=float, default=0.0,
+                        help="stop after this many seconds, keeping what finished (for commands with a time limit)")
     parser.add_argument("--frontend", choices=("fx", "kiln"), default="fx")
     parser.add_argument("--backend", choices=tuple(TORCH_BACKEND), default="kiln",
                         help="kiln's backend under test (compared with torch.compile's inductor / aot_eager)")
@@ -532,19 +755,24 @@ def main(argv=None) -> int:
                         help="count a torch pass only when aot_eager compiled at least one graph without failing "
                              "(kiln's rule; by default dynamo's silent eager fallbacks count as torch passes)")
     parser.add_argument("--grad", action="store_true", help="compare input gradients too (training path)")
-    parser.add_argument("--json", default="", help="write per-op results here")
+    parser.add_argument("--json", default="", help="write per-op results here (as they come)")
+    parser.add_argument("--resume", action="store_true", help="keep the results already in --json; run the rest")
     parser.add_argument("-v", "--verbose", action="store_true")
-    parser.add_argument("--report", default="", help="print the report of an earlier --json file and exit")
+    parser.add_argument("--report", default="",
+                        help="print the report of earlier --json files (comma-separated: the shards of one sweep) and exit")
     args = parser.parse_args(argv)
     if args.report:
-        with open(args.report) as f:
-            saved = json.load(f)
-        print(report(saved["results"], saved["args"]["torch"], saved["args"].get("backend", "aot_eager")))
+        results, settings, notes = load_reports([p for p in args.report.split(",") if p])
+        print("\n".join([report(results, settings)] + notes))
         return 0
-    done = sweep(args)
-    print(report(done, args.torch, args.backend))
+    args.workers = args.workers or _default_workers()
+    _check_device(args.device)
+    keys = _select_ops(args)
+    done = sweep(args, keys, _resumed(args))
+    done = {k: r for k, r in done.items() if k in keys}
+    print(report(done, settings_of(vars(args))))
     if args.json:
-        _save(args, done)
+        _save(args, done, keys)
     return 0
 
 

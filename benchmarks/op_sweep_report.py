@@ -1,0 +1,104 @@
+"""The report of an op sweep (benchmarks/op_sweep.py): counts, failures, kiln's use of ATen kernels, timing."""
+from __future__ import annotations
+
+import collections
+import json
+import sys
+
+STATUSES = ("pass", "mismatch", "error", "fallback", "timeout", "skip")
+TORCH_BACKEND = {"kiln": "inductor", "aot_eager": "aot_eager"}
+
+
+# what makes two --json files parts of one sweep (files from before an option existed get its default)
+SWEEP_SETTINGS = {"backend": "aot_eager", "frontend": "fx", "device": "cpu", "dtype": "float32", "grad": False,
+                  "torch": True, "strict_torch": False, "max_samples": 8}
+
+
+def settings_of(saved_args: dict) -> dict:
+    return {k: saved_args.get(k, default) for k, default in SWEEP_SETTINGS.items()}
+
+
+def load_reports(paths: list[str]) -> tuple[dict, dict, list[str]]:
+    """The merged results of --json files (shards of one sweep), their settings, and what is missing."""
+    results: dict = {}
+    settings, notes, shards = None, [], collections.defaultdict(set)
+    for path in paths:
+        with open(path) as f:
+            saved = json.load(f)
+        these = settings_of(saved["args"])
+        if settings is None:
+            settings = these
+        elif these != settings:
+            diff = ", ".join(f"{k} {settings[k]!r} vs {these[k]!r}" for k in these if these[k] != settings[k])
+            sys.exit(f"op_sweep: {path} is not from the same sweep as {paths[0]} ({diff})")
+        results.update(saved["results"])
+        index, count = saved["args"].get("shard") or (0, 1)
+        shards[count].add(index)
+        if not saved.get("complete", True):
+            left = [k for k in saved.get("selected", []) if k not in saved["results"]]
+            notes.append(f"{path} was cut off: {len(left)} of its {len(saved['selected'])} ops not run "
+                         f"(rerun its command with --resume)")
+    for count, indices in sorted(shards.items()):
+        if count > 1 and len(indices) < count:
+            notes.append(f"shards of /{count} missing: {', '.join(str(i) for i in sorted(set(range(count)) - indices))}")
+    return results, settings, notes
+
+
+def report(done: dict, settings: dict) -> str:
+    with_torch, backend = settings["torch"], settings["backend"]
+    torch_name = f"torch.compile(backend={TORCH_BACKEND[backend]!r})"
+    what = f"{settings['device']} {settings['dtype']}" + (", outputs and input gradients" if settings["grad"] else "")
+    lines = [f"kiln backend {backend!r} vs {torch_name}, {what}, {len(done)} ops"]
+    counts = {name: collections.Counter(r.get(name, "-") for r in done.values()) for name in ("kiln", "torch")}
+    lines.append(f"{'':8s}" + "".join(f"{s:>10s}" for s in STATUSES))
+    for name in ("kiln", "torch") if with_torch else ("kiln",):
+        lines.append(f"{name:8s}" + "".join(f"{counts[name][s]:10d}" for s in STATUSES))
+    if with_torch:
+        torch_pass = {k for k, r in done.items() if r.get("torch") == "pass"}
+        both = {k for k in torch_pass if done[k].get("kiln") == "pass"}
+        share = 100.0 * len(both) / max(len(torch_pass), 1)
+        lines.append(f"kiln passes {len(both)} of the {len(torch_pass)} ops torch passes ({share:.1f}%)")
+        sound = {k for k in torch_pass if done[k].get("kiln") in ("pass", "fallback")}
+        lines.append(f"counting kiln's fallbacks (ATen's results): "
+                     f"{len(sound)} of {len(torch_pass)} ({100.0 * len(sound) / max(len(torch_pass), 1):.1f}%)")
+        lines.append(f"kiln passes {len(({k for k, r in done.items() if r.get('kiln') == 'pass'}) - torch_pass)} ops that torch does not")
+    if backend == "kiln":
+        lines += _codegen_report(done)
+    mismatches = sorted(k for k, r in done.items() if r.get("kiln") == "mismatch")
+    lines.append(f"kiln mismatches (wrong results; each is a bug) ({len(mismatches)}):")
+    for k in mismatches:
+        lines.append(f"  {k:40s} {done[k].get('kiln_why', '')[:150]}")
+    failing = sorted(k for k, r in done.items() if r.get("kiln") not in ("pass", "skip", "mismatch")
+                     and (not with_torch or r.get("torch") == "pass"))
+    lines.append(f"other kiln failures{' where torch passes' if with_torch else ''} ({len(failing)}):")
+    for k in failing:
+        lines.append(f"  {k:40s} {done[k]['kiln']:9s} {done[k].get('kiln_why', '')[:150]}")
+    return "\n".join(lines + _timing_report(done))
+
+
+def _timing_report(done: dict) -> list[str]:
+    timed = {k: r["seconds"] for k, r in done.items() if "seconds" in r}
+    if not timed:
+        return []
+    slowest = sorted(timed, key=timed.get, reverse=True)[:8]
+    return [f"time in ops: {sum(timed.values()):.0f} worker-seconds, {sum(timed.values()) / len(timed):.1f}s per op; "
+            f"slowest: " + ", ".join(f"{k} {timed[k]:.0f}s" for k in slowest)]
+def _codegen_report(done: dict) -> list[str]:
+    """How the ops kiln passes ran: entirely in generated kernels, or with ATen extern kernels."""
+    passed = {k: r for k, r in done.items() if r.get("kiln") == "pass"}
+    generated = sorted(k for k, r in passed.items() if not r.get("externs") and r.get("kernels", 0) > 0)
+    no_kernels = sorted(k for k, r in passed.items() if not r.get("externs") and not r.get("kernels", 0))
+    mixed = sorted(k for k, r in passed.items() if r.get("externs") and r.get("kernels", 0) > 0)
+    aten_only = sorted(k for k, r in passed.items() if r.get("externs") and not r.get("kernels", 0))
+    lines = [f"of the {len(passed)} ops kiln passes: {len(generated)} ran fully in generated kernels, "
+             f"{len(mixed)} in generated kernels plus ATen fallbacks, {len(aten_only)} only in ATen fallbacks, "
+             f"{len(no_kernels)} needed no kernel (views/aliases of inputs)"]
+    by_op: collections.Counter = collections.Counter()
+    for r in done.values():
+        for e in r.get("externs", []):
+            by_op[e] += 1
+    if by_op:
+        lines.append("ATen fallbacks inside generated code (op: reason -> number of swept ops using it):")
+        for e, n in by_op.most_common(40):
+            lines.append(f"  {n:4d}  {e[:140]}")
+    return lines
