@@ -142,7 +142,7 @@ def simplify_with_ranges(expr: sympy.Expr, ranges: Mapping[sympy.Symbol, int]) -
         args = [visit(a) for a in e.args]
         if isinstance(e, FloorDiv):
             a, b = args
-            if b.is_Integer:
+            if b.is_Integer and int(b) > 0:
                 dropped = _drop_small_terms(a, int(b), ranges)
                 if dropped is not None:
                     return visit(FloorDiv(dropped[0], dropped[1]))
@@ -154,7 +154,7 @@ def simplify_with_ranges(expr: sympy.Expr, ranges: Mapping[sympy.Symbol, int]) -
             return FloorDiv(a, b)
         if isinstance(e, ModularIndexing):
             a, b, c = args
-            if b.is_Integer and c.is_Integer:
+            if b.is_Integer and c.is_Integer and int(b) > 0 and int(c) > 0:  # 0: a loop of no iterations
                 dropped = _drop_small_terms(a, int(b), ranges)
                 if dropped is not None:
                     return visit(ModularIndexing(dropped[0], dropped[1], c))

@@ -52,6 +52,8 @@ def reduction_loops(rr, body: list[str], red: Red, parallel: bool = False) -> li
     (declared by the caller). The innermost loop is vectorized where the reduction allows; with
     ``parallel`` the outer loops are split over threads (an OpenMP reduction into ``red.acc``)."""
     n = len(rr)
+    if n == 0:  # every reduced dim has size 1: one step, no loop
+        return block(body + [combine_line(red, red.acc, "0", f"{red.acc}_idx")])
     last = f"r{n - 1}"
     outer = [loop(f"r{d}", rr[d]) for d in range(n - 1)]
     if rr[-1] > SUM_CHUNK or (parallel and not outer):

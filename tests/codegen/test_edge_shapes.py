@@ -1,0 +1,21 @@
+"""Shapes at the edges through generated C++: reductions over size-1 dims only, zero-size views."""
+import torch
+import torch.fx as fx
+
+from kiln.backends.kiln import kiln_backend
+
+
+def _check(fn, *args):
+    compiled = kiln_backend(fx.symbolic_trace(fn), list(args))
+    assert compiled.compiled_graph is not None, compiled.kiln_explain()
+    torch.testing.assert_close(compiled(*args), fn(*args))
+
+
+def test_reduction_whose_reduced_dims_all_have_size_one():
+    _check(lambda x: torch.softmax(x, 0), torch.randn(()))
+    _check(lambda x: torch.log_softmax(x, 1), torch.randn(4, 1))
+
+
+def test_views_of_zero_size_dims_generate_no_modulo_by_zero():
+    _check(lambda x: x.tile((2, 0)) + 1, torch.randn(3, 2))
+    _check(lambda x: x.repeat(0, 3, 1) * 2, torch.randn(3, 2))
