@@ -76,6 +76,10 @@ def compile_graph(gm, options: Options, target: str = "cpp") -> CompiledGraph:
     with stats.timed("lower"):
         lg = lower_graph(gm)
     buffers = lg.buffers()
+    device = "cuda" if target == "triton" else "cpu"
+    elsewhere = sorted({str(b.device) for b in buffers.values() if b.device.type != device})
+    if elsewhere:  # e.g. torch.full_like(x, 1, device="cuda") from CPU inputs: kernels cannot reach it
+        raise Unlowerable(f"the graph makes tensors on {', '.join(elsewhere)} while its kernels run on {device}")
     output_names = {o.buffer.name for o in lg.outputs if hasattr(o, "buffer")}
     triton = target != "cpp"
     can_fuse = triton_build.can_fuse(options) if triton else None

@@ -19,3 +19,12 @@ def test_reduction_whose_reduced_dims_all_have_size_one():
 def test_views_of_zero_size_dims_generate_no_modulo_by_zero():
     _check(lambda x: x.tile((2, 0)) + 1, torch.randn(3, 2))
     _check(lambda x: x.repeat(0, 3, 1) * 2, torch.randn(3, 2))
+
+
+def test_a_graph_making_tensors_on_another_device_runs_with_aten():
+    meta_like = lambda x: (torch.ones_like(x, device="meta"), x + 1)  # noqa: E731
+    x = torch.randn(3)
+    compiled = kiln_backend(fx.symbolic_trace(meta_like), [x])
+    assert compiled.compiled_graph is None and "while its kernels run on cpu" in compiled.kiln_explain()
+    got, plus = compiled(x)
+    assert got.device.type == "meta" and torch.equal(plus, x + 1)
