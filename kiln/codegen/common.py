@@ -89,3 +89,18 @@ def user_location(node) -> str:
         path, line = m[-1]
         return f"{path}:{line}"
     return str(trace).strip().splitlines()[-1][:120]
+
+
+def kernel_params(reads, writes) -> tuple[list[tuple[str, str]], dict[str, str]]:
+    """A kernel's parameters: buffers it only reads (``in_ptrN``) then buffers it writes
+    (``out_ptrN``), each once, in first-use order. Returns ([(buffer, "in"|"out")], {buffer: pointer})."""
+    params: list[tuple[str, str]] = []
+    pointers: dict[str, str] = {}
+    for name in dict.fromkeys(reads):
+        pointers[name] = f"in_ptr{len(pointers)}"
+        params.append((name, "in"))
+    n_in = len(pointers)
+    for name in dict.fromkeys(writes):
+        pointers[name] = f"out_ptr{len(pointers) - n_in}"
+        params.append((name, "out"))
+    return params, pointers

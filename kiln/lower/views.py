@@ -25,6 +25,19 @@ def _meta_view(x: Stored, base_node, node) -> Stored:
     return Stored(x.buffer, tuple(val.shape), tuple(val.stride()), offset)
 
 
+def _reindexed(x, node, reindex, args, kwargs) -> Lazy:
+    """``x`` seen through a view op as a ``Lazy``: its body maps the view's index to ``x``'s index."""
+    val = fake_val(node)
+    lazy = as_lazy(x)
+    mapping = reindex(node, tuple(x.size), tuple(val.shape), *args, **kwargs)
+    inner = lazy.body
+
+    def body(ops, index):
+        return inner(ops, mapping(index))
+
+    return Lazy(tuple(val.shape), x.dtype, x.device, body, lazy.cost, (node,))
+
+
 def view_lowering(*ops, reindex=None):
     """Register a view op: the meta path for ``Stored``; ``reindex(node, in_size, out_size, *args)``
     (a function from the view's index to the base's index) for ``Lazy``; without one, a ``Lazy`` base
@@ -46,14 +59,7 @@ def view_lowering(*ops, reindex=None):
                 if not stored_matches_meta(stored, base_node):
                     raise Unlowerable("view of a value whose layout differs from ATen's")
                 return _meta_view(stored, base_node, node)
-            lazy = as_lazy(x)
-            mapping = reindex(node, tuple(x.size), tuple(val.shape), *args, **kwargs)
-            inner = lazy.body
-
-            def body(ops, index):
-                return inner(ops, mapping(index))
-
-            return Lazy(tuple(val.shape), x.dtype, x.device, body, lazy.cost, (node,))
+            return _reindexed(x, node, reindex, args, kwargs)
 
         lower.__name__ = f"lower_{fn_args}"
         for op in ops:
@@ -197,15 +203,7 @@ def copy_lowering(*ops, reindex):
     def lower(g, node, x, *args, **kwargs):
         if x.dtype.is_complex:
             raise Unlowerable("complex dtype")
-        val = fake_val(node)
-        lazy = as_lazy(x)
-        mapping = reindex(node, tuple(x.size), tuple(val.shape), *args, **kwargs)
-        inner = lazy.body
-
-        def body(ops, index):
-            return inner(ops, mapping(index))
-
-        return Lazy(tuple(val.shape), x.dtype, x.device, body, lazy.cost, (node,))
+        return _reindexed(x, node, reindex, args, kwargs)
 
     for op in ops:
         lowering(op)(lower)

@@ -32,7 +32,7 @@ import math
 
 import torch
 
-from kiln.codegen.common import kernel_name, provenance
+from kiln.codegen.common import kernel_name, kernel_params, provenance
 from kiln.codegen.cpp.loops import (
     TILE, block, loop, merge_loops, reduction_loops, tiled_pointwise, tiled_reduction,
     wants_tiling,
@@ -69,15 +69,7 @@ class KernelContext:
         self.tiled = False  # kernel-local scalars are per-tile arrays indexed by ``xi``
         writes = [w for m in group.members for w in m.writes if w not in group.locals]
         reads = [r for m in group.members for r, _ in m.reads if r not in group.locals and r not in writes]
-        self.params: list[tuple[str, str]] = []
-        self.pointers: dict[str, str] = {}
-        for name in dict.fromkeys(reads):
-            self.pointers[name] = f"in_ptr{len(self.pointers)}"
-            self.params.append((name, "in"))
-        n_in = len(self.pointers)
-        for name in dict.fromkeys(writes):
-            self.pointers[name] = f"out_ptr{len(self.pointers) - n_in}"
-            self.params.append((name, "out"))
+        self.params, self.pointers = kernel_params(reads, writes)
         self.local_blocks: dict[str, int] = {}
         producers = {w: m for m in group.members for w in m.writes}
         for name in group.locals:

@@ -22,7 +22,7 @@ import math
 
 import sympy
 
-from kiln.codegen.common import kernel_name, print_index_py, provenance
+from kiln.codegen.common import kernel_name, kernel_params, print_index_py, provenance
 from kiln.codegen.triton.ops import TritonOps
 from kiln.loopir.handlers import iteration_vars, run_body
 from kiln.loopir.index import linear_index, simplify_with_ranges, var
@@ -115,15 +115,7 @@ class KernelContext:
         writes = [w for m in group.members for w in m.writes if w not in group.locals]
         produced = {w for m in group.members for w in m.writes}
         reads = [r for m in group.members for r, _ in m.reads if r not in produced]
-        self.params: list[tuple[str, str]] = []
-        self.pointers: dict[str, str] = {}
-        for name in dict.fromkeys(reads):
-            self.pointers[name] = f"in_ptr{len(self.pointers)}"
-            self.params.append((name, "in"))
-        n_in = len(self.pointers)
-        for name in dict.fromkeys(writes):
-            self.pointers[name] = f"out_ptr{len(self.pointers) - n_in}"
-            self.params.append((name, "out"))
+        self.params, self.pointers = kernel_params(reads, writes)
         self.producers = {w: m for m in group.members for w in m.writes}
         self.registers: dict[str, object] = {}
         self.count = 0
