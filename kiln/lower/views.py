@@ -50,7 +50,6 @@ def view_lowering(*ops, reindex=None):
             base_node = node.args[0]
             if stored_matches_meta(x, base_node):
                 return _meta_view(x, base_node, node)
-            val = fake_val(node)
             if reindex is None:
                 # realize the base with ATen's layout, then follow the meta
                 g.current = base_node
