@@ -143,8 +143,9 @@ class GraphLowering:
     def run(self) -> LoweredGraph:
         table = lowerings()
         outputs = None
+        read_after_random_fill(self.gm.graph)
         for node in self.gm.graph.nodes:
-            if node.op == "call_function" and mutates_an_argument(node.target):
+            if node.op == "call_function" and mutates_an_argument(node.target) and not fills_fresh_tensor(node):
                 # later readers of the mutated value are lazy reads of its old contents here
                 raise Unlowerable(f"the graph mutates a value in place ({node.target})")
         for node in self.gm.graph.nodes:
@@ -193,6 +194,12 @@ class GraphLowering:
         args, kwargs = tree_map(lambda a: self.env[a] if isinstance(a, fx.Node) else a, (node.args, node.kwargs))
         if node.target is operator.getitem:
             return args[0][args[1]]
+        if fills_fresh_tensor(node):
+            # x.bernoulli_(p) on a tensor nothing else reads: ATen's op fills a copy of its own, so the
+            # random numbers come from ATen's generator in eager's order
+            x = args[0]
+            fresh = self.realize(Lazy(tuple(x.size), x.dtype, x.device, x.loader(), 1, (node,)))
+            return self.add_extern(node.target, (fresh, *args[1:]), kwargs, "random op (ATen's generator)", node)
         fn = table.get(node.target)
         if fn is None:
             reason = "no lowering"
@@ -225,6 +232,41 @@ class GraphLowering:
             value = Lazy(value.size, value.dtype, value.device, value.loader(), 1, (v,))
         stride = want if is_dense(val.shape, want) else None
         return self.realize(value, stride)
+
+
+def read_after_random_fill(graph: fx.Graph) -> None:
+    """``t = clone(empty); bernoulli_(t); div(t, q)``: readers of ``t`` after an in-place random op read
+    the op's result instead (the same tensor: an in-place op returns its argument), so the op is the
+    value's last writer and can run on a copy of its own (``fills_fresh_tensor``)."""
+    order = {n: i for i, n in enumerate(graph.nodes)}
+    for node in graph.nodes:
+        if node.op != "call_function" or not node.args or not isinstance(node.args[0], fx.Node):
+            continue
+        schema = getattr(node.target, "_schema", None)
+        if schema is None or torch.Tag.nondeterministic_seeded not in node.target.tags:
+            continue
+        first = schema.arguments[0]
+        if first.alias_info is None or not first.alias_info.is_write:
+            continue
+        target = node.args[0]
+        others = [u for u in target.users if u is not node]
+        if all(order[u] > order[node] for u in others):
+            for u in others:
+                u.replace_input_with(target, node)
+
+
+def fills_fresh_tensor(node) -> bool:
+    """An in-place random op (``bernoulli_``, ``normal_``, ...) on a value that only it reads (as in
+    ``empty_like(x).bernoulli_(p)``, which dropout becomes): it can run on a copy of its own."""
+    if node.op != "call_function" or not getattr(node.target, "_schema", None):
+        return False
+    if torch.Tag.nondeterministic_seeded not in node.target.tags or not mutates_an_argument(node.target):
+        return False
+    first = node.target._schema.arguments[0]
+    if first.alias_info is None or not first.alias_info.is_write:
+        return False
+    target = node.args[0] if node.args else None
+    return isinstance(target, fx.Node) and target.op == "call_function" and len(target.users) == 1
 
 
 def mutates_an_argument(target) -> bool:

@@ -28,3 +28,20 @@ def test_a_graph_making_tensors_on_another_device_runs_with_aten():
     assert compiled.compiled_graph is None and "while its kernels run on cpu" in compiled.kiln_explain()
     got, plus = compiled(x)
     assert got.device.type == "meta" and torch.equal(plus, x + 1)
+
+
+def test_dropout_in_training_gets_generated_code_and_eager_random_numbers():
+    def f(x):
+        return torch.nn.functional.dropout(x * 2, 0.5, True) + 1
+
+    x = torch.randn(64, 32)
+    compiled = kiln_backend(fx.symbolic_trace(f), [x])
+    assert compiled.compiled_graph is not None, compiled.kiln_explain()
+    torch.manual_seed(3)
+    want = f(x)
+    after_eager = torch.rand(3)
+    torch.manual_seed(3)
+    got = compiled(x)
+    after_kiln = torch.rand(3)
+    torch.testing.assert_close(got, want)
+    assert torch.equal(after_kiln, after_eager)  # the generator advanced as in eager
