@@ -8,6 +8,7 @@ import torch
 
 from kiln.loopir.nodes import Lazy, Stored, TensorValue
 from kiln.lower.graph import fake_val
+from kiln.lower.registry import Unlowerable
 
 LOW_PRECISION = (torch.float16, torch.bfloat16)
 
@@ -89,6 +90,19 @@ def make_pointwise(node, fn: Callable, inputs: Sequence, cdtype: torch.dtype | N
         return result if result.dtype == out_dtype else ops.to_dtype(result, out_dtype)
 
     return Lazy(size, out_dtype, val.device, body, 1 + cost_of(*inputs), (node,))
+
+
+def constant_value(node, value) -> Lazy:
+    """The node's value filled with the Python scalar ``value`` (full, zeros of an empty result, ...)."""
+    val = fake_val(node)
+    dtype = val.dtype
+    if dtype.is_complex or isinstance(value, complex):
+        raise Unlowerable("complex dtype")
+
+    def body(ops, index):
+        return ops.constant(value, dtype)
+
+    return Lazy(tuple(val.shape), dtype, val.device, body, 1, (node,))
 
 
 def as_lazy(x: TensorValue) -> Lazy:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 
 from kiln.loopir.nodes import Lazy, numel
-from kiln.lower.common import broadcast_index, cost_of
+from kiln.lower.common import broadcast_index, constant_value, cost_of
 from kiln.lower.graph import fake_val
 from kiln.lower.registry import Unlowerable, lowering
 from kiln.lower.shape import reader
@@ -24,14 +24,6 @@ aten = torch.ops.aten
 _INDEX_DTYPES = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
 
 
-def _constant(node, value):
-    val = fake_val(node)
-
-    def body(ops, index):
-        return ops.constant(value, val.dtype)
-
-    return Lazy(tuple(val.shape), val.dtype, val.device, body, 1, (node,))
-
 
 @lowering(aten.index.Tensor)
 def lower_index(g, node, x, indices):
@@ -40,7 +32,7 @@ def lower_index(g, node, x, indices):
     val = fake_val(node)
     out_size = tuple(val.shape)
     if numel(out_size) == 0:
-        return _constant(node, 0)
+        return constant_value(node, 0)
     indices = list(indices) + [None] * (len(x.size) - len(indices))
     positions = [d for d, t in enumerate(indices) if t is not None]
     if not positions:
@@ -88,7 +80,7 @@ def lower_gather(g, node, x, dim, index, sparse_grad=False):
     val = fake_val(node)
     out_size = tuple(val.shape)
     if numel(out_size) == 0:
-        return _constant(node, 0)
+        return constant_value(node, 0)
     ndim = len(x.size)
     if ndim == 0 or len(index.size) != ndim:
         raise Unlowerable("gather of a 0-dim tensor")

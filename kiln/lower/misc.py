@@ -4,37 +4,26 @@ from __future__ import annotations
 import torch
 
 from kiln.loopir.nodes import Lazy
+from kiln.lower.common import constant_value
 from kiln.lower.registry import Unlowerable, lowering
 
 aten = torch.ops.aten
 
 
-def _constant(node, value):
-    val = node.meta["val"]
-    if val.dtype.is_complex or isinstance(value, complex):
-        raise Unlowerable("complex dtype")
-    dtype = val.dtype
-
-    def body(ops, index):
-        return ops.constant(value, dtype)
-
-    return Lazy(tuple(val.shape), dtype, val.device, body, 1, (node,))
-
-
 @lowering(aten.full.default)
 def lower_full(g, node, size, fill_value, **kwargs):
-    return _constant(node, fill_value)
+    return constant_value(node, fill_value)
 
 
 @lowering(aten.scalar_tensor.default)
 def lower_scalar_tensor(g, node, value, **kwargs):
-    return _constant(node, value)
+    return constant_value(node, value)
 
 
 @lowering(aten.empty_strided.default, aten.empty.memory_format)
 def lower_empty(g, node, *args, **kwargs):
     # contents are unspecified; zeros are as good as any and keep the output deterministic
-    return _constant(node, 0)
+    return constant_value(node, 0)
 
 
 @lowering(aten.arange.start_step)

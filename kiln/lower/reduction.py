@@ -5,7 +5,7 @@ import sympy
 import torch
 
 from kiln.loopir.ops import reduction_identity
-from kiln.lower.common import upcast, value_loader
+from kiln.lower.common import constant_value, upcast, value_loader
 from kiln.lower.registry import Unlowerable, lowering
 
 aten = torch.ops.aten
@@ -158,9 +158,7 @@ def _arg(kind):
         if x.dtype == torch.bool:
             raise Unlowerable("argmax of bool")
         if len(x.size) == 0:  # the only index of a scalar
-            from kiln.lower.shape import _constant_lazy
-
-            return _constant_lazy(node, 0)
+            return constant_value(node, 0)
         return reduce(g, node, x, dim, kind, upcast(x.dtype))
 
     return lower

@@ -11,7 +11,7 @@ import sympy
 import torch
 
 from kiln.loopir.nodes import Lazy, TensorValue, numel
-from kiln.lower.common import cost_of
+from kiln.lower.common import constant_value, cost_of
 from kiln.lower.graph import fake_val
 from kiln.lower.registry import Unlowerable, lowering
 
@@ -52,15 +52,6 @@ def _check_real(*xs):
             raise Unlowerable("complex dtype")
 
 
-def _constant_lazy(node, value):
-    val = fake_val(node)
-    dtype = val.dtype
-
-    def body(ops, index):
-        return ops.constant(value, dtype)
-
-    return Lazy(tuple(val.shape), dtype, val.device, body, 1, (node,))
-
 
 def _lazy(node, body, cost):
     val = fake_val(node)
@@ -73,7 +64,7 @@ def lower_cat(g, node, tensors, dim=0):
     val = fake_val(node)
     size = tuple(val.shape)
     if numel(size) == 0:
-        return _constant_lazy(node, 0)
+        return constant_value(node, 0)
     dim = dim % len(size)
     parts, start = [], 0
     for t in tensors:
@@ -120,7 +111,7 @@ def lower_constant_pad_nd(g, node, x, pad, value=0):
     val = fake_val(node)
     out_size, in_size = tuple(val.shape), tuple(x.size)
     if numel(out_size) == 0 or numel(in_size) == 0:
-        return _constant_lazy(node, value)
+        return constant_value(node, value)
     ndim = len(in_size)
     lo, hi = [0] * ndim, [0] * ndim
     for k in range(len(pad) // 2):
