@@ -156,15 +156,8 @@ def _tangent_dependent(graph: fx.Graph, tangents: list) -> set:
 
 
 def _ancestors(nodes) -> set:
-    seen: set = set()
-    stack = [n for n in nodes if isinstance(n, fx.Node)]
-    while stack:
-        node = stack.pop()
-        if node in seen:
-            continue
-        seen.add(node)
-        stack.extend(node.all_input_nodes)
-    return seen
+    """``nodes`` and every node they are computed from."""
+    return _needed(nodes, stop=set())
 
 
 def _needed(roots, stop: set) -> set:
