@@ -139,9 +139,15 @@ def _dump(cg: CompiledGraph, options: Options) -> None:
             f.write(text)
 
 
-def codegen_target(example_inputs, options: Options) -> tuple[str | None, str | None]:
-    """(target, None) with the code generator for these inputs, or (None, why kiln cannot generate code)."""
+def codegen_target(example_inputs, options: Options, gm=None) -> tuple[str | None, str | None]:
+    """(target, None) with the code generator for these inputs, or (None, why kiln cannot generate code).
+
+    A graph without tensor inputs (``torch.zeros(3, device="cuda")``) runs on the device of the
+    tensors it makes."""
     tensors = [x for x in example_inputs if isinstance(x, torch.Tensor)]
+    if not tensors and gm is not None:
+        tensors = [v for node in gm.graph.nodes
+                   if isinstance(v := node.meta.get("example_value", node.meta.get("val")), torch.Tensor)]
     devices = {t.device.type for t in tensors}
     if len(devices) > 1:
         return None, f"inputs on several device types ({', '.join(sorted(devices))}) run through ATen kernels"
@@ -239,7 +245,7 @@ def _is_triton_error(exc: BaseException) -> bool:
 @register_backend(name="kiln")
 def kiln_backend(gm, example_inputs, options=None):
     options = options or default_options()
-    target, reason = codegen_target(example_inputs, options)
+    target, reason = codegen_target(example_inputs, options, gm)
     if reason is not None:
         fn = compile_aot_eager(gm, example_inputs, options)
         stats.aten_fallbacks[f"whole graph: {reason}"] += 1

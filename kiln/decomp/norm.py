@@ -72,8 +72,12 @@ def _batch_norm(x, weight, bias, running_mean, running_var, training, momentum, 
         mean = aten.view.default(upcast(running_mean), shape)
         rstd = aten.rsqrt.default(aten.add.Scalar(aten.view.default(upcast(running_var), shape), eps))
         out = aten.mul.Tensor(aten.sub.Tensor(xf, mean), rstd)
-        save_mean = aten.new_zeros.default(xf, [0])
-        save_invstd = aten.new_zeros.default(xf, [0])
+        if x.device.type == "cpu":
+            save_mean = aten.new_zeros.default(xf, [0])
+            save_invstd = aten.new_zeros.default(xf, [0])
+        else:  # the CUDA kernel returns the statistics it normalized with
+            save_mean = aten.clone.default(aten.view.default(mean, [x.shape[1]]))
+            save_invstd = aten.view.default(rstd, [x.shape[1]])
     if weight is not None:
         out = aten.mul.Tensor(out, aten.view.default(weight, shape))
     if bias is not None:
@@ -134,3 +138,20 @@ def batch_norm_no_update(x, weight, bias, running_mean, running_var, momentum, e
     training = running_mean is None
     out, save_mean, save_invstd, _, _ = _batch_norm(x, weight, bias, running_mean, running_var, training, momentum, eps)
     return out, save_mean, save_invstd, _reserve(x)
+
+
+@decomposition(aten.cudnn_batch_norm.default)
+def cudnn_batch_norm(x, weight, bias, running_mean, running_var, training, momentum, eps):
+    """cuDNN's batch norm updates the running statistics in place although its schema does not say
+    so; as native_batch_norm the update becomes a visible copy_ that functionalization keeps."""
+    out, save_mean, save_invstd = native_batch_norm(x, weight, bias, running_mean, running_var, training, momentum, eps)
+    if not training:  # cuDNN's inference kernel saves nothing
+        save_mean = aten.new_zeros.default(weight, [0])
+        save_invstd = aten.new_zeros.default(weight, [0])
+    return out, save_mean, save_invstd, _reserve(x)
+
+
+@decomposition(aten.cudnn_batch_norm_backward.default)
+def cudnn_batch_norm_backward(x, grad, weight, running_mean, running_var, save_mean, save_invstd, eps, reserve):
+    return aten.native_batch_norm_backward.default(grad, x, weight, running_mean, running_var, save_mean,
+                                                   save_invstd, True, eps, [True, True, True])

@@ -18,7 +18,9 @@ def native_dropout(x, p, train):
         return aten.clone.default(x), aten.full.default(list(x.shape), True, dtype=torch.bool, device=x.device)
     if p == 1:
         return aten.mul.Scalar(x, 0), aten.full.default(list(x.shape), False, dtype=torch.bool, device=x.device)
-    if not x.is_floating_point():
+    if not x.is_floating_point() or x.device.type != "cpu":
+        # CUDA's dropout kernel draws its mask in a pattern of its own (not bernoulli_'s): kept whole,
+        # it runs as an ATen call with eager's random numbers
         return NotImplemented
     mask = aten.bernoulli.p(aten.empty_like.default(x), 1 - p)
     out = aten.mul.Scalar(aten.mul.Tensor(x, mask), 1.0 / (1 - p))

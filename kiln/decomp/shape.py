@@ -202,14 +202,15 @@ def empty_like(x, *, dtype=None, layout=None, device=None, pin_memory=None, memo
     return _like(x, None, dtype, device, memory_format)
 
 
+# full() with no dtype takes the fill value's (1 -> int64); zeros/ones take the default dtype
 @decomposition(aten.zeros.default)
 def zeros(size, *, dtype=None, layout=None, device=None, pin_memory=None):
-    return aten.full.default(list(size), 0, dtype=dtype, device=device)
+    return aten.full.default(list(size), 0, dtype=dtype or torch.get_default_dtype(), device=device)
 
 
 @decomposition(aten.ones.default)
 def ones(size, *, dtype=None, layout=None, device=None, pin_memory=None):
-    return aten.full.default(list(size), 1, dtype=dtype, device=device)
+    return aten.full.default(list(size), 1, dtype=dtype or torch.get_default_dtype(), device=device)
 
 
 @decomposition(aten.arange.default)

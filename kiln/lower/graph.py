@@ -174,7 +174,7 @@ class GraphLowering:
     def _constant(self, node):
         """A tensor constant: a 0-dim one becomes an inlined scalar, others a buffer the wrapper holds."""
         value = getattr(self.gm, node.target)
-        if not isinstance(value, torch.Tensor) or value.device.type != "cpu" and value.numel() > 1:
+        if not isinstance(value, torch.Tensor):
             raise Unlowerable(f"constant {node.target} of type {type(value).__name__}")
         if value.dtype.is_complex:
             raise Unlowerable("complex constant")

@@ -45,3 +45,17 @@ def test_dropout_in_training_gets_generated_code_and_eager_random_numbers():
     after_kiln = torch.rand(3)
     torch.testing.assert_close(got, want)
     assert torch.equal(after_kiln, after_eager)  # the generator advanced as in eager
+
+
+def test_a_graph_without_inputs_runs_on_the_device_of_the_tensors_it_makes():
+    import kiln
+
+    f = lambda: torch.ones(3, device="meta") * 2  # noqa: E731
+    assert kiln.compile(f)().device.type == "meta"
+    assert "meta tensors run through ATen kernels" in str(kiln.explain(f)())
+
+
+def test_factories_without_dtype_make_default_dtype_tensors():
+    f = lambda x: x + torch.arange(3) * 2 + torch.ones(3) + torch.zeros(3)  # noqa: E731
+    _check(f, torch.arange(3))
+    _check(lambda: torch.arange(10) * 2 + torch.ones(10))

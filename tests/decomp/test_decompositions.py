@@ -307,7 +307,43 @@ NOT_HARVESTED = {
     aten._scaled_dot_product_efficient_attention.default,
     aten._scaled_dot_product_flash_attention.default,
     aten.embedding.default,  # eager's CPU embedding is a CompositeExplicit kernel reached above the mode
+    aten.cudnn_batch_norm.default, aten.cudnn_batch_norm_backward.default,  # CUDA only: test_cudnn_batch_norm
 } | {op for op, fn in TABLE.items() if fn.__module__ == "kiln.decomp.backward"}  # tests/decomp/test_backward.py
+
+
+@pytest.mark.parametrize("default", [torch.float32, torch.float64])
+def test_zeros_and_ones_without_dtype_take_the_default_dtype(default):
+    """full() infers its dtype from the fill value (1 -> int64); zeros() and ones() do not."""
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(default)
+    try:
+        for op in (aten.zeros.default, aten.ones.default):
+            got = TABLE[op]([2, 3])
+            assert got.dtype == default and torch.equal(got, op([2, 3]))
+    finally:
+        torch.set_default_dtype(old)
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_cudnn_batch_norm(training):
+    """cuDNN's batch norm (CUDA only) against native_batch_norm's CPU kernel: same output, same update
+    of the running statistics in place (the op's schema hides it), cuDNN's empty stats in eval."""
+    x, w, b = torch.randn(4, 3, 5, 5), torch.randn(3), torch.randn(3)
+    rm, rv = torch.randn(3), torch.rand(3) + 0.5
+    rm2, rv2 = rm.clone(), rv.clone()
+    out, mean, invstd, reserve = TABLE[aten.cudnn_batch_norm.default](x, w, b, rm, rv, training, 0.1, 1e-5)
+    want = aten.native_batch_norm.default(x, w, b, rm2, rv2, training, 0.1, 1e-5)
+    torch.testing.assert_close(out, want[0])
+    torch.testing.assert_close((rm, rv), (rm2, rv2))
+    assert reserve.numel() == 0 and reserve.dtype == torch.uint8
+    if training:
+        torch.testing.assert_close((mean, invstd), want[1:])
+        grad = torch.randn_like(x)
+        got = TABLE[aten.cudnn_batch_norm_backward.default](x, grad, w, rm, rv, mean, invstd, 1e-5, reserve)
+        expected = aten.native_batch_norm_backward.default(grad, x, w, rm, rv, mean, invstd, True, 1e-5, [True] * 3)
+        torch.testing.assert_close(got, expected)
+    else:
+        assert mean.numel() == 0 and invstd.numel() == 0
 
 
 def test_every_decomposition_is_exercised():

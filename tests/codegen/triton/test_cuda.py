@@ -147,3 +147,76 @@ def test_fast_launch_can_be_turned_off():
     cg = run(lambda x: x * 2 + 1, cuda(1000), triton_fast_launch=False)
     (k,) = cg.kernels.values()
     assert k.fn.fast is None
+
+
+def _seeded(fn, *args):
+    torch.manual_seed(7)
+    out = fn(*args)
+    return out, torch.rand(2, device="cuda")  # the generator's state after the call
+
+
+def test_graph_without_inputs_makes_cuda_tensors_with_triton():
+    import kiln
+
+    f = lambda: torch.arange(10, device="cuda") * 2 + torch.ones(10, device="cuda")  # noqa: E731
+    torch.testing.assert_close(kiln.compile(f)(), torch.arange(10, device="cuda") * 2 + 1.0)
+    report = str(kiln.explain(f)())
+    assert "ATen kernels" not in report and "triton" in report.lower(), report
+
+
+def test_cuda_tensor_constant_is_held_by_the_wrapper():
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c = torch.randn(8, device="cuda")
+
+        def forward(self, x):
+            return x * self.c + 1
+
+    m = M()
+    gm = fx.symbolic_trace(m)
+    x = cuda(4, 8)
+    compiled = kiln_backend(gm, [x])
+    assert getattr(compiled, "compiled_graph", None) is not None, compiled.kiln_explain()
+    torch.testing.assert_close(compiled(x), m(x))
+
+
+def test_dropout_on_cuda_draws_eagers_random_numbers():
+    f = lambda x: torch.nn.functional.dropout(x * 2, 0.3, True) + 1  # noqa: E731
+    x = cuda(64, 33)
+    compiled = kiln_backend(fx.symbolic_trace(f), [x])
+    (got, after_kiln), (want, after_eager) = _seeded(compiled, x), _seeded(f, x)
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(after_kiln, after_eager)
+
+
+def test_attention_with_dropout_on_cuda_matches_eager():
+    q, k, v = cuda(2, 2, 16, 8), cuda(2, 2, 16, 8), cuda(2, 2, 16, 8)
+    f = lambda q, k, v: torch.nn.functional.scaled_dot_product_attention(q, k, v, dropout_p=0.5)  # noqa: E731
+    compiled = kiln_backend(fx.symbolic_trace(f), [q, k, v])
+    (got, _), (want, _) = _seeded(compiled, q, k, v), _seeded(f, q, k, v)
+    torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_batch_norm_and_instance_norm_on_cuda_match_eager(training):
+    bn = torch.nn.BatchNorm2d(3).cuda().train(training)
+    bn.running_mean.normal_()
+    x = cuda(4, 3, 5, 5)
+    f = lambda x, w, b, rm, rv: torch.ops.aten.native_batch_norm(x, w, b, rm, rv, training, 0.1, 1e-5)  # noqa: E731
+    args = [x, bn.weight.detach(), bn.bias.detach(), bn.running_mean.clone(), bn.running_var.clone()]
+    eager_args = [a.clone() for a in args]
+    compiled = kiln_backend(fx.symbolic_trace(f), args)
+    got, want = compiled(*args), f(*eager_args)
+    if training:
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    else:  # eval: CUDA's saved statistics are uninitialised memory of shape [C]
+        torch.testing.assert_close(got[0], want[0], atol=1e-5, rtol=1e-5)
+        assert [t.shape for t in got] == [t.shape for t in want]
+    torch.testing.assert_close(args[3:], eager_args[3:])  # running statistics, updated in place
+    g = lambda x, rm, rv: torch.nn.functional.instance_norm(x, rm, rv, use_input_stats=training)  # noqa: E731
+    args = [x, bn.running_mean.clone(), bn.running_var.clone()]
+    eager_args = [a.clone() for a in args]
+    compiled = kiln_backend(fx.symbolic_trace(g), args)
+    torch.testing.assert_close(compiled(*args), g(*eager_args), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(args[1:], eager_args[1:])
