@@ -72,7 +72,7 @@ class KernelContext:
         self.params, self.pointers = kernel_params(reads, writes)
         self.local_blocks: dict[str, int] = {}
         producers = {w: m for m in group.members for w in m.writes}
-        for name in group.locals:
+        for name in sorted(group.locals):  # sorted: the source (and its cache key) must not depend on set order
             self.local_blocks[name] = block_of(producers[name], self.k)[1]
 
     def dtype_of(self, name):
