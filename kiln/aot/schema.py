@@ -32,6 +32,13 @@ def has_composite_implicit(func) -> bool:
     return torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeImplicitAutograd")
 
 
+def run_composite_implicit(func, *args, **kwargs):
+    """ATen's own (C++) CompositeImplicitAutograd kernel of ``func``. Not ``OpOverload.decompose``:
+    that prefers a Python kernel registered for the key, which is torch._decomp's code once anything
+    has imported it (torch's compiler stack, which kiln must not run)."""
+    return func._op_dk(torch._C.DispatchKey.CompositeImplicitAutograd, *args, **kwargs)
+
+
 def _arg_signature(arg) -> tuple:
     return (arg.name, str(arg.type).replace("(a!)", "").replace("!", ""))
 

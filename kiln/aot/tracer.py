@@ -20,6 +20,7 @@ from kiln.aot.schema import (
     bind_arguments,
     functional_variant,
     has_composite_implicit,
+    run_composite_implicit,
     is_inplace_view,
     is_view,
     mutated_arguments,
@@ -146,7 +147,7 @@ class AtenTracer(TorchDispatchMode):
                 return out
         if has_composite_implicit(func) and func not in KEEP_COMPOSITE:
             with self:
-                out = func.decompose(*args, **kwargs)
+                out = run_composite_implicit(func, *args, **kwargs)
             if out is not NotImplemented:
                 return out
         args, kwargs = tree_map(self._lift, (args, kwargs))

@@ -17,11 +17,11 @@ from kiln.decomp.utils import to_dtype, upcast
 aten = torch.ops.aten
 
 
-def _attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+def _attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None):
     """(out, logsumexp, probabilities) of attention over the last two dims; logsumexp in float32."""
     L, S, E = q.shape[-2], k.shape[-2], q.shape[-1]
     scale = 1.0 / math.sqrt(E) if scale is None else scale
-    if enable_gqa and q.dim() >= 3 and k.shape[-3] != q.shape[-3]:
+    if q.dim() >= 3 and k.shape[-3] != q.shape[-3]:  # grouped-query attention (enable_gqa, or CPU flash's own)
         groups = q.shape[-3] // k.shape[-3]
         k = aten.repeat_interleave.self_int(k, groups, -3)
         v = aten.repeat_interleave.self_int(v, groups, -3)
@@ -85,5 +85,5 @@ def _flash_outputs(q, k, v, is_causal, scale):
 def sdpa_math(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, dropout_mask=None, *, scale=None, enable_gqa=False):
     if dropout_mask is not None:
         return NotImplemented
-    out, _, probs = _attention(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+    out, _, probs = _attention(q, k, v, attn_mask, dropout_p, is_causal, scale)
     return out, to_dtype(probs, q.dtype)

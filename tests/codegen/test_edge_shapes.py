@@ -59,3 +59,28 @@ def test_factories_without_dtype_make_default_dtype_tensors():
     f = lambda x: x + torch.arange(3) * 2 + torch.ones(3) + torch.zeros(3)  # noqa: E731
     _check(f, torch.arange(3))
     _check(lambda: torch.arange(10) * 2 + torch.ones(10))
+
+
+def test_grouped_query_attention_on_cpu():
+    """CPU's flash kernel takes k/v with fewer heads than q (Llama's grouped-query attention)."""
+    f = lambda q, k, v: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)  # noqa: E731
+    _check(f, torch.randn(2, 4, 8, 16), torch.randn(2, 2, 8, 16), torch.randn(2, 2, 8, 16))
+
+
+def test_tracing_runs_atens_own_composite_kernels_not_python_ones(monkeypatch):
+    """matmul (CompositeImplicit) traces through ATen's C++ kernel even when a Python kernel is
+    registered for that key (torch._decomp registers its own once something imports it)."""
+    from kiln.aot import aot_trace
+
+    def python_kernel(*args, **kwargs):
+        raise AssertionError("kiln ran a Python CompositeImplicitAutograd kernel")
+
+    op = torch.ops.aten.matmul.default
+    monkeypatch.setitem(op.py_kernels, torch._C.DispatchKey.CompositeImplicitAutograd, python_kernel)
+    from kiln.decomp import decomposition_table
+
+    # attention's decomposition calls matmul under kiln's dispatch mode
+    gm = fx.symbolic_trace(lambda q, k, v: torch.nn.functional.scaled_dot_product_attention(q, k, v))
+    ag = aot_trace(gm, [torch.randn(2, 4, 8, 16)] * 3, decompositions=decomposition_table())
+    called = {str(n.target) for n in ag.gm.graph.nodes if n.op == "call_function"}
+    assert called & {"aten.mm.default", "aten.bmm.default"}, called
