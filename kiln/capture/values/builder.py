@@ -109,6 +109,8 @@ def _wrap(tx, value, source, qualname) -> Value:
         if answer is not None:
             return ConstantFunctionValue(value, answer)
         if source is not None and not isinstance(source, ConstantSource):
+            if _is_nested_function(value):
+                return _wrap_nested_function(tx, value, source)
             guards.identity(source, value)
         return UserFunctionValue(value, source)
     if isinstance(value, types.MethodType):
@@ -190,6 +192,29 @@ def _wrap(tx, value, source, qualname) -> Value:
         return OpaqueObjectValue(value, source)
     guards.type(source, value)
     return UserObjectValue(value, source)
+
+
+def _is_nested_function(fn: types.FunctionType) -> bool:
+    """A function made by a `def` or `lambda` inside another function: a new object each time that
+    code runs (e.g. a closure created before a graph break and handed to the resume function)."""
+    return fn.__closure__ is not None or "<locals>" in fn.__qualname__
+
+
+def _wrap_nested_function(tx, fn: types.FunctionType, source: Source) -> Value:
+    """Guard a nested function by what its calls depend on, not by its identity: its code object, its
+    globals, its defaults (read through guarded places) and its closure cells' contents (read through
+    guarded places when it is called, see UserFunctionValue.bind_closure)."""
+    guards = tx.output.guards
+    guards.type(source, fn)
+    guards.identity(AttrSource(source, "__code__"), fn.__code__)
+    guards.identity(AttrSource(source, "__globals__"), fn.__globals__)
+    if fn.__closure__ is None:
+        guards.add(GuardKind.NONE, AttrSource(source, "__closure__"), True)
+    else:
+        guards.length(AttrSource(source, "__closure__"), fn.__closure__)
+    value = UserFunctionValue(fn, source)
+    value.guarded_by_code = True
+    return value
 
 
 # "Is this code being compiled / traced / scripted?" as asked by library code: inside a kiln graph the
