@@ -128,11 +128,17 @@ def _wrap(tx, value, source, qualname) -> Value:
         if not isinstance(value, type) and getattr(value, "__self__", None) is not None \
                 and not isinstance(value.__self__, types.ModuleType):
             if source is not None and not isinstance(source, ConstantSource) and not isinstance(value.__self__, type):
-                if type(value.__self__) in (list, dict, set):
-                    # e.g. `losses.append` handed to a resume function: tracing on would guard the
-                    # list's items by value (floats from item() change every call)
-                    unsupported(f"bound builtin method {value!r}")
-                # a C method of an object kiln does not model (random.random, a C context manager's
+                if type(value.__self__) is dict and value.__name__ in _DICT_READERS and \
+                        all(is_constant_literal(k) for k in value.__self__):
+                    # e.g. `get = d.get` handed to a resume function: the dict, read through __self__
+                    from kiln.capture.values.base import BoundMethodValue
+
+                    guards.type(source, value)
+                    guards.constant(AttrSource(source, "__name__"), value.__name__)
+                    return BoundMethodValue(wrap(tx, value.__self__, AttrSource(source, "__self__")), value.__name__)
+                # other methods of containers (e.g. `losses.append` handed to a resume function: tracing
+                # on would guard the list's items by value, and floats from item() change every call)
+                # and C methods of objects kiln does not model (random.random, a C context manager's
                 # __exit__): held, and calling it breaks the graph at the call
                 guards.type(source, value)
                 return OpaqueObjectValue(value, source)
@@ -299,6 +305,8 @@ class ConstantFunctionValue(Value):
     def reconstruct(self, cg) -> None:
         cg.load_const(self.fn)
 
+
+_DICT_READERS = {"get", "__getitem__", "__contains__", "keys", "values", "items", "__len__"}
 
 _BUILTIN_CALLABLES = {tuple, list, dict, set, frozenset, slice, int, float, bool, str, complex, range, type,
                       zip, enumerate, reversed, map, filter, super, object, isinstance, len, print, iter, next}
