@@ -187,13 +187,3 @@ def test_bound_dict_get_live_across_break():
     check_breaks(fn, arg_sets=[(t(3), {"scale": 2.0, "shift": t(3, seed=1)}),
                                (t(3), {"scale": 2.0, "shift": t(3, seed=2)})], graphs=2, breaks=1)
 
-
-def test_bound_list_append_live_across_break():
-    def fn(x, losses):
-        append = losses.append
-        y = x * 2
-        graph_break()
-        append(y.sum())
-        return y + 1
-
-    check_breaks(fn, t(3), [], graphs=3, breaks=2, inputs_mutated=True, dynamo_graphs=2, dynamo_breaks=1)

@@ -136,9 +136,11 @@ def _wrap(tx, value, source, qualname) -> Value:
                     guards.type(source, value)
                     guards.constant(AttrSource(source, "__name__"), value.__name__)
                     return BoundMethodValue(wrap(tx, value.__self__, AttrSource(source, "__self__")), value.__name__)
-                # other methods of containers (e.g. `losses.append` handed to a resume function: tracing
-                # on would guard the list's items by value, and floats from item() change every call)
-                # and C methods of objects kiln does not model (random.random, a C context manager's
+                if type(value.__self__) in (list, dict, set):
+                    # e.g. `losses.append` handed to a resume function: tracing on would guard the
+                    # list's items by value (floats from item() change every call)
+                    unsupported(f"bound builtin method {value!r}")
+                # a C method of an object kiln does not model (random.random, a C context manager's
                 # __exit__): held, and calling it breaks the graph at the call
                 guards.type(source, value)
                 return OpaqueObjectValue(value, source)
