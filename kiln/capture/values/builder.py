@@ -17,6 +17,7 @@ from kiln.capture.values.containers import DictValue, ListValue, NamedTupleValue
 from kiln.capture.values.functions import PartialValue, UserFunctionValue, UserMethodValue
 from kiln.capture.values.modules import NNModuleValue
 from kiln.capture.values.objects import ClassValue, UserObjectValue
+from kiln.capture.values.scalars import SCALAR_TYPES, UnguardedScalar
 from kiln.capture.values.tensors import TensorValue
 from kiln.capture.values.torch_functions import (PythonModuleValue, TorchFunctionValue, is_rng_state_function,
                                                  is_torch_function)
@@ -57,6 +58,9 @@ def _wrap(tx, value, source, qualname) -> Value:
         v.tensor_type = type(value)
         return v
     if is_constant_literal(value):
+        if type(value) in SCALAR_TYPES and source is not None and not isinstance(source, ConstantSource):
+            guards.type(source, value)  # its value is guarded where it is used (values/scalars.py)
+            return UnguardedScalar(value, source, guards)
         if source is not None:
             guards.constant(source, value)
         return ConstantValue(value, source)
