@@ -31,6 +31,7 @@ from kiln.debug.stats import stats  # noqa: E402
 class Counter:
     def __init__(self):
         self.graphs = 0
+        self.after_first = (0, 0)  # (recompiles, graphs) after the first call
 
     def __call__(self, gm, example_inputs):
         self.graphs += 1
@@ -71,12 +72,14 @@ def run_model(name, make):
         expected = model(**inputs).last_hidden_state
         counter = Counter()
         compiled = kiln.compile(model, backend=counter)
-        for _ in range(3):
+        for call in range(3):
             torch.testing.assert_close(compiled(**inputs).last_hidden_state, expected)
+            if call == 0:
+                counter.after_first = (sum(stats.recompilations.values()), counter.graphs)
     return counter, config_of(compiled).compiler
 
 
-def run_training():
+def run_training():  # the step number changes every call, as in a real loop
     import transformers
 
     torch.manual_seed(0)
@@ -105,6 +108,8 @@ def run_training():
         with contextlib.redirect_stdout(io.StringIO()):
             got, want = compiled_step(model, ids, step), train_step(reference, ids, step)
         torch.testing.assert_close(got, want)
+        if step == 0:
+            counter.after_first = (sum(stats.recompilations.values()), counter.graphs)
     return counter, config_of(compiled_step).compiler
 
 
@@ -121,8 +126,10 @@ def measure(name, show_reasons):
     breaks = [r for r in records if r.break_reason is not None]
     eager = [r for r in records if r.fallback_reason is not None]
     recompiles = sum(stats.recompilations.values())
+    later = recompiles - counter.after_first[0]
     print(f"{name:6s} graphs {counter.graphs:4d}  breaks {len(breaks):4d}  eager frames {len(eager):3d}  "
-          f"recompiles {recompiles:4d}  recompile-limit hits {stats.eager_fallbacks.get('recompile limit', 0)}")
+          f"recompiles {recompiles:4d} (calls 2-3: {later}, new graphs {counter.graphs - counter.after_first[1]})  "
+          f"recompile-limit hits {stats.eager_fallbacks.get('recompile limit', 0)}")
     if show_reasons:
         reasons = collections.Counter(
             f"break: {r.break_reason} @ {os.path.basename(r.fallback_file)}:{r.fallback_line}" for r in breaks)

@@ -64,3 +64,45 @@ def _graphs_after_first_call(fn, *args):
     counter = CountingBackend()
     compile_fn(fn, counter)(*args)
     return len(counter.graphs)
+
+
+def test_step_counter_and_item_printed_do_not_recompile():
+    w = t(3)
+
+    def fn(x, step, tag):
+        y = (x * w).sum()
+        loss = y.item()
+        print(f"[{tag!r}] step {step + 1:>3d} loss {loss:.4f} ok={loss > -1e9} half={step / 2}")
+        return y * 2
+
+    counter = check_recompiles(fn, [(t(3), 0, "a"), (t(3, seed=1), 1, "b"), (t(3, seed=2), 7, "c")],
+                               graphs=range(1, 10))
+    assert len(counter.graphs) == _graphs_after_first_call(fn, t(3), 0, "a"), "a new step value recompiled"
+    check_breaks(fn, t(3), 5, "z", graphs=2, breaks=2)
+
+
+def test_changing_float_used_in_control_flow_is_still_guarded():
+    def fn(x, threshold):
+        print("threshold", threshold)
+        if threshold > 0.5:  # the value decides the branch: guarded where it is used
+            return x * 2
+        return x - 1
+
+    check_recompiles(fn, [(t(3), 0.9), (t(3), 0.1), (t(3), 0.7)], graphs=3)
+
+
+def test_changing_float_used_in_tensor_math_is_still_guarded():
+    def fn(x, scale):
+        print("scale", scale)
+        return x * scale + scale * 2
+
+    check_recompiles(fn, [(t(3), 0.5), (t(3), 2.0), (t(3), 0.5)], graphs=2)
+
+
+def test_deferred_arithmetic_returned_and_stored():
+    def fn(x, total, count, box):
+        graph_break()
+        box["mean"] = (total + 1.5) / count
+        return x + 1, -total, total // 2, count % 3, f"{count!s:*^7}", total == count
+
+    check_breaks(fn, arg_sets=[(t(3), 3.0, 4, {}), (t(3), 9.0, 5, {})], graphs=1, breaks=1, inputs_mutated=True)
