@@ -17,7 +17,7 @@ from typing import Any
 from kiln.capture import bytecode as bc
 from kiln.capture.hook import call_without_hook
 from kiln.capture.side_effects import (AttrWrite, CellWrite, ContainerUpdate, GlobalWrite, IteratorAdvance,
-                                       replace_dict, replace_list)
+                                       replace_dict, replace_list, replace_set)
 from kiln.capture.values.base import Value
 from kiln.capture.values.tensors import TensorValue
 
@@ -26,11 +26,13 @@ RET = "__kiln_return"
 
 
 def _new_contents(effect: ContainerUpdate) -> Value:
-    from kiln.capture.values.containers import DictValue, ListValue
+    from kiln.capture.values.containers import DictValue, ListValue, SetValue
 
     c = effect.container
     if isinstance(c, ListValue):
         return ListValue(c.elements)
+    if isinstance(c, SetValue):
+        return SetValue(list(c.members.values()))
     return DictValue(c.entries)
 
 
@@ -54,9 +56,11 @@ def _apply(cg: "PyCodegen", effect, temp: str) -> None:
         cg.call(2)
         cg.extend(bc.pop_top())
     elif isinstance(effect, ContainerUpdate):
-        from kiln.capture.values.containers import ListValue
+        from kiln.capture.values.containers import ListValue, SetValue
 
-        cg.prepare_call(replace_list if isinstance(effect.container, ListValue) else replace_dict)
+        replace = replace_list if isinstance(effect.container, ListValue) else \
+            replace_set if isinstance(effect.container, SetValue) else replace_dict
+        cg.prepare_call(replace)
         effect.container.source.emit(cg)
         cg.load_fast(temp)
         cg.call(2)

@@ -60,6 +60,8 @@ class GuardSet:
         self.add(GuardKind.TENSOR, source, t)
 
     def constant(self, source: Source, value: Any) -> None:
+        if type(value) is set:  # compared with a copy: the guarded set itself may change later
+            value = set(value)
         self.add(GuardKind.CONSTANT, source, value)
 
     def identity(self, source: Source, obj: Any) -> None:

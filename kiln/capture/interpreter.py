@@ -8,6 +8,7 @@ Opcode handlers live in `opcodes/`, grouped by family, as methods named after th
 from __future__ import annotations
 
 import builtins
+import dataclasses
 import inspect
 import sys
 import types
@@ -143,6 +144,11 @@ class Tracer:
         from kiln.capture.values.objects import UserObjectValue
 
         if isinstance(obj, NewObjectValue):
+            from kiln.capture.values.objects import class_attribute
+
+            if _python_setattr(obj.cls):  # e.g. ModelOutput.__setattr__: runs as written
+                class_attribute(self, obj.cls, "__setattr__", obj).call(self, [ConstantValue(name), value], {})
+                return
             obj.setattr(self, name, value)
             return
         if isinstance(obj, (UserObjectValue, NNModuleValue)) and obj.source is not None:
@@ -260,6 +266,14 @@ class Tracer:
         return ListIteratorValue(child.yielded, kind="generator")
 
 
+def _python_setattr(cls: type) -> bool:
+    """cls (or a base before object) defines __setattr__ in Python."""
+    for klass in cls.__mro__:
+        if "__setattr__" in vars(klass):
+            return isinstance(vars(klass)["__setattr__"], types.FunctionType)
+    return False
+
+
 def _mutates_in_place(node) -> bool:
     import operator
 
@@ -354,6 +368,8 @@ def _call_library_function(tx, fn_value, args, kwargs) -> Value:
     from kiln.capture.values.builtins import PURE_CONSTANT_FUNCTIONS
 
     fn = fn_value.fn
+    if fn in _DATACLASS_QUERIES and len(args) == 1 and not kwargs:
+        return _dataclass_query(tx, fn, args[0])
     if fn is inspect.signature and len(args) == 1 and not kwargs:
         real = _real_callable(args[0])
         if real is not None:
@@ -370,6 +386,25 @@ def _call_library_function(tx, fn_value, args, kwargs) -> Value:
         return wrap_constant_result(result)
     unsupported(f"call to {fn.__module__}.{fn.__qualname__}, which kiln does not trace into",
                 hint="kiln does not trace into the standard library or torch internals")
+
+
+_DATACLASS_QUERIES = {dataclasses.fields, dataclasses.is_dataclass}
+
+
+def _dataclass_query(tx, fn, arg: Value) -> Value:
+    """dataclasses.fields(x) / is_dataclass(x) of an object (or class) whose class is known while tracing:
+    answered from the class (guarded by type where the object comes from the frame)."""
+    from kiln.capture.sources import ConstantSource
+    from kiln.capture.values.containers import TupleValue
+    from kiln.capture.values.objects import ClassValue
+
+    cls = arg.cls if isinstance(arg, ClassValue) else arg.python_type()
+    if fn is dataclasses.is_dataclass:
+        return ConstantValue(dataclasses.is_dataclass(cls))
+    if not dataclasses.is_dataclass(cls):
+        unsupported(f"dataclasses.fields() of {cls.__name__}, which is not a dataclass")
+    return TupleValue([wrap(tx, f, ConstantSource(f"{cls.__qualname__}.fields[{i}]", f))
+                       for i, f in enumerate(dataclasses.fields(cls))])
 
 
 def _real_callable(value: Value):

@@ -34,7 +34,7 @@ class CellWrite:
 
 @dataclasses.dataclass
 class ContainerUpdate:
-    """An existing list or dict whose new contents replace the old ones."""
+    """An existing list, dict or set whose new contents replace the old ones."""
 
     container: Value
 
@@ -120,6 +120,11 @@ class SideEffects:
 
 def replace_list(target: list, new_items: list) -> None:
     target[:] = new_items
+
+
+def replace_set(target: set, new_members: set) -> None:
+    target.intersection_update(new_members)
+    target.update(new_members)
 
 
 def replace_dict(target: dict, new_entries: dict) -> None:

@@ -171,3 +171,19 @@ def test_tuple_unpacking_and_star_across_break():
         return head * 2, torch.stack(tail).sum(0)
 
     check_breaks(fn, t(4, 2), graphs=2, breaks=1)
+
+
+def test_bound_dict_get_live_across_break():
+    def fn(x, d):
+        get = d.get
+        items = d.items
+        y = x * get("scale", 1.0)
+        graph_break()
+        n = 0
+        for _k, _v in items():
+            n += 1
+        return y + get("shift") + get("missing", 3) + n + len(d), "shift" in d
+
+    check_breaks(fn, arg_sets=[(t(3), {"scale": 2.0, "shift": t(3, seed=1)}),
+                               (t(3), {"scale": 2.0, "shift": t(3, seed=2)})], graphs=2, breaks=1)
+

@@ -318,3 +318,53 @@ def test_side_effects_in_branch_taken_after_item():
 
     check_breaks(fn, arg_sets=[(t(3).abs(), []), (-t(3).abs(), ["x"])], graphs=(3, 4, 5), breaks=2,
                  dynamo_breaks=1, inputs_mutated=True)
+
+
+SEEN_NAMES: set = set()
+
+
+def test_global_set_mutations_without_break_are_replayed():
+    def fn(x, name):
+        SEEN_NAMES.add(name)
+        SEEN_NAMES.discard("stale")
+        SEEN_NAMES.update(["u1", "u2"])
+        return x * len(SEEN_NAMES), name in SEEN_NAMES
+
+    def setup():
+        SEEN_NAMES.clear()
+        SEEN_NAMES.add("stale")
+
+    check_breaks(fn, t(3), "layer", graphs=1, breaks=0, setup=setup, observe=lambda: set(SEEN_NAMES))
+
+
+def test_argument_set_added_to_and_returned_keeps_identity():
+    def fn(x, seen):
+        seen.add("x")
+        graph_break()
+        seen.remove("x")
+        seen.add("y")
+        return x + 1, seen
+
+    check_breaks(fn, t(3), {"a"}, graphs=1, breaks=1, inputs_mutated=True,
+                 post=lambda out: (out[0], sorted(out[1])))
+    seen = {"a"}
+    from .support import compile_fn, reset, CountingBackend
+
+    reset()
+    assert compile_fn(fn, CountingBackend())(t(3), seen)[1] is seen
+
+
+def test_set_remove_of_missing_member_raises_as_in_eager():
+    import pytest
+
+    def fn(x, seen):
+        seen.remove("missing")
+        return x + 1
+
+    from .support import compile_fn, reset, CountingBackend
+
+    reset()
+    seen = {"a"}
+    with pytest.raises(KeyError):
+        compile_fn(fn, CountingBackend())(t(3), seen)
+    assert seen == {"a"}

@@ -103,3 +103,24 @@ def test_gpt2_training_loop_with_optimizer_and_logging():
     for reason in report.break_reasons:
         print("   ", reason)
     assert len(counter.graphs) >= 1
+
+
+def test_model_output_built_in_one_graph():
+    """transformers' ModelOutput dataclasses (OrderedDict subclasses) are traced, not broken at."""
+    from transformers.modeling_outputs import BaseModelOutputWithPastAndCrossAttentions as Output
+
+    def fn(x):
+        out = Output(last_hidden_state=x * 2, attentions=(x,))
+        out["hidden_states"] = (x + 1,)
+        return out.last_hidden_state + out[0] + out["last_hidden_state"], out, out.to_tuple()
+
+    x = torch.randn(2, 3)
+    kiln.reset()
+    counter = Counter()
+    got = kiln.compile(fn, backend=counter, fullgraph=True)(x)
+    want = fn(x)
+    assert len(counter.graphs) == 1
+    torch.testing.assert_close(got[0], want[0])
+    assert type(got[1]) is Output and list(got[1].keys()) == list(want[1].keys())
+    torch.testing.assert_close(got[2], want[2])
+    torch.testing.assert_close(got[1].hidden_states, want[1].hidden_states)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from kiln.capture.opcodes.registry import handles
 from kiln.capture.values.base import ConstantValue, unsupported
+from kiln.capture.values.scalars import defer, format_value, join_strings
 from kiln.capture.values.containers import DictValue, ListValue, SetValue, SliceValue, TupleValue, dict_key
 
 
@@ -45,7 +46,8 @@ def BUILD_SLICE(tx, inst):
 @handles()
 def BUILD_STRING(tx, inst):
     parts = tx.popn(inst.arg)
-    tx.push(ConstantValue("".join(p.as_constant() for p in parts)))
+    deferred = defer(join_strings, parts)  # pieces formatted from values not guarded by value
+    tx.push(deferred if deferred is not None else ConstantValue("".join(p.as_constant() for p in parts)))
 
 
 @handles()
@@ -53,6 +55,10 @@ def FORMAT_VALUE(tx, inst):
     flags = inst.arg
     spec = tx.pop().as_constant() if flags & 0x04 else ""
     value = tx.pop()
+    deferred = defer(format_value, [value, ConstantValue(flags & 0x03), ConstantValue(spec)])
+    if deferred is not None:  # e.g. f"{loss.item():.4f}" of a value handed to a resume function
+        tx.push(deferred)
+        return
     if not value.is_constant():
         unsupported(f"formatting {value} into a string")
     v = value.as_constant()

@@ -17,6 +17,7 @@ from kiln.capture.values.containers import DictValue, ListValue, NamedTupleValue
 from kiln.capture.values.functions import PartialValue, UserFunctionValue, UserMethodValue
 from kiln.capture.values.modules import NNModuleValue
 from kiln.capture.values.objects import ClassValue, UserObjectValue
+from kiln.capture.values.scalars import SCALAR_TYPES, UnguardedScalar
 from kiln.capture.values.tensors import TensorValue
 from kiln.capture.values.torch_functions import (PythonModuleValue, TorchFunctionValue, is_rng_state_function,
                                                  is_torch_function)
@@ -57,6 +58,9 @@ def _wrap(tx, value, source, qualname) -> Value:
         v.tensor_type = type(value)
         return v
     if is_constant_literal(value):
+        if type(value) in SCALAR_TYPES and source is not None and not isinstance(source, ConstantSource):
+            guards.type(source, value)  # its value is guarded where it is used (values/scalars.py)
+            return UnguardedScalar(value, source, guards)
         if source is not None:
             guards.constant(source, value)
         return ConstantValue(value, source)
@@ -109,6 +113,8 @@ def _wrap(tx, value, source, qualname) -> Value:
         if answer is not None:
             return ConstantFunctionValue(value, answer)
         if source is not None and not isinstance(source, ConstantSource):
+            if _is_nested_function(value):
+                return _wrap_nested_function(tx, value, source)
             guards.identity(source, value)
         return UserFunctionValue(value, source)
     if isinstance(value, types.MethodType):
@@ -126,6 +132,14 @@ def _wrap(tx, value, source, qualname) -> Value:
         if not isinstance(value, type) and getattr(value, "__self__", None) is not None \
                 and not isinstance(value.__self__, types.ModuleType):
             if source is not None and not isinstance(source, ConstantSource) and not isinstance(value.__self__, type):
+                if type(value.__self__) is dict and value.__name__ in _DICT_READERS and \
+                        all(is_constant_literal(k) for k in value.__self__):
+                    # e.g. `get = d.get` handed to a resume function: the dict, read through __self__
+                    from kiln.capture.values.base import BoundMethodValue
+
+                    guards.type(source, value)
+                    guards.constant(AttrSource(source, "__name__"), value.__name__)
+                    return BoundMethodValue(wrap(tx, value.__self__, AttrSource(source, "__self__")), value.__name__)
                 if type(value.__self__) in (list, dict, set):
                     # e.g. `losses.append` handed to a resume function: tracing on would guard the
                     # list's items by value (floats from item() change every call)
@@ -190,6 +204,29 @@ def _wrap(tx, value, source, qualname) -> Value:
         return OpaqueObjectValue(value, source)
     guards.type(source, value)
     return UserObjectValue(value, source)
+
+
+def _is_nested_function(fn: types.FunctionType) -> bool:
+    """A function made by a `def` or `lambda` inside another function: a new object each time that
+    code runs (e.g. a closure created before a graph break and handed to the resume function)."""
+    return fn.__closure__ is not None or "<locals>" in fn.__qualname__
+
+
+def _wrap_nested_function(tx, fn: types.FunctionType, source: Source) -> Value:
+    """Guard a nested function by what its calls depend on, not by its identity: its code object, its
+    globals, its defaults (read through guarded places) and its closure cells' contents (read through
+    guarded places when it is called, see UserFunctionValue.bind_closure)."""
+    guards = tx.output.guards
+    guards.type(source, fn)
+    guards.identity(AttrSource(source, "__code__"), fn.__code__)
+    guards.identity(AttrSource(source, "__globals__"), fn.__globals__)
+    if fn.__closure__ is None:
+        guards.add(GuardKind.NONE, AttrSource(source, "__closure__"), True)
+    else:
+        guards.length(AttrSource(source, "__closure__"), fn.__closure__)
+    value = UserFunctionValue(fn, source)
+    value.guarded_by_code = True
+    return value
 
 
 # "Is this code being compiled / traced / scripted?" as asked by library code: inside a kiln graph the
@@ -274,6 +311,8 @@ class ConstantFunctionValue(Value):
     def reconstruct(self, cg) -> None:
         cg.load_const(self.fn)
 
+
+_DICT_READERS = {"get", "__getitem__", "__contains__", "keys", "values", "items", "__len__"}
 
 _BUILTIN_CALLABLES = {tuple, list, dict, set, frozenset, slice, int, float, bool, str, complex, range, type,
                       zip, enumerate, reversed, map, filter, super, object, isinstance, len, print, iter, next}

@@ -29,6 +29,13 @@ PURE_CONSTANT_FUNCTIONS: set = {
 class BuiltinValue(KnownFunctionValue):
     """A builtin function or type (len, isinstance, tuple, ...)."""
 
+    def getattr(self, tx, name: str) -> Value:
+        from kiln.capture.values.dict_objects import UnboundBaseMethod
+
+        if (self.fn is object and name == "__setattr__") or (self.fn is dict and name in ("__setitem__", "__init__")):
+            return UnboundBaseMethod(self.fn, name)  # object.__setattr__(self, k, v) in a __setattr__
+        return super().getattr(tx, name)
+
     def call(self, tx, args: list[Value], kwargs: dict[str, Value]) -> Value:
         fn = self.fn
         handler = _HANDLERS.get(fn)

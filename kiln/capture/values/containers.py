@@ -355,22 +355,37 @@ class SetValue(Value):
 
         return method_or_unsupported(self, name)
 
+    def _check_mutable(self, tx, what: str) -> None:
+        note_mutation(tx, self)
+        if not self.created_here:
+            if self.source is None or tx is None:
+                unsupported(f"{what} on a set kiln cannot locate after the graph runs")
+            tx.output.side_effects.container_changed(self)  # the new members replace the old after the graph
+
     def call_method(self, tx, name, args, kwargs):
-        if name in ("add", "update"):
-            note_mutation(tx, self)
+        if name in ("add", "update", "discard", "remove", "clear") and not kwargs:
+            self._check_mutable(tx, f"set.{name}")
         if name == "add":
-            if not self.created_here:
-                unsupported("set.add on a set that existed before the compiled function ran")
             self.members.setdefault(dict_key(tx, args[0]), args[0])
             return ConstantValue(None)
         if name == "__contains__":
             return ConstantValue(dict_key(tx, args[0]) in self.members)
         if name == "update":
-            if not self.created_here:
-                unsupported("set.update on a set that existed before the compiled function ran")
-            for v in args[0].items(tx):
-                self.members.setdefault(dict_key(tx, v), v)
+            for arg in args:
+                for v in arg.items(tx):
+                    self.members.setdefault(dict_key(tx, v), v)
             return ConstantValue(None)
+        if name in ("discard", "remove") and len(args) == 1:
+            key = dict_key(tx, args[0])
+            if key not in self.members and name == "remove":
+                unsupported(f"KeyError: {key!r} (set.remove)")
+            self.members.pop(key, None)
+            return ConstantValue(None)
+        if name == "clear" and not args:
+            self.members.clear()
+            return ConstantValue(None)
+        if name == "__len__":
+            return ConstantValue(len(self.members))
         if all(a.is_constant() for a in args) and name in ("union", "intersection", "difference", "issubset", "issuperset"):
             from kiln.capture.values.builder import wrap_constant_result
 
@@ -378,6 +393,9 @@ class SetValue(Value):
         unsupported(f"set.{name}")
 
     def reconstruct(self, cg) -> None:
+        if not self.created_here and self.source is not None:
+            self.source.emit(cg)  # the same object (its new members, if any, are a recorded side effect)
+            return
         for v in self.members.values():
             cg.reconstruct(v)
         cg.build(set, len(self.members))

@@ -61,7 +61,22 @@ class UserFunctionValue(Value):
             cells[name] = CellValue(wrap(tx, contents, src), source=cell_src)
         return cells
 
+    guarded_by_code = False  # True: not guarded by identity (a nested function), see builder.wrap
+
     def defaults(self, tx) -> tuple[tuple, dict]:
+        if self.guarded_by_code:  # another function object of the same code may have other defaults
+            from kiln.capture.sources import AttrSource
+            from kiln.capture.values.builder import wrap
+
+            defaults = wrap(tx, self.fn.__defaults__, AttrSource(self.source, "__defaults__"))
+            kwdefaults = wrap(tx, self.fn.__kwdefaults__, AttrSource(self.source, "__kwdefaults__"))
+            if self.fn.__defaults__ is None:
+                positional = ()
+            elif isinstance(defaults, ConstantValue):  # a tuple of literals, guarded by value
+                positional = tuple(ConstantValue(v) for v in defaults.value)
+            else:
+                positional = tuple(defaults.elements)
+            return positional, dict(kwdefaults.entries) if self.fn.__kwdefaults__ is not None else {}
         return self.fn.__defaults__ or (), self.fn.__kwdefaults__ or {}
 
     def __repr__(self) -> str:

@@ -1,6 +1,7 @@
 """User-defined classes and their instances: objects from the frame, and objects created while tracing."""
 from __future__ import annotations
 
+import collections
 import dataclasses
 import types
 
@@ -31,6 +32,13 @@ def class_attribute(tx, cls: type, name: str, self_value: Value | None) -> Value
     if isinstance(attr, types.FunctionType):
         fn = UserFunctionValue(attr, src)
         return UserMethodValue(fn, self_value) if self_value is not None else fn
+    if type(attr) is types.MemberDescriptorType and isinstance(self_value, UserObjectValue):
+        # a __slots__ attribute (e.g. dataclasses.Field.name): read from the object, through its place
+        try:
+            found = attr.__get__(self_value.obj, cls)
+        except AttributeError:
+            unsupported(f"slot {name!r} of a {cls.__name__} is not set")
+        return wrap(tx, found, AttrSource(self_value.source, name) if self_value.source is not None else None)
     if hasattr(attr, "__get__") and not isinstance(attr, (int, float, str, tuple, type(None), bool)) \
             and not isinstance(attr, type):
         unsupported(f"descriptor {type(attr).__name__} for attribute {name!r} of {cls.__name__}")
@@ -51,6 +59,12 @@ def user_dunder(tx, obj: Value, name: str, args: list[Value]) -> Value | None:
         if name in vars(klass) and isinstance(vars(klass)[name], types.FunctionType):
             return class_attribute(tx, cls, name, obj).call(tx, args, {})
     return None
+
+
+def has_generic_getattribute(cls: type) -> bool:
+    """Attribute reads of cls's instances are object.__getattribute__'s (dict's and list's slot is the same
+    generic lookup, so subclasses of them count too)."""
+    return cls.__getattribute__ in (object.__getattribute__, dict.__getattribute__, list.__getattribute__)
 
 
 class ClassValue(Value):
@@ -101,6 +115,15 @@ class ClassValue(Value):
             return _make_namedtuple(tx, cls, args, kwargs)
         if cls.__module__ == "builtins" or cls.__module__.startswith("torch"):
             return construct_builtin_type(tx, cls, args, kwargs)
+        from kiln.capture.values.dict_objects import DictObjectValue, is_dict_subclass, python_override
+
+        if is_dict_subclass(cls):
+            obj = DictObjectValue(cls)
+            if python_override(cls, "__init__") is not None:
+                class_attribute(tx, cls, "__init__", obj).call(tx, args, kwargs)
+            else:
+                obj.raw_init(tx, args, kwargs)
+            return obj
         if cls.__new__ is not object.__new__ or type(cls) is not type and not dataclasses.is_dataclass(cls):
             unsupported(f"creating an instance of {cls.__qualname__} (custom __new__ or metaclass)")
         if issubclass(cls, BaseException):
@@ -154,7 +177,7 @@ class UserObjectValue(Value):
         if pending is not None:
             return pending
         cls = type(self.obj)
-        if cls.__getattribute__ is not object.__getattribute__:
+        if not has_generic_getattribute(cls):
             if isinstance(cls.__getattribute__, types.FunctionType):
                 # a Python __getattribute__ (e.g. transformers' PretrainedConfig): trace it
                 return class_attribute(tx, cls, "__getattribute__", self).call(tx, [ConstantValue(name)], {})
@@ -191,7 +214,7 @@ class UserObjectValue(Value):
         """Where obj.name is read from: plainly, or bypassing the class's own __getattribute__."""
         from kiln.capture.sources import GenericAttrSource
 
-        if type(self.obj).__getattribute__ is not object.__getattribute__:
+        if not has_generic_getattribute(type(self.obj)):
             return GenericAttrSource(self.source, name)
         return AttrSource(self.source, name)
 
@@ -292,6 +315,13 @@ class SuperValue(Value):
                     return _NoOp()
                 if attr is object.__getattribute__ and isinstance(self.self_value, UserObjectValue):
                     return _GenericGetattr(self.self_value)
+                from kiln.capture.values import dict_objects
+
+                if attr is object.__setattr__ and isinstance(self.self_value, NewObjectValue):
+                    return dict_objects.RawSetattr(self.self_value)
+                if klass in (dict, collections.OrderedDict) and \
+                        isinstance(self.self_value, dict_objects.DictObjectValue):
+                    return dict_objects.RawDictMethod(self.self_value, name)
                 if callable(attr) and klass.__module__.startswith("torch") and name == "__init__":
                     return _NoOp()
                 if hasattr(attr, "__get__") and not isinstance(attr, (int, float, str, tuple, bool, type(None))):

@@ -10,6 +10,7 @@ from kiln.capture.values.base import ConstantValue, INPLACE_TO_PLAIN, Value, uns
 from kiln.capture.values.containers import (
     DictValue, ListValue, SequenceValue, SetValue, SliceValue, TupleValue, ListIteratorValue,
 )
+from kiln.capture.values.scalars import PURE_OPERATORS, defer
 from kiln.capture.values.tensors import TensorValue
 
 _DUNDER = {
@@ -27,6 +28,10 @@ def binary_op(tx, op: Callable, a: Value, b: Value) -> Value:
             op = INPLACE_TO_PLAIN[op]  # number += tensor rebinds the name to a new tensor
         return tx.output.call("call_function", op, [a, b], {})
     plain = INPLACE_TO_PLAIN.get(op, op)
+    if plain in PURE_OPERATORS:
+        deferred = defer(plain, [a, b])  # e.g. a step counter or an item() result: no guard on its value
+        if deferred is not None:
+            return deferred
     if a.is_constant() and b.is_constant() and not isinstance(a, (ListValue, SetValue, DictValue)) \
             and not isinstance(b, (ListValue, SetValue, DictValue)):
         try:
@@ -100,6 +105,10 @@ def unary_op(tx, op: Callable, a: Value) -> Value:
         return tx.output.call("call_function", op, [a], {})
     if op is operator.not_:
         return ConstantValue(not tx.truth(a))
+    if op in PURE_OPERATORS:
+        deferred = defer(op, [a])
+        if deferred is not None:
+            return deferred
     if a.is_constant():
         return wrap_const(op(a.as_constant()))
     from kiln.capture.values.objects import user_dunder
