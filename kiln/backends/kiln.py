@@ -180,12 +180,18 @@ class GraphCompiler:
         return lambda gm, example_inputs: self(gm, example_inputs, role)
 
     def __call__(self, gm, example_inputs, role: str = "graph"):
+        target = self.target
+        if not any(isinstance(x, torch.Tensor) for x in example_inputs):
+            # a graph without tensor inputs runs where its tensors are made (torch.zeros(3, device="cuda"))
+            made = {v.device.type for n in gm.graph.nodes if isinstance(v := n.meta.get("val"), torch.Tensor)}
+            if made == {"cuda"} and target != "triton" and triton_available() is None:
+                target = "triton"
         try:
-            cg = compile_graph(gm, self.options, self.target)
+            cg = compile_graph(gm, self.options, target)
         except Unlowerable as exc:
             reason = f"could not lower the graph: {exc.reason}"
         except NotImplementedError as exc:
-            reason = f"{self.target} code generation does not cover this graph: {exc}"
+            reason = f"{target} code generation does not cover this graph: {exc}"
         except KernelBuildError as exc:
             warnings.warn(f"{exc}\nkiln runs this graph with ATen kernels instead.", stacklevel=2)
             reason = "kernel build failed (warned)"

@@ -52,7 +52,7 @@ _BINARY = {
     "ge": "{0} >= {1}", "logical_and": "{0} & {1}", "logical_or": "{0} | {1}", "logical_xor": "{0} ^ {1}",
 }
 _BINARY_FLOAT = {
-    "truediv": "{0} / {1}", "floordiv": "kh.floordiv_float({0}, {1})", "truncdiv": "libdevice.trunc({0} / {1})",
+    "truediv": "{0} / {1}", "floordiv": "kh.floordiv_float({0}, {1})", "truncdiv": "libdevice.trunc(tl.div_rn({0}, {1}))",
     "mod": "kh.mod_float({0}, {1})", "fmod": "libdevice.fmod({0}, {1})", "pow": "libdevice.pow({0}, {1})",
     "maximum": "kh.maximum({0}, {1})", "minimum": "kh.minimum({0}, {1})", "fmax": "kh.fmax({0}, {1})",
     "fmin": "kh.fmin({0}, {1})", "atan2": "libdevice.atan2({0}, {1})", "hypot": "libdevice.hypot({0}, {1})",

@@ -220,3 +220,17 @@ def test_batch_norm_and_instance_norm_on_cuda_match_eager(training):
     compiled = kiln_backend(fx.symbolic_trace(g), args)
     torch.testing.assert_close(compiled(*args), g(*eager_args), atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(args[1:], eager_args[1:])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_trunc_division_is_exact(dtype):
+    a, b = cuda(4096, dtype=dtype) * 20, cuda(4096, dtype=dtype)
+    run(lambda a, b: torch.div(a, b, rounding_mode="trunc"), a, b, atol=0, rtol=0)
+
+
+def test_fx_graph_without_inputs_makes_cuda_tensors_with_triton():
+    f = lambda: torch.full((4, 5), 2.0, device="cuda") * torch.arange(5, device="cuda")  # noqa: E731
+    compiled = kiln_backend(fx.symbolic_trace(f), [])
+    assert getattr(compiled, "compiled_graph", None) is not None and compiled.compiled_graph.target == "triton", \
+        compiled.kiln_explain()
+    torch.testing.assert_close(compiled(), f())
