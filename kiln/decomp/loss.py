@@ -111,3 +111,10 @@ def binary_cross_entropy_with_logits(x, target, weight=None, pos_weight=None, re
 @compute_in_float32
 def soft_margin_loss(x, target, reduction=MEAN):
     return _reduce(aten.log1p.default(aten.exp.default(aten.neg.default(aten.mul.Tensor(x, target)))), reduction)
+
+
+@decomposition(aten._use_cudnn_ctc_loss.default, aten._use_cudnn_ctc_loss.Tensor)
+def use_cudnn_ctc_loss(*args):
+    """ctc_loss asks whether cuDNN could run it (a question without a meta kernel): kiln answers no,
+    so the traced graph holds ATen's own CTC kernel, which computes the same loss."""
+    return False

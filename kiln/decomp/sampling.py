@@ -92,3 +92,9 @@ def upsample_bilinear2d(x, output_size, align_corners, scales_h=None, scales_w=N
 @decomposition(aten.upsample_trilinear3d.default)
 def upsample_trilinear3d(x, output_size, align_corners, scales_d=None, scales_h=None, scales_w=None):
     return _upsample_linear(x, output_size, align_corners, [scales_d, scales_h, scales_w])
+
+
+@decomposition(aten.cudnn_grid_sampler.default)
+def cudnn_grid_sampler(x, grid):
+    """cuDNN's sampler, which grid_sample picks on CUDA: bilinear, zero padding, corners aligned."""
+    return aten.grid_sampler_2d.default(x, grid, 0, 0, True)

@@ -308,6 +308,8 @@ NOT_HARVESTED = {
     aten._scaled_dot_product_flash_attention.default,
     aten.embedding.default,  # eager's CPU embedding is a CompositeExplicit kernel reached above the mode
     aten.cudnn_batch_norm.default, aten.cudnn_batch_norm_backward.default,  # CUDA only: test_cudnn_batch_norm
+    aten.cudnn_grid_sampler.default,  # CUDA only: test_cudnn_grid_sampler
+    aten._use_cudnn_ctc_loss.default, aten._use_cudnn_ctc_loss.Tensor,  # CUDA only: a query, answered False
 } | {op for op, fn in TABLE.items() if fn.__module__ == "kiln.decomp.backward"}  # tests/decomp/test_backward.py
 
 
@@ -344,6 +346,12 @@ def test_cudnn_batch_norm(training):
         torch.testing.assert_close(got, expected)
     else:
         assert mean.numel() == 0 and invstd.numel() == 0
+
+
+def test_cudnn_grid_sampler():
+    x, grid = torch.randn(2, 3, 5, 6), torch.rand(2, 4, 7, 2) * 2 - 1
+    want = F.grid_sample(x, grid, mode="bilinear", padding_mode="zeros", align_corners=True)
+    torch.testing.assert_close(TABLE[aten.cudnn_grid_sampler.default](x, grid), want)
 
 
 def test_every_decomposition_is_exercised():
