@@ -55,6 +55,7 @@ _BINARY = {
 COSTLY_OPS = frozenset(_UNARY_FLOAT) - {"floor", "ceil", "trunc", "round", "frac", "isnan", "isinf", "isfinite",
                                         "signbit"} | {"truediv", "floordiv", "truncdiv", "mod", "fmod", "pow", "atan2", "hypot"}
 _TMP = re.compile(r"\btmp\d+\b")
+_ROW_VAR = re.compile(r"\bq\d+\b")  # canonical row variables in structural keys (rows.py)
 
 
 # pow(x, c) for the exponents ATen's CPU kernel special-cases (results bit-equal to eager)
@@ -142,11 +143,13 @@ class CppOps(OpsHandler):
         if per_element and vid in rows.stores:
             self.out.append(f"{rows.stores[vid]}[{rows.index}] = {name};")
         if per_element:
-            rows.computed.setdefault(vid, dtype)
-            if costly:
-                rows.costly.add(vid)
-            for arg in _TMP.findall(key):
-                rows.users.setdefault(self.ids[arg], set()).add(vid)
+            args = [self.ids[a] for a in _TMP.findall(key)]
+            for arg in args:
+                rows.users.setdefault(arg, set()).add(vid)
+            if _ROW_VAR.search(key) or any(a in rows.computed for a in args):  # differs along the row
+                rows.computed.setdefault(vid, dtype)
+                if costly:
+                    rows.costly.add(vid)
         val = CppVal(name, dtype)
         self.cse[cse_key] = val
         self.ids[name] = vid

@@ -37,7 +37,7 @@ class MemberRows:
     loads: dict = dataclasses.field(default_factory=dict)  # value id -> row array it reads from
     stores: dict = dataclasses.field(default_factory=dict)  # value id -> row array it writes to
     # recorded by CppOps: value ids computed per row element, the costly ones, their users, sinks
-    computed: dict = dataclasses.field(default_factory=dict)  # value id -> dtype
+    computed: dict = dataclasses.field(default_factory=dict)  # id -> dtype of values that vary along the row
     costly: set = dataclasses.field(default_factory=set)
     users: dict = dataclasses.field(default_factory=dict)  # value id -> ids of values computed from it
     sinks: set = dataclasses.field(default_factory=set)  # ids stored or reduced
