@@ -157,7 +157,11 @@ def softmax(x, dim, half_to_float):
     if shifted is NotImplemented:
         return NotImplemented
     e = aten.exp.default(shifted)
-    out = aten.div.Tensor(e, aten.sum.dim_IntList(e, [dim], True))
+    total = aten.sum.dim_IntList(e, [dim], True)
+    if x.device.type == "cpu":  # as ATen's CPU kernels: times the reciprocal (one division per row)
+        out = aten.mul.Tensor(e, aten.reciprocal.default(total))
+    else:  # as ATen's CUDA kernels: a division per element
+        out = aten.div.Tensor(e, total)
     return to_dtype(out, out_dtype)
 
 

@@ -59,6 +59,23 @@ def test_max_min_propagate_nan(op, dim):
     run(lambda t: getattr(torch, op)(t, dim), x)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int32])
+def test_vectorized_max_min_special_rows(dtype, tmp_path):
+    # rows: all -inf, all +inf, one NaN last, one NaN first, -inf and NaN, long (chunked) with a NaN
+    x = torch.randn(6, 5000, dtype=torch.float64) * 100
+    if dtype.is_floating_point:
+        x[0] = float("-inf")
+        x[1] = float("inf")
+        x[2, -1] = float("nan")
+        x[3, 0] = float("nan")
+        x[4, :10] = float("-inf")
+        x[4, 4000] = float("nan")
+    x = x.to(dtype)
+    _, src = run(lambda t: (t.amax(1), t.amin(1), t.amax(), t[:, :40].amin(1)), x, tmp_path=tmp_path)
+    assert "reduction(max:acc0)" in src and "reduction(min:acc0)" in src
+    assert ("acc0_nan" in src) == dtype.is_floating_point
+
+
 def test_sum_over_dim0_is_tiled_with_partial_sums(tmp_path):
     x = torch.randn(300, 200)  # 200 columns: one full tile and a tail; 300 rows: several partials
     n, src = run(lambda t: t.sum(0), x, tmp_path=tmp_path)

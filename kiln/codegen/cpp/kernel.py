@@ -38,6 +38,7 @@ from kiln.codegen.cpp.loops import (
     wants_tiling,
 )
 from kiln.codegen.cpp.ops import CTYPE, CppOps, accumulator_decls
+from kiln.codegen.cpp.rows import plan_rows
 from kiln.loopir.handlers import ReadsWrites, run_body
 from kiln.loopir.nodes import Reduction
 from kiln.schedule.fusion import block_of, split_outer
@@ -67,6 +68,8 @@ class KernelContext:
         self.checks_bounds = False  # set by CppOps.indirect_indexing
         self.subs: dict = {}  # loop variable -> expression (merged loops)
         self.tiled = False  # kernel-local scalars are per-tile arrays indexed by ``xi``
+        self.rows = None  # the member being generated's row caches (rows.MemberRows), if any
+        self.value_ids: dict[str, int] = {}  # structural keys of values (row caches)
         writes = [w for m in group.members for w in m.writes if w not in group.locals]
         reads = [r for m in group.members for r, _ in m.reads if r not in group.locals and r not in writes]
         self.params, self.pointers = kernel_params(reads, writes)
@@ -175,14 +178,20 @@ def generate_kernel(group: FusedGroup, buffers: dict, index: int) -> CppKernel:
     if flat:
         dtypes = {n: b.dtype for n, b in buffers.items()}
         outer, ctx.subs = merge_loops(outer, _all_indices(group, dtypes))
+    row_states, row_decls = [None] * len(group.members), []
+    if not flat and not ctx.tiled and ctx.k > 0 and len(group.members) > 1:
+        row_states, row_decls = plan_rows(ctx, group.members, buffers)
     member_code, work_inner = [], 0
-    for m in group.members:
+    for m, rows in zip(group.members, row_states):
+        ctx.rows = rows
         code, w = (_tiled_member_code if ctx.tiled else _member_code)(ctx, m)
         member_code += code
         work_inner += w
+    ctx.rows = None
     work = math.prod(outer) * max(1, work_inner)
     parallel = work >= PARALLEL_THRESHOLD
     scalars, arrays = _local_decls(ctx, buffers)
+    arrays += row_decls
 
     if ctx.k == 0:
         body = _scalar_group(group, ctx, member_code, parallel)

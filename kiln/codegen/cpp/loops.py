@@ -13,7 +13,9 @@ import math
 
 import sympy
 
-from kiln.codegen.cpp.ops import CTYPE, Red, combine_line, identity_literal, reduction_clause
+from kiln.codegen.cpp.ops import (
+    CTYPE, Red, combine_line, identity_literal, nan_flag, reduction_clause, vector_combine_line,
+)
 from kiln.loopir.index import var
 
 SUM_CHUNK = 4096  # elements a float sum's partial accumulates in a (vectorized) inner loop
@@ -66,8 +68,8 @@ def reduction_loops(rr, body: list[str], red: Red, parallel: bool = False) -> li
     target = f"{red.acc}_p" if partial else red.acc
     clause = reduction_clause(red, target)
     rindex = rindex_linear(rr)
-    nest = ([f"#pragma omp simd {clause}"] if clause else []) + [inner_head] + block(
-        body + [combine_line(red, target, rindex, f"{red.acc}_idx")])
+    combine = vector_combine_line(red, target) if clause else combine_line(red, target, rindex, f"{red.acc}_idx")
+    nest = ([f"#pragma omp simd {clause}"] if clause else []) + [inner_head] + block(body + [combine])
     if partial:
         T = CTYPE[red.dtype]
         nest = block([f"{T} {target} = {identity_literal(red)};"] + nest + [f"{red.acc} = {red.acc} + {target};"])
@@ -75,7 +77,8 @@ def reduction_loops(rr, body: list[str], red: Red, parallel: bool = False) -> li
         clause = reduction_clause(red, red.acc)
         collapse = f" collapse({len(outer)})" if len(outer) > 1 else ""
         outer = [f"#pragma omp parallel for {clause}{collapse}"] + outer
-    return outer + nest
+    flag_decl, flag_fixup = nan_flag(red)
+    return flag_decl + outer + nest + flag_fixup
 
 
 # ------------------------------------------------------------------------------------ tiled groups

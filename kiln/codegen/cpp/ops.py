@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 
 import sympy
 import torch
@@ -48,6 +49,13 @@ _BINARY = {
     "eq": "{} == {}", "ne": "{} != {}", "lt": "{} < {}", "le": "{} <= {}", "gt": "{} > {}", "ge": "{} >= {}",
     "logical_and": "{} && {}", "logical_or": "{} || {}", "logical_xor": "{} != {}",
 }
+
+
+# ops worth keeping in a row cache (rows.py) rather than computing twice: calls and divisions
+COSTLY_OPS = frozenset(_UNARY_FLOAT) - {"floor", "ceil", "trunc", "round", "frac", "isnan", "isinf", "isfinite",
+                                        "signbit"} | {"truediv", "floordiv", "truncdiv", "mod", "fmod", "pow", "atan2", "hypot"}
+_TMP = re.compile(r"\btmp\d+\b")
+_ROW_VAR = re.compile(r"\bq\d+\b")  # canonical row variables in structural keys (rows.py)
 
 
 # pow(x, c) for the exponents ATen's CPU kernel special-cases (results bit-equal to eager)
@@ -109,6 +117,7 @@ class CppOps(OpsHandler):
         self.count = 0
         self.after_reduction = False
         self.redirect: list[list[str]] = []  # bodies of ``masked`` being generated, innermost last
+        self.ids: dict[str, int] = {}  # temporary -> structural value id (row caches: rows.py)
 
     @property
     def out(self) -> list[str]:
@@ -116,16 +125,53 @@ class CppOps(OpsHandler):
             return self.redirect[-1]
         return self.post if self.after_reduction else self.lines
 
-    def _emit(self, expr: str, dtype: torch.dtype) -> CppVal:
-        key = f"{dtype}:{expr}"
-        if key in self.cse:
-            return self.cse[key]
+    def _emit(self, expr: str, dtype: torch.dtype, key: str | None = None, costly: bool = False) -> CppVal:
+        """A temporary ``name = expr``. ``key`` is ``expr`` with canonical row indices (loads, index_expr);
+        with row caches (``ctx.rows``) the value may be loaded from a row array or stored to one."""
+        cse_key = f"{dtype}:{expr}"
+        if cse_key in self.cse:
+            return self.cse[cse_key]
         name = f"tmp{self.count}"
         self.count += 1
+        rows = getattr(self.ctx, "rows", None)
+        key = expr if key is None else key
+        vid = self._value_id(key, dtype) if rows is not None else None
+        per_element = rows is not None and not self.redirect and not self.after_reduction
+        if per_element and vid in rows.loads:
+            expr = f"{rows.loads[vid]}[{rows.index}]"
         self.out.append(f"{CTYPE[dtype]} {name} = {expr};")
+        if per_element and vid in rows.stores:
+            self.out.append(f"{rows.stores[vid]}[{rows.index}] = {name};")
+        if per_element:
+            args = [self.ids[a] for a in _TMP.findall(key)]
+            for arg in args:
+                rows.users.setdefault(arg, set()).add(vid)
+            if _ROW_VAR.search(key) or any(a in rows.computed for a in args):  # differs along the row
+                rows.computed.setdefault(vid, dtype)
+                if costly:
+                    rows.costly.add(vid)
         val = CppVal(name, dtype)
-        self.cse[key] = val
+        self.cse[cse_key] = val
+        self.ids[name] = vid
         return val
+
+    def _value_id(self, key: str, dtype) -> int:
+        """The structural id of a value: its expression with operands replaced by their ids."""
+        text = f"{dtype}:" + _TMP.sub(lambda m: f"#{self.ids[m.group()]}", key)
+        return self.ctx.value_ids.setdefault(text, len(self.ctx.value_ids))
+
+    def _sink(self, value) -> None:
+        """``value`` leaves the body (stored or reduced): row planning keeps it if cached."""
+        rows = getattr(self.ctx, "rows", None)
+        if rows is not None and not self.redirect and not self.after_reduction and str(value) in self.ids:
+            rows.sinks.add(self.ids[str(value)])
+
+    def _row_key(self, text_fn, index) -> str | None:
+        """``text_fn(index)`` with the member's row variables made canonical (None: no row caches)."""
+        rows = getattr(self.ctx, "rows", None)
+        if rows is None:
+            return None
+        return text_fn(index.xreplace(rows.key_subs))
 
     # ---------------------------------------------------------------------------------- math
 
@@ -141,12 +187,13 @@ class CppOps(OpsHandler):
             tmpl = _UNARY_INT.get(op)
         if tmpl is None:
             raise NotImplementedError(f"C++ has no rule for ops.{op} on {x.dtype}")
-        return self._emit(tmpl.format(x.name, T=CTYPE[x.dtype]), dtype)
+        return self._emit(tmpl.format(x.name, T=CTYPE[x.dtype]), dtype, costly=op in COSTLY_OPS)
 
     def binary(self, op, a, b):
         if op == "pow" and a.dtype.is_floating_point and self.constants.get(b.name) in _POW_SPECIAL:
             # ATen computes these scalar exponents with multiplications / sqrt: the same formula here
-            return self._emit(_POW_SPECIAL[self.constants[b.name]].format(a.name, T=CTYPE[a.dtype]), a.dtype)
+            return self._emit(_POW_SPECIAL[self.constants[b.name]].format(a.name, T=CTYPE[a.dtype]), a.dtype,
+                              costly=True)
         tmpl = _BINARY.get(op)
         if op == "truediv" and not a.dtype.is_floating_point:
             raise NotImplementedError("truediv of integers reaches C++ without a cast")
@@ -157,7 +204,7 @@ class CppOps(OpsHandler):
             tmpl = f"std::{fn}({{}}, {{}})"
         if tmpl is None:
             raise NotImplementedError(f"C++ has no rule for ops.{op}")
-        return self._emit(tmpl.format(a.name, b.name), result_dtype(op, a.dtype, b.dtype))
+        return self._emit(tmpl.format(a.name, b.name), result_dtype(op, a.dtype, b.dtype), costly=op in COSTLY_OPS)
 
     # ------------------------------------------------------------------------------ memory
 
@@ -167,9 +214,11 @@ class CppOps(OpsHandler):
         if ptr is None:
             return CppVal(self.ctx.local_scalar(name), dtype)
         idx = self.ctx.rename(self.ctx.local_index(name, index))
-        return self._emit(f"{ptr}[{print_index_c(idx)}]", dtype)
+        key = self._row_key(lambda i: f"{ptr}[{print_index_c(i)}]", sympy.sympify(idx))
+        return self._emit(f"{ptr}[{print_index_c(idx)}]", dtype, key)
 
     def store(self, name, index, value):
+        self._sink(value)
         ptr = self.ctx.pointer(name)
         if ptr is None:
             self.out.append(f"{self.ctx.local_scalar(name)} = {value};")
@@ -188,7 +237,9 @@ class CppOps(OpsHandler):
         return val
 
     def index_expr(self, expr, dtype):
-        return self._emit(f"static_cast<{CTYPE[dtype]}>({print_index_c(self.ctx.rename(sympy.sympify(expr)))})", dtype)
+        expr = self.ctx.rename(sympy.sympify(expr))
+        key = self._row_key(lambda i: f"static_cast<{CTYPE[dtype]}>({print_index_c(i)})", expr)
+        return self._emit(f"static_cast<{CTYPE[dtype]}>({print_index_c(expr)})", dtype, key)
 
     def to_dtype(self, x, dtype):
         if x.dtype == dtype:
@@ -231,6 +282,7 @@ class CppOps(OpsHandler):
 
     def reduction(self, kind, value, dtype):
         """Records the reduction (the loop generator emits its combine step and accumulators)."""
+        self._sink(value)
         acc = f"acc{len(self.reductions)}"
         self.reductions.append(Red(acc, kind, dtype, value.name))
         self.after_reduction = True
@@ -266,12 +318,39 @@ def combine_line(red: Red, target: str, rindex: str, idx_target: str | None = No
 
 def reduction_clause(red: Red, target: str) -> str | None:
     """The OpenMP ``reduction(...)`` clause for ``target``, or None where none is exact (argmax/argmin)."""
+    if split_max_min(red):
+        nan = f" reduction(|:{target}_nan)" if red.dtype.is_floating_point else ""
+        return f"reduction({red.kind}:{target}){nan}"
     op = OMP_REDUCTION_OP.get(red.kind)
     if op is None:
         return None
     if red.kind in ("max", "min") and red.dtype in (torch.bool, torch.float16, torch.bfloat16):
         return None
     return f"reduction({op}:{target})"
+
+
+def split_max_min(red: Red) -> bool:
+    """max/min of float32/float64 (and integers) in vectorized reduction loops: OpenMP's own max/min
+    (vmaxps/vminps) with NaNs seen through a separate flag ``<acc>_nan``, set after the loop
+    (``nan_fixup``) — a third of the instructions of the branch-free NaN-propagating ``kiln_max``."""
+    return red.kind in ("max", "min") and red.dtype not in (torch.bool, torch.float16, torch.bfloat16)
+
+
+def vector_combine_line(red: Red, target: str) -> str:
+    """``combine_line`` for a loop vectorized with ``reduction_clause``."""
+    if not split_max_min(red):
+        return combine_line(red, target, "")
+    v, cmp = red.value, ">" if red.kind == "max" else "<"
+    line = f"{target} = {v} {cmp} {target} ? {v} : {target};"
+    return line + (f" {target}_nan |= ({v} != {v});" if red.dtype.is_floating_point else "")
+
+
+def nan_flag(red: Red) -> tuple[list[str], list[str]]:
+    """(declaration, fix-up after the loop) of the NaN flag of a split max/min, else nothing."""
+    if not (split_max_min(red) and red.dtype.is_floating_point):
+        return [], []
+    nan = c_literal(float("nan"), red.dtype)
+    return [f"int {red.acc}_nan = 0;"], [f"if ({red.acc}_nan) {red.acc} = {nan};"]
 
 
 def accumulator_decls(reductions, suffix: str = "") -> list[str]:
