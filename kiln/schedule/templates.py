@@ -5,11 +5,12 @@ the "max-autotune" modes).
 A pass over a finished ``Schedule`` (Triton targets only). For each ``ExternStep`` of ``aten.mm`` /
 ``aten.addmm`` on 2-D float16/bfloat16/float32 operands it makes a ``MatmulTemplate`` step:
 
-* The *epilogue* is the first step that reads the matmul's result, when it is a ``FusedGroup`` whose
-  members are all pointwise over exactly the (M, N) result space (their loop sizes split into a row
-  part of product M and a column part of product N) and read the result only at the element they
-  compute. The template then runs at the epilogue's position (every input of the epilogue is ready
-  there; nothing reads the result before it) and the epilogue group leaves the schedule.
+* The *epilogue* is the first step reading the matmul's result that is a ``FusedGroup`` whose members
+  are all pointwise over exactly the (M, N) result space (their loop sizes split into a row part of
+  product M and a column part of product N) and read the result only at the element they compute.
+  The template runs at the position of the result's first reader (nothing reads the result before
+  it), so an epilogue that is not the first reader must have all its other inputs computed before
+  that position; the epilogue group leaves the schedule.
 * Otherwise the template has no epilogue and runs at the library call's position.
 * The result is stored (``store_out``) when it is a graph output or another step reads it; else it
   lives only in registers and is never allocated.
@@ -102,6 +103,12 @@ def _step_reads(step) -> set[str]:
     return step.reads
 
 
+def _step_writes(step) -> set[str]:
+    if isinstance(step, ExternStep):
+        return set(step.node.writes)
+    return step.writes
+
+
 def fuse_matmul_templates(sched: Schedule, buffers: dict, output_names: set[str]) -> Schedule:
     """``sched`` with every eligible matmul call turned into a ``MatmulTemplate`` (see the module doc)."""
     steps = list(sched.steps)
@@ -110,21 +117,40 @@ def fuse_matmul_templates(sched: Schedule, buffers: dict, output_names: set[str]
         if operands is None:
             continue
         out = ext.node.writes[0]
-        readers = [s for s in steps if s is not ext and out in _step_reads(s)]
-        first = min(readers, key=steps.index) if readers else None
-        row_dims = epilogue_split(first, out, buffers[out]) if isinstance(first, FusedGroup) else None
-        epilogue = first if row_dims is not None else None
+        readers = sorted((s for s in steps if s is not ext and out in _step_reads(s)), key=steps.index)
+        epilogue, row_dims = _pick_epilogue(steps, readers, out, buffers)
         store_out = out in output_names or any(r is not epilogue for r in readers)
-        t = MatmulTemplate(ext.node, epilogue, 0, *operands, out=out, store_out=store_out,
-                           row_dims=row_dims if epilogue is not None else 0)
+        t = MatmulTemplate(ext.node, epilogue, 0, *operands, out=out, store_out=store_out, row_dims=row_dims)
         if epilogue is not None:
-            steps[steps.index(epilogue)] = t
+            steps[steps.index(readers[0])] = t  # the first reader comes right after the template
+            if readers[0] is not epilogue:
+                steps.insert(steps.index(t) + 1, readers[0])
+                steps.remove(epilogue)
             steps.remove(ext)
         else:
             steps[steps.index(ext)] = t
     for i, s in enumerate(steps):
         s.index = i
     return Schedule(steps)
+
+
+def _pick_epilogue(steps, readers, out: str, buffers) -> tuple[FusedGroup | None, int]:
+    """The first reader of ``out`` that can be its epilogue, run where the first reader runs: it
+    must be that reader, or have all its other inputs computed before it."""
+    for group in readers:
+        if not isinstance(group, FusedGroup):
+            continue
+        row_dims = epilogue_split(group, out, buffers[out])
+        if row_dims is None:
+            continue
+        if group is readers[0]:
+            return group, row_dims
+        first = steps.index(readers[0])
+        before = set().union(*(_step_writes(s) for s in steps[:first]))
+        later = set().union(*(_step_writes(s) for s in steps[first:]))
+        if not ((group.reads - {out}) & later - before):
+            return group, row_dims
+    return None, 0
 
 
 def matmul_operands(kernel):

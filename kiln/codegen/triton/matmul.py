@@ -172,7 +172,7 @@ def _mainloop(t: MatmulTemplate, ptr: dict, wide: bool, dot_precision: str | Non
         "    else:",
         f"        a = tl.load(a_ptrs, mask=rk[None, :] < {k} - k, other=0.0)",
         f"        b = tl.load(b_ptrs, mask=rk[:, None] < {k} - k, other=0.0)",
-        f"    acc += tl.dot(a, b{prec})",
+        f"    acc += tl.dot(kh.dot_operand(a), kh.dot_operand(b){prec})",
         f"    a_ptrs += BLOCK_K * {sak}" if sak else "    pass",
         f"    b_ptrs += BLOCK_K * {sbk}" if sbk else "    pass",
     ]
