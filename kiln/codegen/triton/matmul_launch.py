@@ -17,6 +17,7 @@ import json
 import torch
 
 from kiln.codegen.triton.launch import FastLaunch, _save_raw, _saved_raw
+from kiln.debug.stats import stats
 
 # (BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, num_warps, num_stages), the usual first pick first
 STANDARD_CONFIGS = [
@@ -151,6 +152,7 @@ class MatmulChoice:
                 self._load(saved)
 
     def _take(self, what, note: str = ""):
+        stats.matmul_choices["library" if what == "library" else "template"] += 1
         if what == "library":
             self.run, self.picked = self.library, "library"
         else:
