@@ -69,9 +69,30 @@ def describe_kernels(kernels: dict) -> list[str]:
 
 
 def _op_list(group) -> list[str]:
-    from kiln.codegen.common import op_names
+    """The scalar ops of a group's bodies, in order (its buffers' origins name only the op that realized them)."""
+    import re
 
-    return op_names([o for m in group.members for o in m.node.origins if o is not None]) or [m.name for m in group.members]
+    from kiln.loopir.handlers import Printer, run_body
+
+    ops = []
+    for m in group.members:
+        p = Printer(_AnyDtype())
+        run_body(m.node, p)
+        for line in p.lines:
+            for op in re.findall(r"= (\w+)\(", line):
+                if op not in _PLUMBING and op not in ops:
+                    ops.append(op)
+    return ops or [m.name for m in group.members]
+
+
+_PLUMBING = {"load", "store", "constant", "index_expr", "to_dtype"}
+
+
+class _AnyDtype(dict):
+    def __missing__(self, key):
+        import torch
+
+        return torch.float32
 
 
 def module_source(kernels: dict) -> str:

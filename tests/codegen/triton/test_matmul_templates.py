@@ -222,3 +222,17 @@ def test_saved_choice_is_loaded(tmp_path):
     assert isinstance(choice.run.config, MatmulConfig)
     k.fn = choice  # the wrapper calls it: the saved template config runs under the interpreter
     torch.testing.assert_close(compiled(*args), f(*args), atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("mode", ["max-autotune", "max-autotune-no-cudagraphs"])
+def test_kiln_compile_modes_use_templates(mode):
+    import kiln
+
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(12, 20), torch.nn.GELU(), torch.nn.Linear(20, 6)).eval()
+    x = torch.randn(3, 5, 12)
+    compiled = kiln.compile(m, mode=mode, options={"cpu_codegen": "triton"})
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), m(x), **F32)
+        text = str(kiln.explain(compiled)(x))
+    assert text.count("matmul template") == 2 and "never allocated" in text, text
