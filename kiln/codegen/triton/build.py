@@ -112,9 +112,20 @@ def load_kernels(kernels: dict, options, interpret: bool) -> str:
         configs = candidate_configs(k, options.triton_max_block)
         k.fn = Launcher(ns[k.name], k, configs, path + ".tune.json" if tune else None,
                         fast_launch=options.triton_fast_launch)
+    leaders: dict[str, MatmulChoice] = {}  # identical templates (a model's repeated layers) tune once
     for k in kernels.values():
         if isinstance(k, MatmulKernel):
-            k.fn = MatmulChoice(ns[k.name], k, kernels.get(k.epilogue_kernel), offline_configs(k, options.triton_max_block),
+            key = _body_key(k)
+            leader = leaders.get(key)
+            fn = leader.fn if leader is not None else ns[k.name]
+            k.fn = MatmulChoice(fn, k, kernels.get(k.epilogue_kernel), offline_configs(k, options.triton_max_block),
                                 None if interpret else path + ".tune.json", options.matmul_choice, interpret,
-                                options.triton_fast_launch)
+                                options.triton_fast_launch, leader=leader)
+            leaders.setdefault(key, k.fn)
     return source
+
+
+def _body_key(k) -> str:
+    """A template kernel's code without its name and comments: equal for the same matmul and epilogue."""
+    lines = [line for line in k.source.splitlines() if not line.lstrip().startswith("#")]
+    return "\n".join(lines).replace(k.name, "KERNEL")

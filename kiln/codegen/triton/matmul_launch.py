@@ -135,9 +135,10 @@ class MatmulChoice:
     """The callable the wrapper calls for a template kernel; see the module docstring."""
 
     def __init__(self, fn, kernel, epilogue, configs, tune_path: str | None, choice: str = "autotune",
-                 interpret: bool = False, fast_launch: bool = True):
+                 interpret: bool = False, fast_launch: bool = True, leader: "MatmulChoice | None" = None):
         self.fn, self.kernel, self.configs, self.tune_path = fn, kernel, configs, tune_path
         self.choice, self.interpret, self.fast_launch = choice, interpret, fast_launch
+        self.leader = leader  # an identical template earlier in the graph: its choice is taken, not re-timed
         self.library = LibraryPath(kernel, epilogue)
         self.timings: dict[str, float] = {}  # path label -> ms, when this process measured them
         self.picked: str | None = None  # "template <config>" | "library"
@@ -169,9 +170,21 @@ class MatmulChoice:
     def __call__(self, *args):
         run = self.run
         if run is None:
-            self._autotune(args)
+            if not self._follow():
+                self._autotune(args)
             run = self.run
         run(args)
+
+    def _follow(self) -> bool:
+        """Take the leader's choice, when it has made one (its kernel's binary is this one's too)."""
+        leader = self.leader
+        if leader is None or leader.picked is None:
+            return False
+        if leader.run is leader.library:
+            self._take("library", f" (as {leader.kernel.name})")
+        else:
+            self._take(leader.run.config, f" (as {leader.kernel.name})")
+        return True
 
     def _autotune(self, args) -> None:
         from triton.testing import do_bench

@@ -236,3 +236,21 @@ def test_kiln_compile_modes_use_templates(mode):
         torch.testing.assert_close(compiled(x), m(x), **F32)
         text = str(kiln.explain(compiled)(x))
     assert text.count("matmul template") == 2 and "never allocated" in text, text
+
+
+def test_identical_templates_share_one_choice():
+    def f(x, w1, w2):
+        return (x @ w1).relu(), (x @ w2).relu()  # two templates with the same code
+
+    from kiln.codegen.triton.matmul_launch import MatmulChoice
+
+    args = [torch.randn(12, 16), torch.randn(16, 20), torch.randn(16, 20)]
+    compiled, cg = compile_fn(f, args, matmul_templates=True)
+    first, second = sorted(templates(cg), key=lambda k: k.template.index)
+    assert second.fn.leader is first.fn and second.fn.fn is first.fn.fn
+    # as on the GPU (no interpreter shortcut): the follower takes the leader's choice instead of timing
+    second.fn = MatmulChoice(first.fn.fn, second, cg.kernels[second.epilogue_kernel], first.fn.configs, None,
+                             leader=first.fn)
+    for g, w in zip(compiled(*args), f(*args)):
+        torch.testing.assert_close(g, w, **F32)
+    assert second.fn.picked == f"{first.fn.picked} (as {first.name})"
