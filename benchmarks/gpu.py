@@ -4,6 +4,8 @@
     python benchmarks/gpu.py --sections kernels    # one part (overhead, kernels, models, compile); --quick: small sizes
     python benchmarks/gpu.py --json out.json
     python benchmarks/gpu.py --sections models --models mlp,hf_bert --dtypes bf16 --backends eager,kiln,kiln_ro
+    python benchmarks/gpu.py --sections models --modes max-autotune   # models also with torch.compile and
+                                                   # kiln max-autotune ("ma"; slow: matmul configs are timed)
 
 Kernels: large fused pointwise, softmax and layer_norm, reported as milliseconds and as achieved
 bandwidth (bytes read + written once) over the device's measured copy bandwidth. Models: inference of
@@ -36,7 +38,9 @@ sys.path.insert(0, ROOT)
 import torch  # noqa: E402
 
 BACKENDS = ("eager", "torch.compile", "torch.compile ro", "kiln", "kiln ro")
+MODE_BACKENDS = {"max-autotune": ("torch.compile ma", "kiln ma")}  # --modes: extra columns of the models section
 BACKENDS_SELECTED = BACKENDS  # --backends
+MODEL_EXTRA: tuple = ()  # --modes
 
 
 # --------------------------------------------------------------------------------------- timing
@@ -68,11 +72,12 @@ def make_compiled(backend: str, fn):
     """``fn`` compiled by ``backend``; the caller resets compiler state between backends."""
     if backend == "eager":
         return fn
+    mode = {"ro": "reduce-overhead", "ma": "max-autotune"}.get(backend.split()[-1])
     if backend.startswith("torch.compile"):
-        return torch.compile(fn, mode="reduce-overhead" if backend.endswith("ro") else None)
+        return torch.compile(fn, mode=mode)
     import kiln
 
-    return kiln.compile(fn, mode="reduce-overhead" if backend.endswith("ro") else None)
+    return kiln.compile(fn, mode=mode)
 
 
 def reset_all():
@@ -164,7 +169,8 @@ def kiln_notes() -> dict:
     st = kiln.stats
     return {"graphs": st.graphs, "graph_breaks": sum(st.graph_breaks.values()),
             "recompilations": sum(st.recompilations.values()), "eager_frames": dict(st.eager_fallbacks),
-            "aten_fallbacks": dict(st.aten_fallbacks), "kernels": st.kernels_generated}
+            "aten_fallbacks": dict(st.aten_fallbacks), "kernels": st.kernels_generated,
+            "matmul_choices": dict(st.matmul_choices)}
 
 
 # ------------------------------------------------------------------------------------- sections
@@ -313,7 +319,7 @@ def run_models(quick: bool, only: list[str] | None, dtypes=(torch.float32, torch
                 model = model.to(dtype)
             args = tuple(a.to("cuda", dtype) if a.is_floating_point() else a.to("cuda") for a in args)
             ref64 = fp64_reference(model, args)
-            res = bench_backends(model, args, backends=BACKENDS_SELECTED, iters=20, ref64=ref64)
+            res = bench_backends(model, args, backends=BACKENDS_SELECTED + MODEL_EXTRA, iters=20, ref64=ref64)
             del ref64
             rows.append({"case": label, "results": res})
             _print_row(label, res)
@@ -360,13 +366,17 @@ def probe(name: str, quick: bool) -> None:
 # --------------------------------------------------------------------------------------- report
 
 
+def columns() -> tuple:
+    return BACKENDS + MODEL_EXTRA
+
+
 def _short(dtype) -> str:
     return {torch.float32: "f32", torch.bfloat16: "bf16", torch.float16: "f16"}[dtype]
 
 
 def _print_row(name, res, extra=None):
     cells = []
-    for b in BACKENDS:
+    for b in columns():
         r = res.get(b, {})
         if b not in res:
             cells.append(f"{'-':>9}")
@@ -388,6 +398,8 @@ def _print_notes(res):
         elif not r.get("matches_eager"):
             print(f"    {b}: differs: {r.get('error_vs_reference')}")
         notes = r.get("kiln")
+        if notes and notes.get("matmul_choices"):
+            print(f"    {b}: matmul templates by path picked: {notes['matmul_choices']}")
         if notes and b == "kiln":
             fallbacks = "; ".join(f"{k} x{v}" for k, v in list(notes["aten_fallbacks"].items())[:6]) or "none"
             print(f"    kiln: {notes['graphs']} graphs, {notes['graph_breaks']} breaks, "
@@ -398,7 +410,7 @@ def _print_notes(res):
 
 def geomean_speedups(rows) -> dict:
     out = {}
-    for b in BACKENDS[1:]:
+    for b in columns()[1:]:
         ratios = [r["results"]["eager"]["ms"] / r["results"][b]["ms"] for r in rows
                   if "results" in r and "ms" in r["results"].get(b, {}) and "ms" in r["results"].get("eager", {})]
         if ratios:
@@ -413,6 +425,8 @@ def main() -> int:
     parser.add_argument("--dtypes", default="f32,bf16", help="model dtypes: f32,bf16")
     parser.add_argument("--backends", default=",".join(b.replace(" ", "_") for b in BACKENDS),
                         help="comma-separated backends (spaces as _): " + ",".join(b.replace(" ", "_") for b in BACKENDS))
+    parser.add_argument("--modes", default="", help="extra compile modes for the models section: "
+                        + ",".join(MODE_BACKENDS) + " (torch.compile and kiln with that mode; off by default: slow)")
     parser.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
     parser.add_argument("--json", default=None)
     parser.add_argument("--probe", default=None, help=argparse.SUPPRESS)
@@ -427,8 +441,12 @@ def main() -> int:
         probe(args.probe, args.quick)
         return 0
     sections = set(args.sections.split(","))
-    global BACKENDS_SELECTED
+    global BACKENDS_SELECTED, MODEL_EXTRA
     BACKENDS_SELECTED = tuple(b.replace("_", " ") for b in args.backends.split(",") if b)
+    modes = [m for m in args.modes.split(",") if m]
+    if set(modes) - set(MODE_BACKENDS):
+        parser.error(f"unknown modes {sorted(set(modes) - set(MODE_BACKENDS))}; known: {list(MODE_BACKENDS)}")
+    MODEL_EXTRA = tuple(b for m in modes for b in MODE_BACKENDS[m])
     unknown = set(BACKENDS_SELECTED) - set(BACKENDS)
     if unknown:
         parser.error(f"unknown backends {sorted(unknown)}")
@@ -443,7 +461,7 @@ def main() -> int:
     copy_gbs = copy_bandwidth_gbs()
     report["copy_bandwidth_GBs"] = copy_gbs
     print(f"device: {report['device']}   copy bandwidth: {copy_gbs:.0f} GB/s")
-    print(f"{'case (median ms; ! = differs from eager)':<44} " + " ".join(f"{b:>9}" for b in BACKENDS))
+    print(f"{'case (median ms; ! = differs from eager)':<44} " + " ".join(f"{b:>9}" for b in columns()))
     if "overhead" in sections:
         report["overhead"] = run_overhead()
     if "kernels" in sections:

@@ -21,8 +21,9 @@ def compile(model: Callable | None = None, *, backend: str | Callable = "kiln", 
     """Compile a function or nn.Module. Usable as `kiln.compile(f)`, `@kiln.compile` or `@kiln.compile(...)`.
 
     backend: a registered name (see kiln.list_backends()) or a callable (gm, example_inputs) -> callable.
-    mode: None/"default", "reduce-overhead" (CUDA graphs: ``Options.cudagraphs``), "max-autotune",
-        "max-autotune-no-cudagraphs".
+    mode: None/"default", "reduce-overhead" (CUDA graphs: ``Options.cudagraphs``), "max-autotune"
+        (CUDA graphs and Triton matmul templates with fused epilogues: ``Options.matmul_templates``),
+        "max-autotune-no-cudagraphs" (templates only).
     fullgraph: raise GraphBreakError instead of running unsupported code eagerly.
     dynamic: accepted for compatibility; shapes are specialized (static) in this version.
     options: kiln.Options or a dict of its fields.
@@ -34,8 +35,7 @@ def compile(model: Callable | None = None, *, backend: str | Callable = "kiln", 
     if dynamic not in (None, True, False):
         raise TypeError(f"kiln.compile(dynamic=...) takes None, True or False, not {dynamic!r}")
     opts = Options.from_any(options)
-    if mode == "reduce-overhead" and not opts.cudagraphs:
-        opts = opts.replace(cudagraphs=True)
+    opts = options_for_mode(mode, opts)
     backend_name, backend_fn = lookup_backend(backend, opts)
 
     def make(target):
@@ -50,6 +50,16 @@ def compile(model: Callable | None = None, *, backend: str | Callable = "kiln", 
     if model is None:
         return make
     return make(model)
+
+
+def options_for_mode(mode: str | None, opts: Options) -> Options:
+    """The options a mode turns on, on top of ``opts``."""
+    changes = {}
+    if mode in ("reduce-overhead", "max-autotune"):
+        changes["cudagraphs"] = True
+    if mode in ("max-autotune", "max-autotune-no-cudagraphs"):
+        changes["matmul_templates"] = True
+    return opts.replace(**changes) if changes else opts
 
 
 class CompileConfig:

@@ -33,6 +33,9 @@ def _env_choice(name: str, choices: tuple[str, ...], default: str) -> str:
     return raw
 
 
+MATMUL_CHOICES = ("autotune", "template", "library")
+
+
 @dataclasses.dataclass(frozen=True)
 class Options:
     """Knobs of the compiler. Build with ``Options(...)`` or pass a dict as ``kiln.compile(options=...)``.
@@ -55,6 +58,13 @@ class Options:
         (KILN_TRITON_FAST_LAUNCH=0 keeps Triton's launch path for every call).
     cudagraphs: record each CUDA graph's work into CUDA graphs and replay them (set by
         ``kiln.compile(mode="reduce-overhead")``; see ``kiln/codegen/cudagraphs.py``).
+    matmul_templates: with Triton kernels, generate a tiled Triton matmul for each 2-D mm/addmm with the
+        pointwise ops that consume its result fused into it, and use it where it is faster than the
+        library call (cuBLAS) followed by the separate epilogue kernel (set by the "max-autotune"
+        modes; KILN_MATMUL_TEMPLATES=1 turns it on; see ``kiln/schedule/templates.py``).
+    matmul_choice: how a matmul template's path is picked: "autotune" (time the template's configs
+        and the library path on the first call on the GPU, keep the fastest; the interpreter takes
+        the template), "template" or "library" (force one path; KILN_MATMUL_CHOICE).
     """
 
     recompile_limit: int = 8
@@ -70,10 +80,14 @@ class Options:
     triton_max_block: int = 0
     triton_fast_launch: bool = True
     cudagraphs: bool = False
+    matmul_templates: bool = False
+    matmul_choice: str = "autotune"
 
     def __post_init__(self):
         if self.cpu_codegen not in ("cpp", "triton"):
             raise ValueError(f"Options.cpu_codegen must be 'cpp' or 'triton', not {self.cpu_codegen!r}")
+        if self.matmul_choice not in MATMUL_CHOICES:
+            raise ValueError(f"Options.matmul_choice must be one of {list(MATMUL_CHOICES)}, not {self.matmul_choice!r}")
 
     def replace(self, **changes: Any) -> "Options":
         return dataclasses.replace(self, **changes)
@@ -110,6 +124,8 @@ def _read_environment() -> Options:
         cpu_codegen=_env_choice("KILN_CPU_CODEGEN", ("cpp", "triton"), "cpp"),
         triton_autotune=_env_int("KILN_TRITON_AUTOTUNE", 1) != 0,
         triton_fast_launch=_env_int("KILN_TRITON_FAST_LAUNCH", 1) != 0,
+        matmul_templates=_env_int("KILN_MATMUL_TEMPLATES", 0) != 0,
+        matmul_choice=_env_choice("KILN_MATMUL_CHOICE", MATMUL_CHOICES, "autotune"),
     )
 
 

@@ -35,7 +35,8 @@ from kiln.fake import UnsupportedFakeOp
 from kiln.lower.graph import lower_graph
 from kiln.lower.registry import Unlowerable
 from kiln.options import Options, default_options
-from kiln.schedule.scheduler import FusedGroup, schedule
+from kiln.schedule.scheduler import ExternStep, schedule
+from kiln.schedule.templates import fuse_matmul_templates, template_steps
 
 PRELUDE = os.path.join(os.path.dirname(__file__), "..", "codegen", "cpp", "prelude.h")
 
@@ -52,9 +53,11 @@ class CompiledGraph:
     def explain(self) -> str:
         what = "C++" if self.target == "cpp" else "Triton"
         lines = [f"generated {len(self.kernels)} {what} kernel(s) ({self.target}):"]
-        for k in self.kernels.values():
-            lines.append(f"  {k.name}: fuses {len(k.origins)} op(s)")
-        externs = [s for s in self.sched.steps if not isinstance(s, FusedGroup)]
+        if self.target == "cpp":
+            lines += [f"  {k.name}: fuses {len(k.origins)} op(s)" for k in self.kernels.values()]
+        else:
+            lines += triton_build.describe_kernels(self.kernels)
+        externs = [s for s in self.sched.steps if isinstance(s, ExternStep)]
         if externs:
             lines.append(f"ops run by ATen kernels ({len(externs)}):")
             for s in externs:
@@ -85,9 +88,13 @@ def compile_graph(gm, options: Options, target: str = "cpp") -> CompiledGraph:
     can_fuse = triton_build.can_fuse(options) if triton else None
     with stats.timed("schedule"):
         sched = schedule(lg.nodes, buffers, output_names, fuse=options.fusion, can_fuse=can_fuse)
+        if triton and options.matmul_templates:
+            sched = fuse_matmul_templates(sched, buffers, output_names)
     with stats.timed("codegen"):
         if triton:
             kernels = triton_build.generate_kernels(sched.groups(), buffers, options)
+            kernels.update(triton_build.generate_templates(template_steps(sched), buffers, options, len(kernels),
+                                                           interpret=target == "triton-interpreted"))
         else:
             kernels = {}
             for i, step in enumerate(sched.groups()):

@@ -12,7 +12,7 @@ import torch
 from torch.utils._pytree import tree_map
 
 from kiln.loopir.nodes import ComputedBuffer, ConstantBuffer, ExternOutput, InputBuffer, Stored
-from kiln.schedule.scheduler import ExternStep, FusedGroup, Schedule
+from kiln.schedule.scheduler import ExternStep, Schedule
 
 
 @dataclasses.dataclass
@@ -79,11 +79,11 @@ class WrapperGen:
         pool: dict[tuple, list[str]] = {}
         body: list[str] = []
         for i, step in enumerate(self.sched.steps):
-            if isinstance(step, FusedGroup):
+            if not isinstance(step, ExternStep):  # a fused group or a matmul template: one kernel
                 kernel = self.kernels[step.name]
                 for name, kind in kernel.params:
                     b = self.buffers[name]
-                    if kind == "out" and isinstance(b, ComputedBuffer):
+                    if kind == "out" and isinstance(b, (ComputedBuffer, ExternOutput)):
                         body.append(self._alloc(b, pool))
                 fn = self.const(kernel.fn, "k")
                 call = self.kernel_call(fn, [name for name, _ in kernel.params])
@@ -148,7 +148,7 @@ class WrapperGen:
         last: dict[str, int] = {}
         extern_inputs: set[str] = set()
         for i, step in enumerate(self.sched.steps):
-            if isinstance(step, FusedGroup):
+            if not isinstance(step, ExternStep):
                 names = [n for n, _ in self.kernels[step.name].params]
             else:
                 names = list(step.node.read_names) + list(step.node.writes)

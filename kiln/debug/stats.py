@@ -17,6 +17,7 @@ class Stats:
     kernels_generated / aten_fallbacks: filled in by code generation (fallbacks by op and reason).
     kernel_compiles / kernel_cache_hits: kernel libraries built by the system compiler / found in the
     disk cache.
+    matmul_choices: matmul templates by the path picked ("template" or "library"; max-autotune).
     seconds: time spent per stage.
     """
 
@@ -36,6 +37,7 @@ class Stats:
         self.aten_fallbacks: collections.Counter[str] = collections.Counter()
         self.kernel_compiles = 0
         self.kernel_cache_hits = 0
+        self.matmul_choices: collections.Counter[str] = collections.Counter()
         self.seconds: collections.Counter[str] = collections.Counter()
 
     @contextlib.contextmanager
@@ -58,6 +60,7 @@ class Stats:
             "eager_fallbacks": dict(self.eager_fallbacks),
             "kernels_generated": self.kernels_generated,
             "aten_fallbacks": dict(self.aten_fallbacks),
+            "matmul_choices": dict(self.matmul_choices),
             "kernel_compiles": self.kernel_compiles,
             "kernel_cache_hits": self.kernel_cache_hits,
             "seconds": {k: round(v, 6) for k, v in self.seconds.items()},

@@ -47,7 +47,7 @@ class ExternStep:
 
 @dataclasses.dataclass
 class Schedule:
-    steps: list  # FusedGroup | ExternStep, in execution order
+    steps: list  # FusedGroup | ExternStep (| templates.MatmulTemplate), in execution order
 
     def groups(self) -> list[FusedGroup]:
         return [s for s in self.steps if isinstance(s, FusedGroup)]
@@ -59,6 +59,8 @@ class Schedule:
                 names = ", ".join(m.name for m in s.members)
                 local = f"  local: {', '.join(sorted(s.locals))}" if s.locals else ""
                 lines.append(f"kernel {s.name}: [{names}] outer {s.outer}{local}")
+            elif hasattr(s, "describe"):  # a step made by a later pass (schedule/templates.py)
+                lines.append(s.describe())
             else:
                 lines.append(f"extern {s.node.name}: {s.node.node.op}")
         return "\n".join(lines)

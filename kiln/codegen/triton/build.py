@@ -5,6 +5,8 @@ import functools
 
 from kiln.codegen.triton.kernel import fusable, generate_kernel
 from kiln.codegen.triton.launch import Launcher, candidate_configs
+from kiln.codegen.triton.matmul import MatmulKernel, generate_matmul
+from kiln.codegen.triton.matmul_launch import MatmulChoice, offline_configs
 from kiln.codegen.triton.runtime import MODULE_HEADER, load_module
 
 
@@ -26,6 +28,73 @@ def generate_kernels(groups, buffers, options) -> dict:
     return kernels
 
 
+def generate_templates(templates, buffers, options, first_index: int, interpret: bool) -> dict:
+    """The kernels of matmul templates (``schedule/templates.py``): each template's own, and before it
+    its epilogue group's kernel, which the library path runs after the library call."""
+    import torch
+
+    precision = "tf32" if not interpret and torch.backends.cuda.matmul.allow_tf32 else "ieee"
+    kernels, index = {}, first_index
+    for t in templates:
+        if t.epilogue is not None:
+            ek = generate_kernel(t.epilogue, buffers, index, options.triton_persistent_max)
+            t.epilogue.name, kernels[ek.name], index = ek.name, ek, index + 1
+        k = generate_matmul(t, buffers, index, precision)
+        k.epilogue_kernel = t.epilogue.name if t.epilogue is not None else None
+        t.name, kernels[k.name], index = k.name, k, index + 1
+    return kernels
+
+
+def describe_kernels(kernels: dict) -> list[str]:
+    """``explain``'s lines for the kernels: what each fuses; templates with their epilogue and choice."""
+    library_path = {k.epilogue_kernel: k.name for k in kernels.values()
+                    if isinstance(k, MatmulKernel) and k.epilogue_kernel}
+    lines = []
+    for k in kernels.values():
+        if isinstance(k, MatmulKernel):
+            t = k.template
+            m, n, kk = t.shape
+            epi = t.epilogue
+            what = f"epilogue {', '.join(op for op in _op_list(epi))}" if epi is not None else "no epilogue"
+            lines.append(f"  {k.name}: matmul template, {t.kind} {m}x{n}x{kk} {str(k.dtype).replace('torch.', '')}, "
+                         f"{what}" + ("" if t.store_out else f"; {t.out} never allocated"))
+            choice = k.fn.explain() if k.fn is not None else "not loaded"
+            lines.append(f"    choice: {choice}")
+        elif k.name in library_path:
+            lines.append(f"  {k.name}: fuses {len(k.origins)} op(s) (epilogue of {library_path[k.name]} "
+                         f"on its library path)")
+        else:
+            lines.append(f"  {k.name}: fuses {len(k.origins)} op(s)")
+    return lines
+
+
+def _op_list(group) -> list[str]:
+    """The scalar ops of a group's bodies, in order (its buffers' origins name only the op that realized them)."""
+    import re
+
+    from kiln.loopir.handlers import Printer, run_body
+
+    ops = []
+    for m in group.members:
+        p = Printer(_AnyDtype())
+        run_body(m.node, p)
+        for line in p.lines:
+            for op in re.findall(r"= (\w+)\(", line):
+                if op not in _PLUMBING and op not in ops:
+                    ops.append(op)
+    return ops or [m.name for m in group.members]
+
+
+_PLUMBING = {"load", "store", "constant", "index_expr", "to_dtype"}
+
+
+class _AnyDtype(dict):
+    def __missing__(self, key):
+        import torch
+
+        return torch.float32
+
+
 def module_source(kernels: dict) -> str:
     return MODULE_HEADER + "\n\n" + "\n\n".join(k.source for k in kernels.values())
 
@@ -38,7 +107,25 @@ def load_kernels(kernels: dict, options, interpret: bool) -> str:
     ns, path = load_module(source, options, interpret)
     tune = options.triton_autotune and not interpret
     for k in kernels.values():
+        if isinstance(k, MatmulKernel):
+            continue
         configs = candidate_configs(k, options.triton_max_block)
         k.fn = Launcher(ns[k.name], k, configs, path + ".tune.json" if tune else None,
                         fast_launch=options.triton_fast_launch)
+    leaders: dict[str, MatmulChoice] = {}  # identical templates (a model's repeated layers) tune once
+    for k in kernels.values():
+        if isinstance(k, MatmulKernel):
+            key = _body_key(k)
+            leader = leaders.get(key)
+            fn = leader.fn if leader is not None else ns[k.name]
+            k.fn = MatmulChoice(fn, k, kernels.get(k.epilogue_kernel), offline_configs(k, options.triton_max_block),
+                                None if interpret else path + ".tune.json", options.matmul_choice, interpret,
+                                options.triton_fast_launch, leader=leader)
+            leaders.setdefault(key, k.fn)
     return source
+
+
+def _body_key(k) -> str:
+    """A template kernel's code without its name and comments: equal for the same matmul and epilogue."""
+    lines = [line for line in k.source.splitlines() if not line.lstrip().startswith("#")]
+    return "\n".join(lines).replace(k.name, "KERNEL")

@@ -80,6 +80,12 @@ def signbit(x):
     return tl.core.tensor(handle, ty)
 
 
+def dot_operand(x):
+    """A ``tl.dot`` operand the interpreter multiplies right: its dot multiplies bfloat16 blocks as
+    their integer bit patterns, so they go in as float32 (exact)."""
+    return x.to(tl.float32) if x.dtype == tl.bfloat16 else x
+
+
 def to_bfloat16(x):
     """float32 -> bfloat16 rounding to nearest even, as the GPU does (the interpreter truncates)."""
     data = np.ascontiguousarray(_data(x)).astype(np.float32)

@@ -179,27 +179,36 @@ def _has_hooks(chain) -> bool:
     return chain is not None and bool(getattr(chain, "calls", True))
 
 
-def _saved_choice(path: str, name: str, configs) -> LaunchConfig | None:
+def _saved_raw(path: str, name: str):
+    """What was saved under ``name`` in the tune file at ``path`` (None when nothing was)."""
     try:
         with open(path) as f:
-            saved = json.load(f).get(name)
-    except (OSError, ValueError):
+            return json.load(f).get(name)
+    except (OSError, ValueError, AttributeError):
         return None
-    if saved is None:
+
+
+def _save_raw(path: str, name: str, value) -> None:
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        data = {}
+    data[name] = value
+    directory = os.path.dirname(path)
+    fd, tmp = tempfile.mkstemp(suffix=".json", dir=directory)
+    with os.fdopen(fd, "w") as f:
+        json.dump(data, f)
+    os.replace(tmp, path)
+
+
+def _saved_choice(path: str, name: str, configs) -> LaunchConfig | None:
+    saved = _saved_raw(path, name)
+    if not isinstance(saved, list):
         return None
     cfg = LaunchConfig(*saved)
     return cfg if cfg in configs else None
 
 
 def _save_choice(path: str, name: str, cfg: LaunchConfig) -> None:
-    try:
-        with open(path) as f:
-            data = json.load(f)
-    except (OSError, ValueError):
-        data = {}
-    data[name] = cfg.as_list()
-    directory = os.path.dirname(path)
-    fd, tmp = tempfile.mkstemp(suffix=".json", dir=directory)
-    with os.fdopen(fd, "w") as f:
-        json.dump(data, f)
-    os.replace(tmp, path)
+    _save_raw(path, name, cfg.as_list())

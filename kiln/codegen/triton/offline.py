@@ -13,6 +13,8 @@ from __future__ import annotations
 import torch
 
 from kiln.codegen.triton.launch import candidate_configs
+from kiln.codegen.triton.matmul import CONSTEXPRS
+from kiln.codegen.triton.matmul_launch import offline_configs
 
 _SIG = {
     torch.float32: "fp32", torch.float64: "fp64", torch.float16: "fp16", torch.bfloat16: "bf16",
@@ -26,6 +28,9 @@ def kernel_signature(kernel, buffers) -> dict:
     sig = {}
     for i, (name, kind) in enumerate(kernel.params):
         sig[_pointer_name(kernel, i)] = "*" + _SIG[buffers[name].dtype]
+    if kernel.style == "matmul":
+        sig.update({name: "constexpr" for name in CONSTEXPRS})
+        return sig
     sig["XBLOCK"] = "constexpr"
     if kernel.style != "pointwise":
         sig["RBLOCK"] = "constexpr"
@@ -54,17 +59,28 @@ def compile_for_gpu(cg, arch: int = 90, options=None, all_configs: bool = False)
     results = {}
     for k in cg.kernels.values():
         sig = kernel_signature(k, buffers)
-        configs = candidate_configs(k, options.triton_max_block)
         error = None
-        for cfg in configs if all_configs else configs[:1]:
-            consts = {"XBLOCK": cfg.XBLOCK}
-            if "RBLOCK" in sig:
-                consts["RBLOCK"] = cfg.RBLOCK
+        for consts, opts in _launches(k, sig, options, all_configs):
             try:
-                triton.compile(ASTSource(ns[k.name], sig, constexprs=consts), target=target,
-                               options={"num_warps": cfg.num_warps})
+                triton.compile(ASTSource(ns[k.name], sig, constexprs=consts), target=target, options=opts)
             except Exception as exc:  # the compiler's error is the result
                 error = f"{type(exc).__name__}: {exc}"
                 break
         results[k.name] = error
     return results
+
+
+def _launches(kernel, sig, options, all_configs: bool):
+    """(constexprs, compile options) of the configs to compile."""
+    if kernel.style == "matmul":
+        configs = offline_configs(kernel, options.triton_max_block)
+        k = kernel.shape[2]
+        for cfg in configs if all_configs else configs[:1]:
+            yield dict(zip(CONSTEXPRS, cfg.constexprs(k))), {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages}
+        return
+    configs = candidate_configs(kernel, options.triton_max_block)
+    for cfg in configs if all_configs else configs[:1]:
+        consts = {"XBLOCK": cfg.XBLOCK}
+        if "RBLOCK" in sig:
+            consts["RBLOCK"] = cfg.RBLOCK
+        yield consts, {"num_warps": cfg.num_warps}

@@ -58,6 +58,7 @@ def _target_names(interpret: bool) -> dict:
         exec(compile(f.read(), _HELPERS_PATH, "exec"), helpers.__dict__)
     if interpret:
         helpers.to_bfloat16 = libdevice.to_bfloat16
+        helpers.dot_operand = libdevice.dot_operand
     names["kh"] = helpers
     return names
 

@@ -53,3 +53,26 @@ def test_rounding_divisions_compile_for_sm90():
     assert "div_rn" in cg.source  # IEEE division before trunc: '/' is approximate on the GPU
     errors = compile_for_gpu(cg)
     assert errors and all(e is None for e in errors.values()), errors
+
+
+def test_matmul_template_signature():
+    from kiln.codegen.triton.matmul import CONSTEXPRS, MatmulKernel
+
+    _, cg = compile_fn(lambda a, b: (a @ b).relu(), [torch.randn(20, 24), torch.randn(24, 18)], matmul_templates=True)
+    (k,) = [k for k in cg.kernels.values() if isinstance(k, MatmulKernel)]
+    sig = kernel_signature(k, cg.lg.buffers())
+    assert sig == {"in_ptr0": "*fp32", "in_ptr1": "*fp32", "out_ptr0": "*fp32", **{c: "constexpr" for c in CONSTEXPRS}}
+
+
+@needs_ptxas
+def test_matmul_templates_compile_for_sm90():
+    a, b, bias, r = torch.randn(40, 70).bfloat16(), torch.randn(50, 70).bfloat16(), torch.randn(50).bfloat16(), \
+        torch.randn(40, 50).bfloat16()
+    c, d = torch.randn(33, 17), torch.randn(17, 9)
+
+    def f(a, b, bias, r, c, d):
+        return torch.nn.functional.gelu(torch.addmm(bias, a, b.t())) + r, c @ d
+
+    _, cg = compile_fn(f, [a, b, bias, r, c, d], matmul_templates=True)
+    errors = compile_for_gpu(cg)  # bf16 addmm + epilogue, its library-path epilogue, f32 mm
+    assert len(errors) == 3 and all(e is None for e in errors.values()), errors
