@@ -155,6 +155,8 @@ def codegen_target(example_inputs, options: Options, gm=None) -> tuple[str | Non
     if not tensors and gm is not None:
         tensors = [v for node in gm.graph.nodes
                    if isinstance(v := node.meta.get("example_value", node.meta.get("val")), torch.Tensor)]
+        tensors += [v for node in gm.graph.nodes if node.op == "get_attr"
+                    and isinstance(v := getattr(gm, node.target, None), torch.Tensor)]
     devices = {t.device.type for t in tensors}
     if len(devices) > 1:
         return None, f"inputs on several device types ({', '.join(sorted(devices))}) run through ATen kernels"
@@ -188,11 +190,10 @@ class GraphCompiler:
 
     def __call__(self, gm, example_inputs, role: str = "graph"):
         target = self.target
-        if not any(isinstance(x, torch.Tensor) for x in example_inputs):
-            # a graph without tensor inputs runs where its tensors are made (torch.zeros(3, device="cuda"))
-            made = {v.device.type for n in gm.graph.nodes if isinstance(v := n.meta.get("val"), torch.Tensor)}
-            if made == {"cuda"} and target != "triton" and triton_available() is None:
-                target = "triton"
+        devices = {x.device.type for x in example_inputs if isinstance(x, torch.Tensor)}
+        devices |= {v.device.type for n in gm.graph.nodes if isinstance(v := n.meta.get("val"), torch.Tensor)}
+        if devices == {"cuda"} and target != "triton" and triton_available() is None:
+            target = "triton"  # everything is on the GPU, though the captured graph had no tensor inputs
         try:
             cg = compile_graph(gm, self.options, target)
         except Unlowerable as exc:

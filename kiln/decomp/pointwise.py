@@ -167,3 +167,33 @@ def heaviside(x, values):
     zero = aten.eq.Scalar(x, 0)
     pos = to_dtype(aten.gt.Scalar(x, 0), torch.result_type(x, values))
     return aten.where.self(zero, to_dtype(values, pos.dtype), pos)
+
+
+_REDUCED_FLOATS = (torch.bfloat16, torch.float16)
+
+
+@decomposition(aten.div.Tensor_mode)
+def div_rounding_reduced_float(a, b, *, rounding_mode=None):
+    """Rounding division of bfloat16/float16 tensors as eager's kernels compute it: every step rounded
+    to the dtype (trunc of the rounded quotient; floor through fmod and a correction step). The float32
+    quotient rounded once gives other integers near ties (2.999 -> 2, where eager's 3.0 -> 3).
+    A divisor that is one number (a Python scalar, or on the CPU a one-element tensor) takes eager's
+    float32 path instead, which the lowering computes."""
+    if rounding_mode is None or not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
+        return NotImplemented
+    dtype = torch.promote_types(a.dtype, b.dtype)
+    if dtype not in _REDUCED_FLOATS or (b.numel() <= 1 and b.device.type == "cpu"):
+        return NotImplemented
+    a, b = to_dtype(a, dtype), to_dtype(b, dtype)
+    quotient = aten.div.Tensor(a, b)
+    if rounding_mode == "trunc":
+        return aten.trunc.default(quotient)
+    mod = aten.fmod.Tensor(a, b)
+    div = aten.div.Tensor(aten.sub.Tensor(a, mod), b)
+    wrong_sign = aten.logical_and.default(aten.ne.Scalar(mod, 0), aten.ne.Tensor(aten.lt.Scalar(b, 0), aten.lt.Scalar(mod, 0)))
+    div = aten.where.self(wrong_sign, aten.sub.Scalar(div, 1), div)
+    floor = aten.floor.default(div)
+    floor = aten.where.self(aten.gt.Scalar(aten.sub.Tensor(div, floor), 0.5), aten.add.Scalar(floor, 1), floor)
+    zero = aten.copysign.Tensor(aten.mul.Scalar(div, 0), quotient)
+    result = aten.where.self(aten.ne.Scalar(div, 0), floor, zero)
+    return aten.where.self(aten.eq.Scalar(b, 0), quotient, result)

@@ -1,4 +1,5 @@
 """Shapes at the edges through generated C++: reductions over size-1 dims only, zero-size views."""
+import pytest
 import torch
 import torch.fx as fx
 
@@ -84,3 +85,21 @@ def test_tracing_runs_atens_own_composite_kernels_not_python_ones(monkeypatch):
     ag = aot_trace(gm, [torch.randn(2, 4, 8, 16)] * 3, decompositions=decomposition_table())
     called = {str(n.target) for n in ag.gm.graph.nodes if n.op == "call_function"}
     assert called & {"aten.mm.default", "aten.bmm.default"}, called
+
+
+@pytest.mark.parametrize("codegen", ["cpp", "triton"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_low_precision_rounding_division_equals_eager(codegen, dtype):
+    """Eager rounds every step of a bf16/f16 trunc/floor division to the dtype (a tensor divisor), or
+    computes in float32 (a scalar divisor): bit-exact, near ties included."""
+    import kiln
+    from kiln.options import default_options
+
+    torch.manual_seed(0)
+    a, b = (torch.randn(512) * 20).to(dtype), torch.randn(512).to(dtype)
+    b[:4] = 0
+    options = default_options().replace(cpu_codegen=codegen)
+    for mode in ("trunc", "floor"):
+        for f in (lambda a, b: torch.div(a, b, rounding_mode=mode), lambda a, b: torch.div(a, b[9], rounding_mode=mode),
+                  lambda a, b: torch.div(a, 0.7, rounding_mode=mode)):
+            torch.testing.assert_close(kiln.compile(f, options=options)(a, b), f(a, b), atol=0, rtol=0, equal_nan=True)

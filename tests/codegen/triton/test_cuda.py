@@ -222,10 +222,12 @@ def test_batch_norm_and_instance_norm_on_cuda_match_eager(training):
     torch.testing.assert_close(args[1:], eager_args[1:])
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_trunc_division_is_exact(dtype):
+@pytest.mark.parametrize("mode", ["trunc", "floor"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_rounding_division_is_exact(dtype, mode):
     a, b = cuda(4096, dtype=dtype) * 20, cuda(4096, dtype=dtype)
-    run(lambda a, b: torch.div(a, b, rounding_mode="trunc"), a, b, atol=0, rtol=0)
+    run(lambda a, b: torch.div(a, b, rounding_mode=mode), a, b, atol=0, rtol=0)
+    run(lambda a, b: torch.div(a, b[7], rounding_mode=mode), a, b, atol=0, rtol=0)
 
 
 def test_fx_graph_without_inputs_makes_cuda_tensors_with_triton():
