@@ -11,7 +11,7 @@ import math
 import torch
 
 from kiln.decomp.registry import decomposition
-from kiln.decomp.utils import compute_in_float32, scalar_like, to_dtype, upcast
+from kiln.decomp.utils import compute_in_float32, round_scalar, scalar_like, to_dtype, upcast
 
 aten = torch.ops.aten
 
@@ -198,11 +198,20 @@ def softplus_backward(grad, x, beta, threshold):
 
 
 @decomposition(aten.logit_backward.default)
-@compute_in_float32
 def logit_backward(grad, x, eps=None):
-    # d logit = 1 / (x (1 - x)); outside [eps, 1 - eps] 0 (clamped), outside [0, 1] NaN (no eps)
+    # d logit = 1 / (x (1 - x)); outside [eps, 1 - eps] 0 (clamped), outside [0, 1] NaN (no eps);
+    # the bounds in x's dtype, as the kernel's scalar_t(eps) and scalar_t(1) - eps
+    if eps is None:
+        low, high, fill = 0.0, 1.0, math.nan
+    else:
+        low = round_scalar(eps, x.dtype)
+        high, fill = round_scalar(1.0 - low, x.dtype), 0.0
+    return _logit_backward(grad, x, low, high, fill)
+
+
+@compute_in_float32
+def _logit_backward(grad, x, low, high, fill):
     d = aten.div.Tensor(grad, aten.mul.Tensor(x, aten.rsub.Scalar(x, 1)))
-    low, high, fill = (0.0, 1.0, math.nan) if eps is None else (eps, 1.0 - eps, 0.0)
     outside = aten.logical_or.default(aten.lt.Scalar(x, low), aten.gt.Scalar(x, high))
     return aten.where.self(outside, scalar_like(fill, d), d)
 

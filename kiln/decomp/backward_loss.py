@@ -139,6 +139,38 @@ def multi_margin_loss_backward(grad, x, target, p, margin, weight=None, reductio
     return aten.reshape.default(aten.mul.Tensor(d, g), list(x.shape))
 
 
+@decomposition(aten.multilabel_margin_loss_backward.default)
+@compute_in_float32
+def multilabel_margin_loss_backward(grad, x, target, reduction, is_target):
+    # loss_n = sum over targets j (the prefix of target_n before the first -1) and non-targets i of
+    # max(0, 1 - x[y_j] + x[i]) / C: each active pair adds 1/C at i and takes 1/C at y_j
+    if x.numel() == 0:
+        return NotImplemented
+    n_classes = x.shape[-1] if x.dim() else 1
+    rows = aten.reshape.default(x, [-1, n_classes])  # [N, C]
+    ys = aten.reshape.default(target, [-1, n_classes])  # [N, J], J = C
+    valid = aten.eq.Scalar(aten.cumsum.default(to_dtype(aten.lt.Scalar(ys, 0), torch.int64), 1), 0)
+    classes = aten.view.default(aten.arange.default(n_classes, dtype=torch.int64, device=x.device), [1, 1, n_classes])
+    pick = aten.logical_and.default(aten.eq.Tensor(aten.unsqueeze.default(ys, 2), classes),
+                                    aten.unsqueeze.default(valid, 2))  # [N, J, C]: class y_j
+    zero = scalar_like(0, x)
+    x_target = aten.sum.dim_IntList(aten.where.self(pick, aten.unsqueeze.default(rows, 1), zero), [2], False)  # [N, J]
+    z = aten.add.Tensor(aten.rsub.Scalar(aten.unsqueeze.default(x_target, 2), 1), aten.unsqueeze.default(rows, 1))
+    non_target = aten.eq.Scalar(aten.reshape.default(is_target, [-1, 1, n_classes]), 0)
+    active = aten.logical_and.default(aten.logical_and.default(aten.gt.Scalar(z, 0), non_target),
+                                      aten.unsqueeze.default(valid, 2))  # [N, J, C]
+    ones = to_dtype(active, x.dtype)
+    gained = aten.sum.dim_IntList(ones, [1], False)  # [N, C]: at non-targets i
+    lost_per_target = aten.sum.dim_IntList(ones, [2], True)  # [N, J, 1]
+    lost = aten.sum.dim_IntList(aten.where.self(pick, lost_per_target, zero), [1], False)  # [N, C]
+    d = aten.div.Scalar(aten.sub.Tensor(gained, lost), n_classes)
+    if reduction == NONE:
+        g = aten.reshape.default(grad, [-1, 1])
+    else:
+        g = aten.div.Scalar(grad, rows.shape[0]) if reduction == MEAN else grad
+    return aten.reshape.default(aten.mul.Tensor(d, g), list(x.shape))
+
+
 @decomposition(aten.native_batch_norm_backward.default)
 def native_batch_norm_backward(grad, x, weight, running_mean, running_var, save_mean, save_invstd, train, eps,
                                output_mask):

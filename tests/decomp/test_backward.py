@@ -99,6 +99,11 @@ def loss_cases(dt):
         cases.append((aten.multi_margin_loss_backward.default, (s, x[0], t[2], 1, 0.5, None, red)))
         cases.append((aten.multi_margin_loss_backward.default, (s if red else s.view(1), x[0], t[2:3], 2, 1.0, w, red)))
         cases.append((aten.multi_margin_loss_backward.default, (s, s, torch.tensor(0), 1, 1.0, None, red)))  # 0-dim
+        ml_target = torch.tensor([[3, 0, -1, 1, 2], [4, 4, 1, -1, -1], [-1, 2, 0, 0, 0], [0, 1, 2, 3, 4]])
+        for xs, ts in ((x, ml_target), (x[1], ml_target[1])):
+            _, is_target = aten.multilabel_margin_loss_forward.default(xs, ts, red)
+            gs = (g[:, 0] if xs.dim() == 2 else s) if red == 0 else s
+            cases.append((aten.multilabel_margin_loss_backward.default, (gs, xs, ts, red, is_target)))
     return cases
 
 
