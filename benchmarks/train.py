@@ -8,11 +8,13 @@ Memory:
   saved   bytes of the tensors autograd keeps for backward after the forward (measured with
           torch.autograd.graph.saved_tensors_hooks; unique storages, parameters and inputs excluded),
           which is the memory a compiler's partition decides; comparable on CPU and GPU.
-  peak    (CUDA only) torch.cuda.max_memory_allocated over a step, minus what was allocated before.
+  peak    bytes allocated at the peak of a step above what was allocated before it: on CUDA
+          torch.cuda.max_memory_allocated, on the CPU the profiler's allocation events (a separate,
+          untimed step).
 
     python benchmarks/train.py                                   # all models, CPU, float32
     python benchmarks/train.py --models mlp,gpt2 --steps 5 --json train.json
-    python benchmarks/train.py --device cuda --dtype bf16        # autocast to bfloat16 on the GPU
+    python benchmarks/train.py --device cuda --dtype bfloat16    # autocast to bfloat16 on the GPU
     python benchmarks/train.py --size base                       # BERT-base / GPT-2 small (124M) configs
 
 Before timing, the first step's gradients are compared with eager's (max abs difference printed).
@@ -131,16 +133,37 @@ def saved_bytes(step: Step) -> int:
     return total
 
 
-def peak_bytes(step: Step, device: str) -> int | None:
-    if device != "cuda":
-        return None
+def peak_bytes(step: Step, device: str) -> int:
+    """Peak bytes allocated during one step above what was allocated before it (grads, activations,
+    temporaries; parameters and optimizer state excluded). CUDA: the caching allocator's counters;
+    CPU: the profiler's allocation events (their running total), so kiln's generated code counts too."""
     step.opt.zero_grad(set_to_none=True)
-    _sync(device)
-    base = torch.cuda.memory_allocated()
-    torch.cuda.reset_peak_memory_stats()
-    step()
-    _sync(device)
-    return torch.cuda.max_memory_allocated() - base
+    if device == "cuda":
+        _sync(device)
+        base = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        step()
+        _sync(device)
+        return torch.cuda.max_memory_allocated() - base
+    from torch._C._profiler import _EventType
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        step()
+    events = []  # (time, bytes allocated (< 0: freed), the allocator's running total after it)
+    stack = list(prof.profiler.kineto_results.experimental_event_tree())
+    while stack:
+        event = stack.pop()
+        stack.extend(event.children)
+        if event.tag == _EventType.Allocation and event.extra_fields.device.type == "cpu":
+            events.append((event.start_time_ns, event.extra_fields.alloc_size, event.extra_fields.total_allocated))
+    if not events:
+        return 0
+    events.sort()
+    # the running total also counts what earlier profiled runs allocated and left alive: start from
+    # the total before this step's first allocation
+    base = events[0][2] - events[0][1]
+    return max(total for _, _, total in events) - base
 
 
 def first_grads(make, device, runner_factory, dtype, seed=0):
@@ -216,7 +239,8 @@ def main(argv=None) -> int:
     parser.add_argument("--models", default="mlp,convnet,block,bert,gpt2")
     parser.add_argument("--size", choices=("tiny", "base"), default="tiny", help="HF model configs")
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32", help="bf16: autocast")
+    parser.add_argument("--dtype", choices=("fp32", "float32", "bf16", "bfloat16"), default="fp32",
+                        help="bf16/bfloat16: the forward under torch.autocast(device, bfloat16)")
     parser.add_argument("--backend", default="aot_eager", help="kiln backend")
     parser.add_argument("--torch-backend", default=None, help="torch.compile backend (default: like --backend)")
     parser.add_argument("--steps", type=int, default=10)
@@ -232,7 +256,7 @@ def main(argv=None) -> int:
     import logging
 
     logging.disable(logging.WARNING)
-    dtype = torch.bfloat16 if args.dtype == "bf16" else None
+    dtype = torch.bfloat16 if args.dtype in ("bf16", "bfloat16") else None
     makers = {**_small_models(), **_hf_models(args.size)}
     wanted = [m for m in args.models.split(",") if m]
     rows = []
@@ -250,7 +274,7 @@ def main(argv=None) -> int:
         row["kiln_grad_max_diff"] = _max_diff(grads["kiln"], grads["eager"])
         row["torch_grad_max_diff"] = _max_diff(grads["torch.compile"], grads["eager"])
         rows.append(row)
-        _print_row(row, header=len(rows) == 1, device=args.device)
+        _print_row(row, header=len(rows) == 1)
     print(f"(torch {torch.__version__}, device {args.device}, {args.dtype}, kiln backend {args.backend!r}, "
           f"torch.compile backend {args.torch_backend!r}; median of {args.steps} steps; 'x' columns: speedup over eager)")
     if args.json:
@@ -263,13 +287,12 @@ def _mb(n) -> str:
     return "-" if n is None else f"{n / 2**20:.2f}"
 
 
-def _print_row(row, header: bool, device: str) -> None:
+def _print_row(row, header: bool) -> None:
     cols = ["eager", "torch.compile", "kiln"]
     if header:
         line = f"{'model':8} " + " ".join(f"{c + ' ms':>16}" for c in cols) + f" {'tc x':>6} {'kiln x':>6}"
         line += " " + " ".join(f"{c + ' saved MB':>18}" for c in cols) + f" {'kiln/eager':>10}"
-        if device == "cuda":
-            line += " " + " ".join(f"{c + ' peak MB':>17}" for c in cols)
+        line += " " + " ".join(f"{c + ' peak MB':>17}" for c in cols)
         line += f" {'first s (tc/kiln)':>18} {'grad diff (tc/kiln)':>20} {'joint':>5}"
         print(line)
         print("-" * len(line))
@@ -279,8 +302,7 @@ def _print_row(row, header: bool, device: str) -> None:
     line += f" {ms[0] / ms[1]:6.2f} {ms[0] / ms[2]:6.2f}"
     line += " " + " ".join(f"{_mb(s):>18}" for s in saved)
     line += f" {saved[2] / max(saved[0], 1):10.2f}"
-    if device == "cuda":
-        line += " " + " ".join(f"{_mb(row[c]['peak_bytes']):>17}" for c in cols)
+    line += " " + " ".join(f"{_mb(row[c]['peak_bytes']):>17}" for c in cols)
     line += f" {row['torch.compile']['first_s']:8.1f}/{row['kiln']['first_s']:<8.1f}"
     line += f" {row['torch_grad_max_diff']:9.1e}/{row['kiln_grad_max_diff']:<9.1e}"
     line += f" {row['kiln'].get('joint_graphs', 0):5d}"

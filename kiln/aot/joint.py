@@ -215,7 +215,9 @@ def _trace_backward(tracer: AtenTracer, outputs: list, targets: list) -> list:
         tangents.append(tangent)
     tracer.b.provenance = {"from_node": "backward"}
     try:
-        with tracer:
+        # autocast off: eager runs the backward where ``backward()`` is called, outside the autocast
+        # block (as torch's autocast docs ask), in the dtypes the forward's casts left
+        with tracer, torch._C._DisableAutocast():
             grads = torch.autograd.grad(outputs, targets, tangents, allow_unused=True)
     except UnsupportedFakeOp as exc:  # the forward traced: it can still run under autograd
         raise JointUnsupported(exc.func, f"backward: {exc.reason}") from exc

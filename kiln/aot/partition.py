@@ -12,7 +12,8 @@ backward is a minimum s-t cut over a flow network (as in AOTAutograd's min-cut p
 
 The cut edges ``v_in → v_out`` are the saved values. Nodes on the sink side that the forward also
 computes are recomputed in the backward; the rest of the sink side runs in the backward only.
-The rules are small pure functions below; ``explain_rules()`` prints them.
+The rules are small pure functions below; ``explain_rules()`` prints them. The cut itself is
+``kiln.aot.maxflow`` (Dinic's algorithm), the largest source side among the cheapest cuts.
 """
 from __future__ import annotations
 
@@ -20,12 +21,12 @@ import dataclasses
 import math
 import operator
 
-import networkx as nx
 import torch
 import torch.fx as fx
 
 from kiln.aot.graph import describe_val, format_graph, is_impure
 from kiln.aot.joint import JointGraph, JointUnsupported
+from kiln.aot.maxflow import FlowNetwork, Unbounded
 from kiln.aot.schema import is_random, is_view
 from kiln.decomp.core_ops import op_kind
 
@@ -123,15 +124,16 @@ def partition(joint: JointGraph) -> Partition:
     input_storages = {p.meta["val"].untyped_storage()._cdata for p in primals
                       if isinstance(p.meta.get("val"), torch.Tensor)} - mutated
 
-    saved = _min_cut(forwardable, set(primals), forward_required, backward, grad_outputs, input_storages)
+    primal_set = set(primals)
+    saved = _min_cut(forwardable, primal_set, forward_required, backward, grad_outputs, input_storages)
     fwd_nodes = forward_required | _ancestors(saved)
     bwd_nodes = _needed(grad_outputs, stop=set(saved) | backward.intersection(placeholders))
     bwd_nodes -= set(saved)
-    bad = [n.name for n in bwd_nodes if n in primals]
+    bad = [n.name for n in bwd_nodes if n in primal_set]
     if bad:
         raise JointUnsupported("partition", f"the backward needs graph inputs that were not saved: {bad}")
 
-    fwd = _forward_module(joint.gm, primals, fwd_nodes, fwd_outputs, saved, mutated)
+    fwd = _forward_module(joint.gm, primal_set, fwd_nodes, fwd_outputs, saved, mutated)
     bwd = _backward_module(joint.gm, saved, placeholders[len(joint.inputs):], bwd_nodes, grad_outputs)
     recomputed = [n.name for n in graph.nodes if n in bwd_nodes and n in fwd_nodes and n.op != "get_attr"]
     acts, ins = _saved_bytes(saved, input_storages)
@@ -175,31 +177,30 @@ def _needed(roots, stop: set) -> set:
 
 
 def _min_cut(forwardable, primals: set, forward_required: set, backward: set, grad_outputs, input_storages):
-    net = nx.DiGraph()
-    net.add_node("source")
-    net.add_node("sink")
+    net = FlowNetwork()
+    source, sink = net.add_vertex(), net.add_vertex()
     grad_nodes = {n for n in grad_outputs if isinstance(n, fx.Node)}
+    vertex = {node: net.add_vertex() for node in forwardable}  # v_in; v_out is the next vertex
     for node in forwardable:
-        v_in, v_out = (node.name, "in"), (node.name, "out")
-        cost = save_cost(node, input_storages)
-        if math.isinf(cost):
-            net.add_edge(v_in, v_out)
-        else:
-            net.add_edge(v_in, v_out, capacity=cost)
+        net.add_vertex()
+    for node in forwardable:
+        v_in = vertex[node]
+        v_out = v_in + len(forwardable)
+        net.add_edge(v_in, v_out, save_cost(node, input_storages))
         if node in primals or (node in forward_required and not recompute_rule(node)[0]):
-            net.add_edge("source", v_in)
+            net.add_edge(source, v_in)
         for user in node.users:
             if user in backward:
-                net.add_edge(v_out, "sink")
+                net.add_edge(v_out, sink)
             elif user.op != "output":
-                net.add_edge(v_out, (user.name, "in"))
+                net.add_edge(v_out, vertex[user])
         if node in grad_nodes:  # a forward-able grad output (a zero gradient, say)
-            net.add_edge(v_out, "sink")
+            net.add_edge(v_out, sink)
     try:
-        cut_value, (reachable, _) = nx.minimum_cut(net, "source", "sink")
-    except nx.NetworkXUnbounded:
+        _, sink_side = net.min_cut(source, sink)
+    except Unbounded:
         raise JointUnsupported("partition", "no finite cut: the backward needs a value that cannot be saved")
-    return [n for n in forwardable if (n.name, "in") in reachable and (n.name, "out") not in reachable]
+    return [n for n in forwardable if vertex[n] not in sink_side and vertex[n] + len(forwardable) in sink_side]
 
 
 def _forward_module(root, primals, fwd_nodes, fwd_outputs, saved, mutated_storages) -> fx.GraphModule:

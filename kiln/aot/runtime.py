@@ -19,6 +19,16 @@ def write_back(target: torch.Tensor, new: torch.Tensor) -> None:
         target.copy_(new)  # records the mutation in autograd history where eager would
 
 
+def run_as_traced(fn, *args):
+    """Call a compiled graph with autocast off: tracing ran under the caller's autocast, so the graph
+    already holds its casts; autocast again would recast extern ops (an ``mm`` that an
+    ``autocast(enabled=False)`` block kept in float32 would come back in bfloat16)."""
+    if torch._C._is_any_autocast_enabled():
+        with torch._C._DisableAutocast():
+            return fn(*args)
+    return fn(*args)
+
+
 class AtenRuntime:
     """Calls an AtenGraph's module with real tensors and restores eager's mutation and alias behaviour."""
 
@@ -33,7 +43,7 @@ class AtenRuntime:
 
     def __call__(self, *args):
         flat = [*args, *self.state]
-        results = self.run(*flat)
+        results = run_as_traced(self.run, *flat)
         for k, index in enumerate(self.mutated):
             write_back(flat[index], results[k])
         outs = []

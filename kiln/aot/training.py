@@ -18,7 +18,7 @@ from torch.autograd.function import once_differentiable
 from torch.utils._pytree import tree_unflatten
 
 from kiln.aot.joint import JointGraph
-from kiln.aot.runtime import write_back
+from kiln.aot.runtime import run_as_traced, write_back
 
 
 class CompiledFunction(torch.autograd.Function):
@@ -26,7 +26,7 @@ class CompiledFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, rt: "TrainingRuntime", *flat):
-        results = rt.fwd(*flat)
+        results = run_as_traced(rt.fwd, *flat)
         for k, index in enumerate(rt.mutated):
             write_back(flat[index], results[k])
         outs = tuple(results[rt.n_mut: rt.n_mut + rt.n_out])
@@ -42,7 +42,7 @@ class CompiledFunction(torch.autograd.Function):
     def backward(ctx, *grad_outputs):
         rt: TrainingRuntime = ctx.rt
         tangents = [g.contiguous() for g, d in zip(grad_outputs, rt.differentiable) if d]
-        grads = rt.bwd(*ctx.saved_tensors, *tangents)
+        grads = run_as_traced(rt.bwd, *ctx.saved_tensors, *tangents)
         per_input: list = [None] * rt.n_inputs
         for index, g in zip(rt.grad_inputs, grads):
             per_input[index] = g

@@ -11,7 +11,7 @@ import math
 import torch
 
 from kiln.decomp.registry import decomposition
-from kiln.decomp.utils import compute_in_float32, scalar_like, to_dtype, upcast
+from kiln.decomp.utils import compute_in_float32, round_scalar, scalar_like, to_dtype, upcast
 
 aten = torch.ops.aten
 
@@ -126,3 +126,107 @@ def embedding_dense_backward(grad, indices, num_weights, padding_idx, scale_grad
     zeros = aten.full.default([num_weights, dim], 0, dtype=gf.dtype, device=grad.device)
     out = aten.index_put.default(zeros, [flat_idx], gf, True)
     return to_dtype(out, grad.dtype)
+
+
+# activations: where eager's CPU kernels take a branch, so does the decomposition -------------------
+@decomposition(aten.elu_backward.default)
+@compute_in_float32
+def elu_backward(grad, alpha, scale, input_scale, is_result, x_or_y):
+    # elu = scale * (x > 0 ? x : alpha (exp(input_scale x) - 1))
+    neg_coef, pos_coef = alpha * scale, scale
+    if is_result:  # from the output y: d = input_scale (y + neg_coef) where y <= 0
+        negative = aten.mul.Scalar(aten.mul.Tensor(grad, aten.add.Scalar(x_or_y, neg_coef)), input_scale)
+    else:
+        e = aten.exp.default(aten.mul.Scalar(x_or_y, input_scale))
+        negative = aten.mul.Tensor(grad, aten.mul.Scalar(e, input_scale * neg_coef))
+    return aten.where.self(aten.le.Scalar(x_or_y, 0), negative, aten.mul.Scalar(grad, pos_coef))
+
+
+@decomposition(aten.log_sigmoid_backward.default)
+@compute_in_float32
+def log_sigmoid_backward(grad, x, buffer):
+    # d log(sigmoid(x)) = 1 - sigmoid(x), written with z = exp(-|x|) so it never overflows
+    z = aten.exp.default(aten.neg.default(aten.abs.default(x)))
+    frac = aten.div.Tensor(z, aten.add.Scalar(z, 1))
+    negative = aten.lt.Scalar(x, 0)
+    d = aten.where.self(negative, aten.rsub.Scalar(frac, 1), frac)
+    return aten.mul.Tensor(grad, d)
+
+
+@decomposition(aten.hardtanh_backward.default)
+def hardtanh_backward(grad, x, min_val, max_val):
+    outside = aten.logical_or.default(aten.le.Scalar(x, min_val), aten.ge.Scalar(x, max_val))
+    return aten.where.self(outside, scalar_like(0, grad), grad)
+
+
+@decomposition(aten.hardswish_backward.default)
+@compute_in_float32
+def hardswish_backward(grad, x):
+    # hardswish = x relu6(x + 3) / 6: 0 up to -3, x/3 + 1/2 below 3, 1 from 3 on
+    middle = aten.mul.Tensor(grad, aten.add.Scalar(aten.div.Scalar(x, 3), 0.5))
+    inner = aten.where.self(aten.lt.Scalar(x, 3), middle, grad)
+    return aten.where.self(aten.le.Scalar(x, -3), scalar_like(0, grad), inner)
+
+
+@decomposition(aten.hardsigmoid_backward.default)
+@compute_in_float32
+def hardsigmoid_backward(grad, x):
+    inside = aten.logical_and.default(aten.gt.Scalar(x, -3), aten.lt.Scalar(x, 3))
+    return aten.where.self(inside, aten.div.Scalar(grad, 6), scalar_like(0, grad))
+
+
+@decomposition(aten.leaky_relu_backward.default)
+@compute_in_float32
+def leaky_relu_backward(grad, x, negative_slope, self_is_result):
+    return aten.where.self(aten.gt.Scalar(x, 0), grad, aten.mul.Scalar(grad, negative_slope))
+
+
+@decomposition(aten.softshrink_backward.default, aten.hardshrink_backward.default)
+def shrink_backward(grad, x, lambd):
+    inside = aten.logical_and.default(aten.ge.Scalar(x, -lambd), aten.le.Scalar(x, lambd))
+    return aten.where.self(inside, scalar_like(0, grad), grad)
+
+
+@decomposition(aten.softplus_backward.default)
+@compute_in_float32
+def softplus_backward(grad, x, beta, threshold):
+    # softplus = log(1 + exp(beta x)) / beta, linear above the threshold: d = z / (z + 1), z = exp(beta x)
+    bx = aten.mul.Scalar(x, beta)
+    z = aten.exp.default(bx)
+    smooth = aten.mul.Tensor(grad, aten.div.Tensor(z, aten.add.Scalar(z, 1)))
+    return aten.where.self(aten.gt.Scalar(bx, threshold), grad, smooth)
+
+
+@decomposition(aten.logit_backward.default)
+def logit_backward(grad, x, eps=None):
+    # d logit = 1 / (x (1 - x)); outside [eps, 1 - eps] 0 (clamped), outside [0, 1] NaN (no eps);
+    # the bounds in x's dtype, as the kernel's scalar_t(eps) and scalar_t(1) - eps
+    if eps is None:
+        low, high, fill = 0.0, 1.0, math.nan
+    else:
+        low = round_scalar(eps, x.dtype)
+        high, fill = round_scalar(1.0 - low, x.dtype), 0.0
+    return _logit_backward(grad, x, low, high, fill)
+
+
+@compute_in_float32
+def _logit_backward(grad, x, low, high, fill):
+    d = aten.div.Tensor(grad, aten.mul.Tensor(x, aten.rsub.Scalar(x, 1)))
+    outside = aten.logical_or.default(aten.lt.Scalar(x, low), aten.gt.Scalar(x, high))
+    return aten.where.self(outside, scalar_like(fill, d), d)
+
+
+@decomposition(aten.glu_backward.default)
+@compute_in_float32
+def glu_backward(grad, x, dim):
+    # glu = a sigmoid(b), (a, b) the halves of x along dim
+    a, b = aten.split.Tensor(x, x.shape[dim] // 2, dim)
+    s = aten.sigmoid.default(b)
+    grad_a = aten.mul.Tensor(grad, s)
+    grad_b = aten.mul.Tensor(aten.mul.Tensor(grad_a, a), aten.rsub.Scalar(s, 1))
+    return aten.cat.default([grad_a, grad_b], dim)
+
+
+@decomposition(aten.native_dropout_backward.default)
+def native_dropout_backward(grad, mask, scale):
+    return aten.mul.Scalar(aten.mul.Tensor(grad, to_dtype(mask, grad.dtype)), scale)

@@ -14,7 +14,7 @@ import torch
 
 _TABLE: dict = {}
 _FAMILIES = (
-    "activation", "attention", "backward", "linalg", "loss", "norm", "pointwise", "pooling", "random",
+    "activation", "attention", "backward", "backward_loss", "linalg", "loss", "norm", "pointwise", "pooling", "random",
     "reduction", "sampling", "shape",
 )
 _loaded = False

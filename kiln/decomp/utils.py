@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import functools
+import struct
 
 import torch
 from torch.utils._pytree import tree_map
@@ -59,3 +60,16 @@ def numel_of(x: torch.Tensor, dims) -> int:
 
 def scalar_like(value, x: torch.Tensor, dtype=None) -> torch.Tensor:
     return aten.scalar_tensor.default(value, dtype=dtype or x.dtype, device=x.device)
+
+
+def round_scalar(value: float, dtype: torch.dtype) -> float:
+    """``value`` rounded to ``dtype`` (nearest, ties to even), as an eager kernel's ``scalar_t(value)``."""
+    if dtype == torch.float16:
+        return struct.unpack("e", struct.pack("e", value))[0]
+    if dtype in (torch.float32, torch.bfloat16):
+        value = struct.unpack("f", struct.pack("f", value))[0]
+    if dtype == torch.bfloat16:
+        bits = struct.unpack("I", struct.pack("f", value))[0]
+        bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+        value = struct.unpack("f", struct.pack("I", bits))[0]
+    return value
