@@ -21,6 +21,7 @@ from kiln.capture.skipfiles import is_inlinable
 from kiln.capture.sources import BuiltinSource, ClosureSource, GlobalSource, LocalSource
 from kiln.capture.values.base import NULL, ConstantValue, Value, unsupported
 from kiln.capture.values.builder import wrap
+from kiln.capture.values.exceptions import TracedRaise
 from kiln.capture.values.functions import CellValue, NestedFunctionValue, UserFunctionValue
 from kiln.errors import Unsupported
 
@@ -65,6 +66,7 @@ class Tracer:
         self.current = None
         self.kw_names: tuple[str, ...] = ()
         self.active_withs: list = []
+        self.handled_exceptions: list = []  # exceptions of the except blocks running (innermost last)
         self.depth = 0 if parent is None else parent.depth + 1
         self.lineno = code.co_firstlineno
 
@@ -82,20 +84,37 @@ class Tracer:
                 if inst.lineno is not None:
                     self.lineno = inst.lineno
                 self.ip += 1
-                # Instructions inside try/with blocks run as usual: kiln only enters `with` blocks of
-                # context managers it models, and any exception while tracing makes the frame run
-                # eagerly, so the handlers are never needed while tracing.
+                # Instructions inside try/with blocks run as usual. An exception raised by traced code
+                # (TracedRaise) jumps to its handler in an inlined frame (unwind); in the root frame,
+                # and for anything else kiln cannot trace, the graph breaks or the frame runs eagerly.
                 handler = OPCODE_HANDLERS.get(inst.opname)
                 if handler is None:
                     unsupported(f"Python bytecode {inst.opname} is not supported yet")
                 self.output.user_stack = self.user_stack()
-                handler(self, inst)
+                try:
+                    handler(self, inst)
+                except TracedRaise as exc:
+                    if not self.unwind(exc, inst):
+                        raise
         except ReturnSignal as ret:
             return ret.value
         except Unsupported as exc:
             if self.parent is None and getattr(exc, "root_index", None) is None:
                 exc.root_index = self.ip - 1  # the root instruction that was running
             raise exc.locate(self.code.co_filename, self.lineno)
+
+    def unwind(self, exc: TracedRaise, inst) -> bool:
+        """Jump to the handler covering `inst` in this inlined frame, as CPython does; False if none
+        (the exception leaves the frame). The root frame never catches (values/exceptions.py)."""
+        entry = inst.exn_tab_entry
+        if self.parent is None or entry is None:
+            return False
+        del self.stack[entry.depth:]
+        if entry.lasti:
+            self.push(ConstantValue(inst.offset))
+        self.push(exc.exc_value)
+        self.ip = self.index_of[id(entry.target)]
+        return True
 
     def user_stack(self) -> list[tuple[str, int, str]]:
         frames = []

@@ -113,6 +113,10 @@ class ClassValue(Value):
             return context
         if issubclass(cls, tuple) and hasattr(cls, "_fields"):
             return _make_namedtuple(tx, cls, args, kwargs)
+        if issubclass(cls, BaseException):
+            from kiln.capture.values.exceptions import make_exception
+
+            return make_exception(cls, args, kwargs)
         if cls.__module__ == "builtins" or cls.__module__.startswith("torch"):
             return construct_builtin_type(tx, cls, args, kwargs)
         from kiln.capture.values.dict_objects import DictObjectValue, is_dict_subclass, python_override
@@ -124,10 +128,8 @@ class ClassValue(Value):
             else:
                 obj.raw_init(tx, args, kwargs)
             return obj
-        if cls.__new__ is not object.__new__ or type(cls) is not type and not dataclasses.is_dataclass(cls):
+        if not plainly_instantiable(cls):
             unsupported(f"creating an instance of {cls.__qualname__} (custom __new__ or metaclass)")
-        if issubclass(cls, BaseException):
-            unsupported(f"creating exception {cls.__name__}")
         obj = NewObjectValue(cls)
         init = cls.__init__
         if init is not object.__init__:
@@ -141,6 +143,18 @@ class ClassValue(Value):
 
     def __repr__(self) -> str:
         return f"Class({self.cls.__qualname__})"
+
+
+def plainly_instantiable(cls: type) -> bool:
+    """cls() is object.__new__(cls) then __init__: object's __new__, and a metaclass that does not change
+    instantiation (type, or one such as abc.ABCMeta that keeps type.__call__), no abstract methods left."""
+    if cls.__new__ is not object.__new__:
+        return False
+    if type(cls) is not type and type(cls).__call__ is not type.__call__:
+        return False
+    if getattr(cls, "__abstractmethods__", None):
+        return False  # object.__new__ raises TypeError
+    return True
 
 
 def _make_namedtuple(tx, cls, args, kwargs) -> Value:
@@ -208,7 +222,13 @@ class UserObjectValue(Value):
             return class_attribute(tx, cls, name, self)
         if hasattr(cls, "__getattr__"):
             unsupported(f"{cls.__name__}.__getattr__ for attribute {name!r}")
-        unsupported(f"{cls.__name__!r} object has no attribute {name!r}")
+        if self.source is None:
+            unsupported(f"{cls.__name__!r} object has no attribute {name!r}")
+        if hasattr(self.obj, "__dict__"):
+            tx.output.guards.contains(attr_source("__dict__"), name, False)  # not set later either
+        from kiln.capture.values.exceptions import raise_attribute_error
+
+        raise_attribute_error(cls, name)
 
     def attr_source(self, name: str):
         """Where obj.name is read from: plainly, or bypassing the class's own __getattribute__."""
@@ -250,6 +270,10 @@ class NewObjectValue(Value):
             return self.attrs[name]
         if name == "__class__":
             return ClassValue(self.cls)
+        if not any(name in vars(klass) for klass in self.cls.__mro__):
+            from kiln.capture.values.exceptions import raise_attribute_error
+
+            raise_attribute_error(self.cls, name)  # every attribute of a new object is known
         return class_attribute(tx, self.cls, name, self)
 
     def setattr(self, tx, name: str, value: Value) -> None:
@@ -263,6 +287,13 @@ class NewObjectValue(Value):
 
     def call(self, tx, args, kwargs) -> Value:
         return class_attribute(tx, self.cls, "__call__", self).call(tx, args, kwargs)
+
+    def items(self, tx) -> list[Value]:
+        # iter(obj) runs the class's Python __iter__ (e.g. collections.abc.Sequence's generator over
+        # obj[i] until IndexError); C iterators break
+        if not isinstance(getattr(self.cls, "__iter__", None), types.FunctionType):
+            unsupported(f"iterating over {self}")
+        return tx.items(class_attribute(tx, self.cls, "__iter__", self).call(tx, [], {}))
 
     def truth(self, tx) -> bool:
         if not hasattr(self.cls, "__bool__") and not hasattr(self.cls, "__len__"):

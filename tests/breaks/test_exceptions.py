@@ -1,0 +1,163 @@
+"""Exceptions raised and caught inside traced code (an `except` in an inlined function, getattr with a
+default, hasattr, collections.abc.Sequence iteration ending on IndexError) and objects of classes with a
+metaclass (abc.ABC) made while tracing: one graph, eager's results. An exception that leaves the traced
+code breaks the graph before the root statement that raises it, which runs as Python."""
+import abc
+from collections.abc import Sequence
+
+import pytest
+import torch
+
+from .support import CountingBackend, check_breaks, compile_fn, reset, t
+
+
+class _Base(abc.ABC):
+    @abc.abstractmethod
+    def scale(self): ...
+
+
+class _Layer(_Base):
+    def __init__(self, k):
+        self.k = k
+
+    def scale(self):
+        return self.k
+
+
+class _View(Sequence):  # Sequence.__iter__: a generator over self[i] until IndexError
+    def __init__(self, n):
+        self.n = n
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        if i < 0:
+            i += len(self)
+        if i < 0 or i >= len(self):
+            raise IndexError("list index out of range")
+        return i + 1
+
+
+class _Config:
+    def __init__(self):
+        self.hidden = 3
+
+
+class _GuardedConfig(_Config):
+    def __getattribute__(self, key):  # a Python __getattribute__, as transformers' configs have
+        if key == "size":
+            key = "hidden"
+        return super().__getattribute__(key)
+
+
+CONFIG = _Config()
+GUARDED = _GuardedConfig()
+
+
+def test_abc_instances_made_while_tracing():
+    def fn(x):
+        layers = [_Layer(i + 1) for i in range(3)]
+        for layer in layers:
+            x = x * layer.scale()
+        return x, layers[1], isinstance(layers[0], _Base)
+
+    check_breaks(fn, t(3), graphs=1, breaks=0, post=lambda out: (out[0], out[1].k, out[2]))
+
+
+def test_sequence_iteration_ends_on_index_error():
+    def fn(x):
+        view = _View(3)
+        for i in view:
+            x = x * i + 1
+        return x, len(view), list(_View(2))
+
+    check_breaks(fn, t(3), graphs=1, breaks=0)
+
+
+def test_except_in_inlined_function():
+    def lookup(view, i):
+        try:
+            return view[i]
+        except (KeyError, IndexError):
+            return -1
+        finally:
+            pass
+
+    def fn(x):
+        view = _View(2)
+        return x * lookup(view, 1) + lookup(view, 5)
+
+    check_breaks(fn, t(3), graphs=1, breaks=0)
+
+
+def test_getattr_default_and_hasattr_on_existing_objects():
+    def fn(x):
+        a = getattr(CONFIG, "missing", 5) + getattr(CONFIG, "hidden", 7)
+        b = getattr(GUARDED, "missing", 11) + GUARDED.size + getattr(GUARDED, "size", 0)
+        return x * a + b + hasattr(GUARDED, "nope") + hasattr(GUARDED, "hidden") + hasattr(_Layer(1), "k")
+
+    check_breaks(fn, t(3), graphs=1, breaks=0)
+
+
+def test_missing_attribute_set_later_recompiles():
+    def fn(x):
+        return x + getattr(GUARDED, "extra", 1) + hasattr(CONFIG, "extra")
+
+    reset()
+    backend = CountingBackend()
+    compiled = compile_fn(fn, backend)
+    x = t(3)
+    torch.testing.assert_close(compiled(x), fn(x))
+    assert len(backend.graphs) == 1
+    GUARDED.extra, CONFIG.extra = 10, 1
+    try:
+        torch.testing.assert_close(compiled(x), fn(x))
+    finally:
+        del GUARDED.extra, CONFIG.extra
+    torch.testing.assert_close(compiled(x), fn(x))
+    assert len(backend.graphs) == 2
+
+
+def test_exception_leaving_traced_code_is_raised_by_python():
+    def helper(view):
+        return view[7]
+
+    def fn(x):
+        y = x * 2
+        return y + helper(_View(2))
+
+    reset()
+    compiled = compile_fn(fn, CountingBackend())
+    with pytest.raises(IndexError, match="out of range"):
+        compiled(t(3))
+
+
+def test_abstract_class_is_not_instantiated():
+    class Abstract(abc.ABC):
+        @abc.abstractmethod
+        def f(self): ...
+
+    def fn(x):
+        return x + 1, Abstract()
+
+    reset()
+    compiled = compile_fn(fn, CountingBackend())
+    with pytest.raises(TypeError, match="abstract"):
+        compiled(t(3))
+
+
+def test_uncaught_exception_in_except_block_reraises():
+    def helper(view):
+        try:
+            return view[9]
+        except KeyError:
+            return 0
+
+    def fn(x):
+        return x + helper(_View(1))
+
+    reset()
+    compiled = compile_fn(fn, CountingBackend())
+    with pytest.raises(IndexError):
+        compiled(t(3))
