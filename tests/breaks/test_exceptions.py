@@ -161,3 +161,48 @@ def test_uncaught_exception_in_except_block_reraises():
     compiled = compile_fn(fn, CountingBackend())
     with pytest.raises(IndexError):
         compiled(t(3))
+
+
+class _Registry(dict):  # transformers' _CanRecordRegistry: a dict subclass reaching dict's C get
+    def __setitem__(self, model, value):
+        super().__setitem__(str(model.__class__), value)
+
+    def get(self, model):
+        return super().get(str(model.__class__)) or {}
+
+    def has(self, model):
+        return super().__contains__(str(model.__class__))
+
+
+REGISTRY = _Registry()
+
+
+def test_super_get_of_an_existing_dict_subclass():
+    REGISTRY.clear()
+    REGISTRY[_Config()] = {"scale": 3}
+
+    def fn(x):
+        found = REGISTRY.get(_Config())
+        missing = REGISTRY.get(_Layer(1))
+        return x * found["scale"] + len(missing) + REGISTRY.has(_Config())
+
+    check_breaks(fn, t(3), graphs=1, breaks=0)
+
+
+def test_super_get_of_an_existing_dict_subclass_follows_changes():
+    REGISTRY.clear()
+
+    def fn(x):
+        return x * REGISTRY.get(_Config()).get("scale", 1)
+
+    reset()
+    backend = CountingBackend()
+    compiled = compile_fn(fn, backend)
+    x = t(3)
+    torch.testing.assert_close(compiled(x), fn(x))
+    REGISTRY[_Config()] = {"scale": 3}
+    torch.testing.assert_close(compiled(x), fn(x))
+    REGISTRY[_Layer(1)] = {}  # another key: no recompile
+    torch.testing.assert_close(compiled(x), fn(x))
+    assert len(backend.graphs) == 2
+    REGISTRY.clear()

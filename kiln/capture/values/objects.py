@@ -353,6 +353,9 @@ class SuperValue(Value):
                 if klass in (dict, collections.OrderedDict) and \
                         isinstance(self.self_value, dict_objects.DictObjectValue):
                     return dict_objects.RawDictMethod(self.self_value, name)
+                if klass in (dict, collections.OrderedDict) and name in ("get", "__getitem__", "__contains__") \
+                        and isinstance(self.self_value, UserObjectValue) and self.self_value.source is not None:
+                    return dict_objects.ExistingDictRead(self.self_value, name)
                 if callable(attr) and klass.__module__.startswith("torch") and name == "__init__":
                     return _NoOp()
                 if hasattr(attr, "__get__") and not isinstance(attr, (int, float, str, tuple, bool, type(None))):
