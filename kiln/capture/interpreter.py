@@ -10,6 +10,7 @@ from __future__ import annotations
 import builtins
 import dataclasses
 import inspect
+import os
 import sys
 import types
 from typing import Any
@@ -232,6 +233,10 @@ class Tracer:
         code = fn_value.get_code()
         if isinstance(fn_value, UserFunctionValue):
             fn = fn_value.fn
+            from kiln.capture.values.contexts import DECORATE_CONTEXT_CODE, call_grad_mode_decorated
+
+            if code is DECORATE_CONTEXT_CODE:  # a function decorated with @torch.no_grad()
+                return call_grad_mode_decorated(self, fn_value, args, kwargs)
             if not is_inlinable(code):
                 return _call_library_function(self, fn_value, args, kwargs)
             f_globals = fn.__globals__
@@ -389,6 +394,8 @@ def _call_library_function(tx, fn_value, args, kwargs) -> Value:
     fn = fn_value.fn
     if fn in _DATACLASS_QUERIES and len(args) == 1 and not kwargs:
         return _dataclass_query(tx, fn, args[0])
+    if fn is os._Environ.__getitem__ and len(args) == 2 and not kwargs:
+        return _environ_item(tx, *args)
     if fn is inspect.signature and len(args) == 1 and not kwargs:
         real = _real_callable(args[0])
         if real is not None:
@@ -405,6 +412,25 @@ def _call_library_function(tx, fn_value, args, kwargs) -> Value:
         return wrap_constant_result(result)
     unsupported(f"call to {fn.__module__}.{fn.__qualname__}, which kiln does not trace into",
                 hint="kiln does not trace into the standard library or torch internals")
+
+
+def _environ_item(tx, env: Value, key: Value) -> Value:
+    """os.environ[key] (Mapping.get and `in` reach it): the variable's value, or a KeyError, guarded."""
+    from kiln.capture.sources import GetItemSource
+    from kiln.capture.values.exceptions import ExceptionValue, TracedRaise
+    from kiln.capture.values.objects import UserObjectValue
+
+    if not isinstance(env, UserObjectValue) or env.obj is not os.environ or env.source is None or \
+            not key.is_constant() or not isinstance(key.as_constant(), str):
+        unsupported("os.environ item read kiln cannot guard")
+    name = key.as_constant()
+    present = name in os.environ
+    tx.output.guards.contains(env.source, name, present)
+    if not present:
+        raise TracedRaise(ExceptionValue(KeyError, [key]), repr(name))
+    source = GetItemSource(env.source, name)
+    tx.output.guards.constant(source, os.environ[name])
+    return ConstantValue(os.environ[name], source)
 
 
 _DATACLASS_QUERIES = {dataclasses.fields, dataclasses.is_dataclass}

@@ -206,3 +206,62 @@ def test_super_get_of_an_existing_dict_subclass_follows_changes():
     torch.testing.assert_close(compiled(x), fn(x))
     assert len(backend.graphs) == 2
     REGISTRY.clear()
+
+
+class _Rotary(torch.nn.Module):
+    @torch.no_grad()
+    def forward(self, x):
+        return x * 2
+
+
+class _WithRotary(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.rotary = _Rotary()
+        self.lin = torch.nn.Linear(3, 3)
+
+    def forward(self, x):
+        y = self.lin(x)
+        r = self.rotary(y)
+        return y + r, r.requires_grad, torch.is_grad_enabled()
+
+
+def test_no_grad_decorated_method_is_traced():
+    check_breaks(_WithRotary(), t(2, 3, requires_grad=True), graphs=1, breaks=0)
+
+
+@torch.enable_grad()
+def _with_grad(x):
+    return x * 3, torch.is_grad_enabled()
+
+
+def test_enable_grad_decorated_function_under_no_grad():
+    def fn(x):
+        with torch.no_grad():
+            y, enabled = _with_grad(x)
+        return y, y.requires_grad, enabled, torch.is_grad_enabled()
+
+    check_breaks(fn, t(3, requires_grad=True), graphs=1, breaks=0)
+
+
+def test_environ_reads_are_guarded():
+    import os
+
+    def fn(x):
+        flag = os.environ.get("KILN_TEST_FLAG", "0") == "1"
+        return x * (2 if flag else 3), "KILN_TEST_FLAG" in os.environ
+
+    os.environ.pop("KILN_TEST_FLAG", None)
+    check_breaks(fn, t(3), graphs=1, breaks=0)
+    reset()
+    backend = CountingBackend()
+    compiled = compile_fn(fn, backend)
+    x = t(3)
+    try:
+        for value in (None, "1", "0", "1"):
+            if value is not None:
+                os.environ["KILN_TEST_FLAG"] = value
+            torch.testing.assert_close(compiled(x), fn(x))
+    finally:
+        os.environ.pop("KILN_TEST_FLAG", None)
+    assert len(backend.graphs) == 3
