@@ -265,3 +265,57 @@ def test_environ_reads_are_guarded():
     finally:
         os.environ.pop("KILN_TEST_FLAG", None)
     assert len(backend.graphs) == 3
+
+
+import functools  # noqa: E402
+import logging  # noqa: E402
+
+
+@functools.lru_cache(None)
+def _warning_once(self, *args, **kwargs):  # transformers.utils.logging's warning_once
+    self.warning(*args, **kwargs)
+
+
+logging.Logger.kiln_test_warning_once = _warning_once
+_LOG = logging.getLogger("kiln.tests.once")
+_SEEN: list = []
+LEVEL = 0
+
+
+class _Collect(logging.Handler):
+    def emit(self, record):
+        _SEEN.append((record.getMessage(), LEVEL))
+
+
+_LOG.addHandler(_Collect())
+_LOG.propagate = False
+
+
+def _reset_log():
+    global LEVEL
+    _warning_once.cache_clear()
+    _SEEN.clear()
+    LEVEL = 0
+
+
+def test_warning_once_is_a_deferred_call():
+    def fn(x):
+        global LEVEL
+        y = x * 2
+        LEVEL = 1
+        _LOG.kiln_test_warning_once("first")  # the handler sees LEVEL == 1, as in eager
+        _LOG.kiln_test_warning_once("first")
+        return y + 1
+
+    check_breaks(fn, t(3), graphs=1, breaks=0, setup=_reset_log, observe=lambda: (list(_SEEN), LEVEL))
+
+
+def test_write_after_warning_once_to_a_place_written_before_breaks():
+    def fn(x):
+        global LEVEL
+        LEVEL = 1
+        _LOG.kiln_test_warning_once("second")
+        LEVEL = 2  # replayed after the call it would hide LEVEL == 1 from the handler
+        return x + LEVEL
+
+    check_breaks(fn, t(3), graphs=1, breaks=1, setup=_reset_log, observe=lambda: (list(_SEEN), LEVEL))

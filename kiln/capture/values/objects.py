@@ -32,6 +32,8 @@ def class_attribute(tx, cls: type, name: str, self_value: Value | None) -> Value
     if isinstance(attr, types.FunctionType):
         fn = UserFunctionValue(attr, src)
         return UserMethodValue(fn, self_value) if self_value is not None else fn
+    if self_value is not None and is_once_logging_method(cls, attr):
+        return OnceLoggingCall(attr, self_value)
     if type(attr) is types.MemberDescriptorType and isinstance(self_value, UserObjectValue):
         # a __slots__ attribute (e.g. dataclasses.Field.name): read from the object, through its place
         try:
@@ -48,6 +50,38 @@ def class_attribute(tx, cls: type, name: str, self_value: Value | None) -> Value
 
         src = AttrSource(GenericAttrSource(self_value.source, "__class__"), name)
     return wrap(tx, attr, src)
+
+
+_LOGGER_METHODS = {"debug", "info", "warning", "warn", "error", "critical", "exception", "log"}
+
+
+def is_once_logging_method(cls: type, attr) -> bool:
+    """A functools.lru_cache-wrapped function attached to logging.Logger whose body only calls the logger's
+    own methods (transformers' `warning_once`/`info_once`: each message is logged once per process)."""
+    import functools
+    import logging
+
+    if not isinstance(attr, functools._lru_cache_wrapper) or not issubclass(cls, logging.Logger):
+        return False
+    code = getattr(getattr(attr, "__wrapped__", None), "__code__", None)
+    return code is not None and set(code.co_names) <= _LOGGER_METHODS
+
+
+class OnceLoggingCall(Value):
+    """`logger.warning_once(msg)`: a deferred call (side_effects.DeferredCall) made after the graph, in
+    program order among the other side effects; the lru_cache keeps it once-only then, as in eager."""
+
+    def __init__(self, fn, logger: Value):
+        self.fn, self.logger = fn, logger
+
+    def call(self, tx, args, kwargs) -> Value:
+        from kiln.capture.values.containers import DictValue, TupleValue
+
+        if not all(v.is_constant() for v in [*args, *kwargs.values()]):
+            unsupported(f"{self.fn.__name__}() with arguments that are not constants")
+        bound = TupleValue([self.logger, *args])
+        tx.output.side_effects.deferred_call(TupleValue([ConstantValue(self.fn), bound, DictValue(dict(kwargs))]))
+        return ConstantValue(None)
 
 
 def user_dunder(tx, obj: Value, name: str, args: list[Value]) -> Value | None:
