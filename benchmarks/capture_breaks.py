@@ -1,6 +1,6 @@
 """Graphs, graph breaks (with reasons) and recompiles of HF models and a training loop under kiln.
 
-    PYTHONPATH=$PWD python benchmarks/capture_breaks.py [bert gpt2 t5 train] [--reasons]
+    PYTHONPATH=$PWD python benchmarks/capture_breaks.py [bert gpt2 t5 llama train] [--reasons]
 
 For each case the compiled function is called 3 times on the same inputs with a counting backend
 (runs each graph as it is): graphs = FX graphs handed to the backend over the 3 calls, recompiles =
@@ -57,7 +57,12 @@ def _models():
         ids = torch.randint(0, 100, (2, 8))
         return transformers.T5Model(config), dict(input_ids=ids, decoder_input_ids=ids[:, :5])
 
-    return {"bert": bert, "gpt2": gpt2, "t5": t5}
+    def llama():
+        config = transformers.LlamaConfig(hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                                          num_attention_heads=4, num_key_value_heads=2, vocab_size=1000)
+        return transformers.LlamaModel(config), dict(input_ids=torch.randint(0, 1000, (2, 8)))
+
+    return {"bert": bert, "gpt2": gpt2, "t5": t5, "llama": llama}
 
 
 def _first(out):
@@ -146,7 +151,7 @@ def measure(name, show_reasons):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("cases", nargs="*", default=["bert", "gpt2", "t5", "train"])
+    parser.add_argument("cases", nargs="*", default=["bert", "gpt2", "t5", "llama", "train"])
     parser.add_argument("--reasons", action="store_true")
     args = parser.parse_args()
     os.environ.setdefault("KILN_CACHE_DIR", "/tmp/kiln_capture_breaks_cache")

@@ -16,7 +16,8 @@ from typing import Any
 
 from kiln.capture import bytecode as bc
 from kiln.capture.hook import call_without_hook
-from kiln.capture.side_effects import (AttrWrite, CellWrite, ContainerUpdate, GlobalWrite, IteratorAdvance,
+from kiln.capture.side_effects import (AttrWrite, CellWrite, ContainerUpdate, DeferredCall, GlobalWrite, IteratorAdvance,
+                                       run_deferred_call,
                                        replace_dict, replace_list, replace_set)
 from kiln.capture.values.base import Value
 from kiln.capture.values.tensors import TensorValue
@@ -64,6 +65,11 @@ def _apply(cg: "PyCodegen", effect, temp: str) -> None:
         effect.container.source.emit(cg)
         cg.load_fast(temp)
         cg.call(2)
+        cg.extend(bc.pop_top())
+    elif isinstance(effect, DeferredCall):
+        cg.prepare_call(run_deferred_call)
+        cg.load_fast(temp)
+        cg.call(1)
         cg.extend(bc.pop_top())
     else:
         raise AssertionError(effect)

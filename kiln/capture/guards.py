@@ -197,6 +197,8 @@ class _Namer:
             "___list": list,
             "___getattr": getattr,
             "___object_getattr": object.__getattribute__,
+            "___dict_getitem": dict.__getitem__,
+            "___dict_contains": dict.__contains__,
             "___remaining": _iterator_remaining,
             "id": id,
         }

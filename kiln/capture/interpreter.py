@@ -10,6 +10,7 @@ from __future__ import annotations
 import builtins
 import dataclasses
 import inspect
+import os
 import sys
 import types
 from typing import Any
@@ -21,6 +22,7 @@ from kiln.capture.skipfiles import is_inlinable
 from kiln.capture.sources import BuiltinSource, ClosureSource, GlobalSource, LocalSource
 from kiln.capture.values.base import NULL, ConstantValue, Value, unsupported
 from kiln.capture.values.builder import wrap
+from kiln.capture.values.exceptions import TracedRaise
 from kiln.capture.values.functions import CellValue, NestedFunctionValue, UserFunctionValue
 from kiln.errors import Unsupported
 
@@ -65,6 +67,7 @@ class Tracer:
         self.current = None
         self.kw_names: tuple[str, ...] = ()
         self.active_withs: list = []
+        self.handled_exceptions: list = []  # exceptions of the except blocks running (innermost last)
         self.depth = 0 if parent is None else parent.depth + 1
         self.lineno = code.co_firstlineno
 
@@ -82,20 +85,37 @@ class Tracer:
                 if inst.lineno is not None:
                     self.lineno = inst.lineno
                 self.ip += 1
-                # Instructions inside try/with blocks run as usual: kiln only enters `with` blocks of
-                # context managers it models, and any exception while tracing makes the frame run
-                # eagerly, so the handlers are never needed while tracing.
+                # Instructions inside try/with blocks run as usual. An exception raised by traced code
+                # (TracedRaise) jumps to its handler in an inlined frame (unwind); in the root frame,
+                # and for anything else kiln cannot trace, the graph breaks or the frame runs eagerly.
                 handler = OPCODE_HANDLERS.get(inst.opname)
                 if handler is None:
                     unsupported(f"Python bytecode {inst.opname} is not supported yet")
                 self.output.user_stack = self.user_stack()
-                handler(self, inst)
+                try:
+                    handler(self, inst)
+                except TracedRaise as exc:
+                    if not self.unwind(exc, inst):
+                        raise
         except ReturnSignal as ret:
             return ret.value
         except Unsupported as exc:
             if self.parent is None and getattr(exc, "root_index", None) is None:
                 exc.root_index = self.ip - 1  # the root instruction that was running
             raise exc.locate(self.code.co_filename, self.lineno)
+
+    def unwind(self, exc: TracedRaise, inst) -> bool:
+        """Jump to the handler covering `inst` in this inlined frame, as CPython does; False if none
+        (the exception leaves the frame). The root frame never catches (values/exceptions.py)."""
+        entry = inst.exn_tab_entry
+        if self.parent is None or entry is None:
+            return False
+        del self.stack[entry.depth:]
+        if entry.lasti:
+            self.push(ConstantValue(inst.offset))
+        self.push(exc.exc_value)
+        self.ip = self.index_of[id(entry.target)]
+        return True
 
     def user_stack(self) -> list[tuple[str, int, str]]:
         frames = []
@@ -213,6 +233,10 @@ class Tracer:
         code = fn_value.get_code()
         if isinstance(fn_value, UserFunctionValue):
             fn = fn_value.fn
+            from kiln.capture.values.contexts import DECORATE_CONTEXT_CODE, call_grad_mode_decorated
+
+            if code is DECORATE_CONTEXT_CODE:  # a function decorated with @torch.no_grad()
+                return call_grad_mode_decorated(self, fn_value, args, kwargs)
             if not is_inlinable(code):
                 return _call_library_function(self, fn_value, args, kwargs)
             f_globals = fn.__globals__
@@ -370,6 +394,8 @@ def _call_library_function(tx, fn_value, args, kwargs) -> Value:
     fn = fn_value.fn
     if fn in _DATACLASS_QUERIES and len(args) == 1 and not kwargs:
         return _dataclass_query(tx, fn, args[0])
+    if fn is os._Environ.__getitem__ and len(args) == 2 and not kwargs:
+        return _environ_item(tx, *args)
     if fn is inspect.signature and len(args) == 1 and not kwargs:
         real = _real_callable(args[0])
         if real is not None:
@@ -386,6 +412,25 @@ def _call_library_function(tx, fn_value, args, kwargs) -> Value:
         return wrap_constant_result(result)
     unsupported(f"call to {fn.__module__}.{fn.__qualname__}, which kiln does not trace into",
                 hint="kiln does not trace into the standard library or torch internals")
+
+
+def _environ_item(tx, env: Value, key: Value) -> Value:
+    """os.environ[key] (Mapping.get and `in` reach it): the variable's value, or a KeyError, guarded."""
+    from kiln.capture.sources import GetItemSource
+    from kiln.capture.values.exceptions import ExceptionValue, TracedRaise
+    from kiln.capture.values.objects import UserObjectValue
+
+    if not isinstance(env, UserObjectValue) or env.obj is not os.environ or env.source is None or \
+            not key.is_constant() or not isinstance(key.as_constant(), str):
+        unsupported("os.environ item read kiln cannot guard")
+    name = key.as_constant()
+    present = name in os.environ
+    tx.output.guards.contains(env.source, name, present)
+    if not present:
+        raise TracedRaise(ExceptionValue(KeyError, [key]), repr(name))
+    source = GetItemSource(env.source, name)
+    tx.output.guards.constant(source, os.environ[name])
+    return ConstantValue(os.environ[name], source)
 
 
 _DATACLASS_QUERIES = {dataclasses.fields, dataclasses.is_dataclass}

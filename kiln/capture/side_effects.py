@@ -53,10 +53,32 @@ class IteratorAdvance:
         return ConstantValue(self.iterator.consumed())
 
 
+@dataclasses.dataclass
+class DeferredCall:
+    """A call whose only effect is on the world outside the program's data (a once-only log message,
+    `logger.warning_once(msg)`): made after the graph, in its place among the other side effects.
+    `packed` is (the callable, args tuple, kwargs dict)."""
+
+    packed: Value
+
+    @property
+    def value(self) -> Value:
+        return self.packed
+
+
+def run_deferred_call(packed) -> None:
+    """Make the call as Python, with kiln's frame hook off (a log call's frames are not compiled)."""
+    from kiln.capture.hook import call_without_hook
+
+    fn, args, kwargs = packed
+    call_without_hook(fn, *args, **kwargs)
+
+
 class SideEffects:
     def __init__(self) -> None:
         self._effects: dict[Any, Any] = {}  # insertion-ordered; key identifies the written place
         self.write_count = 0  # every write recorded so far, also those replacing an earlier one
+        self._calls: list = []  # keys of the deferred calls
 
     @staticmethod
     def _place(obj: Value):
@@ -67,10 +89,27 @@ class SideEffects:
             real = getattr(obj, "module", None)
         return id(real) if real is not None else id(obj)
 
+    def _move_to_end(self, key) -> None:
+        """A later write to a place moves its effect to the end (replay keeps program order). Past a
+        deferred call that would let the call see the older value: not allowed."""
+        if key in self._effects and self._calls:
+            position = list(self._effects).index(key)
+            if any(position < list(self._effects).index(call) for call in self._calls):
+                from kiln.capture.values.base import unsupported
+
+                unsupported("a write after a deferred call to a place also written before it")
+        self._effects.pop(key, None)
+
+    def deferred_call(self, packed: Value) -> None:
+        self.write_count += 1
+        key = ("call", len(self._calls))
+        self._calls.append(key)
+        self._effects[key] = DeferredCall(packed)
+
     def store_attr(self, obj: Value, name: str, value: Value) -> None:
         self.write_count += 1
         key = ("attr", self._place(obj), name)
-        self._effects.pop(key, None)  # a later write moves to the end: replay keeps program order
+        self._move_to_end(key)
         self._effects[key] = AttrWrite(obj, name, value)
 
     def load_attr(self, obj: Value, name: str) -> Value | None:
@@ -80,7 +119,7 @@ class SideEffects:
 
     def store_global(self, name: str, value: Value) -> None:
         self.write_count += 1
-        self._effects.pop(("global", name), None)
+        self._move_to_end(("global", name))
         self._effects[("global", name)] = GlobalWrite(name, value)
 
     def load_global(self, name: str) -> Value | None:
@@ -89,20 +128,36 @@ class SideEffects:
 
     def store_cell(self, var_name: str, value: Value) -> None:
         self.write_count += 1
-        self._effects.pop(("cell", var_name), None)
+        self._move_to_end(("cell", var_name))
         self._effects[("cell", var_name)] = CellWrite(var_name, value)
 
     def load_cell(self, var_name: str) -> Value | None:
         found = self._effects.get(("cell", var_name))
         return found.value if found is not None else None
 
+    def _before_a_call(self, key) -> bool:
+        if key not in self._effects or not self._calls:
+            return False
+        order = list(self._effects)
+        return order.index(key) < order.index(self._calls[-1])
+
     def container_changed(self, container: Value) -> None:
         self.write_count += 1
-        self._effects.setdefault(("container", id(container)), ContainerUpdate(container))
+        key = ("container", id(container))
+        if self._before_a_call(key):  # the replay writes the final contents where the first change was
+            from kiln.capture.values.base import unsupported
+
+            unsupported("a container changed both before and after a deferred call")
+        self._effects.setdefault(key, ContainerUpdate(container))
 
     def iterator_read(self, iterator: Value) -> None:
         self.write_count += 1
-        self._effects.setdefault(("iterator", id(iterator)), IteratorAdvance(iterator))
+        key = ("iterator", id(iterator))
+        if self._before_a_call(key):
+            from kiln.capture.values.base import unsupported
+
+            unsupported("an iterator advanced both before and after a deferred call")
+        self._effects.setdefault(key, IteratorAdvance(iterator))
 
     def __iter__(self):
         return iter(list(self._effects.values()))

@@ -107,6 +107,25 @@ class GenericAttrSource(Source):
 
 
 @dataclasses.dataclass(frozen=True)
+class RawDictItemSource(Source):
+    """`dict.__getitem__(base, key)` (or `dict.__contains__` with contains=True): an item of a dict
+    subclass read as dict's C method does, bypassing the class's own __getitem__/__contains__."""
+
+    base: Source
+    key: Any  # a constant
+    contains: bool = False
+
+    def name(self) -> str:
+        return f"___dict_{'contains' if self.contains else 'getitem'}({self.base.name()}, {self.key!r})"
+
+    def emit(self, cg) -> None:
+        cg.prepare_call(dict.__contains__ if self.contains else dict.__getitem__)
+        self.base.emit(cg)
+        cg.load_const(self.key)
+        cg.call(2)
+
+
+@dataclasses.dataclass(frozen=True)
 class DictEntrySource(Source):
     """`base.__dict__[attr]`-like access used for module parameter/buffer/submodule dicts."""
 

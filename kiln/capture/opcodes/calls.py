@@ -113,4 +113,12 @@ def CALL_INTRINSIC_1(tx, inst):  # 3.12
 
         tx.push(unary_op(tx, operator.pos, tx.pop()))
         return
+    if name == "INTRINSIC_STOPITERATION_ERROR":
+        # 3.12 generators: an exception leaving the body passes through here (StopIteration would become
+        # RuntimeError); any other exception is handed on unchanged
+        from kiln.capture.values.exceptions import ExceptionValue
+
+        exc = tx.stack[-1]
+        if isinstance(exc, ExceptionValue) and not issubclass(exc.cls, (StopIteration, StopAsyncIteration)):
+            return
     unsupported(f"CALL_INTRINSIC_1 {name}")

@@ -74,8 +74,60 @@ def FOR_ITER(tx, inst):
 
 @handles()
 def RAISE_VARARGS(tx, inst):
-    unsupported("raise inside a compiled function",
-                hint="exceptions are supported in a later kiln version")
+    from kiln.capture.values.exceptions import TracedRaise, exception_to_raise
+
+    if inst.arg == 1:
+        raise TracedRaise(exception_to_raise(tx, tx.pop()))
+    if inst.arg == 0 and tx.handled_exceptions:  # a bare `raise` inside an except block
+        raise TracedRaise(tx.handled_exceptions[-1])
+    unsupported("raise inside a compiled function" if inst.arg == 0 else "raise ... from ...",
+                hint="kiln runs the raise as Python")
+
+
+# Exception handlers of inlined frames (the root frame never catches: see values/exceptions.py).
+# Jumps into them come from Tracer.unwind; these run the handler bodies.
+
+@handles()
+def PUSH_EXC_INFO(tx, inst):
+    exc = tx.pop()
+    tx.push(_PreviousException())  # what POP_EXCEPT restores: kiln keeps that in handled_exceptions
+    tx.push(exc)
+    tx.handled_exceptions.append(exc)
+
+
+@handles()
+def POP_EXCEPT(tx, inst):
+    if not isinstance(tx.pop(), _PreviousException) or not tx.handled_exceptions:
+        unsupported("POP_EXCEPT without a handled exception")
+    tx.handled_exceptions.pop()
+
+
+@handles()
+def CHECK_EXC_MATCH(tx, inst):
+    from kiln.capture.values.exceptions import exception_matches
+
+    match = tx.pop()
+    tx.push(ConstantValue(exception_matches(tx, tx.stack[-1], match)))
+
+
+@handles()
+def RERAISE(tx, inst):
+    from kiln.capture.values.exceptions import ExceptionValue, TracedRaise
+
+    exc = tx.pop()
+    if not isinstance(exc, ExceptionValue):
+        unsupported(f"re-raising {exc}")
+    raise TracedRaise(exc)
+
+
+class _PreviousException(ConstantValue):
+    """The exception that was being handled before a handler started (PUSH_EXC_INFO's first push)."""
+
+    def __init__(self):
+        super().__init__(None)
+
+    def reconstruct(self, cg) -> None:
+        unsupported("an exception handler's saved state across a graph break")
 
 
 @handles()

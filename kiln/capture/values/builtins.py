@@ -125,11 +125,19 @@ def _issubclass(tx, a, b):
 
 
 def _getattr(tx, obj, name, default=None):
+    from kiln.capture.values.exceptions import TracedRaise
+    from kiln.capture.values.objects import NewObjectValue, UserObjectValue
+
     attr = name.as_constant()
     if default is None:
         return tx.getattr(obj, attr)
-    from kiln.errors import Unsupported
-
+    if isinstance(obj, (NewObjectValue, UserObjectValue)):
+        try:
+            return tx.getattr(obj, attr)
+        except TracedRaise as exc:  # the lookup (traced as written) raised AttributeError
+            if exc.matches(AttributeError):
+                return default
+            raise
     if _hasattr(tx, obj, name).as_constant():
         return tx.getattr(obj, attr)
     return default
@@ -140,11 +148,22 @@ def _hasattr(tx, obj, name):
     from kiln.capture.values.objects import NewObjectValue
     from kiln.capture.values.modules import NNModuleValue
 
+    from kiln.capture.values.exceptions import TracedRaise
+    from kiln.capture.values.objects import UserObjectValue, has_generic_getattribute
+
     attr = name.as_constant()
     if isinstance(obj, TensorValue):
         return ConstantValue(hasattr(obj.example, attr))
-    if isinstance(obj, NewObjectValue):
-        return ConstantValue(attr in obj.attrs or hasattr(obj.cls, attr))
+    if isinstance(obj, NewObjectValue) or isinstance(obj, UserObjectValue) and obj.source is not None and \
+            not has_generic_getattribute(type(obj.obj)):
+        # traced as Python would (a Python __getattribute__ runs, and its AttributeError is caught)
+        try:
+            tx.getattr(obj, attr)
+        except TracedRaise as exc:
+            if exc.matches(AttributeError):
+                return ConstantValue(False)
+            raise
+        return ConstantValue(True)
     if isinstance(obj, NNModuleValue):
         if obj.source is not None:
             tx.output.guards.identity(obj.source, obj.module)

@@ -202,3 +202,44 @@ def make_context_manager(tx, cls, args, kwargs) -> Value | None:
         set_grad_mode(tx, bool(mode))
         return GradModeValue(bool(mode), already_entered=True, previous=previous)
     return None
+
+
+def _decorate_context_code():
+    import torch.utils._contextlib as contextlib_
+
+    for const in contextlib_.context_decorator.__code__.co_consts:
+        if getattr(const, "co_name", None) == "decorate_context":
+            return const
+    return None
+
+
+DECORATE_CONTEXT_CODE = _decorate_context_code()  # the wrapper @torch.no_grad() puts around a function
+
+
+def call_grad_mode_decorated(tx, fn_value, args, kwargs) -> Value:
+    """A function decorated with @torch.no_grad() / @torch.enable_grad(): torch's wrapper runs
+    `with ctx_factory(): return func(*args, **kwargs)` with ctx_factory the decorator's `clone` (a new
+    context manager of the same class each call). Traced as that with-block around the inlined func."""
+    from kiln.capture.values.exceptions import TracedRaise
+
+    fn = fn_value.fn
+    closure = dict(zip(fn.__code__.co_freevars, fn.__closure__ or ()))
+    try:
+        factory = closure["ctx_factory"].cell_contents
+    except (KeyError, ValueError):
+        unsupported(f"call to {fn.__qualname__}: a context-manager decorator kiln does not model")
+    owner = getattr(factory, "__self__", None)
+    if type(owner) not in (torch.no_grad, torch.enable_grad) or \
+            getattr(factory, "__func__", None) is not type(owner).clone:
+        unsupported(f"call to {fn.__qualname__}: decorated with a context manager kiln does not model "
+                    f"({type(owner).__name__})")
+    func = fn_value.bind_closure(tx)["func"].get()
+    ctx = GradModeValue(type(owner) is torch.enable_grad)
+    ctx.enter(tx)
+    try:
+        result = tx.call(func, args, kwargs)
+    except TracedRaise:
+        ctx.exit(tx)  # the with-block's __exit__ runs as the exception leaves it
+        raise
+    ctx.exit(tx)
+    return result

@@ -224,3 +224,31 @@ class UnboundBaseMethod(Value):
 
     def reconstruct(self, cg) -> None:
         cg.load_const(getattr(self.owner, self.name))
+
+
+class ExistingDictRead(Value):
+    """`super().get(k)` / `super().__getitem__(k)` / `super().__contains__(k)` reaching dict's C method on
+    a dict-subclass object that existed before the call (transformers' `_CanRecordRegistry.get`): the
+    item is read as dict's method reads it, with the key's presence guarded the same way."""
+
+    def __init__(self, obj: Value, name: str):
+        self.obj, self.name = obj, name
+
+    def call(self, tx, args, kwargs) -> Value:
+        from kiln.capture.sources import RawDictItemSource
+        from kiln.capture.values.base import is_constant_literal
+        from kiln.capture.values.builder import wrap
+
+        if kwargs or not args or len(args) > (2 if self.name == "get" else 1) or not args[0].is_constant() \
+                or not is_constant_literal(args[0].as_constant()):
+            unsupported(f"super().{self.name}() of {type(self.obj.obj).__name__} with arguments {args}")
+        key = args[0].as_constant()
+        present = dict.__contains__(self.obj.obj, key)
+        tx.output.guards.constant(RawDictItemSource(self.obj.source, key, contains=True), present)
+        if self.name == "__contains__":
+            return ConstantValue(present)
+        if present:
+            return wrap(tx, dict.__getitem__(self.obj.obj, key), RawDictItemSource(self.obj.source, key))
+        if self.name == "get":
+            return args[1] if len(args) > 1 else ConstantValue(None)
+        unsupported(f"KeyError: {key!r}")

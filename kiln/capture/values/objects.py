@@ -32,6 +32,8 @@ def class_attribute(tx, cls: type, name: str, self_value: Value | None) -> Value
     if isinstance(attr, types.FunctionType):
         fn = UserFunctionValue(attr, src)
         return UserMethodValue(fn, self_value) if self_value is not None else fn
+    if self_value is not None and is_once_logging_method(cls, attr):
+        return OnceLoggingCall(attr, self_value)
     if type(attr) is types.MemberDescriptorType and isinstance(self_value, UserObjectValue):
         # a __slots__ attribute (e.g. dataclasses.Field.name): read from the object, through its place
         try:
@@ -48,6 +50,38 @@ def class_attribute(tx, cls: type, name: str, self_value: Value | None) -> Value
 
         src = AttrSource(GenericAttrSource(self_value.source, "__class__"), name)
     return wrap(tx, attr, src)
+
+
+_LOGGER_METHODS = {"debug", "info", "warning", "warn", "error", "critical", "exception", "log"}
+
+
+def is_once_logging_method(cls: type, attr) -> bool:
+    """A functools.lru_cache-wrapped function attached to logging.Logger whose body only calls the logger's
+    own methods (transformers' `warning_once`/`info_once`: each message is logged once per process)."""
+    import functools
+    import logging
+
+    if not isinstance(attr, functools._lru_cache_wrapper) or not issubclass(cls, logging.Logger):
+        return False
+    code = getattr(getattr(attr, "__wrapped__", None), "__code__", None)
+    return code is not None and set(code.co_names) <= _LOGGER_METHODS
+
+
+class OnceLoggingCall(Value):
+    """`logger.warning_once(msg)`: a deferred call (side_effects.DeferredCall) made after the graph, in
+    program order among the other side effects; the lru_cache keeps it once-only then, as in eager."""
+
+    def __init__(self, fn, logger: Value):
+        self.fn, self.logger = fn, logger
+
+    def call(self, tx, args, kwargs) -> Value:
+        from kiln.capture.values.containers import DictValue, TupleValue
+
+        if not all(v.is_constant() for v in [*args, *kwargs.values()]):
+            unsupported(f"{self.fn.__name__}() with arguments that are not constants")
+        bound = TupleValue([self.logger, *args])
+        tx.output.side_effects.deferred_call(TupleValue([ConstantValue(self.fn), bound, DictValue(dict(kwargs))]))
+        return ConstantValue(None)
 
 
 def user_dunder(tx, obj: Value, name: str, args: list[Value]) -> Value | None:
@@ -113,6 +147,10 @@ class ClassValue(Value):
             return context
         if issubclass(cls, tuple) and hasattr(cls, "_fields"):
             return _make_namedtuple(tx, cls, args, kwargs)
+        if issubclass(cls, BaseException):
+            from kiln.capture.values.exceptions import make_exception
+
+            return make_exception(cls, args, kwargs)
         if cls.__module__ == "builtins" or cls.__module__.startswith("torch"):
             return construct_builtin_type(tx, cls, args, kwargs)
         from kiln.capture.values.dict_objects import DictObjectValue, is_dict_subclass, python_override
@@ -124,10 +162,8 @@ class ClassValue(Value):
             else:
                 obj.raw_init(tx, args, kwargs)
             return obj
-        if cls.__new__ is not object.__new__ or type(cls) is not type and not dataclasses.is_dataclass(cls):
+        if not plainly_instantiable(cls):
             unsupported(f"creating an instance of {cls.__qualname__} (custom __new__ or metaclass)")
-        if issubclass(cls, BaseException):
-            unsupported(f"creating exception {cls.__name__}")
         obj = NewObjectValue(cls)
         init = cls.__init__
         if init is not object.__init__:
@@ -141,6 +177,18 @@ class ClassValue(Value):
 
     def __repr__(self) -> str:
         return f"Class({self.cls.__qualname__})"
+
+
+def plainly_instantiable(cls: type) -> bool:
+    """cls() is object.__new__(cls) then __init__: object's __new__, and a metaclass that does not change
+    instantiation (type, or one such as abc.ABCMeta that keeps type.__call__), no abstract methods left."""
+    if cls.__new__ is not object.__new__:
+        return False
+    if type(cls) is not type and type(cls).__call__ is not type.__call__:
+        return False
+    if getattr(cls, "__abstractmethods__", None):
+        return False  # object.__new__ raises TypeError
+    return True
 
 
 def _make_namedtuple(tx, cls, args, kwargs) -> Value:
@@ -208,7 +256,13 @@ class UserObjectValue(Value):
             return class_attribute(tx, cls, name, self)
         if hasattr(cls, "__getattr__"):
             unsupported(f"{cls.__name__}.__getattr__ for attribute {name!r}")
-        unsupported(f"{cls.__name__!r} object has no attribute {name!r}")
+        if self.source is None:
+            unsupported(f"{cls.__name__!r} object has no attribute {name!r}")
+        if hasattr(self.obj, "__dict__"):
+            tx.output.guards.contains(attr_source("__dict__"), name, False)  # not set later either
+        from kiln.capture.values.exceptions import raise_attribute_error
+
+        raise_attribute_error(cls, name)
 
     def attr_source(self, name: str):
         """Where obj.name is read from: plainly, or bypassing the class's own __getattribute__."""
@@ -250,6 +304,10 @@ class NewObjectValue(Value):
             return self.attrs[name]
         if name == "__class__":
             return ClassValue(self.cls)
+        if not any(name in vars(klass) for klass in self.cls.__mro__):
+            from kiln.capture.values.exceptions import raise_attribute_error
+
+            raise_attribute_error(self.cls, name)  # every attribute of a new object is known
         return class_attribute(tx, self.cls, name, self)
 
     def setattr(self, tx, name: str, value: Value) -> None:
@@ -263,6 +321,13 @@ class NewObjectValue(Value):
 
     def call(self, tx, args, kwargs) -> Value:
         return class_attribute(tx, self.cls, "__call__", self).call(tx, args, kwargs)
+
+    def items(self, tx) -> list[Value]:
+        # iter(obj) runs the class's Python __iter__ (e.g. collections.abc.Sequence's generator over
+        # obj[i] until IndexError); C iterators break
+        if not isinstance(getattr(self.cls, "__iter__", None), types.FunctionType):
+            unsupported(f"iterating over {self}")
+        return tx.items(class_attribute(tx, self.cls, "__iter__", self).call(tx, [], {}))
 
     def truth(self, tx) -> bool:
         if not hasattr(self.cls, "__bool__") and not hasattr(self.cls, "__len__"):
@@ -322,6 +387,9 @@ class SuperValue(Value):
                 if klass in (dict, collections.OrderedDict) and \
                         isinstance(self.self_value, dict_objects.DictObjectValue):
                     return dict_objects.RawDictMethod(self.self_value, name)
+                if klass in (dict, collections.OrderedDict) and name in ("get", "__getitem__", "__contains__") \
+                        and isinstance(self.self_value, UserObjectValue) and self.self_value.source is not None:
+                    return dict_objects.ExistingDictRead(self.self_value, name)
                 if callable(attr) and klass.__module__.startswith("torch") and name == "__init__":
                     return _NoOp()
                 if hasattr(attr, "__get__") and not isinstance(attr, (int, float, str, tuple, bool, type(None))):
