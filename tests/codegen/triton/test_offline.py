@@ -44,12 +44,12 @@ def test_bf16_layer_norm_and_argmax_compile_for_sm90():
 
 @needs_ptxas
 def test_rounding_divisions_compile_for_sm90():
-    a, b = torch.randn(64).to(torch.bfloat16), torch.randn(64).to(torch.bfloat16)
+    a, b, c, d = torch.randn(64), torch.randn(64), torch.randn(64).bfloat16(), torch.randn(64).bfloat16()
 
-    def f(a, b):
-        return torch.div(a, b, rounding_mode="trunc"), torch.div(a, b, rounding_mode="floor")
+    def f(a, b, c, d):
+        return torch.div(a, b, rounding_mode="trunc"), torch.div(c, d, rounding_mode="floor")
 
-    _, cg = compile_fn(f, [a, b])
+    _, cg = compile_fn(f, [a, b, c, d])
     assert "div_rn" in cg.source  # IEEE division before trunc: '/' is approximate on the GPU
     errors = compile_for_gpu(cg)
     assert errors and all(e is None for e in errors.values()), errors
