@@ -71,7 +71,7 @@ class TransformerBlock(nn.Module):
 
     def forward(self, x, causal: bool = True):
         t = x.shape[1]
-        mask = torch.triu(torch.ones(t, t, dtype=torch.bool), diagonal=1) if causal else None
+        mask = torch.triu(torch.ones(t, t, dtype=torch.bool, device=x.device), diagonal=1) if causal else None
         x = x + self.attn(self.ln1(x), mask=mask)
         return x + self.mlp(self.ln2(x))
 
