@@ -5,6 +5,7 @@
     python benchmarks/cpu.py --no-compile-time --json out.json
     python benchmarks/cpu.py --threads 2              # OMP/torch threads (default: all cores)
     python benchmarks/cpu.py --threads 1 --timer cpu  # on a busy shared machine: CPU time, one thread
+    python benchmarks/cpu.py --interleave             # backends alternate call batches round by round (noisy boxes)
 
 On the 16-core GPU host (one command is limited to 10 minutes), split the run in two:
 
@@ -14,7 +15,9 @@ On the 16-core GPU host (one command is limited to 10 minutes), split the run in
 Every case is checked against eager before it is timed: kiln's result must match eager (or be as close
 to a float64 reference as eager is, for reductions whose summation order differs); a mismatch is a
 bug and is reported in the table (the case is not timed). Times are medians over ``--iters`` calls
-after warm-up. Compile time (``--compile-time``, on by default for models) is measured in fresh
+after warm-up; with ``--interleave`` the backends take turns (one batch of calls each per round, in
+rotating order) and a backend's time is the median over rounds of its per-call batch time, so that load
+from other processes hits all backends alike. Compile time (``--compile-time``, on by default for models) is measured in fresh
 processes: "cold" with empty kiln / inductor cache directories, "warm" in a second process with the
 caches filled; it is the time of the first call (capture + compile + one run).
 """
@@ -241,6 +244,31 @@ def median_time(fn, args, iters: int, min_time: float) -> float:
     return statistics.median(samples)
 
 
+def interleaved_times(fns: dict, args, rounds: int, min_time: float) -> dict:
+    """Seconds per call of each of ``fns`` (name -> callable): ``rounds`` rounds in which every function
+    runs one batch of calls (about ``min_time / rounds`` seconds; the first function to run in a round
+    rotates); a function's time is the median over rounds of its batch's time per call."""
+    for fn in fns.values():
+        for _ in range(3):
+            fn(*args)
+    batch = {}
+    for name, fn in fns.items():  # calls per batch: enough for ~min_time/rounds seconds (at least 1)
+        t0 = time.perf_counter()
+        fn(*args)
+        one = max(time.perf_counter() - t0, 1e-7)
+        batch[name] = max(1, min(1000, int(min_time / max(rounds, 1) / one)))
+    names = list(fns)
+    samples = {name: [] for name in names}
+    for i in range(rounds):
+        for name in names[i % len(names):] + names[:i % len(names)]:
+            fn, n = fns[name], batch[name]
+            t0 = CLOCK()
+            for _ in range(n):
+                fn(*args)
+            samples[name].append((CLOCK() - t0) / n)
+    return {name: statistics.median(s) for name, s in samples.items()}
+
+
 def make_compiled(backend: str, f):
     import torch
 
@@ -253,13 +281,14 @@ def make_compiled(backend: str, f):
     return kiln.compile(f)
 
 
-def run_case(name: str, size: str, backends, iters: int, min_time: float) -> dict:
+def run_case(name: str, size: str, backends, iters: int, min_time: float, interleave: bool = False) -> dict:
     import torch
 
     kind, f, args, desc = build(name, size)
     row = {"case": name, "kind": kind, "shape": desc, "ms": {}, "errors": {}}
     with torch.no_grad():
         expected = f(*args)
+        timed = {}
         for backend in backends:
             try:
                 cf = make_compiled(backend, f)
@@ -274,9 +303,14 @@ def run_case(name: str, size: str, backends, iters: int, min_time: float) -> dic
                 row["errors"][backend] = problem
                 if backend == "kiln" or cf is None:
                     continue  # a wrong kiln result is a bug: not timed (the others' are only reported)
-            row["ms"][backend] = 1e3 * median_time(cf, args, iters, min_time)
+            timed[backend] = cf
             if backend == "kiln":
                 row["kiln_kernels"] = _kiln_kernel_count(cf)
+        if interleave:
+            secs = interleaved_times(timed, args, iters, max(min_time, 0.2))
+        else:
+            secs = {backend: median_time(cf, args, iters, min_time) for backend, cf in timed.items()}
+        row["ms"] = {backend: 1e3 * s for backend, s in secs.items()}
     return row
 
 
@@ -375,6 +409,8 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--timer", choices=["wall", "cpu"], default="wall",
                         help="cpu: CPU time of the process (all threads), steadier on a shared machine")
+    parser.add_argument("--interleave", action="store_true",
+                        help="alternate the backends' calls round by round (--iters rounds) and take medians over rounds")
     parser.add_argument("--compile-time", dest="compile_time", action="store_true", default=True)
     parser.add_argument("--no-compile-time", dest="compile_time", action="store_false")
     parser.add_argument("--compile-time-micro", action="store_true", help="also measure compile time of microbenchmarks")
@@ -413,18 +449,19 @@ def main() -> int:
         kiln.reset()
         kiln.stats.reset()
         torch._dynamo.reset()
-        row = run_case(name, args.size, backends, args.iters, args.min_time)
+        row = run_case(name, args.size, backends, args.iters, args.min_time, args.interleave)
         if args.compile_time and (row["kind"] == "model" or args.compile_time_micro):
             row["compile"] = {b: compile_times(name, args.size, b, args.threads) for b in backends if b != "eager"}
         rows.append(row)
         print(format_table([row], backends).splitlines()[2], flush=True)
     print()
-    print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, size {args.size}")
+    print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, size {args.size}"
+          + (", interleaved" if args.interleave else "") + (", cpu timer" if args.timer == "cpu" else ""))
     print(format_table(rows, backends))
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"torch": torch.__version__, "threads": torch.get_num_threads(), "size": args.size,
-                       "rows": rows}, f, indent=1)
+                       "interleave": args.interleave, "rows": rows}, f, indent=1)
     return 1 if any(r["errors"] for r in rows) else 0
 
 

@@ -196,3 +196,66 @@ static inline double kiln_erfinv_d(double y) {
   return x;
 }
 template <typename T> static inline T kiln_erfinv(T y) { return static_cast<T>(kiln_erfinv_d(static_cast<double>(y))); }
+
+// ---- float32 erf and tanh, branch-free so that `omp simd` loops vectorize them (both sides of each
+// split are computed and one is selected). Polynomials are kiln's own minimax fits (float
+// coefficients); max error about 1 ulp over all floats (tests/codegen/test_cpp_math.py), where glibc's
+// vector erff/tanhf are 4 and 1.4 ulp. double keeps the C library's functions.
+static inline float kiln_poly(float, float c0) { return c0; }
+template <typename... C> static inline float kiln_poly(float x, float c0, C... cs) {
+  return std::fma(kiln_poly(x, cs...), x, c0);  // Horner: c0 + x * (c1 + x * (...))
+}
+static inline float kiln_pow2i(int32_t k) {  // 2^k for -126 <= k <= 127
+  int32_t bits = (k + 127) << 23;
+  float f; std::memcpy(&f, &bits, 4); return f;
+}
+// x = k ln2 + r with |r| <= ln2/2 (a little more from rounding x * log2(e)); returns k
+static inline float kiln_exp_reduce(float x, float& r) {
+  float k = std::nearbyint(x * 0x1.715476p+0f);
+  r = std::fma(k, -0x1.62e430p-1f, x);  // ln2 = 0x1.62e430p-1 - 0x1.05c610p-29
+  r = std::fma(k, 0x1.05c610p-29f, r);
+  return k;
+}
+static inline float kiln_expm1_reduced(float r) {  // e^r - 1 for |r| <= ln2/2: r + r^2 P(r)
+  return std::fma(r * r, kiln_poly(r, 0x1.fffffcp-2f, 0x1.555490p-3f, 0x1.5558f8p-5f, 0x1.123b0ep-7f, 0x1.6a2240p-10f), r);
+}
+static inline float kiln_erff(float x) {
+  float a = std::fabs(x), u = x * x;
+  // computed for |x|, signed at the end. |x| < 0.84375: |x| (2/sqrt(pi) + u Q(u)), 2/sqrt(pi) as a float pair
+  float q = kiln_poly(u, -0x1.812746p-2f, 0x1.ce2ec4p-4f, -0x1.b81f92p-6f, 0x1.557bc4p-8f, -0x1.b116b0p-11f, 0x1.75cb12p-14f);
+  float small = std::fma(a, 0x1.20dd76p+0f, a * std::fma(u, q, -0x1.f7ac92p-25f));
+  // 0.84375 <= |x| < 3.925: erfc = e^(-x^2) R(x), R a polynomial in x - 2.39; erf = 1 for |x| >= 3.925
+  float ac = std::min(a, 3.925f);
+  float R = kiln_poly(ac - 0x1.313334p+1f, 0x1.c20bc4p-3f, -0x1.498ab6p-4f, 0x1.c93c80p-6f, -0x1.2f1c2ap-7f,
+                      0x1.8c11f4p-9f, -0x1.8c4d0ep-11f, 0x1.360f02p-12f, -0x1.8f58dap-13f, -0x1.7afdcap-14f,
+                      -0x1.590fdcp-15f);
+  float h = ac * ac, h_lo = std::fma(ac, ac, -h);  // x^2 = h + h_lo exactly: e^(-x^2) = e^(-h) (1 - h_lo)
+  float r, k = kiln_exp_reduce(-h, r);
+  float A = std::fma(-R, h_lo, R) * kiln_pow2i((int32_t)k);  // erfc = A (1 + expm1(r))
+  float s = 1.0f - A, s_err = (1.0f - s) - A;  // 1 - A = s + s_err exactly
+  float large = s + std::fma(-A, kiln_expm1_reduced(r), s_err);
+  return std::copysign(a < 0x1.b00000p-1f ? small : large, x);  // NaN: large (NaN)
+}
+static inline float kiln_tanhf(float x) {
+  float a = std::fabs(x), u = x * x;
+  // computed for |x|, signed at the end. |x| < 1: |x| + |x|^3 Q(x^2)
+  float q = kiln_poly(u, -0x1.555552p-2f, 0x1.11105ep-3f, -0x1.b9fbd8p-5f, 0x1.64ebc8p-6f, -0x1.19a506p-7f,
+                      0x1.93845ap-9f, -0x1.b8ff36p-11f, 0x1.fd7b92p-14f);
+  float small = std::fma(a * u, q, a);
+  // |x| >= 1: 1 - 2t / (1 + t), t = e^(-2|x|); tanh = 1 for |x| >= 9.1
+  float ac = std::min(a, 9.1f);
+  float r, k = kiln_exp_reduce(-2.0f * ac, r);
+  float t = (1.0f + kiln_expm1_reduced(r)) * kiln_pow2i((int32_t)k);
+  float d = 1.0f + t, d_err = (1.0f - d) + t;  // 1 + t = d + d_err exactly
+  float q2 = 2.0f * t / d;
+  float large = 1.0f - std::fma(-q2, d_err, q2);
+  return std::copysign(a < 1.0f ? small : large, x);  // NaN: large (NaN)
+}
+template <typename T> static inline T kiln_erf(T x) {
+  if constexpr (std::is_same_v<T, float>) return kiln_erff(x);
+  else return std::erf(x);
+}
+template <typename T> static inline T kiln_tanh(T x) {
+  if constexpr (std::is_same_v<T, float>) return kiln_tanhf(x);
+  else return std::tanh(x);
+}
