@@ -175,7 +175,7 @@ _REDUCED_FLOATS = (torch.bfloat16, torch.float16)
 @decomposition(aten.div.Tensor_mode)
 def div_rounding_reduced_float(a, b, *, rounding_mode=None):
     """Rounding division of bfloat16/float16 tensors as eager's kernels compute it: every step rounded
-    to the dtype (trunc of the rounded quotient; floor through fmod and a correction step). The float32
+    to the dtype (trunc of the rounded quotient; on the CPU, floor through fmod and a correction step). The float32
     quotient rounded once gives other integers near ties (2.999 -> 2, where eager's 3.0 -> 3).
     A divisor that is one number (a Python scalar, or on the CPU a one-element tensor) takes eager's
     float32 path instead, which the lowering computes."""
@@ -188,6 +188,8 @@ def div_rounding_reduced_float(a, b, *, rounding_mode=None):
     quotient = aten.div.Tensor(a, b)
     if rounding_mode == "trunc":
         return aten.trunc.default(quotient)
+    if a.device.type != "cpu":  # CUDA's floor division computes in float32 (the lowering's path)
+        return NotImplemented
     mod = aten.fmod.Tensor(a, b)
     div = aten.div.Tensor(aten.sub.Tensor(a, mod), b)
     wrong_sign = aten.logical_and.default(aten.ne.Scalar(mod, 0), aten.ne.Tensor(aten.lt.Scalar(b, 0), aten.lt.Scalar(mod, 0)))
