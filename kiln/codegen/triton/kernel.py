@@ -133,7 +133,31 @@ class KernelContext:
         return self.inner_prefixes[sizes]
 
 
-class MemberContext:
+class MemberContextBase:
+    """Buffer and register queries every member context answers the same way (a fused group's member
+    here, a matmul epilogue's in ``matmul.py``); ``kctx`` holds the kernel's buffers and registers."""
+
+    def new_tmp(self, prefix: str = "tmp") -> str:
+        return self.kctx.new_tmp(prefix)
+
+    def dtype_of(self, name):
+        return self.kctx.buffers[name].dtype
+
+    def pointer(self, name):
+        return self.kctx.pointers.get(name)
+
+    def record(self, name, value):
+        self.kctx.registers[name] = value
+
+    def printed_index(self, expr) -> tuple[str, frozenset]:
+        """A simplified index as Triton code, and the block axes it varies along."""
+        axes = set()
+        for s in expr.free_symbols:
+            axes |= self.indirect[s] if s in self.indirect else {self.axis_of[s]}
+        return print_index_py(expr), frozenset(axes)
+
+
+class MemberContext(MemberContextBase):
     """What ``TritonOps`` asks while generating one member."""
 
     def __init__(self, kctx: KernelContext, member, row: bool, reduction_mode: str):
@@ -153,16 +177,7 @@ class MemberContext:
         self.axis_of.update({s: "r" for s in self.rename.values()})
         self.indirect: dict = {}  # symbols made by ops.indirect_indexing -> the axes of their values
 
-    def new_tmp(self, prefix: str = "tmp") -> str:
-        return self.kctx.new_tmp(prefix)
-
     # ------------------------------------------------------------------------ buffers
-
-    def dtype_of(self, name):
-        return self.kctx.buffers[name].dtype
-
-    def pointer(self, name):
-        return self.kctx.pointers.get(name)
 
     def register(self, name, index):
         producer = self.kctx.producers.get(name)
@@ -172,17 +187,10 @@ class MemberContext:
             raise NotImplementedError(f"Triton: {self.member.name} reads {name} where its producer did not compute it")
         return self.kctx.registers[name]
 
-    def record(self, name, value):
-        self.kctx.registers[name] = value
-
     # ------------------------------------------------------------------------ indexing
 
     def index(self, expr) -> tuple[str, frozenset]:
-        expr = simplify_with_ranges(sympy.sympify(expr), self.ranges).xreplace(self.rename)
-        axes = set()
-        for s in expr.free_symbols:
-            axes |= self.indirect[s] if s in self.indirect else {self.axis_of[s]}
-        return print_index_py(expr), frozenset(axes)
+        return self.printed_index(simplify_with_ranges(sympy.sympify(expr), self.ranges).xreplace(self.rename))
 
     def mask(self, axes) -> str | None:
         parts = []

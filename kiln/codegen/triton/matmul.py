@@ -22,8 +22,8 @@ import math
 import sympy
 import torch
 
-from kiln.codegen.common import kernel_name, kernel_params, print_index_py, provenance
-from kiln.codegen.triton.kernel import INT32_LIMIT
+from kiln.codegen.common import kernel_name, kernel_params, provenance
+from kiln.codegen.triton.kernel import INT32_LIMIT, MemberContextBase
 from kiln.codegen.triton.ops import TL_DTYPE, TritonOps, TVal
 from kiln.loopir.handlers import run_body
 from kiln.loopir.index import simplify_with_ranges, var
@@ -64,7 +64,7 @@ class EpilogueKernelContext:
         return f"{prefix}{self.count - 1}"
 
 
-class EpilogueContext:
+class EpilogueContext(MemberContextBase):
     """What ``TritonOps`` asks while generating one epilogue member on a tile."""
 
     reduction_mode = "persistent"
@@ -76,15 +76,6 @@ class EpilogueContext:
         self.axis_of = {var("x", d): ("x" if d < split else "r") for d in range(len(member.ranges))}
         self.indirect: dict = {}
 
-    def new_tmp(self, prefix: str = "tmp") -> str:
-        return self.kctx.new_tmp(prefix)
-
-    def dtype_of(self, name):
-        return self.kctx.buffers[name].dtype
-
-    def pointer(self, name):
-        return self.kctx.pointers.get(name)
-
     def register(self, name, index):
         if name == self.kctx.template.out:
             return self.result  # the pass checked that the member reads it at the element it computes
@@ -93,15 +84,8 @@ class EpilogueContext:
             return None
         return self.kctx.registers[name]  # a pointwise group: read at the element written (fusion legality)
 
-    def record(self, name, value):
-        self.kctx.registers[name] = value
-
     def index(self, expr) -> tuple[str, frozenset]:
-        expr = simplify_with_ranges(sympy.sympify(expr), self.ranges)
-        axes = set()
-        for s in expr.free_symbols:
-            axes |= self.indirect[s] if s in self.indirect else {self.axis_of[s]}
-        return print_index_py(expr), frozenset(axes)
+        return self.printed_index(simplify_with_ranges(sympy.sympify(expr), self.ranges))
 
     def mask(self, axes) -> str | None:
         return " & ".join(m for a, m in (("x", "xmask"), ("r", "rmask")) if a in axes) or None
