@@ -74,6 +74,17 @@ def should_offer(code: types.CodeType) -> bool:
     return not is_skipped_file(code.co_filename) and code.co_filename not in _INLINABLE_STDLIB
 
 
+def _stdlib_codes() -> frozenset:
+    """Standard-library functions traced like user code, though their files are skipped."""
+    import contextlib
+
+    null = contextlib.nullcontext  # `with cm if cond else nullcontext():` (transformers, many models)
+    return frozenset(f.__code__ for f in (null.__init__, null.__enter__, null.__exit__))
+
+
+_INLINABLE_CODES = _stdlib_codes()
+
+
 def is_inlinable(code: types.CodeType) -> bool:
     """Whether a call to a function with this code may be traced into."""
-    return not is_skipped_file(code.co_filename)
+    return code in _INLINABLE_CODES or not is_skipped_file(code.co_filename)

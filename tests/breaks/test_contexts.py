@@ -332,3 +332,16 @@ def test_backward_inside_compiled_function_with_no_grad_update():
     w = t(3, 2, requires_grad=True)
     # graphs: loss | the no_grad update | w.grad.clone(); breaks: backward(), print
     check_breaks(fn, w, t(4, 3, seed=1), graphs=3, breaks=2, inputs_mutated=True)
+
+
+def test_nullcontext_is_traced_without_a_break():
+    def fn(x, use_no_grad):
+        cm = torch.no_grad() if use_no_grad else contextlib.nullcontext()
+        with cm:
+            y = x * 2
+        with contextlib.nullcontext(3) as k:
+            y = y + k
+        return y.sin(), torch.is_grad_enabled()
+
+    check_breaks(fn, t(4, 3, requires_grad=True), False, graphs=1, breaks=0)
+    check_breaks(fn, t(4, 3, requires_grad=True), True, graphs=1, breaks=0)
