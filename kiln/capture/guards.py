@@ -25,6 +25,7 @@ class GuardKind(enum.Enum):
     DICT_KEYS = "dict_keys"  # type and keys (in order) of a dict
     NONE = "none"          # is None / is not None
     CONTAINS = "contains"  # a key is (or is not) in a dict
+    HASATTR = "hasattr"    # an object has (or has not) an attribute
     IDENTITY_OF_SOURCE = "identity_of_source"  # two places hold the same object
     DISTINCT = "distinct"  # tensor inputs are distinct objects (set by compile())
     GLOBAL_STATE = "global_state"  # grad mode, default dtype, autocast
@@ -78,6 +79,12 @@ class GuardSet:
             return
         guard = Guard(GuardKind.CONTAINS, source, (key, present))
         self._guards.setdefault((GuardKind.CONTAINS, source.name(), repr(key)), guard)
+
+    def hasattr(self, source: Source, attr: str, present: bool) -> None:
+        if not _guardable(source):
+            return
+        guard = Guard(GuardKind.HASATTR, source, (attr, present))
+        self._guards.setdefault((GuardKind.HASATTR, source.name(), attr), guard)
 
     def dict_keys(self, source: Source, obj: dict) -> None:
         self.add(GuardKind.DICT_KEYS, source, (type(obj), list(obj.keys())))
@@ -196,6 +203,7 @@ class _Namer:
             "___len": len,
             "___list": list,
             "___getattr": getattr,
+            "___hasattr": hasattr,
             "___object_getattr": object.__getattribute__,
             "___dict_getitem": dict.__getitem__,
             "___dict_contains": dict.__contains__,
@@ -282,6 +290,9 @@ def _guard_exprs(g: Guard, names: _Namer) -> list[tuple[str, str]]:
     if k is GuardKind.CONTAINS:
         key, present = g.value
         return [(f"({key!r} in {x}) is {present}", f"{key!r} {'in' if present else 'not in'} {x}")]
+    if k is GuardKind.HASATTR:
+        attr, present = g.value
+        return [(f"___hasattr({x}, {attr!r}) is {present}", f"{x} {'has' if present else 'has no'} attribute {attr!r}")]
     if k is GuardKind.NONE:
         return [(f"({x} is None) is {g.value}", f"{x} is {'None' if g.value else 'not None'}")]
     raise AssertionError(k)

@@ -106,3 +106,33 @@ def test_deferred_arithmetic_returned_and_stored():
         return x + 1, -total, total // 2, count % 3, f"{count!s:*^7}", total == count
 
     check_breaks(fn, arg_sets=[(t(3), 3.0, 4, {}), (t(3), 9.0, 5, {})], graphs=1, breaks=1, inputs_mutated=True)
+
+
+class _Holder:
+    pass
+
+
+_HOLDER = _Holder()
+_MODULE = nn.Linear(2, 2)
+
+
+def test_hasattr_on_existing_objects_is_guarded():
+    """An attribute added to (or deleted from) an object or module between calls changes hasattr's
+    answer: the cached graph must not be reused."""
+    import kiln
+
+    def fn(x):
+        y = x + 1 if hasattr(_HOLDER, "scale") else x - 1
+        return y * 2 if hasattr(_MODULE, "extra") else y * 3
+
+    compiled = kiln.compile(fn)
+    x = torch.ones(2)
+    try:
+        for change in (lambda: None, lambda: setattr(_HOLDER, "scale", 1), lambda: setattr(_MODULE, "extra", 1),
+                       lambda: delattr(_HOLDER, "scale")):
+            change()
+            torch.testing.assert_close(compiled(x), fn(x))
+    finally:
+        for obj, name in ((_HOLDER, "scale"), (_MODULE, "extra")):
+            if hasattr(obj, name):
+                delattr(obj, name)

@@ -165,12 +165,18 @@ def _hasattr(tx, obj, name):
             raise
         return ConstantValue(True)
     if isinstance(obj, NNModuleValue):
-        if obj.source is not None:
+        found = hasattr(obj.module, attr)
+        if obj.source is not None:  # the same module may gain or lose the attribute between calls
             tx.output.guards.identity(obj.source, obj.module)
-        return ConstantValue(hasattr(obj.module, attr))
+            tx.output.guards.hasattr(obj.source, attr, found)
+        return ConstantValue(found)
     real = underlying_object(obj)
     if real is not None:
-        return ConstantValue(hasattr(real, attr))
+        found = hasattr(real, attr)
+        source = getattr(obj, "source", None)
+        if source is not None:
+            tx.output.guards.hasattr(source, attr, found)
+        return ConstantValue(found)
     if obj.is_constant():
         return ConstantValue(hasattr(obj.as_constant(), attr))
     unsupported(f"hasattr() on {obj}")
