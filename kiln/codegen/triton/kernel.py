@@ -209,27 +209,26 @@ class MemberContext(MemberContextBase):
         return "rindex"
 
 
-def _outer_defs(sizes, source: str) -> list[str]:
-    """Definitions of the loop variables ``x0..`` over ``sizes`` from a flat ``source`` index."""
+def index_var_defs(names, sizes, source: str) -> list[str]:
+    """``name_d = (source // inner) % size_d`` for each dim: loop variables of ``sizes`` (row-major)
+    from the flat index ``source``."""
     lines = []
-    for d, n in enumerate(sizes):
+    for d, (name, n) in enumerate(zip(names, sizes)):
         inner = math.prod(sizes[d + 1:])
         expr = source if inner == 1 else f"({source} // {inner})"
         if d > 0:
             expr = f"{expr} % {n}"
-        lines.append(f"x{d} = {expr}")
+        lines.append(f"{name} = {expr}")
     return lines
+
+
+def _outer_defs(sizes, source: str) -> list[str]:
+    """Definitions of the loop variables ``x0..`` over ``sizes`` from a flat ``source`` index."""
+    return index_var_defs([f"x{d}" for d in range(len(sizes))], sizes, source)
 
 
 def _inner_defs(prefix: str, sizes) -> list[str]:
-    lines = []
-    for d, n in enumerate(sizes):
-        inner = math.prod(sizes[d + 1:])
-        expr = "rindex" if inner == 1 else f"(rindex // {inner})"
-        if d > 0:
-            expr = f"{expr} % {n}"
-        lines.append(f"{prefix}{d} = {expr}")
-    return lines
+    return index_var_defs([f"{prefix}{d}" for d in range(len(sizes))], sizes, "rindex")
 
 
 def _indent(lines, n=1):

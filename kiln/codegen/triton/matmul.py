@@ -17,13 +17,12 @@ members then run through ``TritonOps`` like a kernel of the ``row`` shape (``ker
 from __future__ import annotations
 
 import dataclasses
-import math
 
 import sympy
 import torch
 
 from kiln.codegen.common import kernel_name, kernel_params, provenance
-from kiln.codegen.triton.kernel import INT32_LIMIT, MemberContextBase
+from kiln.codegen.triton.kernel import INT32_LIMIT, MemberContextBase, index_var_defs
 from kiln.codegen.triton.ops import TL_DTYPE, TritonOps, TVal
 from kiln.loopir.handlers import run_body
 from kiln.loopir.index import simplify_with_ranges, var
@@ -115,16 +114,9 @@ def _needs_int64(t: MatmulTemplate, buffers, names) -> bool:
 
 def _dims_defs(ranges, split: int) -> list[str]:
     """``x0..`` of the epilogue's loops from the tile's rows (``xindex``) and columns (``rindex``)."""
-    lines = []
-    for lo, hi, source in ((0, split, "xindex"), (split, len(ranges), "rindex")):
-        part = ranges[lo:hi]
-        for d, n in enumerate(part):
-            inner = math.prod(part[d + 1:])
-            expr = source if inner == 1 else f"({source} // {inner})"
-            if d > 0:
-                expr = f"{expr} % {n}"
-            lines.append(f"x{lo + d} = {expr}")
-    return lines
+    names = [f"x{d}" for d in range(len(ranges))]
+    return (index_var_defs(names[:split], ranges[:split], "xindex")
+            + index_var_defs(names[split:], ranges[split:], "rindex"))
 
 
 def _mainloop(t: MatmulTemplate, ptr: dict, wide: bool, dot_precision: str | None) -> list[str]:
