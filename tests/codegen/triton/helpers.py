@@ -40,3 +40,23 @@ def check(fn, *args, kernels=None, atol=1e-5, rtol=1e-5, **option_changes):
     if kernels is not None:
         assert len(cg.kernels) == kernels, cg.source
     return cg
+
+
+def cuda(*shape, dtype=torch.float32):
+    return torch.randn(*shape, device="cuda").to(dtype)
+
+
+def compile_and_check_cuda(fn, *args, atol, rtol, **option_changes):
+    """(kiln backend's result, compiled graph) for ``fn`` on CUDA tensors, checked against eager: Triton
+    code (not an ATen fallback), same devices, dtypes and shapes, values within atol/rtol."""
+    gm = fx.symbolic_trace(fn)
+    compiled = kiln_backend(gm, list(args), default_options().replace(**option_changes))
+    cg = getattr(compiled, "compiled_graph", None)
+    assert cg is not None and cg.target == "triton", compiled.kiln_explain()
+    got, want = compiled(*args), fn(*args)
+    got = got if isinstance(got, (tuple, list)) else (got,)
+    want = want if isinstance(want, (tuple, list)) else (want,)
+    for g, w in zip(got, want):
+        assert g.device.type == "cuda" and g.dtype == w.dtype and g.shape == w.shape
+        torch.testing.assert_close(g, w, atol=atol, rtol=rtol, equal_nan=True)
+    return compiled, cg

@@ -9,28 +9,16 @@ pytest.importorskip("triton")
 
 from kiln.backends.kiln import kiln_backend  # noqa: E402
 from kiln.options import default_options  # noqa: E402
+from tests.codegen.triton.helpers import compile_and_check_cuda, cuda  # noqa: E402
 
 pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
 
 
 def run(fn, *args, kernels=None, atol=1e-5, rtol=1e-5, **changes):
-    gm = fx.symbolic_trace(fn)
-    compiled = kiln_backend(gm, list(args), default_options().replace(**changes))
-    cg = getattr(compiled, "compiled_graph", None)
-    assert cg is not None and cg.target == "triton", compiled.kiln_explain()
-    got, want = compiled(*args), fn(*args)
-    got = got if isinstance(got, (tuple, list)) else (got,)
-    want = want if isinstance(want, (tuple, list)) else (want,)
-    for g, w in zip(got, want):
-        assert g.device.type == "cuda" and g.dtype == w.dtype and g.shape == w.shape
-        torch.testing.assert_close(g, w, atol=atol, rtol=rtol, equal_nan=True)
+    _, cg = compile_and_check_cuda(fn, *args, atol=atol, rtol=rtol, **changes)
     if kernels is not None:
         assert len(cg.kernels) == kernels, cg.source
     return cg
-
-
-def cuda(*shape, dtype=torch.float32):
-    return torch.randn(*shape, device="cuda").to(dtype)
 
 
 @pytest.mark.parametrize("n", [33, 1000, 4096, 20000])

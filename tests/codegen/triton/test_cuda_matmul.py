@@ -1,19 +1,17 @@
 """Matmul templates on the GPU: compiled kernels, the measured choice against the library path, the
 saved choice, and the max-autotune modes end to end (run on the GPU machine; skipped without one)."""
 import json
-import os
 
 import pytest
 import torch
-import torch.fx as fx
 
 pytest.importorskip("triton")
 
 import kiln  # noqa: E402
-from kiln.backends.kiln import kiln_backend  # noqa: E402
 from kiln.codegen.triton import runtime  # noqa: E402
 from kiln.codegen.triton.matmul import MatmulKernel  # noqa: E402
 from kiln.options import default_options  # noqa: E402
+from tests.codegen.triton.helpers import compile_and_check_cuda, cuda  # noqa: E402
 
 pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
 
@@ -21,23 +19,8 @@ TOL = {torch.float32: dict(atol=1e-3, rtol=1e-3), torch.float16: dict(atol=2e-2,
        torch.bfloat16: dict(atol=3e-2, rtol=3e-2)}
 
 
-def cuda(*shape, dtype=torch.float32):
-    return torch.randn(*shape, device="cuda").to(dtype)
-
-
 def run(fn, *args, tol, **changes):
-    gm = fx.symbolic_trace(fn)
-    options = default_options().replace(matmul_templates=True, **changes)
-    compiled = kiln_backend(gm, list(args), options)
-    cg = getattr(compiled, "compiled_graph", None)
-    assert cg is not None and cg.target == "triton", compiled.kiln_explain()
-    got, want = compiled(*args), fn(*args)
-    got = got if isinstance(got, (tuple, list)) else (got,)
-    want = want if isinstance(want, (tuple, list)) else (want,)
-    for g, w in zip(got, want):
-        assert g.device.type == "cuda" and g.dtype == w.dtype and g.shape == w.shape
-        torch.testing.assert_close(g, w, equal_nan=True, **tol)
-    return compiled, cg
+    return compile_and_check_cuda(fn, *args, **tol, matmul_templates=True, **changes)
 
 
 def template_of(cg) -> MatmulKernel:
