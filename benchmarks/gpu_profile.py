@@ -1,0 +1,121 @@
+"""Where the GPU time of a model goes, per backend: a torch.profiler breakdown of the models of
+``benchmarks/gpu.py``, side by side.
+
+    python benchmarks/gpu_profile.py --models hf_gpt2,llama_small --dtypes bf16 --backends eager,kiln,torch.compile
+    python benchmarks/gpu_profile.py --top 15        # all models, f32 and bf16, eager / kiln / torch.compile
+
+Per model and backend it prints: the median wall time of a call (CUDA events), the GPU busy time per
+call (the sum of the kernels' durations), the number of kernel launches per call, and the GPU time by
+kind of kernel:
+  - ``library``: cuBLAS/cuDNN/CUTLASS matmul and convolution, flash/efficient attention;
+  - ``triton``: generated Triton kernels (kiln's and torch.compile's);
+  - ``aten``: ATen's own elementwise/reduction/copy kernels;
+then the top kernels by total time. Wall time well above the GPU time means the call is bound by the
+CPU (Python, launches): CUDA graphs (``reduce-overhead``) help there; GPU time above another backend's
+means slower or more kernels.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+
+import torch  # noqa: E402
+
+from gpu import make_compiled, median_ms, model_cases, reset_all  # noqa: E402
+
+LIBRARY_MARKERS = ("gemm", "cutlass", "cublas", "sm90_", "sm80_", "ampere", "hopper", "conv", "cudnn", "flash",
+                   "fmha", "attention", "xmma", "implicit", "wgrad", "dgrad", "nchw", "nhwc", "winograd", "splitk")
+
+
+def kind_of(name: str) -> str:
+    low = name.lower()
+    if low.startswith(("triton", "kiln_", "k_")) or "triton_" in low:
+        return "triton"
+    if any(m in low for m in LIBRARY_MARKERS):
+        return "library"
+    return "aten"
+
+
+def profile_calls(fn, args, iters: int) -> tuple[dict, int]:
+    """{kernel name: total microseconds} over ``iters`` calls, and the number of kernel launches."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(iters):
+            fn(*args)
+        torch.cuda.synchronize()
+    times: dict = collections.Counter()
+    launches = 0
+    for ev in prof.events():
+        if ev.device_type == torch.autograd.DeviceType.CUDA and ev.device_time > 0:
+            times[ev.name] += ev.device_time
+            launches += 1
+    return times, launches
+
+
+def report(label: str, backend: str, fn, args, iters: int, top: int) -> None:
+    ms = median_ms(fn, args, iters=iters)
+    times, launches = profile_calls(fn, args, iters)
+    busy = sum(times.values()) / iters / 1000
+    by_kind: dict = collections.Counter()
+    for name, us in times.items():
+        by_kind[kind_of(name)] += us / iters / 1000
+    kinds = "  ".join(f"{k} {v:.3f}" for k, v in sorted(by_kind.items()))
+    print(f"{label:<24} {backend:<16} wall {ms:8.3f} ms  gpu {busy:8.3f} ms  launches {launches / iters:6.0f}  | {kinds}")
+    for name, us in times.most_common(top):
+        print(f"      {us / iters / 1000:8.4f} ms  {kind_of(name):<7} {name[:110]}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--models", default="", help="comma-separated model names of benchmarks/gpu.py (default: all)")
+    parser.add_argument("--dtypes", default="f32,bf16")
+    parser.add_argument("--backends", default="eager,kiln,torch.compile",
+                        help="eager, kiln, kiln_ro, kiln_ma, torch.compile, torch.compile_ro, ...")
+    parser.add_argument("--iters", type=int, default=10)
+    parser.add_argument("--top", type=int, default=8)
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        print("no CUDA: nothing to profile")
+        return 0
+    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cudnn.allow_tf32 = True
+    only = [m for m in args.models.split(",") if m]
+    dtypes = [{"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}[d] for d in args.dtypes.split(",")]
+    backends = [b.replace("_", " ") for b in args.backends.split(",") if b]
+    for name, build in model_cases(quick=False):
+        if only and name not in only:
+            continue
+        for dtype in dtypes:
+            try:
+                model, margs = build()
+            except ImportError as exc:
+                print(f"{name}: not installed ({exc})")
+                continue
+            model = model.eval().to("cuda")
+            if dtype != torch.float32:
+                model = model.to(dtype)
+            margs = tuple(a.to("cuda", dtype) if a.is_floating_point() else a.to("cuda") for a in margs)
+            label = f"{name} {str(dtype).replace('torch.', '')}"
+            for b in backends:
+                reset_all()
+                try:
+                    with torch.no_grad():
+                        fn = make_compiled(b, model)
+                        fn(*margs)
+                        report(label, b, fn, margs, args.iters, args.top)
+                except Exception as exc:  # noqa: BLE001 -- one backend failing is a result
+                    print(f"{label:<24} {b:<16} error: {type(exc).__name__}: {str(exc)[:300]}")
+            del model
+            torch.cuda.empty_cache()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
