@@ -84,6 +84,7 @@ def reset_all():
     import kiln
 
     kiln.reset()
+    kiln.stats.reset()  # the notes under each row count that row's compile only
     torch._dynamo.reset()
 
 
