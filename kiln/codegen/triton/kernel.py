@@ -31,6 +31,7 @@ from kiln.schedule.fusion import block_of, split_outer
 from kiln.schedule.scheduler import FusedGroup
 
 PERSISTENT_MAX = 4096  # inner spaces up to this many elements are held in registers whole
+SIDE_BY_SIDE_MIN_ROWS = 256  # see fusable: pointwise members sharing only outer loops need this many rows
 INT32_LIMIT = 2 ** 31 - 1
 
 
@@ -95,8 +96,16 @@ def fusable(members, k: int, persistent_max: int = PERSISTENT_MAX) -> bool:
             if not register_read_ok(consumer, index, producer, k):
                 return False
             needs_persistent |= block_of(producer, k)[1] > 1
+    inner = max(math.prod(inner_sizes(m, k)) for m in members)
     if needs_persistent:
-        return max(math.prod(inner_sizes(m, k)) for m in members) <= persistent_max
+        return inner <= persistent_max
+    if not any(m.is_reduction for m in members) and inner > 1:
+        # Pointwise members of different shapes side by side over shared outer loops (RoPE's q and k
+        # over (batch, kv-head)): the fusion only shares reads, while the kernel runs one program per
+        # few rows and walks each row's inner space. Few rows, or long rows (a loop), cost far more
+        # than the shared reads save: separate pointwise kernels are flat and fully parallel.
+        rows = math.prod(int(n) for n in members[0].ranges[:k])
+        return inner <= persistent_max and rows >= SIDE_BY_SIDE_MIN_ROWS
     return True
 
 

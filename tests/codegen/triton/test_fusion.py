@@ -71,3 +71,39 @@ def test_bf16_linear_rounds_once_like_eager():
     with torch.no_grad():
         cg = check(m, x, atol=0, rtol=0)
     assert "aten.addmm.default" in format_graph(cg.gm.graph)
+
+
+def _rope(x, cos, sin):
+    half = x.shape[-1] // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), -1)
+    return x * cos + rotated * sin
+
+
+def test_rope_of_q_and_k_stay_separate_flat_kernels():
+    # Llama's RoPE on q (4 query heads per kv head) and k: the two pointwise ops share only cos/sin
+    # and the (batch, kv-head) loops. Fused side by side they made a kernel of batch * kv_heads
+    # programs walking whole rows (0.9 ms on the H100 for what flat kernels do in 0.06 ms).
+    def f(q, k, cos, sin):
+        return _rope(q, cos, sin), _rope(k, cos, sin)
+
+    q, k = torch.randn(2, 4, 4, 32, 16), torch.randn(2, 4, 1, 32, 16)
+    cos, sin = torch.randn(32, 16), torch.randn(32, 16)
+    cg = check(f, q, k, cos, sin)
+    assert {k.style for k in cg.kernels.values()} == {"pointwise"}, cg.source
+
+
+def test_side_by_side_rows_fuse_when_many_and_short():
+    from kiln.codegen.triton.kernel import SIDE_BY_SIDE_MIN_ROWS, fusable
+
+    class Member:  # the fields fusable reads
+        is_reduction, reads = False, []
+
+        def __init__(self, name, ranges):
+            self.writes, self.ranges = [name], ranges
+
+    few = [Member("a", [2, 4, 64]), Member("b", [2, 4, 3, 64])]
+    many = [Member("a", [SIDE_BY_SIDE_MIN_ROWS, 64]), Member("b", [SIDE_BY_SIDE_MIN_ROWS, 3, 64])]
+    long_rows = [Member("a", [SIDE_BY_SIDE_MIN_ROWS, 64]), Member("b", [SIDE_BY_SIDE_MIN_ROWS, 128, 64])]
+    assert not fusable(few, 2)
+    assert fusable(many, 1)
+    assert not fusable(long_rows, 1, persistent_max=4096)
