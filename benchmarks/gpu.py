@@ -329,20 +329,29 @@ def run_models(quick: bool, only: list[str] | None, dtypes=(torch.float32, torch
 
 
 def run_compile_times(quick: bool) -> list[dict]:
-    """First-call latency of kiln on a few models: cold caches, then a fresh process with warm caches."""
+    """First-call latency on a few models, each in a fresh process: with cold caches, then warm caches
+    (kiln and torch.compile), and kiln cold with its compile workers off (KILN_COMPILE_WORKERS=0)."""
     rows = []
-    for name in ("mlp", "transformer_block", "hf_gpt2"):
-        cache = tempfile.mkdtemp(prefix="kiln-bench-cache-")
+    for name in ("mlp", "transformer_block", "hf_gpt2", "llama_small", "timm_resnet50"):
         times = {}
-        for phase in ("cold", "warm"):
-            env = dict(os.environ, KILN_CACHE_DIR=cache, TRITON_CACHE_DIR=os.path.join(cache, "triton-bin"))
+        for phase, cache in (("cold", None), ("warm", "same"), ("cold, no workers", None)):
+            if cache is None:
+                cache_dir = tempfile.mkdtemp(prefix="kiln-bench-cache-")
+            env = dict(os.environ, KILN_CACHE_DIR=cache_dir, TRITON_CACHE_DIR=os.path.join(cache_dir, "triton-bin"),
+                       TORCHINDUCTOR_CACHE_DIR=os.path.join(cache_dir, "inductor"))
+            if phase == "cold, no workers":
+                env.update(KILN_COMPILE_WORKERS="0", PROBE_KILN_ONLY="1")
             cmd = [sys.executable, os.path.abspath(__file__), "--probe", name] + (["--quick"] if quick else [])
             done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
             line = [ln for ln in done.stdout.splitlines() if ln.startswith("PROBE ")]
             times[phase] = json.loads(line[-1][6:]) if line else {"error": done.stderr[-500:]}
-        rows.append({"case": name, "kiln": times})
-        print(f"{name:<44} kiln first call: cold {times['cold'].get('kiln_s', 'err')} s, "
-              f"warm {times['warm'].get('kiln_s', 'err')} s; torch.compile cold {times['cold'].get('torch_compile_s', 'err')} s")
+        rows.append({"case": name, "first_call_s": times})
+        t = {p: (v.get("kiln_s", "err"), v.get("torch_compile_s", "-")) for p, v in times.items()}
+        print(f"{name:<44} first call (s): kiln cold {t['cold'][0]}, warm {t['warm'][0]}, cold without workers "
+              f"{t['cold, no workers'][0]}; torch.compile cold {t['cold'][1]}, warm {t['warm'][1]}")
+        for phase in ("cold", "warm"):
+            print(f"    kiln {phase} by stage: {times[phase].get('kiln_stages', times[phase].get('error'))}; "
+                  f"kernel configs compiled by workers: {times[phase].get('kiln_precompiled')}")
     return rows
 
 
@@ -352,8 +361,12 @@ def probe(name: str, quick: bool) -> None:
     model, args = build()
     model = model.eval().cuda()
     args = tuple(a.cuda() for a in args)
+    import kiln
+
     out = {}
     for key, backend in (("kiln_s", "kiln"), ("torch_compile_s", "torch.compile")):
+        if key == "torch_compile_s" and os.environ.get("PROBE_KILN_ONLY"):
+            continue
         reset_all()
         with torch.no_grad():
             compiled = make_compiled(backend, model)
@@ -361,6 +374,9 @@ def probe(name: str, quick: bool) -> None:
             compiled(*args)
             torch.cuda.synchronize()
             out[key] = round(time.perf_counter() - t0, 3)
+        if backend == "kiln":  # where kiln's first call went, by stage
+            out["kiln_stages"] = {k: round(v, 3) for k, v in kiln.stats.seconds.items()}
+            out["kiln_precompiled"] = kiln.stats.triton_precompiled
     print("PROBE " + json.dumps(out))
 
 

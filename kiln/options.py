@@ -62,6 +62,8 @@ class Options:
         pointwise ops that consume its result fused into it, and use it where it is faster than the
         library call (cuBLAS) followed by the separate epilogue kernel (set by the "max-autotune"
         modes; KILN_MATMUL_TEMPLATES=1 turns it on; see ``kiln/schedule/templates.py``).
+    compile_workers: processes that compile a graph's new Triton kernels in parallel before their first
+        launch (KILN_COMPILE_WORKERS; 0: Triton compiles each kernel at its first launch, in turn).
     matmul_choice: how a matmul template's path is picked: "autotune" (time the template's configs
         and the library path on the first call on the GPU, keep the fastest; the interpreter takes
         the template), "template" or "library" (force one path; KILN_MATMUL_CHOICE).
@@ -82,6 +84,7 @@ class Options:
     cudagraphs: bool = False
     matmul_templates: bool = False
     matmul_choice: str = "autotune"
+    compile_workers: int = 0
 
     def __post_init__(self):
         if self.cpu_codegen not in ("cpp", "triton"):
@@ -126,7 +129,12 @@ def _read_environment() -> Options:
         triton_fast_launch=_env_int("KILN_TRITON_FAST_LAUNCH", 1) != 0,
         matmul_templates=_env_int("KILN_MATMUL_TEMPLATES", 0) != 0,
         matmul_choice=_env_choice("KILN_MATMUL_CHOICE", MATMUL_CHOICES, "autotune"),
+        compile_workers=_env_int("KILN_COMPILE_WORKERS", _default_workers()),
     )
+
+
+def _default_workers() -> int:
+    return max(1, min(8, (os.cpu_count() or 2) - 1))
 
 
 _DEFAULT = _read_environment()

@@ -26,6 +26,7 @@ from kiln.codegen.cpp.build import load_library
 from kiln.codegen.cpp.kernel import generate_kernel
 from kiln.codegen.cudagraphs import CudaGraphRunner
 from kiln.codegen.triton import build as triton_build
+from kiln.codegen.triton.precompile import warm_pool
 from kiln.codegen.triton.runtime import triton_available
 from kiln.codegen.wrapper import WrapperGen, tensor_call
 from kiln.debug.stats import stats
@@ -76,6 +77,8 @@ def _prelude() -> str:
 def compile_graph(gm, options: Options, target: str = "cpp") -> CompiledGraph:
     """Lower, schedule and generate code for a core-op ATen graph module; ``target`` is "cpp",
     "triton" (GPU) or "triton-interpreted" (Triton kernels on CPU tensors, run by Triton's interpreter)."""
+    if target == "triton":
+        warm_pool(options.compile_workers)  # the workers start while the graph is lowered and scheduled
     with stats.timed("lower"):
         lg = lower_graph(gm)
     buffers = lg.buffers()
@@ -102,7 +105,7 @@ def compile_graph(gm, options: Options, target: str = "cpp") -> CompiledGraph:
                 step.name = k.name
                 kernels[k.name] = k
     if triton:
-        source = triton_build.load_kernels(kernels, options, interpret=target == "triton-interpreted")
+        source = triton_build.load_kernels(kernels, buffers, options, interpret=target == "triton-interpreted")
         wrapper = WrapperGen(lg, sched, kernels, buffers, kernel_call=tensor_call).generate()
     else:
         source = _load_cpp(kernels, options)

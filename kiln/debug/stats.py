@@ -16,7 +16,7 @@ class Stats:
     recompilations: by the guard that failed. eager_fallbacks: frames run eagerly, by reason.
     kernels_generated / aten_fallbacks: filled in by code generation (fallbacks by op and reason).
     kernel_compiles / kernel_cache_hits: kernel libraries built by the system compiler / found in the
-    disk cache.
+    disk cache. triton_precompiled: Triton kernel configs compiled by the worker pool before launch.
     matmul_choices: matmul templates by the path picked ("template" or "library"; max-autotune).
     seconds: time spent per stage.
     """
@@ -37,6 +37,7 @@ class Stats:
         self.aten_fallbacks: collections.Counter[str] = collections.Counter()
         self.kernel_compiles = 0
         self.kernel_cache_hits = 0
+        self.triton_precompiled = 0
         self.matmul_choices: collections.Counter[str] = collections.Counter()
         self.seconds: collections.Counter[str] = collections.Counter()
 
@@ -63,6 +64,7 @@ class Stats:
             "matmul_choices": dict(self.matmul_choices),
             "kernel_compiles": self.kernel_compiles,
             "kernel_cache_hits": self.kernel_cache_hits,
+            "triton_precompiled": self.triton_precompiled,
             "seconds": {k: round(v, 6) for k, v in self.seconds.items()},
         }
 

@@ -7,6 +7,7 @@ from kiln.codegen.triton.kernel import fusable, generate_kernel
 from kiln.codegen.triton.launch import Launcher, candidate_configs
 from kiln.codegen.triton.matmul import MatmulKernel, generate_matmul
 from kiln.codegen.triton.matmul_launch import MatmulChoice, offline_configs
+from kiln.codegen.triton.precompile import precompile
 from kiln.codegen.triton.runtime import MODULE_HEADER, load_module
 
 
@@ -99,20 +100,26 @@ def module_source(kernels: dict) -> str:
     return MODULE_HEADER + "\n\n" + "\n\n".join(k.source for k in kernels.values())
 
 
-def load_kernels(kernels: dict, options, interpret: bool) -> str:
-    """Load the kernels' module and give each kernel its launcher (``kernel.fn``); returns the source."""
+def load_kernels(kernels: dict, buffers: dict, options, interpret: bool) -> str:
+    """Load the kernels' module and give each kernel its launcher (``kernel.fn``); returns the source.
+
+    Kernels with the same code under different names (a model's repeated layers) share the first
+    one's Triton function, so they compile once and tune once. On the GPU, a module no process has
+    loaded before is compiled ahead of its launches by the worker pool (``precompile.py``)."""
     source = module_source(kernels)
     if not kernels:
         return source
-    ns, path = load_module(source, options, interpret)
+    ns, path, fresh = load_module(source, options, interpret)
     tune = options.triton_autotune and not interpret
+    leaders: dict = {}
     for k in kernels.values():
         if isinstance(k, MatmulKernel):
             continue
-        configs = candidate_configs(k, options.triton_max_block)
-        k.fn = Launcher(ns[k.name], k, configs, path + ".tune.json" if tune else None,
-                        fast_launch=options.triton_fast_launch)
-    leaders: dict[str, MatmulChoice] = {}  # identical templates (a model's repeated layers) tune once
+        leader = leaders.get(_body_key(k))
+        fn = leader.fn if leader is not None else ns[k.name]
+        k.fn = Launcher(fn, k, candidate_configs(k, options.triton_max_block), path + ".tune.json" if tune else None,
+                        fast_launch=options.triton_fast_launch, leader=leader)
+        leaders.setdefault(_body_key(k), k.fn)
     for k in kernels.values():
         if isinstance(k, MatmulKernel):
             key = _body_key(k)
@@ -122,7 +129,26 @@ def load_kernels(kernels: dict, options, interpret: bool) -> str:
                                 None if interpret else path + ".tune.json", options.matmul_choice, interpret,
                                 options.triton_fast_launch, leader=leader)
             leaders.setdefault(key, k.fn)
+    if fresh and not interpret and options.compile_workers > 0:
+        precompile(_launches(leaders.values(), buffers, path), options.compile_workers)
     return source
+
+
+def _launches(distinct, buffers: dict, path: str):
+    """(jit function, source path, kernel name, argument dtypes, meta) of each launch config the
+    distinct kernels may use: the chosen one, or every candidate that the first call will time."""
+    for launcher in distinct:
+        k = launcher.kernel
+        dtypes = [buffers[name].dtype for name, _ in k.params]
+        if isinstance(launcher, MatmulChoice):
+            if launcher.picked == "library":
+                continue
+            configs = [launcher.run.config] if launcher.run is not None else launcher.configs
+            metas = [cfg.kwargs(k.shape[2]) for cfg in configs]
+        else:
+            metas = [cfg.kwargs() for cfg in ([launcher.config] if launcher.config is not None else launcher.configs)]
+        for meta in metas:
+            yield launcher.fn, path, k.name, dtypes, meta
 
 
 def _body_key(k) -> str:

@@ -76,9 +76,11 @@ def candidate_configs(kernel, max_block: int = 0) -> list[LaunchConfig]:
 class Launcher:
     """Calls one kernel with buffers: ``launcher(*tensors)`` in the kernel's parameter order."""
 
-    def __init__(self, fn, kernel, configs: list[LaunchConfig], tune_path: str | None, fast_launch: bool = True):
+    def __init__(self, fn, kernel, configs: list[LaunchConfig], tune_path: str | None, fast_launch: bool = True,
+                 leader: "Launcher | None" = None):
         self.fn, self.kernel, self.configs, self.tune_path = fn, kernel, configs, tune_path
         self.fast_launch = fast_launch
+        self.leader = leader  # an identical kernel earlier in the graph (same binary): its tuning is taken
         self.config: LaunchConfig | None = configs[0] if len(configs) == 1 or tune_path is None else None
         if self.config is None:
             self.config = _saved_choice(tune_path, kernel.name, configs)
@@ -99,7 +101,8 @@ class Launcher:
         if fast is not None and fast(args):
             return
         if self.config is None:
-            self.config = self._autotune(args)
+            leader = self.leader
+            self.config = leader.config if leader is not None and leader.config is not None else self._autotune(args)
             self._bind()
         if self.grid[0] == 0:
             return

@@ -53,7 +53,7 @@ def compile_for_gpu(cg, arch: int = 90, options=None, all_configs: bool = False)
     from kiln.options import default_options
 
     options = options or default_options()
-    ns, _ = load_module(cg.source, options, interpret=False)
+    ns, _, _ = load_module(cg.source, options, interpret=False)
     buffers = cg.lg.buffers()
     target = GPUTarget("cuda", arch, 32)
     results = {}

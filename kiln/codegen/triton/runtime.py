@@ -73,25 +73,33 @@ def module_path(source: str, options) -> str:
 _LOADED: dict[tuple[str, bool], dict] = {}
 
 
-def load_module(source: str, options, interpret: bool) -> tuple[dict, str]:
-    """The namespace of the executed kernel source (cached per process), and the source file's path."""
+def load_module(source: str, options, interpret: bool) -> tuple[dict, str, bool]:
+    """The namespace of the executed kernel source (cached per process), the source file's path, and
+    whether this call wrote the file (no process compiled these kernels before)."""
     path = module_path(source, options)
     ns = _LOADED.get((path, interpret))
     if ns is not None:
-        return ns, path
-    if os.path.exists(path):
-        stats.kernel_cache_hits += 1
-    else:
+        return ns, path, False
+    fresh = not os.path.exists(path)
+    if fresh:
         _write(path, source)
         stats.kernel_compiles += 1
+    else:
+        stats.kernel_cache_hits += 1
+    ns = load_module_file(path, interpret)
+    _LOADED[(path, interpret)] = ns
+    return ns, path, fresh
+
+
+def load_module_file(path: str, interpret: bool) -> dict:
+    """Execute the kernel source file at ``path`` for the target (also in compile workers)."""
     ns = dict(_target_names(interpret))
     ns["__name__"] = "kiln_triton_" + os.path.basename(path)[5:21] + ("_interpreted" if interpret else "")
     ns["__file__"] = path
     with open(path) as f:
         text = f.read()
     exec(compile(text, path, "exec"), ns)
-    _LOADED[(path, interpret)] = ns
-    return ns, path
+    return ns
 
 
 def _write(path: str, source: str) -> None:

@@ -90,8 +90,8 @@ def test_module_cache_hits_in_a_warm_process(tmp_path):
     options = triton_options(cache_dir=str(tmp_path))
     source = "# kiln test module\n@jit\ndef triton_noop(XBLOCK: tl.constexpr):\n    pass\n"
     before = stats.kernel_cache_hits
-    ns, path = load_module(source, options, interpret=True)
-    assert os.path.exists(path) and path == module_path(source, options)
+    ns, path, fresh = load_module(source, options, interpret=True)
+    assert fresh and os.path.exists(path) and path == module_path(source, options)
     assert path.startswith(str(tmp_path))
     from triton.runtime.interpreter import InterpretedFunction
 
@@ -100,8 +100,8 @@ def test_module_cache_hits_in_a_warm_process(tmp_path):
     from kiln.codegen.triton import runtime
 
     runtime._LOADED.clear()
-    load_module(source, options, interpret=True)
-    assert stats.kernel_cache_hits == before + 1
+    _, _, fresh = load_module(source, options, interpret=True)
+    assert not fresh and stats.kernel_cache_hits == before + 1
 
 
 def test_launch_heuristics():

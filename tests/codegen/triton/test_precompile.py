@@ -1,0 +1,92 @@
+"""Compiling Triton kernels ahead of their first launch: identical kernels share one function, the
+worker pool compiles into Triton's cache, and on a GPU a new graph's kernels come precompiled."""
+import os
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+from kiln.codegen.triton import precompile  # noqa: E402
+from kiln.debug.stats import stats  # noqa: E402
+from tests.codegen.triton.helpers import check, compile_and_check_cuda, cuda  # noqa: E402
+from tests.codegen.triton.test_offline import needs_ptxas  # noqa: E402
+
+
+def test_identical_kernels_share_one_function():
+    # two layers' worth of the same computation on buffers of the same shape: two kernels, one body
+    def f(x, y):
+        return torch.relu(torch.softmax(x, -1) * 2), torch.relu(torch.softmax(y, -1) * 2)
+
+    cg = check(f, torch.randn(4, 16), torch.randn(4, 16))
+    first, second = cg.kernels.values()
+    assert first.name != second.name
+    assert second.fn.fn is first.fn.fn and second.fn.leader is first.fn
+
+
+def test_different_kernels_keep_their_own_function():
+    def f(x, y):
+        return torch.softmax(x, -1), torch.relu(y) + 1
+
+    cg = check(f, torch.randn(4, 16), torch.randn(4, 16))
+    first, second = cg.kernels.values()
+    assert second.fn.fn is not first.fn.fn and second.fn.leader is None
+
+
+_KERNEL = """
+@jit
+def triton_add_one(in_ptr0, out_ptr0, XBLOCK: tl.constexpr):
+    xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)
+    tl.store(out_ptr0 + xindex, tl.load(in_ptr0 + xindex) + 1.0, xindex < 100)
+
+@jit
+def triton_broken(in_ptr0, XBLOCK: tl.constexpr):
+    tl.store(in_ptr0, undefined_name)
+"""
+
+
+@needs_ptxas
+def test_worker_compiles_into_tritons_cache(tmp_path, monkeypatch):
+    from triton.backends.compiler import GPUTarget
+
+    from kiln.codegen.triton.runtime import MODULE_HEADER
+
+    source = tmp_path / "kiln_test.py"
+    source.write_text(MODULE_HEADER + _KERNEL)
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton-cache"))
+    pool = precompile.WorkerPool(1)  # its own pool: the environment above is the workers'
+    try:
+        assert pool.submit("ready").get(timeout=120) is True
+        sig = {"in_ptr0": "*fp32", "out_ptr0": "*fp32", "XBLOCK": "constexpr"}
+        ok = pool.submit("compile_job", str(source), "triton_add_one", sig, {"XBLOCK": 128}, {},
+                         {"num_warps": 4}, GPUTarget("cuda", 90, 32))
+        broken = pool.submit("compile_job", str(source), "triton_broken", {"in_ptr0": "*fp32", "XBLOCK": "constexpr"},
+                             {"XBLOCK": 128}, {}, {"num_warps": 4}, GPUTarget("cuda", 90, 32))
+        assert ok.get(timeout=300) is None
+        error = broken.get(timeout=300)
+        assert isinstance(error, str) and "undefined_name" in error
+    finally:
+        for proc in pool.procs:
+            proc.stdin.close()
+            proc.wait(timeout=30)
+    cached = [f for _, _, files in os.walk(tmp_path / "triton-cache") for f in files]
+    assert any(f.endswith(".cubin") for f in cached), cached
+
+
+def test_a_dead_worker_fails_its_jobs_not_the_caller():
+    pool = precompile.WorkerPool(1)
+    pool.procs[0].kill()
+    pool.procs[0].wait()
+    result = pool.submit("ready").get(timeout=60)
+    assert isinstance(result, Exception)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_new_cuda_graph_is_precompiled_by_workers(tmp_path):
+    def f(x, y):
+        return torch.softmax(x * y, -1), (x - y).abs().sum(0)
+
+    before = stats.triton_precompiled
+    compile_and_check_cuda(f, cuda(64, 300), cuda(64, 300), atol=1e-5, rtol=1e-5, cache_dir=str(tmp_path),
+                           compile_workers=2)
+    assert stats.triton_precompiled > before
