@@ -77,8 +77,6 @@ def _prelude() -> str:
 def compile_graph(gm, options: Options, target: str = "cpp") -> CompiledGraph:
     """Lower, schedule and generate code for a core-op ATen graph module; ``target`` is "cpp",
     "triton" (GPU) or "triton-interpreted" (Triton kernels on CPU tensors, run by Triton's interpreter)."""
-    if target == "triton":
-        warm_pool(options.compile_workers)  # the workers start while the graph is lowered and scheduled
     with stats.timed("lower"):
         lg = lower_graph(gm)
     buffers = lg.buffers()
@@ -269,6 +267,8 @@ def kiln_backend(gm, example_inputs, options=None):
         inner = getattr(fn, "kiln_explain", lambda: "")
         fn.kiln_explain = lambda: f"kiln ran this graph with ATen kernels: {reason}\n{inner()}"
         return fn
+    if target == "triton":
+        warm_pool(options.compile_workers)  # the compile workers start while the graph is traced and lowered
     compiler = GraphCompiler(options, target)
     table = decomposition_table()
     try:

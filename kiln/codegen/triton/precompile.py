@@ -18,35 +18,31 @@ reports its error there, with the launch's context).
 """
 from __future__ import annotations
 
-import os
-import pickle
 import queue
-import struct
 import subprocess
 import sys
 import threading
 
+from kiln.codegen.triton import compile_worker
 from kiln.debug.stats import stats
 
 
 class WorkerPool:
-    """Worker processes started with ``python -c`` (not multiprocessing: spawning would re-run the
-    user's script, forking a process with CUDA and threads is unsafe). Each reads pickled jobs from
-    its stdin and writes pickled results to its stdout; a thread per worker feeds it from a queue.
-    Workers exit when their stdin closes, so they end with this process."""
+    """Worker processes running ``compile_worker.py`` as a script: they import Triton but neither torch
+    nor kiln, so they start fast (not multiprocessing: spawning would re-run the user's script, and
+    forking a process with CUDA and threads is unsafe). A thread per worker feeds it jobs from a
+    queue over its stdin/stdout. Workers exit when their stdin closes, so they end with this process."""
 
     def __init__(self, workers: int):
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
-        cmd = [sys.executable, "-c", "from kiln.codegen.triton.precompile import worker_main; worker_main()"]
-        self.procs = [subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
-                      for _ in range(workers)]
+        cmd = [sys.executable, compile_worker.__file__]
+        self.procs = [subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE) for _ in range(workers)]
         self.jobs: queue.Queue = queue.Queue()
         for proc in self.procs:
             threading.Thread(target=self._feed, args=(proc,), daemon=True).start()
 
     def submit(self, fn_name: str, *args) -> queue.Queue:
-        """Run ``fn_name`` (a function of this module) on a worker; the result comes on the returned queue
-        (an exception object when the worker failed)."""
+        """Run ``compile_worker.JOBS[fn_name](*args)`` on a worker; the result comes on the returned queue
+        (an exception object when the worker died)."""
         box: queue.Queue = queue.Queue(1)
         self.jobs.put((fn_name, args, box))
         return box
@@ -55,39 +51,11 @@ class WorkerPool:
         while True:
             fn_name, args, box = self.jobs.get()
             try:
-                data = pickle.dumps((fn_name, args))
-                proc.stdin.write(struct.pack("<Q", len(data)) + data)
-                proc.stdin.flush()
-                (n,) = struct.unpack("<Q", _read_exact(proc.stdout, 8))
-                box.put(pickle.loads(_read_exact(proc.stdout, n)))
-            except Exception as exc:  # noqa: BLE001 -- a dead worker: this job and the rest fail here
+                compile_worker.write_message(proc.stdin, (fn_name, args))
+                box.put(compile_worker.read_message(proc.stdout))
+            except Exception as exc:  # noqa: BLE001 -- a dead worker: this job fails, the others go on
                 box.put(exc)
                 return
-
-
-def _read_exact(stream, n: int) -> bytes:
-    data = stream.read(n)
-    if len(data) != n:
-        raise EOFError("compile worker exited")
-    return data
-
-
-def worker_main() -> None:
-    """The loop of a worker process."""
-    stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
-    sys.stdout = sys.stderr  # prints of the compiler must not corrupt the result stream
-    while True:
-        head = stdin.read(8)
-        if len(head) != 8:
-            return
-        fn_name, args = pickle.loads(_read_exact(stdin, struct.unpack("<Q", head)[0]))
-        try:
-            result = globals()[fn_name](*args)
-        except Exception as exc:  # noqa: BLE001 -- sent back as the result
-            result = f"{type(exc).__name__}: {exc}"
-        data = pickle.dumps(result)
-        stdout.write(struct.pack("<Q", len(data)) + data)
-        stdout.flush()
 
 
 _POOL: WorkerPool | None = None
@@ -104,14 +72,10 @@ def pool(workers: int) -> WorkerPool:
 
 
 def warm_pool(workers: int) -> None:
-    """Start the workers now (each imports Triton and kiln: a second or two), so that they are ready by
-    the time the graph's kernels are generated."""
+    """Start the workers now (each imports Triton: about half a second), so that they are ready by the
+    time the graph's kernels are generated."""
     if workers > 0:
         pool(workers)
-
-
-def ready() -> bool:
-    return True
 
 
 def launch_job(jit_fn, path: str, name: str, dtypes, meta: dict):
@@ -133,21 +97,6 @@ def launch_job(jit_fn, path: str, name: str, dtypes, meta: dict):
     except Exception:  # noqa: BLE001 -- another Triton: the launch compiles it
         return None
     return (path, name, signature, constexprs, attrs, dict(options.__dict__), target)
-
-
-def compile_job(path, name, signature, constexprs, attrs, options, target) -> str | None:
-    """Run in a worker: compile one kernel into Triton's cache. None, or the compiler's error."""
-    try:
-        import triton
-        from triton.compiler import ASTSource
-
-        from kiln.codegen.triton.runtime import load_module_file
-
-        ns = load_module_file(path, interpret=False)
-        triton.compile(ASTSource(ns[name], signature, constexprs, attrs), target=target, options=options)
-    except Exception as exc:  # noqa: BLE001 -- reported by the launch, which compiles it again
-        return f"{type(exc).__name__}: {str(exc)[:300]}"
-    return None
 
 
 def precompile(launches, workers: int) -> int:

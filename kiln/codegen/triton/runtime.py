@@ -15,8 +15,6 @@ import os
 import tempfile
 import types
 
-from kiln.debug.stats import stats
-
 MODULE_HEADER = (
     "# kiln: generated Triton kernels. Executed by kiln.codegen.triton.runtime with these names bound:\n"
     "#   tl (triton.language), jit (triton.jit, or the interpreter's), kh (kiln device helpers), libdevice\n"
@@ -80,6 +78,8 @@ def load_module(source: str, options, interpret: bool) -> tuple[dict, str, bool]
     ns = _LOADED.get((path, interpret))
     if ns is not None:
         return ns, path, False
+    from kiln.debug.stats import stats  # imported here: compile workers load this file alone, without kiln
+
     fresh = not os.path.exists(path)
     if fresh:
         _write(path, source)

@@ -1,0 +1,90 @@
+"""A compile worker process (see ``precompile.py``): run as a script, ``python compile_worker.py``.
+
+It imports Triton and kiln's kernel-module loader (``runtime.py``, loaded by path) and nothing else of
+kiln or torch, so it starts in well under a second. It reads length-prefixed pickled jobs
+``(function name, args)`` from stdin and writes each result the same way to stdout, until stdin
+closes (the parent exited).
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import pickle
+import struct
+import sys
+
+
+def read_exact(stream, n: int) -> bytes:
+    data = stream.read(n)
+    if len(data) != n:
+        raise EOFError("the other end of the compile worker's pipe closed")
+    return data
+
+
+def write_message(stream, obj) -> None:
+    data = pickle.dumps(obj)
+    stream.write(struct.pack("<Q", len(data)) + data)
+    stream.flush()
+
+
+def read_message(stream):
+    (n,) = struct.unpack("<Q", read_exact(stream, 8))
+    return pickle.loads(read_exact(stream, n))
+
+
+_RUNTIME = None
+
+
+def _runtime():
+    """kiln's ``runtime.py`` as a module of its own (importing the ``kiln`` package would import torch)."""
+    global _RUNTIME
+    if _RUNTIME is None:
+        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "runtime.py")
+        spec = importlib.util.spec_from_file_location("kiln_triton_runtime_worker", path)
+        _RUNTIME = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(_RUNTIME)
+    return _RUNTIME
+
+
+def ready() -> bool:
+    import triton.compiler  # noqa: F401
+
+    _runtime()
+    return True
+
+
+def compile_job(path, name, signature, constexprs, attrs, options, target) -> str | None:
+    """Compile kernel ``name`` of the source file ``path`` into Triton's cache. None, or the error."""
+    try:
+        import triton
+        from triton.compiler import ASTSource
+
+        ns = _runtime().load_module_file(path, interpret=False)
+        triton.compile(ASTSource(ns[name], signature, constexprs, attrs), target=target, options=options)
+    except Exception as exc:  # noqa: BLE001 -- reported by the launch, which compiles it again
+        return f"{type(exc).__name__}: {str(exc)[:300]}"
+    return None
+
+
+JOBS = {"ready": ready, "compile_job": compile_job}
+
+
+def main() -> None:
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]  # its siblings are not modules
+    stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
+    sys.stdout = sys.stderr  # prints of the compiler must not corrupt the result stream
+    while True:
+        try:
+            fn_name, args = read_message(stdin)
+        except EOFError:
+            return
+        try:
+            result = JOBS[fn_name](*args)
+        except Exception as exc:  # noqa: BLE001 -- sent back as the result
+            result = f"{type(exc).__name__}: {exc}"
+        write_message(stdout, result)
+
+
+if __name__ == "__main__":
+    main()
