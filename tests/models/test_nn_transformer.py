@@ -80,3 +80,26 @@ def test_multi_head_attention_kiln(kwargs):
     mha = nn.MultiheadAttention(E, H, batch_first=True).eval()
     x = torch.randn(B, T, E)
     _run(mha, x, x, x, key_padding_mask=_padding(), **kwargs)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("padding", [False, True], ids=["no_mask", "key_padding"])
+def test_encoder_layer_cuda(dtype, padding):
+    """On CUDA: no mask keeps eager's fused attention kernel (SDPA); a mask (with a fully masked row:
+    NaN, as CUDA's masked softmax) goes through the math pattern."""
+    layer = _layer("gelu", False).to("cuda", dtype)
+    x = torch.randn(B, T, E, device="cuda", dtype=dtype)
+    kwargs = {}
+    if padding:
+        mask = _padding().cuda()
+        mask[1] = True
+        kwargs["src_key_padding_mask"] = mask
+    tol = {"atol": 2e-3, "rtol": 2e-3} if dtype == torch.float16 else {}
+    torch.manual_seed(0)
+    with torch.no_grad():
+        expected = layer(x, **kwargs)
+        report = kiln.explain(layer)(x, **kwargs)
+    torch.testing.assert_close(report.result, expected, equal_nan=True, **tol)
+    assert (report.graph_count, report.graph_break_count) == (1, 0), str(report)
