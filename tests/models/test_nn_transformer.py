@@ -96,7 +96,9 @@ def test_encoder_layer_cuda(dtype, padding):
         mask = _padding().cuda()
         mask[1] = True
         kwargs["src_key_padding_mask"] = mask
-    tol = {"atol": 2e-3, "rtol": 2e-3} if dtype == torch.float16 else {}
+    # float32: eager's fused CUDA kernels and kiln's (same SDPA kernel, other matmul/layer-norm kernels)
+    # differ by up to ~1e-4 here (H100, torch 2.11), the tolerance of kiln's other CUDA model tests
+    tol = {"atol": 2e-3, "rtol": 2e-3} if dtype == torch.float16 else {"atol": 1e-4, "rtol": 1e-4}
     torch.manual_seed(0)
     with torch.no_grad():
         expected = layer(x, **kwargs)
