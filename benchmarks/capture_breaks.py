@@ -1,6 +1,7 @@
-"""Graphs, graph breaks (with reasons) and recompiles of HF models and a training loop under kiln.
+"""Graphs, graph breaks (with reasons) and recompiles of HF models, torch.nn's transformer layers (eval, no
+grad: their fused fast paths) and a training loop under kiln.
 
-    PYTHONPATH=$PWD python benchmarks/capture_breaks.py [bert gpt2 t5 llama train] [--reasons]
+    PYTHONPATH=$PWD python benchmarks/capture_breaks.py [bert gpt2 t5 llama tlayer tencoder mha train] [--reasons]
 
 For each case the compiled function is called 3 times on the same inputs with a counting backend
 (runs each graph as it is): graphs = FX graphs handed to the backend over the 3 calls, recompiles =
@@ -62,7 +63,19 @@ def _models():
                                           num_attention_heads=4, num_key_value_heads=2, vocab_size=1000)
         return transformers.LlamaModel(config), dict(input_ids=torch.randint(0, 1000, (2, 8)))
 
-    return {"bert": bert, "gpt2": gpt2, "t5": t5, "llama": llama}
+    def tlayer():  # eval + no_grad: the fused fast path (_transformer_encoder_layer_fwd)
+        layer = torch.nn.TransformerEncoderLayer(32, 4, 64, batch_first=True, dropout=0.0)
+        return layer, dict(src=torch.randn(2, 8, 32))
+
+    def tencoder():
+        layer = torch.nn.TransformerEncoderLayer(32, 4, 64, batch_first=True, dropout=0.0, activation="gelu")
+        return torch.nn.TransformerEncoder(layer, 2), dict(src=torch.randn(2, 8, 32))
+
+    def mha():  # eval + no_grad: _native_multi_head_attention
+        x = torch.randn(2, 8, 32)
+        return torch.nn.MultiheadAttention(32, 4, batch_first=True), dict(query=x, key=x, value=x)
+
+    return {"bert": bert, "gpt2": gpt2, "t5": t5, "llama": llama, "tlayer": tlayer, "tencoder": tencoder, "mha": mha}
 
 
 def _first(out):
@@ -74,11 +87,11 @@ def run_model(name, make):
     model, inputs = make()
     model.eval()
     with torch.no_grad():
-        expected = model(**inputs).last_hidden_state
+        expected = _first(model(**inputs))
         counter = Counter()
         compiled = kiln.compile(model, backend=counter)
         for call in range(3):
-            torch.testing.assert_close(compiled(**inputs).last_hidden_state, expected)
+            torch.testing.assert_close(_first(compiled(**inputs)), expected)
             if call == 0:
                 counter.after_first = (sum(stats.recompilations.values()), counter.graphs)
     return counter, config_of(compiled).compiler
@@ -151,7 +164,7 @@ def measure(name, show_reasons):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("cases", nargs="*", default=["bert", "gpt2", "t5", "llama", "train"])
+    parser.add_argument("cases", nargs="*", default=["bert", "gpt2", "t5", "llama", "tlayer", "tencoder", "mha", "train"])
     parser.add_argument("--reasons", action="store_true")
     args = parser.parse_args()
     os.environ.setdefault("KILN_CACHE_DIR", "/tmp/kiln_capture_breaks_cache")

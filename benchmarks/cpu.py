@@ -120,6 +120,12 @@ def _model_cases(size: str):
         torch.manual_seed(0)
         return TransformerBlock(dim=d, heads=heads), (torch.randn(b, t, d),), f"[{b},{t},{d}] heads {heads}"
 
+    def nn_encoder():  # torch.nn's own layers: eval + no_grad take the fused _transformer_encoder_layer_fwd
+        torch.manual_seed(0)
+        layer = torch.nn.TransformerEncoderLayer(d, heads, 4 * d, batch_first=True, dropout=0.0)
+        model = torch.nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+        return model, (torch.randn(b, t, d),), f"[{b},{t},{d}] heads {heads} layers {layers}"
+
     def bert():
         import transformers
 
@@ -140,7 +146,8 @@ def _model_cases(size: str):
         model = _LastHidden(transformers.GPT2Model(config))
         return model, (torch.randint(0, 1000, (b, t)),), f"[{b},{t}] hidden {d} layers {layers}"
 
-    return {"mlp": mlp, "convnet": convnet, "transformer_block": transformer_block, "bert": bert, "gpt2": gpt2}
+    return {"mlp": mlp, "convnet": convnet, "transformer_block": transformer_block, "nn_encoder": nn_encoder,
+            "bert": bert, "gpt2": gpt2}
 
 
 def _LastHidden(model):

@@ -151,8 +151,9 @@ class OutputGraph:
             return TupleValue(parts) if isinstance(example, tuple) else ListValue(parts)
         if example is None:
             return ConstantValue(None)  # e.g. setitem: the node stays, it mutates its input
-        if isinstance(example, (int, float, bool, torch.Size)):
-            # metadata results (sizes, numel) are known statically: use the constant, drop the node
+        if isinstance(example, (int, float, bool, torch.Size, torch.dtype, torch.device, torch.layout,
+                                torch.memory_format)):
+            # metadata results (sizes, numel, dtypes) are known statically: use the constant, drop the node
             if not node.users:
                 self.graph.erase_node(node)
                 self.op_count -= 1

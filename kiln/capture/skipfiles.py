@@ -74,15 +74,20 @@ def should_offer(code: types.CodeType) -> bool:
     return not is_skipped_file(code.co_filename) and code.co_filename not in _INLINABLE_STDLIB
 
 
-def _stdlib_codes() -> frozenset:
-    """Standard-library functions traced like user code, though their files are skipped."""
+def _library_codes() -> frozenset:
+    """Standard-library and torch functions traced like user code, though their files are skipped."""
     import contextlib
 
+    import torch.backends.mha
+
     null = contextlib.nullcontext  # `with cm if cond else nullcontext():` (transformers, many models)
-    return frozenset(f.__code__ for f in (null.__init__, null.__enter__, null.__exit__))
+    # TransformerEncoderLayer / MultiheadAttention ask it on every call: traced, it reads the module's
+    # flag through a guarded place (torch.jit.is_scripting() is a compile-state query: False)
+    fastpath = torch.backends.mha.get_fastpath_enabled
+    return frozenset(f.__code__ for f in (null.__init__, null.__enter__, null.__exit__, fastpath))
 
 
-_INLINABLE_CODES = _stdlib_codes()
+_INLINABLE_CODES = _library_codes()
 
 
 def is_inlinable(code: types.CodeType) -> bool:

@@ -173,6 +173,24 @@ class ConstantSource(Source):
 
 
 @dataclasses.dataclass(frozen=True)
+class CallSource(Source):
+    """`base()`: the answer of a state query without arguments that kiln holds (e.g. how many
+    TorchDispatchModes are active), guarded like any other place."""
+
+    base: Source
+
+    def name(self) -> str:
+        return f"{self.base.name()}()"
+
+    def emit(self, cg) -> None:
+        from kiln.capture import bytecode as bc
+
+        cg.extend(bc.push_null())
+        self.base.emit(cg)
+        cg.call(0)
+
+
+@dataclasses.dataclass(frozen=True)
 class IteratorRemainingSource(Source):
     """The items an iterator from outside has left (list, tuple, dict and range iterators), read
     without advancing it: `___remaining(base)` (see iterator_remaining)."""

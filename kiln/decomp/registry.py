@@ -15,7 +15,7 @@ import torch
 _TABLE: dict = {}
 _FAMILIES = (
     "activation", "attention", "backward", "backward_loss", "linalg", "loss", "norm", "pointwise", "pooling", "random",
-    "reduction", "sampling", "shape",
+    "reduction", "sampling", "shape", "transformer",
 )
 _loaded = False
 

@@ -175,6 +175,15 @@ def _as_kernel_arg(x):
     return x
 
 
+def _transformer_encoder_layer_meta(src, *args, **kwargs):
+    return src.clone() if src.numel() == 0 else torch.empty_like(src)
+
+
+# meta kernels that some supported torch versions lack (torch 2.11 has none for these), as newer torch
+# registers them: used only where the op's own meta kernel is missing
+FALLBACK_META = {aten._transformer_encoder_layer_fwd.default: _transformer_encoder_layer_meta}
+
+
 def run_on_fakes(func, args, kwargs):
     """Run ``func`` through its meta kernel; wrap new meta outputs as fakes on the right device."""
     if func is prim.device.default:
@@ -190,7 +199,10 @@ def run_on_fakes(func, args, kwargs):
         with _kernel_context():
             out = func(*kernel_args, **kernel_kwargs)
     except NotImplementedError as exc:
-        raise UnsupportedFakeOp(func, f"it has no meta kernel ({str(exc).splitlines()[0][:200]})") from None
+        if func not in FALLBACK_META:
+            raise UnsupportedFakeOp(func, f"it has no meta kernel ({str(exc).splitlines()[0][:200]})") from None
+        with _kernel_context():
+            out = FALLBACK_META[func](*kernel_args, **kernel_kwargs)
 
     def wrap(x):
         if isinstance(x, torch.Tensor) and not isinstance(x, FakeTensor) and x.is_meta:

@@ -211,6 +211,10 @@ def workloads(dt):
     yield lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=r(5, 7, dtype=dt))
     yield lambda: torch.ops.aten._scaled_dot_product_attention_math(q, k, v, torch.rand(5, 7) > 0.2, scale=0.3)
     yield lambda: direct(aten._scaled_dot_product_attention_math.default, q, k, v, is_causal=True)
+    yield lambda: _fast_path(torch.nn.TransformerEncoderLayer(8, 2, 16, batch_first=True, activation="gelu"), dt, x3[..., :4].repeat(1, 1, 2))
+    mha = torch.nn.MultiheadAttention(8, 2, batch_first=True)
+    padding = torch.tensor([[False, False, True, True], [False, True, False, False]])
+    yield lambda: _fast_path(mha, dt, x3[..., :4].repeat(1, 1, 2), padding, need_weights=True)
     yield lambda: direct(aten.expand_as.default, w6, x2)
     yield lambda: direct(aten.l1_loss.default, x3, x3.flip(0), 2)
     yield lambda: direct(aten.square.default, x3)
@@ -241,6 +245,16 @@ def workloads(dt):
     yield lambda: F.interpolate(v5, size=(4, 6, 3), mode="trilinear")
     yield lambda: F.interpolate(v5, size=(4, 6, 3), mode="nearest")
     yield lambda: F.interpolate(v5, size=(4, 6, 3), mode="nearest-exact")
+
+
+def _fast_path(module, dt, x, key_padding=None, **kwargs):
+    """An nn transformer module in eval mode without grad: its fused ATen op (_transformer_encoder_layer_fwd,
+    _native_multi_head_attention)."""
+    module = module.to(dt).eval()
+    with torch.no_grad():
+        if isinstance(module, torch.nn.MultiheadAttention):
+            return module(x, x, x, key_padding_mask=key_padding, **kwargs)
+        return module(x, src_key_padding_mask=key_padding)
 
 
 FAILED_WORKLOADS = []

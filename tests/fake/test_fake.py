@@ -112,3 +112,25 @@ def test_sympy_sizes():
     assert (s0 > 0) is sympy.true  # symbols are positive integers
     with pytest.raises(ValueError):
         env.size_hint(sympy.Symbol("unknown"))
+
+
+@pytest.mark.parametrize("src_kind", ["contiguous", "transposed", "empty"])
+def test_fallback_meta_of_transformer_encoder_layer_matches_torch(src_kind):
+    """kiln's own rule for _transformer_encoder_layer_fwd (torch 2.11 has no meta kernel for it) gives
+    the metadata that newer torch's meta kernel gives."""
+    from kiln.fake.tensor import FALLBACK_META, _kernel_context
+
+    op = torch.ops.aten._transformer_encoder_layer_fwd.default
+    src = {"contiguous": torch.empty(2, 8, 32, device="meta"),
+           "transposed": torch.empty(8, 2, 32, device="meta").transpose(0, 1),
+           "empty": torch.empty(2, 0, 32, device="meta")}[src_kind]
+    w = lambda *shape: torch.empty(*shape, device="meta")  # noqa: E731
+    args = (src, 32, 4, w(96, 32), w(96), w(32, 32), w(32), False, False, 1e-5, w(32), w(32), w(32), w(32),
+            w(64, 32), w(64), w(32, 64), w(32))
+    with _kernel_context():
+        got = FALLBACK_META[op](*args)
+    try:
+        want = op(*args)
+    except NotImplementedError:
+        pytest.skip("this torch has no meta kernel to compare with")
+    assert (got.shape, got.stride(), got.dtype) == (want.shape, want.stride(), want.dtype)

@@ -54,6 +54,9 @@ def _wrap(tx, value, source, qualname) -> Value:
             return tx.output.add_attr(value, qualname or "const_tensor")
         if type(value) not in (torch.Tensor, torch.nn.Parameter, torch.nn.Buffer if hasattr(torch.nn, "Buffer") else torch.Tensor):
             unsupported(f"tensor subclass {type(value).__name__}")
+        if value.is_nested or value.is_quantized:
+            unsupported(f"{'nested' if value.is_nested else 'quantized'} tensor {source.name()}",
+                        hint="kiln's fake tensors do not model nested or quantized tensors yet")
         v = tx.output.add_input(source, value)
         v.tensor_type = type(value)
         return v
@@ -112,6 +115,8 @@ def _wrap(tx, value, source, qualname) -> Value:
         answer = COMPILE_STATE_QUERIES.get((value.__module__, value.__name__))
         if answer is not None:
             return ConstantFunctionValue(value, answer)
+        if (value.__module__, value.__name__) == ("torch.utils._python_dispatch", "_get_current_dispatch_mode_stack"):
+            return DispatchModeStackValue(value)
         if source is not None and not isinstance(source, ConstantSource):
             if _is_nested_function(value):
                 return _wrap_nested_function(tx, value, source)
@@ -299,6 +304,19 @@ class ForcedBreakValue(Value):
         cg.load_const(graph_break)
 
 
+def _eager_branch_codes() -> frozenset:
+    """Library functions whose `is_compiling()` branch would compute something else than eager does, so
+    kiln answers False there and follows eager's branch. TransformerEncoder.forward skips its mask check
+    when compiling, and with it the nested-tensor path that zero-fills padded positions: eager's check
+    (data-dependent) then breaks the graph, and the result is eager's."""
+    import torch.nn.modules.transformer as transformer
+
+    return frozenset({transformer.TransformerEncoder.forward.__code__})
+
+
+_EAGER_BRANCH_CODES = _eager_branch_codes()
+
+
 class ConstantFunctionValue(Value):
     """A function whose answer is known while tracing (compile-state queries)."""
 
@@ -306,7 +324,31 @@ class ConstantFunctionValue(Value):
         self.fn, self.answer = fn, answer
 
     def call(self, tx, args, kwargs) -> Value:
+        if self.fn.__name__ == "is_compiling" and tx.code in _EAGER_BRANCH_CODES:
+            return ConstantValue(False)
         return ConstantValue(self.answer)
+
+    def reconstruct(self, cg) -> None:
+        cg.load_const(self.fn)
+
+
+class DispatchModeStackValue(Value):
+    """torch.utils._python_dispatch._get_current_dispatch_mode_stack (nn.MultiheadAttention asks it
+    whether make_fx is tracing): an empty list while no TorchDispatchMode is active, guarded so."""
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def call(self, tx, args, kwargs) -> Value:
+        from kiln.capture.sources import CallSource
+
+        if args or kwargs:
+            unsupported("_get_current_dispatch_mode_stack() with arguments")
+        count = torch._C._len_torch_dispatch_stack
+        if count():
+            unsupported("a TorchDispatchMode is active", hint="kiln does not trace under dispatch modes")
+        tx.output.guards.constant(CallSource(ConstantSource("torch._C._len_torch_dispatch_stack", count)), 0)
+        return ListValue([])
 
     def reconstruct(self, cg) -> None:
         cg.load_const(self.fn)

@@ -70,6 +70,8 @@ class NNModuleValue(Value):
             return wrap(tx, d[name], AttrSource(self.source, name) if self.source else None)
         if name == "__class__":
             return ClassValue(cls)
+        if name in _TREE_METHODS and class_attr is getattr(torch.nn.Module, name):
+            return ModuleTreeMethodValue(self, name)
         if class_attr is not None:
             return class_attribute(tx, cls, name, self)
         unsupported(f"{cls.__name__!r} module has no attribute {name!r}")
@@ -88,6 +90,29 @@ class NNModuleValue(Value):
         if forward is torch.nn.Module.forward:
             unsupported(f"module {type(m).__name__} has no forward()")
         return class_attribute(tx, type(m), "forward", self).call(tx, args, kwargs)
+
+    def guard_children(self, tx) -> None:
+        """Which submodules this module has (names, in order): iterating over them depends on it."""
+        if self.source is not None:
+            tx.output.guards.dict_keys(AttrSource(self.source, "_modules"), self.module._modules)
+
+    def named_submodules(self, tx, prefix: str = "") -> list[tuple[str, "NNModuleValue"]]:
+        """`named_modules()`: this module and every module below it, depth first, each once."""
+        seen: set[int] = set()
+        found: list[tuple[str, NNModuleValue]] = []
+
+        def visit(value: NNModuleValue, path: str) -> None:
+            if id(value.module) in seen:
+                return
+            seen.add(id(value.module))
+            found.append((path, value))
+            value.guard_children(tx)
+            for child_name, child in value.module._modules.items():
+                if child is not None:
+                    visit(value._child(tx, child_name, child), f"{path}.{child_name}" if path else child_name)
+
+        visit(self, prefix)
+        return found
 
     def call_method(self, tx, name, args, kwargs) -> Value:
         m = self.module
@@ -154,3 +179,40 @@ class NNModuleValue(Value):
 
     def __repr__(self) -> str:
         return f"Module({self.qualname}: {type(self.module).__name__})"
+
+
+_TREE_METHODS = ("modules", "named_modules", "children", "named_children")
+
+
+class ModuleTreeMethodValue(Value):
+    """`module.modules` / `named_modules` / `children` / `named_children` (nn.Module's own methods):
+    called, the submodules as a materialized iterator, with the keys of every `_modules` dict it walks
+    guarded (a submodule added or removed later recompiles)."""
+
+    def __init__(self, module_value: NNModuleValue, name: str):
+        self.module_value = module_value
+        self.name = name
+
+    def call(self, tx, args, kwargs) -> Value:
+        from kiln.capture.values.containers import ListIteratorValue, TupleValue
+
+        if args or kwargs:
+            unsupported(f"Module.{self.name}() with arguments")
+        owner = self.module_value
+        if self.name in ("modules", "named_modules"):
+            pairs = owner.named_submodules(tx)
+        else:
+            owner.guard_children(tx)
+            pairs = [(n, owner._child(tx, n, c)) for n, c in owner.module._modules.items() if c is not None]
+            seen: set[int] = set()  # children() yields a module held under two names once
+            pairs = [(n, v) for n, v in pairs if not (id(v.module) in seen or seen.add(id(v.module)))]
+        if self.name.startswith("named_"):
+            return ListIteratorValue([TupleValue([ConstantValue(n), v]) for n, v in pairs], kind="generator")
+        return ListIteratorValue([v for _, v in pairs], kind="generator")
+
+    def reconstruct(self, cg) -> None:
+        cg.reconstruct(self.module_value)
+        cg.load_attr(self.name)
+
+    def __repr__(self) -> str:
+        return f"Method(Module.{self.name} of {self.module_value!r})"

@@ -44,6 +44,30 @@ _CONSTANT_FUNCTIONS = {
 }
 _NOT_COMPILING = ("is_compiling", "is_dynamo_compiling", "is_exporting")
 
+# torch.overrides.has_torch_function{,_unary,_variadic}: asked by library code before its fast paths
+_HAS_TORCH_FUNCTION = {torch._C._has_torch_function, torch._C._has_torch_function_unary,
+                       torch._C._has_torch_function_variadic}
+
+
+def has_torch_function(args: list[Value]) -> bool:
+    """The answer for the real arguments: tensors in a graph are plain tensors or parameters (the types
+    of inputs are guarded; subclasses are refused), constants have no __torch_function__ of their own.
+    An active TorchFunctionMode would make it True: kiln does not trace under one."""
+    from kiln.capture.values.containers import SequenceValue
+
+    if torch._C._is_torch_function_mode_enabled():
+        unsupported("has_torch_function() under an active TorchFunctionMode")
+    plain = (torch.Tensor, torch.nn.Parameter)
+    for arg in args:
+        items = arg.elements if isinstance(arg, SequenceValue) else [arg]
+        for item in items:
+            if isinstance(item, TensorValue):
+                if item.tensor_type not in plain:
+                    unsupported(f"has_torch_function() of a {item.tensor_type.__name__}")
+            elif not item.is_constant() or hasattr(type(item.as_constant()), "__torch_function__"):
+                unsupported(f"has_torch_function() of {item}")
+    return False
+
 
 # Python-level namespaces of torch whose functions compute tensors from tensors without side effects:
 # a call becomes one graph op (the graph runs the function itself)
@@ -84,6 +108,8 @@ class TorchFunctionValue(KnownFunctionValue):
             unsupported(f"torch.{getattr(fn, '__name__', fn)} changes global state or needs tensor data")
         if fn is torch.is_grad_enabled:
             return ConstantValue(tx.output.grad_enabled)  # the mode at this point of the graph
+        if fn in _HAS_TORCH_FUNCTION:
+            return ConstantValue(has_torch_function(args))
         if fn in (torch.is_autocast_enabled, torch.get_autocast_dtype) and all(a.is_constant() for a in args):
             # inside autocast blocks the graph opened, the state they set (not the ambient one)
             device = args[0].as_constant() if args else "cuda"
