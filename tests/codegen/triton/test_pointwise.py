@@ -102,3 +102,21 @@ def test_arange_index_expr():
         return x + torch.arange(x.shape[0], dtype=torch.float32)
 
     check(f, torch.randn(9))
+
+
+def test_pow_by_small_constant_exponents_is_arithmetic_as_in_aten():
+    # ATen's pow kernels multiply for 2 and 3 and call sqrt/rsqrt/reciprocal for 0.5/-0.5/-1/-2; a
+    # general pow() is several times costlier (GPT-2's tanh-GELU cubes its input)
+    x = torch.rand(64) + 0.5
+
+    def f(x):
+        return x ** 3, x ** 0.5, x ** -0.5, x ** -1, x ** -2.0, x ** 2.5
+
+    cg = check(f, x, atol=1e-6, rtol=1e-6)
+    assert cg.source.count("libdevice.pow(") == 1  # only the 2.5
+
+
+def test_tanh_gelu_has_no_pow():
+    x = torch.randn(8, 32)
+    cg = check(lambda x: torch.nn.functional.gelu(x, approximate="tanh"), x, atol=1e-6, rtol=1e-6)
+    assert "pow(" not in cg.source
