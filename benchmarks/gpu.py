@@ -328,11 +328,13 @@ def run_models(quick: bool, only: list[str] | None, dtypes=(torch.float32, torch
     return rows
 
 
-def run_compile_times(quick: bool) -> list[dict]:
+def run_compile_times(quick: bool, only: list[str] | None = None) -> list[dict]:
     """First-call latency on a few models, each in a fresh process: with cold caches, then warm caches
     (kiln and torch.compile), and kiln cold with its compile workers off (KILN_COMPILE_WORKERS=0)."""
     rows = []
     for name in ("mlp", "transformer_block", "hf_gpt2", "llama_small", "timm_resnet50"):
+        if only and name not in only:
+            continue
         times = {}
         for phase, cache in (("cold", None), ("warm", "same"), ("cold, no workers", None)):
             if cache is None:
@@ -489,7 +491,7 @@ def main() -> int:
         print("geomean speedup over eager (models):",
               ", ".join(f"{b} {v:.2f}x" for b, v in report["model_geomean_speedup_over_eager"].items()))
     if "compile" in sections:
-        report["compile_times"] = run_compile_times(args.quick)
+        report["compile_times"] = run_compile_times(args.quick, [m for m in args.models.split(",") if m] or None)
     text = json.dumps(report, indent=1, default=str)
     if args.json:
         with open(args.json, "w") as f:
