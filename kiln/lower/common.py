@@ -76,6 +76,17 @@ def cost_of(*args) -> int:
     return sum(a.cost if isinstance(a, Lazy) else 1 for a in args if isinstance(a, TensorValue))
 
 
+def origins_of(node, *args) -> tuple:
+    """The ops a ``Lazy`` built by ``node`` from ``args`` computes: those its ``Lazy`` inputs inline,
+    then ``node``. Kernel names and headers list them (a realized view is the ops behind it)."""
+    out = {}
+    for a in args:
+        if isinstance(a, Lazy):
+            out.update(dict.fromkeys(a.origins))
+    out[node] = None
+    return tuple(out)
+
+
 def make_pointwise(node, fn: Callable, inputs: Sequence, cdtype: torch.dtype | None = None,
                    out_dtype: torch.dtype | None = None) -> Lazy:
     """The ``Lazy`` value of ``fn(ops, *input values)``, inputs read as ``cdtype``, result as the node's dtype."""
@@ -89,7 +100,7 @@ def make_pointwise(node, fn: Callable, inputs: Sequence, cdtype: torch.dtype | N
         result = fn(ops, *[r(ops, index) for r in readers])
         return result if result.dtype == out_dtype else ops.to_dtype(result, out_dtype)
 
-    return Lazy(size, out_dtype, val.device, body, 1 + cost_of(*inputs), (node,))
+    return Lazy(size, out_dtype, val.device, body, 1 + cost_of(*inputs), origins_of(node, *inputs))
 
 
 def constant_value(node, value) -> Lazy:

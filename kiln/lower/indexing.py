@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 
 from kiln.loopir.nodes import Lazy, numel
-from kiln.lower.common import broadcast_index, constant_value, cost_of
+from kiln.lower.common import broadcast_index, constant_value, cost_of, origins_of
 from kiln.lower.graph import fake_val
 from kiln.lower.registry import Unlowerable, lowering
 from kiln.lower.shape import reader
@@ -70,7 +70,8 @@ def lower_index(g, node, x, indices):
             x_index.append(ops.indirect_indexing(v, x.size[d], True))
         return read_x(ops, x_index)
 
-    return Lazy(out_size, val.dtype, val.device, body, 2 + cost_of(x, *[indices[d] for d in positions]), (node,))
+    return Lazy(out_size, val.dtype, val.device, body, 2 + cost_of(x, *[indices[d] for d in positions]),
+                origins_of(node, x, *[indices[d] for d in positions]))
 
 
 @lowering(aten.gather.default)
@@ -94,4 +95,4 @@ def lower_gather(g, node, x, dim, index, sparse_grad=False):
         x_index[dim] = where
         return read_x(ops, x_index)
 
-    return Lazy(out_size, val.dtype, val.device, body, 2 + cost_of(x, index), (node,))
+    return Lazy(out_size, val.dtype, val.device, body, 2 + cost_of(x, index), origins_of(node, x, index))

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from kiln.lower.common import make_pointwise, out_val, promoted, upcast
+from kiln.lower.common import make_pointwise, origins_of, out_val, promoted, upcast
 from kiln.lower.registry import Unlowerable, lowering
 
 aten = torch.ops.aten
@@ -178,7 +178,7 @@ def lower_where(g, node, cond, a, b):
     from kiln.loopir.nodes import Lazy
     from kiln.lower.common import cost_of
 
-    return Lazy(size, val.dtype, val.device, body, 1 + cost_of(cond, a, b), (node,))
+    return Lazy(size, val.dtype, val.device, body, 1 + cost_of(cond, a, b), origins_of(node, cond, a, b))
 
 
 @lowering(aten._to_copy.default)

@@ -12,7 +12,7 @@ import torch
 
 from kiln.loopir.index import FloorDiv, ModularIndexing
 from kiln.loopir.nodes import Lazy, Stored
-from kiln.lower.common import as_lazy, stored_matches_meta
+from kiln.lower.common import as_lazy, origins_of, stored_matches_meta
 from kiln.lower.graph import fake_val
 from kiln.lower.registry import Unlowerable, lowering
 
@@ -35,7 +35,7 @@ def _reindexed(x, node, reindex, args, kwargs) -> Lazy:
     def body(ops, index):
         return inner(ops, mapping(index))
 
-    return Lazy(tuple(val.shape), x.dtype, x.device, body, lazy.cost, (node,))
+    return Lazy(tuple(val.shape), x.dtype, x.device, body, lazy.cost, origins_of(node, x))
 
 
 def view_lowering(*ops, reindex=None):

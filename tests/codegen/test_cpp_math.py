@@ -1,5 +1,6 @@
 """Accuracy of the prelude's float32 erf and tanh (kiln_erff, kiln_tanhf) as generated kernels run them:
 errors in ulps against float64 over a sweep of float32 values, and the special values."""
+import functools
 import math
 
 import numpy as np
@@ -63,6 +64,10 @@ def test_float64_keeps_the_c_library(fn):
 
 @pytest.mark.parametrize("approximate", ["none", "tanh"])
 def test_gelu_matches_eager(approximate):
-    x = torch.randn(64, 130) * 3
-    got = kiln.compile(lambda t: torch.nn.functional.gelu(t, approximate=approximate))(x)
-    torch.testing.assert_close(got, torch.nn.functional.gelu(x, approximate=approximate), rtol=1.3e-6, atol=1e-6)
+    # Near x = -3.5 the erf form cancels (1 + erf(x/sqrt 2) is small) and eager's float32 result is off
+    # by 1e-6 from the float64 one: kiln must be as close to eager as that, and no further from float64.
+    x = torch.randn(64, 130, generator=torch.Generator().manual_seed(0)) * 3
+    gelu = functools.partial(torch.nn.functional.gelu, approximate=approximate)
+    got, want, exact = kiln.compile(lambda t: gelu(t))(x), gelu(x), gelu(x.double())
+    torch.testing.assert_close(got, want, rtol=1.3e-6, atol=2e-6)
+    assert (got.double() - exact).abs().max() <= 1.5 * (want.double() - exact).abs().max() + 1e-7

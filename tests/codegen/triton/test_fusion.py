@@ -18,7 +18,8 @@ def test_softmax_is_one_persistent_kernel():
     cg = check(softmax, torch.randn(5, 33), kernels=1)
     (k,) = cg.kernels.values()
     assert k.style == "persistent"
-    assert k.name.startswith("triton_fused_amax_sum_mul_")  # CPU tensors: exp times 1/sum, as ATen's CPU kernel
+    assert k.name.startswith("triton_fused_amax_sum_sub_exp_")  # the ops it computes, in order
+    assert "aten.mul.Tensor" in k.source and "aten.div" not in k.source  # CPU: exp times 1/sum, as ATen's CPU kernel
     assert "kernel-local" in k.source
 
 
