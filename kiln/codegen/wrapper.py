@@ -146,16 +146,26 @@ class WrapperGen:
 
     def _last_uses(self):
         last: dict[str, int] = {}
-        extern_inputs: set[str] = set()
+        extern_inputs: set[str] = set()  # read by an extern that may return or change them: never reused
         for i, step in enumerate(self.sched.steps):
             if not isinstance(step, ExternStep):
                 names = [n for n, _ in self.kernels[step.name].params]
             else:
                 names = list(step.node.read_names) + list(step.node.writes)
-                extern_inputs |= step.node.read_names
+                if not _returns_fresh_tensors(step.node.node.op):
+                    extern_inputs |= step.node.read_names
             for n in names:
                 last[n] = i
         return last, extern_inputs
+
+
+def _returns_fresh_tensors(op) -> bool:
+    """Whether ``op``'s results never alias its arguments and it mutates none (no alias annotation in
+    its schema: mm, convolution, attention, ...): a buffer it read can be reused once it returned."""
+    schema = getattr(op, "_schema", None)
+    if schema is None:
+        return False
+    return all(r.alias_info is None for r in schema.returns) and all(a.alias_info is None for a in schema.arguments)
 
 
 def _pool_key(b) -> tuple:
