@@ -302,6 +302,14 @@ def model_cases(quick: bool):
             ("timm_vit_base", timm_model("vit_base_patch16_224", 224))]
 
 
+def on_gpu(model, args, dtype):
+    """``model`` in eval mode and its example ``args`` on the GPU, floating point ones in ``dtype``."""
+    model = model.eval().to("cuda")
+    if dtype != torch.float32:
+        model = model.to(dtype)
+    return model, tuple(a.to("cuda", dtype) if a.is_floating_point() else a.to("cuda") for a in args)
+
+
 def run_models(quick: bool, only: list[str] | None, dtypes=(torch.float32, torch.bfloat16)) -> list[dict]:
     rows = []
     for name, build in model_cases(quick):
@@ -315,10 +323,7 @@ def run_models(quick: bool, only: list[str] | None, dtypes=(torch.float32, torch
                 rows.append({"case": label, "skipped": f"not installed: {exc}"})
                 print(f"{label:<44} skipped ({exc})")
                 continue
-            model = model.eval().to("cuda")
-            if dtype != torch.float32:
-                model = model.to(dtype)
-            args = tuple(a.to("cuda", dtype) if a.is_floating_point() else a.to("cuda") for a in args)
+            model, args = on_gpu(model, args, dtype)
             ref64 = fp64_reference(model, args)
             res = bench_backends(model, args, backends=BACKENDS_SELECTED + MODEL_EXTRA, iters=20, ref64=ref64)
             del ref64

@@ -27,7 +27,7 @@ sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 
 import torch  # noqa: E402
 
-from gpu import make_compiled, median_ms, model_cases, reset_all  # noqa: E402
+from gpu import make_compiled, median_ms, model_cases, on_gpu, reset_all  # noqa: E402
 
 LIBRARY_MARKERS = ("gemm", "cutlass", "cublas", "sm90_", "sm80_", "ampere", "hopper", "conv", "cudnn", "flash",
                    "fmha", "attention", "xmma", "implicit", "wgrad", "dgrad", "nchw", "nhwc", "winograd", "splitk")
@@ -98,10 +98,7 @@ def main() -> int:
             except ImportError as exc:
                 print(f"{name}: not installed ({exc})")
                 continue
-            model = model.eval().to("cuda")
-            if dtype != torch.float32:
-                model = model.to(dtype)
-            margs = tuple(a.to("cuda", dtype) if a.is_floating_point() else a.to("cuda") for a in margs)
+            model, margs = on_gpu(model, margs, dtype)
             label = f"{name} {str(dtype).replace('torch.', '')}"
             for b in backends:
                 reset_all()
