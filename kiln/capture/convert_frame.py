@@ -84,6 +84,16 @@ class FrameCompiler:
                     return entry.code
         if code in self.failed or code in self.given_up:
             return None
+        if torch._C._is_torch_function_mode_enabled():
+            # a TorchFunctionMode (also `with torch.device(...)`) may change what every torch call does:
+            # this call runs eagerly, and entries compiled without one are guarded against it
+            if self.fullgraph:
+                raise GraphBreakError("a TorchFunctionMode is active (for example `with torch.device(...)`)",
+                                      code.co_filename, code.co_firstlineno,
+                                      "call the compiled function outside the mode, or move the mode inside it "
+                                      "as explicit device=/dtype= arguments")
+            stats.eager_fallbacks["a TorchFunctionMode is active"] += 1
+            return None
         if not should_offer(code):
             hook.mark_skip(code)
             _SKIPPED_CODES.add(code)

@@ -103,6 +103,7 @@ class GuardSet:
             (f"___grad_enabled() is {torch.is_grad_enabled()}", "grad mode"),
             (f"___default_dtype() is {names.ref(torch.get_default_dtype())}", "default dtype"),
             (f"___autocast('cpu') is {torch.is_autocast_enabled('cpu')}", "autocast (cpu)"),
+            ("___torch_function_mode() is False", "no TorchFunctionMode active"),
         ]
         if torch.cuda.is_available():
             exprs.append((f"___autocast('cuda') is {torch.is_autocast_enabled('cuda')}", "autocast (cuda)"))
@@ -199,6 +200,7 @@ class _Namer:
             "___grad_enabled": torch.is_grad_enabled,
             "___default_dtype": torch.get_default_dtype,
             "___autocast": torch.is_autocast_enabled,
+            "___torch_function_mode": torch._C._is_torch_function_mode_enabled,
             "___type": type,
             "___len": len,
             "___list": list,

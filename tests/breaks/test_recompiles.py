@@ -136,3 +136,31 @@ def test_hasattr_on_existing_objects_is_guarded():
         for obj, name in ((_HOLDER, "scale"), (_MODULE, "extra")):
             if hasattr(obj, name):
                 delattr(obj, name)
+
+
+class _AddOneToMul(torch.overrides.TorchFunctionMode):
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        return out + 1 if func is torch.mul else out
+
+
+def test_torch_function_mode_is_guarded_both_ways():
+    import kiln
+    import pytest
+
+    def fn(x):
+        return torch.mul(x, 2)
+
+    x = torch.ones(3)
+    kiln.reset()
+    compiled = kiln.compile(fn)
+    torch.testing.assert_close(compiled(x), fn(x))  # compiled without a mode
+    with _AddOneToMul():  # the entry must not serve a call under a mode: it runs eagerly
+        torch.testing.assert_close(compiled(x), torch.full((3,), 3.0))
+    kiln.reset()
+    compiled = kiln.compile(fn)
+    with _AddOneToMul():  # first call under the mode: nothing is traced through the mode
+        torch.testing.assert_close(compiled(x), torch.full((3,), 3.0))
+    torch.testing.assert_close(compiled(x), fn(x))  # and no entry made under it serves this call
+    with _AddOneToMul(), pytest.raises(kiln.errors.GraphBreakError, match="TorchFunctionMode"):
+        kiln.compile(fn, fullgraph=True)(x)
