@@ -48,14 +48,24 @@ class WorkerPool:
         return box
 
     def _feed(self, proc):
+        dead: Exception | None = None
         while True:
             fn_name, args, box = self.jobs.get()
+            if dead is not None and not self.alive():  # no worker left: every job fails at once
+                box.put(dead)
+                continue
+            if dead is not None:  # leave the job to a live worker
+                self.jobs.put((fn_name, args, box))
+                return
             try:
                 compile_worker.write_message(proc.stdin, (fn_name, args))
                 box.put(compile_worker.read_message(proc.stdout))
-            except Exception as exc:  # noqa: BLE001 -- a dead worker: this job fails, the others go on
+            except Exception as exc:  # noqa: BLE001 -- this worker died: its job fails, the rest go on
+                dead = exc
                 box.put(exc)
-                return
+
+    def alive(self) -> bool:
+        return any(p.poll() is None for p in self.procs)
 
 
 _POOL: WorkerPool | None = None
@@ -66,7 +76,7 @@ def pool(workers: int) -> WorkerPool:
     """The process-wide pool (started on first use; its size is fixed then)."""
     global _POOL
     with _POOL_LOCK:
-        if _POOL is None:
+        if _POOL is None or not _POOL.alive():  # a pool whose workers all died (killed, out of memory) is replaced
             _POOL = WorkerPool(workers)
         return _POOL
 
@@ -76,6 +86,16 @@ def warm_pool(workers: int) -> None:
     time the graph's kernels are generated."""
     if workers > 0:
         pool(workers)
+
+
+JOB_TIMEOUT_S = 600  # a job that takes longer (a hung compiler) is left to the launch
+
+
+def _result(box: queue.Queue):
+    try:
+        return box.get(timeout=JOB_TIMEOUT_S)
+    except queue.Empty:
+        return TimeoutError(f"no result from the compile worker in {JOB_TIMEOUT_S} s")
 
 
 def launch_job(jit_fn, path: str, name: str, dtypes, meta: dict):
@@ -111,7 +131,7 @@ def precompile(launches, workers: int) -> int:
         return 0
     with stats.timed("triton compile (workers)"):
         boxes = [pool(workers).submit("compile_job", *job) for _, job in jobs]
-        results = [box.get() for box in boxes]
+        results = [_result(box) for box in boxes]
     done = 0
     with stats.timed("triton load"):
         for ((fn, dtypes, meta), _), result in zip(jobs, results):
