@@ -62,6 +62,8 @@ class Options:
         pointwise ops that consume its result fused into it, and use it where it is faster than the
         library call (cuBLAS) followed by the separate epilogue kernel (set by the "max-autotune"
         modes; KILN_MATMUL_TEMPLATES=1 turns it on; see ``kiln/schedule/templates.py``).
+    conv_channels_last: run 2-D convolutions of inference graphs on channels-last inputs and weights
+        (``kiln/aot/channels_last.py``; KILN_CONV_CHANNELS_LAST=1). Off until measured on the GPU.
     compile_workers: processes that compile a graph's new Triton kernels in parallel before their first
         launch (KILN_COMPILE_WORKERS; 0: Triton compiles each kernel at its first launch, in turn).
     matmul_choice: how a matmul template's path is picked: "autotune" (time the template's configs
@@ -85,6 +87,7 @@ class Options:
     matmul_templates: bool = False
     matmul_choice: str = "autotune"
     compile_workers: int = 0
+    conv_channels_last: bool = False
 
     def __post_init__(self):
         if self.cpu_codegen not in ("cpp", "triton"):
@@ -130,6 +133,7 @@ def _read_environment() -> Options:
         matmul_templates=_env_int("KILN_MATMUL_TEMPLATES", 0) != 0,
         matmul_choice=_env_choice("KILN_MATMUL_CHOICE", MATMUL_CHOICES, "autotune"),
         compile_workers=_env_int("KILN_COMPILE_WORKERS", _default_workers()),
+        conv_channels_last=_env_int("KILN_CONV_CHANNELS_LAST", 0) != 0,
     )
 
 

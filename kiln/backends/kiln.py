@@ -18,8 +18,9 @@ import warnings
 import torch
 
 from kiln.aot.compile import aot_compile
+from kiln.aot.channels_last import use_channels_last
 from kiln.aot.graph import format_graph
-from kiln.aot.joint import JointUnsupported
+from kiln.aot.joint import JointUnsupported, needs_joint_graph
 from kiln.backends.aot_eager import compile_aot_eager, explain_aten_graph, run_graph_module
 from kiln.backends.registry import register_backend
 from kiln.codegen.cpp.build import load_library
@@ -269,6 +270,8 @@ def kiln_backend(gm, example_inputs, options=None):
         return fn
     if target == "triton":
         warm_pool(options.compile_workers)  # the compile workers start while the graph is traced and lowered
+    if options.conv_channels_last and not needs_joint_graph(gm, example_inputs):
+        use_channels_last(gm)
     compiler = GraphCompiler(options, target)
     table = decomposition_table()
     try:

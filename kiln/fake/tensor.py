@@ -179,6 +179,28 @@ def _transformer_encoder_layer_meta(src, *args, **kwargs):
     return src.clone() if src.numel() == 0 else torch.empty_like(src)
 
 
+def _convolution_layout(out, args, kwargs):
+    """The memory format the real device's convolution returns (cuDNN and oneDNN give channels-last
+    results for channels-last inputs or weights; the meta kernel always says contiguous), chosen by
+    ATen's own backend selection on the fakes, which carry the real device."""
+    try:
+        x, w, bias, stride, padding, dilation, transposed, output_padding, groups = (list(args) + [None] * 9)[:9]
+        if kwargs or x.dim() < 4:
+            return out
+        backend = torch._C._select_conv_backend(x, w, bias, stride, padding, dilation, transposed, output_padding, groups)
+        fmt = torch._C._conv_determine_backend_memory_format(x, w, backend)
+    except (RuntimeError, TypeError, AttributeError):  # another torch: keep the meta kernel's layout
+        return out
+    if fmt == torch.contiguous_format or out.is_contiguous(memory_format=fmt):
+        return out
+    with _kernel_context():
+        return out.contiguous(memory_format=fmt)
+
+
+# outputs whose strides the meta kernel does not give as the real kernel does: fixed after it
+OUTPUT_LAYOUT = {aten.convolution.default: _convolution_layout}
+
+
 # meta kernels that some supported torch versions lack (torch 2.11 has none for these), as newer torch
 # registers them: used only where the op's own meta kernel is missing
 FALLBACK_META = {aten._transformer_encoder_layer_fwd.default: _transformer_encoder_layer_meta}
@@ -203,6 +225,10 @@ def run_on_fakes(func, args, kwargs):
             raise UnsupportedFakeOp(func, f"it has no meta kernel ({str(exc).splitlines()[0][:200]})") from None
         with _kernel_context():
             out = FALLBACK_META[func](*kernel_args, **kernel_kwargs)
+
+    layout = OUTPUT_LAYOUT.get(func)
+    if layout is not None:
+        out = layout(out, args, kwargs)
 
     def wrap(x):
         if isinstance(x, torch.Tensor) and not isinstance(x, FakeTensor) and x.is_meta:

@@ -134,3 +134,20 @@ def test_fallback_meta_of_transformer_encoder_layer_matches_torch(src_kind):
     except NotImplementedError:
         pytest.skip("this torch has no meta kernel to compare with")
     assert (got.shape, got.stride(), got.dtype) == (want.shape, want.stride(), want.dtype)
+
+
+def test_convolution_output_layout_is_the_real_kernels():
+    # the meta kernel says contiguous; oneDNN (CPU) and cuDNN return channels-last for channels-last
+    # inputs or weights, and compiled code must see the strides eager returns
+    from kiln.fake import FakeTensorMode
+
+    cl = torch.channels_last
+    x, w = torch.randn(2, 3, 12, 12), torch.randn(8, 3, 3, 3)
+    cases = [(x, w), (x.contiguous(memory_format=cl), w), (x, w.contiguous(memory_format=cl)),
+             (x.contiguous(memory_format=cl), w.contiguous(memory_format=cl))]
+    for xr, wr in cases:
+        mode = FakeTensorMode()
+        want = torch.convolution(xr, wr, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1)
+        got = torch.ops.aten.convolution.default(mode.from_real(xr), mode.from_real(wr), None, [1, 1], [1, 1],
+                                                 [1, 1], False, [0, 0], 1)
+        assert got.shape == want.shape and got.stride() == want.stride(), (xr.stride(), wr.stride())

@@ -1,0 +1,92 @@
+"""Options.conv_channels_last: 2-D convolutions of inference graphs get channels-last inputs and
+weights; values and the strides callers see are eager's."""
+import torch
+import torch.nn as nn
+
+import kiln
+from kiln.aot.channels_last import use_channels_last
+
+
+def _block():
+    torch.manual_seed(0)
+    return nn.Sequential(
+        nn.Conv2d(3, 8, 3, padding=1, bias=False), nn.BatchNorm2d(8), nn.ReLU(),
+        nn.Conv2d(8, 8, 3, stride=2, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
+    ).eval()
+
+
+class Residual(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body, self.head = _block(), nn.Linear(8, 4)
+
+    def forward(self, x):
+        y = self.body(x)
+        return self.head(y.mean((2, 3))), y + 1  # a 2-D and a 4-D output
+
+
+def _compile(model, x, **options):
+    kiln.reset()
+    return kiln.compile(model, options={"conv_channels_last": True, **options})
+
+
+def test_values_and_output_strides_are_eagers():
+    model, x = Residual().eval(), torch.randn(2, 3, 12, 12)
+    with torch.no_grad():
+        want = model(x)
+        got = _compile(model, x)(x)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
+        assert g.stride() == w.stride()  # the 4-D output is contiguous again, as eager returns it
+
+
+def test_triton_generator_too():
+    model, x = _block(), torch.randn(1, 3, 8, 8)
+    with torch.no_grad():
+        torch.testing.assert_close(_compile(model, x, cpu_codegen="triton")(x), model(x), rtol=1e-5, atol=1e-5)
+
+
+def _captured(model, x):
+    graphs = []
+
+    def spy(gm, example_inputs, options=None):
+        graphs.append(gm)
+        return gm.forward
+
+    kiln.reset()
+    with torch.no_grad():
+        kiln.compile(model, backend=spy)(x)
+    return graphs[0]
+
+
+def test_convolution_inputs_and_weights_become_channels_last():
+    model, x = _block(), torch.randn(1, 3, 8, 8)
+    gm = _captured(model, x)
+    assert use_channels_last(gm)
+    conv_args = [n.args[:2] for n in gm.graph.nodes if n.target is torch.conv2d]
+    assert len(conv_args) == 2
+    for args in conv_args:
+        for a in args:
+            assert a.op == "call_method" and a.target == "contiguous"
+            assert a.kwargs["memory_format"] is torch.channels_last
+    with torch.no_grad():
+        torch.testing.assert_close(gm(x)[0], model(x))
+
+
+def test_graphs_without_convolutions_are_left_alone():
+    gm = _captured(nn.Sequential(nn.Linear(4, 4), nn.ReLU()).eval(), torch.randn(2, 4))
+    before = str(gm.graph)
+    assert not use_channels_last(gm)
+    assert str(gm.graph) == before
+
+
+def test_channels_last_model_keeps_its_layout_without_the_option():
+    # a model already run channels-last: kiln's convolution results have the real kernel's strides
+    # (no copy back to NCHW after each convolution), and so do its outputs
+    model = _block().to(memory_format=torch.channels_last)
+    x = torch.randn(2, 3, 8, 8).contiguous(memory_format=torch.channels_last)
+    kiln.reset()
+    with torch.no_grad():
+        got, want = kiln.compile(model)(x), model(x)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    assert got.stride() == want.stride()
