@@ -69,15 +69,20 @@ class WorkerPool:
 
 
 _POOL: WorkerPool | None = None
+_POOL_STARTS = 0
+MAX_POOL_STARTS = 3  # workers that keep dying (no Triton in the interpreter, say) are not restarted forever
 _POOL_LOCK = threading.Lock()
 
 
 def pool(workers: int) -> WorkerPool:
-    """The process-wide pool (started on first use; its size is fixed then)."""
-    global _POOL
+    """The process-wide pool (started on first use; its size is fixed then). A pool whose workers all
+    died (killed, out of memory) is replaced, a few times at most: after that its jobs fail at once
+    and every kernel compiles at its launch."""
+    global _POOL, _POOL_STARTS
     with _POOL_LOCK:
-        if _POOL is None or not _POOL.alive():  # a pool whose workers all died (killed, out of memory) is replaced
+        if _POOL is None or (not _POOL.alive() and _POOL_STARTS < MAX_POOL_STARTS):
             _POOL = WorkerPool(workers)
+            _POOL_STARTS += 1
         return _POOL
 
 

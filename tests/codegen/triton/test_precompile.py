@@ -96,3 +96,17 @@ def test_new_cuda_graph_is_precompiled_by_workers(tmp_path):
     compile_and_check_cuda(f, cuda(64, 300), cuda(64, 300), atol=1e-5, rtol=1e-5, cache_dir=str(tmp_path),
                            compile_workers=2)
     assert stats.triton_precompiled > before
+
+
+def test_pool_is_restarted_a_few_times_at_most(monkeypatch):
+    monkeypatch.setattr(precompile, "_POOL", None)
+    monkeypatch.setattr(precompile, "_POOL_STARTS", 0)
+    pools = []
+    for _ in range(precompile.MAX_POOL_STARTS + 2):
+        p = precompile.pool(1)
+        for proc in p.procs:
+            proc.kill()
+            proc.wait()
+        pools.append(p)
+    assert len({id(p) for p in pools}) == precompile.MAX_POOL_STARTS
+    assert isinstance(precompile.pool(1).submit("ready").get(timeout=60), Exception)
