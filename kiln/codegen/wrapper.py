@@ -134,7 +134,7 @@ class WrapperGen:
 
     def _extern(self, step: ExternStep) -> list[str]:
         k = step.node.node
-        op = self.const(k.op, "aten_")
+        op = self.const(getattr(k.op, "_op", k.op), "aten_")  # the C++ op behind the OpOverload: what its __call__ calls
         args, kwargs = tree_map(lambda v: _Raw(self.ref(v)) if isinstance(v, Stored) else v, (k.args, k.kwargs))
         call = ", ".join([self.py(a) for a in args] + [f"{key}={self.py(v)}" for key, v in kwargs.items()])
         lines = [f"{k.name} = {op}({call})  # {k.reason}"]
