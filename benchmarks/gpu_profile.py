@@ -10,9 +10,10 @@ kind of kernel:
   - ``library``: cuBLAS/cuDNN/CUTLASS matmul and convolution, flash/efficient attention;
   - ``triton``: generated Triton kernels (kiln's and torch.compile's);
   - ``aten``: ATen's own elementwise/reduction/copy kernels;
-then the top kernels by total time. Wall time well above the GPU time means the call is bound by the
-CPU (Python, launches): CUDA graphs (``reduce-overhead``) help there; GPU time above another backend's
-means slower or more kernels.
+then the top kernels by total time. Wall time well above the GPU time (and near the ``enqueue`` time,
+the CPU's share) means the call is bound by the CPU (Python, launches): CUDA graphs
+(``reduce-overhead``) help there, and ``--cpu-profile`` shows where that time goes; GPU time above
+another backend's means slower or more kernels.
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ import argparse
 import collections
 import os
 import sys
+import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -59,17 +61,50 @@ def profile_calls(fn, args, iters: int) -> tuple[dict, int]:
     return times, launches
 
 
-def report(label: str, backend: str, fn, args, iters: int, top: int) -> None:
+def enqueue_ms(fn, args, iters: int) -> float:
+    """CPU milliseconds per call to queue the work, without waiting for the GPU (when it nears the wall
+    time, the call is bound by the CPU)."""
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(iters):
+        fn(*args)
+    cpu = (time.perf_counter() - start) / iters * 1000
+    torch.cuda.synchronize()
+    return cpu
+
+
+def python_profile(fn, args, iters: int, top: int) -> str:
+    """cProfile's top functions by own time over ``iters`` calls (its overhead inflates small calls)."""
+    import cProfile
+    import io
+    import pstats
+
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(iters):
+        fn(*args)
+    prof.disable()
+    torch.cuda.synchronize()
+    out = io.StringIO()
+    pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(top)
+    return out.getvalue()
+
+
+def report(label: str, backend: str, fn, args, iters: int, top: int, cpu_profile: bool = False) -> None:
     ms = median_ms(fn, args, iters=iters)
+    cpu = enqueue_ms(fn, args, iters)
     times, launches = profile_calls(fn, args, iters)
     busy = sum(times.values()) / iters / 1000
     by_kind: dict = collections.Counter()
     for name, us in times.items():
         by_kind[kind_of(name)] += us / iters / 1000
     kinds = "  ".join(f"{k} {v:.3f}" for k, v in sorted(by_kind.items()))
-    print(f"{label:<24} {backend:<16} wall {ms:8.3f} ms  gpu {busy:8.3f} ms  launches {launches / iters:6.0f}  | {kinds}")
+    print(f"{label:<24} {backend:<16} wall {ms:8.3f} ms  enqueue {cpu:8.3f} ms  gpu {busy:8.3f} ms  "
+          f"launches {launches / iters:6.0f}  | {kinds}")
     for name, us in times.most_common(top):
         print(f"      {us / iters / 1000:8.4f} ms  {kind_of(name):<7} {name[:110]}")
+    if cpu_profile:
+        print(python_profile(fn, args, iters, 3 * top))
 
 
 def main() -> int:
@@ -80,6 +115,8 @@ def main() -> int:
                         help="eager, kiln, kiln_ro, kiln_ma, torch.compile, torch.compile_ro, ...")
     parser.add_argument("--iters", type=int, default=10)
     parser.add_argument("--top", type=int, default=8)
+    parser.add_argument("--cpu-profile", action="store_true",
+                        help="also print a cProfile of each backend's calls (where the CPU time goes)")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         print("no CUDA: nothing to profile")
@@ -106,7 +143,7 @@ def main() -> int:
                     with torch.no_grad():
                         fn = make_compiled(b, model)
                         fn(*margs)
-                        report(label, b, fn, margs, args.iters, args.top)
+                        report(label, b, fn, margs, args.iters, args.top, args.cpu_profile)
                 except Exception as exc:  # noqa: BLE001 -- one backend failing is a result
                     print(f"{label:<24} {b:<16} error: {type(exc).__name__}: {str(exc)[:300]}")
             del model
