@@ -111,24 +111,20 @@ def load_kernels(kernels: dict, buffers: dict, options, interpret: bool) -> str:
         return source
     ns, path, fresh = load_module(source, options, interpret)
     tune = options.triton_autotune and not interpret
-    leaders: dict = {}
+    leaders: dict = {}  # body key -> the first launcher of that code
     for k in kernels.values():
-        if isinstance(k, MatmulKernel):
-            continue
-        leader = leaders.get(_body_key(k))
+        key = _body_key(k)
+        leader = leaders.get(key)
         fn = leader.fn if leader is not None else ns[k.name]
-        k.fn = Launcher(fn, k, candidate_configs(k, options.triton_max_block), path + ".tune.json" if tune else None,
-                        fast_launch=options.triton_fast_launch, leader=leader)
-        leaders.setdefault(_body_key(k), k.fn)
-    for k in kernels.values():
         if isinstance(k, MatmulKernel):
-            key = _body_key(k)
-            leader = leaders.get(key)
-            fn = leader.fn if leader is not None else ns[k.name]
             k.fn = MatmulChoice(fn, k, kernels.get(k.epilogue_kernel), offline_configs(k, options.triton_max_block),
                                 None if interpret else path + ".tune.json", options.matmul_choice, interpret,
                                 options.triton_fast_launch, leader=leader)
-            leaders.setdefault(key, k.fn)
+        else:
+            k.fn = Launcher(fn, k, candidate_configs(k, options.triton_max_block),
+                            path + ".tune.json" if tune else None, fast_launch=options.triton_fast_launch,
+                            leader=leader)
+        leaders.setdefault(key, k.fn)
     if fresh and not interpret and options.compile_workers > 0:
         precompile(_launches(leaders.values(), buffers, path), options.compile_workers)
     return source
@@ -152,6 +148,6 @@ def _launches(distinct, buffers: dict, path: str):
 
 
 def _body_key(k) -> str:
-    """A template kernel's code without its name and comments: equal for the same matmul and epilogue."""
+    """A kernel's code without its name and comments: equal for the same computation under another name."""
     lines = [line for line in k.source.splitlines() if not line.lstrip().startswith("#")]
     return "\n".join(lines).replace(k.name, "KERNEL")
