@@ -112,6 +112,16 @@ def nll_loss2d_backward(grad, x, target, weight, reduction, ignore_index, total_
     return _nll_backward(grad, x, target, weight, reduction, ignore_index, total_weight, 1)
 
 
+def _per_row(d, grad, reduction, x):
+    """``d`` ([N, C]: each row's loss gradient) scaled by the incoming gradient as the reduction took
+    the rows (one grad per row, or the mean or sum of them), in ``x``'s shape."""
+    if reduction == NONE:
+        g = aten.reshape.default(grad, [-1, 1])
+    else:
+        g = aten.div.Scalar(grad, d.shape[0]) if reduction == MEAN else grad
+    return aten.reshape.default(aten.mul.Tensor(d, g), list(x.shape))
+
+
 @decomposition(aten.multi_margin_loss_backward.default)
 @compute_in_float32
 def multi_margin_loss_backward(grad, x, target, p, margin, weight=None, reduction=MEAN):
@@ -132,11 +142,7 @@ def multi_margin_loss_backward(grad, x, target, p, margin, weight=None, reductio
     others = aten.where.self(active, h, zero)
     at_target = aten.neg.default(aten.sum.dim_IntList(others, [1], True))
     d = aten.div.Scalar(aten.where.self(hit, at_target, others), n_classes)
-    if reduction == NONE:
-        g = aten.reshape.default(grad, [-1, 1])
-    else:
-        g = aten.div.Scalar(grad, rows.shape[0]) if reduction == MEAN else grad
-    return aten.reshape.default(aten.mul.Tensor(d, g), list(x.shape))
+    return _per_row(d, grad, reduction, x)
 
 
 @decomposition(aten.multilabel_margin_loss_backward.default)
@@ -164,11 +170,7 @@ def multilabel_margin_loss_backward(grad, x, target, reduction, is_target):
     lost_per_target = aten.sum.dim_IntList(ones, [2], True)  # [N, J, 1]
     lost = aten.sum.dim_IntList(aten.where.self(pick, lost_per_target, zero), [1], False)  # [N, C]
     d = aten.div.Scalar(aten.sub.Tensor(gained, lost), n_classes)
-    if reduction == NONE:
-        g = aten.reshape.default(grad, [-1, 1])
-    else:
-        g = aten.div.Scalar(grad, rows.shape[0]) if reduction == MEAN else grad
-    return aten.reshape.default(aten.mul.Tensor(d, g), list(x.shape))
+    return _per_row(d, grad, reduction, x)
 
 
 @decomposition(aten.native_batch_norm_backward.default)

@@ -61,15 +61,7 @@ def FORMAT_VALUE(tx, inst):
         return
     if not value.is_constant():
         unsupported(f"formatting {value} into a string")
-    v = value.as_constant()
-    conv = flags & 0x03
-    if conv == 1:
-        v = str(v)
-    elif conv == 2:
-        v = repr(v)
-    elif conv == 3:
-        v = ascii(v)
-    tx.push(ConstantValue(format(v, spec)))
+    tx.push(ConstantValue(format_value(value.as_constant(), flags & 0x03, spec)))
 
 
 # The targets below are usually built by the same comprehension or display, but in a resume function

@@ -25,7 +25,20 @@ SCALAR_TYPES = (int, float, str)
 _OPERAND_TYPES = (int, float, str, bool, type(None))
 
 
-class UnguardedScalar(ConstantValue):
+class _KnownScalar(ConstantValue):
+    """A scalar known while tracing (``_value``) whose guards are taken only when ``value`` is read."""
+
+    _value: Any
+
+    def peek(self) -> Any:
+        """The value, for a deferred computation (no guard: the transformed code recomputes it)."""
+        return self._value
+
+    def python_type(self) -> type:
+        return type(self._value)
+
+
+class UnguardedScalar(_KnownScalar):
     """An int, float or str read from `source`, guarded by value when first read."""
 
     def __init__(self, value: Any, source, guards):
@@ -41,13 +54,6 @@ class UnguardedScalar(ConstantValue):
             self._guards.constant(self.source, self._value)
         return self._value
 
-    def peek(self) -> Any:
-        """The value, for a deferred computation (no guard: the transformed code recomputes it)."""
-        return self._value
-
-    def python_type(self) -> type:
-        return type(self._value)
-
     def reconstruct(self, cg) -> None:
         self.source.emit(cg)
 
@@ -55,7 +61,7 @@ class UnguardedScalar(ConstantValue):
         return f"Scalar({self._value!r} at {self.source.name()})"
 
 
-class DeferredScalar(ConstantValue):
+class DeferredScalar(_KnownScalar):
     """`fn(*args)` of unguarded scalars: known now, computed again at run time where it is handed on."""
 
     def __init__(self, fn: Callable, args: list[Value], result: Any):
@@ -67,12 +73,6 @@ class DeferredScalar(ConstantValue):
         for a in self.args:
             a.as_constant()  # guards the inputs this result depends on
         return self._value
-
-    def peek(self) -> Any:
-        return self._value
-
-    def python_type(self) -> type:
-        return type(self._value)
 
     def reconstruct(self, cg) -> None:
         cg.prepare_call(self.fn)
@@ -89,7 +89,7 @@ def _unguarded(v: Value) -> bool:
 
 
 def _peek(v: Value) -> Any:
-    return v.peek() if isinstance(v, (UnguardedScalar, DeferredScalar)) else v.value
+    return v.peek() if isinstance(v, _KnownScalar) else v.value
 
 
 def defer(fn: Callable, args: list[Value]) -> Value | None:
