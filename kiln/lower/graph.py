@@ -81,6 +81,9 @@ class GraphLowering:
         self.constants: list[ConstantBuffer] = []
         self._count = 0
         self.current: fx.Node | None = None
+        # id(Lazy) -> the node whose lowering returned it: a value realized later (as an extern's input,
+        # say) takes the layout ATen gives that node, not the reader's
+        self._producer: dict[int, fx.Node] = {}
 
     # ---------------------------------------------------------------------------------- naming
 
@@ -92,20 +95,30 @@ class GraphLowering:
     # ------------------------------------------------------------------------------- realizing
 
     def realize(self, value: TensorValue, stride=None) -> Stored:
-        """Make ``value`` a view of a buffer, computing it into a new buffer if it is ``Lazy``."""
+        """Make ``value`` a view of a buffer, computing it into a new buffer if it is ``Lazy``.
+
+        The buffer gets ``stride`` (default: the layout ATen gives the node that made the value, when
+        dense). A dense layout that is not row-major (channels-last, a transpose) is computed in memory
+        order: the buffer is the row-major tensor of the permuted size, its loops run over that, and the
+        returned view permutes back, so consecutive iterations write consecutive addresses."""
         if isinstance(value, Stored):
             return value
         assert isinstance(value, Lazy), value
         size = tuple(value.size)
         if stride is None:
-            val = fake_val(self.current)
+            val = fake_val(self._producer.get(id(value), self.current))
             stride = _layout_for(size, val)
-        buf = ComputedBuffer(
-            self.new_name(), value.dtype, value.device, size, tuple(stride), value.origins,
-            data=Pointwise(size, value.body, value.dtype),
-        )
+        stride = tuple(stride)
+        order = memory_order(size, stride)
+        if order is None:
+            buf = ComputedBuffer(self.new_name(), value.dtype, value.device, size, stride, value.origins,
+                                 data=Pointwise(size, value.body, value.dtype))
+        else:
+            msize = tuple(size[d] for d in order)
+            buf = ComputedBuffer(self.new_name(), value.dtype, value.device, msize, contiguous_strides(msize),
+                                 value.origins, data=Pointwise(msize, _unpermuted(value.body, order), value.dtype))
         self.nodes.append(buf)
-        return Stored(buf, size, tuple(stride), 0)
+        return Stored(buf, size, stride, 0)
 
     def add_reduction(self, size, rsize, body, kind, src_dtype, dtype, device) -> Stored:
         size = tuple(size)
@@ -206,6 +219,8 @@ class GraphLowering:
         else:
             try:
                 out = fn(self, node, *args, **kwargs)
+                if isinstance(out, Lazy):
+                    self._producer.setdefault(id(out), node)
                 return self._maybe_realize(node, out)
             except Unlowerable as exc:
                 reason = exc.reason
@@ -284,6 +299,27 @@ def _layout_for(size, val) -> tuple[int, ...]:
         if is_dense(size, stride):
             return stride
     return contiguous_strides(size)
+
+
+def memory_order(size, stride) -> tuple[int, ...] | None:
+    """The dims of a dense layout from the largest stride to the smallest (dims of size 1 where they
+    are), or None when that is the dims' own order (row-major) or the layout is not dense."""
+    if not is_dense(size, stride):
+        return None
+    big = sorted((d for d in range(len(size)) if size[d] != 1), key=lambda d: -stride[d])
+    it = iter(big)
+    order = tuple(d if size[d] == 1 else next(it) for d in range(len(size)))
+    return None if order == tuple(range(len(size))) else order
+
+
+def _unpermuted(body, order):
+    """``body`` over the logical index, called with the index in ``order``'s loop order."""
+    where = [order.index(d) for d in range(len(order))]
+
+    def permuted_body(ops, index):
+        return body(ops, [index[w] for w in where])
+
+    return permuted_body
 
 
 def lower_graph(gm: fx.GraphModule) -> LoweredGraph:

@@ -78,7 +78,7 @@ def test_reduction_and_transposed_readers_are_not_epilogues():
     _, after, _, _ = templated(lambda a, b: (a @ b).sum(1), torch.randn(6, 7), torch.randn(7, 8))
     (t,) = template_steps(after)
     assert t.epilogue is None and t.store_out
-    _, after, _, _ = templated(lambda a, b, c: (a @ b).t() * c, torch.randn(6, 7), torch.randn(7, 8), torch.randn(8, 6))
+    _, after, _, _ = templated(lambda a, b, c: c * (a @ b).t(), torch.randn(6, 7), torch.randn(7, 8), torch.randn(8, 6))
     (t,) = template_steps(after)
     assert t.epilogue is None
 

@@ -142,12 +142,21 @@ def test_result_as_graph_output_is_stored():
 
 
 def test_transposed_reader_is_not_an_epilogue():
-    def f(a, b, c):
-        return (a @ b).t() + c
+    def f(a, b, c):  # the sum is row-major (c's layout): it reads the product across its rows
+        return c + (a @ b).t()
 
     cg = mm_check(f, torch.randn(18, 20), torch.randn(20, 22), torch.randn(22, 18))
     t = only_template(cg).template
     assert t.epilogue is None and t.store_out
+
+
+def test_reader_in_the_products_memory_order_is_an_epilogue():
+    def f(a, b, c):  # eager gives the sum the product's (transposed) layout; kiln computes it in memory order
+        return (a @ b).t() + c
+
+    cg = mm_check(f, torch.randn(18, 20), torch.randn(20, 22), torch.randn(22, 18))
+    t = only_template(cg).template
+    assert t.epilogue is not None and not t.store_out
 
 
 def test_reduction_reader_is_not_an_epilogue():

@@ -1,0 +1,52 @@
+"""Layouts of realized buffers: ATen's layout of the node that made the value, computed in memory order."""
+import torch
+
+from kiln.loopir.nodes import ComputedBuffer, ExternKernel, Stored, contiguous_strides
+from kiln.lower.graph import lower_graph, memory_order
+from tests.lower.helpers import check, clone, trace
+
+
+def test_memory_order():
+    assert memory_order((2, 3, 4), (12, 4, 1)) is None  # row-major
+    assert memory_order((2, 3, 4, 5), (60, 1, 15, 3)) == (0, 2, 3, 1)  # channels-last
+    assert memory_order((3, 4), (1, 3)) == (1, 0)  # a transpose
+    assert memory_order((2, 1, 4, 5), (20, 1, 5, 1)) is None  # size-1 dims keep their place
+    assert memory_order((2, 3, 1, 5), (15, 1, 15, 3)) == (0, 3, 2, 1)
+    assert memory_order((3, 4), (8, 1)) is None  # not dense
+
+
+def _computed(lg):
+    return [n for n in lg.nodes if isinstance(n, ComputedBuffer)]
+
+
+def test_channels_last_result_is_computed_in_memory_order():
+    x = torch.randn(2, 5, 3, 4).contiguous(memory_format=torch.channels_last)
+    fn = lambda x: x * 2 + 1  # noqa: E731
+    lg = lower_graph(trace(fn, [x]).gm)
+    (buf,) = _computed(lg)
+    assert buf.size == (2, 3, 4, 5) and buf.stride == contiguous_strides(buf.size)
+    assert buf.data.ranges == buf.size  # loops run over memory: stores are consecutive
+    (out,) = lg.outputs
+    assert out.size == (2, 5, 3, 4) and out.stride == fn(x).stride()
+    check(fn, x)
+
+
+def test_transposed_result_matches_eager_values_and_strides():
+    a, b = torch.randn(6, 7), torch.randn(7, 6)
+    fn = lambda a, b: a.t() * b.exp()  # noqa: E731
+    lg = lower_graph(trace(fn, [a, b]).gm)
+    assert _computed(lg)[0].size == (6, 7)  # eager gives the product a.t()'s layout: (7, 6) in memory order
+    assert lg.outputs[0].stride == fn(a, b).stride() == (1, 7)
+    check(fn, a, b)
+
+
+def test_a_value_realized_for_an_extern_takes_its_own_nodes_layout():
+    # the clone is realized when the convolution reads it: it must be channels-last (its own node's
+    # layout), not the convolution's, or the library gets other strides than ATen's meta said
+    x, w = torch.randn(1, 4, 6, 6), torch.randn(3, 4, 3, 3)
+    fn = lambda x, w: torch.conv2d((x * 2).contiguous(memory_format=torch.channels_last), w)  # noqa: E731
+    lg = lower_graph(trace(fn, [x, w]).gm)
+    (conv,) = [n for n in lg.nodes if isinstance(n, ExternKernel)]
+    arg = conv.args[0]
+    assert isinstance(arg, Stored) and arg.stride == x.contiguous(memory_format=torch.channels_last).stride()
+    check(fn, clone(x), w)
