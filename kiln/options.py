@@ -9,6 +9,12 @@ import os
 from typing import Any, Mapping
 
 
+def _env_flag(name: str) -> bool | None:
+    """An on/off environment variable (an integer, 0 is off); None when it is not set."""
+    raw = os.environ.get(name)
+    return None if raw is None or raw == "" else _env_int(name, 0) != 0
+
+
 def _env_int(name: str, default: int) -> int:
     raw = os.environ.get(name)
     if raw is None or raw == "":
@@ -63,7 +69,9 @@ class Options:
         library call (cuBLAS) followed by the separate epilogue kernel (set by the "max-autotune"
         modes; KILN_MATMUL_TEMPLATES=1 turns it on; see ``kiln/schedule/templates.py``).
     conv_channels_last: run 2-D convolutions of inference graphs on channels-last inputs and weights
-        (``kiln/aot/channels_last.py``; KILN_CONV_CHANNELS_LAST=1). Off until measured on the GPU.
+        (``kiln/aot/channels_last.py``; KILN_CONV_CHANNELS_LAST=1 or 0). None (the default): on for graphs
+        on CUDA (cuDNN's NHWC kernels; timm resnet50 on an H100: GPU time 4.1 -> 3.3 ms in float32,
+        2.7 -> 1.8 ms in bfloat16), off on CPU (not measured there).
     compile_workers: processes that compile a graph's new Triton kernels in parallel before their first
         launch (KILN_COMPILE_WORKERS; 0: Triton compiles each kernel at its first launch, in turn).
     matmul_choice: how a matmul template's path is picked: "autotune" (time the template's configs
@@ -87,7 +95,7 @@ class Options:
     matmul_templates: bool = False
     matmul_choice: str = "autotune"
     compile_workers: int = 0
-    conv_channels_last: bool = False
+    conv_channels_last: bool | None = None
 
     def __post_init__(self):
         if self.cpu_codegen not in ("cpp", "triton"):
@@ -133,7 +141,7 @@ def _read_environment() -> Options:
         matmul_templates=_env_int("KILN_MATMUL_TEMPLATES", 0) != 0,
         matmul_choice=_env_choice("KILN_MATMUL_CHOICE", MATMUL_CHOICES, "autotune"),
         compile_workers=_env_int("KILN_COMPILE_WORKERS", _default_workers()),
-        conv_channels_last=_env_int("KILN_CONV_CHANNELS_LAST", 0) != 0,
+        conv_channels_last=_env_flag("KILN_CONV_CHANNELS_LAST"),
     )
 
 

@@ -258,6 +258,13 @@ def _is_triton_error(exc: BaseException) -> bool:
     return type(exc).__module__.startswith("triton") or str(exc).startswith("Triton Error")
 
 
+def _wants_channels_last(options, example_inputs) -> bool:
+    """``Options.conv_channels_last``; unset, on for graphs on CUDA."""
+    if options.conv_channels_last is not None:
+        return options.conv_channels_last
+    return any(isinstance(t, torch.Tensor) and t.is_cuda for t in example_inputs)
+
+
 @register_backend(name="kiln")
 def kiln_backend(gm, example_inputs, options=None):
     options = options or default_options()
@@ -270,7 +277,7 @@ def kiln_backend(gm, example_inputs, options=None):
         return fn
     if target == "triton":
         warm_pool(options.compile_workers)  # the compile workers start while the graph is traced and lowered
-    if options.conv_channels_last and not needs_joint_graph(gm, example_inputs):
+    if _wants_channels_last(options, example_inputs) and not needs_joint_graph(gm, example_inputs):
         use_channels_last(gm)
     compiler = GraphCompiler(options, target)
     table = decomposition_table()

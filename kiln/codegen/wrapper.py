@@ -110,10 +110,13 @@ class WrapperGen:
         key = _pool_key(b)
         free = pool.get(key)
         dtype = f"torch.{str(b.dtype).replace('torch.', '')}"
+        size, stride = b.allocation()
         if free:
             old = free.pop()
-            return f"{b.name} = {old}.as_strided({tuple(b.size)}, {tuple(b.stride)}); del {old}  # reuses {old}"
-        return f"{b.name} = empty_strided({tuple(b.size)}, {tuple(b.stride)}, dtype={dtype}, device='{b.device}')"
+            if self.buffers[old].allocation() == (size, stride):
+                return f"{b.name} = {old}; del {old}  # reuses {old}"
+            return f"{b.name} = {old}.as_strided({size}, {stride}); del {old}  # reuses {old}"
+        return f"{b.name} = empty_strided({size}, {stride}, dtype={dtype}, device='{b.device}')"
 
     def py(self, v) -> str:
         """A Python expression for an extern call's argument."""

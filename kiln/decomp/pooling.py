@@ -1,6 +1,9 @@
 """Decompositions: max/avg pooling over windows (``unfold`` views + reductions), adaptive average."""
 from __future__ import annotations
 
+import itertools
+import math
+
 import torch
 
 from kiln.decomp.registry import decomposition
@@ -46,6 +49,25 @@ def _windows(x, n, kernel, stride, padding, dilation, ceil_mode, pad_value):
     return xp, outs
 
 
+# windows of at most this many elements pool as a pointwise maximum over their taps (no reduction)
+MAX_POOL_TAPS = 25
+
+
+def _max_over_taps(windows, kernel):
+    """The maximum of each window as a chain of ``maximum`` over its taps (strided views of the padded
+    input): a pointwise value, so it fuses with what reads it and, as every pointwise result, gets the
+    input's layout (channels-last stays channels-last, as eager's pooling kernel gives it). ``maximum``
+    propagates NaN like ATen's pooling kernels."""
+    first_window_dim = windows.dim() - len(kernel)  # (*batch, *outs, *kernel)
+    out = None
+    for index in itertools.product(*(range(k) for k in kernel)):
+        tap = windows
+        for i in index:  # each select drops the first remaining window dim
+            tap = aten.select.int(tap, first_window_dim, i)
+        out = tap if out is None else aten.maximum.default(out, tap)
+    return aten.clone.default(out) if math.prod(kernel) == 1 else out
+
+
 def _max_pool(x, n, kernel_size, stride, padding, dilation, ceil_mode):
     if not x.is_floating_point() or x.numel() == 0:
         return NotImplemented
@@ -55,8 +77,8 @@ def _max_pool(x, n, kernel_size, stride, padding, dilation, ceil_mode):
     windows, outs = _windows(x, n, kernel, stride, padding, dilation, ceil_mode, float("-inf"))
     batch = list(windows.shape[: windows.dim() - 2 * n])
     flat = aten.reshape.default(windows, batch + outs + [-1])
-    values = aten.amax.default(flat, [-1])
-    arg = aten.argmax.default(flat, -1)
+    values = _max_over_taps(windows, kernel) if math.prod(kernel) <= MAX_POOL_TAPS else aten.amax.default(flat, [-1])
+    arg = aten.argmax.default(flat, -1)  # dropped from the graph when only the values are read
     # the input position of each window's maximum, flattened over the pooled dims
     index = None
     rest = arg

@@ -70,6 +70,10 @@ class Buffer:
     def describe(self) -> str:
         return f"{self.name}: {str(self.dtype).replace('torch.', '')}{list(self.size)} stride={list(self.stride)}"
 
+    def allocation(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """The size and strides the wrapper allocates (and holds) this buffer's tensor with."""
+        return tuple(self.size), tuple(self.stride)
+
 
 @dataclasses.dataclass(eq=False)
 class InputBuffer(Buffer):
@@ -107,6 +111,13 @@ class Reduction:
 @dataclasses.dataclass(eq=False)
 class ComputedBuffer(Buffer):
     data: Pointwise | Reduction | None = None
+    # (size, stride) of the value when its loops run in another order than its dims: a dense layout
+    # computed in memory order (``size``/``stride`` are then the loops' row-major ones). The tensor is
+    # allocated with this view, so readers of the value get it without an ``as_strided``.
+    view: tuple | None = None
+
+    def allocation(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        return self.view if self.view is not None else super().allocation()
 
     def store_body(self):
         """The full loop body: (ops, index[, rindex]) -> None, storing into this buffer."""
@@ -197,8 +208,8 @@ class Stored(TensorValue):
         return self.buffer.device
 
     def is_whole_buffer(self) -> bool:
-        b = self.buffer
-        return self.offset == 0 and tuple(self.size) == tuple(b.size) and tuple(self.stride) == tuple(b.stride)
+        size, stride = self.buffer.allocation()
+        return self.offset == 0 and tuple(self.size) == size and tuple(self.stride) == stride
 
     def loader(self) -> Loader:
         name, stride, offset = self.buffer.name, self.stride, self.offset

@@ -116,7 +116,8 @@ class GraphLowering:
         else:
             msize = tuple(size[d] for d in order)
             buf = ComputedBuffer(self.new_name(), value.dtype, value.device, msize, contiguous_strides(msize),
-                                 value.origins, data=Pointwise(msize, _unpermuted(value.body, order), value.dtype))
+                                 value.origins, data=Pointwise(msize, _unpermuted(value.body, order), value.dtype),
+                                 view=(size, stride))
         self.nodes.append(buf)
         return Stored(buf, size, stride, 0)
 

@@ -90,3 +90,35 @@ def test_channels_last_model_keeps_its_layout_without_the_option():
         got, want = kiln.compile(model)(x), model(x)
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
     assert got.stride() == want.stride()
+
+
+def test_default_is_on_for_cuda_graphs_only():
+    from kiln.backends.kiln import _wants_channels_last
+    from kiln.options import default_options
+
+    cpu = [torch.randn(1, 3, 8, 8)]
+    assert not _wants_channels_last(default_options().replace(conv_channels_last=None), cpu)
+    assert _wants_channels_last(default_options().replace(conv_channels_last=True), cpu)
+    if torch.cuda.is_available():
+        cuda = [torch.randn(1, 3, 8, 8, device="cuda")]
+        assert _wants_channels_last(default_options().replace(conv_channels_last=None), cuda)
+        assert not _wants_channels_last(default_options().replace(conv_channels_last=False), cuda)
+
+
+def test_cuda_model_by_default():
+    if not torch.cuda.is_available():
+        import pytest
+
+        pytest.skip("needs CUDA")
+    model, x = Residual().eval().cuda(), torch.randn(2, 3, 12, 12, device="cuda")
+    kiln.reset()
+    tf32 = torch.backends.cudnn.allow_tf32
+    torch.backends.cudnn.allow_tf32 = False  # NCHW and NHWC kernels round differently in TF32
+    try:
+        with torch.no_grad():
+            want, got = model(x), kiln.compile(model)(x)
+    finally:
+        torch.backends.cudnn.allow_tf32 = tf32
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-4)
+        assert g.stride() == w.stride()

@@ -50,3 +50,18 @@ def test_a_value_realized_for_an_extern_takes_its_own_nodes_layout():
     arg = conv.args[0]
     assert isinstance(arg, Stored) and arg.stride == x.contiguous(memory_format=torch.channels_last).stride()
     check(fn, clone(x), w)
+
+
+def test_small_max_pool_is_pointwise_and_keeps_channels_last():
+    # a 3x3 max pool is a maximum over its taps: no reduction, eager's channels-last layout, NaN kept
+    from kiln.loopir.nodes import Reduction
+
+    x = torch.randn(2, 4, 9, 9)
+    x[1, 2, 4, 4] = float("nan")
+    x = x.contiguous(memory_format=torch.channels_last)
+    fn = lambda x: torch.nn.functional.max_pool2d(x, 3, 2, 1)  # noqa: E731
+    lg = lower_graph(trace(fn, [x]).gm)
+    assert not any(isinstance(b.data, Reduction) for b in _computed(lg))
+    assert lg.outputs[0].stride == fn(x).stride()
+    check(fn, x)
+    assert fn(x).isnan().any()
