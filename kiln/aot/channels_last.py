@@ -1,11 +1,12 @@
-"""Channels-last layout for convolution graphs (``Options.conv_channels_last``, off by default).
+"""Channels-last layout for convolution graphs (``Options.conv_channels_last``; on by default for CUDA).
 
 cuDNN's fast convolution kernels work on NHWC data; given NCHW tensors it converts input, weight and
 output around every convolution (``nchwToNhwc``/``nhwcToNchw`` kernels: about 0.7 ms of timm
 resnet50's 4 ms on an H100 in float32). This pass, run on the captured graph before ATen tracing,
 asks for channels-last inputs and weights of each 2-D convolution. ATen's layout rules then carry
 channels-last through what follows (batch norm, activations, residual adds), so the conversions
-of activations fuse into the kernels that produce them; only weights are converted on each call.
+of activations fuse into the kernels that produce them (computed in memory order, see
+``lower/graph.memory_order``); only weights are converted on each call.
 Graph outputs that eager returns contiguous are made contiguous again, so callers see eager's strides.
 
 Layout only: every value is the same as without the pass. It applies to inference graphs (no grad).
