@@ -18,6 +18,7 @@ from kiln.capture.sources import Source
 
 class GuardKind(enum.Enum):
     TENSOR = "tensor"      # type, dtype, device, shape, stride, requires_grad
+    HELD_TENSOR = "held_tensor"  # dtype, device, shape, stride, requires_grad of a tensor the graph holds
     CONSTANT = "constant"  # type and value of a Python constant
     TYPE = "type"          # exact type
     IDENTITY = "identity"  # the very same object (modules, functions, classes)
@@ -59,6 +60,15 @@ class GuardSet:
 
     def tensor(self, source: Source, t: torch.Tensor) -> None:
         self.add(GuardKind.TENSOR, source, t)
+
+    def held_tensor(self, label: str, t: torch.Tensor) -> None:
+        """The metadata of a tensor the graph holds itself (a parameter or buffer): the compiled code
+        assumes its dtype, device, size, strides and requires_grad, and ``p.data = ...`` (what
+        ``Module.to``/``.half()``/``.to(memory_format=...)`` do) changes them on the same object."""
+        from kiln.capture.sources import ConstantSource
+
+        guard = Guard(GuardKind.HELD_TENSOR, ConstantSource(label, t), t)
+        self._guards.setdefault(guard.key(), guard)
 
     def constant(self, source: Source, value: Any) -> None:
         if type(value) is set:  # compared with a copy: the guarded set itself may change later
@@ -108,7 +118,10 @@ class GuardSet:
         if torch.cuda.is_available():
             exprs.append((f"___autocast('cuda') is {torch.is_autocast_enabled('cuda')}", "autocast (cuda)"))
         ordered = sorted(self._guards.values(), key=lambda g: (g.source.name().count("."), g.source.name()))
+        typed = {g.source.name() for g in ordered if g.kind is GuardKind.CONSTANT and _checks_type(g.value)}
         for g in ordered:
+            if g.kind is GuardKind.TYPE and g.source.name() in typed:
+                continue  # the constant guard on the same place checks its type too
             exprs.extend(_guard_exprs(g, names))
         tensor_sources = [g.source for g in ordered if g.kind is GuardKind.TENSOR]
         if len(tensor_sources) > 1:
@@ -135,7 +148,7 @@ class GuardSet:
         """Places (printed sources) that more than one guard reads through: read once, into a local."""
         counts: dict[str, int] = {}
         for g in self._guards.values():
-            if g.kind is GuardKind.TENSOR:  # its expression reads the tensor six times
+            if g.kind in (GuardKind.TENSOR, GuardKind.HELD_TENSOR):  # its expression reads the tensor 5-6 times
                 counts[g.source.name()] = counts.get(g.source.name(), 0) + 1
             node = g.source
             while node is not None:
@@ -250,6 +263,11 @@ def _held_objects(source: Source) -> dict[str, Any]:
     return found
 
 
+def _checks_type(v) -> bool:
+    """Whether the CONSTANT guard on value ``v`` implies the place's exact type (see _guard_exprs)."""
+    return not isinstance(v, (torch.dtype, torch.device, torch.layout, torch.memory_format))
+
+
 def _guard_exprs(g: Guard, names: _Namer) -> list[tuple[str, str]]:
     x = g.source.name()
     k = g.kind
@@ -262,6 +280,17 @@ def _guard_exprs(g: Guard, names: _Namer) -> list[tuple[str, str]]:
                 f"and {x}.stride() == {tuple(t.stride())!r} and {x}.requires_grad is {t.requires_grad}",
                 f"tensor {x}: {type(t).__name__} {t.dtype} {t.device} size={tuple(t.size())} "
                 f"stride={tuple(t.stride())} requires_grad={t.requires_grad}",
+            )
+        ]
+    if k is GuardKind.HELD_TENSOR:
+        t = g.value
+        return [
+            (
+                f"{x}.dtype is {names.ref(t.dtype)} and {x}.device == {names.ref(t.device)} "
+                f"and {x}.size() == {tuple(t.size())!r} and {x}.stride() == {tuple(t.stride())!r} "
+                f"and {x}.requires_grad is {t.requires_grad}",
+                f"{g.source.label}: {t.dtype} {t.device} size={tuple(t.size())} stride={tuple(t.stride())} "
+                f"requires_grad={t.requires_grad} (changed in place: p.data = ..., Module.to())",
             )
         ]
     if k is GuardKind.CONSTANT:

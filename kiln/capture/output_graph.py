@@ -83,6 +83,7 @@ class OutputGraph:
                 self.root.register_parameter(name, tensor)
             else:
                 self.root.register_buffer(name, tensor)
+            self.guards.held_tensor(qualname, tensor)
         node = self.graph.get_attr(name)
         fake = self.fake_mode.from_real(tensor)
         node.meta["example_value"] = fake

@@ -4,6 +4,8 @@ item() results, clocks) live across a break are guarded by what the continuation
 import torch
 import torch.nn as nn
 
+import kiln
+
 from .support import check_breaks, check_recompiles, graph_break, t
 
 
@@ -164,3 +166,38 @@ def test_torch_function_mode_is_guarded_both_ways():
     torch.testing.assert_close(compiled(x), fn(x))  # and no entry made under it serves this call
     with _AddOneToMul(), pytest.raises(kiln.errors.GraphBreakError, match="TorchFunctionMode"):
         kiln.compile(fn, fullgraph=True)(x)
+
+
+def test_parameter_changed_in_place_recompiles():
+    # Module.to()/half()/to(memory_format=...) and `p.data = ...` keep the Parameter object and change
+    # its strides, shape, dtype or device: the compiled code assumed the old ones
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU()).eval()
+    x = torch.randn(3, 4)
+    with torch.no_grad():
+        c = kiln.compile(m)
+        torch.testing.assert_close(c(x), m(x))
+        m[0].weight.data = torch.randn(4, 4).t()  # same shape, transposed strides
+        torch.testing.assert_close(c(x), m(x))
+        m[0].weight.data, m[0].bias.data = torch.randn(5, 4), torch.randn(5)  # another shape
+        torch.testing.assert_close(c(x), m(x))
+    conv = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4)).eval()
+    y = torch.randn(2, 3, 8, 8)
+    with torch.no_grad():
+        c = kiln.compile(conv)
+        torch.testing.assert_close(c(y), conv(y))
+        conv.to(memory_format=torch.channels_last)
+        torch.testing.assert_close(c(y), conv(y), rtol=1e-5, atol=1e-5)
+
+
+def test_requires_grad_changed_after_compile_is_guarded():
+    torch.manual_seed(0)
+    m = torch.nn.Linear(4, 3)
+    x = torch.randn(2, 4)
+    c = kiln.compile(m)
+    c(x).sum().backward()
+    assert m.weight.grad is not None
+    m.weight.grad = None
+    m.weight.requires_grad_(False)  # frozen after compiling: eager computes no gradient for it
+    c(x).sum().backward()
+    assert m.weight.grad is None and m.bias.grad is not None
