@@ -60,16 +60,21 @@ def candidate_configs(kernel, max_block: int = 0) -> list[LaunchConfig]:
     if kernel.style == "persistent":
         rb = _pow2(r)
         xb = min(_clamp(2048 // rb, 1, 256), _pow2(x), cap)
-        configs = [LaunchConfig(xb, rb, _clamp(xb * rb // 256, 1, 8))]
+        warps = _clamp(xb * rb // 256, 1, 8)
+        configs = [LaunchConfig(xb, rb, warps)]
         if x * r >= TUNE_MIN_ELEMENTS and not max_block:
             for xb2 in (xb // 2, xb * 2):
                 if 1 <= xb2 <= _pow2(x) and xb2 * rb <= 16384:
                     configs.append(LaunchConfig(xb2, rb, _clamp(xb2 * rb // 256, 1, 8)))
-        return configs
+            if xb * rb >= 4096:  # long rows: fewer elements per thread, or fewer warps to synchronize
+                configs += [LaunchConfig(xb, rb, 16), LaunchConfig(xb, rb, 4)]
+        return list(dict.fromkeys(configs))
     rb = min(2048, _pow2(r), cap)
     configs = [LaunchConfig(1, rb, _clamp(rb // 256, 1, 8))]
     if x * r >= TUNE_MIN_ELEMENTS and not max_block:
         configs += [LaunchConfig(1, 1024, 4), LaunchConfig(min(8, _pow2(x)), 512, 8)]
+        if r > 4096:
+            configs.append(LaunchConfig(1, 4096, 16))
     return list(dict.fromkeys(configs))
 
 

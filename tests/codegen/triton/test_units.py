@@ -115,6 +115,19 @@ def test_launch_heuristics():
     assert cfg.RBLOCK == 1024 and cfg.XBLOCK * cfg.RBLOCK <= 4096
     K.style, K.rnumel = "looped", 100000
     assert candidate_configs(K)[0].RBLOCK == 2048
+    assert LaunchConfig(1, 4096, 16) in candidate_configs(K)  # long looped rows also try longer blocks
+
+
+def test_long_persistent_rows_tune_the_warp_count():
+    class K:
+        style, xnumel, rnumel = "persistent", 16384, 4096
+
+    configs = candidate_configs(K)
+    assert configs[0] == LaunchConfig(1, 4096, 8)
+    assert {c.num_warps for c in configs if c.XBLOCK == 1} == {4, 8, 16}
+    assert len(configs) == len(set(configs))
+    K.xnumel = 16  # too small to time candidates
+    assert candidate_configs(K) == [LaunchConfig(1, 4096, 8)]
 
 
 def test_codegen_error_falls_back_to_aten(monkeypatch):
