@@ -23,6 +23,7 @@ import math
 import sympy
 
 from kiln.codegen.common import kernel_name, kernel_params, print_index_py, provenance
+from kiln.codegen.triton.online import OnlineMaxSumOps, online_pairs
 from kiln.codegen.triton.ops import TritonOps
 from kiln.loopir.handlers import iteration_vars, run_body
 from kiln.loopir.index import linear_index, simplify_with_ranges, var
@@ -275,9 +276,14 @@ def generate_kernel(group: FusedGroup, buffers: dict, index: int, persistent_max
     body += _outer_defs(group.outer, "xindex")
     shared_cse: dict = {}
     defined_prefixes: set[str] = set()
+    pairs = online_pairs(group, buffers) if style == "looped" else {}
+    in_pairs = {b.name for b in pairs.values()}
     for m in group.members:
-        body.append(f"# {m.name}" + (f" (kernel-local)" if m.name in group.locals else ""))
-        body += _member_code(kctx, m, row, style, shared_cse, defined_prefixes)
+        if m.name in in_pairs:
+            continue  # computed with its max member (online softmax)
+        note = f"; {pairs[m.name].name} in the same pass (online softmax)" if m.name in pairs else ""
+        body.append(f"# {m.name}" + (f" (kernel-local)" if m.name in group.locals else "") + note)
+        body += _member_code(kctx, m, row, style, shared_cse, defined_prefixes, pairs.get(m.name))
     params = [kctx.pointers[n] for n, _ in kctx.params] + ["XBLOCK: tl.constexpr"]
     if row:
         params.append("RBLOCK: tl.constexpr")
@@ -289,15 +295,17 @@ def generate_kernel(group: FusedGroup, buffers: dict, index: int, persistent_max
     return TritonKernel(name, "\n".join(src) + "\n", kctx.params, origins, style, xnumel, rnumel)
 
 
-def _member_code(kctx, m, row, style, shared_cse, defined_prefixes) -> list[str]:
-    """Lines for one member (at the kernel's top level)."""
+def _member_code(kctx, m, row, style, shared_cse, defined_prefixes, online_sum=None) -> list[str]:
+    """Lines for one member (at the kernel's top level); ``online_sum``: the sum member that this max
+    member computes in the same loop (``online.py``)."""
     k = kctx.k
     sizes = inner_sizes(m, k) if row else []
     n_inner = math.prod(sizes)
     has_inner = row and (m.is_reduction or sizes)
     looped = style == "looped" and has_inner
     ctx = MemberContext(kctx, m, row, "looped" if looped else "persistent")
-    ops = TritonOps(ctx, cse=None if looped else shared_cse)
+    ops = OnlineMaxSumOps(ctx, online_sum.name) if online_sum is not None else \
+        TritonOps(ctx, cse=None if looped else shared_cse)
     run_body(m.node, ops)
     if not has_inner:
         return ops.lines + ops.post

@@ -76,3 +76,12 @@ def test_matmul_templates_compile_for_sm90():
     _, cg = compile_fn(f, [a, b, bias, r, c, d], matmul_templates=True)
     errors = compile_for_gpu(cg)  # bf16 addmm + epilogue, its library-path epilogue, f32 mm
     assert len(errors) == 3 and all(e is None for e in errors.values()), errors
+
+
+@needs_ptxas
+def test_online_softmax_compiles_for_sm90():
+    x = torch.randn(4, 8192).to(torch.bfloat16)
+    _, cg = compile_fn(lambda x: (torch.softmax(x.float(), -1), torch.log_softmax(x, -1)), [x])
+    assert "online softmax" in cg.source
+    errors = compile_for_gpu(cg)
+    assert errors and all(e is None for e in errors.values()), errors
