@@ -277,8 +277,11 @@ def kiln_backend(gm, example_inputs, options=None):
         return fn
     if target == "triton":
         warm_pool(options.compile_workers)  # the compile workers start while the graph is traced and lowered
+    layout_note = ""
     if _wants_channels_last(options, example_inputs) and not needs_joint_graph(gm, example_inputs):
-        use_channels_last(gm)
+        if use_channels_last(gm):
+            layout_note = ("2-D convolutions run channels-last (inputs and weights converted; "
+                           "Options.conv_channels_last / KILN_CONV_CHANNELS_LAST=0 turns it off)\n")
     compiler = GraphCompiler(options, target)
     table = decomposition_table()
     try:
@@ -294,7 +297,7 @@ def kiln_backend(gm, example_inputs, options=None):
         return compile_aot_eager(gm, example_inputs, options)  # reports why and runs the FX graph
     plan = getattr(runtime, "plan", None)
     head = plan.explain if plan is not None else (lambda: explain_aten_graph(runtime.aten_graph))
-    runtime.kiln_explain = lambda: head() + "\n\n" + compiler.explain()
+    runtime.kiln_explain = lambda: head() + "\n\n" + layout_note + compiler.explain()
     graphs = [cg for _, cg, _ in compiler.compiled if cg is not None]
     runtime.compiled_graph = graphs[0] if len(compiler.compiled) == 1 and graphs else None
     runtime.compiled_graphs = graphs

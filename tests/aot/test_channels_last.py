@@ -122,3 +122,13 @@ def test_cuda_model_by_default():
     for g, w in zip(got, want):
         torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-4)
         assert g.stride() == w.stride()
+
+
+def test_explain_says_so():
+    model, x = Residual().eval(), torch.randn(2, 3, 12, 12)
+    kiln.reset()
+    with torch.no_grad():
+        on = str(kiln.explain(model, options={"conv_channels_last": True})(x))
+        kiln.reset()
+        off = str(kiln.explain(model, options={"conv_channels_last": False})(x))
+    assert "convolutions run channels-last" in on and "channels-last" not in off
