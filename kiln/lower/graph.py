@@ -81,9 +81,9 @@ class GraphLowering:
         self.constants: list[ConstantBuffer] = []
         self._count = 0
         self.current: fx.Node | None = None
-        # id(Lazy) -> the node whose lowering returned it: a value realized later (as an extern's input,
-        # say) takes the layout ATen gives that node, not the reader's
-        self._producer: dict[int, fx.Node] = {}
+        # id(Lazy) -> (the Lazy, kept alive so its id is not reused; the node whose lowering returned it):
+        # a value realized later (as an extern's input, say) takes the layout ATen gives that node
+        self._producer: dict[int, tuple[Lazy, fx.Node]] = {}
 
     # ---------------------------------------------------------------------------------- naming
 
@@ -106,7 +106,7 @@ class GraphLowering:
         assert isinstance(value, Lazy), value
         size = tuple(value.size)
         if stride is None:
-            val = fake_val(self._producer.get(id(value), self.current))
+            val = fake_val(self._producer.get(id(value), (value, self.current))[1])
             stride = _layout_for(size, val)
         stride = tuple(stride)
         order = memory_order(size, stride)
@@ -221,7 +221,7 @@ class GraphLowering:
             try:
                 out = fn(self, node, *args, **kwargs)
                 if isinstance(out, Lazy):
-                    self._producer.setdefault(id(out), node)
+                    self._producer.setdefault(id(out), (out, node))
                 return self._maybe_realize(node, out)
             except Unlowerable as exc:
                 reason = exc.reason
