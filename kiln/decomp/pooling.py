@@ -55,9 +55,8 @@ MAX_POOL_TAPS = 25
 
 def _max_over_taps(windows, kernel):
     """The maximum of each window as a chain of ``maximum`` over its taps (strided views of the padded
-    input): a pointwise value, so it fuses with what reads it and, as every pointwise result, gets the
-    input's layout (channels-last stays channels-last, as eager's pooling kernel gives it). ``maximum``
-    propagates NaN like ATen's pooling kernels."""
+    input): a pointwise value that fuses with what reads it (instead of a window copy and a reduction).
+    ``maximum`` propagates NaN like ATen's pooling kernels."""
     first_window_dim = windows.dim() - len(kernel)  # (*batch, *outs, *kernel)
     out = None
     for index in itertools.product(*(range(k) for k in kernel)):
@@ -65,7 +64,20 @@ def _max_over_taps(windows, kernel):
         for i in index:  # each select drops the first remaining window dim
             tap = aten.select.int(tap, first_window_dim, i)
         out = tap if out is None else aten.maximum.default(out, tap)
-    return aten.clone.default(out) if math.prod(kernel) == 1 else out
+    return out
+
+
+def _pool_memory_format(x):
+    """The layout eager's pooling kernels give their results: ATen's ``suggest_memory_format`` of the
+    input (channels-last when a 4-D input's strides order its dims N, H, W, C)."""
+    if x.dim() != 4 or x.stride()[1] == 0:
+        return torch.contiguous_format
+    smallest = 0
+    for d in (1, 3, 2, 0):
+        if x.shape[d] == 0 or x.stride()[d] < smallest or (d == 0 and smallest == x.stride()[1]):
+            return torch.contiguous_format
+        smallest = x.stride()[d] * max(x.shape[d], 1) if x.shape[d] > 1 else x.stride()[d]
+    return torch.channels_last
 
 
 def _max_pool(x, n, kernel_size, stride, padding, dilation, ceil_mode):
@@ -94,7 +106,10 @@ def _max_pool(x, n, kernel_size, stride, padding, dilation, ceil_mode):
             stride_in *= x.shape[x.dim() - n + j]
         term = aten.mul.Scalar(pos, stride_in)
         index = term if index is None else aten.add.Tensor(index, term)
-    return values, index
+    # eager's kernels allocate both results in the input's suggested memory format (a copy-free clone
+    # where they have it; without it the tap chain would follow any input layout)
+    fmt = _pool_memory_format(x)
+    return aten.clone.default(values, memory_format=fmt), aten.clone.default(index, memory_format=fmt)
 
 
 @decomposition(aten.max_pool2d_with_indices.default)

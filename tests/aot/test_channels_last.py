@@ -132,3 +132,33 @@ def test_explain_says_so():
         kiln.reset()
         off = str(kiln.explain(model, options={"conv_channels_last": False})(x))
     assert "convolutions run channels-last" in on and "channels-last" not in off
+
+
+def test_strides_callers_and_views_see_are_eagers():
+    # every op after a convolution follows its new layout: views and outputs get eager's layout back,
+    # and a graph whose outputs are views of such values is left alone
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU()).eval()
+    x = torch.randn(2, 3, 8, 8)
+    cases = [
+        lambda x: m(x).flatten(2),
+        lambda x: m(x).view(2, -1),  # conv -> view(N, -1): a view of the channels-last result would fail
+        lambda x: m(x).flatten(2).transpose(1, 2),
+        lambda x: m(x).permute(0, 2, 3, 1),
+        lambda x: (lambda y: (y, y[:, :2]))(m(x)),
+        lambda x: nn.functional.adaptive_avg_pool2d(m(x), 1).view(2, -1),
+    ]
+    with torch.no_grad():
+        for f in cases:
+            got, want = _compile(f, x)(x), f(x)
+            for g, w in zip(got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,)):
+                torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
+                assert g.stride() == w.stride()
+
+
+def test_graph_with_view_output_is_left_alone():
+    m = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1)).eval()
+    gm = _captured(lambda x: m(x).permute(0, 2, 3, 1), torch.randn(1, 3, 8, 8))
+    before = str(gm.graph)
+    assert not use_channels_last(gm)
+    assert str(gm.graph) == before

@@ -65,3 +65,22 @@ def test_small_max_pool_is_pointwise_and_keeps_channels_last():
     assert lg.outputs[0].stride == fn(x).stride()
     check(fn, x)
     assert fn(x).isnan().any()
+
+
+def test_max_pool_result_has_eagers_layout_whatever_the_input():
+    # the tap chain would follow a transposed input; eager's kernel returns row-major (or channels-last
+    # for a channels-last input), and a .view of the result must work as in eager
+    import kiln
+
+    x = torch.randn(2, 3, 9, 9)
+    for v in (x.transpose(2, 3), x.permute(1, 0, 2, 3), x.contiguous(memory_format=torch.channels_last)[:, :, 1:]):
+        for f in (lambda v: torch.nn.functional.max_pool2d(v, 3, 2),
+                  lambda v: torch.nn.functional.max_pool2d(v, 3, 2, return_indices=True)):
+            kiln.reset()
+            got, want = kiln.compile(f)(v), f(v)
+            for g, w in zip(got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,)):
+                torch.testing.assert_close(g, w)
+                assert g.stride() == w.stride()
+    kiln.reset()
+    g = lambda v: torch.nn.functional.max_pool2d(v.transpose(2, 3), 3, 2).view(2, -1)  # noqa: E731
+    torch.testing.assert_close(kiln.compile(g)(x), g(x))
