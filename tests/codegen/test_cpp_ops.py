@@ -48,3 +48,13 @@ def test_indirect_indexing_is_checked_and_flags_the_kernel():
     assert f"kiln_indirect(static_cast<int64_t>({v.name}), 7LL, true)" in text, text
     assert f"ptr_x[(1 + 3*{k.name})]" in text or f"ptr_x[(3*{k.name} + 1)]" in text, text
     assert ctx.checks_bounds
+
+
+def test_masked_16_bit_value_and_float_fill_compile():
+    # ``mask ? bf16 : -inf`` had two types for ?: and g++ refused it: bf16 max pooling ran with ATen
+    from tests.lower.helpers import check
+
+    for dtype in (torch.bfloat16, torch.float16):
+        x = torch.randn(2, 3, 9, 9).to(dtype)
+        check(lambda v: torch.nn.functional.max_pool2d(v, 3, 2, 1), x)
+        check(lambda v: torch.nn.functional.pad(v, (1, 2), value=-2.5), x)

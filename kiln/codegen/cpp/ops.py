@@ -271,7 +271,10 @@ class CppOps(OpsHandler):
         T = CTYPE[value.dtype]
         self.out.extend([f"auto {fn} = [&]() -> {T} {{"] + ["    " + line for line in inner]
                         + [f"    return {value};", "};"])
-        return self._emit(f"{mask} ? {fn}() : {c_literal(other, value.dtype)}", value.dtype)
+        other_c = c_literal(other, value.dtype)
+        if value.dtype in (torch.bfloat16, torch.float16):  # a float literal: give ?: one type
+            other_c = f"static_cast<{T}>({other_c})"
+        return self._emit(f"{mask} ? {fn}() : {other_c}", value.dtype)
 
     def indirect_indexing(self, value, size, wrap_negative=True):
         """A loaded index as a C variable (checked: out of bounds sets the library's error flag)."""
