@@ -73,7 +73,7 @@ def _plan(graph: fx.Graph, convs: set):
         if not inputs:
             continue
         if n.op == "output":
-            outputs = {v for v in inputs}
+            outputs = set(inputs)
             for v in outputs:
                 val = v.meta.get("example_value")
                 if isinstance(val, torch.Tensor) and val._is_view():
@@ -114,9 +114,7 @@ def _own_layout(graph: fx.Graph, node: fx.Node) -> fx.Node:
     val = node.meta.get("example_value")
     if not isinstance(val, torch.Tensor):
         return node
-    out = graph.call_method("contiguous", (node,), {"memory_format": _memory_format(val)})
-    out.meta["example_value"] = val
-    return out
+    return _contiguous(graph, node, _memory_format(val), val)
 
 
 def _is_4d(node) -> bool:
@@ -125,7 +123,12 @@ def _is_4d(node) -> bool:
 
 
 def _channels_last(graph: fx.Graph, node: fx.Node) -> fx.Node:
-    out = graph.call_method("contiguous", (node,), {"memory_format": torch.channels_last})
-    val = node.meta["example_value"]
-    out.meta["example_value"] = val.contiguous(memory_format=torch.channels_last)
+    val = node.meta["example_value"].contiguous(memory_format=torch.channels_last)
+    return _contiguous(graph, node, torch.channels_last, val)
+
+
+def _contiguous(graph: fx.Graph, node: fx.Node, memory_format, val) -> fx.Node:
+    """``node.contiguous(memory_format=...)``, whose value is ``val``."""
+    out = graph.call_method("contiguous", (node,), {"memory_format": memory_format})
+    out.meta["example_value"] = val
     return out

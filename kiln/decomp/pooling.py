@@ -76,7 +76,7 @@ def _pool_memory_format(x):
     for d in (1, 3, 2, 0):
         if x.shape[d] == 0 or x.stride()[d] < smallest or (d == 0 and smallest == x.stride()[1]):
             return torch.contiguous_format
-        smallest = x.stride()[d] * max(x.shape[d], 1) if x.shape[d] > 1 else x.stride()[d]
+        smallest = x.stride()[d] * x.shape[d]  # sizes are > 0 here: a size-1 dim keeps its stride
     return torch.channels_last
 
 

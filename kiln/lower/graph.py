@@ -110,14 +110,12 @@ class GraphLowering:
             stride = _layout_for(size, val)
         stride = tuple(stride)
         order = memory_order(size, stride)
-        if order is None:
-            buf = ComputedBuffer(self.new_name(), value.dtype, value.device, size, stride, value.origins,
-                                 data=Pointwise(size, value.body, value.dtype))
-        else:
-            msize = tuple(size[d] for d in order)
-            buf = ComputedBuffer(self.new_name(), value.dtype, value.device, msize, contiguous_strides(msize),
-                                 value.origins, data=Pointwise(msize, _unpermuted(value.body, order), value.dtype),
-                                 view=(size, stride))
+        loops, loop_stride, body, view = size, stride, value.body, None
+        if order is not None:
+            loops = tuple(size[d] for d in order)
+            loop_stride, body, view = contiguous_strides(loops), _unpermuted(value.body, order), (size, stride)
+        buf = ComputedBuffer(self.new_name(), value.dtype, value.device, loops, loop_stride, value.origins,
+                             data=Pointwise(loops, body, value.dtype), view=view)
         self.nodes.append(buf)
         return Stored(buf, size, stride, 0)
 

@@ -45,9 +45,8 @@ def _is_pair(a, b, locals_, dtypes) -> bool:
     if not (a.is_reduction and b.is_reduction) or b.name not in locals_:
         return False
     da, db = a.node.data, b.node.data
-    if (da.kind, db.kind) != ("max", "sum") or {da.src_dtype, da.dtype, db.src_dtype, db.dtype} - set(_FLOATS):
-        return False
-    if len({da.src_dtype, da.dtype, db.src_dtype, db.dtype}) != 1:
+    dtypes_used = {da.src_dtype, da.dtype, db.src_dtype, db.dtype}
+    if (da.kind, db.kind) != ("max", "sum") or len(dtypes_used) != 1 or not dtypes_used <= set(_FLOATS):
         return False
     if tuple(da.reduction_ranges) != tuple(db.reduction_ranges) or a.ranges != b.ranges:
         return False
