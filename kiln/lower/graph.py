@@ -84,6 +84,12 @@ class GraphLowering:
         # id(Lazy) -> (the Lazy, kept alive so its id is not reused; the node whose lowering returned it):
         # a value realized later (as an extern's input, say) takes the layout ATen gives that node
         self._producer: dict[int, tuple[Lazy, fx.Node]] = {}
+        # (id(Lazy), strides) -> (the Lazy, kept alive; its buffer): a value read by two externs, or by an
+        # extern and the graph's output, is computed once
+        self._realized: dict[tuple[int, tuple], tuple[Lazy, Stored]] = {}
+        # id(Lazy) -> (the Lazy; a function returning it as a view of a smaller realized value, or None):
+        # a broadcast (expand) is realized as its base with stride-0 dims, as ATen's view is
+        self._as_view: dict[int, tuple[Lazy, Any]] = {}
 
     # ---------------------------------------------------------------------------------- naming
 
@@ -104,11 +110,18 @@ class GraphLowering:
         if isinstance(value, Stored):
             return value
         assert isinstance(value, Lazy), value
+        if stride is None and id(value) in self._as_view:
+            view = self._as_view[id(value)][1]()
+            if view is not None:
+                return view
         size = tuple(value.size)
         if stride is None:
             val = fake_val(self._producer.get(id(value), (value, self.current))[1])
             stride = _layout_for(size, val)
         stride = tuple(stride)
+        done = self._realized.get((id(value), stride))
+        if done is not None:
+            return done[1]
         order = memory_order(size, stride)
         loops, loop_stride, body, view = size, stride, value.body, None
         if order is not None:
@@ -117,7 +130,14 @@ class GraphLowering:
         buf = ComputedBuffer(self.new_name(), value.dtype, value.device, loops, loop_stride, value.origins,
                              data=Pointwise(loops, body, value.dtype), view=view)
         self.nodes.append(buf)
-        return Stored(buf, size, stride, 0)
+        stored = Stored(buf, size, stride, 0)
+        self._realized[(id(value), stride)] = (value, stored)
+        return stored
+
+    def realize_as_view(self, value: Lazy, make) -> None:
+        """When ``value`` is realized with its default layout, ``make()`` gives it instead (a view of a
+        smaller buffer), unless it returns None."""
+        self._as_view[id(value)] = (value, make)
 
     def add_reduction(self, size, rsize, body, kind, src_dtype, dtype, device) -> Stored:
         size = tuple(size)

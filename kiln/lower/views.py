@@ -58,7 +58,10 @@ def view_lowering(*ops, reindex=None):
                 if not stored_matches_meta(stored, base_node):
                     raise Unlowerable("view of a value whose layout differs from ATen's")
                 return _meta_view(stored, base_node, node)
-            return _reindexed(x, node, reindex, args, kwargs)
+            out = _reindexed(x, node, reindex, args, kwargs)
+            if node.target is aten.expand.default and _numel(out.size) > _numel(x.size) > 0:
+                g.realize_as_view(out, lambda: _view_of_realized_base(g, x, base_node, node))
+            return out
 
         lower.__name__ = f"lower_{fn_args}"
         for op in ops:
@@ -66,6 +69,25 @@ def view_lowering(*ops, reindex=None):
         return lower
 
     return register
+
+
+def _view_of_realized_base(g, x, base_node, node) -> Stored | None:
+    """``node``'s value as ATen has it: a view of ``x`` realized in ATen's layout (for a broadcast, a
+    buffer of the base's size with stride-0 dims), or None when that layout cannot be had."""
+    current, g.current = g.current, base_node
+    stored = g.realize(as_lazy(x))
+    g.current = current
+    return _meta_view(stored, base_node, node) if stored_matches_meta(stored, base_node) else None
+
+
+def _numel(size) -> int:
+    """The element count of a static size; 0 when a dim is symbolic."""
+    n = 1
+    for s in size:
+        if not isinstance(s, int):
+            return 0
+        n *= s
+    return n
 
 
 def _reshape_index(node, in_size, out_size, *args, **kwargs):

@@ -52,6 +52,32 @@ def test_a_value_realized_for_an_extern_takes_its_own_nodes_layout():
     check(fn, clone(x), w)
 
 
+def test_a_broadcast_read_by_an_extern_is_its_base_with_stride_0():
+    # an attention mask expanded over heads: computing the expanded tensor wrote heads times the bytes
+    a, b = torch.randn(4, 8, 8), torch.randn(1, 8, 8)
+    fn = lambda a, b: (torch.bmm(a, (b * 2).expand(4, 8, 8)), (b + 1).expand(4, 8, 8))  # noqa: E731
+    lg = lower_graph(trace(fn, [a, b]).gm)
+    assert [buf.size for buf in _computed(lg)] == [(1, 8, 8), (1, 8, 8)]
+    (bmm,) = [n for n in lg.nodes if isinstance(n, ExternKernel)]
+    assert bmm.args[1].size == (4, 8, 8) and bmm.args[1].stride == (0, 8, 1)
+    assert lg.outputs[1].stride == fn(a, b)[1].stride() == (0, 8, 1)  # as eager's view
+    check(fn, a, b)
+
+
+def test_a_value_read_by_two_externs_and_returned_is_computed_once():
+    x, y, z = torch.randn(8, 8), torch.randn(8, 8), torch.randn(8, 8)
+
+    def fn(x, y, z):
+        t = (x + 1).t()
+        return torch.mm(t, y), torch.mm(t, z), t
+
+    lg = lower_graph(trace(fn, [x, y, z]).gm)
+    (buf,) = _computed(lg)
+    assert all(n.args[0].buffer is buf for n in lg.nodes if isinstance(n, ExternKernel))
+    assert lg.outputs[2].buffer is buf and lg.outputs[2].stride == fn(x, y, z)[2].stride()
+    check(fn, x, y, z)
+
+
 def test_small_max_pool_is_pointwise_and_keeps_channels_last():
     # a 3x3 max pool is a maximum over its taps: no reduction, eager's channels-last layout, NaN kept
     from kiln.loopir.nodes import Reduction
