@@ -135,6 +135,76 @@ def eliminate_dead_code(graph: fx.Graph) -> int:
     return removed
 
 
+def eliminate_common_subexpressions(graph: fx.Graph) -> int:
+    """Merge nodes that compute the same value (same op, same arguments): one node per value. A graph
+    traced from per-layer code repeats work (each layer of HF GPT-2 turns the same causal mask into an
+    attention bias). Not merged: impure ops, fresh allocations (``empty*``), values an in-place op
+    writes, and values the caller gets (an output, or a view an output is made of): two outputs of
+    eager are two tensors, and mutating one must not change the other."""
+    protected = _output_aliases(graph)
+    for node in graph.nodes:
+        if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload) \
+                and node.target._schema.is_mutable:
+            protected.update(a for a in node.all_input_nodes)
+    seen: dict[Any, fx.Node] = {}
+    merged = 0
+    for node in list(graph.nodes):
+        if node.op != "call_function" or is_impure(node) or node in protected or _allocates(node.target) \
+                or not (isinstance(node.target, torch._ops.OpOverload) or node.target is operator.getitem):
+            continue
+        try:
+            key = (node.target, _cse_key(node.args), _cse_key(node.kwargs))
+            hash(key)
+        except TypeError:  # an argument with no value identity
+            continue
+        kept = seen.setdefault(key, node)
+        if kept is not node:
+            node.replace_all_uses_with(kept)
+            graph.erase_node(node)
+            merged += 1
+    return merged
+
+
+def _output_aliases(graph: fx.Graph) -> set:
+    """The graph's outputs and the nodes they are views of."""
+    out = next(n for n in reversed(graph.nodes) if n.op == "output")
+    todo = [a for a in out.all_input_nodes]
+    found: set = set()
+    while todo:
+        node = todo.pop()
+        if node in found:
+            continue
+        found.add(node)
+        if node.op == "call_function" and (node.target is operator.getitem or _returns_alias(node.target)):
+            todo.extend(node.all_input_nodes)
+    return found
+
+
+def _returns_alias(target) -> bool:
+    if not isinstance(target, torch._ops.OpOverload):
+        return True  # unknown: assume it may alias its inputs
+    return any(r.alias_info is not None for r in target._schema.returns)
+
+
+def _allocates(target) -> bool:
+    return isinstance(target, torch._ops.OpOverload) and target.__name__.split(".")[0].startswith(("empty", "new_empty"))
+
+
+def _cse_key(a):
+    """A hashable key for an FX argument that tells apart values Python's == confuses (1, 1.0, True; 0.0, -0.0)."""
+    if isinstance(a, fx.Node):
+        return a
+    if isinstance(a, (list, tuple)):
+        return (type(a).__name__,) + tuple(_cse_key(x) for x in a)
+    if isinstance(a, dict):
+        return ("dict",) + tuple((k, _cse_key(v)) for k, v in a.items())
+    if isinstance(a, float):
+        return ("float", a.hex())
+    if a is None or isinstance(a, (bool, int, str, torch.dtype, torch.device, torch.layout, torch.memory_format)):
+        return (type(a).__name__, a)
+    raise TypeError(type(a).__name__)
+
+
 def verify(ag: AtenGraph, allowed_ops=None) -> None:
     """Check the invariants of an ATen graph; raise AssertionError naming the first broken one."""
     graph = ag.gm.graph

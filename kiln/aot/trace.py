@@ -7,7 +7,7 @@ import torch
 import torch.fx as fx
 from torch.utils._pytree import tree_flatten
 
-from kiln.aot.graph import AtenGraph, InputSpec, OutputSpec, eliminate_dead_code
+from kiln.aot.graph import AtenGraph, InputSpec, OutputSpec, eliminate_common_subexpressions, eliminate_dead_code
 from kiln.aot.tracer import AtenTracer, interpret
 from kiln.fake import FakeTensor, UnsupportedFakeOp
 
@@ -119,6 +119,7 @@ def _finish(tracer: AtenTracer, out) -> AtenGraph:
     b.provenance = {}
     b.output(graph_outputs)
     eliminate_dead_code(b.graph)
+    eliminate_common_subexpressions(b.graph)
     gm = fx.GraphModule(b.root, b.graph, class_name="AtenGraphModule")
     inputs = [InputSpec(kind, name, i in mutated) for i, (kind, name, _) in enumerate(tracer.inputs)]
     state = [real for kind, _, real in tracer.inputs if kind != "user"]
