@@ -248,7 +248,7 @@ class GraphLowering:
 
     def _maybe_realize(self, node, out):
         if isinstance(out, Lazy):
-            readers = len(node.users)
+            readers = _separate_readers(node)
             if out.cost > MAX_INLINE_COST or (readers > 1 and out.cost > MULTI_USE_COST):
                 return self.realize(out)
         return out
@@ -266,6 +266,14 @@ class GraphLowering:
             value = Lazy(value.size, value.dtype, value.device, value.loader(), 1, (v,))
         stride = want if is_dense(val.shape, want) else None
         return self.realize(value, stride)
+
+
+def _separate_readers(node) -> int:
+    """How many of ``node``'s readers compute apart: a reader whose only reader also reads ``node``
+    (the ``x < 0`` of relu's ``where(x < 0, 0, x)``) is part of that reader's computation, which
+    inlines ``node`` once for both (generated kernels share common subexpressions)."""
+    users = node.users
+    return sum(1 for u in users if not (len(u.users) == 1 and next(iter(u.users)) in users))
 
 
 def read_after_random_fill(graph: fx.Graph) -> None:

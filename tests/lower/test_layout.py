@@ -93,6 +93,20 @@ def test_small_max_pool_is_pointwise_and_keeps_channels_last():
     assert fn(x).isnan().any()
 
 
+def test_relu_does_not_make_its_input_a_buffer_of_its_own():
+    # relu is where(x < 0, 0, x): two readers of x, but one computation; ResNet's stem wrote the batch
+    # norm's output, then relu + padding, then pooled
+    x, mean, var, w, b = torch.randn(2, 4, 9, 9), torch.randn(4), torch.rand(4) + 0.5, torch.randn(4), torch.randn(4)
+
+    def fn(x, mean, var, w, b):
+        y = torch.nn.functional.batch_norm(x, mean, var, w, b, training=False)
+        return torch.nn.functional.max_pool2d(y.relu(), 3, 2, 1)
+
+    lg = lower_graph(trace(fn, [x, mean, var, w, b]).gm)
+    assert len(_computed(lg)) == 2  # the padded relu(batch norm), the pooled maximum
+    check(fn, x, mean, var, w, b)
+
+
 def test_max_pool_result_has_eagers_layout_whatever_the_input():
     # the tap chain would follow a transposed input; eager's kernel returns row-major (or channels-last
     # for a channels-last input), and a .view of the result must work as in eager
