@@ -667,7 +667,84 @@ debug_counters(PyObject *module, PyObject *unused)
                          n_substituted, "chunk_pops", n_chunk_pops);
 }
 
+/* held_tensors_match(tensors, expected) -> bool: whether each tensor still has the metadata it had
+ * when the guards were made; ``expected`` holds one (dtype, device, size, stride, requires_grad)
+ * tuple per tensor. The guard of every parameter and buffer a graph holds (kiln/capture/guards.py):
+ * the same checks as the Python expression `t.dtype is D and t.device == V and t.shape == S and
+ * t.stride() == T and t.requires_grad is R`, without the interpreter between them. An exception
+ * from a tensor's attribute propagates (the guard then fails). */
+static PyObject *s_dtype, *s_device, *s_shape, *s_stride, *s_requires_grad;
+
+static int
+held_tensor_matches(PyObject *t, PyObject *want)
+{
+    PyObject *v;
+    int ok;
+    if (!PyTuple_Check(want) || PyTuple_GET_SIZE(want) != 5) {
+        PyErr_SetString(PyExc_TypeError, "held_tensors_match: each expectation is a 5-tuple");
+        return -1;
+    }
+    v = PyObject_GetAttr(t, s_dtype);
+    if (v == NULL)
+        return -1;
+    ok = v == PyTuple_GET_ITEM(want, 0);
+    Py_DECREF(v);
+    if (!ok)
+        return 0;
+    v = PyObject_GetAttr(t, s_requires_grad);
+    if (v == NULL)
+        return -1;
+    ok = v == PyTuple_GET_ITEM(want, 4);
+    Py_DECREF(v);
+    if (!ok)
+        return 0;
+    v = PyObject_GetAttr(t, s_shape); /* the getter: size() parses its arguments */
+    if (v == NULL)
+        return -1;
+    ok = PyObject_RichCompareBool(v, PyTuple_GET_ITEM(want, 2), Py_EQ);
+    Py_DECREF(v);
+    if (ok != 1)
+        return ok;
+    v = PyObject_CallMethodNoArgs(t, s_stride);
+    if (v == NULL)
+        return -1;
+    ok = PyObject_RichCompareBool(v, PyTuple_GET_ITEM(want, 3), Py_EQ);
+    Py_DECREF(v);
+    if (ok != 1)
+        return ok;
+    v = PyObject_GetAttr(t, s_device);
+    if (v == NULL)
+        return -1;
+    ok = PyObject_RichCompareBool(v, PyTuple_GET_ITEM(want, 1), Py_EQ);
+    Py_DECREF(v);
+    return ok;
+}
+
+static PyObject *
+held_tensors_match(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 2 || !PyTuple_Check(args[0]) || !PyTuple_Check(args[1]) ||
+        PyTuple_GET_SIZE(args[0]) != PyTuple_GET_SIZE(args[1])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "held_tensors_match(tensors, expected): two tuples of the same length");
+        return NULL;
+    }
+    Py_ssize_t n = PyTuple_GET_SIZE(args[0]);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int ok = held_tensor_matches(PyTuple_GET_ITEM(args[0], i), PyTuple_GET_ITEM(args[1], i));
+        if (ok < 0)
+            return NULL;
+        if (!ok)
+            Py_RETURN_FALSE;
+    }
+    Py_RETURN_TRUE;
+}
+
 static PyMethodDef methods[] = {
+    {"held_tensors_match", (PyCFunction)(void (*)(void))held_tensors_match, METH_FASTCALL,
+     "held_tensors_match(tensors, expected) -> bool: each tensor's (dtype, device, size, stride, "
+     "requires_grad) equals its expected tuple."},
     {"set_callback", (PyCFunction)set_callback, METH_O,
      "set_callback(cb_or_None) -> previous: set this thread's frame callback."},
     {"get_callback", (PyCFunction)get_callback, METH_NOARGS,
@@ -706,5 +783,12 @@ PyInit__eval_frame(void)
             return NULL;
         }
     }
+    s_dtype = PyUnicode_InternFromString("dtype");
+    s_device = PyUnicode_InternFromString("device");
+    s_shape = PyUnicode_InternFromString("shape");
+    s_stride = PyUnicode_InternFromString("stride");
+    s_requires_grad = PyUnicode_InternFromString("requires_grad");
+    if (!s_dtype || !s_device || !s_shape || !s_stride || !s_requires_grad)
+        return NULL;
     return PyModule_Create(&module_def);
 }

@@ -107,8 +107,9 @@ class GuardSet:
 
     # ---- compilation -------------------------------------------------------------------------
 
-    def _expressions(self, names: "_Namer") -> list[tuple[str, str]]:
-        """(python expression, description) for each guard, global state first."""
+    def _expressions(self, names: "_Namer", batch_held: bool = False) -> list[tuple[str, str]]:
+        """(python expression, description) for each guard, global state first. With ``batch_held``
+        (and kiln's C extension built), the held tensors' metadata is one C call at the end."""
         exprs = [
             (f"___grad_enabled() is {torch.is_grad_enabled()}", "grad mode"),
             (f"___default_dtype() is {names.ref(torch.get_default_dtype())}", "default dtype"),
@@ -119,13 +120,22 @@ class GuardSet:
             exprs.append((f"___autocast('cuda') is {torch.is_autocast_enabled('cuda')}", "autocast (cuda)"))
         ordered = sorted(self._guards.values(), key=lambda g: (g.source.name().count("."), g.source.name()))
         typed = {g.source.name() for g in ordered if g.kind is GuardKind.CONSTANT and _checks_type(g.value)}
+        match = _held_tensors_match() if batch_held else None
+        held = [g for g in ordered if g.kind is GuardKind.HELD_TENSOR] if match is not None else []
         for g in ordered:
             if g.kind is GuardKind.TYPE and g.source.name() in typed:
                 continue  # the constant guard on the same place checks its type too
+            if held and g.kind is GuardKind.HELD_TENSOR:
+                continue
             exprs.extend(_guard_exprs(g, names))
         tensor_sources = [g.source for g in ordered if g.kind is GuardKind.TENSOR]
         if len(tensor_sources) > 1:
             exprs.extend(_guard_exprs(Guard(GuardKind.DISTINCT, tensor_sources[0], tensor_sources), names))
+        if held:
+            tensors = tuple(g.value for g in held)
+            expected = tuple((t.dtype, t.device, tuple(t.size()), tuple(t.stride()), t.requires_grad) for t in tensors)
+            exprs.append((f"{names.ref(match)}({names.ref(tensors)}, {names.ref(expected)})",
+                          f"the {len(held)} held tensors keep their dtype, device, size, strides, requires_grad"))
         return exprs
 
     def compile(self) -> "CompiledGuards":
@@ -134,7 +144,7 @@ class GuardSet:
             for src in [g.source] + ([g.value] if isinstance(g.value, Source) else []):
                 names.namespace.update(_held_objects(src))
         exprs = self._expressions(names)
-        src = _check_function_source(exprs, self._shared_places())
+        src = _check_function_source(self._expressions(names, batch_held=True), self._shared_places())
         ns = dict(names.namespace)
         exec(compile(src, "<kiln guards>", "exec"), ns)
         checks = []
@@ -235,6 +245,14 @@ class _Namer:
         self._by_id[id(obj)] = label
         self.namespace[label] = obj
         return label
+
+
+def _held_tensors_match():
+    """The C check of held tensors' metadata (``_eval_frame.held_tensors_match``), or None when the
+    extension is missing or older than it (the guards then check each tensor in Python)."""
+    from kiln.capture import hook
+
+    return getattr(hook._C, "held_tensors_match", None)
 
 
 def _iterator_remaining(it):

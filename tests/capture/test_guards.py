@@ -1,4 +1,5 @@
 """Unit tests of guard compilation: printable check functions, shared places, failures by name."""
+import pytest
 import torch
 
 from kiln.capture.guards import GuardSet
@@ -68,3 +69,51 @@ def test_prefix_names_are_not_confused():
     assert compiled.check({"o": o, "t": (5,)}, {}, None, {})
     o.fc2 = 3
     assert not compiled.check({"o": o, "t": (5,)}, {}, None, {})
+
+
+def test_held_tensors_are_checked_in_one_call_and_failures_name_the_tensor():
+    from kiln.capture import hook
+
+    if not hasattr(hook._C, "held_tensors_match"):
+        pytest.skip("kiln's C extension is not built")
+    w, b = torch.nn.Parameter(torch.randn(4, 3)), torch.zeros(4)
+    guards = GuardSet()
+    guards.held_tensor("L['m'].weight", w)
+    guards.held_tensor("L['m'].bias", b)
+    compiled = guards.compile()
+    assert compiled.source_code.count("___obj") >= 2 and ".stride()" not in compiled.source_code  # one C call
+    assert compiled.check({}, {}, None, {})
+    for change in (lambda: setattr(w, "data", w.data.t()),  # strides (and size)
+                   lambda: setattr(w, "data", w.data.double()),  # dtype
+                   lambda: b.unsqueeze_(0),  # size, in place
+                   lambda: b.requires_grad_(True)):
+        saved_w, saved_b = w.data, b.detach().clone()
+        change()
+        assert not compiled.check({}, {}, None, {})
+        failure = compiled.first_failure({}, {}, None, {})
+        assert "L['m'].weight" in failure or "L['m'].bias" in failure, failure
+        w.data = saved_w
+        b = torch.zeros(4)  # a new object: rebuild the guards on it
+        guards = GuardSet()
+        guards.held_tensor("L['m'].weight", w)
+        guards.held_tensor("L['m'].bias", b)
+        compiled = guards.compile()
+        assert compiled.check({}, {}, None, {})
+
+
+def test_held_tensors_match_compares_each_field():
+    from kiln.capture import hook
+
+    match = getattr(hook._C, "held_tensors_match", None)
+    if match is None:
+        pytest.skip("kiln's C extension is not built")
+    t = torch.randn(2, 3)
+    want = (t.dtype, t.device, (2, 3), (3, 1), False)
+    assert match((t,), (want,)) and match((), ())
+    for i, other in enumerate((torch.float64, torch.device("meta"), (3, 2), (1, 2), True)):
+        assert not match((t,), (want[:i] + (other,) + want[i + 1:],)), i
+    with pytest.raises(TypeError):
+        match((t,), ())
+    with pytest.raises(AttributeError):
+        match((1,), (want,))
+
