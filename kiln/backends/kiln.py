@@ -105,7 +105,10 @@ def compile_graph(gm, options: Options, target: str = "cpp") -> CompiledGraph:
                 kernels[k.name] = k
     if triton:
         source = triton_build.load_kernels(kernels, buffers, options, interpret=target == "triton-interpreted")
-        wrapper = WrapperGen(lg, sched, kernels, buffers, kernel_call=tensor_call).generate()
+        from kiln.codegen.triton.launch import refresh_launch_hooks
+
+        wrapper = WrapperGen(lg, sched, kernels, buffers, kernel_call=tensor_call,
+                             prologue=refresh_launch_hooks).generate()
     else:
         source = _load_cpp(kernels, options)
         wrapper = WrapperGen(lg, sched, kernels, buffers).generate()

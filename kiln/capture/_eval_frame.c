@@ -741,7 +741,44 @@ held_tensors_match(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Py_RETURN_TRUE;
 }
 
+/* all_aligned(args, positions) -> bool: whether args[i].data_ptr() is a multiple of 16 for each i
+ * in positions (Triton compiled the kernel for 16-byte aligned pointers there; see
+ * kiln/codegen/triton/launch.py FastLaunch). */
+static PyObject *s_data_ptr;
+
+static PyObject *
+all_aligned(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 2 || !PyTuple_Check(args[0]) || !PyTuple_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "all_aligned(args, positions): two tuples");
+        return NULL;
+    }
+    Py_ssize_t n = PyTuple_GET_SIZE(args[1]);
+    for (Py_ssize_t k = 0; k < n; k++) {
+        Py_ssize_t i = PyLong_AsSsize_t(PyTuple_GET_ITEM(args[1], k));
+        if (i == -1 && PyErr_Occurred())
+            return NULL;
+        if (i < 0 || i >= PyTuple_GET_SIZE(args[0])) {
+            PyErr_SetString(PyExc_IndexError, "all_aligned: position out of range");
+            return NULL;
+        }
+        PyObject *ptr = PyObject_CallMethodNoArgs(PyTuple_GET_ITEM(args[0], i), s_data_ptr);
+        if (ptr == NULL)
+            return NULL;
+        unsigned long long p = PyLong_AsUnsignedLongLongMask(ptr);
+        Py_DECREF(ptr);
+        if (p == (unsigned long long)-1 && PyErr_Occurred())
+            return NULL;
+        if (p % 16)
+            Py_RETURN_FALSE;
+    }
+    Py_RETURN_TRUE;
+}
+
 static PyMethodDef methods[] = {
+    {"all_aligned", (PyCFunction)(void (*)(void))all_aligned, METH_FASTCALL,
+     "all_aligned(args, positions) -> bool: args[i].data_ptr() % 16 == 0 for each position i."},
     {"held_tensors_match", (PyCFunction)(void (*)(void))held_tensors_match, METH_FASTCALL,
      "held_tensors_match(tensors, expected) -> bool: each tensor's (dtype, device, size, stride, "
      "requires_grad) equals its expected tuple."},
@@ -783,6 +820,9 @@ PyInit__eval_frame(void)
             return NULL;
         }
     }
+    s_data_ptr = PyUnicode_InternFromString("data_ptr");
+    if (!s_data_ptr)
+        return NULL;
     s_dtype = PyUnicode_InternFromString("dtype");
     s_device = PyUnicode_InternFromString("device");
     s_shape = PyUnicode_InternFromString("shape");

@@ -48,9 +48,10 @@ def tensor_call(fn: str, names: list[str]) -> str:
 class WrapperGen:
     """``kernel_call(fn, buffer names)`` writes one kernel call: the per-backend hook."""
 
-    def __init__(self, lg, sched: Schedule, kernels: dict, buffers: dict, kernel_call=pointer_call):
+    def __init__(self, lg, sched: Schedule, kernels: dict, buffers: dict, kernel_call=pointer_call, prologue=None):
         self.lg, self.sched, self.kernels, self.buffers = lg, sched, kernels, buffers
         self.kernel_call = kernel_call
+        self.prologue = prologue  # a function the wrapper calls first when it launches kernels
         self.lines: list[str] = []
         self.ns: dict = {"empty_strided": torch.empty_strided, "ensure_layout": ensure_layout, "torch": torch}
         self._consts = 0
@@ -78,6 +79,8 @@ class WrapperGen:
         outputs = {o.buffer.name for o in self.lg.outputs if isinstance(o, Stored)}
         pool: dict[tuple, list[str]] = {}
         body: list[str] = []
+        if self.prologue is not None and self.kernels:
+            body.append(f"{self.const(self.prologue, self.prologue.__name__)}()")
         for i, step in enumerate(self.sched.steps):
             if not isinstance(step, ExternStep):  # a fused group or a matmul template: one kernel
                 kernel = self.kernels[step.name]

@@ -139,12 +139,11 @@ class FastLaunch:
     and when a pointer that was 16-byte aligned at bind time is not: Triton compiled the kernel for
     aligned pointers and needs another specialization."""
 
-    def __init__(self, c_launch, grid, function, packed_metadata, flags, constexprs, device, get_stream, hooks,
-                 aligned=()):
+    def __init__(self, c_launch, grid, function, packed_metadata, flags, constexprs, device, get_stream, aligned=()):
         self.head = (grid[0], 1, 1)
         self.aligned = tuple(aligned)  # positions of the tensor arguments Triton specialized as aligned
         self.function, self.packed_metadata, self.flags = function, packed_metadata, flags
-        self.constexprs, self.device, self.get_stream, self.hooks = tuple(constexprs), device, get_stream, hooks
+        self.constexprs, self.device, self.get_stream = tuple(constexprs), device, get_stream
         self.c_launch = c_launch
 
     @classmethod
@@ -157,7 +156,6 @@ class FastLaunch:
             return None
         try:
             import torch
-            from triton import knobs
 
             runner = compiled.run
             c_launch = runner.launch
@@ -169,15 +167,13 @@ class FastLaunch:
         except (ImportError, AttributeError):  # another Triton or torch version: keep Triton's path
             return None
         aligned = [i for i, a in enumerate(args) if a.data_ptr() % ALIGNMENT == 0]
-        return cls(c_launch, grid, function, packed, flags, constexprs, device, get_stream, knobs.runtime, aligned)
+        return cls(c_launch, grid, function, packed, flags, constexprs, device, get_stream, aligned)
 
     def __call__(self, args) -> bool:
-        hooks = self.hooks
-        if _has_hooks(hooks.launch_enter_hook) or _has_hooks(hooks.launch_exit_hook):
+        if _HOOKS_ACTIVE[0]:
             return False
-        for i in self.aligned:
-            if args[i].data_ptr() % ALIGNMENT:
-                return False
+        if self.aligned and not _all_aligned(args, self.aligned):
+            return False
         self.c_launch(*self.head, self.get_stream(self.device), self.function, *self.flags, None, None,
                       self.packed_metadata, None, None, None, *args, *self.constexprs)
         return True
@@ -185,6 +181,35 @@ class FastLaunch:
 
 def _has_hooks(chain) -> bool:
     return chain is not None and bool(getattr(chain, "calls", True))
+
+
+# Whether Triton has launch hooks registered (a profiler's): FastLaunch then declines, so Triton's
+# path calls them. Read once per wrapper call (the wrapper's first line calls refresh_launch_hooks),
+# not per launch; until the first refresh, assume hooks.
+_HOOKS_ACTIVE = [True]
+
+
+def refresh_launch_hooks(runtime=None) -> None:
+    if runtime is None:
+        from triton import knobs
+
+        runtime = knobs.runtime
+    _HOOKS_ACTIVE[0] = _has_hooks(runtime.launch_enter_hook) or _has_hooks(runtime.launch_exit_hook)
+
+
+def _aligned_in_python(args, positions) -> bool:
+    return all(args[i].data_ptr() % ALIGNMENT == 0 for i in positions)
+
+
+def _all_aligned_fn():
+    """``all_aligned(args, positions)``: kiln's C check of data pointers, or the same in Python."""
+    from kiln.capture import hook
+
+    fn = getattr(hook._C, "all_aligned", None)
+    return _aligned_in_python if fn is None else fn
+
+
+_all_aligned = _all_aligned_fn()
 
 
 def _saved_raw(path: str, name: str):

@@ -7,7 +7,8 @@ import torch
 
 pytest.importorskip("triton")
 
-from kiln.codegen.triton.launch import FastLaunch, LaunchConfig, Launcher  # noqa: E402
+from kiln.codegen.triton.launch import (  # noqa: E402
+    _HOOKS_ACTIVE, FastLaunch, LaunchConfig, Launcher, _aligned_in_python, _all_aligned_fn, refresh_launch_hooks)
 
 
 def _compiled(calls, scratch=0):
@@ -18,6 +19,13 @@ def _compiled(calls, scratch=0):
 
 def _bind(calls, args, **kw):
     return FastLaunch.bind(_compiled(calls, **kw), (5,), (128, 64), args, device=0, get_stream=lambda d: 1000 + d)
+
+
+@pytest.fixture(autouse=True)
+def no_launch_hooks():
+    refresh_launch_hooks(SimpleNamespace(launch_enter_hook=None, launch_exit_hook=None))
+    yield
+    _HOOKS_ACTIVE[0] = True
 
 
 def test_fast_launch_passes_what_triton_passes():
@@ -36,9 +44,29 @@ def test_fast_launch_declines_a_misaligned_pointer_and_hooks():
     fast = _bind(calls, (base, base))
     assert not fast((base[1:], base))  # Triton specialized the kernel for a 16-byte aligned pointer
     assert fast((base[4:], base))  # 16 bytes further: aligned again
-    fast.hooks = SimpleNamespace(launch_enter_hook=SimpleNamespace(calls=[print]), launch_exit_hook=None)
-    assert not fast((base, base))
-    assert len(calls) == 1
+    refresh_launch_hooks(SimpleNamespace(launch_enter_hook=SimpleNamespace(calls=[print]), launch_exit_hook=None))
+    assert not fast((base, base))  # a profiler's hook: Triton's path calls it
+    refresh_launch_hooks(SimpleNamespace(launch_enter_hook=SimpleNamespace(calls=[]), launch_exit_hook=None))
+    assert fast((base, base))
+    assert len(calls) == 2
+
+
+def test_fast_launch_declines_until_a_wrapper_has_read_the_hooks():
+    calls = []
+    args = (torch.empty(8),)
+    fast = _bind(calls, args)
+    _HOOKS_ACTIVE[0] = True  # the state before any wrapper call
+    assert not fast(args)
+    refresh_launch_hooks(SimpleNamespace(launch_enter_hook=None, launch_exit_hook=None))
+    assert fast(args)
+
+
+@pytest.mark.parametrize("check", ["c", "python"])
+def test_alignment_check(check):
+    base = torch.empty(64)
+    args = (base, base[1:], base[4:])
+    fn = _aligned_in_python if check == "python" else _all_aligned_fn()
+    assert fn(args, (0, 2)) and fn(args, ()) and not fn(args, (0, 1))
 
 
 def test_no_fast_launch_for_the_interpreter_or_scratch_memory():
