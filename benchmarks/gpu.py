@@ -46,10 +46,8 @@ MODEL_EXTRA: tuple = ()  # --modes
 # --------------------------------------------------------------------------------------- timing
 
 
-def median_ms(fn, args, iters: int = 30, warmup: int = 5) -> float:
-    for _ in range(warmup):
-        fn(*args)
-    torch.cuda.synchronize()
+def call_times_ms(fn, args, iters: int) -> list[float]:
+    """``iters`` call times of ``fn(*args)`` in milliseconds (CUDA events around each call)."""
     times = []
     for _ in range(iters):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -58,7 +56,31 @@ def median_ms(fn, args, iters: int = 30, warmup: int = 5) -> float:
         end.record()
         end.synchronize()
         times.append(start.elapsed_time(end))
-    return statistics.median(times)
+    return times
+
+
+def median_ms(fn, args, iters: int = 30, warmup: int = 5) -> float:
+    for _ in range(warmup):
+        fn(*args)
+    torch.cuda.synchronize()
+    return statistics.median(call_times_ms(fn, args, iters))
+
+
+def interleaved_medians_ms(fns: dict, args, iters: int, rounds: int = 5, warmup: int = 3) -> dict:
+    """{name: median ms} of each callable in ``fns``, timed in ``rounds`` interleaved rounds (each round
+    times every callable, starting with a different one) of about ``iters / rounds`` calls each: the
+    host's CPU speed drifts over seconds, and timing backends one after the other let the drift
+    decide a row. The median is over all calls."""
+    names = list(fns)
+    samples = {n: [] for n in names}
+    per_round = max(iters // rounds, 3)
+    for r in range(rounds):
+        for n in names[r % len(names):] + names[:r % len(names)]:
+            for _ in range(warmup):
+                fns[n](*args)
+            torch.cuda.synchronize()
+            samples[n] += call_times_ms(fns[n], args, per_round)
+    return {n: statistics.median(v) for n, v in samples.items()}
 
 
 def copy_bandwidth_gbs(nbytes: int = 1 << 30) -> float:
@@ -84,32 +106,52 @@ def reset_all():
     import kiln
 
     kiln.reset()
-    kiln.stats.reset()  # the notes under each row count that row's compile only
+    kiln.stats.reset()
     torch._dynamo.reset()
+
+
+def stats_reset():
+    """Between backends of one row: kiln's notes count that backend's compile only. Caches are not
+    reset (that would make the backends compiled before recompile while they are timed)."""
+    import kiln
+
+    kiln.stats.reset()
 
 
 def bench_backends(fn, args, backends=BACKENDS, iters=30, ref64=None) -> dict:
     """{backend: {"ms":..., "first_call_s":..., "matches_eager":..., "error":...}}; outputs are checked
-    against ``ref64`` (the float64 outputs) when given, else against eager with per-dtype tolerances."""
-    out = {}
+    against ``ref64`` (the float64 outputs) when given, else against eager with per-dtype tolerances.
+    Every backend is compiled (first call, accuracy) before any is timed; then all are timed in
+    interleaved rounds (``interleaved_medians_ms``)."""
+    out, compiled_fns = {}, {}
     with torch.no_grad():
         want = fn(*args)
+    reset_all()
     for b in backends:
-        reset_all()
         try:
             with torch.no_grad():
+                stats_reset()
                 compiled = make_compiled(b, fn)
                 t0 = time.perf_counter()
                 got = compiled(*args)
                 torch.cuda.synchronize()
                 first = time.perf_counter() - t0
                 ok, err = accuracy(got, want, ref64)
-                ms = median_ms(compiled, args, iters=iters)
-            out[b] = {"ms": ms, "first_call_s": first, "matches_eager": ok, "error_vs_reference": err}
+                del got
+            out[b] = {"first_call_s": first, "matches_eager": ok, "error_vs_reference": err}
             if b.startswith("kiln"):
                 out[b]["kiln"] = kiln_notes()
+            compiled_fns[b] = compiled
         except Exception as exc:  # a backend failing is a result, not the end of the run
             out[b] = {"error": f"{type(exc).__name__}: {str(exc)[:600]}"}
+    del want
+    try:
+        with torch.no_grad():
+            for b, ms in interleaved_medians_ms(compiled_fns, args, iters).items():
+                out[b]["ms"] = ms
+    except Exception as exc:  # noqa: BLE001
+        for b in compiled_fns:
+            out[b] = {"error": f"timing: {type(exc).__name__}: {str(exc)[:600]}"}
     return out
 
 
