@@ -7,6 +7,11 @@
     python benchmarks/gpu.py --sections models --modes max-autotune   # models also with torch.compile and
                                                    # kiln max-autotune ("ma"; slow: matmul configs are timed)
 
+Timing: each row compiles every backend (first call, accuracy) before timing any, then times all of
+them in 5 interleaved rounds (each round starts with another backend) and reports the median call
+time (CUDA events): the host's CPU speed drifts, and backends timed one after the other let the drift
+decide a row.
+
 Kernels: large fused pointwise, softmax and layer_norm, reported as milliseconds and as achieved
 bandwidth (bytes read + written once) over the device's measured copy bandwidth. Models: inference of
 small models, HF BERT / GPT-2 / a Llama-style model (small configs, random weights), timm resnet50 and
