@@ -675,48 +675,36 @@ debug_counters(PyObject *module, PyObject *unused)
  * from a tensor's attribute propagates (the guard then fails). */
 static PyObject *s_dtype, *s_device, *s_shape, *s_stride, *s_requires_grad;
 
+/* 1 when t's attribute `name` (called, for a method) is `want` (identity) or equals it, 0 when not,
+ * -1 with an exception set. */
+static int
+field_matches(PyObject *t, PyObject *name, int call, PyObject *want, int identity)
+{
+    PyObject *v = call ? PyObject_CallMethodNoArgs(t, name) : PyObject_GetAttr(t, name);
+    if (v == NULL)
+        return -1;
+    int ok = identity ? v == want : PyObject_RichCompareBool(v, want, Py_EQ);
+    Py_DECREF(v);
+    return ok;
+}
+
 static int
 held_tensor_matches(PyObject *t, PyObject *want)
 {
-    PyObject *v;
-    int ok;
     if (!PyTuple_Check(want) || PyTuple_GET_SIZE(want) != 5) {
         PyErr_SetString(PyExc_TypeError, "held_tensors_match: each expectation is a 5-tuple");
         return -1;
     }
-    v = PyObject_GetAttr(t, s_dtype);
-    if (v == NULL)
-        return -1;
-    ok = v == PyTuple_GET_ITEM(want, 0);
-    Py_DECREF(v);
-    if (!ok)
-        return 0;
-    v = PyObject_GetAttr(t, s_requires_grad);
-    if (v == NULL)
-        return -1;
-    ok = v == PyTuple_GET_ITEM(want, 4);
-    Py_DECREF(v);
-    if (!ok)
-        return 0;
-    v = PyObject_GetAttr(t, s_shape); /* the getter: size() parses its arguments */
-    if (v == NULL)
-        return -1;
-    ok = PyObject_RichCompareBool(v, PyTuple_GET_ITEM(want, 2), Py_EQ);
-    Py_DECREF(v);
-    if (ok != 1)
-        return ok;
-    v = PyObject_CallMethodNoArgs(t, s_stride);
-    if (v == NULL)
-        return -1;
-    ok = PyObject_RichCompareBool(v, PyTuple_GET_ITEM(want, 3), Py_EQ);
-    Py_DECREF(v);
-    if (ok != 1)
-        return ok;
-    v = PyObject_GetAttr(t, s_device);
-    if (v == NULL)
-        return -1;
-    ok = PyObject_RichCompareBool(v, PyTuple_GET_ITEM(want, 1), Py_EQ);
-    Py_DECREF(v);
+    /* cheap reads first; shape is the getter (size() parses its arguments) */
+    int ok = field_matches(t, s_dtype, 0, PyTuple_GET_ITEM(want, 0), 1);
+    if (ok == 1)
+        ok = field_matches(t, s_requires_grad, 0, PyTuple_GET_ITEM(want, 4), 1);
+    if (ok == 1)
+        ok = field_matches(t, s_shape, 0, PyTuple_GET_ITEM(want, 2), 0);
+    if (ok == 1)
+        ok = field_matches(t, s_stride, 1, PyTuple_GET_ITEM(want, 3), 0);
+    if (ok == 1)
+        ok = field_matches(t, s_device, 0, PyTuple_GET_ITEM(want, 1), 0);
     return ok;
 }
 
