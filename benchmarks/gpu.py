@@ -72,20 +72,26 @@ def median_ms(fn, args, iters: int = 30, warmup: int = 5) -> float:
 
 
 def interleaved_medians_ms(fns: dict, args, iters: int, rounds: int = 5, warmup: int = 3) -> dict:
-    """{name: median ms} of each callable in ``fns``, timed in ``rounds`` interleaved rounds (each round
+    """{name: median ms, or the exception it raised} of each callable in ``fns``, timed in ``rounds`` interleaved rounds (each round
     times every callable, starting with a different one) of about ``iters / rounds`` calls each: the
     host's CPU speed drifts over seconds, and timing backends one after the other let the drift
     decide a row. The median is over all calls."""
     names = list(fns)
     samples = {n: [] for n in names}
+    failed: dict = {}
     per_round = max(iters // rounds, 3)
     for r in range(rounds):
         for n in names[r % len(names):] + names[:r % len(names)]:
-            for _ in range(warmup):
-                fns[n](*args)
-            torch.cuda.synchronize()
-            samples[n] += call_times_ms(fns[n], args, per_round)
-    return {n: statistics.median(v) for n, v in samples.items()}
+            if n in failed:
+                continue
+            try:
+                for _ in range(warmup):
+                    fns[n](*args)
+                torch.cuda.synchronize()
+                samples[n] += call_times_ms(fns[n], args, per_round)
+            except Exception as exc:  # noqa: BLE001 -- that backend's timing fails, not the row
+                failed[n] = exc
+    return {n: failed[n] if n in failed else statistics.median(v) for n, v in samples.items()}
 
 
 def copy_bandwidth_gbs(nbytes: int = 1 << 30) -> float:
@@ -127,7 +133,9 @@ def bench_backends(fn, args, backends=BACKENDS, iters=30, ref64=None) -> dict:
     """{backend: {"ms":..., "first_call_s":..., "matches_eager":..., "error":...}}; outputs are checked
     against ``ref64`` (the float64 outputs) when given, else against eager with per-dtype tolerances.
     Every backend is compiled (first call, accuracy) before any is timed; then all are timed in
-    interleaved rounds (``interleaved_medians_ms``)."""
+    interleaved rounds (``interleaved_medians_ms``), so all stay alive together (CUDA-graph pools
+    included). ``first_call_s`` is with the in-process caches the backends before it left (the
+    compile section measures cold and warm starts in fresh processes)."""
     out, compiled_fns = {}, {}
     with torch.no_grad():
         want = fn(*args)
@@ -150,13 +158,12 @@ def bench_backends(fn, args, backends=BACKENDS, iters=30, ref64=None) -> dict:
         except Exception as exc:  # a backend failing is a result, not the end of the run
             out[b] = {"error": f"{type(exc).__name__}: {str(exc)[:600]}"}
     del want
-    try:
-        with torch.no_grad():
-            for b, ms in interleaved_medians_ms(compiled_fns, args, iters).items():
+    with torch.no_grad():
+        for b, ms in interleaved_medians_ms(compiled_fns, args, iters).items():
+            if isinstance(ms, Exception):
+                out[b]["error"] = f"timing: {type(ms).__name__}: {str(ms)[:600]}"
+            else:
                 out[b]["ms"] = ms
-    except Exception as exc:  # noqa: BLE001
-        for b in compiled_fns:
-            out[b] = {"error": f"timing: {type(exc).__name__}: {str(exc)[:600]}"}
     return out
 
 

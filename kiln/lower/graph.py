@@ -113,6 +113,7 @@ class GraphLowering:
         if stride is None and id(value) in self._as_view:
             view = self._as_view[id(value)][1]()
             if view is not None:
+                self._as_view[id(value)] = (value, lambda: view)  # realized once
                 return view
         size = tuple(value.size)
         if stride is None:
@@ -269,11 +270,24 @@ class GraphLowering:
 
 
 def _separate_readers(node) -> int:
-    """How many of ``node``'s readers compute apart: a reader whose only reader also reads ``node``
-    (the ``x < 0`` of relu's ``where(x < 0, 0, x)``) is part of that reader's computation, which
-    inlines ``node`` once for both (generated kernels share common subexpressions)."""
+    """How many of ``node``'s readers compute apart: a pointwise reader whose only reader is a
+    pointwise op that also reads ``node`` (the ``x < 0`` of relu's ``where(x < 0, 0, x)``) is part of
+    that reader's computation, which inlines ``node`` once for both at the same index (generated
+    kernels share common subexpressions). A reduction or a view reads elsewhere: it counts."""
     users = node.users
-    return sum(1 for u in users if not (len(u.users) == 1 and next(iter(u.users)) in users))
+
+    def folded(u) -> bool:
+        if not (_pointwise(u) and len(u.users) == 1):
+            return False
+        (consumer,) = u.users
+        return consumer in users and _pointwise(consumer)
+
+    return sum(1 for u in users if not folded(u))
+
+
+def _pointwise(node) -> bool:
+    target = getattr(node, "target", None)
+    return isinstance(target, torch._ops.OpOverload) and torch.Tag.pointwise in target.tags
 
 
 def read_after_random_fill(graph: fx.Graph) -> None:

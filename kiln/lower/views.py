@@ -12,6 +12,7 @@ import torch
 
 from kiln.loopir.index import FloorDiv, ModularIndexing
 from kiln.loopir.nodes import Lazy, Stored
+from kiln.loopir.nodes import is_dense
 from kiln.lower.common import as_lazy, origins_of, stored_matches_meta
 from kiln.lower.graph import fake_val
 from kiln.lower.registry import Unlowerable, lowering
@@ -73,10 +74,17 @@ def view_lowering(*ops, reindex=None):
 
 def _view_of_realized_base(g, x, base_node, node) -> Stored | None:
     """``node``'s value as ATen has it: a view of ``x`` realized in ATen's layout (for a broadcast, a
-    buffer of the base's size with stride-0 dims), or None when that layout cannot be had."""
+    buffer of the base's size with stride-0 dims), or None when that layout is not dense (nothing is
+    realized then)."""
+    base = fake_val(base_node)
+    if not (isinstance(base, torch.Tensor) and tuple(base.shape) == tuple(x.size)
+            and is_dense(tuple(base.shape), tuple(base.stride()))):
+        return None
     current, g.current = g.current, base_node
-    stored = g.realize(as_lazy(x))
-    g.current = current
+    try:
+        stored = g.realize(as_lazy(x))
+    finally:
+        g.current = current
     return _meta_view(stored, base_node, node) if stored_matches_meta(stored, base_node) else None
 
 

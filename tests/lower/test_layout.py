@@ -64,6 +64,15 @@ def test_a_broadcast_read_by_an_extern_is_its_base_with_stride_0():
     check(fn, a, b)
 
 
+def test_a_broadcast_of_a_strided_slice_leaves_no_dead_buffer():
+    # the base's ATen layout has gaps: no stride-0 view of it is possible, and nothing is computed for one
+    fn = lambda x: ((x + 1)[:1, ::2].expand(3, 2), x.sum())  # noqa: E731
+    x = torch.randn(4, 4)
+    lg = lower_graph(trace(fn, [x]).gm)
+    assert len(_computed(lg)) == 2, lg.format()  # the sum and the broadcast result: both returned
+    check(fn, x)
+
+
 def test_a_value_read_by_two_externs_and_returned_is_computed_once():
     x, y, z = torch.randn(8, 8), torch.randn(8, 8), torch.randn(8, 8)
 
@@ -105,6 +114,21 @@ def test_relu_does_not_make_its_input_a_buffer_of_its_own():
     lg = lower_graph(trace(fn, [x, mean, var, w, b]).gm)
     assert len(_computed(lg)) == 2  # the padded relu(batch norm), the pooled maximum
     check(fn, x, mean, var, w, b)
+
+
+def test_a_costly_value_read_by_a_reduction_and_pointwise_is_computed_once():
+    # y / y.sum(): the sum's only reader also reads y, but a reduction reads y elsewhere (not at the
+    # divide's index): y stays one buffer instead of being recomputed in both loops
+    def fn(x):
+        y = x
+        for _ in range(12):
+            y = (y * 1.01 + 0.1).sin()
+        return y / y.sum(-1, keepdim=True)
+
+    x = torch.randn(8, 16)
+    lg = lower_graph(trace(fn, [x]).gm)
+    assert len(_computed(lg)) == 3  # y, its sum, the quotient
+    check(fn, x)
 
 
 def test_max_pool_result_has_eagers_layout_whatever_the_input():

@@ -13,6 +13,7 @@ launches call that kernel's C launcher directly with the precomputed grid and th
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import tempfile
@@ -191,10 +192,23 @@ _HOOKS_ACTIVE = [True]
 
 def refresh_launch_hooks(runtime=None) -> None:
     if runtime is None:
+        runtime = _triton_runtime()
+    if runtime is None:  # another Triton: always take its own path
+        _HOOKS_ACTIVE[0] = True
+        return
+    _HOOKS_ACTIVE[0] = _has_hooks(getattr(runtime, "launch_enter_hook", None)) or \
+        _has_hooks(getattr(runtime, "launch_exit_hook", None))
+
+
+@functools.lru_cache(maxsize=1)
+def _triton_runtime():
+    """Triton's ``knobs.runtime`` (where launch hooks are registered), or None."""
+    try:
         from triton import knobs
 
-        runtime = knobs.runtime
-    _HOOKS_ACTIVE[0] = _has_hooks(runtime.launch_enter_hook) or _has_hooks(runtime.launch_exit_hook)
+        return knobs.runtime
+    except (ImportError, AttributeError):
+        return None
 
 
 def _aligned_in_python(args, positions) -> bool:
