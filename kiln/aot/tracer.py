@@ -11,7 +11,6 @@ from typing import Mapping
 
 import torch
 import torch.fx as fx
-from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map
 
 from kiln.aot.builder import GraphBuilder
@@ -26,6 +25,7 @@ from kiln.aot.schema import (
     mutated_arguments,
     unbind_arguments,
 )
+from kiln.fake.mode import DispatchMode
 from kiln.fake import FakeTensor, UnsupportedFakeOp, fake_from_real, meta_alias, run_on_fakes
 
 aten = torch.ops.aten
@@ -43,7 +43,7 @@ def _snapshot(x):
     return x
 
 
-class AtenTracer(TorchDispatchMode):
+class AtenTracer(DispatchMode):
     """Builds a functional ATen graph while fake tensors run through a computation."""
 
     def __init__(self, decompositions: Mapping | None = None) -> None:

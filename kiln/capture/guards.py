@@ -143,16 +143,11 @@ class GuardSet:
         for g in self._guards.values():
             for src in [g.source] + ([g.value] if isinstance(g.value, Source) else []):
                 names.namespace.update(_held_objects(src))
-        exprs = self._expressions(names)
+        exprs = self._expressions(names)  # the texts now: they hold the metadata expected now
         src = _check_function_source(self._expressions(names, batch_held=True), self._shared_places())
         ns = dict(names.namespace)
         exec(compile(src, "<kiln guards>", "exec"), ns)
-        checks = []
-        for expr, what in exprs:
-            fn_ns = dict(names.namespace)
-            exec(compile(f"def one(L, G, C, B):\n    return {expr}\n", "<kiln guard>", "exec"), fn_ns)
-            checks.append((expr, what, fn_ns["one"]))
-        return CompiledGuards(ns["check"], src, checks)
+        return CompiledGuards(ns["check"], src, lambda: _one_checks(exprs, names))
 
     def _shared_places(self) -> set[str]:
         """Places (printed sources) that more than one guard reads through: read once, into a local."""
@@ -167,6 +162,16 @@ class GuardSet:
         return {name for name, n in counts.items() if n >= 2}
 
 
+def _one_checks(exprs: list[tuple[str, str]], names: "_Namer") -> list[tuple[str, str, Callable[..., bool]]]:
+    """(expression, description, function) for each guard on its own, for ``first_failure``."""
+    checks = []
+    for expr, what in exprs:
+        fn_ns = dict(names.namespace)
+        exec(compile(f"def one(L, G, C, B):\n    return {expr}\n", "<kiln guard>", "exec"), fn_ns)
+        checks.append((expr, what, fn_ns["one"]))
+    return checks
+
+
 def _check_function_source(exprs: list[tuple[str, str]], shared: set[str]) -> str:
     """The text of `check(L, G, C, B)`: guards in order, each shared place read once into a local.
 
@@ -176,13 +181,13 @@ def _check_function_source(exprs: list[tuple[str, str]], shared: set[str]) -> st
     assigned: dict[str, str] = {}
 
     def substitute(text: str) -> str:
-        for place in sorted(assigned, key=len, reverse=True):
+        for place in sorted((p for p in assigned if p in text), key=len, reverse=True):
             text = patterns[place].sub(assigned[place], text)
         return text
 
     lines = []
     for expr, what in exprs:
-        for place in sorted((p for p in shared if patterns[p].search(expr)), key=len):
+        for place in sorted((p for p in shared if p in expr and patterns[p].search(expr)), key=len):
             if place not in assigned:
                 rhs = substitute(place)
                 assigned[place] = f"v{len(assigned)}"
@@ -198,7 +203,15 @@ def _check_function_source(exprs: list[tuple[str, str]], shared: set[str]) -> st
 class CompiledGuards:
     check: Callable[..., bool]
     source_code: str
-    checks: list[tuple[str, str, Callable[..., bool]]]
+    make_checks: Callable[[], list[tuple[str, str, Callable[..., bool]]]]  # built when first needed
+    _checks: list | None = None
+
+    @property
+    def checks(self) -> list[tuple[str, str, Callable[..., bool]]]:
+        """(expression, description, function) per guard, each compiled on its own (for reports)."""
+        if self._checks is None:
+            self._checks = self.make_checks()
+        return self._checks
 
     def first_failure(self, L, G, C, B) -> str | None:
         """The first guard that fails for these frame values, as text (for recompile reports)."""

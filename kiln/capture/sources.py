@@ -11,7 +11,27 @@ from typing import Any
 _PY_IDENT_SAFE = str.isidentifier
 
 
+def _memoized_name(compute):
+    def name(self) -> str:
+        try:
+            return self.__dict__["_name"]
+        except KeyError:
+            text = self.__dict__["_name"] = compute(self)
+            return text
+
+    name.__doc__ = compute.__doc__
+    return name
+
+
 class Source:
+    """Subclasses are frozen dataclasses: a source's printed name never changes, so it is computed
+    once (guard compilation asks for every name many times, and names nest)."""
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if "name" in cls.__dict__:
+            cls.name = _memoized_name(cls.__dict__["name"])
+
     def name(self) -> str:
         raise NotImplementedError
 

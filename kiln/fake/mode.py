@@ -13,7 +13,17 @@ from torch.utils._pytree import tree_map
 from kiln.fake.tensor import FakeTensor, UnsupportedFakeOp, _kernel_context, run_on_fakes
 
 
-class FakeTensorMode(TorchDispatchMode):
+class DispatchMode(TorchDispatchMode):
+    """Base of kiln's dispatch modes. Recent torch wraps every mode's ``__torch_dispatch__`` in
+    ``torch._disable_dynamo``, which imports torch._dynamo on the first op (about 1.2 s of a warm
+    start) and swaps the frame-evaluation hook around every op; kiln's modes opt out of that."""
+
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        return False
+
+
+class FakeTensorMode(DispatchMode):
     """Turns real tensors into fakes, keeping aliasing between tensors that share storage.
 
     Used as a context manager it also makes factory functions (``torch.zeros``, ``torch.arange``, ...)
