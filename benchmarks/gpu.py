@@ -13,10 +13,13 @@ time (CUDA events): the host's CPU speed drifts, and backends timed one after th
 decide a row.
 
 Kernels: large fused pointwise, softmax and layer_norm, reported as milliseconds and as achieved
-bandwidth (bytes read + written once) over the device's measured copy bandwidth. Models: inference of
+bandwidth (bytes read + written once) over the device's measured copy bandwidth. Kernel rows are timed
+with calls back to back (the host's work for a call overlaps the GPU's work for the one before: the
+GPU's time, as triton.testing.do_bench measures kernels); the time with a wait after each call, which
+adds the host's per-call work, is kept as ``synced_ms`` in the JSON. Models: inference of
 small models, HF BERT / GPT-2 / a Llama-style model (small configs, random weights), timm resnet50 and
 vit_base (random weights) where installed, in float32 and bfloat16; speedups over eager and their
-geomeans. Compile: first-call latency with cold caches, and in a fresh process with warm caches.
+geomeans. Compile: first-call latency in fresh processes (one per backend) with cold caches, then warm caches.
 Prints a table and writes JSON (stdout when --json is not given). Without CUDA it stops with a message.
 
 Accuracy (``!`` in the table): as torch's own benchmarks do, each output is compared with a float64
@@ -51,17 +54,25 @@ MODEL_EXTRA: tuple = ()  # --modes
 # --------------------------------------------------------------------------------------- timing
 
 
-def call_times_ms(fn, args, iters: int) -> list[float]:
-    """``iters`` call times of ``fn(*args)`` in milliseconds (CUDA events around each call)."""
-    times = []
+def call_times_ms(fn, args, iters: int, pipelined: bool = False) -> list[float]:
+    """``iters`` call times of ``fn(*args)`` in milliseconds (CUDA events around each call).
+
+    By default the host waits for each call to finish before making the next, so a time includes
+    the host's work for the call (guards, wrapper, launches) while the GPU idles. ``pipelined``
+    makes the calls back to back and waits once at the end: the host's work for a call overlaps the
+    GPU's work for the one before, and a time is the GPU's time whenever that is the longer one
+    (how kernel bandwidth is measured)."""
+    events = []
     for _ in range(iters):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         fn(*args)
         end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return times
+        if not pipelined:
+            end.synchronize()
+        events.append((start, end))
+    torch.cuda.synchronize()
+    return [start.elapsed_time(end) for start, end in events]
 
 
 def median_ms(fn, args, iters: int = 30, warmup: int = 5) -> float:
@@ -71,7 +82,8 @@ def median_ms(fn, args, iters: int = 30, warmup: int = 5) -> float:
     return statistics.median(call_times_ms(fn, args, iters))
 
 
-def interleaved_medians_ms(fns: dict, args, iters: int, rounds: int = 5, warmup: int = 3) -> dict:
+def interleaved_medians_ms(fns: dict, args, iters: int, rounds: int = 5, warmup: int = 3,
+                           pipelined: bool = False) -> dict:
     """{name: median ms, or the exception it raised} of each callable in ``fns``, timed in ``rounds`` interleaved rounds (each round
     times every callable, starting with a different one) of about ``iters / rounds`` calls each: the
     host's CPU speed drifts over seconds, and timing backends one after the other let the drift
@@ -88,7 +100,7 @@ def interleaved_medians_ms(fns: dict, args, iters: int, rounds: int = 5, warmup:
                 for _ in range(warmup):
                     fns[n](*args)
                 torch.cuda.synchronize()
-                samples[n] += call_times_ms(fns[n], args, per_round)
+                samples[n] += call_times_ms(fns[n], args, per_round, pipelined)
             except Exception as exc:  # noqa: BLE001 -- that backend's timing fails, not the row
                 failed[n] = exc
     return {n: failed[n] if n in failed else statistics.median(v) for n, v in samples.items()}
@@ -129,7 +141,7 @@ def stats_reset():
     kiln.stats.reset()
 
 
-def bench_backends(fn, args, backends=BACKENDS, iters=30, ref64=None) -> dict:
+def bench_backends(fn, args, backends=BACKENDS, iters=30, ref64=None, pipelined=False) -> dict:
     """{backend: {"ms":..., "first_call_s":..., "matches_eager":..., "error":...}}; outputs are checked
     against ``ref64`` (the float64 outputs) when given, else against eager with per-dtype tolerances.
     Every backend is compiled (first call, accuracy) before any is timed; then all are timed in
@@ -164,6 +176,10 @@ def bench_backends(fn, args, backends=BACKENDS, iters=30, ref64=None) -> dict:
                 out[b]["error"] = f"timing: {type(ms).__name__}: {str(ms)[:600]}"
             else:
                 out[b]["ms"] = ms
+        if pipelined:  # "ms" becomes the back-to-back time; the waited-for time stays as "synced_ms"
+            for b, ms in interleaved_medians_ms(compiled_fns, args, iters, pipelined=True).items():
+                if not isinstance(ms, Exception) and "ms" in out[b]:
+                    out[b]["synced_ms"], out[b]["ms"] = out[b]["ms"], ms
     return out
 
 
@@ -263,13 +279,16 @@ def run_kernels(quick: bool, copy_gbs: float) -> list[dict]:
     for name, fn, args, nbytes in kernel_cases(quick):
         with torch.no_grad():
             ref64 = fn(*[a.double() for a in args])
-        res = bench_backends(fn, args, backends=BACKENDS_SELECTED, ref64=ref64)
+        res = bench_backends(fn, args, backends=BACKENDS_SELECTED, ref64=ref64, pipelined=True)
         del ref64
         for b, r in res.items():
             if "ms" in r:
                 r["bandwidth_fraction"] = nbytes / r["ms"] / 1e6 / copy_gbs
+                r["synced_bandwidth_fraction"] = nbytes / r["synced_ms"] / 1e6 / copy_gbs
         rows.append({"case": name, "bytes": nbytes, "results": res})
         _print_row(name, res, extra="bandwidth_fraction")
+        synced = [f"{b} {r['synced_bandwidth_fraction']:.0%}" for b, r in res.items() if "synced_ms" in r]
+        print(f"    with a wait after each call: {', '.join(synced)}")
     return rows
 
 
@@ -388,8 +407,10 @@ def run_models(quick: bool, only: list[str] | None, dtypes=(torch.float32, torch
 
 
 def run_compile_times(quick: bool, only: list[str] | None = None) -> list[dict]:
-    """First-call latency on a few models, each in a fresh process: with cold caches, then warm caches
-    (kiln and torch.compile), and kiln cold with its compile workers off (KILN_COMPILE_WORKERS=0)."""
+    """First-call latency on a few models: with cold caches, then warm caches (kiln and torch.compile),
+    and kiln cold with its compile workers off (KILN_COMPILE_WORKERS=0). Each backend and phase runs in
+    a fresh process of its own (so neither backend finds modules the other imported, nor CUDA state
+    it set up), after one eager call of the model (CUDA, cuBLAS and cuDNN are initialized then)."""
     rows = []
     for name in ("mlp", "transformer_block", "hf_gpt2", "llama_small", "timm_resnet50"):
         if only and name not in only:
@@ -400,44 +421,49 @@ def run_compile_times(quick: bool, only: list[str] | None = None) -> list[dict]:
                 cache_dir = tempfile.mkdtemp(prefix="kiln-bench-cache-")
             env = dict(os.environ, KILN_CACHE_DIR=cache_dir, TRITON_CACHE_DIR=os.path.join(cache_dir, "triton-bin"),
                        TORCHINDUCTOR_CACHE_DIR=os.path.join(cache_dir, "inductor"))
+            backends = ("kiln", "torch.compile")
             if phase == "cold, no workers":
-                env.update(KILN_COMPILE_WORKERS="0", PROBE_KILN_ONLY="1")
-            cmd = [sys.executable, os.path.abspath(__file__), "--probe", name] + (["--quick"] if quick else [])
-            done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
-            line = [ln for ln in done.stdout.splitlines() if ln.startswith("PROBE ")]
-            times[phase] = json.loads(line[-1][6:]) if line else {"error": done.stderr[-500:]}
+                env.update(KILN_COMPILE_WORKERS="0")
+                backends = ("kiln",)
+            times[phase] = {}
+            for backend in backends:
+                cmd = [sys.executable, os.path.abspath(__file__), "--probe", name] + (["--quick"] if quick else [])
+                done = subprocess.run(cmd, env=dict(env, PROBE_BACKEND=backend), capture_output=True, text=True,
+                                      timeout=900)
+                line = [ln for ln in done.stdout.splitlines() if ln.startswith("PROBE ")]
+                times[phase].update(json.loads(line[-1][6:]) if line else {f"{backend} error": done.stderr[-500:]})
         rows.append({"case": name, "first_call_s": times})
         t = {p: (v.get("kiln_s", "err"), v.get("torch_compile_s", "-")) for p, v in times.items()}
         print(f"{name:<44} first call (s): kiln cold {t['cold'][0]}, warm {t['warm'][0]}, cold without workers "
               f"{t['cold, no workers'][0]}; torch.compile cold {t['cold'][1]}, warm {t['warm'][1]}")
         for phase in ("cold", "warm"):
-            print(f"    kiln {phase} by stage: {times[phase].get('kiln_stages', times[phase].get('error'))}; "
+            print(f"    kiln {phase} by stage: {times[phase].get('kiln_stages', times[phase].get('kiln error'))}; "
                   f"kernel configs compiled by workers: {times[phase].get('kiln_precompiled')}")
     return rows
 
 
 def probe(name: str, quick: bool) -> None:
-    """Child process of run_compile_times: first-call seconds of kiln and torch.compile on one model."""
+    """Child process of run_compile_times: first-call seconds of one backend (PROBE_BACKEND) on one model."""
     build = dict(model_cases(quick))[name]
     model, args = build()
     model = model.eval().cuda()
     args = tuple(a.cuda() for a in args)
-    import kiln
+    backend = os.environ.get("PROBE_BACKEND", "kiln")
+    with torch.no_grad():
+        model(*args)  # CUDA, cuBLAS and cuDNN initialized: not the compiler's time
+        torch.cuda.synchronize()
+        compiled = make_compiled(backend, model)
+        t0 = time.perf_counter()
+        compiled(*args)
+        torch.cuda.synchronize()
+        seconds = round(time.perf_counter() - t0, 3)
+    if backend != "kiln":
+        out = {"torch_compile_s": seconds}
+    else:  # and where kiln's first call went, by stage
+        import kiln
 
-    out = {}
-    for key, backend in (("kiln_s", "kiln"), ("torch_compile_s", "torch.compile")):
-        if key == "torch_compile_s" and os.environ.get("PROBE_KILN_ONLY"):
-            continue
-        reset_all()
-        with torch.no_grad():
-            compiled = make_compiled(backend, model)
-            t0 = time.perf_counter()
-            compiled(*args)
-            torch.cuda.synchronize()
-            out[key] = round(time.perf_counter() - t0, 3)
-        if backend == "kiln":  # where kiln's first call went, by stage
-            out["kiln_stages"] = {k: round(v, 3) for k, v in kiln.stats.seconds.items()}
-            out["kiln_precompiled"] = kiln.stats.triton_precompiled
+        out = {"kiln_s": seconds, "kiln_stages": {k: round(v, 3) for k, v in kiln.stats.seconds.items()},
+               "kiln_precompiled": kiln.stats.triton_precompiled}
     print("PROBE " + json.dumps(out))
 
 

@@ -74,8 +74,10 @@ def candidate_configs(kernel, max_block: int = 0) -> list[LaunchConfig]:
     configs = [LaunchConfig(1, rb, _clamp(rb // 256, 1, 8))]
     if x * r >= TUNE_MIN_ELEMENTS and not max_block:
         configs += [LaunchConfig(1, 1024, 4), LaunchConfig(min(8, _pow2(x)), 512, 8)]
-        if r > 4096:
-            configs.append(LaunchConfig(1, 4096, 16))
+        if r > 4096:  # long rows: wide blocks and many warps keep more loads in flight per row
+            configs += [LaunchConfig(1, 4096, 16), LaunchConfig(1, 2048, 32)]
+        if r >= 16384:
+            configs += [LaunchConfig(1, 8192, 16), LaunchConfig(1, 8192, 32)]
     return list(dict.fromkeys(configs))
 
 

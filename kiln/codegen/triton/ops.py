@@ -189,6 +189,9 @@ class TritonOps(OpsHandler):
                 axes = frozenset(want)
         mask = " & ".join(filter(None, [self.ctx.mask(axes)] + [m.name for m in self.masks])) or None
         args = f"{ptr} + ({idx})" + (f", {mask}, other=0" if mask else "")
+        policy = self.ctx.eviction(name)
+        if policy is not None:
+            args += f", eviction_policy={policy!r}"
         val = self._emit(f"tl.load({args})", dtype, axes)
         if dtype in (torch.float16, torch.bfloat16):
             # kept in its dtype; the lowering converts explicitly where it computes

@@ -109,3 +109,20 @@ def test_full_reduction_not_split_on_cpu_by_default():
     x = torch.randn(300, 300)
     cg = check(lambda x: x.sum(), x, atol=1e-3, rtol=1e-4)
     assert "reduction sum over [] x [300, 300]" in cg.lg.format()
+
+
+def test_looped_loops_that_reread_a_row_get_cache_hints():
+    # layer_norm in a looped kernel reads x in three loops (mean, variance, output): the first two keep
+    # x's lines in L2 for the next read, the last lets them go; w and b are read once each
+    def f(x, w, b):
+        return torch.nn.functional.layer_norm(x, (70,), w, b)
+
+    cg = check(f, torch.randn(3, 70), torch.randn(70), torch.randn(70), kernels=1, **LOOPED)
+    (k,) = cg.kernels.values()
+    assert k.style == "looped"
+    x_loads = [ln for ln in k.source.splitlines() if "tl.load(in_ptr0" in ln]
+    assert len(x_loads) == 3
+    assert [ln.split("eviction_policy=")[-1] for ln in x_loads] == ["'evict_last')"] * 2 + ["'evict_first')"]
+    assert sum("eviction_policy" in ln for ln in k.source.splitlines() if "tl.load(" in ln) == 3
+    persistent = check(f, torch.randn(3, 70), torch.randn(70), torch.randn(70))
+    assert all("eviction_policy" not in k.source for k in persistent.kernels.values())  # one read: no hint

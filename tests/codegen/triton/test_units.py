@@ -35,6 +35,9 @@ class _Ctx:
     def pointer(self, name):
         return "in_ptr0"
 
+    def eviction(self, name):
+        return None
+
     def register(self, name, index):
         return None
 
