@@ -11,7 +11,6 @@ from typing import Mapping
 
 import torch
 import torch.fx as fx
-from torch.utils._pytree import tree_flatten, tree_map
 
 from kiln.aot.builder import GraphBuilder
 from kiln.aot.functionalize import Functionalizer, Storage, Value, ViewStep
@@ -27,6 +26,7 @@ from kiln.aot.schema import (
 )
 from kiln.fake.mode import DispatchMode
 from kiln.fake import FakeTensor, UnsupportedFakeOp, fake_from_real, meta_alias, run_on_fakes
+from kiln.fake.tree import leaves, map_leaves
 
 aten = torch.ops.aten
 prim = torch.ops.prim
@@ -100,7 +100,7 @@ class AtenTracer(DispatchMode):
         return x
 
     def _nodes(self, tree):
-        return tree_map(self.node_of, tree)
+        return map_leaves(self.node_of, tree)
 
     def _lift(self, x):
         if not isinstance(x, torch.Tensor) or isinstance(x, FakeTensor):
@@ -150,7 +150,7 @@ class AtenTracer(DispatchMode):
                 out = run_composite_implicit(func, *args, **kwargs)
             if out is not NotImplemented:
                 return out
-        args, kwargs = tree_map(self._lift, (args, kwargs))
+        args, kwargs = map_leaves(self._lift, (args, kwargs))
         if is_inplace_view(func):
             return self._inplace_view(func, args, kwargs)
         if func._schema.is_mutable:
@@ -161,19 +161,19 @@ class AtenTracer(DispatchMode):
 
     def _functional(self, func, args, kwargs):
         out = run_on_fakes(func, args, kwargs)
-        if not any(isinstance(x, torch.Tensor) for x in tree_flatten(out)[0]):
+        if not any(isinstance(x, torch.Tensor) for x in leaves(out)):
             return out  # metadata queries (``_fused_sdp_choice``) leave no trace
-        node = self.b.call(func, self._nodes(args), self._nodes(kwargs), val=tree_map(_snapshot, out))
+        node = self.b.call(func, self._nodes(args), self._nodes(kwargs), val=map_leaves(_snapshot, out))
         self._bind_fresh(out, node)
         return out
 
     def _view(self, func, args, kwargs):
         base, rest = args[0], args[1:]
-        if any(isinstance(x, torch.Tensor) for x in tree_flatten((rest, kwargs))[0]):
+        if any(isinstance(x, torch.Tensor) for x in leaves((rest, kwargs))):
             raise UnsupportedFakeOp(func, "kiln does not trace view ops that take extra tensors")
         base_value = self.value(base)
         out = run_on_fakes(func, args, kwargs)
-        node = self.b.call(func, (self.node_of(base), *rest), kwargs, val=tree_map(_snapshot, out))
+        node = self.b.call(func, (self.node_of(base), *rest), kwargs, val=map_leaves(_snapshot, out))
         frozen_kwargs = tuple(sorted(kwargs.items()))
         storage = base_value.storage
         if isinstance(out, FakeTensor):
@@ -188,7 +188,7 @@ class AtenTracer(DispatchMode):
     def _inplace_view(self, func, args, kwargs):
         view_op = _view_twin(func)
         target, rest = args[0], args[1:]
-        if view_op is None or any(isinstance(x, torch.Tensor) for x in tree_flatten((rest, kwargs))[0]):
+        if view_op is None or any(isinstance(x, torch.Tensor) for x in leaves((rest, kwargs))):
             raise UnsupportedFakeOp(func, "kiln cannot functionalize this in-place metadata change")
         value = self.value(target)
         before = self.node_of(target)
@@ -237,7 +237,7 @@ class AtenTracer(DispatchMode):
                 node_args[name] = list(node_args[name])
                 node_args[name][i] = clone
         margs, mkwargs = unbind_arguments(func, node_args)
-        mnode = self.b.call(func, margs, mkwargs, val=tree_map(_snapshot, out))
+        mnode = self.b.call(func, margs, mkwargs, val=map_leaves(_snapshot, out))
         mnode.meta["mutates_fresh_copies"] = True
         for name, i, fake in targets:
             self._write(fake, clones[(name, i)])

@@ -8,13 +8,13 @@ from typing import Any, Callable
 
 import torch
 import torch.fx as fx
-from torch.utils._pytree import tree_map
 
 from kiln.capture.guards import GuardKind, GuardSet
 from kiln.capture.side_effects import SideEffects
 from kiln.capture.sources import Source
 from kiln.capture.values.base import ConstantValue, Value, unsupported
 from kiln.fake import FakeTensor, FakeTensorMode, UnsupportedFakeOp
+from kiln.fake.tree import map_leaves
 
 
 def _clean_name(text: str) -> str:
@@ -115,8 +115,8 @@ class OutputGraph:
         def example(x):
             return x.meta["example_value"] if isinstance(x, fx.Node) else x
 
-        fargs = tree_map(example, args)
-        fkwargs = tree_map(example, kwargs)
+        fargs = map_leaves(example, args)
+        fkwargs = map_leaves(example, kwargs)
         try:
             with contextlib.ExitStack() as stack:
                 stack.enter_context(self.fake_mode)

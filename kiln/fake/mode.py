@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_map
 
 from kiln.fake.tensor import FakeTensor, UnsupportedFakeOp, _kernel_context, run_on_fakes
+from kiln.fake.tree import map_leaves
 
 
 class DispatchMode(TorchDispatchMode):
@@ -43,7 +43,7 @@ class FakeTensorMode(DispatchMode):
                 return self.from_real(x)
             return x
 
-        return run_on_fakes(func, tree_map(to_fake, args), tree_map(to_fake, kwargs))
+        return run_on_fakes(func, map_leaves(to_fake, args), map_leaves(to_fake, kwargs))
 
     def from_real(self, t: torch.Tensor) -> FakeTensor:
         """The fake for real tensor ``t`` (the same fake each time for the same tensor object)."""

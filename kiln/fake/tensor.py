@@ -14,9 +14,10 @@ from __future__ import annotations
 import threading
 
 import torch
-from torch.utils._pytree import tree_flatten, tree_map
 
 from kiln.errors import KilnError
+from kiln.fake.fast_meta import fast_meta
+from kiln.fake.tree import leaves, map_leaves
 
 aten = torch.ops.aten
 prim = torch.ops.prim
@@ -139,7 +140,7 @@ def output_device(func, args, kwargs) -> torch.device:
     explicit = kwargs.get("device")
     if explicit is not None:
         return torch.device(explicit)
-    flat, _ = tree_flatten((args, kwargs))
+    flat = leaves((args, kwargs))
     tensors = [t for t in flat if isinstance(t, torch.Tensor)]
     if not tensors:
         return torch.get_default_device() if hasattr(torch, "get_default_device") else torch.device("cpu")
@@ -213,13 +214,15 @@ def run_on_fakes(func, args, kwargs):
     if func in DATA_DEPENDENT:
         raise UnsupportedFakeOp(func, "its output shape or value depends on tensor data")
     device = output_device(func, args, kwargs)
-    kernel_args = tree_map(_as_kernel_arg, args)
-    kernel_kwargs = tree_map(_as_kernel_arg, kwargs)
+    kernel_args = map_leaves(_as_kernel_arg, args)
+    kernel_kwargs = map_leaves(_as_kernel_arg, kwargs)
     if "device" in kernel_kwargs:
         kernel_kwargs["device"] = torch.device("meta")
     try:
         with _kernel_context():
-            out = func(*kernel_args, **kernel_kwargs)
+            out = fast_meta(func, kernel_args, kernel_kwargs)
+            if out is None:
+                out = func(*kernel_args, **kernel_kwargs)
     except NotImplementedError as exc:
         if func not in FALLBACK_META:
             raise UnsupportedFakeOp(func, f"it has no meta kernel ({str(exc).splitlines()[0][:200]})") from None
@@ -235,4 +238,4 @@ def run_on_fakes(func, args, kwargs):
             return FakeTensor(x, device)
         return x
 
-    return tree_map(wrap, out)
+    return map_leaves(wrap, out)
