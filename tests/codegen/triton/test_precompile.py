@@ -110,3 +110,17 @@ def test_pool_is_restarted_a_few_times_at_most(monkeypatch):
         pools.append(p)
     assert len({id(p) for p in pools}) == precompile.MAX_POOL_STARTS
     assert isinstance(precompile.pool(1).submit("ready").get(timeout=60), Exception)
+
+
+def test_triton_cache_key_is_hashed_in_a_thread():
+    from triton.runtime.cache import triton_key
+
+    from kiln.codegen.triton import precompile
+
+    precompile.warm_pool(0)  # no workers; the key thread still starts, once per process
+    thread = precompile._KEY_THREAD
+    assert thread is not None and thread.daemon
+    thread.join(timeout=60)
+    assert triton_key.cache_info().currsize == 1  # memoized: the first launch does not hash again
+    precompile.warm_pool(0)
+    assert precompile._KEY_THREAD is thread
