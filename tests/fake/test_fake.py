@@ -88,6 +88,15 @@ def test_device_rules():
     assert torch.ops.aten._to_copy.default(cpu, device=torch.device("cuda")).device.type == "cuda"
 
 
+def test_ctc_loss_takes_cpu_lengths_with_cuda_inputs():
+    # as in eager: the lengths may stay on the CPU. The op then has no meta kernel, which makes a
+    # clear UnsupportedFakeOp (kiln runs that region eagerly), not a device-mismatch error
+    log_probs = FakeTensor(torch.empty(10, 2, 5, device="meta"), "cuda")
+    targets = FakeTensor(torch.empty(2, 4, dtype=torch.long, device="meta"), "cuda")
+    with FakeTensorMode(), pytest.raises(UnsupportedFakeOp, match="ctc_loss"):
+        torch.nn.functional.ctc_loss(log_probs, targets, torch.tensor([10, 8]), torch.tensor([4, 3]))
+
+
 def test_data_dependent_ops_raise_clear_error():
     f = fake_from_real(torch.randn(4))
     with pytest.raises(UnsupportedFakeOp, match="depends on tensor data"):
