@@ -59,9 +59,10 @@ MIXED_DEVICE_OK = _ops(
     "copy_.default", "_copy_from.default", "_copy_from_and_resize.default", "_to_copy.default",
     "copy.default", "index.Tensor", "index_put.default", "index_put_.default", "_index_put_impl_.default",
     "lift_fresh.default", "lift_fresh_copy.default", "set_.source_Storage_storage_offset", "set_.source_Tensor",
-    # CTC loss takes its length tensors on the CPU whatever the device of the log-probabilities
-    "_use_cudnn_ctc_loss.Tensor", "_use_cudnn_ctc_loss.default", "_use_miopen_ctc_loss.default",
-    "_ctc_loss.Tensor", "_ctc_loss.default", "_ctc_loss_backward.Tensor", "_ctc_loss_backward.default",
+) | frozenset(  # CTC loss takes its length tensors on the CPU whatever the device of the log-probabilities
+    getattr(packet, overload) for packet in (getattr(aten, name, None) for name in (
+        "ctc_loss", "_ctc_loss", "_ctc_loss_backward", "_use_cudnn_ctc_loss", "_use_miopen_ctc_loss",
+        "_cudnn_ctc_loss")) if packet is not None for overload in packet.overloads()
 )
 
 

@@ -93,8 +93,13 @@ def test_ctc_loss_takes_cpu_lengths_with_cuda_inputs():
     # clear UnsupportedFakeOp (kiln runs that region eagerly), not a device-mismatch error
     log_probs = FakeTensor(torch.empty(10, 2, 5, device="meta"), "cuda")
     targets = FakeTensor(torch.empty(2, 4, dtype=torch.long, device="meta"), "cuda")
+    # the lengths as tensors or as lists (other overloads)
+    for lengths in ((torch.tensor([10, 8]), torch.tensor([4, 3])), ([10, 8], [4, 3])):
+        with FakeTensorMode(), pytest.raises(UnsupportedFakeOp, match="ctc_loss"):
+            torch.nn.functional.ctc_loss(log_probs, targets, *lengths)
     with FakeTensorMode(), pytest.raises(UnsupportedFakeOp, match="ctc_loss"):
-        torch.nn.functional.ctc_loss(log_probs, targets, torch.tensor([10, 8]), torch.tensor([4, 3]))
+        torch.ops.aten._use_miopen_ctc_loss.Tensor(log_probs, targets, torch.tensor([10, 8]),
+                                                   torch.tensor([4, 3]), 0)
 
 
 def test_data_dependent_ops_raise_clear_error():
