@@ -18,6 +18,7 @@ from kiln.loopir.nodes import (
     Buffer, ComputedBuffer, ConstantBuffer, ExternKernel, ExternOutput, InputBuffer, Lazy, Pointwise, Reduction,
     Stored, TensorValue, contiguous_strides, is_dense,
 )
+from kiln.lower.bias_fold import fold_bias_into_matmul
 from kiln.lower.registry import Unlowerable, lowerings
 
 # a Lazy whose body inlines more ops than this is realized even with one reader
@@ -177,6 +178,8 @@ class GraphLowering:
         table = lowerings()
         outputs = None
         read_after_random_fill(self.gm.graph)
+        if fold_bias_into_matmul(self.gm.graph):
+            self.gm.recompile()
         for node in self.gm.graph.nodes:
             if node.op == "call_function" and mutates_an_argument(node.target) and not fills_fresh_tensor(node):
                 # later readers of the mutated value are lazy reads of its old contents here

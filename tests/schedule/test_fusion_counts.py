@@ -48,13 +48,14 @@ def test_layer_norm_then_reshape_for_matmul_is_one_kernel():
 
 
 def test_bias_gelu_mlp_epilogues():
-    # each matmul runs in ATen; the bias + GELU after the first and the bias after the second are one
-    # kernel each (a kernel cannot start before the matmul it reads has finished)
+    # each matmul runs in ATen; the bias + GELU after the first is one kernel (a kernel cannot start
+    # before the matmul it reads has finished); the second's bias, which nothing else reads, is added
+    # by the library call (addmm)
     def f(x, w1, b1, w2, b2):
         return F.linear(F.gelu(F.linear(x, w1, b1)), w2, b2)
 
     args = (torch.randn(16, 32), torch.randn(64, 32), torch.randn(64), torch.randn(32, 64), torch.randn(32))
-    assert compile_and_count(f, *args) == 2
+    assert compile_and_count(f, *args) == 1
 
 
 def test_attention_pointwise_parts_are_one_kernel():

@@ -65,7 +65,7 @@ def test_epilogue_needing_a_later_value_is_not_moved():
     def f(a, b, c, d):
         y = a @ b
         z = y @ c  # the first reader of y
-        return torch.relu(y) + (z @ d)  # needs z @ d: computed after the first reader
+        return (torch.relu(y) + (z @ d)) * 2  # needs z @ d: computed after the first reader
 
     _, after, _, lg = templated(f, torch.randn(6, 7), torch.randn(7, 6), torch.randn(6, 6), torch.randn(6, 6))
     ts = template_steps(after)

@@ -53,8 +53,19 @@ def test_mm_residual_add():
     def f(a, b, r):
         return a @ b + r
 
+    # nothing else reads the sum: the add folds back into addmm, whose template adds the residual
     cg = mm_check(f, torch.randn(33, 40), torch.randn(40, 35), torch.randn(33, 35))
-    assert only_template(cg).template.epilogue is not None
+    t = only_template(cg).template
+    assert t.kind == "addmm" and t.epilogue is None and len(cg.kernels) == 1
+
+
+def test_mm_residual_add_then_pointwise():
+    def f(a, b, r):
+        return torch.tanh(a @ b + r)
+
+    cg = mm_check(f, torch.randn(33, 40), torch.randn(40, 35), torch.randn(33, 35))
+    t = only_template(cg).template
+    assert t.kind == "mm" and t.epilogue is not None and not t.store_out
 
 
 @pytest.mark.parametrize("m,n,k", [(1, 7, 5), (17, 1, 33), (50, 31, 70), (16, 32, 48)])
