@@ -68,10 +68,17 @@ def test_transposed_operands_and_residual():
     a, b, r = cuda(512, 300), cuda(700, 512), cuda(300, 700)
 
     def f(a, b, r):
-        return a.t() @ b.t() + r
+        return torch.relu(a.t() @ b.t() + r)
 
     _, cg = run(f, a, b, r, tol=TOL[torch.float32], matmul_choice="template")
     assert template_of(cg).template.epilogue is not None
+
+    def g(a, b, r):  # nothing else reads the sum: one addmm, with the residual as its bias
+        return a.t() @ b.t() + r
+
+    _, cg = run(g, a, b, r, tol=TOL[torch.float32], matmul_choice="template")
+    t = template_of(cg).template
+    assert t.kind == "addmm" and t.epilogue is None
 
 
 def test_bf16_addmm_stored_result_and_epilogue():
