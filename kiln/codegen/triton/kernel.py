@@ -4,7 +4,11 @@ Two kernel shapes:
 
 * **pointwise** (every member is pointwise over exactly the group's outer loops): 1-D blocks over
   the flattened iteration space, ``xindex = program * XBLOCK + arange(XBLOCK)``, masked at the
-  ragged end.
+  ragged end. A pointwise group that transposes -- it reads or writes some buffer contiguously along
+  a loop other than the last, while its stores run contiguously along the last (``tile_dim``) -- is
+  *tiled* instead: each program handles a ``[YBLOCK, XBLOCK]`` tile, ``yindex`` (``[YBLOCK, 1]``)
+  over that loop and ``xindex`` (``[1, XBLOCK]``) over the other loops flattened, so both accesses
+  are coalesced (Triton moves the tile between the two layouts through shared memory).
 * **row** (anything else): each program handles ``XBLOCK`` outer iterations ("rows": ``xindex`` is
   ``[XBLOCK, 1]``); each member then covers its own inner space (its inner pointwise loops or its
   reduction loops, flattened) along a second axis of ``RBLOCK`` lanes, ``[1, RBLOCK]``. When every
@@ -26,7 +30,7 @@ from kiln.codegen.common import kernel_name, kernel_params, print_index_py, prov
 from kiln.codegen.triton.online import OnlineMaxSumOps, online_pairs
 from kiln.codegen.triton.ops import TritonOps
 from kiln.loopir.handlers import iteration_vars, run_body
-from kiln.loopir.index import linear_index, simplify_with_ranges, var
+from kiln.loopir.index import ModularIndexing, linear_index, simplify_with_ranges, var
 from kiln.loopir.nodes import Reduction
 from kiln.schedule.fusion import block_of, split_outer
 from kiln.schedule.scheduler import FusedGroup
@@ -34,6 +38,7 @@ from kiln.schedule.scheduler import FusedGroup
 PERSISTENT_MAX = 4096  # inner spaces up to this many elements are held in registers whole
 SIDE_BY_SIDE_MIN_ROWS = 256  # see fusable: pointwise members sharing only outer loops need this many rows
 INT32_LIMIT = 2 ** 31 - 1
+TILE_MIN = 16  # a transposing pointwise kernel is tiled when both of its tile's loops are this long
 
 
 @dataclasses.dataclass
@@ -46,6 +51,7 @@ class TritonKernel:
     xnumel: int
     rnumel: int  # the largest inner space of a member (1 for pointwise kernels)
     fn: object = None  # the launcher, set by the runtime
+    ynumel: int = 1  # tiled kernels: the tile loop's size (xnumel: the other loops')
 
 
 # ------------------------------------------------------------------------------- fusion legality
@@ -110,6 +116,53 @@ def fusable(members, k: int, persistent_max: int = PERSISTENT_MAX) -> bool:
     return True
 
 
+def _unit_stride_dim(index, dims: dict) -> int | None:
+    """The loop along which ``index`` advances by one element (``x_d`` or ``x_d % m`` with a long
+    ``m``, coefficient 1), or None."""
+    for term in sympy.Add.make_args(sympy.expand(index)):
+        coeff, rest = term.as_coeff_Mul()
+        if coeff != 1:
+            continue
+        if rest in dims:
+            return dims[rest]
+        if isinstance(rest, ModularIndexing) and rest.args[0] in dims and rest.args[1] == 1 \
+                and rest.args[2].is_Integer and int(rest.args[2]) >= TILE_MIN:
+            return dims[rest.args[0]]
+    return None
+
+
+def tile_dim(group: FusedGroup, buffers: dict) -> int | None:
+    """For a pointwise group: the loop to tile along, or None for a 1-D kernel.
+
+    Every access (a load from outside the group, a store) runs contiguously along at most one loop.
+    When some run along the last loop (a dense result always does: it is computed in memory order)
+    and others along an earlier loop while also moving with the last one -- a transpose, where a
+    1-D block would touch one element per memory segment -- the earlier loop carrying the most bytes
+    is the tile's y loop. A read that does not move with the last loop (a per-row bias) is no transpose.
+    """
+    sizes = [int(n) for n in group.outer]
+    last = len(sizes) - 1
+    if last < 1 or sizes[last] < TILE_MIN:
+        return None
+    dims = {var("x", d): d for d in range(len(sizes))}
+    ranges = {v: sizes[d] for v, d in dims.items()}
+    produced = {w for m in group.members for w in m.writes}
+    accesses = [(r, index) for m in group.members for r, index in m.reads if r not in produced]
+    accesses += [(w, _store_index(m)) for m in group.members for w in m.writes if w not in group.locals]
+    along_last, across = 0, {}
+    for name, index in accesses:
+        index = simplify_with_ranges(sympy.sympify(index), ranges)
+        d = _unit_stride_dim(index, dims)
+        size = buffers[name].dtype.itemsize
+        if d == last:
+            along_last += size
+        elif d is not None and sizes[d] >= TILE_MIN and var("x", last) in index.free_symbols:
+            across[d] = across.get(d, 0) + size
+    if not along_last or not across:
+        return None
+    return max(across, key=lambda d: (across[d], d))
+
+
 # ------------------------------------------------------------------------------------ generation
 
 
@@ -122,6 +175,7 @@ class KernelContext:
 
     def __init__(self, group: FusedGroup, buffers: dict):
         self.group, self.buffers, self.k = group, buffers, group.depth
+        self.tile: int | None = None  # tiled pointwise kernels: the loop along the tile's y axis
         writes = [w for m in group.members for w in m.writes if w not in group.locals]
         produced = {w for m in group.members for w in m.writes}
         reads = [r for m in group.members for r, _ in m.reads if r not in produced]
@@ -205,6 +259,8 @@ class MemberContext(MemberContextBase):
         self.rename = {s: sympy.Symbol(f"{self.prefix}{d}", integer=True, nonnegative=True)
                        for d, s in enumerate(inner_syms)}
         self.axis_of = {s: "x" for s in outer} if row else {s: "x" for s in self.ranges}
+        if not row and kctx.tile is not None:
+            self.axis_of[var("x", kctx.tile)] = "y"
         self.axis_of.update({s: "r" for s in self.rename.values()})
         self.indirect: dict = {}  # symbols made by ops.indirect_indexing -> the axes of their values
 
@@ -228,6 +284,8 @@ class MemberContext(MemberContextBase):
 
     def mask(self, axes) -> str | None:
         parts = []
+        if "y" in axes:
+            parts.append("ymask")
         if "x" in axes:
             parts.append("xmask")
         if "r" in axes:
@@ -236,6 +294,8 @@ class MemberContext(MemberContextBase):
 
     def shape(self, axes) -> str:
         if not self.row:
+            if self.kctx.tile is not None:
+                return f"[{'YBLOCK' if 'y' in axes else 1}, {'XBLOCK' if 'x' in axes else 1}]"
             return "[XBLOCK]"
         return f"[{'XBLOCK' if 'x' in axes else 1}, {'RBLOCK' if 'r' in axes else 1}]"
 
@@ -289,15 +349,21 @@ def generate_kernel(group: FusedGroup, buffers: dict, index: int, persistent_max
         raise NotImplementedError(f"Triton cannot generate group {[m.name for m in group.members]} at depth {k}")
     wide = _index_dtype_is_64(group, buffers)
     pid = "tl.program_id(0).to(tl.int64)" if wide else "tl.program_id(0)"
-    body = [f"xnumel = {xnumel}", f"xoffset = {pid} * XBLOCK"]
-    if row:
-        body += ["xindex = xoffset + tl.arange(0, XBLOCK)[:, None]", "xmask = xindex < xnumel",
-                 "rbase = tl.arange(0, RBLOCK)[None, :]"]
-        if style == "persistent":
-            body.append("rindex = rbase")
+    kctx.tile = tile_dim(group, buffers) if not row else None
+    ynumel = 1
+    if kctx.tile is not None:
+        style, ynumel = "tiled", int(group.outer[kctx.tile])
+        xnumel //= ynumel
+        body = _tiled_head(group.outer, kctx.tile, xnumel, ynumel, pid)
+    elif row:
+        body = [f"xnumel = {xnumel}", f"xoffset = {pid} * XBLOCK",
+                "xindex = xoffset + tl.arange(0, XBLOCK)[:, None]", "xmask = xindex < xnumel",
+                "rbase = tl.arange(0, RBLOCK)[None, :]"] + (["rindex = rbase"] if style == "persistent" else [])
+        body += _outer_defs(group.outer, "xindex")
     else:
-        body += ["xindex = xoffset + tl.arange(0, XBLOCK)", "xmask = xindex < xnumel"]
-    body += _outer_defs(group.outer, "xindex")
+        body = [f"xnumel = {xnumel}", f"xoffset = {pid} * XBLOCK",
+                "xindex = xoffset + tl.arange(0, XBLOCK)", "xmask = xindex < xnumel"]
+        body += _outer_defs(group.outer, "xindex")
     shared_cse: dict = {}
     defined_prefixes: set[str] = set()
     pairs = online_pairs(group, buffers) if style == "looped" else {}
@@ -314,12 +380,29 @@ def generate_kernel(group: FusedGroup, buffers: dict, index: int, persistent_max
     params = [kctx.pointers[n] for n, _ in kctx.params] + ["XBLOCK: tl.constexpr"]
     if row:
         params.append("RBLOCK: tl.constexpr")
-    header = [f"# {name}: {', '.join(m.name for m in group.members)}  ({style})"]
+    if style == "tiled":
+        params.append("YBLOCK: tl.constexpr")
+    how = f"tiled: x{kctx.tile} along y" if style == "tiled" else style
+    header = [f"# {name}: {', '.join(m.name for m in group.members)}  ({how})"]
     header += [f"#   {line}" for line in provenance(origins)]
     if group.locals:
         header.append(f"#   kernel-local (registers only): {', '.join(sorted(group.locals))}")
     src = header + ["@jit", f"def {name}({', '.join(params)}):"] + _indent(body)
-    return TritonKernel(name, "\n".join(src) + "\n", kctx.params, origins, style, xnumel, rnumel)
+    return TritonKernel(name, "\n".join(src) + "\n", kctx.params, origins, style, xnumel, rnumel, ynumel=ynumel)
+
+
+def _tiled_head(sizes, tile: int, xnumel: int, ynumel: int, pid: str) -> list[str]:
+    """The start of a tiled kernel: the program's tile (y tiles vary fastest across programs), the
+    block indices and masks, and the loop variables (``x{tile}`` from ``yindex``, the others from
+    ``xindex``, row-major)."""
+    rest = [d for d in range(len(sizes)) if d != tile]
+    lines = [f"xnumel = {xnumel}", f"ynumel = {ynumel}", f"pid = {pid}",
+             "ytiles = (ynumel + YBLOCK - 1) // YBLOCK",
+             "yoffset = (pid % ytiles) * YBLOCK", "xoffset = (pid // ytiles) * XBLOCK",
+             "yindex = yoffset + tl.arange(0, YBLOCK)[:, None]", "ymask = yindex < ynumel",
+             "xindex = xoffset + tl.arange(0, XBLOCK)[None, :]", "xmask = xindex < xnumel",
+             f"x{tile} = yindex"]
+    return lines + index_var_defs([f"x{d}" for d in rest], [sizes[d] for d in rest], "xindex")
 
 
 def _member_code(kctx, m, row, style, shared_cse, defined_prefixes, online_sum=None) -> list[str]:

@@ -1,6 +1,7 @@
 """Launch configurations for generated Triton kernels: heuristics, optional autotuning, launching.
 
-A config is (XBLOCK, RBLOCK, num_warps); the grid is ``ceil(xnumel / XBLOCK)`` programs. Kernels
+A config is (XBLOCK, RBLOCK, num_warps), plus YBLOCK for tiled kernels; the grid is
+``ceil(xnumel / XBLOCK)`` programs, times ``ceil(ynumel / YBLOCK)`` for tiled kernels. Kernels
 big enough for the choice to matter get a few candidates; on a GPU the first call times each and
 keeps the fastest, and the choice is saved beside the kernel source (``<source>.tune.json``) so a
 warm process does not time again. Under the interpreter the first candidate is used.
@@ -27,15 +28,30 @@ class LaunchConfig:
     XBLOCK: int
     RBLOCK: int  # 0 for pointwise kernels (no second axis)
     num_warps: int
+    YBLOCK: int = 0  # tiled kernels: the tile's size along its y loop
 
     def kwargs(self) -> dict:
         out = {"XBLOCK": self.XBLOCK, "num_warps": self.num_warps}
         if self.RBLOCK:
             out["RBLOCK"] = self.RBLOCK
+        if self.YBLOCK:
+            out["YBLOCK"] = self.YBLOCK
         return out
 
+    def constexprs(self) -> tuple[int, ...]:
+        """The block sizes in the kernel's parameter order (XBLOCK, then RBLOCK or YBLOCK)."""
+        return (self.XBLOCK,) + ((self.RBLOCK,) if self.RBLOCK else ()) + ((self.YBLOCK,) if self.YBLOCK else ())
+
     def as_list(self) -> list[int]:
-        return [self.XBLOCK, self.RBLOCK, self.num_warps]
+        return [self.XBLOCK, self.RBLOCK, self.num_warps] + ([self.YBLOCK] if self.YBLOCK else [])
+
+
+def grid(kernel, cfg: LaunchConfig) -> tuple[int]:
+    """The number of programs (a 1-D grid: a tiled kernel finds its tile from its program id)."""
+    n = (kernel.xnumel + cfg.XBLOCK - 1) // cfg.XBLOCK
+    if cfg.YBLOCK:
+        n *= (kernel.ynumel + cfg.YBLOCK - 1) // cfg.YBLOCK
+    return (n,)
 
 
 def _pow2(n: int) -> int:
@@ -51,6 +67,13 @@ def candidate_configs(kernel, max_block: int = 0) -> list[LaunchConfig]:
     looped kernel's RBLOCK (tests use it to exercise masks and loops with small shapes)."""
     cap = max_block or (1 << 30)
     x = kernel.xnumel
+    if kernel.style == "tiled":  # square-ish tiles: each side long enough for coalesced accesses
+        xb, yb = min(64, _pow2(x), cap), min(64, _pow2(kernel.ynumel), cap)
+        configs = [LaunchConfig(xb, 0, _clamp(xb * yb // 512, 1, 8), yb)]
+        if x * kernel.ynumel >= TUNE_MIN_ELEMENTS and not max_block:
+            configs += [LaunchConfig(32, 0, 4, 32), LaunchConfig(64, 0, 8, 64), LaunchConfig(128, 0, 4, 32),
+                        LaunchConfig(32, 0, 4, 128)]
+        return list(dict.fromkeys(configs))
     if kernel.style == "pointwise":
         xb = min(1024, _pow2(x), cap)
         configs = [LaunchConfig(xb, 0, _clamp(xb // 256, 1, 4))]
@@ -98,11 +121,10 @@ class Launcher:
 
     def _bind(self):
         if self.config is not None:
-            xb = self.config.XBLOCK
-            self.grid = ((self.kernel.xnumel + xb - 1) // xb,)
+            self.grid = grid(self.kernel, self.config)
             self.launch = self.fn[self.grid]
             self.meta = self.config.kwargs()
-            self.constexprs = (xb,) + ((self.config.RBLOCK,) if self.kernel.style != "pointwise" else ())
+            self.constexprs = self.config.constexprs()
 
     def __call__(self, *args):
         fast = self.fast
@@ -123,8 +145,7 @@ class Launcher:
 
         timings = []
         for cfg in self.configs:
-            grid = ((self.kernel.xnumel + cfg.XBLOCK - 1) // cfg.XBLOCK,)
-            launch, meta = self.fn[grid], cfg.kwargs()
+            launch, meta = self.fn[grid(self.kernel, cfg)], cfg.kwargs()
             try:
                 ms = do_bench(lambda: launch(*args, **meta), warmup=5, rep=25)
             except Exception:  # a config that does not compile (too many registers) is skipped

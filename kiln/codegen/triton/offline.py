@@ -32,7 +32,9 @@ def kernel_signature(kernel, buffers) -> dict:
         sig.update({name: "constexpr" for name in CONSTEXPRS})
         return sig
     sig["XBLOCK"] = "constexpr"
-    if kernel.style != "pointwise":
+    if kernel.style == "tiled":
+        sig["YBLOCK"] = "constexpr"
+    elif kernel.style != "pointwise":
         sig["RBLOCK"] = "constexpr"
     return sig
 
@@ -80,7 +82,5 @@ def _launches(kernel, sig, options, all_configs: bool):
         return
     configs = candidate_configs(kernel, options.triton_max_block)
     for cfg in configs if all_configs else configs[:1]:
-        consts = {"XBLOCK": cfg.XBLOCK}
-        if "RBLOCK" in sig:
-            consts["RBLOCK"] = cfg.RBLOCK
+        consts = {name: value for name, value in cfg.kwargs().items() if name != "num_warps"}
         yield consts, {"num_warps": cfg.num_warps}

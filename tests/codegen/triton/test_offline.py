@@ -85,3 +85,18 @@ def test_online_softmax_compiles_for_sm90():
     assert "online softmax" in cg.source
     errors = compile_for_gpu(cg)
     assert errors and all(e is None for e in errors.values()), errors
+
+
+@needs_ptxas
+def test_tiled_transposes_compile_for_sm90():
+    x, s = torch.randn(2, 48, 64).to(torch.bfloat16), torch.randn(64, 1).to(torch.bfloat16)
+
+    def f(x, s):
+        return (x.transpose(1, 2) * s).contiguous(), x.view(2, 48, 4, 16).permute(0, 2, 3, 1).reshape(8, 16, 48).float() + 1
+
+    _, cg = compile_fn(f, [x, s])
+    assert {k.style for k in cg.kernels.values()} == {"tiled"}
+    k = next(iter(cg.kernels.values()))
+    assert list(kernel_signature(k, cg.lg.buffers()))[-2:] == ["XBLOCK", "YBLOCK"]
+    errors = compile_for_gpu(cg, all_configs=True)
+    assert errors and all(e is None for e in errors.values()), errors
