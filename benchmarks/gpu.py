@@ -12,7 +12,7 @@ them in 5 interleaved rounds (each round starts with another backend) and report
 time (CUDA events): the host's CPU speed drifts, and backends timed one after the other let the drift
 decide a row.
 
-Kernels: large fused pointwise, softmax and layer_norm, reported as milliseconds and as achieved
+Kernels: large fused pointwise, softmax, layer_norm and a transpose, reported as milliseconds and as achieved
 bandwidth (bytes read + written once) over the device's measured copy bandwidth. Kernel rows are timed
 with calls back to back (the host's work for a call overlaps the GPU's work for the one before: the
 GPU's time, as triton.testing.do_bench measures kernels); the time with a wait after each call, which
@@ -260,6 +260,9 @@ def kernel_cases(quick: bool):
     def layer_norm(x, w, b):
         return torch.nn.functional.layer_norm(x, (x.shape[-1],), w, b)
 
+    def transpose(x):
+        return x.t().contiguous() * 2
+
     cases = []
     for dtype in (torch.float32, torch.bfloat16):
         e = torch.tensor([], dtype=dtype).element_size()
@@ -269,6 +272,9 @@ def kernel_cases(quick: bool):
         cases.append((f"softmax {rows}x{cols} {_short(dtype)}", softmax, [x], 2 * rows * cols * e))
         w, b = torch.randn(cols, device="cuda", dtype=dtype), torch.randn(cols, device="cuda", dtype=dtype)
         cases.append((f"layer_norm {rows}x{cols} {_short(dtype)}", layer_norm, [x, w, b], 2 * rows * cols * e))
+        side = 2048 if quick else 8192
+        xt = torch.randn(side, side, device="cuda", dtype=dtype)
+        cases.append((f"transpose {side}x{side} {_short(dtype)}", transpose, [xt], 2 * side * side * e))
     long_rows = torch.randn(256 if quick else 2048, 32768, device="cuda")
     cases.append((f"softmax {long_rows.shape[0]}x32768 f32 (looped)", softmax, [long_rows], 2 * long_rows.numel() * 4))
     return cases
