@@ -55,6 +55,8 @@ def _bias_and_product(add: fx.Node):
             continue
         if b.dtype != out.dtype or _val(product).dtype != out.dtype or b.device != out.device:
             continue
+        if out.dtype not in (torch.float32, torch.float64) or not out.is_contiguous():
+            continue  # 16-bit mm + add rounds twice, addmm once; addmm's result is row-major
         if tuple(torch.broadcast_shapes(b.shape, out.shape)) != tuple(out.shape):
             continue
         return bias, product

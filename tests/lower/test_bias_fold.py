@@ -64,11 +64,15 @@ def test_what_addmm_cannot_compute_exactly_is_left_alone():
         (lambda x, w, b: x @ w + b, torch.randn(6, dtype=torch.float64)),  # promotes to float64
         (lambda x, w, b: x @ w + b, torch.randn(2, 4, 6)),  # broadcasts to 3-D
         (lambda x, w, b: x @ w + b, torch.tensor(2.0)),  # a 0-dim "bias"
+        (lambda x, w, b: b + x @ w, torch.randn(6, 4).t()),  # eager's sum follows b's column-major layout
     ]
     for fn, b in cases:
         graph = trace(fn, [x, w, b]).gm.graph
         assert fold_bias_into_matmul(graph) == 0, b
         check(fn, x, w, b)
+    # 16-bit: eager rounds the product, then the sum; addmm would round once
+    x16, w16, b16 = x.bfloat16(), w.bfloat16(), torch.randn(6).bfloat16()
+    assert fold_bias_into_matmul(trace(lambda x, w, b: x @ w + b, [x16, w16, b16]).gm.graph) == 0
 
 
 def test_a_product_read_twice_is_left_alone():
