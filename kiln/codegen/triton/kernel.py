@@ -47,7 +47,7 @@ class TritonKernel:
     source: str  # the @jit function (module imports are added by the runtime)
     params: list[tuple[str, str]]  # (buffer name, "in" | "out") in argument order
     origins: tuple
-    style: str  # "pointwise" | "persistent" | "looped"
+    style: str  # "pointwise" | "tiled" | "persistent" | "looped"
     xnumel: int
     rnumel: int  # the largest inner space of a member (1 for pointwise kernels)
     fn: object = None  # the launcher, set by the runtime

@@ -83,7 +83,7 @@ _REDUCE_INT = {"sum": "tl.reduce({0}, 1, tl.standard._sum_combine)",
 class TVal:
     name: str
     dtype: torch.dtype
-    axes: frozenset = frozenset()  # block axes the value spans: subsets of {"x", "r"}
+    axes: frozenset = frozenset()  # block axes the value spans: subsets of {"x", "r"} ({"y", "x"} when tiled)
 
     def __str__(self) -> str:
         return self.name
