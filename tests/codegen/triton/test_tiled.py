@@ -68,3 +68,16 @@ def test_tiled_configs_and_grid():
     assert LaunchConfig(64, 0, 8, 32).kwargs() == {"XBLOCK": 64, "YBLOCK": 32, "num_warps": 8}
     assert LaunchConfig(64, 0, 8, 32).constexprs() == (64, 32)
     assert LaunchConfig(*LaunchConfig(64, 0, 8, 32).as_list()) == LaunchConfig(64, 0, 8, 32)  # saved choices
+
+
+def test_tiled_groups_with_several_members_padding_and_a_second_transposed_input():
+    x, y = torch.randn(4, 20, 36), torch.randn(4, 36, 20)
+    cases = [
+        lambda x, y: ((x.transpose(1, 2) * 2).contiguous(), (x.transpose(1, 2) + 1).contiguous().sin()),
+        lambda x, y: torch.nn.functional.pad(x.transpose(1, 2), (1, 2)).contiguous() * y.sum(),
+        lambda x, y: x + y.transpose(1, 2),
+        lambda x, y: (x * 10).long().transpose(1, 2).contiguous() + y.bfloat16().float().long(),
+    ]
+    for fn in cases:
+        cg = check(fn, x, y, triton_max_block=16)
+        assert "tiled" in {k.style for k in cg.kernels.values()}
