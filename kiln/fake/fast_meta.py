@@ -1,7 +1,7 @@
 """Fake outputs of the most common ops, computed here instead of by their meta kernels.
 
-torch registers Python meta kernels for elementwise ops (its references), matmuls and layer norm:
-tens of microseconds to a millisecond of Python per call (layer norm's runs a dozen ops), paid for
+torch registers Python meta kernels for elementwise ops (its references), matmuls, layer norm and
+batch norm: tens of microseconds to a millisecond of Python per call (the norms' run a dozen ops), paid for
 every op kiln captures and traces, and the first call imports torch._dynamo (torch wraps those
 kernels in ``torch._disable_dynamo``).
 
@@ -190,6 +190,50 @@ def _native_layer_norm(func, args, kwargs):
             torch.empty(stats_shape, dtype=stats_dtype, device="meta"))
 
 
+def _channels_last_strides(shape) -> tuple[int, ...] | None:
+    if len(shape) != 4:
+        return None
+    n, c, h, w = shape
+    return (h * w * c, 1, w * c, c)
+
+
+def _batch_norm(func, args, kwargs):
+    """native_batch_norm / _native_batch_norm_legit(_no_training): the result in the input's layout
+    (row-major, or unambiguously channels-last), per-channel statistics (float32 for 16-bit inputs)."""
+    if kwargs:
+        return None
+    if func is aten._native_batch_norm_legit_no_training.default:
+        if len(args) != 7:
+            return None
+        x, weight, bias, running_mean, running_var = args[:5]
+        training = False
+    else:
+        if len(args) != 8:
+            return None
+        x, weight, bias, running_mean, running_var, training = args[:6]
+    if not isinstance(x, torch.Tensor) or x.dtype not in _FLOATS or x.dim() < 2 or x.shape[1] == 0:
+        return None
+    c = x.shape[1]
+    for t in (weight, bias, running_mean, running_var):
+        if t is not None and (not isinstance(t, torch.Tensor) or list(t.shape) != [c] or t.dtype is not x.dtype):
+            return None
+    needs_stats = not training or func is not aten.native_batch_norm.default  # the others' are not optional
+    if needs_stats and (running_mean is None or running_var is None):
+        return None  # the meta kernel raises, as eager does
+    if training and x.numel() // c <= 1:
+        return None  # one value per channel: eager raises
+    stride = tuple(x.stride())
+    row_major = tuple(torch.empty(x.shape, device="meta").stride())
+    channels_last = _channels_last_strides(tuple(x.shape))
+    if channels_last == row_major or stride not in (row_major, channels_last):
+        return None  # a layout other than these two, or one that reads as both (size-1 dims)
+    out = torch.empty_strided(x.shape, stride, dtype=x.dtype, device="meta")
+    stats_dtype = torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype
+    return (out, torch.empty((c,), dtype=stats_dtype, device="meta"), torch.empty((c,), dtype=stats_dtype, device="meta"))
+
+
 RULES = {op: _elementwise for op in [*PROMOTION, _WHERE]}
 RULES.update({aten.mm.default: _mm, aten.bmm.default: _bmm, aten.addmm.default: _addmm,
-              aten.native_layer_norm.default: _native_layer_norm})
+              aten.native_layer_norm.default: _native_layer_norm,
+              aten.native_batch_norm.default: _batch_norm, aten._native_batch_norm_legit.default: _batch_norm,
+              aten._native_batch_norm_legit_no_training.default: _batch_norm})

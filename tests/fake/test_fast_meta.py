@@ -102,5 +102,24 @@ def test_matmul_and_layer_norm_rules_match_meta_kernels(dtype):
     _same(aten.native_layer_norm.default, (_meta((4, 3), dtype, transposed=True), [4], None, None, 1e-5))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64, torch.int64])
+def test_batch_norm_rules_match_meta_kernels(dtype):
+    covered = 0
+    for shape in ((2, 6, 5, 4), (2, 6), (3, 6, 7), (1, 6, 1, 1), (2, 1, 3, 3), (2, 6, 1, 4)):
+        c = shape[1]
+        x = _meta(shape, dtype)
+        layouts = [x, x.transpose(-1, -2)]
+        if len(shape) == 4:
+            layouts.append(x.to(memory_format=torch.channels_last))
+        for x in layouts:
+            for stats in ((_meta((c,), dtype),) * 4, (None,) * 4, (None, None, _meta((c,), dtype), _meta((c,), dtype)),
+                          (_meta((c,), torch.float32),) * 4, (_meta((c + 1,), dtype),) * 4):
+                for training in (False, True):
+                    covered += _same(aten.native_batch_norm.default, (x, *stats, training, 0.1, 1e-5))
+                    covered += _same(aten._native_batch_norm_legit.default, (x, *stats, training, 0.1, 1e-5))
+                covered += _same(aten._native_batch_norm_legit_no_training.default, (x, *stats, 0.1, 1e-5))
+    assert covered > 0 or dtype is torch.int64
+
+
 def test_every_rule_is_for_an_op():
     assert all(isinstance(op, torch._ops.OpOverload) for op in RULES)
