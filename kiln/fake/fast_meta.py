@@ -229,7 +229,7 @@ def _batch_norm(func, args, kwargs):
         return None  # a layout other than these two, or one that reads as both (size-1 dims)
     out = torch.empty_strided(x.shape, stride, dtype=x.dtype, device="meta")
     stats_dtype = torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype
-    return (out, torch.empty((c,), dtype=stats_dtype, device="meta"), torch.empty((c,), dtype=stats_dtype, device="meta"))
+    return out, torch.empty((c,), dtype=stats_dtype, device="meta"), torch.empty((c,), dtype=stats_dtype, device="meta")
 
 
 RULES = {op: _elementwise for op in [*PROMOTION, _WHERE]}

@@ -44,7 +44,8 @@ def _read_only_by_libraries(node: fx.Node) -> bool:
 
 def _bias_and_product(add: fx.Node):
     """(bias, mm node) of ``add(bias, mm)`` or ``add(mm, bias)`` that ``addmm`` computes exactly, or None."""
-    if add.target is not aten.add.Tensor or add.kwargs.get("alpha", 1) != 1 or len(add.args) != 2:
+    if add.op != "call_function" or add.target is not aten.add.Tensor or add.kwargs.get("alpha", 1) != 1 \
+            or len(add.args) != 2:
         return None
     for product, bias in (add.args, add.args[::-1]):
         if not (isinstance(product, fx.Node) and product.op == "call_function"
@@ -68,8 +69,6 @@ def fold_bias_into_matmul(graph: fx.Graph) -> int:
     how many were folded."""
     folded = 0
     for add in list(graph.nodes):
-        if add.op != "call_function" or add.target is not aten.add.Tensor:
-            continue
         found = _bias_and_product(add)
         if found is None or not _read_only_by_libraries(add):
             continue

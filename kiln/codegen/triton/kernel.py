@@ -355,14 +355,15 @@ def generate_kernel(group: FusedGroup, buffers: dict, index: int, persistent_max
         style, ynumel = "tiled", int(group.outer[kctx.tile])
         xnumel //= ynumel
         body = _tiled_head(group.outer, kctx.tile, xnumel, ynumel, pid)
-    elif row:
-        body = [f"xnumel = {xnumel}", f"xoffset = {pid} * XBLOCK",
-                "xindex = xoffset + tl.arange(0, XBLOCK)[:, None]", "xmask = xindex < xnumel",
-                "rbase = tl.arange(0, RBLOCK)[None, :]"] + (["rindex = rbase"] if style == "persistent" else [])
-        body += _outer_defs(group.outer, "xindex")
     else:
-        body = [f"xnumel = {xnumel}", f"xoffset = {pid} * XBLOCK",
-                "xindex = xoffset + tl.arange(0, XBLOCK)", "xmask = xindex < xnumel"]
+        body = [f"xnumel = {xnumel}", f"xoffset = {pid} * XBLOCK"]
+        if row:
+            body += ["xindex = xoffset + tl.arange(0, XBLOCK)[:, None]", "xmask = xindex < xnumel",
+                     "rbase = tl.arange(0, RBLOCK)[None, :]"]
+            if style == "persistent":
+                body.append("rindex = rbase")
+        else:
+            body += ["xindex = xoffset + tl.arange(0, XBLOCK)", "xmask = xindex < xnumel"]
         body += _outer_defs(group.outer, "xindex")
     shared_cse: dict = {}
     defined_prefixes: set[str] = set()
