@@ -28,9 +28,12 @@ _ITEM_READERS = {"keys", "values", "items", "get", "__contains__", "__getitem__"
 
 
 def is_dict_subclass(cls: type) -> bool:
-    """A Python class deriving from dict or OrderedDict, with dict's own __new__ and no metaclass."""
+    """A Python class deriving from dict or OrderedDict, with dict's own __new__ and a metaclass that does
+    not change instantiation (transformers' ModelOutput has one that only renames class attributes)."""
+    from kiln.capture.values.objects import metaclass_keeps_instantiation
+
     return (isinstance(cls, type) and issubclass(cls, dict) and cls not in _DICT_BASES
-            and type(cls) is type and cls.__new__ is dict.__new__
+            and metaclass_keeps_instantiation(cls) and cls.__new__ is dict.__new__
             and not any(k.__module__ == "builtins" and k not in (dict, object) for k in cls.__mro__))
 
 

@@ -184,11 +184,18 @@ def plainly_instantiable(cls: type) -> bool:
     instantiation (type, or one such as abc.ABCMeta that keeps type.__call__), no abstract methods left."""
     if cls.__new__ is not object.__new__:
         return False
-    if type(cls) is not type and type(cls).__call__ is not type.__call__:
+    if not metaclass_keeps_instantiation(cls):
         return False
     if getattr(cls, "__abstractmethods__", None):
         return False  # object.__new__ raises TypeError
     return True
+
+
+def metaclass_keeps_instantiation(cls: type) -> bool:
+    """cls's metaclass is type, or one whose calls are type.__call__ (abc.ABCMeta, or transformers'
+    _BCCacheNameMeta that only hooks class-level __setattr__): cls(...) is __new__ then __init__."""
+    meta = type(cls)
+    return meta is type or (issubclass(meta, type) and meta.__call__ is type.__call__)
 
 
 def _make_namedtuple(tx, cls, args, kwargs) -> Value:
