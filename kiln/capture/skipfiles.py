@@ -36,8 +36,11 @@ def _package_dir(name: str) -> str | None:
     return os.path.abspath(list(spec.submodule_search_locations)[0]) + os.sep
 
 
-# numerical libraries kiln does not trace into: a call into them breaks the graph at the call
-_SKIPPED_PACKAGES = tuple(d for d in (_package_dir("numpy"),) if d)
+# libraries kiln does not trace into: a call into them breaks the graph at the call. numpy is C
+# underneath; triton's launchers and interpreter move tensors between storages (untyped_storage(),
+# set_(), data_ptr()) in ways a trace on fake tensors cannot follow (a user kernel launch traced into
+# gave a wrong result)
+_SKIPPED_PACKAGES = tuple(d for d in (_package_dir("numpy"), _package_dir("triton")) if d)
 # pure-Python protocol mixins of the standard library that user containers inherit (Mapping.__contains__,
 # Mapping.get, ...): traced like user code
 _INLINABLE_STDLIB = ("<frozen _collections_abc>",) + tuple(os.path.join(d, "_collections_abc.py") for d in _STDLIB_DIRS)

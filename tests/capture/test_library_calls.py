@@ -1,0 +1,51 @@
+"""Calls into libraries kiln does not trace into (skipfiles): they break the graph at the call and run as
+Python, so their internals can never turn into a wrong result."""
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from kiln.capture import skipfiles
+
+_USER_TRITON_KERNEL = textwrap.dedent('''
+    import torch, triton, triton.language as tl, kiln
+
+    @triton.jit
+    def add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        m = offs < n
+        tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=m) + tl.load(y_ptr + offs, mask=m), mask=m)
+
+    def f(x, y):
+        out = torch.empty_like(x)
+        n = x.numel()
+        add_kernel[(triton.cdiv(n, 64),)](x, y, out, n, BLOCK=64)
+        return out.relu() * 2
+
+    x, y = torch.randn(100), torch.randn(100)
+    compiled = kiln.compile(f, backend="eager")
+    for _ in range(3):
+        torch.testing.assert_close(compiled(x, y), f(x, y))
+    stats = kiln.stats.snapshot()
+    assert stats["graphs"] <= 3, stats  # before the launch, after it (not hundreds inside Triton)
+    print("OK", stats["graphs"])
+''')
+
+
+def test_triton_package_is_not_traced_into():
+    triton = pytest.importorskip("triton")
+    assert skipfiles.is_skipped_file(triton.runtime.jit.__file__)
+    assert not skipfiles.is_inlinable(triton.runtime.jit.JITFunction.__getitem__.__code__)
+
+
+def test_user_triton_kernel_launch_gives_eager_result():
+    """A user @triton.jit kernel launched in compiled code (Triton's interpreter on CPU) writes the tensor the
+    graph reads afterwards; kiln once traced into Triton's launcher and returned garbage."""
+    pytest.importorskip("triton")
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    done = subprocess.run([sys.executable, "-c", _USER_TRITON_KERNEL], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "OK" in done.stdout
