@@ -82,12 +82,15 @@ def _library_codes() -> frozenset:
     import contextlib
 
     import torch.backends.mha
+    import torch.nn.init
 
     null = contextlib.nullcontext  # `with cm if cond else nullcontext():` (transformers, many models)
     # TransformerEncoderLayer / MultiheadAttention ask it on every call: traced, it reads the module's
     # flag through a guarded place (torch.jit.is_scripting() is a compile-state query: False)
     fastpath = torch.backends.mha.get_fastpath_enabled
-    return frozenset(f.__code__ for f in (null.__init__, null.__enter__, null.__exit__, fastpath))
+    # pure helpers of torch.nn.init that model code calls in forward (a gain from a nonlinearity's name)
+    init_helpers = (torch.nn.init.calculate_gain,)
+    return frozenset(f.__code__ for f in (null.__init__, null.__enter__, null.__exit__, fastpath, *init_helpers))
 
 
 _INLINABLE_CODES = _library_codes()

@@ -200,6 +200,12 @@ def _wrap(tx, value, source, qualname) -> Value:
             guards.type(source, value)
             guards.constant(AttrSource(source, "previous"), value.previous)
         return WithExitValue(GradModeValue(torch.is_grad_enabled(), previous=value.previous), source)
+    from kiln.capture.values.operator_objects import OPERATOR_OBJECT_TYPES, wrap_operator_object
+
+    if type(value) in OPERATOR_OBJECT_TYPES and source is not None:
+        found = wrap_operator_object(tx, value, source)
+        if found is not None:
+            return found
     if source is None:
         unsupported(f"object of type {type(value).__name__} without a place in the frame")
     if type(value).__module__ in ("builtins",) or type(value).__module__.startswith("torch") or \

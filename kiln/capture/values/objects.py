@@ -151,6 +151,10 @@ class ClassValue(Value):
             from kiln.capture.values.exceptions import make_exception
 
             return make_exception(cls, args, kwargs)
+        from kiln.capture.values.operator_objects import OPERATOR_OBJECT_TYPES, make_operator_object
+
+        if cls in OPERATOR_OBJECT_TYPES:
+            return make_operator_object(cls, args, kwargs)
         if cls.__module__ == "builtins" or cls.__module__.startswith("torch"):
             return construct_builtin_type(tx, cls, args, kwargs)
         from kiln.capture.values.dict_objects import DictObjectValue, is_dict_subclass, python_override
