@@ -17,6 +17,7 @@ import torch.fx as fx
 
 from kiln.capture import hook
 from kiln.capture.codegen import collect_tensors, transformed_code
+from kiln.capture.frame_filter import may_use_tensors
 from kiln.capture.graph_break import compile_with_break
 from kiln.capture.guards import CompiledGuards
 from kiln.capture.interpreter import RootTracer
@@ -97,6 +98,9 @@ class FrameCompiler:
         if not should_offer(code):
             hook.mark_skip(code)
             _SKIPPED_CODES.add(code)
+            return None
+        if not entries and not may_use_tensors(code, f_locals, f_globals, closure):
+            stats.frames_without_tensors += 1
             return None
         stats.frames_seen += 1
         if entries:

@@ -11,6 +11,8 @@ class Stats:
     """Counters of what kiln did in this process.
 
     frames_seen / frames_compiled: frames offered by the hook / turned into transformed code.
+    frames_without_tensors: frames run as they are because nothing they can reach is a tensor
+    (capture/frame_filter.py).
     graphs: FX graphs handed to a backend. graph_breaks: by reason.
     joint_graphs: graphs compiled for training (forward and backward from one joint graph).
     recompilations: by the guard that failed. eager_fallbacks: frames run eagerly, by reason.
@@ -26,6 +28,7 @@ class Stats:
 
     def reset(self) -> None:
         self.frames_seen = 0
+        self.frames_without_tensors = 0
         self.frames_compiled = 0
         self.cache_hits = 0
         self.graphs = 0
@@ -52,6 +55,7 @@ class Stats:
     def snapshot(self) -> dict:
         return {
             "frames_seen": self.frames_seen,
+            "frames_without_tensors": self.frames_without_tensors,
             "frames_compiled": self.frames_compiled,
             "cache_hits": self.cache_hits,
             "graphs": self.graphs,

@@ -1,0 +1,64 @@
+"""Which frames are worth tracing: those that can reach a tensor.
+
+A frame none of whose locals, closure cells or referenced globals holds a tensor, a module or the
+torch package cannot record a tensor op itself (its callees are still offered to kiln one by one).
+Tracing it would only produce guards on plain Python values, and a recompile for each new value:
+an import finder's `find_spec(fullname)` run by a lazy import inside a compiled function hit the
+recompile limit. Such frames run as they are (always exact); TorchDynamo skips them the same way.
+"""
+from __future__ import annotations
+
+import types
+
+import torch
+
+_LEAF_TYPES = (str, bytes, int, float, complex, bool, type(None), range, slice, type, types.FunctionType,
+               types.BuiltinFunctionType, types.MethodType, types.CodeType)
+_WALK_LIMIT = 2000  # objects visited before giving up and tracing the frame anyway
+_DEPTH = 4  # container items and object attributes followed this many levels down
+
+
+def may_use_tensors(code: types.CodeType, f_locals: dict, f_globals: dict, closure) -> bool:
+    """True unless the frame surely cannot reach a tensor (when unsure: True)."""
+    for name in code.co_names:
+        value = f_globals.get(name)
+        if value is not None and _is_torchy_global(value):
+            return True
+    roots = list(f_locals.values())
+    for cell in closure or ():
+        try:
+            roots.append(cell.cell_contents)
+        except ValueError:  # an empty cell
+            continue
+    return _reaches_tensor(roots)
+
+
+def _is_torchy_global(value) -> bool:
+    if isinstance(value, types.ModuleType):
+        name = value.__name__
+        return name == "torch" or name.startswith("torch.") or name == "numpy" or name.startswith("numpy.")
+    return isinstance(value, (torch.Tensor, torch.nn.Module))
+
+
+def _reaches_tensor(roots: list) -> bool:
+    """Whether a tensor or module is among `roots`, their container items and (plain) objects' attributes,
+    up to _DEPTH levels down. Objects kiln cannot look into (C objects, slots) count as holding none,
+    as in TorchDynamo: their frame runs as it is, which is exact, only not compiled."""
+    seen: set[int] = set()
+    stack = [(obj, 0) for obj in roots]
+    while stack:
+        obj, depth = stack.pop()
+        if isinstance(obj, _LEAF_TYPES) or id(obj) in seen or depth > _DEPTH:
+            continue
+        if len(seen) >= _WALK_LIMIT or isinstance(obj, (torch.Tensor, torch.nn.Module)):
+            return True
+        seen.add(id(obj))
+        if isinstance(obj, (list, tuple, set, frozenset)):
+            stack.extend((item, depth + 1) for item in obj)
+        elif isinstance(obj, dict):
+            stack.extend((item, depth + 1) for item in list(obj.values()))
+        elif not isinstance(obj, types.ModuleType):
+            attrs = getattr(obj, "__dict__", None)
+            if type(attrs) is dict:
+                stack.extend((item, depth + 1) for item in list(attrs.values()))
+    return False

@@ -1,0 +1,83 @@
+"""capture/frame_filter.py: frames that cannot reach a tensor run as they are, without a cache entry."""
+import types
+import warnings
+
+import torch
+
+import kiln
+from kiln.capture.frame_filter import may_use_tensors
+
+
+def _frame_inputs(fn, *args):
+    code = fn.__code__
+    return code, dict(zip(code.co_varnames, args)), fn.__globals__, fn.__closure__
+
+
+class _Finder:
+    def find(self, fullname, path=None):
+        return fullname.startswith("x") and path is None
+
+
+def _uses_torch(n):
+    return torch.arange(n)
+
+
+def test_plain_python_frame_is_not_traced():
+    assert not may_use_tensors(*_frame_inputs(_Finder.find, _Finder(), "abc", ["p"]))
+
+
+def test_tensor_module_or_torch_global_is_traced():
+    assert may_use_tensors(*_frame_inputs(_Finder.find, _Finder(), torch.ones(1)))
+    assert may_use_tensors(*_frame_inputs(_Finder.find, _Finder(), [{"a": (1, torch.ones(1))}]))
+    assert may_use_tensors(*_frame_inputs(_Finder.find, torch.nn.Linear(2, 2), "a"))
+    assert may_use_tensors(*_frame_inputs(_uses_torch, 3))  # reads the global `torch`
+
+
+def test_tensor_inside_object_or_closure_is_traced():
+    holder = types.SimpleNamespace(inner=types.SimpleNamespace(w=torch.ones(2)))
+    assert may_use_tensors(*_frame_inputs(_Finder.find, holder, "a"))
+    w = torch.ones(2)
+
+    def closure():
+        return w
+
+    assert may_use_tensors(closure.__code__, {}, closure.__globals__, closure.__closure__)
+
+
+def test_objects_kiln_cannot_look_into_count_as_tensor_free():
+    assert not may_use_tensors(*_frame_inputs(_Finder.find, _Finder(), iter([torch.ones(1)])))
+
+
+def test_import_finder_called_with_many_names_does_not_recompile():
+    """A meta-path finder's Python find_spec, run by imports inside a compiled function (the import runs as
+    Python between graphs): no cache entries for it, no recompile-limit warning, the same result."""
+    import importlib.util
+    import sys
+
+    seen = []
+
+    class Finder:
+        def find_spec(self, fullname, path=None, target=None):
+            if fullname.startswith("kiln_test_missing"):
+                seen.append(fullname)
+            return None
+
+    def fn(x):
+        found = 0
+        for i in range(12):
+            found += importlib.util.find_spec(f"kiln_test_missing_module_{i}") is None
+        return x * found
+
+    sys.meta_path.insert(0, Finder())
+    try:
+        kiln.reset()
+        kiln.stats.reset()
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            out = kiln.compile(fn, backend="eager")(torch.ones(2))
+    finally:
+        del sys.meta_path[0]
+    torch.testing.assert_close(out, torch.full((2,), 12.0))
+    snapshot = kiln.stats.snapshot()
+    assert len(seen) == 12 and snapshot["frames_without_tensors"] >= 12, snapshot
+    assert not snapshot["recompilations"], snapshot["recompilations"]
