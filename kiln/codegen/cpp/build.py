@@ -2,6 +2,11 @@
 
 The cache key is the source text, the flags and the compiler's version, so a second process that
 generates the same source loads the cached library and compiles nothing.
+
+Each library has a checksum file beside it (`<lib>.so.sha256`, written after the library is in place).
+A library whose checksum is missing or differs (an interrupted or concurrent write, a truncated or
+overwritten file), or that the loader refuses, is removed and built again: a bad entry costs one
+rebuild, never a failed compile or wrong code.
 """
 from __future__ import annotations
 
@@ -56,21 +61,59 @@ def load_library(source: str, options, what: str = "C++ kernels") -> ctypes.CDLL
     lib = _LOADED.get(path)
     if lib is not None:
         return lib
-    if not os.path.exists(path):
+    if _intact(path):
+        try:
+            lib = ctypes.CDLL(path)
+            stats.kernel_cache_hits += 1
+        except OSError:
+            lib = None  # a library the loader refuses despite its checksum: built again below
+    if lib is None:
+        _remove(path)
         _compile(source, path, options, what)
-    else:
-        stats.kernel_cache_hits += 1
-    lib = ctypes.CDLL(path)
+        lib = ctypes.CDLL(path)
     _LOADED[path] = lib
     return lib
+
+
+def _checksum(path: str) -> str:
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def _intact(path: str) -> bool:
+    """Whether the cached library at ``path`` is there and matches the checksum written beside it."""
+    try:
+        with open(path + ".sha256") as f:
+            expected = f.read().strip()
+        return bool(expected) and _checksum(path) == expected
+    except OSError:
+        return False
+
+
+def _remove(path: str) -> None:
+    for stale in (path, path + ".sha256"):
+        try:
+            os.unlink(stale)
+        except OSError:
+            pass
+
+
+def _write_atomically(path: str, text: str, suffix: str) -> None:
+    fd, tmp = tempfile.mkstemp(suffix=suffix, dir=os.path.dirname(path))
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        _remove(tmp)
+        raise
 
 
 def _compile(source: str, path: str, options, what: str) -> None:
     directory = os.path.dirname(path)
     os.makedirs(directory, exist_ok=True)
     src_path = path[:-3] + ".cpp"
-    with open(src_path, "w") as f:
-        f.write(source)
+    _write_atomically(src_path, source, ".cpp")  # another process may be compiling the same file
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=directory)
     os.close(fd)
     cxx = options.cpp_compiler
@@ -84,5 +127,7 @@ def _compile(source: str, path: str, options, what: str) -> None:
     if done.returncode != 0:
         os.unlink(tmp)
         raise KernelBuildError(what, " ".join(cmd), done.stderr, src_path)
+    digest = _checksum(tmp)
     os.replace(tmp, path)  # atomic: a concurrent process sees the whole library or none
+    _write_atomically(path + ".sha256", digest, ".sha256")  # last: until then the entry is not intact
     stats.kernel_compiles += 1

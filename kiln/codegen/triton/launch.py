@@ -259,24 +259,35 @@ def _saved_raw(path: str, name: str):
 
 
 def _save_raw(path: str, name: str, value) -> None:
+    """Add ``name: value`` to the tune file; a file that cannot be written (a full disk) is left as it
+    was: the choice is only not remembered."""
     try:
         with open(path) as f:
             data = json.load(f)
     except (OSError, ValueError):
         data = {}
+    if not isinstance(data, dict):
+        data = {}
     data[name] = value
-    directory = os.path.dirname(path)
-    fd, tmp = tempfile.mkstemp(suffix=".json", dir=directory)
-    with os.fdopen(fd, "w") as f:
-        json.dump(data, f)
-    os.replace(tmp, path)
+    tmp = None
+    try:
+        fd, tmp = tempfile.mkstemp(suffix=".json", dir=os.path.dirname(path))
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f)
+        os.replace(tmp, path)
+    except OSError:
+        if tmp is not None and os.path.exists(tmp):
+            os.unlink(tmp)
 
 
 def _saved_choice(path: str, name: str, configs) -> LaunchConfig | None:
     saved = _saved_raw(path, name)
     if not isinstance(saved, list):
         return None
-    cfg = LaunchConfig(*saved)
+    try:
+        cfg = LaunchConfig(*saved)
+    except (TypeError, ValueError):  # a damaged or older tune file: tuned again
+        return None
     return cfg if cfg in configs else None
 
 

@@ -150,7 +150,10 @@ class MatmulChoice:
         elif tune_path is not None:
             saved = _saved_raw(tune_path, kernel.name)
             if isinstance(saved, dict):
-                self._load(saved)
+                try:
+                    self._load(saved)
+                except (TypeError, ValueError, AttributeError):  # a damaged tune file: tuned again
+                    self.run, self.picked, self.timings = None, None, {}
 
     def _take(self, what, note: str = ""):
         stats.matmul_choices["library" if what == "library" else "template"] += 1

@@ -80,7 +80,7 @@ def load_module(source: str, options, interpret: bool) -> tuple[dict, str, bool]
         return ns, path, False
     from kiln.debug.stats import stats  # imported here: compile workers load this file alone, without kiln
 
-    fresh = not os.path.exists(path)
+    fresh = not _holds(path, source)  # missing, or truncated/overwritten: written again
     if fresh:
         _write(path, source)
         stats.kernel_compiles += 1
@@ -100,6 +100,14 @@ def load_module_file(path: str, interpret: bool) -> dict:
         text = f.read()
     exec(compile(text, path, "exec"), ns)
     return ns
+
+
+def _holds(path: str, source: str) -> bool:
+    try:
+        with open(path) as f:
+            return f.read() == source
+    except (OSError, UnicodeDecodeError):
+        return False
 
 
 def _write(path: str, source: str) -> None:
