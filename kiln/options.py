@@ -74,6 +74,10 @@ class Options:
         2.7 -> 1.8 ms in bfloat16), off on CPU (not measured there).
     compile_workers: processes that compile a graph's new Triton kernels in parallel before their first
         launch (KILN_COMPILE_WORKERS; 0: Triton compiles each kernel at its first launch, in turn).
+    gemm_padding: 16-bit mm/bmm on CUDA whose operands the library would get misaligned (a dimension
+        not a multiple of 16 bytes, e.g. GPT-2's 50257-word LM head) are computed on zero-padded operands
+        where that is worth it ("auto"; ``kiln/lower/gemm_padding.py``), "always" (every misaligned
+        product, any device and dtype: tests) or "off" (KILN_GEMM_PADDING).
     matmul_choice: how a matmul template's path is picked: "autotune" (time the template's configs
         and the library path on the first call on the GPU, keep the fastest; the interpreter takes
         the template), "template" or "library" (force one path; KILN_MATMUL_CHOICE).
@@ -96,8 +100,11 @@ class Options:
     matmul_choice: str = "autotune"
     compile_workers: int = 0
     conv_channels_last: bool | None = None
+    gemm_padding: str = "auto"
 
     def __post_init__(self):
+        if self.gemm_padding not in ("auto", "always", "off"):
+            raise ValueError(f"Options.gemm_padding must be 'auto', 'always' or 'off', not {self.gemm_padding!r}")
         if self.cpu_codegen not in ("cpp", "triton"):
             raise ValueError(f"Options.cpu_codegen must be 'cpp' or 'triton', not {self.cpu_codegen!r}")
         if self.matmul_choice not in MATMUL_CHOICES:
@@ -136,6 +143,7 @@ def _read_environment() -> Options:
         cache_dir=_env_str("KILN_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "kiln"),
         cpp_compiler=_env_str("KILN_CXX") or "g++",
         cpu_codegen=_env_choice("KILN_CPU_CODEGEN", ("cpp", "triton"), "cpp"),
+        gemm_padding=_env_choice("KILN_GEMM_PADDING", ("auto", "always", "off"), "auto"),
         triton_autotune=_env_int("KILN_TRITON_AUTOTUNE", 1) != 0,
         triton_fast_launch=_env_int("KILN_TRITON_FAST_LAUNCH", 1) != 0,
         matmul_templates=_env_int("KILN_MATMUL_TEMPLATES", 0) != 0,

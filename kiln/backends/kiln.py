@@ -79,7 +79,7 @@ def compile_graph(gm, options: Options, target: str = "cpp") -> CompiledGraph:
     """Lower, schedule and generate code for a core-op ATen graph module; ``target`` is "cpp",
     "triton" (GPU) or "triton-interpreted" (Triton kernels on CPU tensors, run by Triton's interpreter)."""
     with stats.timed("lower"):
-        lg = lower_graph(gm)
+        lg = lower_graph(gm, options.gemm_padding)
     buffers = lg.buffers()
     device = "cuda" if target == "triton" else "cpu"
     elsewhere = sorted({str(b.device) for b in buffers.values() if b.device.type != device})

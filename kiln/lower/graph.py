@@ -19,6 +19,7 @@ from kiln.loopir.nodes import (
     Stored, TensorValue, contiguous_strides, is_dense,
 )
 from kiln.lower.bias_fold import fold_bias_into_matmul
+from kiln.lower.gemm_padding import pad_misaligned_matmuls
 from kiln.lower.registry import Unlowerable, lowerings
 
 # a Lazy whose body inlines more ops than this is realized even with one reader
@@ -73,7 +74,8 @@ def fake_val(node) -> Any:
 
 
 class GraphLowering:
-    def __init__(self, gm: fx.GraphModule):
+    def __init__(self, gm: fx.GraphModule, gemm_padding: str = "auto"):
+        self.gemm_padding = gemm_padding
         self.gm = gm
         self.nodes: list = []
         self.inputs: list[InputBuffer] = []
@@ -178,7 +180,8 @@ class GraphLowering:
         table = lowerings()
         outputs = None
         read_after_random_fill(self.gm.graph)
-        if fold_bias_into_matmul(self.gm.graph):
+        folded = fold_bias_into_matmul(self.gm.graph)
+        if pad_misaligned_matmuls(self.gm.graph, self.gemm_padding) or folded:
             self.gm.recompile()
         for node in self.gm.graph.nodes:
             if node.op == "call_function" and mutates_an_argument(node.target) and not fills_fresh_tensor(node):
@@ -366,5 +369,5 @@ def _unpermuted(body, order):
     return permuted_body
 
 
-def lower_graph(gm: fx.GraphModule) -> LoweredGraph:
-    return GraphLowering(gm).run()
+def lower_graph(gm: fx.GraphModule, gemm_padding: str = "auto") -> LoweredGraph:
+    return GraphLowering(gm, gemm_padding).run()
