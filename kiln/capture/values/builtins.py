@@ -72,7 +72,9 @@ def _fold(fn, args, kwargs) -> Value:
     try:
         result = fn(*[a.as_constant() for a in args], **{k: v.as_constant() for k, v in kwargs.items()})
     except Exception as exc:
-        unsupported(f"{getattr(fn, '__name__', fn)}(...) raised {type(exc).__name__}: {exc}")
+        from kiln.capture.values.exceptions import raise_as_traced
+
+        raise_as_traced(exc, f"{getattr(fn, '__name__', fn)}(...)")
     return wrap_constant_result(result)
 
 
@@ -97,7 +99,7 @@ def _len(tx, obj, **kw):
     if isinstance(obj, SetValue):
         return ConstantValue(len(obj.members))
     if obj.is_constant():
-        return ConstantValue(len(obj.as_constant()))
+        return _fold(len, [obj], {})
     from kiln.capture.values.modules import NNModuleValue
 
     if isinstance(obj, NNModuleValue):

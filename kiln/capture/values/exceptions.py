@@ -82,6 +82,18 @@ def is_plain_exception_class(cls) -> bool:
     return True
 
 
+def raise_as_traced(exc: BaseException, what: str):
+    """Re-raise `exc`, which a builtin raised on constant arguments exactly as the program would have
+    (`len(5)`, `1 / 0`, `int("x")`), as a TracedRaise of the same class and arguments, so a traced
+    `except` catches it and, uncaught, the statement runs as Python and raises it there."""
+    from kiln.capture.values.base import ConstantValue, is_constant_literal
+
+    cls = type(exc)
+    if not is_plain_exception_class(cls) or not all(is_constant_literal(a) for a in exc.args):
+        unsupported(f"{what} raised {cls.__name__}: {exc}")
+    raise TracedRaise(ExceptionValue(cls, [ConstantValue(a) for a in exc.args]), str(exc)) from None
+
+
 def make_exception(cls: type, args: list[Value], kwargs: dict[str, Value]) -> ExceptionValue:
     if kwargs or not is_plain_exception_class(cls):
         unsupported(f"creating exception {cls.__name__}")

@@ -37,7 +37,9 @@ def binary_op(tx, op: Callable, a: Value, b: Value) -> Value:
         try:
             return wrap_const(plain(a.as_constant(), b.as_constant()))
         except Exception as exc:
-            unsupported(f"{a.as_constant()!r} {_sym(plain)} {b.as_constant()!r} raised {type(exc).__name__}: {exc}")
+            from kiln.capture.values.exceptions import raise_as_traced
+
+            raise_as_traced(exc, f"{a.as_constant()!r} {_sym(plain)} {b.as_constant()!r}")
     if isinstance(a, SequenceValue) and isinstance(b, SequenceValue) and plain is operator.add:
         if isinstance(a, ListValue) and op is operator.iadd:
             a.call_method(tx, "extend", [b], {})
