@@ -68,6 +68,9 @@ class Tracer:
         self.kw_names: tuple[str, ...] = ()
         self.active_withs: list = []
         self.handled_exceptions: list = []  # exceptions of the except blocks running (innermost last)
+        # root frame: id(exception value) -> index of the root instruction that raised it, for exceptions
+        # this frame's own handlers caught (see unwind)
+        self.caught_at: dict[int, int] = {}
         self.depth = 0 if parent is None else parent.depth + 1
         self.lineno = code.co_firstlineno
 
@@ -101,21 +104,38 @@ class Tracer:
             return ret.value
         except Unsupported as exc:
             if self.parent is None and getattr(exc, "root_index", None) is None:
-                exc.root_index = self.ip - 1  # the root instruction that was running
+                exc.root_index = self.break_index_for(exc)
             raise exc.locate(self.code.co_filename, self.lineno)
 
     def unwind(self, exc: TracedRaise, inst) -> bool:
-        """Jump to the handler covering `inst` in this inlined frame, as CPython does; False if none
-        (the exception leaves the frame). The root frame never catches (values/exceptions.py)."""
+        """Jump to the handler covering `inst` in this frame, as CPython does; False if none (the
+        exception leaves the frame). The root frame remembers where it caught each exception: if one
+        leaves it after all, the graph breaks before that instruction (break_index_for)."""
         entry = inst.exn_tab_entry
-        if self.parent is None or entry is None:
+        if entry is None:
             return False
+        if self.parent is None:
+            self.caught_at.setdefault(id(exc.exc_value), self.ip - 1)
         del self.stack[entry.depth:]
         if entry.lasti:
             self.push(ConstantValue(inst.offset))
         self.push(exc.exc_value)
         self.ip = self.index_of[id(entry.target)]
         return True
+
+    def break_index_for(self, exc: Unsupported) -> int:
+        """The root instruction to break the graph before. Usually the one that was running; but when a
+        traced exception leaves the frame after one of its handlers caught it (a bare `raise`, no
+        matching except clause, a new exception raised in the handler), the instruction that first
+        raised the exception handled outermost: a break inside a handler cannot carry the handler's
+        state, so the whole try statement from there runs as Python and resumes as it would."""
+        exc_value = getattr(exc, "exc_value", None)
+        if exc_value is not None and id(exc_value) in self.caught_at:
+            return self.caught_at[id(exc_value)]
+        for handled in self.handled_exceptions:
+            if id(handled) in self.caught_at:
+                return self.caught_at[id(handled)]
+        return self.ip - 1
 
     def user_stack(self) -> list[tuple[str, int, str]]:
         frames = []

@@ -122,9 +122,11 @@ def test_try_except_not_taken_with_break():
             s = 1.0
         return y * s
 
-    # kiln: the root graph (relu); the continuation inside the try block (y * s), compiled again
-    # for the dict without the key (the handler's path). dynamo runs the frame unsplit (0 graphs).
-    check_breaks(fn, arg_sets=[(t(3), {"scale": 3.0}), (t(3), {})], graphs=3, breaks=1,
+    # kiln: the root graph (relu), compiled again for the dict without the key (the live `d` handed to
+    # the resume function is guarded by its keys); the continuation inside the try block (y * s), and
+    # again for the dict without the key, where the KeyError is caught by the handler in the same trace
+    # (y * 1.0). dynamo runs the frame unsplit (0 graphs).
+    check_breaks(fn, arg_sets=[(t(3), {"scale": 3.0}), (t(3), {})], graphs=4, breaks=1,
                  dynamo_graphs=0, dynamo_breaks=-1)
 
 

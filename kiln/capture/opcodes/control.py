@@ -84,7 +84,7 @@ def RAISE_VARARGS(tx, inst):
                 hint="kiln runs the raise as Python")
 
 
-# Exception handlers of inlined frames (the root frame never catches: see values/exceptions.py).
+# Exception handlers (Tracer.unwind jumps into them; see values/exceptions.py).
 # Jumps into them come from Tracer.unwind; these run the handler bodies.
 
 @handles()
@@ -118,6 +118,21 @@ def RERAISE(tx, inst):
     if not isinstance(exc, ExceptionValue):
         unsupported(f"re-raising {exc}")
     raise TracedRaise(exc)
+
+
+@handles()
+def WITH_EXCEPT_START(tx, inst):
+    """An exception leaves a with block: call the block's exit with it (stack: exit, lasti, previous
+    exception, exception; 3.11 and 3.12). Grad-mode and autocast blocks restore their state and do not
+    suppress it; a user context manager's __exit__ would also see the traceback, which kiln does not
+    model, so that breaks."""
+    from kiln.capture.values.contexts import WithExitValue
+    from kiln.capture.values.exceptions import ExceptionValue
+
+    exc, exit_ = tx.stack[-1], tx.stack[-4]
+    if not isinstance(exc, ExceptionValue) or not isinstance(exit_, WithExitValue):
+        unsupported(f"an exception leaving a `with` block on {exit_}")
+    tx.push(exit_.call(tx, [], {}))
 
 
 class _PreviousException(ConstantValue):

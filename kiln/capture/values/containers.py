@@ -1,6 +1,8 @@
 """Tuples, lists, dicts, sets, slices, named tuples and iterators over them."""
 from __future__ import annotations
 
+import collections
+
 from typing import Any
 
 from kiln.capture.values.base import ConstantValue, Value, note_mutation, unsupported
@@ -47,8 +49,14 @@ class SequenceValue(Value):
             return type(self)(self.elements[idx]) if type(self) in (TupleValue, ListValue) else TupleValue(self.elements[idx])
         try:
             return self.elements[idx]
-        except (IndexError, TypeError) as exc:
-            unsupported(f"{self.python_kind.__name__} index {idx!r}: {exc}")
+        except (IndexError, TypeError):
+            from kiln.capture.values.exceptions import raise_as_traced
+
+            try:  # the error CPython raises for this kind of sequence, message and all
+                self.python_kind([None] * len(self.elements))[idx]
+            except (IndexError, TypeError) as exc:
+                raise_as_traced(exc, f"{self.python_kind.__name__}[{idx!r}]")
+            unsupported(f"{self.python_kind.__name__} index {idx!r}")
 
     def reconstruct(self, cg) -> None:
         for v in self.elements:
@@ -246,6 +254,10 @@ class DictValue(Value):
     def getitem(self, tx, key: Value) -> Value:
         k = dict_key(tx, key)
         if k not in self.entries:
+            if self.dict_type in (dict, collections.OrderedDict):  # no __missing__
+                from kiln.capture.values.exceptions import raise_as_traced
+
+                raise_as_traced(KeyError(k), f"dict[{k!r}]")
             unsupported(f"KeyError: {k!r}")
         return self.entries[k]
 
