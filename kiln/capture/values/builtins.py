@@ -32,7 +32,7 @@ class BuiltinValue(KnownFunctionValue):
     def getattr(self, tx, name: str) -> Value:
         from kiln.capture.values.dict_objects import UnboundBaseMethod
 
-        if (self.fn is object and name == "__setattr__") or (self.fn is dict and name in ("__setitem__", "__init__")):
+        if (self.fn is object and name in ("__setattr__", "__delattr__", "__getattribute__")) or (self.fn is dict and name in ("__setitem__", "__init__")):
             return UnboundBaseMethod(self.fn, name)  # object.__setattr__(self, k, v) in a __setattr__
         return super().getattr(tx, name)
 
@@ -187,6 +187,15 @@ def _setattr(tx, obj, name, value):
     return ConstantValue(None)
 
 
+def _delattr(tx, obj, name):
+    from kiln.capture.values.objects import delete_attribute
+
+    if not name.is_constant() or not isinstance(name.as_constant(), str):
+        unsupported("delattr() with a name that is not a constant string")
+    delete_attribute(tx, obj, name.as_constant())
+    return ConstantValue(None)
+
+
 def _type(tx, obj):
     from kiln.capture.values.objects import ClassValue
 
@@ -325,7 +334,7 @@ def _tensor_number(kind):
 
 _HANDLERS: dict = {
     len: _len, isinstance: _isinstance, issubclass: _issubclass, getattr: _getattr, hasattr: _hasattr,
-    setattr: _setattr, iter: _iter, next: _next, zip: _zip, enumerate: _enumerate, reversed: _reversed,
+    setattr: _setattr, delattr: _delattr, iter: _iter, next: _next, zip: _zip, enumerate: _enumerate, reversed: _reversed,
     map: _map, filter: _filter, range: _range, sum: _sum, min: _minmax(min), max: _minmax(max),
     all: _all_any(all), any: _all_any(any), sorted: _sorted, print: _print, id: _id, callable: _callable,
     super: _super, type: _type, int: _tensor_number(int), float: _tensor_number(float), bool: _tensor_number(bool),

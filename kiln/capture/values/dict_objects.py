@@ -164,18 +164,41 @@ class AttrsView(Value):
 
 
 class RawSetattr(Value):
-    """`super().__setattr__` reaching object.__setattr__ from a Python __setattr__."""
+    """`super().__setattr__` reaching object.__setattr__ from a Python __setattr__: the attribute of an
+    object made while tracing, or a recorded store on an existing one (values/objects.py)."""
 
-    def __init__(self, obj: NewObjectValue):
+    def __init__(self, obj: Value):
         self.obj = obj
 
     def call(self, tx, args, kwargs) -> Value:
+        from kiln.capture.values.objects import UserObjectValue
+
         if len(args) != 2 or kwargs or not args[0].is_constant():
             unsupported("object.__setattr__ with a non-constant name")
+        name = args[0].as_constant()
+        if not isinstance(name, str):
+            unsupported(f"object.__setattr__ with a {type(name).__name__} name (TypeError)")
         if isinstance(self.obj, DictObjectValue):
-            self.obj.raw_setattr(tx, args[0].as_constant(), args[1])
+            self.obj.raw_setattr(tx, name, args[1])
+        elif isinstance(self.obj, UserObjectValue):
+            self.obj.raw_setattr(tx, name, args[1])
         else:
-            NewObjectValue.setattr(self.obj, tx, args[0].as_constant(), args[1])
+            NewObjectValue.setattr(self.obj, tx, name, args[1])
+        return ConstantValue(None)
+
+
+class RawDelattr(Value):
+    """`super().__delattr__` / `object.__delattr__` reaching object's C method from a Python __delattr__."""
+
+    def __init__(self, obj: Value):
+        self.obj = obj
+
+    def call(self, tx, args, kwargs) -> Value:
+        if len(args) != 1 or kwargs or not args[0].is_constant() or not isinstance(args[0].as_constant(), str):
+            unsupported("object.__delattr__ with a non-constant name")
+        if isinstance(self.obj, DictObjectValue):
+            unsupported(f"deleting an attribute of a {self.obj.cls.__name__} (a dict subclass) made while tracing")
+        self.obj.raw_delattr(tx, args[0].as_constant(), raw=True)
         return ConstantValue(None)
 
 
@@ -218,11 +241,20 @@ class UnboundBaseMethod(Value):
         self.owner, self.name = owner, name
 
     def call(self, tx, args, kwargs) -> Value:
-        if not args or not isinstance(args[0], NewObjectValue) or \
+        from kiln.capture.values.objects import UserObjectValue, _GenericGetattr
+
+        if self.owner is object and args and isinstance(args[0], UserObjectValue) and args[0].source is not None \
+                and self.name in ("__setattr__", "__delattr__", "__getattribute__"):
+            pass  # an existing object: recorded stores and deletes, reads through its place
+        elif not args or not isinstance(args[0], NewObjectValue) or \
                 (self.owner is dict and not isinstance(args[0], DictObjectValue)):
             unsupported(f"{self.owner.__name__}.{self.name}() on {args[0] if args else 'nothing'}")
         if self.name == "__setattr__":
             return RawSetattr(args[0]).call(tx, args[1:], kwargs)
+        if self.name == "__delattr__":
+            return RawDelattr(args[0]).call(tx, args[1:], kwargs)
+        if self.name == "__getattribute__":
+            return _GenericGetattr(args[0]).call(tx, args[1:], kwargs)
         return RawDictMethod(args[0], self.name).call(tx, args[1:], kwargs)
 
     def reconstruct(self, cg) -> None:

@@ -34,6 +34,11 @@ def class_attribute(tx, cls: type, name: str, self_value: Value | None) -> Value
         return UserMethodValue(fn, self_value) if self_value is not None else fn
     if self_value is not None and is_once_logging_method(cls, attr):
         return OnceLoggingCall(attr, self_value)
+    if klass is object and self_value is not None:
+        if name == "__class__":  # object's getset descriptor: the exact type (guarded where it was read)
+            return ClassValue(cls)
+        if name in OBJECT_SLOT_METHODS:
+            return ObjectSlotMethod(self_value, name)
     if type(attr) is types.MemberDescriptorType and isinstance(self_value, UserObjectValue):
         # a __slots__ attribute (e.g. dataclasses.Field.name): read from the object, through its place
         try:
@@ -50,6 +55,71 @@ def class_attribute(tx, cls: type, name: str, self_value: Value | None) -> Value
 
         src = AttrSource(GenericAttrSource(self_value.source, "__class__"), name)
     return wrap(tx, attr, src)
+
+
+# object's C methods an attribute read may reach (copy's protocol looks them up on the instance)
+OBJECT_SLOT_METHODS = frozenset({"__reduce_ex__", "__reduce__", "__getstate__"})
+
+
+class ObjectSlotMethod(Value):
+    """`obj.__reduce_ex__` (or __reduce__, __getstate__) found on `object` itself: bound, not traced.
+    copy.copy/deepcopy (values/copying.py) recognize it as the default protocol; calling it breaks."""
+
+    def __init__(self, obj: Value, name: str):
+        self.obj, self.name = obj, name
+
+    def call(self, tx, args, kwargs) -> Value:
+        unsupported(f"object.{self.name}() of a {self.obj.python_type().__name__} is a C method kiln does not run",
+                    hint="kiln runs it between two graphs")
+
+    def reconstruct(self, cg) -> None:
+        cg.prepare_call(getattr)
+        cg.reconstruct(self.obj)
+        cg.load_const(self.name)
+        cg.call(2)
+
+    def __repr__(self) -> str:
+        return f"ObjectSlotMethod({self.obj!r}.{self.name})"
+
+
+def python_slot(cls: type, name: str):
+    """The Python function cls's MRO gives for `name` (e.g. __delattr__), or None when the first
+    definition is not a plain Python function (object's C slot, a builtin base's)."""
+    for klass in cls.__mro__:
+        if name in vars(klass):
+            found = vars(klass)[name]
+            return found if isinstance(found, types.FunctionType) else None
+    return None
+
+
+def data_descriptor_of(cls: type, name: str):
+    """The data descriptor (property, slot, getset) cls's MRO has for `name`, else None."""
+    for klass in cls.__mro__:
+        if name in vars(klass):
+            found = vars(klass)[name]
+            return found if hasattr(type(found), "__set__") or hasattr(type(found), "__delete__") else None
+    return None
+
+
+def delete_attribute(tx, obj: Value, name: str) -> None:
+    """`del obj.name` / `delattr(obj, name)`: a class's Python __delattr__ runs as written, else object's."""
+    if not isinstance(obj, (UserObjectValue, NewObjectValue)) or type(obj).__name__ == "DictObjectValue":
+        unsupported(f"deleting attribute {name!r} of {obj}")
+    if isinstance(obj, UserObjectValue) and obj.source is None:
+        unsupported(f"deleting attribute {name!r} of a {obj.python_type().__name__} kiln cannot name")
+    cls = obj.python_type()
+    if python_slot(cls, "__delattr__") is not None:
+        class_attribute(tx, cls, "__delattr__", obj).call(tx, [ConstantValue(name)], {})
+        return
+    if cls.__delattr__ is not object.__delattr__:
+        unsupported(f"deleting attribute {name!r} of a {cls.__name__}, whose __delattr__ is a C method")
+    obj.raw_delattr(tx, name)
+
+
+def _refuse_descriptor(cls: type, name: str, what: str) -> None:
+    if data_descriptor_of(cls, name) is not None:
+        unsupported(f"{what} attribute {name!r} of a {cls.__name__}: the class has a data descriptor "
+                    f"(property, slot) of that name, whose code kiln does not run")
 
 
 _LOGGER_METHODS = {"debug", "info", "warning", "warn", "error", "critical", "exception", "log"}
@@ -226,11 +296,6 @@ class UserObjectValue(Value):
         return type(self.obj)
 
     def getattr(self, tx, name: str) -> Value:
-        from kiln.capture.values.builder import wrap
-
-        pending = tx.output.side_effects.load_attr(self, name)
-        if pending is not None:
-            return pending
         cls = type(self.obj)
         if not has_generic_getattribute(cls):
             if isinstance(cls.__getattribute__, types.FunctionType):
@@ -240,9 +305,14 @@ class UserObjectValue(Value):
         return self.generic_getattr(tx, name)
 
     def generic_getattr(self, tx, name: str) -> Value:
-        """object.__getattribute__: data descriptors, then the instance dict, then the class."""
+        """object.__getattribute__: data descriptors, then the instance dict, then the class (attributes
+        stored or deleted while tracing are recorded side effects: reads see them)."""
+        from kiln.capture.side_effects import DELETED
         from kiln.capture.values.builder import wrap
 
+        pending = tx.output.side_effects.load_attr(self, name)
+        if pending is not None and pending is not DELETED:
+            return pending
         cls = type(self.obj)
         if name == "__dict__" and hasattr(self.obj, "__dict__"):
             return InstanceDictValue(self)
@@ -253,11 +323,11 @@ class UserObjectValue(Value):
                 class_attr = vars(klass)[name]
                 break
         data_descriptor = class_attr is not None and hasattr(type(class_attr), "__set__")
-        inst_dict = getattr(self.obj, "__dict__", {})
+        inst_dict = getattr(self.obj, "__dict__", {}) if pending is not DELETED else {}
         if not data_descriptor and name in inst_dict:
             return wrap(tx, inst_dict[name], attr_source(name))
         if class_attr is not None:
-            if hasattr(self.obj, "__dict__"):
+            if hasattr(self.obj, "__dict__") and pending is not DELETED:
                 # an instance attribute set later would shadow the class attribute
                 tx.output.guards.contains(attr_source("__dict__"), name, False)
             return class_attribute(tx, cls, name, self)
@@ -265,11 +335,47 @@ class UserObjectValue(Value):
             unsupported(f"{cls.__name__}.__getattr__ for attribute {name!r}")
         if self.source is None:
             unsupported(f"{cls.__name__!r} object has no attribute {name!r}")
-        if hasattr(self.obj, "__dict__"):
+        if hasattr(self.obj, "__dict__") and pending is not DELETED:
             tx.output.guards.contains(attr_source("__dict__"), name, False)  # not set later either
         from kiln.capture.values.exceptions import raise_attribute_error
 
         raise_attribute_error(cls, name)
+
+    def instance_dict_has(self, tx, name: str) -> bool:
+        """Whether obj.__dict__ holds `name` now: recorded stores and deletes, else the real dict (guarded)."""
+        from kiln.capture.side_effects import DELETED
+
+        pending = tx.output.side_effects.load_attr(self, name)
+        if pending is not None:
+            return pending is not DELETED
+        if not hasattr(self.obj, "__dict__"):
+            unsupported(f"a {type(self.obj).__name__} object has no __dict__ (slots)")
+        present = name in self.obj.__dict__
+        tx.output.guards.contains(self.attr_source("__dict__"), name, present)
+        return present
+
+    def raw_setattr(self, tx, name: str, value: Value) -> None:
+        """object.__setattr__(obj, name, value) reached from the class's Python __setattr__: a recorded
+        store, replayed as object.__setattr__ after the graph."""
+        from kiln.capture.values.base import note_mutation
+
+        _refuse_descriptor(type(self.obj), name, "assigning")
+        if not hasattr(self.obj, "__dict__"):
+            unsupported(f"assigning attribute {name!r} of a {type(self.obj).__name__} without __dict__")
+        note_mutation(tx, self)
+        tx.output.side_effects.store_attr(self, name, value, raw=True)
+
+    def raw_delattr(self, tx, name: str, raw: bool = False) -> None:
+        """object.__delattr__: remove the instance dict entry (AttributeError when there is none)."""
+        from kiln.capture.values.base import note_mutation
+
+        _refuse_descriptor(type(self.obj), name, "deleting")
+        if not self.instance_dict_has(tx, name):
+            from kiln.capture.values.exceptions import raise_attribute_error
+
+            raise_attribute_error(type(self.obj), name)
+        note_mutation(tx, self)
+        tx.output.side_effects.delete_attr(self, name, raw)
 
     def attr_source(self, name: str):
         """Where obj.name is read from: plainly, or bypassing the class's own __getattribute__."""
@@ -307,15 +413,49 @@ class NewObjectValue(Value):
         return self.cls
 
     def getattr(self, tx, name: str) -> Value:
+        getattribute = python_slot(self.cls, "__getattribute__")
+        if getattribute is None:
+            return self.generic_getattr(tx, name)
+        # a Python __getattribute__ (transformers' PretrainedConfig maps names): traced, its
+        # super().__getattribute__ reaches generic_getattr; __getattr__ runs on its AttributeError
+        from kiln.capture.values.exceptions import TracedRaise
+
+        try:
+            return class_attribute(tx, self.cls, "__getattribute__", self).call(tx, [ConstantValue(name)], {})
+        except TracedRaise as exc:
+            if not exc.matches(AttributeError) or python_slot(self.cls, "__getattr__") is None:
+                raise
+        return class_attribute(tx, self.cls, "__getattr__", self).call(tx, [ConstantValue(name)], {})
+
+    def generic_getattr(self, tx, name: str) -> Value:
+        """object.__getattribute__ on an object whose every instance attribute is known."""
         if name in self.attrs:
-            return self.attrs[name]
+            return self.attrs[name]  # (setattr refuses names of data descriptors)
         if name == "__class__":
             return ClassValue(self.cls)
+        if name == "__dict__" and self.cls.__dictoffset__:
+            from kiln.capture.values.dict_objects import AttrsView
+
+            return AttrsView(self)
         if not any(name in vars(klass) for klass in self.cls.__mro__):
+            if python_slot(self.cls, "__getattr__") is not None and python_slot(self.cls, "__getattribute__") is None:
+                return class_attribute(tx, self.cls, "__getattr__", self).call(tx, [ConstantValue(name)], {})
             from kiln.capture.values.exceptions import raise_attribute_error
 
             raise_attribute_error(self.cls, name)  # every attribute of a new object is known
         return class_attribute(tx, self.cls, name, self)
+
+    def raw_delattr(self, tx, name: str, raw: bool = False) -> None:
+        """object.__delattr__: remove the attribute (AttributeError when the object has none)."""
+        from kiln.capture.values.base import note_mutation
+
+        _refuse_descriptor(self.cls, name, "deleting")
+        if name not in self.attrs:
+            from kiln.capture.values.exceptions import raise_attribute_error
+
+            raise_attribute_error(self.cls, name)
+        note_mutation(tx, self)
+        del self.attrs[name]
 
     def setattr(self, tx, name: str, value: Value) -> None:
         from kiln.capture.values.base import note_mutation
@@ -385,12 +525,14 @@ class SuperValue(Value):
                     return wrap(tx, attr.__func__, src)
                 if attr is object.__init__:
                     return _NoOp()
-                if attr is object.__getattribute__ and isinstance(self.self_value, UserObjectValue):
+                if attr is object.__getattribute__ and isinstance(self.self_value, (UserObjectValue, NewObjectValue)):
                     return _GenericGetattr(self.self_value)
                 from kiln.capture.values import dict_objects
 
-                if attr is object.__setattr__ and isinstance(self.self_value, NewObjectValue):
+                if attr is object.__setattr__ and isinstance(self.self_value, (UserObjectValue, NewObjectValue)):
                     return dict_objects.RawSetattr(self.self_value)
+                if attr is object.__delattr__ and isinstance(self.self_value, (UserObjectValue, NewObjectValue)):
+                    return dict_objects.RawDelattr(self.self_value)
                 if klass in (dict, collections.OrderedDict) and \
                         isinstance(self.self_value, dict_objects.DictObjectValue):
                     return dict_objects.RawDictMethod(self.self_value, name)
@@ -466,7 +608,7 @@ class InstanceDictValue(Value):
 class _GenericGetattr(Value):
     """`super().__getattribute__` reaching object.__getattribute__ from a Python __getattribute__."""
 
-    def __init__(self, obj: "UserObjectValue"):
+    def __init__(self, obj: "UserObjectValue | NewObjectValue"):
         self.obj = obj
 
     def call(self, tx, args, kwargs) -> Value:
