@@ -39,6 +39,12 @@ def _new_contents(effect: ContainerUpdate) -> Value:
 
 def _apply(cg: "PyCodegen", effect, temp: str) -> None:
     if isinstance(effect, AttrWrite) and effect.raw:  # reached through object.__setattr__
+        if effect.deleted_before:
+            cg.prepare_call(object.__delattr__)
+            effect.obj.source.emit(cg)
+            cg.load_const(effect.name)
+            cg.call(2)
+            cg.extend(bc.pop_top())
         cg.prepare_call(object.__setattr__)
         effect.obj.source.emit(cg)
         cg.load_const(effect.name)
@@ -46,6 +52,12 @@ def _apply(cg: "PyCodegen", effect, temp: str) -> None:
         cg.call(3)
         cg.extend(bc.pop_top())
     elif isinstance(effect, AttrWrite):
+        if effect.deleted_before:  # deleted, then set again: the key moves to the end of __dict__
+            cg.prepare_call(object.__delattr__)
+            effect.obj.source.emit(cg)
+            cg.load_const(effect.name)
+            cg.call(2)
+            cg.extend(bc.pop_top())
         cg.load_fast(temp)
         effect.obj.source.emit(cg)
         cg.extend(bc.store_attr(effect.name))
@@ -179,6 +191,10 @@ def _has_identity(value: Value) -> bool:
         return True
     if isinstance(value, CellValue):
         return value.created_here and value.source is None
+    from kiln.capture.values.containers import NamedTupleValue
+
+    if isinstance(value, NamedTupleValue) and value.has_dict():  # a namedtuple subclass with a __dict__
+        return value.created_here
     return isinstance(value, (ListValue, DictValue, SetValue)) and value.created_here
 
 

@@ -171,6 +171,13 @@ class Tracer:
                 return
             obj.setattr(self, name, value)
             return
+        from kiln.capture.values.containers import NamedTupleValue
+
+        if isinstance(obj, NamedTupleValue):  # a namedtuple subclass's instance dict
+            if _python_setattr(obj.tuple_type):
+                unsupported(f"assigning attribute {name!r} of a {obj.tuple_type.__name__}, which defines __setattr__")
+            obj.setattr(self, name, value)
+            return
         if isinstance(obj, (UserObjectValue, NNModuleValue)) and obj.source is not None:
             if isinstance(obj, UserObjectValue) and _python_setattr(type(obj.obj)):
                 # a Python __setattr__ runs as written; object.__setattr__ reached from it is a recorded store

@@ -139,11 +139,14 @@ class SideEffects:
         self._move_to_end(key)
         self._effects[key] = AttrWrite(obj, name, value, raw, deleted_before)
 
-    def delete_attr(self, obj: Value, name: str, raw: bool = False) -> None:
+    def delete_attr(self, obj: Value, name: str, raw: bool = False, existed: bool = True) -> None:
+        """Record `del obj.name`. `existed`: the real object had the attribute before the trace; if not,
+        the deletion only undoes stores recorded in this trace (their replay is dropped)."""
         self.write_count += 1
         key = ("attr", self._place(obj), name)
         self._move_to_end(key)
-        self._effects[key] = AttrDelete(obj, name, raw)
+        if existed:
+            self._effects[key] = AttrDelete(obj, name, raw)
 
     def load_attr(self, obj: Value, name: str):
         """The value recorded for obj.name, DELETED after a recorded delete, None if not written."""

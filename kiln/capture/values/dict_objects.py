@@ -152,15 +152,29 @@ class AttrsView(Value):
         return dict
 
     def getattr(self, tx, name: str) -> Value:
-        if name in ("get", "__getitem__", "__contains__", "keys"):
+        if name in ("get", "__getitem__", "__contains__", "keys", "values", "items", "copy", "__len__"):
             return BoundMethodValue(self, name)
         unsupported(f"__dict__.{name} of an object made while tracing")
 
     def getitem(self, tx, key: Value) -> Value:
         return self.call_method(tx, "__getitem__", [key], {})
 
+    def items(self, tx) -> list[Value]:
+        return [ConstantValue(k) for k in self.obj.attrs]
+
+    def truth(self, tx) -> bool:
+        return bool(self.obj.attrs)
+
     def call_method(self, tx, name, args, kwargs) -> Value:
+        if name == "__len__":
+            return ConstantValue(len(self.obj.attrs))
         return DictValue(self.obj.attrs).call_method(tx, name, args, kwargs)
+
+    def reconstruct(self, cg) -> None:
+        cg.prepare_call(object.__getattribute__)
+        cg.reconstruct(self.obj)
+        cg.load_const("__dict__")
+        cg.call(2)
 
 
 class RawSetattr(Value):

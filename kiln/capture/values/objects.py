@@ -21,6 +21,8 @@ def class_attribute(tx, cls: type, name: str, self_value: Value | None) -> Value
     else:
         unsupported(f"{cls.__name__!r} object has no attribute {name!r}")
     src = ConstantSource(f"{cls.__qualname__}.{name}", attr)
+    if isinstance(attr, (staticmethod, classmethod)):  # the function's own place (its cells are read there)
+        src = ConstantSource(f"{cls.__qualname__}.{name}", attr.__func__)
     if isinstance(attr, staticmethod):
         return wrap(tx, attr.__func__, src)
     if isinstance(attr, classmethod):
@@ -192,6 +194,11 @@ class ClassValue(Value):
 
         if name in ("__name__", "__qualname__", "__module__"):
             return ConstantValue(getattr(self.cls, name))
+        if name == "_make" and isinstance(self.cls, type) and issubclass(self.cls, tuple):
+            from kiln.capture.values.containers import NamedTupleMake, _generated_member
+
+            if _generated_member(self.cls, "_make"):
+                return NamedTupleMake(self.cls)
         for klass in self.cls.__mro__:
             if name in vars(klass):
                 attr = vars(klass)[name]
@@ -216,7 +223,14 @@ class ClassValue(Value):
         if context is not None:
             return context
         if issubclass(cls, tuple) and hasattr(cls, "_fields"):
-            return _make_namedtuple(tx, cls, args, kwargs)
+            from kiln.capture.values.containers import namedtuple_new_is_generated
+
+            if not namedtuple_new_is_generated(cls):
+                unsupported(f"creating a {cls.__qualname__}: the namedtuple class defines its own __new__")
+            made = _make_namedtuple(tx, cls, args, kwargs)
+            if python_slot(cls, "__init__") is not None:  # type.__call__ runs a subclass's __init__ too
+                class_attribute(tx, cls, "__init__", made).call(tx, args, kwargs)
+            return made
         if issubclass(cls, BaseException):
             from kiln.capture.values.exceptions import make_exception
 
@@ -232,6 +246,8 @@ class ClassValue(Value):
             else:
                 obj.raw_init(tx, args, kwargs)
             return obj
+        if has_python_new(cls):
+            return self._call_python_new(tx, args, kwargs)
         if not plainly_instantiable(cls):
             unsupported(f"creating an instance of {cls.__qualname__} (custom __new__ or metaclass)")
         obj = NewObjectValue(cls)
@@ -242,11 +258,59 @@ class ClassValue(Value):
             unsupported(f"{cls.__name__}() takes no arguments")
         return obj
 
+    def _call_python_new(self, tx, args, kwargs) -> Value:
+        """type.__call__ with a Python __new__: obj = cls.__new__(cls, *args); __init__ runs only when obj is
+        an instance of cls (then type(obj).__init__, with the same arguments)."""
+        cls = self.cls
+        made = class_attribute(tx, cls, "__new__", None).call(tx, [self, *args], kwargs)
+        try:
+            made_type = made.python_type()
+        except Exception:
+            unsupported(f"{cls.__qualname__}.__new__ returned {made}, whose type kiln does not know")
+        if not (isinstance(made_type, type) and issubclass(made_type, cls)):
+            return made
+        if python_slot(made_type, "__init__") is not None:
+            class_attribute(tx, made_type, "__init__", made).call(tx, args, kwargs)
+        elif made_type.__init__ is not object.__init__:
+            unsupported(f"{made_type.__qualname__}.__init__ is not a Python function")
+        return made
+
     def reconstruct(self, cg) -> None:
         cg.load_const(self.cls)
 
     def __repr__(self) -> str:
         return f"Class({self.cls.__qualname__})"
+
+
+def has_python_new(cls: type) -> bool:
+    """cls's __new__ is a Python function (a staticmethod in the class body), reached before object's,
+    and its metaclass calls it as type.__call__ does."""
+    for klass in cls.__mro__:
+        if "__new__" in vars(klass):
+            found = vars(klass)["__new__"]
+            return isinstance(found, staticmethod) and isinstance(found.__func__, types.FunctionType) and \
+                metaclass_keeps_instantiation(cls) and not getattr(cls, "__abstractmethods__", None)
+    return False
+
+
+class ObjectNew(Value):
+    """`object.__new__` (as `super().__new__(cls)` in a Python __new__, or called directly): a new, empty
+    instance of a class whose bases are Python classes over object."""
+
+    def call(self, tx, args, kwargs) -> Value:
+        if not args or not isinstance(args[0], ClassValue):
+            unsupported(f"object.__new__({args}) without a class kiln knows")
+        cls = args[0].cls
+        if len(args) > 1 or kwargs:
+            unsupported(f"object.__new__({cls.__qualname__}, ...) with arguments raises TypeError")
+        if not all(k.__flags__ & (1 << 9) for k in cls.__mro__[:-1]):
+            unsupported(f"object.__new__({cls.__qualname__}): the class has a builtin base")
+        if not metaclass_keeps_instantiation(cls) or getattr(cls, "__abstractmethods__", None):
+            unsupported(f"object.__new__({cls.__qualname__}): metaclass or abstract methods")
+        return NewObjectValue(cls)
+
+    def reconstruct(self, cg) -> None:
+        cg.load_const(object.__new__)
 
 
 def plainly_instantiable(cls: type) -> bool:
@@ -374,8 +438,10 @@ class UserObjectValue(Value):
             from kiln.capture.values.exceptions import raise_attribute_error
 
             raise_attribute_error(type(self.obj), name)
+        existed = name in self.obj.__dict__
+        tx.output.guards.contains(self.attr_source("__dict__"), name, existed)
         note_mutation(tx, self)
-        tx.output.side_effects.delete_attr(self, name, raw)
+        tx.output.side_effects.delete_attr(self, name, raw, existed)
 
     def attr_source(self, name: str):
         """Where obj.name is read from: plainly, or bypassing the class's own __getattribute__."""
@@ -511,20 +577,31 @@ class SuperValue(Value):
     def getattr(self, tx, name: str) -> Value:
         from kiln.capture.values.builder import wrap
 
-        mro = self.self_value.python_type().__mro__
+        # super(C, cls) with a class (in __new__ or a classmethod): the class's own MRO, functions unbound
+        of_class = isinstance(self.self_value, ClassValue) and issubclass(self.self_value.cls, self.cls)
+        start_type = self.self_value.cls if of_class else self.self_value.python_type()
+        mro = start_type.__mro__
+        if self.cls not in mro:
+            unsupported(f"super({self.cls.__name__}, ...): the object is not an instance or subclass")
         start = mro.index(self.cls) + 1
         for klass in mro[start:]:
             if name in vars(klass):
                 attr = vars(klass)[name]
-                src = ConstantSource(f"{klass.__qualname__}.{name}", attr)
+                src = ConstantSource(f"{klass.__qualname__}.{name}", getattr(attr, "__func__", attr)
+                                     if isinstance(attr, (staticmethod, classmethod)) else attr)
                 if isinstance(attr, types.FunctionType):
+                    if of_class:
+                        return wrap(tx, attr, src)
                     return UserMethodValue(wrap(tx, attr, src), self.self_value)
                 if isinstance(attr, classmethod):
-                    return UserMethodValue(wrap(tx, attr.__func__, src), ClassValue(type(self.self_value)))
+                    return UserMethodValue(wrap(tx, attr.__func__, src),
+                                           self.self_value if of_class else ClassValue(start_type))
                 if isinstance(attr, staticmethod):
                     return wrap(tx, attr.__func__, src)
                 if attr is object.__init__:
                     return _NoOp()
+                if attr is object.__new__:
+                    return ObjectNew()
                 if attr is object.__getattribute__ and isinstance(self.self_value, (UserObjectValue, NewObjectValue)):
                     return _GenericGetattr(self.self_value)
                 from kiln.capture.values import dict_objects
@@ -580,7 +657,12 @@ class InstanceDictValue(Value):
         from kiln.capture.sources import GetItemSource
         from kiln.capture.values.builder import wrap
 
+        from kiln.capture.side_effects import DELETED
+
         k = key.as_constant()
+        pending = tx.output.side_effects.load_attr(self.obj, k) if isinstance(k, str) else None
+        if pending is not None:  # stored or deleted while tracing
+            return None if pending is DELETED else pending
         d = self.obj.obj.__dict__
         tx.output.guards.contains(self.source, k, k in d)
         if k not in d:
@@ -590,11 +672,35 @@ class InstanceDictValue(Value):
     def getattr(self, tx, name: str) -> Value:
         from kiln.capture.values.base import BoundMethodValue
 
-        if name in ("get", "__getitem__", "__contains__"):
+        if name in ("get", "__getitem__", "__contains__", "keys", "values", "items", "__len__"):
             return BoundMethodValue(self, name)
         unsupported(f"__dict__.{name}")
 
+    def _state(self, tx) -> list:
+        """(name, value) of every attribute now, recorded stores and deletes included (keys guarded)."""
+        from kiln.capture.values.copying import _instance_state
+
+        return _instance_state(tx, self.obj) or []
+
+    def items(self, tx) -> list[Value]:
+        return [ConstantValue(name) for name, _ in self._state(tx)]
+
+    def truth(self, tx) -> bool:
+        return bool(self._state(tx))
+
+    def getitem(self, tx, key: Value) -> Value:
+        return self.call_method(tx, "__getitem__", [key], {})
+
     def call_method(self, tx, name, args, kwargs) -> Value:
+        from kiln.capture.values.containers import ListIteratorValue, TupleValue
+
+        if name in ("keys", "values", "items", "__len__"):
+            state = self._state(tx)
+            if name == "__len__":
+                return ConstantValue(len(state))
+            parts = {"keys": [ConstantValue(k) for k, _ in state], "values": [v for _, v in state],
+                     "items": [TupleValue([ConstantValue(k), v]) for k, v in state]}[name]
+            return ListIteratorValue(parts, kind=f"dict_{name}")
         found = self._lookup(tx, args[0])
         if name == "__contains__":
             return ConstantValue(found is not None)
