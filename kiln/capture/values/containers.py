@@ -69,7 +69,26 @@ class TupleValue(SequenceValue):
             return ConstantValue(self.as_constant().count(args[0].as_constant()))
         if name == "__getitem__":
             return self.getitem(tx, args[0])
+        if name in ("index", "count") and len(args) == 1 and not kwargs:
+            return search_sequence(tx, self, name, args[0])
         unsupported(f"tuple.{name}")
+
+
+def search_sequence(tx, seq: "SequenceValue", name: str, item: Value) -> Value:
+    """seq.index(item) / seq.count(item) / list.remove(item): each element compared as CPython does,
+    `element == item` after an identity check (PyObject_RichCompareBool), stopping at the first match
+    for index and remove. The index, or None for remove."""
+    from kiln.capture.values.ops import equal_bool
+
+    count = 0
+    for i, element in enumerate(list(seq.elements)):
+        if equal_bool(tx, element, item):
+            if name != "count":
+                return ConstantValue(i)
+            count += 1
+    if name == "count":
+        return ConstantValue(count)
+    unsupported(f"{seq.python_kind.__name__}.{name}(x): x is not in the {seq.python_kind.__name__} (ValueError)")
 
 
 class ListValue(SequenceValue):
@@ -115,6 +134,13 @@ class ListValue(SequenceValue):
             return ListValue(list(self.elements))
         if name in ("index", "count") and self.is_constant() and all(a.is_constant() for a in args):
             return wrap_constant_result(getattr(self.as_constant(), name)(*[a.as_constant() for a in args]))
+        if name in ("index", "count") and len(args) == 1 and not kwargs:
+            return search_sequence(tx, self, name, args[0])
+        if name == "remove" and len(args) == 1 and not kwargs:
+            found = search_sequence(tx, self, "index", args[0]).as_constant()
+            self._check_mutable(tx, "list.remove")
+            del self.elements[found]
+            return ConstantValue(None)
         if name == "sort" and self.is_constant():
             self._check_mutable(tx, "list.sort")
             values = self.as_constant()
@@ -309,8 +335,36 @@ def structseq_fields(cls: type) -> tuple:
     return tuple(names[: cls.n_sequence_fields])
 
 
+class ObjectKey:
+    """A dict key or set member that is a Python object whose class keeps object's __hash__ and __eq__:
+    hashed and compared by identity, as CPython does. `value` is the symbolic object."""
+
+    __slots__ = ("value", "ident")
+
+    def __init__(self, value: Value, ident):
+        self.value, self.ident = value, ident
+
+    def __hash__(self) -> int:
+        return hash(self.ident)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, ObjectKey) and other.ident == self.ident
+
+    def __repr__(self) -> str:
+        return f"<{self.value!r}>"
+
+
+def key_value(key: Any) -> Value:
+    """The symbolic value of a dict key / set member as dict_key stored it."""
+    return key.value if isinstance(key, ObjectKey) else ConstantValue(key)
+
+
 def dict_key(tx, key: Value) -> Any:
     """Dict keys are Python constants (strings, ints, ...), or objects compared by identity."""
+    from kiln.capture.values.ops import is_python_object
+
+    if is_python_object(key):
+        return _object_key(key)
     if key.is_constant():
         return key.as_constant()
     from kiln.capture.values.tensors import TensorValue
@@ -318,6 +372,22 @@ def dict_key(tx, key: Value) -> Any:
     if isinstance(key, TensorValue):
         unsupported("tensors as dict keys")
     unsupported(f"dict key {key}")
+
+
+def _object_key(key: Value) -> ObjectKey:
+    """hash(obj) of a Python object: object's identity hash, TypeError for `__hash__ = None` (a class that
+    defines __eq__ alone), a break for a Python __hash__."""
+    cls = key.python_type()
+    if cls.__hash__ is None:
+        from kiln.capture.values.exceptions import ExceptionValue, TracedRaise
+
+        message = f"unhashable type: '{cls.__name__}'"
+        raise TracedRaise(ExceptionValue(TypeError, [ConstantValue(message)]), message)
+    if cls.__hash__ is not object.__hash__ or cls.__eq__ is not object.__eq__:
+        unsupported(f"a {cls.__name__} as a dict key or set member: its class defines __hash__/__eq__",
+                    hint="kiln hashes objects by identity only")
+    real = getattr(key, "obj", None)
+    return ObjectKey(key, ("object", id(real)) if real is not None else ("new", id(key)))
 
 
 class DictValue(Value):
@@ -331,13 +401,14 @@ class DictValue(Value):
         return self.dict_type
 
     def is_constant(self) -> bool:
-        return all(v.is_constant() for v in self.entries.values())
+        return all(v.is_constant() for v in self.entries.values()) and \
+            not any(isinstance(k, ObjectKey) for k in self.entries)
 
     def as_constant(self):
         return self.dict_type((k, v.as_constant()) for k, v in self.entries.items())
 
     def items(self, tx) -> list[Value]:
-        return [ConstantValue(k) for k in self.entries]
+        return [key_value(k) for k in self.entries]
 
     def truth(self, tx) -> bool:
         return bool(self.entries)
@@ -370,11 +441,11 @@ class DictValue(Value):
 
     def call_method(self, tx, name, args, kwargs):
         if name == "keys":
-            return ListIteratorValue([ConstantValue(k) for k in self.entries], kind="dict_keys")
+            return ListIteratorValue([key_value(k) for k in self.entries], kind="dict_keys")
         if name == "values":
             return ListIteratorValue(list(self.entries.values()), kind="dict_values")
         if name == "items":
-            return ListIteratorValue([TupleValue([ConstantValue(k), v]) for k, v in self.entries.items()], kind="dict_items")
+            return ListIteratorValue([TupleValue([key_value(k), v]) for k, v in self.entries.items()], kind="dict_items")
         if name == "get":
             k = dict_key(tx, args[0])
             default = args[1] if len(args) > 1 else ConstantValue(None)
@@ -421,7 +492,10 @@ class DictValue(Value):
         if self.dict_type is not dict:
             cg.prepare_call(self.dict_type)
         for k, v in self.entries.items():
-            cg.load_const(k)
+            if isinstance(k, ObjectKey):
+                cg.reconstruct(k.value)
+            else:
+                cg.load_const(k)
             cg.reconstruct(v)
         cg.build(dict, len(self.entries))
         if self.dict_type is not dict:
@@ -443,7 +517,7 @@ class SetValue(Value):
         return set
 
     def is_constant(self) -> bool:
-        return True
+        return not any(isinstance(k, ObjectKey) for k in self.members)
 
     def as_constant(self):
         return set(self.members)

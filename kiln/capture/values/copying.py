@@ -135,7 +135,7 @@ class _DeepCopier:
                 y.entries[name] = self.copy(value)
             return y
         if type(x) is SetValue:
-            return SetValue([ConstantValue(self._copy_key(k)) for k in x.members])
+            return SetValue([self.copy(m) for m in x.members.values()])
         if type(x) is NamedTupleValue and _plain_namedtuple(kind):
             return NamedTupleValue([self.copy(v) for v in x.elements], kind)
         if isinstance(x, TensorValue):
@@ -148,6 +148,10 @@ class _DeepCopier:
                     hint="kiln runs the copy between two graphs")
 
     def _copy_key(self, k):
+        from kiln.capture.values.containers import ObjectKey, dict_key
+
+        if isinstance(k, ObjectKey):
+            return dict_key(self.tx, self.copy(k.value))
         try:
             return copy.deepcopy(k, self.real_memo)
         except Exception as exc:

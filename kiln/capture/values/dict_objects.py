@@ -20,7 +20,7 @@ import collections
 import types
 
 from kiln.capture.values.base import BoundMethodValue, ConstantValue, Value, note_mutation, unsupported
-from kiln.capture.values.containers import DictValue, dict_key
+from kiln.capture.values.containers import DictValue, dict_key, key_value
 from kiln.capture.values.objects import NewObjectValue, class_attribute
 
 _DICT_BASES = (dict, collections.OrderedDict)
@@ -83,7 +83,7 @@ class DictObjectValue(NewObjectValue):
         for arg in args:
             if isinstance(arg, DictValue):
                 for k, v in arg.entries.items():
-                    self.raw_setitem(tx, ConstantValue(k), v)
+                    self.raw_setitem(tx, key_value(k), v)
             else:
                 for pair in tx.items(arg):
                     k, v = tx.items(pair)
@@ -113,7 +113,7 @@ class DictObjectValue(NewObjectValue):
     def items(self, tx) -> list[Value]:
         if python_override(self.cls, "__iter__") is not None:
             return tx.items(class_attribute(tx, self.cls, "__iter__", self).call(tx, [], {}))
-        return [ConstantValue(k) for k in self.store.entries]
+        return [key_value(k) for k in self.store.entries]
 
     def truth(self, tx) -> bool:
         if python_override(self.cls, "__bool__") is not None or python_override(self.cls, "__len__") is not None:
@@ -243,7 +243,7 @@ def _dict_read(obj: DictObjectValue, tx, name, args, kwargs) -> Value:
     if name == "__iter__":
         from kiln.capture.values.containers import ListIteratorValue
 
-        return ListIteratorValue([ConstantValue(k) for k in obj.store.entries])
+        return ListIteratorValue([key_value(k) for k in obj.store.entries])
     return obj.store.call_method(tx, name, args, kwargs)
 
 

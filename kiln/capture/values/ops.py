@@ -44,6 +44,10 @@ def binary_op(tx, op: Callable, a: Value, b: Value) -> Value:
             return a
         if type(a.python_type()) is type(b.python_type()) or a.python_kind is b.python_kind:
             return (ListValue if a.python_kind is list else TupleValue)(a.elements + b.elements)
+    if plain is operator.add and _tuple_operand(a) and _tuple_operand(b) and \
+            (isinstance(a, SequenceValue) or isinstance(b, SequenceValue)):
+        # tuple.__add__ (a namedtuple's too): a plain tuple of both items
+        return TupleValue(_tuple_items(a) + _tuple_items(b))
     if isinstance(a, SequenceValue) and plain is operator.mul and b.is_constant():
         return (ListValue if a.python_kind is list else TupleValue)(a.elements * b.as_constant())
     if isinstance(b, SequenceValue) and plain is operator.mul and a.is_constant():
@@ -182,6 +186,17 @@ def equal_bool(tx, a: Value, b: Value) -> bool:
     if a.is_constant() and b.is_constant() and not (is_python_object(a) or is_python_object(b)):
         return a.as_constant() == b.as_constant()
     return tx.truth(binary_op(tx, operator.eq, a, b))
+
+
+def _tuple_operand(v: Value) -> bool:
+    """A tuple value (a namedtuple too), or a constant that is a plain tuple."""
+    if isinstance(v, SequenceValue):
+        return v.python_kind is tuple and getattr(v, "tuple_type", None) is not torch.Size
+    return v.is_constant() and type(v.as_constant()) is tuple
+
+
+def _tuple_items(v: Value) -> list[Value]:
+    return list(v.elements) if isinstance(v, SequenceValue) else [ConstantValue(x) for x in v.as_constant()]
 
 
 def _definite_object(v: Value) -> bool:
