@@ -7,7 +7,7 @@ import typing
 
 import torch
 
-from .harness import check
+from .harness import check, dynamo_bug
 
 
 def _t(*shape, seed=0):
@@ -263,7 +263,7 @@ def test_deepcopy_argument_object_with_tensor_clones_it():
         c = copy.deepcopy(h)
         c.t.add_(1)
         return c.t, h.t, c.n
-    check(fn, Holder(_t(3)))
+    check(fn, Holder(_t(3)), dynamo_graphs=0)
 
 
 def test_deepcopy_keeps_shared_references_shared():
@@ -273,7 +273,7 @@ def test_deepcopy_keeps_shared_references_shared():
         a = Node(shared, Node(shared))
         c = copy.deepcopy(a)
         return c.value is c.child.value, c.value is shared, c.value[0] is shared[0], c.value[0] + 1
-    check(fn, _t(3))
+    check(fn, _t(3), dynamo_graphs=2)
 
 
 def test_deepcopy_list_of_tensors_memoizes_the_same_tensor():
@@ -283,7 +283,7 @@ def test_deepcopy_list_of_tensors_memoizes_the_same_tensor():
         c = copy.deepcopy([y, y])
         c[0].add_(1)
         return y, c[1], c[0] is c[1]
-    check(fn, _t(3))
+    check(fn, _t(3), dynamo_graphs=2)
 
 
 def test_deepcopy_tuple_of_constants_is_the_same_tuple():
@@ -318,7 +318,7 @@ def test_deepcopy_nested_dict_and_ordered_dict():
         cd["a"].append(9)
         cod["y"].append(7)
         return x + 1, d, cd, od, cod, type(cod)
-    check(fn, _t(3))
+    check(fn, _t(3), dynamo_graphs=0)
 
 
 def test_deepcopy_object_made_in_the_function():
@@ -339,7 +339,7 @@ def test_deepcopy_namedtuple_with_tensor():
         c.b.append(2)
         c.a.add_(1)
         return p, c, type(c)
-    check(fn, _t(3))
+    check(fn, _t(3), dynamo_graphs=0)
 
 
 def test_deepcopy_set_and_frozenset():
@@ -373,6 +373,7 @@ def test_deepcopy_mapped_config_then_rename_attributes():
     check(fn, _t(3))
 
 
+@dynamo_bug("a deep copy of an object with a Python __getattribute__ has an empty __dict__")
 def test_deepcopy_existing_mapped_config_argument():
     def fn(x, cfg):
         x = x * 1.5  # a tensor op before and after: a break in between makes two graphs
@@ -382,6 +383,7 @@ def test_deepcopy_existing_mapped_config_argument():
     check(fn, _t(3), MappedConfig())
 
 
+@dynamo_bug("a deep copy of an argument object after attribute writes has an empty __dict__")
 def test_deepcopy_sees_pending_writes_to_the_original():
     def fn(x, b):
         x = x * 1.5  # a tensor op before and after: a break in between makes two graphs
@@ -413,7 +415,7 @@ def test_copy_copy_of_containers():
         cd["b"] = 2
         cs.add(5)
         return x + 1, lst, cl, d, cd, s, cs, ct is t
-    check(fn, _t(3))
+    check(fn, _t(3), dynamo_graphs=2)
 
 
 def test_copy_copy_of_namedtuple_subclass_keeps_its_type():
@@ -431,7 +433,7 @@ def test_deepcopy_of_tensor_argument():
         c = copy.deepcopy(x)
         c.mul_(2)
         return x, c
-    check(fn, _t(3))
+    check(fn, _t(3), dynamo_graphs=2)
 
 
 def test_deepcopy_of_a_tensor_that_requires_grad_breaks():
@@ -443,7 +445,7 @@ def test_deepcopy_of_a_tensor_that_requires_grad_breaks():
         except RuntimeError:
             return y + 1
         return y
-    check(fn, _t(3).requires_grad_(), graphs=1, dynamo_graphs=0)  # the except clause runs eagerly
+    check(fn, _t(3).requires_grad_(), graphs=1)  # the except clause runs eagerly
 
 
 def test_deepcopy_with_custom_deepcopy_breaks():
@@ -478,6 +480,7 @@ def test_delattr_builtin_on_argument_object():
     check(fn, _t(3), Box(2), inputs_mutated=True)
 
 
+@dynamo_bug("del then set of an attribute keeps its old place in __dict__")
 def test_del_then_set_again_moves_the_key_to_the_end():
     def fn(x, p):
         x = x * 1.5  # a tensor op before and after: a break in between makes two graphs
@@ -566,6 +569,7 @@ def test_python_setattr_raising_inside_helper():
     check(fn, _t(3), Logged())
 
 
+@dynamo_bug("super().__delattr__ inside a Python __delattr__ deletes the wrong attribute")
 def test_python_delattr_on_existing_object():
     def fn(x, g):
         x = x * 1.5  # a tensor op before and after: a break in between makes two graphs
