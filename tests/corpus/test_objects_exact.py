@@ -587,13 +587,55 @@ def test_python_delattr_on_new_object():
     check(fn, _t(3))
 
 
-def test_setattr_reaching_a_property_setter_breaks():
+def test_setattr_reaching_a_property_setter_runs_it():
     def fn(x, w):
         x = x * 1.5  # a tensor op before and after: a break in between makes two graphs
         y = x + 1
         w.x = 2
-        return y * w.x
-    check(fn, _t(3), WithProperty(), inputs_mutated=True, graphs=2, dynamo_graphs=1)
+        return y * w.x, w._x
+    check(fn, _t(3), WithProperty(), inputs_mutated=True)
+
+
+@dynamo_bug("vars() of an object made in the frame is empty")
+def test_property_setter_on_plain_existing_and_new_objects():
+    class Temp:
+        def __init__(self, c=0.0):
+            self.celsius = c
+
+        @property
+        def celsius(self):
+            return self._c
+
+        @celsius.setter
+        def celsius(self, value):
+            self._c = value
+            self.kelvin = value + 273.0
+
+    def fn(x, t):
+        x = x * 1.5  # a tensor op before and after: a break in between makes two graphs
+        t.celsius = 10.0
+        n = Temp(5.0)
+        return x * t.kelvin + n.kelvin, vars(t), vars(n)
+    check(fn, _t(3), Temp(1.0), inputs_mutated=True)
+
+
+def test_property_without_setter_breaks():
+    class ReadOnly:
+        @property
+        def value(self):
+            return 1
+
+    def helper(o):
+        try:
+            o.value = 2
+        except AttributeError:
+            return 5
+        return 0
+
+    def fn(x):
+        x = x * 1.5  # a tensor op before and after: a break in between makes two graphs
+        return x + helper(ReadOnly())
+    check(fn, _t(3), graphs=2, dynamo_graphs=1)
 
 
 def test_dunder_class_of_existing_and_new_objects():

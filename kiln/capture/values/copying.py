@@ -168,6 +168,8 @@ class _DeepCopier:
         if ex.requires_grad:
             unsupported("copy.deepcopy of a tensor that requires grad (eager makes a new leaf, or raises for a "
                         "non-leaf)", hint="kiln runs the copy between two graphs")
+        if ex.layout is not torch.strided or ex.is_conj() or ex.is_neg():
+            unsupported(f"copy.deepcopy of a {ex.layout} tensor or a conjugate/negative view")
         if x.node.op == "get_attr":
             unsupported("copy.deepcopy of a tensor a module holds (a buffer)")
         whole = ex.storage_offset() == 0 and ex.untyped_storage().nbytes() == ex.numel() * ex.element_size()

@@ -118,6 +118,20 @@ def delete_attribute(tx, obj: Value, name: str) -> None:
     obj.raw_delattr(tx, name)
 
 
+def set_through_descriptor(tx, cls: type, name: str, obj: Value, value: Value) -> bool:
+    """object.__setattr__'s first step: a data descriptor of cls for `name` takes the store. A property
+    with a Python setter runs it (traced) and answers True; no descriptor: False; others break."""
+    descriptor = data_descriptor_of(cls, name)
+    if descriptor is None:
+        return False
+    if type(descriptor) is property and isinstance(descriptor.fset, types.FunctionType):
+        UserFunctionValue(descriptor.fset, ConstantSource(f"{cls.__qualname__}.{name}.fset", descriptor.fset)) \
+            .call(tx, [obj, value], {})
+        return True
+    unsupported(f"assigning attribute {name!r} of a {cls.__name__}: the class has a {type(descriptor).__name__} "
+                f"of that name{' without a setter (AttributeError)' if type(descriptor) is property else ''}")
+
+
 def _refuse_descriptor(cls: type, name: str, what: str) -> None:
     if data_descriptor_of(cls, name) is not None:
         unsupported(f"{what} attribute {name!r} of a {cls.__name__}: the class has a data descriptor "
@@ -423,7 +437,8 @@ class UserObjectValue(Value):
         store, replayed as object.__setattr__ after the graph."""
         from kiln.capture.values.base import note_mutation
 
-        _refuse_descriptor(type(self.obj), name, "assigning")
+        if set_through_descriptor(tx, type(self.obj), name, self, value):
+            return
         if not hasattr(self.obj, "__dict__"):
             unsupported(f"assigning attribute {name!r} of a {type(self.obj).__name__} without __dict__")
         note_mutation(tx, self)
@@ -526,10 +541,9 @@ class NewObjectValue(Value):
     def setattr(self, tx, name: str, value: Value) -> None:
         from kiln.capture.values.base import note_mutation
 
+        if set_through_descriptor(tx, self.cls, name, self, value):
+            return
         note_mutation(tx, self)
-        for klass in self.cls.__mro__:
-            if name in vars(klass) and hasattr(type(vars(klass)[name]), "__set__"):
-                unsupported(f"assigning descriptor attribute {name!r} of {self.cls.__name__}")
         self.attrs[name] = value
 
     def call(self, tx, args, kwargs) -> Value:
