@@ -960,3 +960,48 @@ def test_type_and_isinstance_of_values():
         return x + 1, type(p) is PSub, type(b) is Box, type(lst) is list, isinstance(p, P2), \
             isinstance(b, (int, Box)), type(x) is torch.Tensor
     check(fn, _t(3))
+
+
+# ---- guards: identity and attribute sets that change between calls --------------------------------
+
+@dynamo_bug("`p is q` is not guarded: the same object passed twice later still compares as two")
+def test_is_between_arguments_is_guarded_both_ways():
+    from .harness import check_recompiles
+
+    a, b = Box(1), Box(2)
+
+    def fn(x, p, q):
+        x = x * 1.5
+        return x + 1, p is q, p == q
+
+    check_recompiles(fn, [(_t(3), a, b), (_t(3), a, a), (_t(3), b, a)], graphs=2)
+
+
+@dynamo_bug("a deep copy of an argument object has an empty __dict__")
+def test_deepcopy_recompiles_when_the_object_gains_an_attribute():
+    from .harness import check_recompiles
+
+    plain, extra = Box(1), Box(1)
+    extra.more = [2]
+
+    def fn(x, b):
+        x = x * 1.5
+        c = copy.deepcopy(b)
+        return x + c.v, vars(c)
+
+    check_recompiles(fn, [(_t(3), plain), (_t(3), extra), (_t(3), Box(1))], graphs=2)
+
+
+@dynamo_bug("two argument objects used as dict keys are not guarded to stay distinct")
+def test_objects_as_keys_across_calls():
+    from .harness import check_recompiles
+
+    a, b = Box(1), Box(2)
+
+    def fn(x, p, q):
+        x = x * 1.5
+        d = {p: 1}
+        d[q] = 2
+        return x + len(d), d[p]
+
+    check_recompiles(fn, [(_t(3), a, b), (_t(3), a, a)], graphs=2)

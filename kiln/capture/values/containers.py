@@ -364,7 +364,7 @@ def dict_key(tx, key: Value) -> Any:
     from kiln.capture.values.ops import is_python_object
 
     if is_python_object(key):
-        return _object_key(key)
+        return _object_key(tx, key)
     if key.is_constant():
         return key.as_constant()
     from kiln.capture.values.tensors import TensorValue
@@ -374,9 +374,10 @@ def dict_key(tx, key: Value) -> Any:
     unsupported(f"dict key {key}")
 
 
-def _object_key(key: Value) -> ObjectKey:
+def _object_key(tx, key: Value) -> ObjectKey:
     """hash(obj) of a Python object: object's identity hash, TypeError for `__hash__ = None` (a class that
-    defines __eq__ alone), a break for a Python __hash__."""
+    defines __eq__ alone), a break for a Python __hash__. Objects from outside used as keys are guarded
+    to stay distinct from each other (the same object passed in two places later is one key)."""
     cls = key.python_type()
     if cls.__hash__ is None:
         from kiln.capture.values.exceptions import ExceptionValue, TracedRaise
@@ -387,7 +388,16 @@ def _object_key(key: Value) -> ObjectKey:
         unsupported(f"a {cls.__name__} as a dict key or set member: its class defines __hash__/__eq__",
                     hint="kiln hashes objects by identity only")
     real = getattr(key, "obj", None)
-    return ObjectKey(key, ("object", id(real)) if real is not None else ("new", id(key)))
+    if real is None:
+        return ObjectKey(key, ("new", id(key)))
+    if tx is None or key.source is None:
+        unsupported(f"a {cls.__name__} from outside as a set member or key kiln cannot guard")
+    keyed = tx.output.__dict__.setdefault("_outside_object_keys", {})
+    for other in keyed.values():
+        if other.obj is not real:
+            tx.output.guards.not_same(key.source, other.source)
+    keyed[id(real)] = key
+    return ObjectKey(key, ("object", id(real)))
 
 
 class DictValue(Value):

@@ -113,8 +113,7 @@ def rich_compare(tx, op: Callable, a: Value, b: Value) -> Value | None:
             unsupported(f"comparing {a} with {b}")
     reflected = _REFLECTED[op]
     ta, tb = a.python_type(), b.python_type()
-    reverse_first = ta is not tb and issubclass(tb, ta) and is_python_object(b) and \
-        _python_method(tb, _DUNDER[reflected]) is not None
+    reverse_first = ta is not tb and issubclass(tb, ta) and is_python_object(b)  # (its slot, whatever it is)
     if reverse_first:
         result = _compare_method(tx, b, reflected, a)
         if result is not NotImplemented:
@@ -127,7 +126,7 @@ def rich_compare(tx, op: Callable, a: Value, b: Value) -> Value | None:
         if result is not NotImplemented:
             return result
     if op in (operator.eq, operator.ne):
-        same = _same_object(a, b)
+        same = _same_object(a, b, tx)
         return ConstantValue(same if op is operator.eq else not same)
     from kiln.capture.values.exceptions import ExceptionValue, TracedRaise
 
@@ -159,7 +158,7 @@ def _compare_method(tx, x: Value, op: Callable, y: Value):
     elif getattr(cls, name) is not getattr(object, name):
         unsupported(f"{cls.__name__}.{name} is not a Python function")
     elif op is operator.eq:
-        return ConstantValue(True) if _same_object(x, y) else NotImplemented
+        return ConstantValue(True) if _same_object(x, y, tx) else NotImplemented
     elif op is operator.ne:  # object.__ne__: the class's __eq__, inverted unless NotImplemented
         equal = _compare_method(tx, x, operator.eq, y)
         return equal if equal is NotImplemented else ConstantValue(not tx.truth(equal))
@@ -170,10 +169,10 @@ def _compare_method(tx, x: Value, op: Callable, y: Value):
     return result
 
 
-def _same_object(a: Value, b: Value) -> bool:
+def _same_object(a: Value, b: Value, tx=None) -> bool:
     """`a is b` for a Python object and any value (different kinds of values are different objects)."""
     if is_python_object(a) and is_python_object(b):
-        return is_op(None, a, b)
+        return is_op(tx, a, b)
     return a is b
 
 
@@ -266,6 +265,9 @@ def is_op(tx, a: Value, b: Value) -> bool:
 
     ra, rb = underlying_object(a), underlying_object(b)
     if ra is not None and rb is not None:
+        sa, sb = getattr(a, "source", None), getattr(b, "source", None)
+        if ra is not rb and tx is not None and sa is not None and sb is not None:
+            tx.output.guards.not_same(sa, sb)  # the same object passed in both places later is `is`
         return ra is rb
     return a is b
 
