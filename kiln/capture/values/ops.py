@@ -91,14 +91,24 @@ def is_python_object(v: Value) -> bool:
     return all(k.__flags__ & (1 << 9) for k in v.python_type().__mro__[:-1])
 
 
+_COMPARISONS = ("__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__")
+
+
 def _builtin_operand(v: Value) -> bool:
-    """A value of a builtin type: its comparison methods return NotImplemented for a Python object."""
+    """A value whose comparison methods return NotImplemented for a Python object: a builtin type's, or a
+    class keeping object's comparisons (an nn.Module, a function)."""
     from kiln.capture.values.functions import NestedFunctionValue, UserFunctionValue
     from kiln.capture.values.objects import ClassValue
 
     if isinstance(v, (SequenceValue, DictValue, SetValue, UserFunctionValue, NestedFunctionValue, ClassValue)):
         return type(v).__name__ != "NamedTupleValue"
-    return v.is_constant() and type(v.as_constant()).__module__ == "builtins"
+    try:
+        kind = v.python_type()  # (a scalar's type, without guarding its value)
+    except Exception:
+        return False
+    if v.is_constant() and kind.__module__ == "builtins":
+        return True
+    return all(getattr(kind, name, None) is getattr(object, name) for name in _COMPARISONS)
 
 
 def rich_compare(tx, op: Callable, a: Value, b: Value) -> Value | None:
