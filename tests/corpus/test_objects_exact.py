@@ -1005,3 +1005,16 @@ def test_objects_as_keys_across_calls():
         return x + len(d), d[p]
 
     check_recompiles(fn, [(_t(3), a, b), (_t(3), a, a)], graphs=2)
+
+
+class Meters(int):
+    def __new__(cls, v):
+        return super().__new__(cls, v * 100)
+
+
+def test_python_new_of_an_int_subclass_breaks():
+    def fn(x):
+        x = x * 1.5
+        m = Meters(2)
+        return x + 1, m, type(m)
+    check(fn, _t(3), graphs=2)

@@ -299,6 +299,8 @@ class ClassValue(Value):
 def has_python_new(cls: type) -> bool:
     """cls's __new__ is a Python function (a staticmethod in the class body), reached before object's,
     and its metaclass calls it as type.__call__ does."""
+    if not all(k.__flags__ & (1 << 9) for k in cls.__mro__[:-1]):
+        return False  # a builtin or C base (int, torch.Tensor): its __new__ makes the object
     for klass in cls.__mro__:
         if "__new__" in vars(klass):
             found = vars(klass)["__new__"]
