@@ -1018,3 +1018,23 @@ def test_python_new_of_an_int_subclass_breaks():
         m = Meters(2)
         return x + 1, m, type(m)
     check(fn, _t(3), graphs=2)
+
+
+def test_typing_namedtuple_subclass_extra_attributes_survive_a_break():
+    def fn(x):
+        x = x * 1.5
+        p = TypedSub(x, 2.0)
+        p.tag = "t"
+        q = p
+        print("break")  # noqa: T201  (p is rebuilt once, with its attribute, for the resume function)
+        return p.twice(), vars(q), q is p, p.tag
+    check(fn, _t(3), graphs=2)
+
+
+def test_namedtuple_subclass_argument_extra_attribute_breaks():
+    def fn(x, p):
+        x = x * 1.5
+        return x + p.total(), p.note
+    arg = PSub(1, 2)
+    arg.note = 5
+    check(fn, _t(3), arg, graphs=1)
