@@ -16,8 +16,8 @@ from typing import Any
 
 from kiln.capture import bytecode as bc
 from kiln.capture.hook import call_without_hook
-from kiln.capture.side_effects import (AttrWrite, CellWrite, ContainerUpdate, DeferredCall, GlobalWrite, IteratorAdvance,
-                                       run_deferred_call,
+from kiln.capture.side_effects import (AttrDelete, AttrWrite, CellWrite, ContainerUpdate, DeferredCall, GlobalWrite,
+                                       IteratorAdvance, run_deferred_call,
                                        replace_dict, replace_list, replace_set)
 from kiln.capture.values.base import Value
 from kiln.capture.values.tensors import TensorValue
@@ -37,11 +37,31 @@ def _new_contents(effect: ContainerUpdate) -> Value:
     return DictValue(c.entries)
 
 
+def _delete_attr(cg: "PyCodegen", effect, deleter) -> None:
+    cg.prepare_call(deleter)
+    effect.obj.source.emit(cg)
+    cg.load_const(effect.name)
+    cg.call(2)
+    cg.extend(bc.pop_top())
+
+
 def _apply(cg: "PyCodegen", effect, temp: str) -> None:
     if isinstance(effect, AttrWrite):
-        cg.load_fast(temp)
-        effect.obj.source.emit(cg)
-        cg.extend(bc.store_attr(effect.name))
+        if effect.deleted_before:  # deleted, then set again: the key moves to the end of __dict__
+            _delete_attr(cg, effect, object.__delattr__)
+        if effect.raw:  # reached through object.__setattr__ from a Python __setattr__
+            cg.prepare_call(object.__setattr__)
+            effect.obj.source.emit(cg)
+            cg.load_const(effect.name)
+            cg.load_fast(temp)
+            cg.call(3)
+            cg.extend(bc.pop_top())
+        else:
+            cg.load_fast(temp)
+            effect.obj.source.emit(cg)
+            cg.extend(bc.store_attr(effect.name))
+    elif isinstance(effect, AttrDelete):
+        _delete_attr(cg, effect, object.__delattr__ if effect.raw else delattr)
     elif isinstance(effect, GlobalWrite):
         cg.load_fast(temp)
         cg.extend([bc.create_instruction("STORE_GLOBAL", argval=effect.name)])
@@ -166,6 +186,10 @@ def _has_identity(value: Value) -> bool:
         return True
     if isinstance(value, CellValue):
         return value.created_here and value.source is None
+    from kiln.capture.values.containers import NamedTupleValue
+
+    if isinstance(value, NamedTupleValue) and value.has_dict():  # a namedtuple subclass with a __dict__
+        return value.created_here
     return isinstance(value, (ListValue, DictValue, SetValue)) and value.created_here
 
 

@@ -29,6 +29,7 @@ class GuardKind(enum.Enum):
     HASATTR = "hasattr"    # an object has (or has not) an attribute
     IDENTITY_OF_SOURCE = "identity_of_source"  # two places hold the same object
     DISTINCT = "distinct"  # tensor inputs are distinct objects (set by compile())
+    NOT_SAME = "not_same"  # two places hold different objects (an `is` decided False while tracing)
     GLOBAL_STATE = "global_state"  # grad mode, default dtype, autocast
 
 
@@ -95,6 +96,12 @@ class GuardSet:
             return
         guard = Guard(GuardKind.HASATTR, source, (attr, present))
         self._guards.setdefault((GuardKind.HASATTR, source.name(), attr), guard)
+
+    def not_same(self, source: Source, other: Source) -> None:
+        if not (_guardable(source) and _guardable(other)):
+            return
+        guard = Guard(GuardKind.NOT_SAME, source, other)
+        self._guards.setdefault((GuardKind.NOT_SAME, source.name(), other.name()), guard)
 
     def dict_keys(self, source: Source, obj: dict) -> None:
         self.add(GuardKind.DICT_KEYS, source, (type(obj), list(obj.keys())))
@@ -345,6 +352,8 @@ def _guard_exprs(g: Guard, names: _Namer) -> list[tuple[str, str]]:
         return [(f"___type({x}) is {names.ref(t)} and ___list({x}.keys()) == {names.ref(keys)}", f"keys of {x} == {keys!r}")]
     if k is GuardKind.IDENTITY_OF_SOURCE:
         return [(f"{x} is {g.value.name()}", f"{x} is the same object as {g.value.name()}")]
+    if k is GuardKind.NOT_SAME:
+        return [(f"{x} is not {g.value.name()}", f"{x} is not the same object as {g.value.name()}")]
     if k is GuardKind.DISTINCT:
         names = ", ".join(s.name() for s in g.value)
         return [(f"___len({{id(v) for v in ({names},)}}) == {len(g.value)}",

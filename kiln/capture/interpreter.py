@@ -191,7 +191,25 @@ class Tracer:
                 return
             obj.setattr(self, name, value)
             return
+        from kiln.capture.values.containers import NamedTupleValue
+
+        if isinstance(obj, NamedTupleValue):  # a namedtuple subclass's instance dict
+            if _python_setattr(obj.tuple_type):
+                unsupported(f"assigning attribute {name!r} of a {obj.tuple_type.__name__}, which defines __setattr__")
+            obj.setattr(self, name, value)
+            return
         if isinstance(obj, (UserObjectValue, NNModuleValue)) and obj.source is not None:
+            if isinstance(obj, UserObjectValue) and _python_setattr(type(obj.obj)):
+                # a Python __setattr__ runs as written; object.__setattr__ reached from it is a recorded store
+                from kiln.capture.values.objects import class_attribute
+
+                class_attribute(self, type(obj.obj), "__setattr__", obj).call(self, [ConstantValue(name), value], {})
+                return
+            from kiln.capture.values.objects import set_through_descriptor
+
+            if isinstance(obj, UserObjectValue) and type(obj.obj).__setattr__ is object.__setattr__ and \
+                    set_through_descriptor(self, type(obj.obj), name, obj, value):
+                return  # a property's Python setter ran
             if isinstance(obj, UserObjectValue) and type(obj.obj).__setattr__ is not object.__setattr__:
                 unsupported(f"assigning attribute {name!r} of a {type(obj.obj).__name__}, which defines __setattr__")
             self.output.side_effects.store_attr(obj, name, value)
@@ -416,6 +434,10 @@ def _call_library_function(tx, fn_value, args, kwargs) -> Value:
         return _dataclass_query(tx, fn, args[0])
     if fn is os._Environ.__getitem__ and len(args) == 2 and not kwargs:
         return _environ_item(tx, *args)
+    from kiln.capture.values.copying import call_copy, is_copy_function
+
+    if is_copy_function(fn):
+        return call_copy(tx, fn, list(args), dict(kwargs))
     if fn is inspect.signature and len(args) == 1 and not kwargs:
         real = _real_callable(args[0])
         if real is not None:

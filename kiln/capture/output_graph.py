@@ -140,7 +140,7 @@ class OutputGraph:
         node.meta["example_value"] = example
         if isinstance(example, FakeTensor):
             return TensorValue(node, example)
-        if isinstance(example, (tuple, list)):
+        if isinstance(example, (tuple, list)) and not isinstance(example, torch.Size):  # (a Size is a constant)
             parts = []
             for i, item in enumerate(example):
                 sub = self.graph.call_function(operator.getitem, (node, i))
@@ -185,6 +185,10 @@ def to_fx(v: Value) -> Any:
             return torch.Size(items)
         return list(items) if v.python_kind is list else tuple(items)
     if isinstance(v, DictValue):
+        from kiln.capture.values.containers import ObjectKey
+
+        if any(isinstance(k, ObjectKey) for k in v.entries):
+            unsupported("passing a dict keyed by Python objects to a torch operation")
         return {k: to_fx(x) for k, x in v.entries.items()}
     if v.is_constant():
         return v.as_constant()

@@ -15,9 +15,34 @@ from kiln.capture.values.base import Value
 
 @dataclasses.dataclass
 class AttrWrite:
+    """`obj.name = value` on an existing object. `raw`: the store a class's Python __setattr__ reached
+    through `object.__setattr__` (replayed as that, so the Python __setattr__ does not run twice)."""
+
     obj: Value
     name: str
     value: Value
+    raw: bool = False
+    deleted_before: bool = False  # an earlier `del obj.name` in this trace (the key moved in __dict__)
+
+
+@dataclasses.dataclass
+class AttrDelete:
+    """`del obj.name` / `delattr(obj, name)` on an existing object (the instance dict entry; replayed
+    with object.__delattr__ when `raw`, i.e. reached from a class's Python __delattr__)."""
+
+    obj: Value
+    name: str
+    raw: bool = False
+
+    @property
+    def value(self) -> Value:
+        from kiln.capture.values.base import ConstantValue
+
+        return ConstantValue(None)
+
+
+# what load_attr answers for an attribute deleted while tracing
+DELETED = object()
 
 
 @dataclasses.dataclass
@@ -106,16 +131,36 @@ class SideEffects:
         self._calls.append(key)
         self._effects[key] = DeferredCall(packed)
 
-    def store_attr(self, obj: Value, name: str, value: Value) -> None:
+    def store_attr(self, obj: Value, name: str, value: Value, raw: bool = False) -> None:
+        self.write_count += 1
+        key = ("attr", self._place(obj), name)
+        earlier = self._effects.get(key)
+        deleted_before = isinstance(earlier, AttrDelete) or getattr(earlier, "deleted_before", False)
+        self._move_to_end(key)
+        self._effects[key] = AttrWrite(obj, name, value, raw, deleted_before)
+
+    def delete_attr(self, obj: Value, name: str, raw: bool = False, existed: bool = True) -> None:
+        """Record `del obj.name`. `existed`: the real object had the attribute before the trace; if not,
+        the deletion only undoes stores recorded in this trace (their replay is dropped)."""
         self.write_count += 1
         key = ("attr", self._place(obj), name)
         self._move_to_end(key)
-        self._effects[key] = AttrWrite(obj, name, value)
+        if existed:
+            self._effects[key] = AttrDelete(obj, name, raw)
 
-    def load_attr(self, obj: Value, name: str) -> Value | None:
+    def load_attr(self, obj: Value, name: str):
+        """The value recorded for obj.name, DELETED after a recorded delete, None if not written."""
         key = ("attr", self._place(obj), name)
         found = self._effects.get(key)
+        if isinstance(found, AttrDelete):
+            return DELETED
         return found.value if found is not None else None
+
+    def attr_effects(self, obj: Value) -> list:
+        """The recorded stores and deletes of obj's attributes, in replay order."""
+        place = self._place(obj)
+        return [effect for key, effect in self._effects.items()
+                if key[0] == "attr" and key[1] == place]
 
     def store_global(self, name: str, value: Value) -> None:
         self.write_count += 1

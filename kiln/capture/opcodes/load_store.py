@@ -137,6 +137,13 @@ def STORE_ATTR(tx, inst):
 
 
 @handles()
+def DELETE_ATTR(tx, inst):
+    from kiln.capture.values.objects import delete_attribute
+
+    delete_attribute(tx, tx.pop(), inst.argval)
+
+
+@handles()
 def LOAD_SUPER_ATTR(tx, inst):  # 3.12: stack is global super, class, self
     self_value = tx.pop()
     cls_value = tx.pop()

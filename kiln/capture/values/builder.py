@@ -397,7 +397,9 @@ def wrap_constant_result(value: Any) -> Value:
 
 def underlying_object(v: Value):
     """The real object behind a value that stands for one (modules, objects, functions), else None."""
-    for attr in ("module", "obj", "fn", "cls"):
+    if isinstance(v, ClassValue):
+        return v.cls
+    for attr in ("module", "obj", "fn"):  # (a NewObjectValue's `cls` is its class, not the object)
         if hasattr(v, attr) and not isinstance(v, (ConstantValue,)):
             return getattr(v, attr)
     return None

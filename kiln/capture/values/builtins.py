@@ -32,8 +32,12 @@ class BuiltinValue(KnownFunctionValue):
     def getattr(self, tx, name: str) -> Value:
         from kiln.capture.values.dict_objects import UnboundBaseMethod
 
-        if (self.fn is object and name == "__setattr__") or (self.fn is dict and name in ("__setitem__", "__init__")):
+        if (self.fn is object and name in ("__setattr__", "__delattr__", "__getattribute__")) or (self.fn is dict and name in ("__setitem__", "__init__")):
             return UnboundBaseMethod(self.fn, name)  # object.__setattr__(self, k, v) in a __setattr__
+        if self.fn is object and name == "__new__":
+            from kiln.capture.values.objects import ObjectNew
+
+            return ObjectNew()
         return super().getattr(tx, name)
 
     def call(self, tx, args: list[Value], kwargs: dict[str, Value]) -> Value:
@@ -156,8 +160,9 @@ def _hasattr(tx, obj, name):
     attr = name.as_constant()
     if isinstance(obj, TensorValue):
         return ConstantValue(hasattr(obj.example, attr))
+    written = isinstance(obj, UserObjectValue) and tx.output.side_effects.load_attr(obj, attr) is not None
     if isinstance(obj, NewObjectValue) or isinstance(obj, UserObjectValue) and obj.source is not None and \
-            not has_generic_getattribute(type(obj.obj)):
+            (written or not has_generic_getattribute(type(obj.obj))):
         # traced as Python would (a Python __getattribute__ runs, and its AttributeError is caught)
         try:
             tx.getattr(obj, attr)
@@ -187,6 +192,21 @@ def _hasattr(tx, obj, name):
 def _setattr(tx, obj, name, value):
     tx.setattr(obj, name.as_constant(), value)
     return ConstantValue(None)
+
+
+def _delattr(tx, obj, name):
+    from kiln.capture.values.objects import delete_attribute
+
+    if not name.is_constant() or not isinstance(name.as_constant(), str):
+        unsupported("delattr() with a name that is not a constant string")
+    delete_attribute(tx, obj, name.as_constant())
+    return ConstantValue(None)
+
+
+def _vars(tx, obj=None):
+    if obj is None:
+        unsupported("vars() without an argument")
+    return tx.getattr(obj, "__dict__")  # PyObject_GetAttr(obj, "__dict__"), as vars() does
 
 
 def _type(tx, obj):
@@ -327,7 +347,7 @@ def _tensor_number(kind):
 
 _HANDLERS: dict = {
     len: _len, isinstance: _isinstance, issubclass: _issubclass, getattr: _getattr, hasattr: _hasattr,
-    setattr: _setattr, iter: _iter, next: _next, zip: _zip, enumerate: _enumerate, reversed: _reversed,
+    setattr: _setattr, delattr: _delattr, vars: _vars, iter: _iter, next: _next, zip: _zip, enumerate: _enumerate, reversed: _reversed,
     map: _map, filter: _filter, range: _range, sum: _sum, min: _minmax(min), max: _minmax(max),
     all: _all_any(all), any: _all_any(any), sorted: _sorted, print: _print, id: _id, callable: _callable,
     super: _super, type: _type, int: _tensor_number(int), float: _tensor_number(float), bool: _tensor_number(bool),

@@ -77,7 +77,26 @@ class TupleValue(SequenceValue):
             return ConstantValue(self.as_constant().count(args[0].as_constant()))
         if name == "__getitem__":
             return self.getitem(tx, args[0])
+        if name in ("index", "count") and len(args) == 1 and not kwargs:
+            return search_sequence(tx, self, name, args[0])
         unsupported(f"tuple.{name}")
+
+
+def search_sequence(tx, seq: "SequenceValue", name: str, item: Value) -> Value:
+    """seq.index(item) / seq.count(item) / list.remove(item): each element compared as CPython does,
+    `element == item` after an identity check (PyObject_RichCompareBool), stopping at the first match
+    for index and remove. The index, or None for remove."""
+    from kiln.capture.values.ops import equal_bool
+
+    count = 0
+    for i, element in enumerate(list(seq.elements)):
+        if equal_bool(tx, element, item):
+            if name != "count":
+                return ConstantValue(i)
+            count += 1
+    if name == "count":
+        return ConstantValue(count)
+    unsupported(f"{seq.python_kind.__name__}.{name}(x): x is not in the {seq.python_kind.__name__} (ValueError)")
 
 
 class ListValue(SequenceValue):
@@ -123,6 +142,13 @@ class ListValue(SequenceValue):
             return ListValue(list(self.elements))
         if name in ("index", "count") and self.is_constant() and all(a.is_constant() for a in args):
             return wrap_constant_result(getattr(self.as_constant(), name)(*[a.as_constant() for a in args]))
+        if name in ("index", "count") and len(args) == 1 and not kwargs:
+            return search_sequence(tx, self, name, args[0])
+        if name == "remove" and len(args) == 1 and not kwargs:
+            found = search_sequence(tx, self, "index", args[0]).as_constant()
+            self._check_mutable(tx, "list.remove")
+            del self.elements[found]
+            return ConstantValue(None)
         if name == "sort" and self.is_constant():
             self._check_mutable(tx, "list.sort")
             values = self.as_constant()
@@ -145,14 +171,23 @@ class ListValue(SequenceValue):
 
 
 class NamedTupleValue(TupleValue):
-    """An instance of a collections.namedtuple / typing.NamedTuple class, or a torch.return_types."""
+    """An instance of a collections.namedtuple / typing.NamedTuple class (or a Python subclass of one),
+    or a torch.return_types. A subclass without `__slots__ = ()` gives its instances a __dict__: the
+    attributes set on one made while tracing are `attrs` (it is then one object wherever it is held)."""
 
     def __init__(self, items, tuple_type: type, source=None, created_here: bool = True):
         super().__init__(items, source, created_here)
         self.tuple_type = tuple_type
+        self.attrs: dict[str, Value] = {}
 
     def python_type(self) -> type:
         return self.tuple_type
+
+    def has_dict(self) -> bool:
+        return bool(getattr(self.tuple_type, "__dictoffset__", 0))
+
+    def is_constant(self) -> bool:
+        return not self.has_dict() and super().is_constant()
 
     def as_constant(self):
         return self.tuple_type(*[v.as_constant() for v in self.elements])
@@ -162,20 +197,48 @@ class NamedTupleValue(TupleValue):
 
     def getattr(self, tx, name: str) -> Value:
         fields = self.fields()
-        if name in fields:
+        if name in fields and _generated_member(self.tuple_type, name):
             return self.elements[fields.index(name)]
-        if name == "_fields":
+        if name in self.attrs:
+            return self.attrs[name]
+        if name == "_fields" and _generated_member(self.tuple_type, name):
             return ConstantValue(fields)
-        if name in ("_replace", "_asdict", "index", "count"):
+        if name in ("_replace", "_asdict", "index", "count", "_make") and _generated_member(self.tuple_type, name):
             from kiln.capture.values.base import BoundMethodValue
 
             return BoundMethodValue(self, name)
+        if name == "__class__":
+            from kiln.capture.values.objects import ClassValue
+
+            return ClassValue(self.tuple_type)
+        if name == "__dict__" and self.has_dict() and self.created_here:
+            from kiln.capture.values.dict_objects import AttrsView
+
+            return AttrsView(self)
         from kiln.capture.values.objects import class_attribute
 
+        if self.has_dict() and not self.created_here and \
+                not any(name in vars(klass) for klass in self.tuple_type.__mro__):
+            unsupported(f"attribute {name!r} of a {self.tuple_type.__name__} from outside (its __dict__ is not read)")
         return class_attribute(tx, self.tuple_type, name, self)
+
+    def setattr(self, tx, name: str, value: Value) -> None:
+        """obj.name = value: only into the instance dict of a subclass that has one (fields are read-only)."""
+        cls = self.tuple_type
+        for klass in cls.__mro__:
+            if name in vars(klass) and hasattr(type(vars(klass)[name]), "__set__"):
+                unsupported(f"assigning {name!r} of a {cls.__name__}: a field or descriptor (AttributeError)")
+        if not self.has_dict():
+            unsupported(f"assigning {name!r} of a {cls.__name__}, which has no __dict__ (AttributeError)")
+        if not self.created_here:
+            unsupported(f"assigning attribute {name!r} of a {cls.__name__} from outside")
+        note_mutation(tx, self)
+        self.attrs[name] = value
 
     def call_method(self, tx, name, args, kwargs):
         if name == "_replace" and not args:
+            if not _generated_member(self.tuple_type, "_make"):
+                unsupported(f"{self.tuple_type.__name__}._replace(): the class redefines _make")
             fields = self.fields()
             items = list(self.elements)
             for k, v in kwargs.items():
@@ -185,10 +248,25 @@ class NamedTupleValue(TupleValue):
             return NamedTupleValue(items, self.tuple_type)
         if name == "_asdict" and not args and not kwargs:
             return DictValue(dict(zip(self.fields(), self.elements)))
+        if name == "_make":
+            return NamedTupleMake(self.tuple_type).call(tx, args, kwargs)
         return super().call_method(tx, name, args, kwargs)
 
     def reconstruct(self, cg) -> None:
-        cg.prepare_call(self.tuple_type)
+        if self.attrs:
+            cg.prepare_call(rebuild_namedtuple)
+            cg.load_const(self.tuple_type)
+            cg.reconstruct(TupleValue(self.elements))
+            cg.reconstruct(DictValue(self.attrs))
+            cg.call(3)
+            return
+        plain = namedtuple_new_is_generated(self.tuple_type) or is_structseq(self.tuple_type)
+        cg.prepare_call(self.tuple_type if plain else tuple.__new__)
+        if not plain:
+            cg.load_const(self.tuple_type)  # tuple.__new__(cls, items): no Python __new__/__init__ runs
+            cg.reconstruct(TupleValue(self.elements))
+            cg.call(2)
+            return
         for v in self.elements:
             cg.reconstruct(v)
         if is_structseq(self.tuple_type):
@@ -199,6 +277,58 @@ class NamedTupleValue(TupleValue):
 
     def __repr__(self) -> str:
         return f"NamedTuple[{self.tuple_type.__name__}]({self.elements!r})"
+
+
+def rebuild_namedtuple(cls, items: tuple, attrs: dict):
+    """A namedtuple-subclass object made while tracing, with its instance attributes (no Python runs)."""
+    obj = tuple.__new__(cls, items)
+    for name, value in attrs.items():
+        object.__setattr__(obj, name, value)
+    return obj
+
+
+def _is_generated(klass: type) -> bool:
+    """A class collections.namedtuple made (typing.NamedTuple classes are such classes too)."""
+    return "_make" in vars(klass) and "_field_defaults" in vars(klass) and "_fields" in vars(klass)
+
+
+def _generated_member(cls: type, name: str) -> bool:
+    """cls's MRO finds `name` (a field, _replace, _make, ...) on the generated namedtuple class itself, not on
+    a subclass that redefines it (then its own code runs instead)."""
+    if is_structseq(cls):
+        return True  # torch.return_types: C classes, nothing overridden
+    for klass in cls.__mro__:
+        if name in vars(klass):
+            return _is_generated(klass) or klass is tuple
+    return False
+
+
+def namedtuple_new_is_generated(cls: type) -> bool:
+    """cls(...) runs the __new__ collections.namedtuple generated (fields by position or keyword)."""
+    for klass in cls.__mro__:
+        if "__new__" in vars(klass):
+            return _is_generated(klass)
+    return False
+
+
+class NamedTupleMake(Value):
+    """`Cls._make(iterable)` of a namedtuple class: a new instance of Cls with the items (TypeError unless
+    there is one per field)."""
+
+    def __init__(self, cls: type):
+        self.cls = cls
+
+    def call(self, tx, args, kwargs) -> Value:
+        if len(args) != 1 or kwargs:
+            unsupported(f"{self.cls.__name__}._make() with arguments {args} {kwargs}")
+        items = tx.items(args[0])
+        if len(items) != len(self.cls._fields):
+            unsupported(f"{self.cls.__name__}._make(): expected {len(self.cls._fields)} arguments, got {len(items)} "
+                        f"(TypeError)")
+        return NamedTupleValue(items, self.cls)
+
+    def reconstruct(self, cg) -> None:
+        cg.load_const(self.cls._make)
 
 
 def is_structseq(cls: type) -> bool:
@@ -213,8 +343,36 @@ def structseq_fields(cls: type) -> tuple:
     return tuple(names[: cls.n_sequence_fields])
 
 
+class ObjectKey:
+    """A dict key or set member that is a Python object whose class keeps object's __hash__ and __eq__:
+    hashed and compared by identity, as CPython does. `value` is the symbolic object."""
+
+    __slots__ = ("value", "ident")
+
+    def __init__(self, value: Value, ident):
+        self.value, self.ident = value, ident
+
+    def __hash__(self) -> int:
+        return hash(self.ident)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, ObjectKey) and other.ident == self.ident
+
+    def __repr__(self) -> str:
+        return f"<{self.value!r}>"
+
+
+def key_value(key: Any) -> Value:
+    """The symbolic value of a dict key / set member as dict_key stored it."""
+    return key.value if isinstance(key, ObjectKey) else ConstantValue(key)
+
+
 def dict_key(tx, key: Value) -> Any:
     """Dict keys are Python constants (strings, ints, ...), or objects compared by identity."""
+    from kiln.capture.values.ops import is_python_object
+
+    if is_python_object(key):
+        return _object_key(tx, key)
     if key.is_constant():
         return key.as_constant()
     from kiln.capture.values.tensors import TensorValue
@@ -222,6 +380,32 @@ def dict_key(tx, key: Value) -> Any:
     if isinstance(key, TensorValue):
         unsupported("tensors as dict keys")
     unsupported(f"dict key {key}")
+
+
+def _object_key(tx, key: Value) -> ObjectKey:
+    """hash(obj) of a Python object: object's identity hash, TypeError for `__hash__ = None` (a class that
+    defines __eq__ alone), a break for a Python __hash__. Objects from outside used as keys are guarded
+    to stay distinct from each other (the same object passed in two places later is one key)."""
+    cls = key.python_type()
+    if cls.__hash__ is None:
+        from kiln.capture.values.exceptions import ExceptionValue, TracedRaise
+
+        message = f"unhashable type: '{cls.__name__}'"
+        raise TracedRaise(ExceptionValue(TypeError, [ConstantValue(message)]), message)
+    if cls.__hash__ is not object.__hash__ or cls.__eq__ is not object.__eq__:
+        unsupported(f"a {cls.__name__} as a dict key or set member: its class defines __hash__/__eq__",
+                    hint="kiln hashes objects by identity only")
+    real = getattr(key, "obj", None)
+    if real is None:
+        return ObjectKey(key, ("new", id(key)))
+    if tx is None or key.source is None:
+        unsupported(f"a {cls.__name__} from outside as a set member or key kiln cannot guard")
+    keyed = tx.output.__dict__.setdefault("_outside_object_keys", {})
+    for other in keyed.values():
+        if other.obj is not real:
+            tx.output.guards.not_same(key.source, other.source)
+    keyed[id(real)] = key
+    return ObjectKey(key, ("object", id(real)))
 
 
 class DictValue(Value):
@@ -235,13 +419,14 @@ class DictValue(Value):
         return self.dict_type
 
     def is_constant(self) -> bool:
-        return all(v.is_constant() for v in self.entries.values())
+        return all(v.is_constant() for v in self.entries.values()) and \
+            not any(isinstance(k, ObjectKey) for k in self.entries)
 
     def as_constant(self):
         return self.dict_type((k, v.as_constant()) for k, v in self.entries.items())
 
     def items(self, tx) -> list[Value]:
-        return [ConstantValue(k) for k in self.entries]
+        return [key_value(k) for k in self.entries]
 
     def truth(self, tx) -> bool:
         return bool(self.entries)
@@ -278,11 +463,11 @@ class DictValue(Value):
 
     def call_method(self, tx, name, args, kwargs):
         if name == "keys":
-            return ListIteratorValue([ConstantValue(k) for k in self.entries], kind="dict_keys")
+            return ListIteratorValue([key_value(k) for k in self.entries], kind="dict_keys")
         if name == "values":
             return ListIteratorValue(list(self.entries.values()), kind="dict_values")
         if name == "items":
-            return ListIteratorValue([TupleValue([ConstantValue(k), v]) for k, v in self.entries.items()], kind="dict_items")
+            return ListIteratorValue([TupleValue([key_value(k), v]) for k, v in self.entries.items()], kind="dict_items")
         if name == "get":
             k = dict_key(tx, args[0])
             default = args[1] if len(args) > 1 else ConstantValue(None)
@@ -329,7 +514,10 @@ class DictValue(Value):
         if self.dict_type is not dict:
             cg.prepare_call(self.dict_type)
         for k, v in self.entries.items():
-            cg.load_const(k)
+            if isinstance(k, ObjectKey):
+                cg.reconstruct(k.value)
+            else:
+                cg.load_const(k)
             cg.reconstruct(v)
         cg.build(dict, len(self.entries))
         if self.dict_type is not dict:
@@ -351,7 +539,7 @@ class SetValue(Value):
         return set
 
     def is_constant(self) -> bool:
-        return True
+        return not any(isinstance(k, ObjectKey) for k in self.members)
 
     def as_constant(self):
         return set(self.members)

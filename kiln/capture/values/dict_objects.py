@@ -20,7 +20,7 @@ import collections
 import types
 
 from kiln.capture.values.base import BoundMethodValue, ConstantValue, Value, note_mutation, unsupported
-from kiln.capture.values.containers import DictValue, dict_key
+from kiln.capture.values.containers import DictValue, dict_key, key_value
 from kiln.capture.values.objects import NewObjectValue, class_attribute
 
 _DICT_BASES = (dict, collections.OrderedDict)
@@ -83,7 +83,7 @@ class DictObjectValue(NewObjectValue):
         for arg in args:
             if isinstance(arg, DictValue):
                 for k, v in arg.entries.items():
-                    self.raw_setitem(tx, ConstantValue(k), v)
+                    self.raw_setitem(tx, key_value(k), v)
             else:
                 for pair in tx.items(arg):
                     k, v = tx.items(pair)
@@ -113,7 +113,7 @@ class DictObjectValue(NewObjectValue):
     def items(self, tx) -> list[Value]:
         if python_override(self.cls, "__iter__") is not None:
             return tx.items(class_attribute(tx, self.cls, "__iter__", self).call(tx, [], {}))
-        return [ConstantValue(k) for k in self.store.entries]
+        return [key_value(k) for k in self.store.entries]
 
     def truth(self, tx) -> bool:
         if python_override(self.cls, "__bool__") is not None or python_override(self.cls, "__len__") is not None:
@@ -152,30 +152,67 @@ class AttrsView(Value):
         return dict
 
     def getattr(self, tx, name: str) -> Value:
-        if name in ("get", "__getitem__", "__contains__", "keys"):
+        if name in ("get", "__getitem__", "__contains__", "keys", "values", "items", "copy", "__len__"):
             return BoundMethodValue(self, name)
         unsupported(f"__dict__.{name} of an object made while tracing")
 
     def getitem(self, tx, key: Value) -> Value:
         return self.call_method(tx, "__getitem__", [key], {})
 
+    def items(self, tx) -> list[Value]:
+        return [ConstantValue(k) for k in self.obj.attrs]
+
+    def truth(self, tx) -> bool:
+        return bool(self.obj.attrs)
+
     def call_method(self, tx, name, args, kwargs) -> Value:
+        if name == "__len__":
+            return ConstantValue(len(self.obj.attrs))
         return DictValue(self.obj.attrs).call_method(tx, name, args, kwargs)
+
+    def reconstruct(self, cg) -> None:
+        cg.prepare_call(object.__getattribute__)
+        cg.reconstruct(self.obj)
+        cg.load_const("__dict__")
+        cg.call(2)
 
 
 class RawSetattr(Value):
-    """`super().__setattr__` reaching object.__setattr__ from a Python __setattr__."""
+    """`super().__setattr__` reaching object.__setattr__ from a Python __setattr__: the attribute of an
+    object made while tracing, or a recorded store on an existing one (values/objects.py)."""
 
-    def __init__(self, obj: NewObjectValue):
+    def __init__(self, obj: Value):
         self.obj = obj
 
     def call(self, tx, args, kwargs) -> Value:
+        from kiln.capture.values.objects import UserObjectValue
+
         if len(args) != 2 or kwargs or not args[0].is_constant():
             unsupported("object.__setattr__ with a non-constant name")
+        name = args[0].as_constant()
+        if not isinstance(name, str):
+            unsupported(f"object.__setattr__ with a {type(name).__name__} name (TypeError)")
         if isinstance(self.obj, DictObjectValue):
-            self.obj.raw_setattr(tx, args[0].as_constant(), args[1])
+            self.obj.raw_setattr(tx, name, args[1])
+        elif isinstance(self.obj, UserObjectValue):
+            self.obj.raw_setattr(tx, name, args[1])
         else:
-            NewObjectValue.setattr(self.obj, tx, args[0].as_constant(), args[1])
+            NewObjectValue.setattr(self.obj, tx, name, args[1])
+        return ConstantValue(None)
+
+
+class RawDelattr(Value):
+    """`super().__delattr__` / `object.__delattr__` reaching object's C method from a Python __delattr__."""
+
+    def __init__(self, obj: Value):
+        self.obj = obj
+
+    def call(self, tx, args, kwargs) -> Value:
+        if len(args) != 1 or kwargs or not args[0].is_constant() or not isinstance(args[0].as_constant(), str):
+            unsupported("object.__delattr__ with a non-constant name")
+        if isinstance(self.obj, DictObjectValue):
+            unsupported(f"deleting an attribute of a {self.obj.cls.__name__} (a dict subclass) made while tracing")
+        self.obj.raw_delattr(tx, args[0].as_constant(), raw=True)
         return ConstantValue(None)
 
 
@@ -206,7 +243,7 @@ def _dict_read(obj: DictObjectValue, tx, name, args, kwargs) -> Value:
     if name == "__iter__":
         from kiln.capture.values.containers import ListIteratorValue
 
-        return ListIteratorValue([ConstantValue(k) for k in obj.store.entries])
+        return ListIteratorValue([key_value(k) for k in obj.store.entries])
     return obj.store.call_method(tx, name, args, kwargs)
 
 
@@ -218,11 +255,20 @@ class UnboundBaseMethod(Value):
         self.owner, self.name = owner, name
 
     def call(self, tx, args, kwargs) -> Value:
-        if not args or not isinstance(args[0], NewObjectValue) or \
+        from kiln.capture.values.objects import UserObjectValue, _GenericGetattr
+
+        if self.owner is object and args and isinstance(args[0], UserObjectValue) and args[0].source is not None \
+                and self.name in ("__setattr__", "__delattr__", "__getattribute__"):
+            pass  # an existing object: recorded stores and deletes, reads through its place
+        elif not args or not isinstance(args[0], NewObjectValue) or \
                 (self.owner is dict and not isinstance(args[0], DictObjectValue)):
             unsupported(f"{self.owner.__name__}.{self.name}() on {args[0] if args else 'nothing'}")
         if self.name == "__setattr__":
             return RawSetattr(args[0]).call(tx, args[1:], kwargs)
+        if self.name == "__delattr__":
+            return RawDelattr(args[0]).call(tx, args[1:], kwargs)
+        if self.name == "__getattribute__":
+            return _GenericGetattr(args[0]).call(tx, args[1:], kwargs)
         return RawDictMethod(args[0], self.name).call(tx, args[1:], kwargs)
 
     def reconstruct(self, cg) -> None:

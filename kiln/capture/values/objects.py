@@ -21,6 +21,8 @@ def class_attribute(tx, cls: type, name: str, self_value: Value | None) -> Value
     else:
         unsupported(f"{cls.__name__!r} object has no attribute {name!r}")
     src = ConstantSource(f"{cls.__qualname__}.{name}", attr)
+    if isinstance(attr, (staticmethod, classmethod)):  # the function's own place (its cells are read there)
+        src = ConstantSource(f"{cls.__qualname__}.{name}", attr.__func__)
     if isinstance(attr, staticmethod):
         return wrap(tx, attr.__func__, src)
     if isinstance(attr, classmethod):
@@ -34,6 +36,11 @@ def class_attribute(tx, cls: type, name: str, self_value: Value | None) -> Value
         return UserMethodValue(fn, self_value) if self_value is not None else fn
     if self_value is not None and is_once_logging_method(cls, attr):
         return OnceLoggingCall(attr, self_value)
+    if klass is object and self_value is not None:
+        if name == "__class__":  # object's getset descriptor: the exact type (guarded where it was read)
+            return ClassValue(cls)
+        if name in OBJECT_SLOT_METHODS:
+            return ObjectSlotMethod(self_value, name)
     if type(attr) is types.MemberDescriptorType and isinstance(self_value, UserObjectValue):
         # a __slots__ attribute (e.g. dataclasses.Field.name): read from the object, through its place
         try:
@@ -50,6 +57,85 @@ def class_attribute(tx, cls: type, name: str, self_value: Value | None) -> Value
 
         src = AttrSource(GenericAttrSource(self_value.source, "__class__"), name)
     return wrap(tx, attr, src)
+
+
+# object's C methods an attribute read may reach (copy's protocol looks them up on the instance)
+OBJECT_SLOT_METHODS = frozenset({"__reduce_ex__", "__reduce__", "__getstate__"})
+
+
+class ObjectSlotMethod(Value):
+    """`obj.__reduce_ex__` (or __reduce__, __getstate__) found on `object` itself: bound, not traced.
+    copy.copy/deepcopy (values/copying.py) recognize it as the default protocol; calling it breaks."""
+
+    def __init__(self, obj: Value, name: str):
+        self.obj, self.name = obj, name
+
+    def call(self, tx, args, kwargs) -> Value:
+        unsupported(f"object.{self.name}() of a {self.obj.python_type().__name__} is a C method kiln does not run",
+                    hint="kiln runs it between two graphs")
+
+    def reconstruct(self, cg) -> None:
+        cg.prepare_call(getattr)
+        cg.reconstruct(self.obj)
+        cg.load_const(self.name)
+        cg.call(2)
+
+    def __repr__(self) -> str:
+        return f"ObjectSlotMethod({self.obj!r}.{self.name})"
+
+
+def python_slot(cls: type, name: str):
+    """The Python function cls's MRO gives for `name` (e.g. __delattr__), or None when the first
+    definition is not a plain Python function (object's C slot, a builtin base's)."""
+    for klass in cls.__mro__:
+        if name in vars(klass):
+            found = vars(klass)[name]
+            return found if isinstance(found, types.FunctionType) else None
+    return None
+
+
+def data_descriptor_of(cls: type, name: str):
+    """The data descriptor (property, slot, getset) cls's MRO has for `name`, else None."""
+    for klass in cls.__mro__:
+        if name in vars(klass):
+            found = vars(klass)[name]
+            return found if hasattr(type(found), "__set__") or hasattr(type(found), "__delete__") else None
+    return None
+
+
+def delete_attribute(tx, obj: Value, name: str) -> None:
+    """`del obj.name` / `delattr(obj, name)`: a class's Python __delattr__ runs as written, else object's."""
+    if not isinstance(obj, (UserObjectValue, NewObjectValue)) or type(obj).__name__ == "DictObjectValue":
+        unsupported(f"deleting attribute {name!r} of {obj}")
+    if isinstance(obj, UserObjectValue) and obj.source is None:
+        unsupported(f"deleting attribute {name!r} of a {obj.python_type().__name__} kiln cannot name")
+    cls = obj.python_type()
+    if python_slot(cls, "__delattr__") is not None:
+        class_attribute(tx, cls, "__delattr__", obj).call(tx, [ConstantValue(name)], {})
+        return
+    if cls.__delattr__ is not object.__delattr__:
+        unsupported(f"deleting attribute {name!r} of a {cls.__name__}, whose __delattr__ is a C method")
+    obj.raw_delattr(tx, name)
+
+
+def set_through_descriptor(tx, cls: type, name: str, obj: Value, value: Value) -> bool:
+    """object.__setattr__'s first step: a data descriptor of cls for `name` takes the store. A property
+    with a Python setter runs it (traced) and answers True; no descriptor: False; others break."""
+    descriptor = data_descriptor_of(cls, name)
+    if descriptor is None:
+        return False
+    if type(descriptor) is property and isinstance(descriptor.fset, types.FunctionType):
+        UserFunctionValue(descriptor.fset, ConstantSource(f"{cls.__qualname__}.{name}.fset", descriptor.fset)) \
+            .call(tx, [obj, value], {})
+        return True
+    unsupported(f"assigning attribute {name!r} of a {cls.__name__}: the class has a {type(descriptor).__name__} "
+                f"of that name{' without a setter (AttributeError)' if type(descriptor) is property else ''}")
+
+
+def _refuse_descriptor(cls: type, name: str, what: str) -> None:
+    if data_descriptor_of(cls, name) is not None:
+        unsupported(f"{what} attribute {name!r} of a {cls.__name__}: the class has a data descriptor "
+                    f"(property, slot) of that name, whose code kiln does not run")
 
 
 _LOGGER_METHODS = {"debug", "info", "warning", "warn", "error", "critical", "exception", "log"}
@@ -122,6 +208,11 @@ class ClassValue(Value):
 
         if name in ("__name__", "__qualname__", "__module__"):
             return ConstantValue(getattr(self.cls, name))
+        if name == "_make" and isinstance(self.cls, type) and issubclass(self.cls, tuple):
+            from kiln.capture.values.containers import NamedTupleMake, _generated_member
+
+            if _generated_member(self.cls, "_make"):
+                return NamedTupleMake(self.cls)
         for klass in self.cls.__mro__:
             if name in vars(klass):
                 attr = vars(klass)[name]
@@ -146,7 +237,14 @@ class ClassValue(Value):
         if context is not None:
             return context
         if issubclass(cls, tuple) and hasattr(cls, "_fields"):
-            return _make_namedtuple(tx, cls, args, kwargs)
+            from kiln.capture.values.containers import namedtuple_new_is_generated
+
+            if not namedtuple_new_is_generated(cls):
+                unsupported(f"creating a {cls.__qualname__}: the namedtuple class defines its own __new__")
+            made = _make_namedtuple(tx, cls, args, kwargs)
+            if python_slot(cls, "__init__") is not None:  # type.__call__ runs a subclass's __init__ too
+                class_attribute(tx, cls, "__init__", made).call(tx, args, kwargs)
+            return made
         if issubclass(cls, BaseException):
             from kiln.capture.values.exceptions import make_exception
 
@@ -166,6 +264,8 @@ class ClassValue(Value):
             else:
                 obj.raw_init(tx, args, kwargs)
             return obj
+        if has_python_new(cls):
+            return self._call_python_new(tx, args, kwargs)
         if not plainly_instantiable(cls):
             unsupported(f"creating an instance of {cls.__qualname__} (custom __new__ or metaclass)")
         obj = NewObjectValue(cls)
@@ -176,11 +276,61 @@ class ClassValue(Value):
             unsupported(f"{cls.__name__}() takes no arguments")
         return obj
 
+    def _call_python_new(self, tx, args, kwargs) -> Value:
+        """type.__call__ with a Python __new__: obj = cls.__new__(cls, *args); __init__ runs only when obj is
+        an instance of cls (then type(obj).__init__, with the same arguments)."""
+        cls = self.cls
+        made = class_attribute(tx, cls, "__new__", None).call(tx, [self, *args], kwargs)
+        try:
+            made_type = made.python_type()
+        except Exception:
+            unsupported(f"{cls.__qualname__}.__new__ returned {made}, whose type kiln does not know")
+        if not (isinstance(made_type, type) and issubclass(made_type, cls)):
+            return made
+        if python_slot(made_type, "__init__") is not None:
+            class_attribute(tx, made_type, "__init__", made).call(tx, args, kwargs)
+        elif made_type.__init__ is not object.__init__:
+            unsupported(f"{made_type.__qualname__}.__init__ is not a Python function")
+        return made
+
     def reconstruct(self, cg) -> None:
         cg.load_const(self.cls)
 
     def __repr__(self) -> str:
         return f"Class({self.cls.__qualname__})"
+
+
+def has_python_new(cls: type) -> bool:
+    """cls's __new__ is a Python function (a staticmethod in the class body), reached before object's,
+    and its metaclass calls it as type.__call__ does."""
+    if not all(k.__flags__ & (1 << 9) for k in cls.__mro__[:-1]):
+        return False  # a builtin or C base (int, torch.Tensor): its __new__ makes the object
+    for klass in cls.__mro__:
+        if "__new__" in vars(klass):
+            found = vars(klass)["__new__"]
+            return isinstance(found, staticmethod) and isinstance(found.__func__, types.FunctionType) and \
+                metaclass_keeps_instantiation(cls) and not getattr(cls, "__abstractmethods__", None)
+    return False
+
+
+class ObjectNew(Value):
+    """`object.__new__` (as `super().__new__(cls)` in a Python __new__, or called directly): a new, empty
+    instance of a class whose bases are Python classes over object."""
+
+    def call(self, tx, args, kwargs) -> Value:
+        if not args or not isinstance(args[0], ClassValue):
+            unsupported(f"object.__new__({args}) without a class kiln knows")
+        cls = args[0].cls
+        if len(args) > 1 or kwargs:
+            unsupported(f"object.__new__({cls.__qualname__}, ...) with arguments raises TypeError")
+        if not all(k.__flags__ & (1 << 9) for k in cls.__mro__[:-1]):
+            unsupported(f"object.__new__({cls.__qualname__}): the class has a builtin base")
+        if not metaclass_keeps_instantiation(cls) or getattr(cls, "__abstractmethods__", None):
+            unsupported(f"object.__new__({cls.__qualname__}): metaclass or abstract methods")
+        return NewObjectValue(cls)
+
+    def reconstruct(self, cg) -> None:
+        cg.load_const(object.__new__)
 
 
 def plainly_instantiable(cls: type) -> bool:
@@ -230,11 +380,6 @@ class UserObjectValue(Value):
         return type(self.obj)
 
     def getattr(self, tx, name: str) -> Value:
-        from kiln.capture.values.builder import wrap
-
-        pending = tx.output.side_effects.load_attr(self, name)
-        if pending is not None:
-            return pending
         cls = type(self.obj)
         if not has_generic_getattribute(cls):
             if isinstance(cls.__getattribute__, types.FunctionType):
@@ -244,9 +389,14 @@ class UserObjectValue(Value):
         return self.generic_getattr(tx, name)
 
     def generic_getattr(self, tx, name: str) -> Value:
-        """object.__getattribute__: data descriptors, then the instance dict, then the class."""
+        """object.__getattribute__: data descriptors, then the instance dict, then the class (attributes
+        stored or deleted while tracing are recorded side effects: reads see them)."""
+        from kiln.capture.side_effects import DELETED
         from kiln.capture.values.builder import wrap
 
+        pending = tx.output.side_effects.load_attr(self, name)
+        if pending is not None and pending is not DELETED:
+            return pending
         cls = type(self.obj)
         if name == "__dict__" and hasattr(self.obj, "__dict__"):
             return InstanceDictValue(self)
@@ -257,11 +407,11 @@ class UserObjectValue(Value):
                 class_attr = vars(klass)[name]
                 break
         data_descriptor = class_attr is not None and hasattr(type(class_attr), "__set__")
-        inst_dict = getattr(self.obj, "__dict__", {})
+        inst_dict = getattr(self.obj, "__dict__", {}) if pending is not DELETED else {}
         if not data_descriptor and name in inst_dict:
             return wrap(tx, inst_dict[name], attr_source(name))
         if class_attr is not None:
-            if hasattr(self.obj, "__dict__"):
+            if hasattr(self.obj, "__dict__") and pending is not DELETED:
                 # an instance attribute set later would shadow the class attribute
                 tx.output.guards.contains(attr_source("__dict__"), name, False)
             return class_attribute(tx, cls, name, self)
@@ -269,11 +419,50 @@ class UserObjectValue(Value):
             unsupported(f"{cls.__name__}.__getattr__ for attribute {name!r}")
         if self.source is None:
             unsupported(f"{cls.__name__!r} object has no attribute {name!r}")
-        if hasattr(self.obj, "__dict__"):
+        if hasattr(self.obj, "__dict__") and pending is not DELETED:
             tx.output.guards.contains(attr_source("__dict__"), name, False)  # not set later either
         from kiln.capture.values.exceptions import raise_attribute_error
 
         raise_attribute_error(cls, name)
+
+    def instance_dict_has(self, tx, name: str) -> bool:
+        """Whether obj.__dict__ holds `name` now: recorded stores and deletes, else the real dict (guarded)."""
+        from kiln.capture.side_effects import DELETED
+
+        pending = tx.output.side_effects.load_attr(self, name)
+        if pending is not None:
+            return pending is not DELETED
+        if not hasattr(self.obj, "__dict__"):
+            unsupported(f"a {type(self.obj).__name__} object has no __dict__ (slots)")
+        present = name in self.obj.__dict__
+        tx.output.guards.contains(self.attr_source("__dict__"), name, present)
+        return present
+
+    def raw_setattr(self, tx, name: str, value: Value) -> None:
+        """object.__setattr__(obj, name, value) reached from the class's Python __setattr__: a recorded
+        store, replayed as object.__setattr__ after the graph."""
+        from kiln.capture.values.base import note_mutation
+
+        if set_through_descriptor(tx, type(self.obj), name, self, value):
+            return
+        if not hasattr(self.obj, "__dict__"):
+            unsupported(f"assigning attribute {name!r} of a {type(self.obj).__name__} without __dict__")
+        note_mutation(tx, self)
+        tx.output.side_effects.store_attr(self, name, value, raw=True)
+
+    def raw_delattr(self, tx, name: str, raw: bool = False) -> None:
+        """object.__delattr__: remove the instance dict entry (AttributeError when there is none)."""
+        from kiln.capture.values.base import note_mutation
+
+        _refuse_descriptor(type(self.obj), name, "deleting")
+        if not self.instance_dict_has(tx, name):
+            from kiln.capture.values.exceptions import raise_attribute_error
+
+            raise_attribute_error(type(self.obj), name)
+        existed = name in self.obj.__dict__
+        tx.output.guards.contains(self.attr_source("__dict__"), name, existed)
+        note_mutation(tx, self)
+        tx.output.side_effects.delete_attr(self, name, raw, existed)
 
     def attr_source(self, name: str):
         """Where obj.name is read from: plainly, or bypassing the class's own __getattribute__."""
@@ -311,23 +500,56 @@ class NewObjectValue(Value):
         return self.cls
 
     def getattr(self, tx, name: str) -> Value:
+        getattribute = python_slot(self.cls, "__getattribute__")
+        if getattribute is None:
+            return self.generic_getattr(tx, name)
+        # a Python __getattribute__ (transformers' PretrainedConfig maps names): traced, its
+        # super().__getattribute__ reaches generic_getattr; __getattr__ runs on its AttributeError
+        from kiln.capture.values.exceptions import TracedRaise
+
+        try:
+            return class_attribute(tx, self.cls, "__getattribute__", self).call(tx, [ConstantValue(name)], {})
+        except TracedRaise as exc:
+            if not exc.matches(AttributeError) or python_slot(self.cls, "__getattr__") is None:
+                raise
+        return class_attribute(tx, self.cls, "__getattr__", self).call(tx, [ConstantValue(name)], {})
+
+    def generic_getattr(self, tx, name: str) -> Value:
+        """object.__getattribute__ on an object whose every instance attribute is known."""
         if name in self.attrs:
-            return self.attrs[name]
+            return self.attrs[name]  # (setattr refuses names of data descriptors)
         if name == "__class__":
             return ClassValue(self.cls)
+        if name == "__dict__" and self.cls.__dictoffset__:
+            from kiln.capture.values.dict_objects import AttrsView
+
+            return AttrsView(self)
         if not any(name in vars(klass) for klass in self.cls.__mro__):
+            if python_slot(self.cls, "__getattr__") is not None and python_slot(self.cls, "__getattribute__") is None:
+                return class_attribute(tx, self.cls, "__getattr__", self).call(tx, [ConstantValue(name)], {})
             from kiln.capture.values.exceptions import raise_attribute_error
 
             raise_attribute_error(self.cls, name)  # every attribute of a new object is known
         return class_attribute(tx, self.cls, name, self)
 
+    def raw_delattr(self, tx, name: str, raw: bool = False) -> None:
+        """object.__delattr__: remove the attribute (AttributeError when the object has none)."""
+        from kiln.capture.values.base import note_mutation
+
+        _refuse_descriptor(self.cls, name, "deleting")
+        if name not in self.attrs:
+            from kiln.capture.values.exceptions import raise_attribute_error
+
+            raise_attribute_error(self.cls, name)
+        note_mutation(tx, self)
+        del self.attrs[name]
+
     def setattr(self, tx, name: str, value: Value) -> None:
         from kiln.capture.values.base import note_mutation
 
+        if set_through_descriptor(tx, self.cls, name, self, value):
+            return
         note_mutation(tx, self)
-        for klass in self.cls.__mro__:
-            if name in vars(klass) and hasattr(type(vars(klass)[name]), "__set__"):
-                unsupported(f"assigning descriptor attribute {name!r} of {self.cls.__name__}")
         self.attrs[name] = value
 
     def call(self, tx, args, kwargs) -> Value:
@@ -375,26 +597,39 @@ class SuperValue(Value):
     def getattr(self, tx, name: str) -> Value:
         from kiln.capture.values.builder import wrap
 
-        mro = self.self_value.python_type().__mro__
+        # super(C, cls) with a class (in __new__ or a classmethod): the class's own MRO, functions unbound
+        of_class = isinstance(self.self_value, ClassValue) and issubclass(self.self_value.cls, self.cls)
+        start_type = self.self_value.cls if of_class else self.self_value.python_type()
+        mro = start_type.__mro__
+        if self.cls not in mro:
+            unsupported(f"super({self.cls.__name__}, ...): the object is not an instance or subclass")
         start = mro.index(self.cls) + 1
         for klass in mro[start:]:
             if name in vars(klass):
                 attr = vars(klass)[name]
-                src = ConstantSource(f"{klass.__qualname__}.{name}", attr)
+                src = ConstantSource(f"{klass.__qualname__}.{name}", getattr(attr, "__func__", attr)
+                                     if isinstance(attr, (staticmethod, classmethod)) else attr)
                 if isinstance(attr, types.FunctionType):
+                    if of_class:
+                        return wrap(tx, attr, src)
                     return UserMethodValue(wrap(tx, attr, src), self.self_value)
                 if isinstance(attr, classmethod):
-                    return UserMethodValue(wrap(tx, attr.__func__, src), ClassValue(type(self.self_value)))
+                    return UserMethodValue(wrap(tx, attr.__func__, src),
+                                           self.self_value if of_class else ClassValue(start_type))
                 if isinstance(attr, staticmethod):
                     return wrap(tx, attr.__func__, src)
                 if attr is object.__init__:
                     return _NoOp()
-                if attr is object.__getattribute__ and isinstance(self.self_value, UserObjectValue):
+                if attr is object.__new__:
+                    return ObjectNew()
+                if attr is object.__getattribute__ and isinstance(self.self_value, (UserObjectValue, NewObjectValue)):
                     return _GenericGetattr(self.self_value)
                 from kiln.capture.values import dict_objects
 
-                if attr is object.__setattr__ and isinstance(self.self_value, NewObjectValue):
+                if attr is object.__setattr__ and isinstance(self.self_value, (UserObjectValue, NewObjectValue)):
                     return dict_objects.RawSetattr(self.self_value)
+                if attr is object.__delattr__ and isinstance(self.self_value, (UserObjectValue, NewObjectValue)):
+                    return dict_objects.RawDelattr(self.self_value)
                 if klass in (dict, collections.OrderedDict) and \
                         isinstance(self.self_value, dict_objects.DictObjectValue):
                     return dict_objects.RawDictMethod(self.self_value, name)
@@ -442,7 +677,12 @@ class InstanceDictValue(Value):
         from kiln.capture.sources import GetItemSource
         from kiln.capture.values.builder import wrap
 
+        from kiln.capture.side_effects import DELETED
+
         k = key.as_constant()
+        pending = tx.output.side_effects.load_attr(self.obj, k) if isinstance(k, str) else None
+        if pending is not None:  # stored or deleted while tracing
+            return None if pending is DELETED else pending
         d = self.obj.obj.__dict__
         tx.output.guards.contains(self.source, k, k in d)
         if k not in d:
@@ -452,11 +692,35 @@ class InstanceDictValue(Value):
     def getattr(self, tx, name: str) -> Value:
         from kiln.capture.values.base import BoundMethodValue
 
-        if name in ("get", "__getitem__", "__contains__"):
+        if name in ("get", "__getitem__", "__contains__", "keys", "values", "items", "__len__"):
             return BoundMethodValue(self, name)
         unsupported(f"__dict__.{name}")
 
+    def _state(self, tx) -> list:
+        """(name, value) of every attribute now, recorded stores and deletes included (keys guarded)."""
+        from kiln.capture.values.copying import _instance_state
+
+        return _instance_state(tx, self.obj) or []
+
+    def items(self, tx) -> list[Value]:
+        return [ConstantValue(name) for name, _ in self._state(tx)]
+
+    def truth(self, tx) -> bool:
+        return bool(self._state(tx))
+
+    def getitem(self, tx, key: Value) -> Value:
+        return self.call_method(tx, "__getitem__", [key], {})
+
     def call_method(self, tx, name, args, kwargs) -> Value:
+        from kiln.capture.values.containers import ListIteratorValue, TupleValue
+
+        if name in ("keys", "values", "items", "__len__"):
+            state = self._state(tx)
+            if name == "__len__":
+                return ConstantValue(len(state))
+            parts = {"keys": [ConstantValue(k) for k, _ in state], "values": [v for _, v in state],
+                     "items": [TupleValue([ConstantValue(k), v]) for k, v in state]}[name]
+            return ListIteratorValue(parts, kind=f"dict_{name}")
         found = self._lookup(tx, args[0])
         if name == "__contains__":
             return ConstantValue(found is not None)
@@ -470,7 +734,7 @@ class InstanceDictValue(Value):
 class _GenericGetattr(Value):
     """`super().__getattribute__` reaching object.__getattribute__ from a Python __getattribute__."""
 
-    def __init__(self, obj: "UserObjectValue"):
+    def __init__(self, obj: "UserObjectValue | NewObjectValue"):
         self.obj = obj
 
     def call(self, tx, args, kwargs) -> Value:

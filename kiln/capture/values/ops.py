@@ -46,6 +46,10 @@ def binary_op(tx, op: Callable, a: Value, b: Value) -> Value:
             return a
         if type(a.python_type()) is type(b.python_type()) or a.python_kind is b.python_kind:
             return (ListValue if a.python_kind is list else TupleValue)(a.elements + b.elements)
+    if plain is operator.add and _tuple_operand(a) and _tuple_operand(b) and \
+            (isinstance(a, SequenceValue) or isinstance(b, SequenceValue)):
+        # tuple.__add__ (a namedtuple's too): a plain tuple of both items
+        return TupleValue(_tuple_items(a) + _tuple_items(b))
     if isinstance(a, SequenceValue) and plain is operator.mul and b.is_constant():
         return (ListValue if a.python_kind is list else TupleValue)(a.elements * b.as_constant())
     if isinstance(b, SequenceValue) and plain is operator.mul and a.is_constant():
@@ -55,6 +59,10 @@ def binary_op(tx, op: Callable, a: Value, b: Value) -> Value:
         return SetValue([ConstantValue(v) for v in plain(a.as_constant(), b.as_constant())])
     if isinstance(a, DictValue) and isinstance(b, DictValue) and plain is operator.or_:
         return DictValue({**a.entries, **b.entries})
+    if plain in _REFLECTED:
+        compared = rich_compare(tx, plain, a, b)
+        if compared is not None:
+            return compared
     if plain in (operator.eq, operator.ne):
         if a.is_constant() and b.is_constant():
             return wrap_const(plain(a.as_constant(), b.as_constant()))
@@ -69,6 +77,137 @@ def binary_op(tx, op: Callable, a: Value, b: Value) -> Value:
         if result is not None:
             return result
     unsupported(f"operator {_sym(plain)} between {a} and {b}")
+
+
+_REFLECTED = {operator.eq: operator.eq, operator.ne: operator.ne, operator.lt: operator.gt,
+              operator.gt: operator.lt, operator.le: operator.ge, operator.ge: operator.le}
+
+
+def is_python_object(v: Value) -> bool:
+    """An instance of a class written in Python over object alone (no builtin base): its comparisons are
+    its class's Python methods or object's defaults."""
+    from kiln.capture.values.objects import NewObjectValue, UserObjectValue
+
+    if type(v) not in (NewObjectValue, UserObjectValue):
+        return False
+    return all(k.__flags__ & (1 << 9) for k in v.python_type().__mro__[:-1])
+
+
+_COMPARISONS = ("__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__")
+
+
+def _builtin_operand(v: Value) -> bool:
+    """A value whose comparison methods return NotImplemented for a Python object: a builtin type's, or a
+    class keeping object's comparisons (an nn.Module, a function)."""
+    from kiln.capture.values.functions import NestedFunctionValue, UserFunctionValue
+    from kiln.capture.values.objects import ClassValue
+
+    if isinstance(v, (SequenceValue, DictValue, SetValue, UserFunctionValue, NestedFunctionValue, ClassValue)):
+        return type(v).__name__ != "NamedTupleValue"
+    try:
+        kind = v.python_type()  # (a scalar's type, without guarding its value)
+    except Exception:
+        return False
+    if v.is_constant() and kind.__module__ == "builtins":
+        return True
+    return all(getattr(kind, name, None) is getattr(object, name) for name in _COMPARISONS)
+
+
+def rich_compare(tx, op: Callable, a: Value, b: Value) -> Value | None:
+    """`a <op> b` where one side is a Python object, as CPython's do_richcompare: the reflected method of
+    a right operand whose class is a strict subclass first, then a's method, then b's reflected one;
+    NotImplemented from all of them gives identity for == and !=, and a TypeError for orderings.
+    None where neither side is a Python object (other rules apply)."""
+    if not (is_python_object(a) or is_python_object(b)):
+        return None
+    for side in (a, b):
+        if not is_python_object(side) and not _builtin_operand(side):
+            unsupported(f"comparing {a} with {b}")
+    reflected = _REFLECTED[op]
+    ta, tb = a.python_type(), b.python_type()
+    reverse_first = ta is not tb and issubclass(tb, ta) and is_python_object(b)  # (its slot, whatever it is)
+    if reverse_first:
+        result = _compare_method(tx, b, reflected, a)
+        if result is not NotImplemented:
+            return result
+    result = _compare_method(tx, a, op, b)
+    if result is not NotImplemented:
+        return result
+    if not reverse_first:
+        result = _compare_method(tx, b, reflected, a)
+        if result is not NotImplemented:
+            return result
+    if op in (operator.eq, operator.ne):
+        same = _same_object(a, b, tx)
+        return ConstantValue(same if op is operator.eq else not same)
+    from kiln.capture.values.exceptions import ExceptionValue, TracedRaise
+
+    message = f"'{_sym_of(op)}' not supported between instances of '{ta.__name__}' and '{tb.__name__}'"
+    raise TracedRaise(ExceptionValue(TypeError, [ConstantValue(message)]), message)
+
+
+def _sym_of(op) -> str:
+    return {operator.lt: "<", operator.le: "<=", operator.gt: ">", operator.ge: ">="}.get(op, "?")
+
+
+def _python_method(cls: type, name: str):
+    from kiln.capture.values.objects import python_slot
+
+    return python_slot(cls, name)
+
+
+def _compare_method(tx, x: Value, op: Callable, y: Value):
+    """type(x).__op__(x, y): a Python method traced, object's defaults as CPython's object_richcompare;
+    NotImplemented when the method gives NotImplemented (or x is a builtin value)."""
+    from kiln.capture.values.objects import class_attribute
+
+    if not is_python_object(x):
+        return NotImplemented
+    cls = x.python_type()
+    name = _DUNDER[op]
+    if _python_method(cls, name) is not None:
+        result = class_attribute(tx, cls, name, x).call(tx, [y], {})
+    elif getattr(cls, name) is not getattr(object, name):
+        unsupported(f"{cls.__name__}.{name} is not a Python function")
+    elif op is operator.eq:
+        return ConstantValue(True) if _same_object(x, y, tx) else NotImplemented
+    elif op is operator.ne:  # object.__ne__: the class's __eq__, inverted unless NotImplemented
+        equal = _compare_method(tx, x, operator.eq, y)
+        return equal if equal is NotImplemented else ConstantValue(not tx.truth(equal))
+    else:
+        return NotImplemented
+    if result.is_constant() and result.as_constant() is NotImplemented:
+        return NotImplemented
+    return result
+
+
+def _same_object(a: Value, b: Value, tx=None) -> bool:
+    """`a is b` for a Python object and any value (different kinds of values are different objects)."""
+    if is_python_object(a) and is_python_object(b):
+        return is_op(tx, a, b)
+    return a is b
+
+
+def equal_bool(tx, a: Value, b: Value) -> bool:
+    """PyObject_RichCompareBool(a, b, Py_EQ), what `in`, list.index/count/remove use: identity, then ==."""
+    if a is b or (is_python_object(a) and is_python_object(b) and is_op(tx, a, b)):
+        return True
+    if isinstance(a, TensorValue) or isinstance(b, TensorValue):
+        unsupported("comparing tensors with == inside `in` or list.index depends on their data")
+    if a.is_constant() and b.is_constant() and not (is_python_object(a) or is_python_object(b)):
+        return a.as_constant() == b.as_constant()
+    return tx.truth(binary_op(tx, operator.eq, a, b))
+
+
+def _tuple_operand(v: Value) -> bool:
+    """A tuple value (a namedtuple too), or a constant that is a plain tuple."""
+    if isinstance(v, SequenceValue):
+        return v.python_kind is tuple and getattr(v, "tuple_type", None) is not torch.Size
+    return v.is_constant() and type(v.as_constant()) is tuple
+
+
+def _tuple_items(v: Value) -> list[Value]:
+    return list(v.elements) if isinstance(v, SequenceValue) else [ConstantValue(x) for x in v.as_constant()]
 
 
 def _definite_object(v: Value) -> bool:
@@ -138,6 +277,9 @@ def is_op(tx, a: Value, b: Value) -> bool:
 
     ra, rb = underlying_object(a), underlying_object(b)
     if ra is not None and rb is not None:
+        sa, sb = getattr(a, "source", None), getattr(b, "source", None)
+        if ra is not rb and tx is not None and sa is not None and sb is not None:
+            tx.output.guards.not_same(sa, sb)  # the same object passed in both places later is `is`
         return ra is rb
     return a is b
 
@@ -161,11 +303,14 @@ def contains_op(tx, item: Value, container: Value) -> bool:
         for element in elements:
             if element is item:
                 return True
-            if element.is_constant() and item.is_constant():
+            if element.is_constant() and item.is_constant() and not (is_python_object(element) or
+                                                                     is_python_object(item)):
                 if element.as_constant() == item.as_constant():
                     return True
             elif isinstance(element, TensorValue) or isinstance(item, TensorValue):
                 unsupported("`in` comparing tensors depends on their data")
+            elif equal_bool(tx, element, item):  # element == item, as list_contains compares
+                return True
         return False
     from kiln.capture.values.objects import InstanceDictValue
 
