@@ -164,6 +164,8 @@ def _has_identity(value: Value) -> bool:
 
     if isinstance(value, (NewObjectValue, NestedFunctionValue)):
         return True
+    if getattr(value, "kiln_identity", None) is not None and value.kiln_identity():  # NumPy arrays
+        return True
     if isinstance(value, CellValue):
         return value.created_here and value.source is None
     return isinstance(value, (ListValue, DictValue, SetValue)) and value.created_here
@@ -198,6 +200,8 @@ def collect_tensors(value: Value, out: list[TensorValue], seen: set[int]) -> Non
         children = [value.obj]
     elif isinstance(value, UserMethodValue):
         children = [value.self_value]
+    elif hasattr(value, "graph_tensors"):  # NumPy arrays: the graph tensor (or base) they are rebuilt from
+        children = value.graph_tensors()
     else:
         children = []
     for child in children:
