@@ -584,9 +584,145 @@ _DTYPES = [np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.float16
 
 
 @pytest.mark.parametrize("left", _DTYPES, ids=lambda d: np.dtype(d).name)
+@dynamo_bug("int / int gives float32 (torch's default dtype), NumPy gives float64", strict=False)
 def test_dtype_pairs(left):
     def fn(a, b):
         return a + b, a * b, a / b, np.maximum(a, b), a < b, a + 1, b * 2.5
 
     for right in _DTYPES:
         check(fn, np.array([1, 0, 1], dtype=left), np.array([1, 1, 0], dtype=right))
+
+
+# ---- more semantics -----------------------------------------------------------------------------------
+
+G_TABLE = np.arange(4.0)
+
+
+def test_global_array_read():
+    def fn(a):
+        return a * G_TABLE
+
+    check(fn, _f64(4))
+
+
+def test_global_array_mutated_in_place():
+    from .harness import CountingBackend, compile_fn, reset
+
+    global G_TABLE
+
+    def fn(a):
+        G_TABLE[0] += 1.0
+        return a * G_TABLE
+
+    saved = G_TABLE
+    try:
+        G_TABLE = np.arange(4.0)
+        expected = fn(_f64(4)), G_TABLE.copy()
+        G_TABLE = np.arange(4.0)
+        reset()
+        counter = CountingBackend()
+        table = G_TABLE
+        out = compile_fn(fn, counter)(_f64(4))
+        assert G_TABLE is table
+        np.testing.assert_array_equal(out, expected[0])
+        np.testing.assert_array_equal(G_TABLE, expected[1])
+        assert counter.graph_count == 1
+    finally:
+        G_TABLE = saved
+
+
+def test_closure_array():
+    table = np.array([1.0, 2.0, 3.0])
+
+    def fn(a):
+        return a + table
+
+    check(fn, _f64(3))
+
+
+def test_arrays_in_a_list_argument():
+    def fn(arrays):
+        return np.concatenate(arrays) * 2
+
+    check(fn, [_f64(2), _f64(3)])
+
+
+@dynamo_bug("NumPy scalar results come back as 0-d arrays")
+def test_numpy_scalar_argument():
+    def fn(a, s):
+        return a * s, s + 1
+
+    check(fn, _f64(3), np.float32(1.5))
+
+
+def test_reshape_of_transposed_breaks_soundly():
+    def fn(a):
+        b = a.T.reshape(-1)
+        b[0] = 100.0
+        return a, b
+
+    check(fn, _f64(2, 3), graphs=(1, 2), dynamo_graphs=(1, 2))
+
+
+def test_reshape_then_write_through():
+    def fn(a):
+        b = a.reshape(3, 2)
+        b[0, 1] = -7.0
+        return a
+
+    check(fn, _f64(2, 3), inputs_mutated=True)
+
+
+def test_array_across_graph_break():
+    def fn(a):
+        b = a * 2
+        print("")
+        c = b + a
+        return c, b
+
+    check(fn, _f64(3), graphs=2)
+
+
+def test_view_across_graph_break():
+    def fn(a):
+        v = a[1:]
+        print("")
+        v += 1
+        return a
+
+    check(fn, _f64(4), graphs=(1, 2), dynamo_graphs=(1, 2, 3), inputs_mutated=True)
+
+
+@dynamo_bug("NumPy scalar results come back as 0-d arrays")
+def test_copy_of_scalar_keeps_scalar_type():
+    def fn(a):
+        s = a.sum()
+        return s.copy(), np.copy(s), np.asarray(s)
+
+    check(fn, _f64(3))
+
+
+def test_loop_over_rows():
+    def fn(a):
+        total = np.zeros(3)
+        for row in a:
+            total += row * row
+        return total
+
+    check(fn, _f64(4, 3))
+
+
+def test_int8_overflow_wraps_like_numpy():
+    def fn(a):
+        return a + a, a * np.int8(3)
+
+    check(fn, np.array([100, -100, 7], np.int8))
+
+
+def test_dtype_attributes_and_finfo_free_code():
+    def fn(a):
+        if a.dtype.kind == "f" and a.ndim == 2:
+            return a.astype(np.float32).sum(axis=1)
+        return a
+
+    check(fn, _f64(2, 2), dynamo_graphs=0)

@@ -21,7 +21,7 @@ from kiln.capture.values.numpy_promotion import (
     BOOL, FLOAT64, INT64, NUMPY_TO_TORCH, as_dtype, mean_dtype, promote, result_type, sum_dtype,
 )
 from kiln.capture.values.numpy_values import (
-    NDArrayValue, as_array, builder, cast, is_python_number, new_array, numpy_module, numpy_scalar_constant,
+    NDArrayValue, all_c_order, as_array, builder, cast, is_python_number, new_array, numpy_module, numpy_scalar_constant,
     ufunc, view_array,
 )
 
@@ -171,7 +171,7 @@ def _round(tx, a, decimals=None):
 def _result_like_ufunc(tx, tensor, dtype, arr):
     """np.round and np.clip give arrays for arrays and NumPy scalars for scalars (they are not
     ufunc-unwrapped for 0-d arrays)."""
-    return NDArrayValue(cast(tx, tensor, dtype), dtype, scalar=arr.scalar)
+    return NDArrayValue(cast(tx, tensor, dtype), dtype, scalar=arr.scalar, c_order=arr.c_order)
 
 
 def _clip(tx, a, a_min=None, a_max=None, **kwargs):
@@ -187,7 +187,7 @@ def _clip(tx, a, a_min=None, a_max=None, **kwargs):
     if hi is not None:
         out = call_ufunc(tx, "minimum", [out, hi])
     if not arr.scalar and out.scalar:
-        out = NDArrayValue(out.tensor, out.dtype)
+        out = NDArrayValue(out.tensor, out.dtype, c_order=out.c_order)
     return out
 
 
@@ -207,7 +207,7 @@ def _where(tx, condition, x=None, y=None):
                               {"dtype": ConstantValue(NUMPY_TO_TORCH[dtype])}))
         else:
             args.append(cast(tx, as_array(tx, v, "numpy.where").tensor, dtype))
-    return new_array(tx, _call(tx, torch.where, [cond_t, *args]), dtype)
+    return new_array(tx, _call(tx, torch.where, [cond_t, *args]), dtype, c_order=all_c_order(cond, x, y))
 
 
 # ---- reductions -------------------------------------------------------------------------------------
@@ -240,11 +240,11 @@ def _reduce(tx, kind: str, a, axis=None, dtype=None, keepdims=None, ddof=None, *
             out = _reduce_tensor(tx, kind, cast(tx, t, out_dtype), None, keep, ddof)
         else:
             out = _method(tx, "clone", [cast(tx, t, out_dtype)])
-        return new_array(tx, out, out_dtype, scalar_if_0d=not keep)
+        return new_array(tx, out, out_dtype, scalar_if_0d=not keep, c_order=True)
     compute = out_dtype if kind in ("sum", "prod", "mean", "std", "var") else arr.dtype
     out = _reduce_tensor(tx, kind, cast(tx, t, compute), dims if axes is not None else None, keep, ddof,
                          ndim=arr.ndim)
-    return new_array(tx, out, out_dtype, scalar_if_0d=True)
+    return new_array(tx, out, out_dtype, scalar_if_0d=True, c_order=arr.c_order)
 
 
 def _reduce_tensor(tx, kind, t, dims, keep, ddof, ndim=0):
@@ -303,7 +303,7 @@ def matmul(tx, a, b) -> NDArrayValue:
     if dtype.kind not in "if" or dtype.itemsize < 4:
         unsupported(f"numpy.matmul of {dtype} arrays (not traced)")
     out = _call(tx, torch.matmul, [cast(tx, x.tensor, dtype), cast(tx, y.tensor, dtype)])
-    return new_array(tx, out, dtype, scalar_if_0d=True)
+    return new_array(tx, out, dtype, scalar_if_0d=True, c_order=True)
 
 
 def _dot(tx, a, b):
@@ -344,8 +344,9 @@ def reshape(tx, a, *shape, **kwargs):
         unsupported(f"reshape with {sorted(kwargs)}")
     arr = as_array(tx, a, "numpy.reshape")
     new = _shape_arg(list(shape), "the shape of reshape")
-    if not arr.tensor.example.is_contiguous():
-        unsupported("reshape of a non-contiguous array (NumPy and torch may disagree on copy or view)")
+    if not arr.c_order:
+        unsupported("reshape of an array not known to be C-contiguous (NumPy copies some such reshapes "
+                    "and views others; kiln does not model which)")
     t = _method(tx, "reshape", [arr.tensor, ConstantValue(new)])
     return view_array(tx, arr, t, np.reshape, (new,))
 
@@ -357,7 +358,7 @@ def _ravel(tx, a):
 def _flatten(tx, a):
     arr = as_array(tx, a, "ndarray.flatten")
     flat = _method(tx, "reshape", [arr.tensor, ConstantValue(-1)])
-    return NDArrayValue(_method(tx, "clone", [flat]), arr.dtype)
+    return NDArrayValue(_method(tx, "clone", [flat]), arr.dtype, c_order=True)
 
 
 def _expand_dims(tx, a, axis):
@@ -415,7 +416,7 @@ def stack_arrays(tx, arrays: list[NDArrayValue], axis: int, where: str) -> NDArr
     if len(shapes) != 1:
         unsupported(f"{where} of arrays of different shapes (NumPy raises ValueError)")
     out = _call(tx, torch.stack, [_tensor_list(tx, arrays, dtype), ConstantValue(axis % (arrays[0].ndim + 1))])
-    return new_array(tx, out, dtype)
+    return new_array(tx, out, dtype, c_order=True)
 
 
 def _tensor_list(tx, arrays, dtype):
@@ -437,7 +438,7 @@ def _concatenate(tx, seq, axis=None, **kwargs):
     dtype = result_type([a.dtype for a in arrays])
     _axes(ax, arrays[0].ndim, "numpy.concatenate")
     out = _call(tx, torch.cat, [_tensor_list(tx, arrays, dtype), ConstantValue(ax % arrays[0].ndim)])
-    return new_array(tx, out, dtype)
+    return new_array(tx, out, dtype, c_order=True)
 
 
 def _stack(tx, seq, axis=None):
@@ -483,7 +484,7 @@ def _sort_args(tx, a, axis, kind, where):
 def _sort(tx, a, axis=ConstantValue(-1), kind=None):
     arr, ax, _ = _sort_args(tx, a, axis, kind, "numpy.sort")
     out = _call(tx, torch.sort, [arr.tensor], {"dim": ConstantValue(ax), "stable": ConstantValue(True)})
-    return NDArrayValue(out.elements[0], arr.dtype)
+    return NDArrayValue(out.elements[0], arr.dtype, c_order=arr.c_order)
 
 
 def _argsort(tx, a, axis=ConstantValue(-1), kind=None):
@@ -492,7 +493,7 @@ def _argsort(tx, a, axis=ConstantValue(-1), kind=None):
         unsupported("numpy.argsort without kind='stable': the order of equal items is NumPy's own",
                     hint="pass kind='stable' to keep one graph")
     out = _call(tx, torch.argsort, [arr.tensor], {"dim": ConstantValue(ax), "stable": ConstantValue(True)})
-    return new_array(tx, out, INT64)
+    return new_array(tx, out, INT64, c_order=arr.c_order)
 
 
 def _sort_in_place(tx, a, axis=ConstantValue(-1), kind=None):
@@ -526,12 +527,12 @@ def _isclose(tx, a, b, rtol=None, atol=None, equal_nan=None):
 
 def _isfinite(tx, v):
     arr = v if isinstance(v, NDArrayValue) else as_array(tx, v, "numpy.isfinite")
-    return new_array(tx, _call(tx, torch.isfinite, [arr.tensor]), BOOL, scalar_if_0d=True)
+    return new_array(tx, _call(tx, torch.isfinite, [arr.tensor]), BOOL, scalar_if_0d=True, c_order=arr.c_order)
 
 
 def _isnan(tx, v):
     arr = as_array(tx, v, "numpy.isnan")
-    return new_array(tx, _call(tx, torch.isnan, [arr.tensor]), BOOL, scalar_if_0d=True)
+    return new_array(tx, _call(tx, torch.isnan, [arr.tensor]), BOOL, scalar_if_0d=True, c_order=arr.c_order)
 
 
 def _allclose(tx, *args, **kwargs):
@@ -548,7 +549,8 @@ def _factory(fill):
         size = _shape_arg([shape], "shape")
         d = as_dtype(_const(dtype, "dtype"), "a NumPy factory") if dtype is not None and _const(dtype, "dtype") is not None else FLOAT64
         fn = {0: torch.zeros, 1: torch.ones, None: torch.empty}[fill]
-        return NDArrayValue(_call(tx, fn, [ConstantValue(size)], {"dtype": ConstantValue(NUMPY_TO_TORCH[d])}), d)
+        return NDArrayValue(_call(tx, fn, [ConstantValue(size)], {"dtype": ConstantValue(NUMPY_TO_TORCH[d])}), d,
+                            c_order=True)
     return handler
 
 
@@ -567,7 +569,7 @@ def _full(tx, shape, fill_value, dtype=None):
     except Exception as exc:
         unsupported(f"numpy.full({value!r}, dtype={d}) raised {type(exc).__name__}")
     return NDArrayValue(_call(tx, torch.full, [ConstantValue(size), ConstantValue(value)],
-                              {"dtype": ConstantValue(NUMPY_TO_TORCH[d])}), d)
+                              {"dtype": ConstantValue(NUMPY_TO_TORCH[d])}), d, c_order=True)
 
 
 def _like(fill):
@@ -577,7 +579,8 @@ def _like(fill):
         arr = as_array(tx, a, "numpy *_like")
         d = as_dtype(_const(dtype, "dtype"), "numpy *_like") if dtype is not None and _const(dtype, "dtype") is not None else arr.dtype
         fn = {0: torch.zeros, 1: torch.ones, None: torch.empty}[fill]
-        return NDArrayValue(_call(tx, fn, [ConstantValue(arr.shape)], {"dtype": ConstantValue(NUMPY_TO_TORCH[d])}), d)
+        return NDArrayValue(_call(tx, fn, [ConstantValue(arr.shape)], {"dtype": ConstantValue(NUMPY_TO_TORCH[d])}), d,
+                            c_order=arr.c_order)
     return handler
 
 
@@ -628,19 +631,21 @@ def _eye(tx, N, M=None, k=None, dtype=None):
     n = _const(N, "N")
     m = _const(M, "M", None)
     args = [ConstantValue(n)] + ([ConstantValue(m)] if m is not None else [])
-    return NDArrayValue(_call(tx, torch.eye, args, {"dtype": ConstantValue(NUMPY_TO_TORCH[d])}), d)
+    return NDArrayValue(_call(tx, torch.eye, args, {"dtype": ConstantValue(NUMPY_TO_TORCH[d])}), d, c_order=True)
 
 
 def _array(tx, obj, dtype=None, copy=None, **kwargs):
     if kwargs:
         unsupported(f"numpy.array with {sorted(kwargs)}")
-    if copy is not None and _const(copy, "copy") is not True:
+    if copy is not None and _const(copy, "copy") is None:
         return _asarray(tx, obj, dtype)
+    if copy is not None and _const(copy, "copy") is not True:
+        unsupported("numpy.array(..., copy=False) (NumPy 2 raises where a copy is needed)")
     arr = as_array(tx, obj, "numpy.array")
     d = as_dtype(_const(dtype, "dtype"), "numpy.array") if dtype is not None and _const(dtype, "dtype") is not None else arr.dtype
     if arr.view_of is None and arr.source is None and not isinstance(obj, NDArrayValue):
-        return new_array(tx, arr.tensor, d)  # a fresh constant or stack
-    return NDArrayValue(_method(tx, "clone", [cast(tx, arr.tensor, d)]), d)
+        return new_array(tx, arr.tensor, d, c_order=arr.c_order)  # a fresh constant or stack
+    return NDArrayValue(_method(tx, "clone", [cast(tx, arr.tensor, d)]), d, c_order=arr.c_order)
 
 
 def _asarray(tx, obj, dtype=None, **kwargs):
@@ -653,15 +658,23 @@ def _asarray(tx, obj, dtype=None, **kwargs):
             return NDArrayValue(_method(tx, "clone", [arr.tensor]), d)  # np.asarray(np.float64(1)) is a 0-d array
         return arr  # the very same array
     if not isinstance(obj, NDArrayValue):
-        return new_array(tx, arr.tensor, d)
-    return NDArrayValue(_method(tx, "clone", [cast(tx, arr.tensor, d)]), d)
+        return new_array(tx, arr.tensor, d, c_order=arr.c_order)
+    return NDArrayValue(_method(tx, "clone", [cast(tx, arr.tensor, d)]), d, c_order=arr.c_order)
 
 
 def _copy_fn(tx, a, **kwargs):
+    """np.copy(x): a new array (a 0-d array for a NumPy scalar)."""
     if kwargs:
         unsupported(f"numpy.copy with {sorted(kwargs)}")
     arr = as_array(tx, a, "numpy.copy")
-    return NDArrayValue(_method(tx, "clone", [arr.tensor]), arr.dtype, scalar=arr.scalar and isinstance(a, NDArrayValue))
+    return NDArrayValue(_method(tx, "clone", [arr.tensor]), arr.dtype, c_order=arr.c_order)
+
+
+def _copy_method(tx, a, **kwargs):
+    """x.copy(): a new array, or the same NumPy scalar type for a scalar."""
+    if kwargs:
+        unsupported(f"ndarray.copy with {sorted(kwargs)}")
+    return NDArrayValue(_method(tx, "clone", [a.tensor]), a.dtype, scalar=a.scalar, c_order=a.c_order)
 
 
 def _astype(tx, a, dtype, copy=None, **kwargs):
@@ -673,7 +686,7 @@ def _astype(tx, a, dtype, copy=None, **kwargs):
     t = _method(tx, "to", [a.tensor, ConstantValue(NUMPY_TO_TORCH[d])])
     if d == a.dtype:
         t = _method(tx, "clone", [a.tensor])
-    return NDArrayValue(t, d, scalar=a.scalar)
+    return NDArrayValue(t, d, scalar=a.scalar, c_order=a.c_order)
 
 
 def _fill(tx, a, value):
@@ -793,7 +806,8 @@ class NumpyTypeValue(ConstantValue):
                 unsupported(f"numpy.{cls.__name__}({arg.as_constant()!r}) raised {type(exc).__name__}")
         if isinstance(arg, NDArrayValue):
             d = as_dtype(cls, f"numpy.{cls.__name__}()")
-            return NDArrayValue(_method(tx, "clone", [cast(tx, arg.tensor, d)]), d, scalar=arg.ndim == 0)
+            return NDArrayValue(_method(tx, "clone", [cast(tx, arg.tensor, d)]), d, scalar=arg.ndim == 0,
+                                c_order=arg.c_order)
         unsupported(f"numpy.{cls.__name__}({arg})")
 
 
@@ -848,7 +862,7 @@ def _method_reduction(kind):
 
 
 METHODS = {
-    "astype": _astype, "copy": lambda tx, a, **kw: _copy_fn(tx, a, **kw), "reshape": reshape,
+    "astype": _astype, "copy": _copy_method, "reshape": reshape,
     "transpose": transpose, "flatten": _flatten, "ravel": _ravel, "squeeze": _squeeze, "clip": _clip,
     "round": _round, "dot": _dot, "swapaxes": _swapaxes, "argsort": _argsort, "sort": _sort_in_place,
     "fill": _fill, "__setitem__": _setitem_method, "__len__": _len_method,

@@ -65,6 +65,9 @@ def _torch_index(tx, arr: NDArrayValue, index: Value, *, for_write: bool):
             value = np.asarray(part.as_constant())
             if value.dtype.kind not in "i":
                 unsupported(f"index list {part.as_constant()!r} of a NumPy array")
+            if for_write and len(set(value.ravel().tolist())) != value.size:
+                unsupported("assignment through an index list with repeats (NumPy's last write wins; torch's "
+                            "order is unspecified)")
             part = ConstantValue(None)
             torch_parts.append(tx.output.call("call_function", torch.tensor, [ConstantValue(value.tolist())],
                                               {"dtype": ConstantValue(torch.int64)}))
@@ -78,6 +81,9 @@ def _torch_index(tx, arr: NDArrayValue, index: Value, *, for_write: bool):
                 continue
             if part.dtype.kind not in "iu":
                 unsupported(f"a {part.dtype} array used as an index (NumPy raises IndexError)")
+            if for_write:
+                unsupported("assignment through an integer-array index: with repeated indices NumPy's last "
+                            "write wins, torch's order is unspecified (it depends on the data)")
             torch_parts.append(cast(tx, part.tensor, np.dtype(np.int64)))
             continue
         unsupported(f"index {part} of a NumPy array")

@@ -88,7 +88,7 @@ class NDArrayValue(Value):
     """A NumPy array (or NumPy scalar, scalar=True) computed by the graph."""
 
     def __init__(self, tensor: TensorValue, dtype, *, scalar: bool = False, source: Source | None = None,
-                 view_of: tuple | None = None, readonly: bool = False):
+                 view_of: tuple | None = None, readonly: bool = False, c_order: bool = False):
         self.tensor = tensor
         self.dtype = dtype
         self.scalar = scalar
@@ -96,6 +96,9 @@ class NDArrayValue(Value):
         self.created_here = source is None
         self.view_of = view_of  # (base NDArrayValue, python function, constant args): base viewed as fn(base, *args)
         self.readonly = readonly
+        # known C-contiguous in NumPy and in torch alike (fresh 1-d arrays are): reshape may view it
+        self.c_order = bool(c_order or tensor.example.dim() <= 1 and view_of is None) and \
+            tensor.example.is_contiguous()
 
     @property
     def shape(self) -> tuple:
@@ -193,15 +196,22 @@ def cast(tx, tensor: TensorValue, dtype) -> TensorValue:
     return tx.output.call("call_method", "to", [tensor, ConstantValue(target)], {})
 
 
-def new_array(tx, tensor: TensorValue, dtype, *, scalar_if_0d: bool = False) -> NDArrayValue:
-    """A new array (or NumPy scalar where NumPy gives one for a 0-d result) of NumPy dtype `dtype`."""
+def new_array(tx, tensor: TensorValue, dtype, *, scalar_if_0d: bool = False, c_order: bool = False) -> NDArrayValue:
+    """A new array (or NumPy scalar where NumPy gives one for a 0-d result) of NumPy dtype `dtype`.
+    c_order: NumPy's result is known to be C-contiguous (e.g. made from C-contiguous operands)."""
     tensor = cast(tx, tensor, dtype)
-    return NDArrayValue(tensor, dtype, scalar=scalar_if_0d and tensor.example.dim() == 0)
+    return NDArrayValue(tensor, dtype, scalar=scalar_if_0d and tensor.example.dim() == 0, c_order=c_order)
+
+
+def all_c_order(*values) -> bool:
+    """Whether every array among `values` is known C-contiguous (Python numbers count as such)."""
+    return all(v.c_order for v in values if isinstance(v, NDArrayValue))
 
 
 def view_array(tx, base: NDArrayValue, tensor: TensorValue, fn, args: tuple, readonly: bool = False) -> NDArrayValue:
     """A view of `base` (a torch view in the graph): handed back as fn(base, *args) made by NumPy."""
-    return NDArrayValue(tensor, base.dtype, view_of=(base, fn, tuple(args)), readonly=readonly or base.readonly)
+    return NDArrayValue(tensor, base.dtype, view_of=(base, fn, tuple(args)), readonly=readonly or base.readonly,
+                        c_order=base.c_order)
 
 
 def constant_array(tx, data: Any) -> NDArrayValue:
@@ -216,7 +226,7 @@ def constant_array(tx, data: Any) -> NDArrayValue:
     check_dtype(arr.dtype, "an array made from Python values")
     tensor = tx.output.call("call_function", torch.tensor, [ConstantValue(arr.tolist())],
                             {"dtype": ConstantValue(NUMPY_TO_TORCH[arr.dtype])})
-    return NDArrayValue(tensor, arr.dtype)
+    return NDArrayValue(tensor, arr.dtype, c_order=True)
 
 
 def numpy_scalar_constant(tx, value) -> NDArrayValue:
@@ -267,7 +277,7 @@ def wrap_ndarray(tx, arr, source: Source) -> NDArrayValue:
                                               tuple(o.source for o in others) + (source,)), False)
     tensor = out.add_input(CallWithSourcesSource(torch.from_numpy, "torch.from_numpy", (source,)),
                            torch.from_numpy(arr))
-    value = NDArrayValue(tensor, arr.dtype, source=source)
+    value = NDArrayValue(tensor, arr.dtype, source=source, c_order=arr.flags.c_contiguous)
     value.real = arr
     seen[id(arr)] = value
     return value
@@ -372,7 +382,7 @@ def ufunc(tx, name: str, torch_fn, operands: list[Value], *, int_safe=None) -> N
     fn = int_safe if int_safe is not None and compute.kind in "biu" else torch_fn
     out = fn(tx, *args) if callable(fn) and getattr(fn, "_kiln_builder", False) else \
         tx.output.call("call_function", fn, args, {})
-    return new_array(tx, out, result, scalar_if_0d=True)
+    return new_array(tx, out, result, scalar_if_0d=True, c_order=all_c_order(*[p[1] for p in parts]))
 
 
 def builder(fn):
