@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from .harness import check, dynamo_bug
+from .harness import USE_DYNAMO, check, check_fullgraph_error, dynamo_bug
 
 
 def _f64(*shape):
@@ -553,12 +553,62 @@ def test_boolean_mask_read_breaks():
     check(fn, _f64(5), graphs=2)
 
 
-def test_tensor_numpy_interop_breaks():
+def test_tensor_numpy_round_trip():
     def fn(x):
         a = x.numpy()
         return torch.from_numpy(np.tanh(a) * 2) + 1
 
-    check(fn, torch.randn(4), graphs=2, dynamo_graphs=1)
+    check(fn, torch.randn(4))
+
+
+def test_tensor_numpy_shares_memory_with_the_tensor():
+    def fn(x):
+        a = x.numpy()
+        a[0] = 5.0
+        return x * 2, a
+
+    check(fn, torch.randn(3), inputs_mutated=True)
+
+
+def test_numpy_of_tensor_requiring_grad_breaks():
+    def fn(x):
+        y = x * 2
+        return y.numpy()
+
+    if USE_DYNAMO:
+        pytest.skip("dynamo raises torch's RuntimeError, not a graph break")
+    check_fullgraph_error(fn, torch.randn(3, requires_grad=True))
+
+
+def test_from_numpy_of_argument_shares_its_memory():
+    from .harness import CountingBackend, compile_fn, reset
+
+    def fn(a):
+        t = torch.from_numpy(a)
+        return t, t * 2
+
+    reset()
+    a = _f64(3)
+    t, doubled = compile_fn(fn, CountingBackend())(a)
+    t[0] = 42.0
+    assert a[0] == 42.0 and type(t) is torch.Tensor
+    torch.testing.assert_close(doubled, torch.from_numpy(_f64(3) * 2))
+
+
+def test_from_numpy_of_new_array_shares_memory_after_the_graph():
+    from .harness import CountingBackend, compile_fn, reset
+
+    def fn(a):
+        b = a + 1
+        t = torch.from_numpy(b)
+        return b, t
+
+    reset()
+    counter = CountingBackend()
+    b, t = compile_fn(fn, counter)(_f64(3))
+    t[0] = -1.0
+    assert b[0] == -1.0 and type(b) is np.ndarray and b.dtype == np.float64
+    assert counter.graph_count == 1
 
 
 def test_item_breaks():

@@ -440,3 +440,42 @@ def involves_numpy(*values: Value) -> bool:
 
 
 __all__ = ["NDArrayValue", "TupleValue", "SliceValue"]
+
+
+# ---- tensors and arrays sharing memory --------------------------------------------------------------
+
+def tensor_as_ndarray(tx, t: TensorValue, args, kwargs) -> NDArrayValue:
+    """`t.numpy()` (and np.asarray(t)): an array sharing t's memory. In the graph it is t itself (NumPy
+    writes are writes to t); handed back it is made again as `t.numpy()` of the tensor handed back."""
+    from kiln.capture.values.numpy_promotion import TORCH_TO_NUMPY
+
+    ex = t.example
+    if args or kwargs:
+        unsupported("Tensor.numpy(force=...)")
+    device = ex.fake_device if hasattr(ex, "fake_device") else ex.device
+    if device.type != "cpu":
+        unsupported(f"Tensor.numpy() of a {device.type} tensor (torch raises TypeError)")
+    if ex.requires_grad:
+        unsupported("Tensor.numpy() of a tensor that requires grad (torch raises RuntimeError)")
+    if ex.is_conj() or ex.is_neg() or t.tensor_type is not torch.Tensor:
+        unsupported("Tensor.numpy() of a conjugate/negative view or a tensor subclass")
+    dtype = TORCH_TO_NUMPY.get(ex.dtype)
+    if dtype is None:
+        unsupported(f"Tensor.numpy() of a {ex.dtype} tensor (kiln traces bool, int8-64, uint8, float16-64)")
+    return NDArrayValue(t, dtype, view_of=(t, torch.Tensor.numpy, ()), c_order=ex.is_contiguous())
+
+
+def ndarray_as_tensor(tx, args, kwargs) -> TensorValue:
+    """`torch.from_numpy(b)`: a tensor sharing b's memory (a torch alias of b's tensor in the graph).
+    For an array made in the graph, b is from then on handed back as `t.numpy()` of that tensor, so the
+    two share memory after the graph too; an array passed in shares it through its graph input."""
+    if kwargs or len(args) != 1 or not isinstance(args[0], NDArrayValue) or args[0].scalar:
+        unsupported("torch.from_numpy of something other than one ndarray (torch raises TypeError)")
+    (arr,) = args
+    if arr.created_here and arr.view_of is not None and arr.view_of[1] is not torch.Tensor.numpy:
+        unsupported("torch.from_numpy of a view made in the compiled function: kiln cannot hand the view and "
+                    "the tensor back sharing memory")
+    t = tx.output.call("call_function", torch.ops.aten.alias.default, [arr.tensor], {})
+    if arr.created_here:
+        arr.view_of = (t, torch.Tensor.numpy, ())
+    return t
