@@ -776,3 +776,21 @@ def test_dtype_attributes_and_finfo_free_code():
         return a
 
     check(fn, _f64(2, 2), dynamo_graphs=0)
+
+
+def test_asarray_and_array_of_a_tensor():
+    def fn(x):
+        a = np.asarray(x)
+        b = np.array(x)
+        a[0] = 1.0
+        return a + b, x
+
+    check(fn, torch.zeros(3), inputs_mutated=True)
+
+
+def test_numpy_method_errors_break_not_crash():
+    def fn(a):
+        b = a * 2
+        return b.sum(axis=0, out=None), b.cumsum(axis=0, dtype=None)
+
+    check(fn, _f64(2, 2), graphs=1, dynamo_graphs=(0, 1))

@@ -17,6 +17,7 @@ import torch
 from kiln.capture.sources import ConstantSource
 from kiln.capture.values.base import ConstantValue, KnownFunctionValue, Value, unsupported
 from kiln.capture.values.containers import SequenceValue
+from kiln.capture.values.tensors import TensorValue
 from kiln.capture.values.numpy_promotion import (
     BOOL, FLOAT64, INT64, NUMPY_TO_TORCH, as_dtype, mean_dtype, promote, result_type, sum_dtype,
 )
@@ -634,9 +635,17 @@ def _eye(tx, N, M=None, k=None, dtype=None):
     return NDArrayValue(_call(tx, torch.eye, args, {"dtype": ConstantValue(NUMPY_TO_TORCH[d])}), d, c_order=True)
 
 
+def _tensor_as_array(tx, obj):
+    """np.asarray(t) / np.array(t) of a tensor: Tensor.__array__ is t.numpy() (shares its memory)."""
+    from kiln.capture.values.numpy_values import tensor_as_ndarray
+
+    return tensor_as_ndarray(tx, obj, [], {}) if isinstance(obj, TensorValue) else obj
+
+
 def _array(tx, obj, dtype=None, copy=None, **kwargs):
     if kwargs:
         unsupported(f"numpy.array with {sorted(kwargs)}")
+    obj = _tensor_as_array(tx, obj)
     if copy is not None and _const(copy, "copy") is None:
         return _asarray(tx, obj, dtype)
     if copy is not None and _const(copy, "copy") is not True:
@@ -651,6 +660,7 @@ def _array(tx, obj, dtype=None, copy=None, **kwargs):
 def _asarray(tx, obj, dtype=None, **kwargs):
     if kwargs:
         unsupported(f"numpy.asarray with {sorted(kwargs)}")
+    obj = _tensor_as_array(tx, obj)
     arr = as_array(tx, obj, "numpy.asarray")
     d = as_dtype(_const(dtype, "dtype"), "numpy.asarray") if dtype is not None and _const(dtype, "dtype") is not None else arr.dtype
     if isinstance(obj, NDArrayValue) and d == arr.dtype:

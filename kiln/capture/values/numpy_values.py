@@ -159,7 +159,10 @@ class NDArrayValue(Value):
         handler = nf.METHODS.get(name)
         if handler is None:
             unsupported(f"numpy.ndarray.{name}() is not in kiln's NumPy mapping")
-        return handler(tx, self, *args, **kwargs)
+        try:
+            return handler(tx, self, *args, **kwargs)
+        except TypeError as exc:
+            unsupported(f"numpy.ndarray.{name} called with arguments kiln does not trace: {exc}")
 
     def getitem(self, tx, index: Value) -> Value:
         from kiln.capture.values.numpy_indexing import array_getitem
