@@ -794,3 +794,12 @@ def test_numpy_method_errors_break_not_crash():
         return b.sum(axis=0, out=None), b.cumsum(axis=0, dtype=None)
 
     check(fn, _f64(2, 2), graphs=1, dynamo_graphs=(0, 1))
+
+
+def test_finfo_and_dtype_objects():
+    def fn(a):
+        eps = np.finfo(a.dtype).eps
+        big = np.iinfo(np.int32).max
+        return a + eps, np.dtype("float32") == a.dtype, a * 0 + big
+
+    check(fn, np.ones(3, np.float32))

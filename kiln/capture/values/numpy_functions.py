@@ -806,6 +806,12 @@ class NumpyTypeValue(ConstantValue):
     def call(self, tx, args, kwargs) -> Value:
         np = numpy_module()
         cls = self.value
+        if cls in (np.dtype, np.finfo, np.iinfo) and all(a.is_constant() for a in args) and not kwargs:
+            try:
+                made = cls(*[a.as_constant() for a in args])
+            except (TypeError, ValueError) as exc:
+                unsupported(f"numpy.{cls.__name__}(...) raised {type(exc).__name__}: {exc}")
+            return ConstantValue(made) if cls is np.dtype else NumpyInfoValue(made)
         if not issubclass(cls, np.generic) or kwargs or len(args) != 1:
             unsupported(f"calling numpy.{cls.__name__} with {args} {kwargs}")
         (arg,) = args
@@ -819,6 +825,25 @@ class NumpyTypeValue(ConstantValue):
             return NDArrayValue(_method(tx, "clone", [cast(tx, arg.tensor, d)]), d, scalar=arg.ndim == 0,
                                 c_order=arg.c_order)
         unsupported(f"numpy.{cls.__name__}({arg})")
+
+
+class NumpyInfoValue(ConstantValue):
+    """np.finfo(...) / np.iinfo(...): its NumPy-scalar attributes (eps, max, tiny) are NumPy scalars."""
+
+    def getattr(self, tx, name: str) -> Value:
+        np = numpy_module()
+        try:
+            attr = getattr(self.value, name)
+        except AttributeError:
+            unsupported(f"{type(self.value).__name__} has no attribute {name!r}")
+        if isinstance(attr, np.generic):
+            return numpy_scalar_constant(tx, attr)
+        if isinstance(attr, np.dtype) or type(attr) in (bool, int, float, str):
+            return ConstantValue(attr)
+        unsupported(f"attribute {name!r} of {type(self.value).__name__}")
+
+    def reconstruct(self, cg) -> None:
+        cg.load_const(self.value)
 
 
 _REGISTRY: dict | None = None
