@@ -15,7 +15,8 @@ from its base after the graph (`base[1:]`), as NumPy would have made it.
   torch views (writes go through as in NumPy); what NumPy copies is copied (`astype`, `copy`,
   advanced indexing, scalars taken out of an array).
 
-The functions and methods are in numpy_functions.py; the dtype rules in numpy_promotion.py.
+The functions are in numpy_functions.py (numpy_namespace.py maps numpy's names to them), indexing in
+numpy_indexing.py, the dtype rules in numpy_promotion.py.
 """
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ import torch
 
 from kiln.capture.sources import AttrSource, ConstantSource, Source
 from kiln.capture.values.base import BoundMethodValue, ConstantValue, Value, unsupported
-from kiln.capture.values.containers import SequenceValue, SliceValue, TupleValue
+from kiln.capture.values.containers import SequenceValue
 from kiln.capture.values.tensors import TensorValue
 
 
@@ -133,6 +134,7 @@ class NDArrayValue(Value):
 
     def getattr(self, tx, name: str) -> Value:
         from kiln.capture.values import numpy_functions as nf
+        from kiln.capture.values.numpy_namespace import METHODS
 
         if name == "dtype":
             return ConstantValue(self.dtype)
@@ -148,15 +150,15 @@ class NDArrayValue(Value):
             return ConstantValue(self.dtype.itemsize * int(self.tensor.example.numel()))
         if name == "T":
             return nf.transpose(tx, self)
-        if name in nf.METHODS:
+        if name in METHODS:
             return BoundMethodValue(self, name)
         unsupported(f"numpy.ndarray attribute {name!r} inside a compiled function",
                     hint="kiln traces the attributes and methods listed in docs/capture.md (NumPy)")
 
     def call_method(self, tx, name: str, args, kwargs) -> Value:
-        from kiln.capture.values import numpy_functions as nf
+        from kiln.capture.values.numpy_namespace import METHODS
 
-        handler = nf.METHODS.get(name)
+        handler = METHODS.get(name)
         if handler is None:
             unsupported(f"numpy.ndarray.{name}() is not in kiln's NumPy mapping")
         try:
@@ -313,7 +315,7 @@ def is_numpy_object(value) -> bool:
 
 def wrap_numpy_object(tx, value, source: Source | None) -> Value:
     """The value for a NumPy object read from the frame or from the numpy module."""
-    from kiln.capture.values.numpy_functions import NumpyFunctionValue, NumpyModuleValue, NumpyTypeValue
+    from kiln.capture.values.numpy_namespace import NumpyFunctionValue, NumpyModuleValue, NumpyTypeValue
 
     np = numpy_module()
     guardable = source is not None and not isinstance(source, ConstantSource)
@@ -441,8 +443,6 @@ def unary_op(tx, op, a: NDArrayValue) -> Value:
 def involves_numpy(*values: Value) -> bool:
     return any(isinstance(v, NDArrayValue) for v in values)
 
-
-__all__ = ["NDArrayValue", "TupleValue", "SliceValue"]
 
 
 # ---- tensors and arrays sharing memory --------------------------------------------------------------
