@@ -45,7 +45,7 @@ def test_python_scalars_only_use_default_dtypes():
 
 
 _UFUNCS = [name for name in P.UFUNC_RULES if hasattr(np, name)]
-_UNARY = {"negative", "positive", "absolute", "sign", "floor", "ceil", "rint", "sqrt", "exp", "log", "sin", "cos",
+_UNARY = {"invert", "negative", "positive", "absolute", "sign", "floor", "ceil", "rint", "sqrt", "exp", "log", "sin", "cos",
           "tan", "tanh", "arctan", "log1p", "expm1", "log2", "log10", "exp2"}
 
 

@@ -803,3 +803,14 @@ def test_finfo_and_dtype_objects():
         return a + eps, np.dtype("float32") == a.dtype, a * 0 + big
 
     check(fn, np.ones(3, np.float32), dynamo_graphs=0)
+
+
+def test_mask_logic_operators():
+    def fn(a):
+        m = (a > 0) & (a < 1)
+        n = ~m | (a == 0)
+        k = np.arange(4) ^ 3
+        m |= a > 5
+        return m, n, k, np.where(n, a, -a)
+
+    check(fn, _f64(4))

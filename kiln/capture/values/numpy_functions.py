@@ -104,6 +104,8 @@ UFUNCS = {
     "less_equal": (torch.le, None), "greater": (torch.gt, None), "greater_equal": (torch.ge, None),
     "logical_and": (torch.logical_and, None), "logical_or": (torch.logical_or, None),
     "logical_xor": (torch.logical_xor, None),
+    "bitwise_and": (torch.bitwise_and, None), "bitwise_or": (torch.bitwise_or, None),
+    "bitwise_xor": (torch.bitwise_xor, None), "invert": (torch.bitwise_not, None),
     "positive": (_copy, None), "negative": (torch.neg, None), "absolute": (torch.abs, None), "sign": (torch.sign, None),
     "floor": (torch.floor, _copy), "ceil": (torch.ceil, _copy), "rint": (torch.round, None),
     "sqrt": (torch.sqrt, None), "exp": (torch.exp, None), "log": (torch.log, None), "sin": (torch.sin, None),
@@ -116,6 +118,7 @@ OPERATOR_UFUNCS = {
     operator.floordiv: "floor_divide", operator.mod: "remainder", operator.pow: "power",
     operator.eq: "equal", operator.ne: "not_equal", operator.lt: "less", operator.le: "less_equal",
     operator.gt: "greater", operator.ge: "greater_equal",
+    operator.and_: "bitwise_and", operator.or_: "bitwise_or", operator.xor: "bitwise_xor",
 }
 
 

@@ -174,7 +174,7 @@ def _build_registry(np) -> dict:
     return reg
 
 
-_UNARY = {"negative", "absolute", "sign", "floor", "ceil", "rint", "sqrt", "exp", "log", "sin", "cos", "tan",
+_UNARY = {"invert", "negative", "positive", "absolute", "sign", "floor", "ceil", "rint", "sqrt", "exp", "log", "sin", "cos", "tan",
           "tanh", "arctan", "log1p", "expm1", "log2", "log10", "exp2"}
 
 

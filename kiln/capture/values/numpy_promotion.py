@@ -130,6 +130,7 @@ NO_BOOL = "no_bool"           # no bool loop and bool does not cast to one: Type
 BOOL_AS_INT8 = "bool_as_int8"  # no bool loop: bool inputs run the int8 loop
 TRUE_DIVIDE = "true_divide"   # ints and bool divide in float64
 COMPARE = "compare"           # any inputs, bool result
+INTEGER = "integer"           # bool and integer loops only: floats raise TypeError
 
 UFUNC_RULES = {
     "add": SAME, "multiply": SAME, "maximum": SAME, "minimum": SAME, "absolute": SAME, "floor": SAME,
@@ -140,6 +141,7 @@ UFUNC_RULES = {
     "sqrt": FLOAT_LOOPS, "exp": FLOAT_LOOPS, "log": FLOAT_LOOPS, "sin": FLOAT_LOOPS, "cos": FLOAT_LOOPS,
     "tanh": FLOAT_LOOPS, "rint": FLOAT_LOOPS, "tan": FLOAT_LOOPS, "arctan": FLOAT_LOOPS, "log1p": FLOAT_LOOPS,
     "expm1": FLOAT_LOOPS, "log2": FLOAT_LOOPS, "log10": FLOAT_LOOPS, "exp2": FLOAT_LOOPS,
+    "bitwise_and": INTEGER, "bitwise_or": INTEGER, "bitwise_xor": INTEGER, "invert": INTEGER,
     "equal": COMPARE, "not_equal": COMPARE, "less": COMPARE, "less_equal": COMPARE, "greater": COMPARE,
     "greater_equal": COMPARE,
 }
@@ -153,6 +155,10 @@ def ufunc_dtypes(name: str, promoted: np.dtype) -> tuple[np.dtype, np.dtype]:
         return promoted, promoted
     if rule == COMPARE:
         return promoted, BOOL
+    if rule == INTEGER:
+        if promoted.kind == "f":
+            unsupported(f"numpy.{name} of float arrays (NumPy raises TypeError)")
+        return promoted, promoted
     if rule == NO_BOOL:
         if promoted.kind == "b":
             unsupported(f"numpy.{name} of bool arrays (NumPy raises TypeError)")

@@ -432,7 +432,7 @@ def write_in_place(tx, target: NDArrayValue, result: NDArrayValue) -> NDArrayVal
 def unary_op(tx, op, a: NDArrayValue) -> Value:
     from kiln.capture.values import numpy_functions as nf
 
-    name = {operator.neg: "negative", operator.abs: "absolute"}.get(op)
+    name = {operator.neg: "negative", operator.abs: "absolute", operator.invert: "invert"}.get(op)
     if op is operator.pos:
         return nf.call_ufunc(tx, "positive", [a])
     if name is None:
