@@ -814,3 +814,10 @@ def test_mask_logic_operators():
         return m, n, k, np.where(n, a, -a)
 
     check(fn, _f64(4))
+
+
+def test_argmax_of_bool():
+    def fn(a):
+        return np.argmax(a > 0), (a > 0).argmin(axis=0)
+
+    check(fn, _f64(2, 3))

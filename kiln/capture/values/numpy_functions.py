@@ -245,6 +245,8 @@ def _reduce(tx, kind: str, a, axis=None, dtype=None, keepdims=None, ddof=None, *
             out = _method(tx, "clone", [cast(tx, t, out_dtype)])
         return new_array(tx, out, out_dtype, scalar_if_0d=not keep, c_order=True)
     compute = out_dtype if kind in ("sum", "prod", "mean", "std", "var") else arr.dtype
+    if kind in ("argmax", "argmin") and compute == BOOL:
+        compute = numpy_module().dtype(numpy_module().uint8)  # torch's argmax takes no bool
     out = _reduce_tensor(tx, kind, cast(tx, t, compute), dims if axes is not None else None, keep, ddof,
                          ndim=arr.ndim)
     return new_array(tx, out, out_dtype, scalar_if_0d=True, c_order=arr.c_order)
