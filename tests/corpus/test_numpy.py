@@ -539,7 +539,7 @@ def test_random_breaks():
 def test_unknown_function_breaks():
     def fn(a):
         b = a * 2
-        c = np.cumsum(b)
+        c = np.diff(b)
         return c + 1
 
     check(fn, _f64(4), graphs=2, dynamo_graphs=1)
@@ -791,7 +791,7 @@ def test_asarray_and_array_of_a_tensor():
 def test_numpy_method_errors_break_not_crash():
     def fn(a):
         b = a * 2
-        return b.sum(axis=0, out=None), b.cumsum(axis=0, dtype=None)
+        return b.sum(axis=0, out=None), b.nonzero()
 
     check(fn, _f64(2, 2), graphs=1, dynamo_graphs=(0, 1))
 
@@ -822,3 +822,12 @@ def test_argmax_of_bool():
         return np.argmax(a > 0), (a > 0).argmin(axis=0)
 
     check(fn, _f64(2, 3))
+
+
+def test_cumsum_outer_norm_square():
+    def fn(a, b):
+        return (np.cumsum(a), np.cumsum(a > 0, axis=0), a.cumprod(axis=1), np.outer(a[0], b),
+                np.linalg.norm(a), np.linalg.norm(b), np.square(a),
+                np.shape(a), np.ndim(b), np.size(a))
+
+    check(fn, _f64(2, 3), np.array([1, 2, 3]))

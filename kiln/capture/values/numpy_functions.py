@@ -110,7 +110,7 @@ UFUNCS = {
     "floor": (torch.floor, _copy), "ceil": (torch.ceil, _copy), "rint": (torch.round, None),
     "sqrt": (torch.sqrt, None), "exp": (torch.exp, None), "log": (torch.log, None), "sin": (torch.sin, None),
     "cos": (torch.cos, None), "tan": (torch.tan, None), "tanh": (torch.tanh, None),
-    "arctan": (torch.arctan, None), "log1p": (torch.log1p, None), "expm1": (torch.expm1, None),
+    "arctan": (torch.arctan, None), "square": (torch.square, None), "log1p": (torch.log1p, None), "expm1": (torch.expm1, None),
     "log2": (torch.log2, None), "log10": (torch.log10, None), "exp2": (torch.exp2, None),
 }
 OPERATOR_UFUNCS = {
@@ -470,6 +470,53 @@ def _as_list(values):
     from kiln.capture.values.containers import ListValue
 
     return ListValue(list(values))
+
+
+def _cumulative(kind: str):
+    """np.cumsum / np.cumprod: the running sum in sum's dtype (int64 for bool and small ints)."""
+    def handler(tx, a, axis=None, dtype=None, **kwargs):
+        if kwargs:
+            unsupported(f"numpy.{kind} with {sorted(kwargs)}")
+        arr = as_array(tx, a, f"numpy.{kind}")
+        ax = _const(axis, "axis")
+        if ax is None:
+            arr, ax = _flatten(tx, arr), 0
+        if arr.ndim == 0:
+            unsupported(f"numpy.{kind} of a 0-d array with an axis")
+        d = _const(dtype, "dtype")
+        out_dtype = as_dtype(d, f"numpy.{kind}") if d is not None else sum_dtype(arr.dtype)
+        fn = torch.cumsum if kind == "cumsum" else torch.cumprod
+        out = _call(tx, fn, [cast(tx, arr.tensor, out_dtype), ConstantValue(_axes(ax, arr.ndim, kind)[0])])
+        return new_array(tx, out, out_dtype, c_order=arr.c_order)
+    return handler
+
+
+def _outer(tx, a, b):
+    """np.outer: a.ravel()[:, None] * b.ravel()[None, :] (NumPy's own definition)."""
+    x, y = _flatten(tx, as_array(tx, a, "numpy.outer")), _flatten(tx, as_array(tx, b, "numpy.outer"))
+    col = _expand_dims(tx, x, ConstantValue(1))
+    row = _expand_dims(tx, y, ConstantValue(0))
+    return call_ufunc(tx, "multiply", [col, row])
+
+
+def _norm(tx, x, ord=None, axis=None, keepdims=None):
+    """np.linalg.norm(x) (no ord/axis): NumPy's sqrt(dot(x, x)) of the flattened array, in float64 for
+    ints and bool."""
+    if any(v is not None and _const(v, "norm argument") not in (None, False) for v in (ord, axis, keepdims)):
+        unsupported("numpy.linalg.norm with ord=, axis= or keepdims=")
+    arr = as_array(tx, x, "numpy.linalg.norm")
+    if arr.dtype.kind != "f":
+        arr = NDArrayValue(cast(tx, arr.tensor, FLOAT64), FLOAT64, c_order=arr.c_order)
+    flat = _flatten(tx, arr)
+    sq = _call(tx, torch.dot, [flat.tensor, flat.tensor])
+    return new_array(tx, _call(tx, torch.sqrt, [sq]), arr.dtype, scalar_if_0d=True)
+
+
+def _shape_query(kind: str):
+    def handler(tx, a):
+        arr = as_array(tx, a, f"numpy.{kind}")
+        return ConstantValue({"shape": arr.shape, "ndim": arr.ndim, "size": int(arr.tensor.example.numel())}[kind])
+    return handler
 
 
 # ---- sorting ----------------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from kiln.capture.values.base import ConstantValue, KnownFunctionValue, Value, u
 from kiln.capture.values.numpy_promotion import as_dtype
 from kiln.capture.values.numpy_values import NDArrayValue, cast, is_python_number, numpy_module, numpy_scalar_constant
 from kiln.capture.values.numpy_functions import (
+    _cumulative, _outer, _norm, _shape_query,
     UFUNCS, _allclose, _arange, _argsort, _array, _asarray,
     _astype, _broadcast_to, _clip, _concatenate, _copy_fn, _copy_method,
     _dot, _expand_dims, _eye, _factory, _fill, _flatten,
@@ -169,13 +170,15 @@ def _build_registry(np) -> dict:
         np.zeros: _factory(0), np.ones: _factory(1), np.empty: _factory(None), np.full: _full,
         np.zeros_like: _like(0), np.ones_like: _like(1), np.empty_like: _like(None),
         np.arange: _arange, np.linspace: _linspace, np.eye: _eye, np.array: _array, np.asarray: _asarray,
-        np.copy: _copy_fn,
+        np.copy: _copy_fn, np.cumsum: _cumulative("cumsum"), np.cumprod: _cumulative("cumprod"),
+        np.outer: _outer, np.linalg.norm: _norm, np.shape: _shape_query("shape"), np.ndim: _shape_query("ndim"),
+        np.size: _shape_query("size"),
     })
     return reg
 
 
 _UNARY = {"invert", "negative", "positive", "absolute", "sign", "floor", "ceil", "rint", "sqrt", "exp", "log", "sin", "cos", "tan",
-          "tanh", "arctan", "log1p", "expm1", "log2", "log10", "exp2"}
+          "tanh", "square", "arctan", "log1p", "expm1", "log2", "log10", "exp2"}
 
 
 def _method_reduction(kind):
@@ -190,7 +193,7 @@ METHODS = {
     "astype": _astype, "copy": _copy_method, "reshape": reshape,
     "transpose": transpose, "flatten": _flatten, "ravel": _ravel, "squeeze": _squeeze, "clip": _clip,
     "round": _round, "dot": _dot, "swapaxes": _swapaxes, "argsort": _argsort, "sort": _sort_in_place,
-    "fill": _fill, "__setitem__": _setitem_method, "__len__": _len_method,
+    "fill": _fill, "cumsum": _cumulative("cumsum"), "cumprod": _cumulative("cumprod"), "__setitem__": _setitem_method, "__len__": _len_method,
     "item": _needs_data("item"), "tolist": _needs_data("tolist"), "tobytes": _needs_data("tobytes"),
     "__bool__": _needs_data("__bool__"), "__float__": _needs_data("__float__"), "__int__": _needs_data("__int__"),
     **{k: _method_reduction(k) for k in ("sum", "prod", "mean", "std", "var", "max", "min", "argmax", "argmin",

@@ -136,7 +136,7 @@ UFUNC_RULES = {
     "add": SAME, "multiply": SAME, "maximum": SAME, "minimum": SAME, "absolute": SAME, "floor": SAME,
     "ceil": SAME, "logical_and": COMPARE, "logical_or": COMPARE, "logical_xor": COMPARE,
     "subtract": NO_BOOL, "negative": NO_BOOL, "positive": NO_BOOL, "sign": NO_BOOL,
-    "floor_divide": BOOL_AS_INT8, "power": BOOL_AS_INT8, "remainder": BOOL_AS_INT8,
+    "floor_divide": BOOL_AS_INT8, "square": BOOL_AS_INT8, "power": BOOL_AS_INT8, "remainder": BOOL_AS_INT8,
     "true_divide": TRUE_DIVIDE,
     "sqrt": FLOAT_LOOPS, "exp": FLOAT_LOOPS, "log": FLOAT_LOOPS, "sin": FLOAT_LOOPS, "cos": FLOAT_LOOPS,
     "tanh": FLOAT_LOOPS, "rint": FLOAT_LOOPS, "tan": FLOAT_LOOPS, "arctan": FLOAT_LOOPS, "log1p": FLOAT_LOOPS,
