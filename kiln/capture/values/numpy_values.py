@@ -56,12 +56,19 @@ def arrays_overlap(*arrays) -> bool:
     return any(np.may_share_memory(a, last) for a in arrays[:-1])
 
 
+class _HelperSource(ConstantSource):
+    """A function kiln holds, named `___<label>` in guards (so graph inputs read `from_numpy_a`)."""
+
+    def name(self) -> str:
+        return f"___{self.label}"
+
+
 class CallWithSourcesSource(Source):
     """`fn(arg sources...)` for a function kiln holds: torch.from_numpy(L['a']) (the tensor a graph
     input is made from), arrays_overlap(L['a'], L['b']) (a guarded answer)."""
 
     def __init__(self, fn, label: str, args: tuple):
-        self.base = ConstantSource(label, fn)
+        self.base = _HelperSource(label, fn)
         self.args = args
 
     def name(self) -> str:
@@ -278,9 +285,9 @@ def wrap_ndarray(tx, arr, source: Source) -> NDArrayValue:
         if arrays_overlap(*[o.real for o in others], arr):
             unsupported(f"array {source.name()} shares memory with another array argument",
                         hint="kiln does not model aliasing between array inputs; this runs as Python")
-        guards.constant(CallWithSourcesSource(arrays_overlap, "arrays_overlap",
+        guards.constant(CallWithSourcesSource(arrays_overlap, "numpy_arrays_overlap",
                                               tuple(o.source for o in others) + (source,)), False)
-    tensor = out.add_input(CallWithSourcesSource(torch.from_numpy, "torch.from_numpy", (source,)),
+    tensor = out.add_input(CallWithSourcesSource(torch.from_numpy, "from_numpy", (source,)),
                            torch.from_numpy(arr))
     value = NDArrayValue(tensor, arr.dtype, source=source, c_order=arr.flags.c_contiguous)
     value.real = arr
