@@ -340,11 +340,22 @@ def wrap_numpy_object(tx, value, source: Source | None) -> Value:
         if guardable:
             tx.output.guards.constant(source, value)
         return ConstantValue(value, source)
-    if guardable:
-        tx.output.guards.identity(source, value)
     if isinstance(value, type):
+        if guardable:
+            tx.output.guards.identity(source, value)
         return NumpyTypeValue(value, source)
-    return NumpyFunctionValue(value, source)
+    if isinstance(value, (np.ufunc, types.FunctionType, types.BuiltinFunctionType, types.MethodType)) or \
+            type(value).__name__ == "_ArrayFunctionDispatcher":
+        if guardable:
+            tx.output.guards.identity(source, value)
+        return NumpyFunctionValue(value, source)
+    if not guardable:
+        unsupported(f"a NumPy {type(value).__name__} kiln holds without a place in the frame")
+    # another NumPy object (a random Generator, a RandomState): held and handed back; using it breaks
+    from kiln.capture.values.builder import OpaqueObjectValue
+
+    tx.output.guards.type(source, value)
+    return OpaqueObjectValue(value, source)
 
 
 # ---- operands ---------------------------------------------------------------------------------------
