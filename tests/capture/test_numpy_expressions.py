@@ -35,6 +35,15 @@ STATEMENTS = [
 ]
 
 
+def _breaks_by_design(body: str, left, right) -> bool:
+    """Cases kiln breaks on purpose (see docs/capture.md, NumPy): matmul of small or bool dtypes, sums
+    of uint8 (NumPy adds them up in uint64)."""
+    promoted = np.promote_types(left, right)
+    if ("@" in body or "dot" in body) and (promoted.kind not in "if" or promoted.itemsize < 4):
+        return True
+    return any(f in body for f in ("sum", "prod", "cumsum")) and np.dtype(left) == np.uint8
+
+
 def _function(body: str):
     lines = [part.strip() for part in body.split(";")]
     if not lines[-1].startswith("return"):
@@ -90,4 +99,4 @@ def test_matches_numpy(body, left, right, seed):
         actual = kiln.compile(fn, backend=backend)(*c_args)
     _same(actual, expected)
     _same(c_args, args, "arguments after")
-    assert len(graphs) == 1, f"{body!r} on {np.dtype(left)}, {np.dtype(right)}: {len(graphs)} graphs"
+    assert len(graphs) == 1 or _breaks_by_design(body, left, right), f"{body!r} on {np.dtype(left)}, {np.dtype(right)}: {len(graphs)} graphs"
