@@ -831,3 +831,18 @@ def test_cumsum_outer_norm_square():
                 np.shape(a), np.ndim(b), np.size(a))
 
     check(fn, _f64(2, 3), np.array([1, 2, 3]))
+
+
+class _Normalize(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.mean = np.array([0.5, 1.0, -1.0], dtype=np.float32)
+        self.scale = 2.0
+
+    def forward(self, x):
+        shift = torch.from_numpy(self.mean * self.scale)
+        return (x - shift).relu()
+
+
+def test_module_with_numpy_attribute():
+    check(_Normalize(), torch.randn(2, 3))
