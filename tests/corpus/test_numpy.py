@@ -846,3 +846,11 @@ class _Normalize(torch.nn.Module):
 
 def test_module_with_numpy_attribute():
     check(_Normalize(), torch.randn(2, 3))
+
+
+@dynamo_bug("abs() of an ndarray comes back as a torch.Tensor")
+def test_builtin_abs_and_pow():
+    def fn(a, b):
+        return abs(a - b), pow(a, 2), abs(a.sum())
+
+    check(fn, _f64(3), np.ones(3))

@@ -458,8 +458,11 @@ def unary_op(tx, op, a: NDArrayValue) -> Value:
     return nf.call_ufunc(tx, name, [a])
 
 
-def involves_numpy(*values: Value) -> bool:
-    return any(isinstance(v, NDArrayValue) for v in values)
+def builtin_on_arrays(tx, fn, args: list[Value]) -> Value:
+    """abs(a) is np.absolute(a) (ndarray.__abs__), pow(a, b) is np.power(a, b) (ndarray.__pow__)."""
+    from kiln.capture.values import numpy_functions as nf
+
+    return nf.call_ufunc(tx, "absolute" if fn is abs else "power", list(args))
 
 
 
