@@ -854,3 +854,10 @@ def test_builtin_abs_and_pow():
         return abs(a - b), pow(a, 2), abs(a.sum())
 
     check(fn, _f64(3), np.ones(3))
+
+
+def test_full_like():
+    def fn(a):
+        return np.full_like(a, 2.5), np.full_like(a, 7, dtype=np.int32)
+
+    check(fn, _f64(2, 3))

@@ -325,6 +325,8 @@ def _dot(tx, a, b):
 def transpose(tx, a, axes=None, *more):
     np = numpy_module()
     arr = as_array(tx, a, "numpy.transpose")
+    if arr.scalar:
+        unsupported("transposing a NumPy scalar (NumPy gives the scalar back)")
     order = _const(axes, "axes")
     if more:
         order = (order,) + tuple(_const(m, "axes") for m in more)
@@ -622,6 +624,14 @@ def _full(tx, shape, fill_value, dtype=None):
         unsupported(f"numpy.full({value!r}, dtype={d}) raised {type(exc).__name__}")
     return NDArrayValue(_call(tx, torch.full, [ConstantValue(size), ConstantValue(value)],
                               {"dtype": ConstantValue(NUMPY_TO_TORCH[d])}), d, c_order=True)
+
+
+def _full_like(tx, a, fill_value, dtype=None):
+    arr = as_array(tx, a, "numpy.full_like")
+    d = dtype if dtype is not None and _const(dtype, "dtype") is not None else ConstantValue(arr.dtype)
+    out = _full(tx, ConstantValue(arr.shape), fill_value, d)
+    out.c_order = arr.c_order and out.c_order
+    return out
 
 
 def _like(fill):

@@ -10,6 +10,7 @@ from kiln.capture.values.base import ConstantValue, KnownFunctionValue, Value, u
 from kiln.capture.values.numpy_promotion import as_dtype
 from kiln.capture.values.numpy_values import NDArrayValue, cast, is_python_number, numpy_module, numpy_scalar_constant
 from kiln.capture.values.numpy_functions import (
+    _full_like,
     _cumulative, _outer, _norm, _shape_query,
     UFUNCS, _allclose, _arange, _argsort, _array, _asarray,
     _astype, _broadcast_to, _clip, _concatenate, _copy_fn, _copy_method,
@@ -168,7 +169,7 @@ def _build_registry(np) -> dict:
         np.hstack: _hstack, np.sort: _sort, np.argsort: _argsort, np.isclose: _isclose,
         np.allclose: _allclose, np.isfinite: _isfinite, np.isnan: _isnan,
         np.zeros: _factory(0), np.ones: _factory(1), np.empty: _factory(None), np.full: _full,
-        np.zeros_like: _like(0), np.ones_like: _like(1), np.empty_like: _like(None),
+        np.zeros_like: _like(0), np.full_like: _full_like, np.ones_like: _like(1), np.empty_like: _like(None),
         np.arange: _arange, np.linspace: _linspace, np.eye: _eye, np.array: _array, np.asarray: _asarray,
         np.copy: _copy_fn, np.cumsum: _cumulative("cumsum"), np.cumprod: _cumulative("cumprod"),
         np.outer: _outer, np.linalg.norm: _norm, np.shape: _shape_query("shape"), np.ndim: _shape_query("ndim"),
