@@ -862,3 +862,22 @@ def test_full_like():
         return np.full_like(a, 2.5), np.full_like(a, 7, dtype=np.int32)
 
     check(fn, _f64(2, 3))
+
+
+@dynamo_bug("int tensor * NumPy float scalar gives float64 (eager: the default dtype)")
+def test_tensor_with_numpy_scalars():
+    def fn(x, i, b, a):
+        s = np.sqrt(a.sum())
+        k = a.argmax()
+        return (x / s, s * x, i * s, i + k, b + k, x * np.float32(0.5), i * np.bool_(True), x > s,
+                b * np.float64(2.0), x * np.int64(3))
+
+    check(fn, torch.randn(3), torch.arange(3, dtype=torch.int32), torch.ones(3, dtype=torch.bool), _f64(4) + 2)
+
+
+def test_tensor_with_numpy_scalar_float64_precision():
+    def fn(x, a):
+        x *= a.mean()
+        return x
+
+    check(fn, torch.randn(3, dtype=torch.float64), np.array([0.1, 0.2, 0.3]), inputs_mutated=True)

@@ -420,6 +420,8 @@ def binary_op(tx, op, a: Value, b: Value) -> Value:
     from kiln.capture.values import numpy_functions as nf
 
     plain = INPLACE_TO_PLAIN.get(op, op)
+    if isinstance(a, TensorValue) or isinstance(b, TensorValue):
+        return _tensor_with_numpy_scalar(tx, op, a, b)
     name = nf.OPERATOR_UFUNCS.get(plain)
     if plain is operator.matmul:
         result = nf.matmul(tx, a, b)
@@ -430,6 +432,33 @@ def binary_op(tx, op, a: Value, b: Value) -> Value:
     if plain is not op and isinstance(a, NDArrayValue) and not a.scalar:
         return write_in_place(tx, a, result)
     return result
+
+
+def _tensor_with_numpy_scalar(tx, op, a: Value, b: Value) -> Value:
+    """`t * np.float64(2.0)`: torch takes a NumPy scalar as a Python number (np.bool_ and floats as a
+    float, ints as an int), so the result is a tensor with torch's promotion for a Python number. The
+    scalar enters as a 0-d tensor whose dtype gives that promotion: the tensor's own float dtype wins
+    over a 0-d float64 (keeping the double's precision); an int or bool tensor with a float scalar
+    gives the default dtype. Arrays (not scalars) with tensors break: torch's rules there depend on
+    the operand order and the NumPy version."""
+    from kiln.capture.values.base import INPLACE_TO_PLAIN
+
+    scalar, tensor = (a, b) if isinstance(a, NDArrayValue) else (b, a)
+    if not isinstance(scalar, NDArrayValue) or not scalar.scalar:
+        unsupported("an operator between a torch.Tensor and a NumPy array",
+                    hint="convert with torch.from_numpy(a) first")
+    ex = tensor.example
+    if ex.is_complex() or scalar is a and op in INPLACE_TO_PLAIN:
+        unsupported("an operator between a complex tensor (or an in-place NumPy scalar) and a NumPy scalar")
+    if scalar.dtype.kind in "iu":
+        dtype = torch.int64
+    elif ex.is_floating_point():
+        dtype = torch.float64
+    else:
+        dtype = torch.get_default_dtype()
+    as_number = tx.output.call("call_method", "to", [scalar.tensor, ConstantValue(dtype)], {})
+    args = [as_number, tensor] if scalar is a else [tensor, as_number]
+    return tx.output.call("call_function", op, args, {})
 
 
 def write_in_place(tx, target: NDArrayValue, result: NDArrayValue) -> NDArrayValue:
