@@ -184,6 +184,8 @@ def _has_identity(value: Value) -> bool:
 
     if isinstance(value, (NewObjectValue, NestedFunctionValue)):
         return True
+    if getattr(value, "kiln_identity", None) is not None and value.kiln_identity():  # NumPy arrays
+        return True
     if isinstance(value, CellValue):
         return value.created_here and value.source is None
     from kiln.capture.values.containers import NamedTupleValue
@@ -222,6 +224,8 @@ def collect_tensors(value: Value, out: list[TensorValue], seen: set[int]) -> Non
         children = [value.obj]
     elif isinstance(value, UserMethodValue):
         children = [value.self_value]
+    elif hasattr(value, "graph_tensors"):  # NumPy arrays: the graph tensor (or base) they are rebuilt from
+        children = value.graph_tensors()
     else:
         children = []
     for child in children:

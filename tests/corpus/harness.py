@@ -167,6 +167,9 @@ def assert_same(actual: Any, expected: Any, *, rtol=None, atol=None, path: str =
         assert actual.requires_grad == expected.requires_grad, (
             f"{path}: requires_grad {actual.requires_grad} != {expected.requires_grad}")
         return
+    if type(expected).__module__ == "numpy" and hasattr(expected, "dtype"):  # ndarray or NumPy scalar
+        _assert_same_numpy(actual, expected, rtol=rtol, atol=atol, path=path)
+        return
     if isinstance(expected, torch.nn.Module):
         assert type(actual) is type(expected), f"{path}: {type(actual).__name__} != {type(expected).__name__}"
         assert_same(actual.state_dict(), expected.state_dict(), rtol=rtol, atol=atol, path=f"{path}.state_dict()")
@@ -218,6 +221,17 @@ def assert_same(actual: Any, expected: Any, *, rtol=None, atol=None, path: str =
                 assert_same(getattr(actual, s), getattr(expected, s), rtol=rtol, atol=atol, path=f"{path}.{s}")
         return
     assert actual == expected, f"{path}: {actual!r} != {expected!r}"
+
+
+def _assert_same_numpy(actual: Any, expected: Any, *, rtol, atol, path: str) -> None:
+    """NumPy arrays and scalars: exact type, dtype and shape; values as assert_close compares tensors."""
+    import numpy as np
+
+    assert type(actual) is type(expected), f"{path}: type {type(actual).__name__} != {type(expected).__name__}"
+    assert actual.dtype == expected.dtype, f"{path}: dtype {actual.dtype} != {expected.dtype}"
+    assert np.shape(actual) == np.shape(expected), f"{path}: shape {np.shape(actual)} != {np.shape(expected)}"
+    torch.testing.assert_close(torch.from_numpy(np.array(actual)), torch.from_numpy(np.array(expected)),
+                               rtol=rtol, atol=atol, equal_nan=True, msg=lambda m: f"{path}: {m}")
 
 
 _PLAIN_CALLABLES = (types.FunctionType, types.BuiltinFunctionType, types.MethodType, functools.partial,

@@ -67,6 +67,10 @@ def _wrap(tx, value, source, qualname) -> Value:
         if source is not None:
             guards.constant(source, value)
         return ConstantValue(value, source)
+    from kiln.capture.values.numpy_values import is_numpy_object, wrap_numpy_object
+
+    if is_numpy_object(value):  # arrays, NumPy scalars, the numpy module and its functions
+        return wrap_numpy_object(tx, value, source)
     if isinstance(value, torch.nn.Module):
         if source is not None:
             guards.identity(source, value)

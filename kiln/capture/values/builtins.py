@@ -42,6 +42,11 @@ class BuiltinValue(KnownFunctionValue):
 
     def call(self, tx, args: list[Value], kwargs: dict[str, Value]) -> Value:
         fn = self.fn
+        if fn in (abs, pow) and not kwargs and len(args) == 2 - (fn is abs):
+            from kiln.capture.values.numpy_values import NDArrayValue, builtin_on_arrays
+
+            if any(isinstance(a, NDArrayValue) for a in args):  # abs(a), pow(a, 2): NumPy's ufuncs
+                return builtin_on_arrays(tx, fn, args)
         handler = _HANDLERS.get(fn)
         if handler is not None:
             result = handler(tx, *args, **kwargs)

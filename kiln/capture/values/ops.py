@@ -7,6 +7,7 @@ from typing import Any, Callable
 import torch
 
 from kiln.capture.values.base import ConstantValue, INPLACE_TO_PLAIN, Value, unsupported
+from kiln.capture.values import numpy_values
 from kiln.capture.values.containers import (
     DictValue, ListValue, SequenceValue, SetValue, SliceValue, TupleValue, ListIteratorValue,
 )
@@ -23,6 +24,8 @@ _DUNDER = {
 
 
 def binary_op(tx, op: Callable, a: Value, b: Value) -> Value:
+    if isinstance(a, numpy_values.NDArrayValue) or isinstance(b, numpy_values.NDArrayValue):
+        return numpy_values.binary_op(tx, op, a, b)  # NumPy's semantics (values/numpy_values.py)
     if isinstance(a, TensorValue) or isinstance(b, TensorValue):
         if op in INPLACE_TO_PLAIN and not isinstance(a, TensorValue):
             op = INPLACE_TO_PLAIN[op]  # number += tensor rebinds the name to a new tensor
@@ -242,6 +245,8 @@ def _sym(op) -> str:
 
 
 def unary_op(tx, op: Callable, a: Value) -> Value:
+    if isinstance(a, numpy_values.NDArrayValue) and op is not operator.not_:
+        return numpy_values.unary_op(tx, op, a)
     if isinstance(a, TensorValue):
         return tx.output.call("call_function", op, [a], {})
     if op is operator.not_:
@@ -266,6 +271,8 @@ def compare_op(tx, op: Callable, a: Value, b: Value) -> Value:
 
 
 def is_op(tx, a: Value, b: Value) -> bool:
+    if isinstance(a, numpy_values.NDArrayValue) or isinstance(b, numpy_values.NDArrayValue):
+        return a is b  # one value per array object (arrays passed in are memoized by identity)
     if a.is_constant() and b.is_constant() and not isinstance(a, (SequenceValue, DictValue, SetValue)) \
             and not isinstance(b, (SequenceValue, DictValue, SetValue)):
         return a.as_constant() is b.as_constant()

@@ -94,6 +94,10 @@ class TensorMethodValue(Value):
 
     def call(self, tx, args, kwargs) -> Value:
         name, ex = self.name, self.tensor.example
+        if name == "numpy":  # an ndarray sharing the tensor's memory (values/numpy_values.py)
+            from kiln.capture.values.numpy_values import tensor_as_ndarray
+
+            return tensor_as_ndarray(tx, self.tensor, args, kwargs)
         if name in _DATA_METHODS:
             unsupported(f"Tensor.{name}() needs the tensor's data",
                         hint="kiln breaks the graph here and runs it as Python")

@@ -104,6 +104,10 @@ class TorchFunctionValue(KnownFunctionValue):
             unsupported(f"torch.{fn.__name__}() reads or reseeds the global random number generator",
                         hint="kiln runs it between two graphs; random ops in the next graph draw from the "
                              "generator in program order, as in eager")
+        if fn is torch.from_numpy:  # a tensor sharing the array's memory (values/numpy_values.py)
+            from kiln.capture.values.numpy_values import ndarray_as_tensor
+
+            return ndarray_as_tensor(tx, args, kwargs)
         if fn in _NOT_IN_GRAPH:
             unsupported(f"torch.{getattr(fn, '__name__', fn)} changes global state or needs tensor data")
         if fn is torch.is_grad_enabled:
