@@ -1,13 +1,14 @@
 """Which frames are worth tracing: those that can reach a tensor.
 
-A frame none of whose locals, closure cells or referenced globals holds a tensor, a module or the
-torch package cannot record a tensor op itself (its callees are still offered to kiln one by one).
+A frame none of whose locals, closure cells or referenced globals holds a tensor, a module, a NumPy
+array or the torch or numpy package cannot record a tensor op itself (its callees are still offered to kiln one by one).
 Tracing it would only produce guards on plain Python values, and a recompile for each new value:
 an import finder's `find_spec(fullname)` run by a lazy import inside a compiled function hit the
 recompile limit. Such frames run as they are (always exact); TorchDynamo skips them the same way.
 """
 from __future__ import annotations
 
+import sys
 import types
 
 import torch
@@ -37,7 +38,13 @@ def _is_torchy_global(value) -> bool:
     if isinstance(value, types.ModuleType):
         name = value.__name__
         return name == "torch" or name.startswith("torch.") or name == "numpy" or name.startswith("numpy.")
-    return isinstance(value, (torch.Tensor, torch.nn.Module))
+    return isinstance(value, (torch.Tensor, torch.nn.Module, *_array_types()))
+
+
+def _array_types() -> tuple:
+    """NumPy's array and scalar types when NumPy is loaded: kiln traces NumPy code as tensor ops."""
+    numpy = sys.modules.get("numpy")
+    return (numpy.ndarray, numpy.generic) if numpy is not None else ()
 
 
 def _reaches_tensor(roots: list) -> bool:
@@ -45,12 +52,13 @@ def _reaches_tensor(roots: list) -> bool:
     up to _DEPTH levels down. Objects kiln cannot look into (C objects, slots) count as holding none,
     as in TorchDynamo: their frame runs as it is, which is exact, only not compiled."""
     seen: set[int] = set()
+    tensor_like = (torch.Tensor, torch.nn.Module, *_array_types())
     stack = [(obj, 0) for obj in roots]
     while stack:
         obj, depth = stack.pop()
         if isinstance(obj, _LEAF_TYPES) or id(obj) in seen or depth > _DEPTH:
             continue
-        if len(seen) >= _WALK_LIMIT or isinstance(obj, (torch.Tensor, torch.nn.Module)):
+        if len(seen) >= _WALK_LIMIT or isinstance(obj, tensor_like):
             return True
         seen.add(id(obj))
         if isinstance(obj, (list, tuple, set, frozenset)):

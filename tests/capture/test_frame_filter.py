@@ -81,3 +81,10 @@ def test_import_finder_called_with_many_names_does_not_recompile():
     snapshot = kiln.stats.snapshot()
     assert len(seen) == 12 and snapshot["frames_without_tensors"] >= 12, snapshot
     assert not snapshot["recompilations"], snapshot["recompilations"]
+
+
+def test_numpy_arrays_count_as_tensors():
+    import numpy as np
+
+    assert may_use_tensors(*_frame_inputs(_Finder.find, _Finder(), np.ones(2)))
+    assert may_use_tensors(*_frame_inputs(_Finder.find, _Finder(), {"a": [np.int64(3)]}))
