@@ -166,14 +166,19 @@ def _has_identity(value: Value) -> bool:
         return True
     if isinstance(value, CellValue):
         return value.created_here and value.source is None
+    from kiln.capture.values.iterators import DictViewValue, IteratorValue
+
+    if isinstance(value, (IteratorValue, DictViewValue)):
+        return value.created_here and value.source is None  # iterators have identity (and state)
     return isinstance(value, (ListValue, DictValue, SetValue)) and value.created_here
 
 
 def collect_tensors(value: Value, out: list[TensorValue], seen: set[int]) -> None:
     """The tensors (graph values) inside a value the transformed code must rebuild, in a stable order."""
     from kiln.capture.values.base import BoundMethodValue
-    from kiln.capture.values.containers import DictValue, ListIteratorValue, SequenceValue, SetValue
+    from kiln.capture.values.containers import DictValue, SequenceValue, SetValue
     from kiln.capture.values.functions import UserMethodValue
+    from kiln.capture.values.iterators import DictViewValue, IteratorValue
     from kiln.capture.values.objects import NewObjectValue
     from kiln.capture.values.tensors import TensorMethodValue
 
@@ -190,8 +195,10 @@ def collect_tensors(value: Value, out: list[TensorValue], seen: set[int]) -> Non
         children = list(value.members.values())
     elif isinstance(value, NewObjectValue):
         children = list(value.attrs.values())
-    elif isinstance(value, ListIteratorValue):
-        children = value.remaining
+    elif isinstance(value, IteratorValue):
+        children = value.children()
+    elif isinstance(value, DictViewValue):
+        children = [value.dict_value]
     elif isinstance(value, TensorMethodValue):
         children = [value.tensor]
     elif isinstance(value, BoundMethodValue):

@@ -249,9 +249,9 @@ class Tracer:
             child = GeneratorTracer(code, f_globals, self.f_builtins, self.output, self, self.options, name)
             child.bind_arguments(fn_value, args, kwargs)
             child.run()
-            from kiln.capture.values.containers import ListIteratorValue
+            from kiln.capture.values.iterators import ListIteratorValue
 
-            return ListIteratorValue(child.yielded)
+            return ListIteratorValue(child.yielded, kind="generator")
         if code.co_flags & 0x20 and not code.co_flags & (0x80 | 0x100 | 0x200):
             return self._run_generator_function(code, f_globals, name, fn_value, args, kwargs)
         if code.co_flags & (0x80 | 0x100 | 0x200):
@@ -285,7 +285,7 @@ class Tracer:
             if node not in nodes_before and _mutates_in_place(node):
                 unsupported(f"generator function {name} changes a tensor in place: kiln cannot run it ahead "
                             f"of its consumer")
-        from kiln.capture.values.containers import ListIteratorValue
+        from kiln.capture.values.iterators import ListIteratorValue
 
         return ListIteratorValue(child.yielded, kind="generator")
 

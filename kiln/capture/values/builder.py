@@ -4,6 +4,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import functools
+import itertools
 import types
 from typing import Any
 
@@ -30,7 +31,7 @@ def wrap(tx, value: Any, source: Source | None, qualname: str | None = None) -> 
     if key is not None and key in out.values_by_source:
         return out.values_by_source[key]
     # a mutable object reached through two places is one value, so writes through one are seen by the other
-    mutable = type(value) in (list, dict) or isinstance(value, torch.nn.Module) or (
+    mutable = type(value) in (list, dict) or type(value) in _READABLE_ITERATORS or isinstance(value, torch.nn.Module) or (
         not is_constant_literal(value) and type(value).__module__ not in ("builtins",) and hasattr(value, "__dict__")
         and not isinstance(value, (type, types.FunctionType, types.ModuleType)))
     if mutable and id(value) in out.values_by_id:
@@ -170,12 +171,12 @@ def _wrap(tx, value, source, qualname) -> Value:
         return ConstantValue(value, None)
     from kiln.capture.values.contexts import GradModeExit, GradModeValue, WithExitValue
 
-    from kiln.capture.values.containers import ListIteratorValue, ResumeIterator
+    from kiln.capture.values.iterators import ListIteratorValue, ResumeIterator
 
     from kiln.capture.sources import READABLE_ITERATOR_TYPES, IteratorRemainingSource, iterator_remaining
 
     if type(value) in READABLE_ITERATOR_TYPES and source is not None and not isinstance(source, ConstantSource):
-        from kiln.capture.values.containers import ExternalIteratorValue
+        from kiln.capture.values.iterators import ExternalIteratorValue
 
         remaining = iterator_remaining(value)
         if len(remaining) > 1000:
@@ -358,6 +359,9 @@ _DICT_READERS = {"get", "__getitem__", "__contains__", "keys", "values", "items"
 
 _BUILTIN_CALLABLES = {tuple, list, dict, set, frozenset, slice, int, float, bool, str, complex, range, type,
                       zip, enumerate, reversed, map, filter, super, object, isinstance, len, print, iter, next}
+from kiln.capture.sources import READABLE_ITERATOR_TYPES as _READABLE_ITERATORS  # noqa: E402
+
+_BUILTIN_CALLABLES |= {v for v in vars(itertools).values() if isinstance(v, type)}  # itertools_values.py
 
 
 def _item(source, index):

@@ -8,8 +8,9 @@ import torch
 
 from kiln.capture.values.base import ConstantValue, INPLACE_TO_PLAIN, Value, unsupported
 from kiln.capture.values.containers import (
-    DictValue, ListValue, SequenceValue, SetValue, SliceValue, TupleValue, ListIteratorValue,
+    DictValue, ListValue, SequenceValue, SetValue, SliceValue, TupleValue,
 )
+from kiln.capture.values.iterators import DictViewValue, IteratorValue
 from kiln.capture.values.scalars import PURE_OPERATORS, defer
 from kiln.capture.values.tensors import TensorValue
 
@@ -53,6 +54,11 @@ def binary_op(tx, op: Callable, a: Value, b: Value) -> Value:
         return SetValue([ConstantValue(v) for v in plain(a.as_constant(), b.as_constant())])
     if isinstance(a, DictValue) and isinstance(b, DictValue) and plain is operator.or_:
         return DictValue({**a.entries, **b.entries})
+    if isinstance(a, DictViewValue) or isinstance(b, DictViewValue):
+        if plain in (operator.or_, operator.and_, operator.sub, operator.xor, operator.eq, operator.ne,
+                     operator.lt, operator.le, operator.gt, operator.ge):
+            view, other = (a, b) if isinstance(a, DictViewValue) else (b, a)
+            return view.binary(tx, plain, other, reflected=view is b)
     if plain in (operator.eq, operator.ne):
         if a.is_constant() and b.is_constant():
             return wrap_const(plain(a.as_constant(), b.as_constant()))
@@ -77,7 +83,7 @@ def _definite_object(v: Value) -> bool:
     from kiln.capture.values.modules import NNModuleValue
     from kiln.capture.values.objects import ClassValue, NewObjectValue, UserObjectValue
 
-    return isinstance(v, (TensorValue, SequenceValue, DictValue, SetValue, ListIteratorValue, NNModuleValue,
+    return isinstance(v, (TensorValue, SequenceValue, DictValue, SetValue, IteratorValue, NNModuleValue,
                           UserFunctionValue, NestedFunctionValue, UserObjectValue, NewObjectValue,
                           OpaqueObjectValue, ClassValue, KnownFunctionValue)) or v.is_constant()
 
@@ -89,7 +95,7 @@ def _eq_is_identity(v: Value) -> bool:
     from kiln.capture.values.modules import NNModuleValue
     from kiln.capture.values.objects import NewObjectValue, UserObjectValue
 
-    if isinstance(v, (NNModuleValue, UserFunctionValue, NestedFunctionValue)):
+    if isinstance(v, (NNModuleValue, UserFunctionValue, NestedFunctionValue, IteratorValue)):
         return True
     if isinstance(v, (UserObjectValue, NewObjectValue, OpaqueObjectValue)):
         return v.python_type().__eq__ is object.__eq__
@@ -150,8 +156,10 @@ def contains_op(tx, item: Value, container: Value) -> bool:
         unsupported("`in` on a tensor depends on its data")
     if container.is_constant() and item.is_constant():
         return item.as_constant() in container.as_constant()
-    if isinstance(container, (SequenceValue, ListIteratorValue)):
-        if isinstance(container, ListIteratorValue) and not container.kind.startswith("dict_"):
+    if isinstance(container, DictViewValue):
+        return container.contains(tx, item)
+    if isinstance(container, (SequenceValue, IteratorValue)):
+        if isinstance(container, IteratorValue):
             # `in` on an iterator consumes items up to the first match only
             elements = iter(lambda: container.next_item(tx), None)
         else:
