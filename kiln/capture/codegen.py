@@ -196,7 +196,7 @@ def collect_tensors(value: Value, out: list[TensorValue], seen: set[int]) -> Non
     elif isinstance(value, NewObjectValue):
         children = list(value.attrs.values())
     elif isinstance(value, IteratorValue):
-        children = value.children()
+        children = value.children() if value.source is None else []  # from outside: handed on as it is
     elif isinstance(value, DictViewValue):
         children = [value.dict_value]
     elif isinstance(value, TensorMethodValue):

@@ -242,4 +242,7 @@ def iterator_remaining(it) -> tuple:
 def advance_iterator(it, n: int) -> None:
     """The replay of items consumed while tracing: the real iterator moves on as eager's would have."""
     for _ in range(n):
-        next(it)
+        try:
+            next(it)
+        except StopIteration:  # the last call tracing made found it exhausted
+            return

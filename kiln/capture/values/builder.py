@@ -175,6 +175,12 @@ def _wrap(tx, value, source, qualname) -> Value:
 
     from kiln.capture.sources import READABLE_ITERATOR_TYPES, IteratorRemainingSource, iterator_remaining
 
+    from kiln.capture.values.iterators import COMPOSITE_ITERATOR_TYPES, wrap_external_iterator
+
+    if type(value) in COMPOSITE_ITERATOR_TYPES and source is not None and not isinstance(source, ConstantSource):
+        result = wrap_external_iterator(tx, value, source)  # zip/map/filter/enumerate: through __reduce__
+        if result is not None:
+            return result
     if type(value) in READABLE_ITERATOR_TYPES and source is not None and not isinstance(source, ConstantSource):
         from kiln.capture.values.iterators import ExternalIteratorValue
 

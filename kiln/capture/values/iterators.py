@@ -858,10 +858,13 @@ class ExternalIteratorValue(ListIteratorValue):
     def consumed(self) -> int:
         return self.initial - len(self.remaining)
 
+    records_reads = True  # False under an enumerate from outside, which is advanced itself
+
     def next_item(self, tx=None) -> Value | None:
         tx = tx or self._tx
         note_mutation(tx, self)
-        tx.output.side_effects.iterator_read(self)
+        if self.records_reads:
+            tx.output.side_effects.iterator_read(self)
         return self._next(tx)
 
     def reconstruct(self, cg) -> None:
@@ -882,3 +885,84 @@ def update_from_pairs(tx, entries: dict, iterable: Value) -> None:
         if len(kv) != 2:
             raise_traced(ValueError, f"dictionary update sequence element #{i} has length {len(kv)}; 2 is required")
         entries[dict_key(tx, kv[0])] = kv[1]
+
+
+# ---- zip/map/filter/enumerate objects passed in from outside (e.g. a for loop split by a graph break) ----
+
+COMPOSITE_ITERATOR_TYPES = (zip, map, filter, enumerate)
+
+
+def wrap_external_iterator(tx, value, source) -> IteratorValue | None:
+    """A zip/map/filter/enumerate object from the frame, read through its __reduce__ (which gives its
+    inner iterators and, for enumerate, its count) down to list/tuple/dict/range iterators (read ahead
+    without advancing them). After the graph the items consumed are replayed on the real objects: on the
+    leaf iterators (zip, map and filter keep no other state; map's and filter's functions are not called
+    again), or, under an enumerate, on the enumerate itself (its count moves too). None: not modelled."""
+    return _wrap_tree(tx, value, source, record=True)
+
+
+def _reduce_args(source):
+    from kiln.capture.sources import AttrSource, CallSource, GetItemSource
+
+    return GetItemSource(CallSource(AttrSource(source, "__reduce__")), 1)
+
+
+def _wrap_tree(tx, value, source, record: bool) -> IteratorValue | None:
+    from kiln.capture.sources import READABLE_ITERATOR_TYPES, GetItemSource
+    from kiln.capture.values.builder import wrap
+
+    kind = type(value)
+    if kind in READABLE_ITERATOR_TYPES or kind is ResumeIterator:
+        leaf = wrap(tx, value, source)
+        if isinstance(leaf, ExternalIteratorValue) and not record:
+            if leaf.consumed() or getattr(leaf, "records_reads", True) is False:
+                return None  # already read through another place
+            leaf.records_reads = False
+        return leaf if isinstance(leaf, IteratorValue) else None
+    if kind not in COMPOSITE_ITERATOR_TYPES:
+        return None
+    tx.output.guards.type(source, value)
+    reduced = value.__reduce__()
+    args, args_source = reduced[1], _reduce_args(source)
+    if kind is enumerate:
+        inner = _wrap_tree(tx, args[0], GetItemSource(args_source, 0), record=False)
+        if inner is None:
+            return None
+        result = EnumerateIterator(inner, wrap(tx, args[1], GetItemSource(args_source, 1)))
+        result.__class__ = ExternalEnumerateIterator
+        result.calls = 0
+    elif kind is zip:
+        if len(reduced) > 2:  # zip(strict=True) reduces to (zip, iterators, True)
+            unsupported("a zip(strict=True) object from outside")
+        inner = [_wrap_tree(tx, a, GetItemSource(args_source, i), record) for i, a in enumerate(args)]
+        if any(v is None for v in inner):
+            return None
+        result = ZipIterator(inner)
+    else:
+        if not record:  # replaying an enumerate above would call the function again
+            return None
+        inner = _wrap_tree(tx, args[1], GetItemSource(args_source, 1), record) if kind is filter else None
+        iterators = [inner] if kind is filter else \
+            [_wrap_tree(tx, a, GetItemSource(args_source, i + 1), record) for i, a in enumerate(args[1:])]
+        if any(v is None for v in iterators):
+            return None
+        fn = wrap(tx, args[0], GetItemSource(args_source, 0))
+        result = FilterIterator(fn, iterators[0]) if kind is filter else MapIterator(fn, iterators)
+    tx.output.guards.length(args_source, args)
+    result.source = source
+    result.created_here = False
+    return result
+
+
+class ExternalEnumerateIterator(EnumerateIterator):
+    """An enumerate object from outside: its inner iterators are read ahead without recording; after the
+    graph the enumerate itself is advanced by as many calls as tracing made (its count moves with it)."""
+
+    def next_item(self, tx=None):
+        note_mutation(tx, self)
+        tx.output.side_effects.iterator_read(self)
+        self.calls += 1
+        return super().next_item(tx)
+
+    def consumed(self) -> int:
+        return self.calls
