@@ -52,8 +52,8 @@ def _apply(cg: "PyCodegen", effect, temp: str) -> None:
         from kiln.capture.sources import advance_iterator
 
         cg.prepare_call(advance_iterator)
-        effect.iterator.source.emit(cg)
-        cg.load_fast(temp)
+        cg.load_fast(temp)  # (iterator, count)
+        cg.extend(bc.unpack_sequence(2) + bc.swap(2))
         cg.call(2)
         cg.extend(bc.pop_top())
     elif isinstance(effect, ContainerUpdate):

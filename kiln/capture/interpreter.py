@@ -152,7 +152,10 @@ class Tracer:
         return v.truth(self)
 
     def items(self, v: Value) -> list[Value]:
-        return v.items(self)
+        from kiln.capture.values.iterators import user_iterator
+
+        it = user_iterator(self, v)  # an object with a Python __iter__ (maybe its own iterator)
+        return v.items(self) if it is None else it.items(self)
 
     def getattr(self, obj: Value, name: str) -> Value:
         return obj.getattr(self, name)

@@ -1,6 +1,7 @@
 """`wrap`: turn a real Python object read from the frame into a symbolic value, recording its guards."""
 from __future__ import annotations
 
+import collections
 import dataclasses
 import enum
 import functools
@@ -177,6 +178,10 @@ def _wrap(tx, value, source, qualname) -> Value:
 
     from kiln.capture.values.iterators import COMPOSITE_ITERATOR_TYPES, wrap_external_iterator
 
+    if type(value) is type(iter([])) and source is not None and not isinstance(source, ConstantSource):
+        from kiln.capture.values.iterators import wrap_external_list_iterator
+
+        return wrap_external_list_iterator(tx, value, source)  # an index into the live list
     if type(value) in COMPOSITE_ITERATOR_TYPES and source is not None and not isinstance(source, ConstantSource):
         result = wrap_external_iterator(tx, value, source)  # zip/map/filter/enumerate: through __reduce__
         if result is not None:
@@ -368,6 +373,7 @@ _BUILTIN_CALLABLES = {tuple, list, dict, set, frozenset, slice, int, float, bool
 from kiln.capture.sources import READABLE_ITERATOR_TYPES as _READABLE_ITERATORS  # noqa: E402
 
 _BUILTIN_CALLABLES |= {v for v in vars(itertools).values() if isinstance(v, type)}  # itertools_values.py
+_BUILTIN_CALLABLES.add(collections.OrderedDict)  # a DictValue of that type (construct_builtin_type)
 
 
 def _item(source, index):

@@ -94,7 +94,13 @@ class ListValue(SequenceValue):
             return ConstantValue(None)
         if name == "extend":
             self._check_mutable(tx, "list.extend")
-            self.elements.extend(args[0].items(tx))
+            if isinstance(args[0], SequenceValue) and args[0].python_kind in (list, tuple):
+                self.elements.extend(args[0].items(tx))  # CPython copies a list or tuple first
+            else:
+                from kiln.capture.values.iterators import iterate
+
+                for item in iterate(tx, args[0]):  # appended one by one: the producer sees them
+                    self.elements.append(item)
             return ConstantValue(None)
         if name == "insert":
             self._check_mutable(tx, "list.insert")

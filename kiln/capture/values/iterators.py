@@ -732,7 +732,7 @@ def make_iterator(tx, value: Value) -> IteratorValue:
         return SetIterator(value)
     if value.is_constant() and not hasattr(value, "elements"):
         return _constant_iterator(value)
-    user = _user_iterator(tx, value)
+    user = user_iterator(tx, value)
     if user is not None:
         return user
     return ListIteratorValue(tx.items(value))
@@ -751,14 +751,16 @@ def _constant_iterator(value: Value) -> IteratorValue:
     return SequenceIterator(value, type(real))
 
 
-def _user_iterator(tx, value: Value) -> IteratorValue | None:
+def user_iterator(tx, value: Value) -> IteratorValue | None:
     """iter(obj) for an object whose class defines __iter__ in Python: its result, lazily; an object that
     is its own iterator (a Python __next__) is stepped through __next__."""
     import types
 
     from kiln.capture.values.objects import NewObjectValue, UserObjectValue, class_attribute
 
-    if not isinstance(value, (NewObjectValue, UserObjectValue)) or type(value).__name__ == "DictObjectValue":
+    from kiln.capture.values.dict_objects import DictObjectValue
+
+    if not isinstance(value, (NewObjectValue, UserObjectValue)) or isinstance(value, DictObjectValue):
         return None
     cls = value.python_type()
     if not isinstance(getattr(cls, "__iter__", None), types.FunctionType):
@@ -966,3 +968,55 @@ class ExternalEnumerateIterator(EnumerateIterator):
 
     def consumed(self) -> int:
         return self.calls
+
+
+class ExternalListIterator(SequenceIterator):
+    """A list iterator passed in from outside, modelled like CPython's: an index into the LIVE list (read
+    through `it.__reduce__()`, so a list also reachable by name is the same value). After the graph the
+    real iterator is advanced by as many calls (or run out, if tracing exhausted it); the replay comes
+    after the lists' new contents are written (side_effects.py), so it walks the final contents."""
+
+    def __init__(self, seq: Value, index: int, source, exhausted: bool):
+        super().__init__(seq, type(iter([])), index)
+        self.initial = index
+        self.exhausted = exhausted
+        self.was_exhausted = exhausted
+        self.source = source
+        self.created_here = False
+
+    def next_item(self, tx=None):
+        note_mutation(tx, self)
+        if not self.was_exhausted:
+            tx.output.side_effects.iterator_read(self)
+        return self._next(tx)
+
+    def consumed(self) -> int:
+        if self.exhausted:
+            return -1  # advance_iterator runs it out
+        return self.index - self.initial
+
+    def children(self) -> list[Value]:
+        return []
+
+    def reconstruct(self, cg) -> None:
+        self.source.emit(cg)
+
+
+def wrap_external_list_iterator(tx, value, source) -> IteratorValue:
+    from kiln.capture.sources import AttrSource, CallSource, GetItemSource
+    from kiln.capture.values.builder import wrap
+    from kiln.capture.values.containers import ListValue
+
+    guards = tx.output.guards
+    guards.type(source, value)
+    reduced = value.__reduce__()
+    reduce_source = CallSource(AttrSource(source, "__reduce__"))
+    guards.length(reduce_source, reduced)
+    if len(reduced) == 2:  # exhausted: CPython reduces it to iter([])
+        return ExternalListIterator(ListValue([]), 0, source, exhausted=True)
+    seq = wrap(tx, reduced[1][0], GetItemSource(GetItemSource(reduce_source, 1), 0))
+    if not isinstance(seq, ListValue):
+        unsupported("a list iterator over a list kiln does not model")
+    index = reduced[2]
+    guards.constant(GetItemSource(reduce_source, 2), index)
+    return ExternalListIterator(seq, index, source, exhausted=False)

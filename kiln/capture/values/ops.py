@@ -45,6 +45,9 @@ def binary_op(tx, op: Callable, a: Value, b: Value) -> Value:
             return a
         if type(a.python_type()) is type(b.python_type()) or a.python_kind is b.python_kind:
             return (ListValue if a.python_kind is list else TupleValue)(a.elements + b.elements)
+    if isinstance(a, ListValue) and op is operator.iadd and isinstance(b, (IteratorValue, DictViewValue)):
+        a.call_method(tx, "extend", [b], {})  # list += iterable extends it
+        return a
     if isinstance(a, SequenceValue) and plain is operator.mul and b.is_constant():
         return (ListValue if a.python_kind is list else TupleValue)(a.elements * b.as_constant())
     if isinstance(b, SequenceValue) and plain is operator.mul and a.is_constant():
