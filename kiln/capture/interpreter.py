@@ -248,13 +248,12 @@ class Tracer:
             f_globals = fn_value.f_globals
             name = fn_value.qualname
         if code.co_flags & 0x20 and code.co_name == "<genexpr>" and not code.co_flags & (0x80 | 0x100 | 0x200):
-            # a generator expression: run it to the end now; its items become a materialized iterator
+            # a generator expression: run lazily, one item per next() (values/iterators.py)
             child = GeneratorTracer(code, f_globals, self.f_builtins, self.output, self, self.options, name)
             child.bind_arguments(fn_value, args, kwargs)
-            child.run()
-            from kiln.capture.values.iterators import ListIteratorValue
+            from kiln.capture.values.iterators import GeneratorExpressionValue
 
-            return ListIteratorValue(child.yielded, kind="generator")
+            return GeneratorExpressionValue(child, fn_value, args)
         if code.co_flags & 0x20 and not code.co_flags & (0x80 | 0x100 | 0x200):
             return self._run_generator_function(code, f_globals, name, fn_value, args, kwargs)
         if code.co_flags & (0x80 | 0x100 | 0x200):

@@ -861,10 +861,12 @@ class ExternalIteratorValue(ListIteratorValue):
         return self.initial - len(self.remaining)
 
     records_reads = True  # False under an enumerate from outside, which is advanced itself
+    read_before = False
 
     def next_item(self, tx=None) -> Value | None:
         tx = tx or self._tx
         note_mutation(tx, self)
+        self.read_before = True
         if self.records_reads:
             tx.output.side_effects.iterator_read(self)
         return self._next(tx)
@@ -916,8 +918,8 @@ def _wrap_tree(tx, value, source, record: bool) -> IteratorValue | None:
     kind = type(value)
     if kind in READABLE_ITERATOR_TYPES or kind is ResumeIterator:
         leaf = wrap(tx, value, source)
-        if isinstance(leaf, ExternalIteratorValue) and not record:
-            if leaf.consumed() or getattr(leaf, "records_reads", True) is False:
+        if isinstance(leaf, (ExternalIteratorValue, ExternalListIterator)) and not record:
+            if leaf.read_before or not leaf.records_reads:
                 return None  # already read through another place
             leaf.records_reads = False
         return leaf if isinstance(leaf, IteratorValue) else None
@@ -984,9 +986,13 @@ class ExternalListIterator(SequenceIterator):
         self.source = source
         self.created_here = False
 
+    records_reads = True  # False under an enumerate from outside, which is advanced itself
+    read_before = False
+
     def next_item(self, tx=None):
         note_mutation(tx, self)
-        if not self.was_exhausted:
+        self.read_before = True
+        if not self.was_exhausted and self.records_reads:
             tx.output.side_effects.iterator_read(self)
         return self._next(tx)
 
@@ -1020,3 +1026,78 @@ def wrap_external_list_iterator(tx, value, source) -> IteratorValue:
     index = reduced[2]
     guards.constant(GetItemSource(reduce_source, 2), index)
     return ExternalListIterator(seq, index, source, exhausted=False)
+
+
+# ---- generator expressions, run lazily -------------------------------------------------------------------
+
+class YieldSignal(Exception):
+    """A lazily run generator expression reached `yield value`: its tracer stops there, state kept."""
+
+    def __init__(self, value: Value):
+        self.value = value
+
+
+def exhausted_generator():
+    gen = (x for x in ())
+    for _ in gen:
+        pass
+    return gen
+
+
+class GeneratorExpressionValue(IteratorValue):
+    """A generator expression, run one item at a time: each next_item resumes its tracer until the next
+    yield, so its body (calls with side effects, reads of names bound later) runs exactly when CPython
+    runs it, and a consumer that stops early (any, next, zip) leaves the rest unrun. Before it starts it
+    is rebuilt as the generator function called again on its (rebuilt) argument; an exhausted one as an
+    exhausted generator; one stopped half-way cannot be rebuilt."""
+
+    iter_type = type(x for x in ())
+
+    def __init__(self, tracer, fn_value: Value, args: list[Value]):
+        self.tracer = tracer
+        tracer.add_yielded = self._suspend
+        self.fn_value = fn_value
+        self.args = list(args)
+        self.started = False
+        self.finished = False
+
+    @staticmethod
+    def _suspend(value: Value):
+        raise YieldSignal(value)
+
+    def _next(self, tx):
+        if self.finished:
+            return None
+        if self.started:
+            self.tracer.push(ConstantValue(None))  # the value `yield` evaluates to
+        self.started = True
+        try:
+            self.tracer.run()
+        except YieldSignal as signal:
+            return signal.value
+        except Exception as exc:
+            self.finished = True
+            if stop_iteration_raised(exc):  # PEP 479: a RuntimeError in CPython
+                unsupported("StopIteration raised inside a generator expression")
+            raise
+        self.finished = True
+        return None
+
+    def children(self) -> list[Value]:
+        return [] if self.started else [self.fn_value, *self.args]
+
+    def reconstruct(self, cg) -> None:
+        from kiln.capture import bytecode as bc
+
+        if self.finished:
+            cg.prepare_call(exhausted_generator)
+            cg.call(0)
+            return
+        if self.started:
+            unsupported("a generator expression stopped half-way, kept after the graph",
+                        hint="consume it (list(...)) before the graph break or return")
+        cg.extend(bc.push_null())
+        cg.reconstruct(self.fn_value)
+        for arg in self.args:
+            cg.reconstruct(arg)
+        cg.call(len(self.args))
