@@ -5,7 +5,7 @@ from itertools import chain, count, islice
 import pytest
 import torch
 
-from .harness import check
+from .harness import check, dynamo_bug
 
 
 def _t(*shape, seed=0):
@@ -170,6 +170,7 @@ def test_takewhile_consumes_the_first_failing_item():
     check(fn, _t(3))
 
 
+@dynamo_bug("type(itertools.filterfalse(...)) is filter")
 def test_filterfalse():
     def fn(x):
         odds = list(itertools.filterfalse(lambda v: v % 2 == 0, range(7)))
@@ -187,6 +188,7 @@ def test_groupby_keys_and_groups():
     check(fn, _t(3))
 
 
+@dynamo_bug("a groupby group kept after the groupby moved on still yields its items")
 def test_groupby_previous_group_is_used_up():
     def fn(x):
         groups = []
@@ -333,7 +335,7 @@ def test_itertools_types_match():
             itertools.combinations_with_replacement([], 1), itertools.tee([])[0])]
         return x + 1, names, isinstance(chain(), itertools.chain)
 
-    check(fn, _t(3))
+    check(fn, _t(3), dynamo_graphs=0)  # dynamo: the frame runs eagerly
 
 
 def test_islice_of_map_with_side_effect_counter():
