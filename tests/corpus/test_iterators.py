@@ -701,3 +701,13 @@ def test_dict_view_across_graph_break():
         return y * len(keys), list(keys)
 
     check(fn, _t(3), graphs=2)
+
+
+def test_set_iteration_order_is_a_real_sets():
+    def fn(x):
+        s = {30, 1, 17, 2, 100}
+        s.add(5)
+        s.discard(17)
+        return x + 1, list(s), [v for v in s], sorted(s)
+
+    check(fn, _t(3))

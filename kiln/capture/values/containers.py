@@ -357,7 +357,13 @@ class SetValue(Value):
         return set(self.members)
 
     def items(self, tx) -> list[Value]:
-        return list(self.members.values())
+        if not self.created_here:
+            return list(self.members.values())  # read from the real set, in its order
+        # a set made here iterates in the order a real set built by the same insertions has
+        real = set()
+        for key in self.members:
+            real.add(key)
+        return [self.members[key] for key in real]
 
     def truth(self, tx) -> bool:
         return bool(self.members)

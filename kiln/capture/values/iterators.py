@@ -495,7 +495,7 @@ class SetIterator(IteratorValue):
 
     def __init__(self, set_value: Value):
         self.set_value = set_value
-        self.members = list(set_value.members.values())
+        self.members = set_value.items(None)  # in a real set's order
         self.size = len(self.members)
         self.position = 0
 
