@@ -251,7 +251,7 @@ class Tracer:
             # a generator expression: run lazily, one item per next() (values/iterators.py)
             child = GeneratorTracer(code, f_globals, self.f_builtins, self.output, self, self.options, name)
             child.bind_arguments(fn_value, args, kwargs)
-            from kiln.capture.values.iterators import GeneratorExpressionValue
+            from kiln.capture.values.generator_expressions import GeneratorExpressionValue
 
             return GeneratorExpressionValue(child, fn_value, args)
         if code.co_flags & 0x20 and not code.co_flags & (0x80 | 0x100 | 0x200):

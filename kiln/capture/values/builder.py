@@ -176,10 +176,10 @@ def _wrap(tx, value, source, qualname) -> Value:
 
     from kiln.capture.sources import READABLE_ITERATOR_TYPES, IteratorRemainingSource, iterator_remaining
 
-    from kiln.capture.values.iterators import COMPOSITE_ITERATOR_TYPES, wrap_external_iterator
+    from kiln.capture.values.external_iterators import COMPOSITE_ITERATOR_TYPES, wrap_external_iterator
 
     if type(value) is type(iter([])) and source is not None and not isinstance(source, ConstantSource):
-        from kiln.capture.values.iterators import wrap_external_list_iterator
+        from kiln.capture.values.external_iterators import wrap_external_list_iterator
 
         return wrap_external_list_iterator(tx, value, source)  # an index into the live list
     if type(value) in COMPOSITE_ITERATOR_TYPES and source is not None and not isinstance(source, ConstantSource):
@@ -187,7 +187,7 @@ def _wrap(tx, value, source, qualname) -> Value:
         if result is not None:
             return result
     if type(value) in READABLE_ITERATOR_TYPES and source is not None and not isinstance(source, ConstantSource):
-        from kiln.capture.values.iterators import ExternalIteratorValue
+        from kiln.capture.values.external_iterators import ExternalIteratorValue
 
         remaining = iterator_remaining(value)
         if len(remaining) > 1000:

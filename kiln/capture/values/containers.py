@@ -440,8 +440,12 @@ class SliceValue(Value):
 
 def __getattr__(name: str):
     """The iterator values moved to values/iterators.py; old imports from here keep working."""
-    if name in ("ListIteratorValue", "ExternalIteratorValue", "ResumeIterator", "IteratorValue"):
+    if name in ("ListIteratorValue", "ResumeIterator", "IteratorValue"):
         from kiln.capture.values import iterators
 
         return getattr(iterators, name)
+    if name == "ExternalIteratorValue":
+        from kiln.capture.values.external_iterators import ExternalIteratorValue
+
+        return ExternalIteratorValue
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
