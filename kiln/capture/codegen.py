@@ -166,7 +166,8 @@ def _has_identity(value: Value) -> bool:
         return True
     if isinstance(value, CellValue):
         return value.created_here and value.source is None
-    from kiln.capture.values.iterators import DictViewValue, IteratorValue
+    from kiln.capture.values.dict_views import DictViewValue
+    from kiln.capture.values.iterators import IteratorValue
 
     if isinstance(value, (IteratorValue, DictViewValue)):
         return value.created_here and value.source is None  # iterators have identity (and state)
@@ -178,7 +179,8 @@ def collect_tensors(value: Value, out: list[TensorValue], seen: set[int]) -> Non
     from kiln.capture.values.base import BoundMethodValue
     from kiln.capture.values.containers import DictValue, SequenceValue, SetValue
     from kiln.capture.values.functions import UserMethodValue
-    from kiln.capture.values.iterators import DictViewValue, IteratorValue
+    from kiln.capture.values.dict_views import DictViewValue
+    from kiln.capture.values.iterators import IteratorValue
     from kiln.capture.values.objects import NewObjectValue
     from kiln.capture.values.tensors import TensorMethodValue
 

@@ -8,10 +8,12 @@ import pytest
 from kiln.capture.values.base import ConstantValue
 from kiln.capture.values.containers import DictValue, ListValue, TupleValue
 from kiln.capture.values.exceptions import TracedRaise
+from kiln.capture.values.dict_views import (
+    DictIterator, DictViewValue, exhausted_dict_iterator, rebuild_dict_iterator,
+)
 from kiln.capture.values.iterators import (
-    DictIterator, DictViewValue, EnumerateIterator, FilterIterator, MapIterator, ReversedListIterator,
-    SequenceIterator, ZipIterator, exhausted_dict_iterator, exhausted_iterator, make_iterator,
-    rebuild_dict_iterator, rebuild_seq_iterator,
+    EnumerateIterator, FilterIterator, MapIterator, ReversedListIterator, ZipIterator, exhausted_iterator,
+    make_iterator, rebuild_seq_iterator,
 )
 from kiln.capture.values.itertools_values import (
     ITERTOOLS_BUILDERS, rebuild_chain, rebuild_islice,

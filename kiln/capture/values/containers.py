@@ -274,11 +274,11 @@ class DictValue(Value):
 
     def call_method(self, tx, name, args, kwargs):
         if name in ("keys", "values", "items") and not args and not kwargs:
-            from kiln.capture.values.iterators import DictViewValue
+            from kiln.capture.values.dict_views import DictViewValue
 
             return DictViewValue(self, name)  # a live view
         if name in ("__iter__", "__reversed__") and not args and not kwargs:
-            from kiln.capture.values.iterators import DictIterator
+            from kiln.capture.values.dict_views import DictIterator
 
             return DictIterator(self, "keys", reverse=name == "__reversed__")
         if name == "__len__" and not args:

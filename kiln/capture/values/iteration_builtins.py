@@ -8,8 +8,9 @@ import operator
 import types
 
 from kiln.capture.values.base import ConstantValue, Value, unsupported
+from kiln.capture.values.dict_views import DictIterator, DictViewValue
 from kiln.capture.values.iterators import (
-    CallableIterator, DictIterator, DictViewValue, EnumerateIterator, FilterIterator, IteratorValue, MapIterator,
+    CallableIterator, EnumerateIterator, FilterIterator, IteratorValue, MapIterator,
     ReversedListIterator, ReversedSequenceIterator, SequenceIterator, ZipIterator, iterate, make_iterator,
     raise_stop_iteration, raise_traced,
 )

@@ -10,7 +10,8 @@ from kiln.capture.values.base import ConstantValue, INPLACE_TO_PLAIN, Value, uns
 from kiln.capture.values.containers import (
     DictValue, ListValue, SequenceValue, SetValue, SliceValue, TupleValue,
 )
-from kiln.capture.values.iterators import DictViewValue, IteratorValue
+from kiln.capture.values.dict_views import DictViewValue
+from kiln.capture.values.iterators import IteratorValue
 from kiln.capture.values.scalars import PURE_OPERATORS, defer
 from kiln.capture.values.tensors import TensorValue
 
