@@ -703,6 +703,7 @@ def test_dict_view_across_graph_break():
     check(fn, _t(3), graphs=2)
 
 
+@dynamo_bug("a set iterates in insertion order, not a real set's")
 def test_set_iteration_order_is_a_real_sets():
     def fn(x):
         s = {30, 1, 17, 2, 100}
@@ -711,3 +712,14 @@ def test_set_iteration_order_is_a_real_sets():
         return x + 1, list(s), [v for v in s], sorted(s)
 
     check(fn, _t(3))
+
+
+@dynamo_bug("iter(OrderedDict) is modelled as a dict_keyiterator")
+def test_ordered_dict_iterators_and_tensor_iterator_types():
+    def fn(x):
+        d = collections.OrderedDict([("a", x), ("b", x * 2)])
+        names = [type(iter(d)).__name__, type(d.keys()).__name__, type(iter(d.items())).__name__,
+                 type(iter(x)).__name__]
+        return names, [k for k in d], sum(d.values()), [r * 2 for r in iter(x)]
+
+    check(fn, _t(2, 3))

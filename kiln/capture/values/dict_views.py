@@ -21,8 +21,14 @@ def dict_view(d: dict, kind: str):
     return getattr(d, kind)()
 
 
-_DICT_ITER_TYPES = {(kind, rev): type(reversed(getattr({}, kind)()) if rev else iter(getattr({}, kind)()))
-                    for kind in ("keys", "values", "items") for rev in (False, True)}
+def _dict_type(dict_value: Value) -> type:
+    return getattr(dict_value, "dict_type", dict)
+
+
+def _iter_type(dict_type: type, kind: str, reverse: bool) -> type:
+    """The real iterator type (OrderedDict's are odict_iterator, ...): made on an empty dict of that type."""
+    view = getattr(dict_type(), kind)()
+    return type(reversed(view) if reverse else iter(view))
 
 
 class DictIterator(IteratorValue):
@@ -35,7 +41,7 @@ class DictIterator(IteratorValue):
         self.dict_value = dict_value
         self.kind = kind
         self.reverse = reverse
-        self.iter_type = _DICT_ITER_TYPES[(kind, reverse)]
+        self.iter_type = _iter_type(_dict_type(dict_value), kind, reverse)
         self.keys = tuple(self._entries())
         self.position = 0
         self.exhausted = False
@@ -46,6 +52,8 @@ class DictIterator(IteratorValue):
 
     def _check_unchanged(self) -> None:
         entries = self._entries()
+        if (self.size_error or len(entries) != len(self.keys)) and _dict_type(self.dict_value) is not dict:
+            unsupported("a dict subclass changed size while it was being iterated")
         if self.size_error or len(entries) != len(self.keys):
             self.size_error = True  # sticky, as CPython's di_used = -1
             raise_traced(RuntimeError, "dictionary changed size during iteration")
@@ -91,7 +99,6 @@ class DictIterator(IteratorValue):
         cg.call(4)
 
 
-_VIEW_TYPES = {kind: type(getattr({}, kind)()) for kind in ("keys", "values", "items")}
 
 
 class DictViewValue(Value):
@@ -104,7 +111,7 @@ class DictViewValue(Value):
         self.created_here = True
 
     def python_type(self) -> type:
-        return _VIEW_TYPES[self.kind]
+        return type(getattr(_dict_type(self.dict_value)(), self.kind)())
 
     def entries(self) -> dict:
         return self.dict_value.entries

@@ -96,14 +96,16 @@ def _reversed(tx, seq):
             return ReversedSequenceIterator(seq)
     if _python_method(seq, "__reversed__"):
         return seq.call_method(tx, "__reversed__", [], {})
+    from kiln.capture.values.iterators import ListIteratorValue
+
+    if isinstance(seq, ListIteratorValue):
+        unsupported("reversed() of a materialized iterator (it may stand for a view or a generator)")
     if isinstance(seq, IteratorValue):
         raise_traced(TypeError, f"{seq.python_type().__name__!r} object is not reversible")
     from kiln.capture.values.tensors import TensorValue
 
     if isinstance(seq, TensorValue):
         unsupported("reversed() of a tensor")
-    from kiln.capture.values.iterators import ListIteratorValue
-
     return ListIteratorValue(list(reversed(tx.items(seq))))
 
 
@@ -199,7 +201,10 @@ def _sorted(tx, iterable, key=None, reverse=None):
 def _len_of_view(tx, obj, **kw):
     if isinstance(obj, DictViewValue):
         return ConstantValue(len(obj.entries()))
-    if isinstance(obj, IteratorValue) and not hasattr(obj.python_type(), "__len__"):
+    from kiln.capture.values.iterators import ListIteratorValue
+
+    if isinstance(obj, IteratorValue) and not isinstance(obj, ListIteratorValue) and \
+            not hasattr(obj.python_type(), "__len__"):  # (materialized ones may stand for views)
         raise_traced(TypeError, f"object of type {obj.python_type().__name__!r} has no len()")
     return NotImplemented
 

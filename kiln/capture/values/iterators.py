@@ -527,6 +527,12 @@ def make_iterator(tx, value: Value) -> IteratorValue:
         return SetIterator(value)
     if value.is_constant() and not hasattr(value, "elements"):
         return _constant_iterator(value)
+    from kiln.capture.values.tensors import TensorValue
+
+    if isinstance(value, TensorValue):  # Tensor.__iter__: iter(self.unbind(0))
+        from kiln.capture.values.containers import TupleValue
+
+        return SequenceIterator(TupleValue(tx.items(value)), type(iter(())))
     user = user_iterator(tx, value)
     if user is not None:
         return user
