@@ -723,3 +723,13 @@ def test_ordered_dict_iterators_and_tensor_iterator_types():
         return names, [k for k in d], sum(d.values()), [r * 2 for r in iter(x)]
 
     check(fn, _t(2, 3))
+
+
+def test_str_join_of_generator_and_map():
+    def fn(x):
+        shape = "x".join(str(d) for d in x.shape)
+        names = "-".join(map(str, range(3)))
+        keys = "".join(k.upper() for k in {"a": 1, "b": 2})
+        return x * len(shape), shape, names, keys
+
+    check(fn, _t(2, 3))
