@@ -200,7 +200,7 @@ def collect_tensors(value: Value, out: list[TensorValue], seen: set[int]) -> Non
     elif isinstance(value, IteratorValue):
         children = value.children() if value.source is None else []  # from outside: handed on as it is
     elif isinstance(value, DictViewValue):
-        children = [value.dict_value]
+        children = [getattr(value.dict_value, "view_owner", None) or value.dict_value]
     elif isinstance(value, TensorMethodValue):
         children = [value.tensor]
     elif isinstance(value, BoundMethodValue):

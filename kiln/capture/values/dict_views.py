@@ -21,6 +21,25 @@ def dict_view(d: dict, kind: str):
     return getattr(d, kind)()
 
 
+def base_dict_view(obj: dict, kind: str):
+    """A view of a dict subclass's items as its C base gives it (no Python override runs)."""
+    import collections
+
+    base = collections.OrderedDict if isinstance(obj, collections.OrderedDict) else dict
+    return getattr(base, kind)(obj)
+
+
+def _view_base_type(dict_value: Value) -> type:
+    """The dict type whose views a view of `dict_value` has: its own, or for the items of a dict
+    subclass object made while tracing (dict_objects.py), that object's C base."""
+    import collections
+
+    owner = getattr(dict_value, "view_owner", None)
+    if owner is not None:
+        return collections.OrderedDict if issubclass(owner.python_type(), collections.OrderedDict) else dict
+    return _dict_type(dict_value)
+
+
 def _dict_type(dict_value: Value) -> type:
     return getattr(dict_value, "dict_type", dict)
 
@@ -41,7 +60,7 @@ class DictIterator(IteratorValue):
         self.dict_value = dict_value
         self.kind = kind
         self.reverse = reverse
-        self.iter_type = _iter_type(_dict_type(dict_value), kind, reverse)
+        self.iter_type = _iter_type(_view_base_type(dict_value), kind, reverse)
         self.keys = tuple(self._entries())
         self.position = 0
         self.exhausted = False
@@ -91,6 +110,8 @@ class DictIterator(IteratorValue):
         if self.size_error or tuple(self._entries()) != self.keys:
             unsupported("a dict iterator whose dict changed, kept after the graph")
         _refuse_changed_outside(self.dict_value)
+        if getattr(self.dict_value, "view_owner", None) is not None:
+            unsupported("an iterator over the items of a dict subclass object, kept after the graph")
         cg.prepare_call(rebuild_dict_iterator)
         cg.reconstruct(self.dict_value)
         cg.load_const(self.kind)
@@ -111,7 +132,7 @@ class DictViewValue(Value):
         self.created_here = True
 
     def python_type(self) -> type:
-        return type(getattr(_dict_type(self.dict_value)(), self.kind)())
+        return type(getattr(_view_base_type(self.dict_value)(), self.kind)())
 
     def entries(self) -> dict:
         return self.dict_value.entries
@@ -188,6 +209,13 @@ class DictViewValue(Value):
         return wrap_constant_result(result)
 
     def reconstruct(self, cg) -> None:
+        owner = getattr(self.dict_value, "view_owner", None)
+        if owner is not None:  # a view of a dict subclass object's items: of the rebuilt object itself
+            cg.prepare_call(base_dict_view)
+            cg.reconstruct(owner)
+            cg.load_const(self.kind)
+            cg.call(2)
+            return
         cg.prepare_call(dict_view)
         cg.reconstruct(self.dict_value)
         cg.load_const(self.kind)
