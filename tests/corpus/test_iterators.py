@@ -733,3 +733,21 @@ def test_str_join_of_generator_and_map():
         return x * len(shape), shape, names, keys
 
     check(fn, _t(2, 3))
+
+
+class _Output(collections.OrderedDict):
+    pass
+
+
+@dynamo_bug("a keys view of an OrderedDict subclass kept across a graph break is a snapshot")
+def test_keys_view_of_dict_subclass_object_across_graph_break():
+    def fn(x):
+        out = _Output()
+        out["a"] = x + 1
+        keys = out.keys()
+        print("between")
+        out["b"] = x * 2
+        return type(keys).__name__, list(keys), out["b"]
+
+    # kiln: the resume function (item assignment on the existing dict subclass) runs eagerly
+    check(fn, _t(3), graphs=1, dynamo_graphs=2)
