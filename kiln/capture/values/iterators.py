@@ -526,7 +526,9 @@ def make_iterator(tx, value: Value) -> IteratorValue:
     if isinstance(value, SetValue):
         return SetIterator(value)
     if value.is_constant() and not hasattr(value, "elements"):
-        return _constant_iterator(value)
+        found = _constant_iterator(value)
+        if found is not None:
+            return found
     from kiln.capture.values.tensors import TensorValue
 
     if isinstance(value, TensorValue):  # Tensor.__iter__: iter(self.unbind(0))
@@ -539,17 +541,17 @@ def make_iterator(tx, value: Value) -> IteratorValue:
     return ListIteratorValue(tx.items(value))
 
 
-def _constant_iterator(value: Value) -> IteratorValue:
+def _constant_iterator(value: Value) -> IteratorValue | None:
+    """Iterators over immutable constants (tuple, str, bytes, range, torch.Size, frozenset); None for
+    other constants (a class, an enum: iterated as their items() say)."""
+    import torch
+
     const = value.as_constant()
-    try:
-        real = iter(const)
-    except TypeError:
-        unsupported(f"{type(const).__name__!r} object is not iterable")
-    if isinstance(const, (set, frozenset, dict)):
-        return ListIteratorValue([ConstantValue(v) for v in const], iter_type=type(real))
-    if not (hasattr(const, "__getitem__") and hasattr(const, "__len__")):
-        unsupported(f"iterating over a {type(const).__name__} constant")
-    return SequenceIterator(value, type(real))
+    if type(const) in (tuple, str, bytes, range) or type(const) is torch.Size:
+        return SequenceIterator(value, type(iter(const)))
+    if type(const) in (set, frozenset):
+        return ListIteratorValue([ConstantValue(v) for v in const], iter_type=type(iter(const)))
+    return None
 
 
 def user_iterator(tx, value: Value) -> IteratorValue | None:
