@@ -751,3 +751,32 @@ def test_keys_view_of_dict_subclass_object_across_graph_break():
 
     # kiln: the resume function (item assignment on the existing dict subclass) runs eagerly
     check(fn, _t(3), graphs=1, dynamo_graphs=2)
+
+
+def test_zip_of_one_iterator_repeated_groups_pairs():
+    def fn(x):
+        rows = x.unbind(0)
+        pairs = list(zip(*[iter(rows)] * 2))
+        return [a + b for a, b in pairs]
+
+    check(fn, _t(5, 2))
+
+
+def test_transpose_with_zip_star_and_dict_of_enumerate():
+    def fn(x):
+        grid = [[1, 2, 3], [4, 5, 6]]
+        cols = list(zip(*grid))
+        index = dict(enumerate("abc", 1))
+        return x * len(cols), cols, index
+
+    check(fn, _t(3))
+
+
+@dynamo_bug("iter(tensor) is modelled as a list_iterator")
+def test_iterating_tensor_rows_with_next_and_for():
+    def fn(x):
+        it = iter(x)
+        first = next(it)
+        return [first * r for r in it], type(it).__name__
+
+    check(fn, _t(3, 2))
