@@ -72,8 +72,8 @@ def _apply(cg: "PyCodegen", effect, temp: str) -> None:
         from kiln.capture.sources import advance_iterator
 
         cg.prepare_call(advance_iterator)
-        effect.iterator.source.emit(cg)
-        cg.load_fast(temp)
+        cg.load_fast(temp)  # (iterator, count)
+        cg.extend(bc.unpack_sequence(2) + bc.swap(2))
         cg.call(2)
         cg.extend(bc.pop_top())
     elif isinstance(effect, ContainerUpdate):
@@ -192,14 +192,21 @@ def _has_identity(value: Value) -> bool:
 
     if isinstance(value, NamedTupleValue) and value.has_dict():  # a namedtuple subclass with a __dict__
         return value.created_here
+    from kiln.capture.values.dict_views import DictViewValue
+    from kiln.capture.values.iterators import IteratorValue
+
+    if isinstance(value, (IteratorValue, DictViewValue)):
+        return value.created_here and value.source is None  # iterators have identity (and state)
     return isinstance(value, (ListValue, DictValue, SetValue)) and value.created_here
 
 
 def collect_tensors(value: Value, out: list[TensorValue], seen: set[int]) -> None:
     """The tensors (graph values) inside a value the transformed code must rebuild, in a stable order."""
     from kiln.capture.values.base import BoundMethodValue
-    from kiln.capture.values.containers import DictValue, ListIteratorValue, SequenceValue, SetValue
+    from kiln.capture.values.containers import DictValue, SequenceValue, SetValue
     from kiln.capture.values.functions import UserMethodValue
+    from kiln.capture.values.dict_views import DictViewValue
+    from kiln.capture.values.iterators import IteratorValue
     from kiln.capture.values.objects import NewObjectValue
     from kiln.capture.values.tensors import TensorMethodValue
 
@@ -216,8 +223,10 @@ def collect_tensors(value: Value, out: list[TensorValue], seen: set[int]) -> Non
         children = list(value.members.values())
     elif isinstance(value, NewObjectValue):
         children = list(value.attrs.values())
-    elif isinstance(value, ListIteratorValue):
-        children = value.remaining
+    elif isinstance(value, IteratorValue):
+        children = value.children() if value.source is None else []  # from outside: handed on as it is
+    elif isinstance(value, DictViewValue):
+        children = [getattr(value.dict_value, "view_owner", None) or value.dict_value]
     elif isinstance(value, TensorMethodValue):
         children = [value.tensor]
     elif isinstance(value, BoundMethodValue):

@@ -172,7 +172,10 @@ class Tracer:
         return v.truth(self)
 
     def items(self, v: Value) -> list[Value]:
-        return v.items(self)
+        from kiln.capture.values.iterators import user_iterator
+
+        it = user_iterator(self, v)  # an object with a Python __iter__ (maybe its own iterator)
+        return v.items(self) if it is None else it.items(self)
 
     def getattr(self, obj: Value, name: str) -> Value:
         return obj.getattr(self, name)
@@ -283,13 +286,12 @@ class Tracer:
             f_globals = fn_value.f_globals
             name = fn_value.qualname
         if code.co_flags & 0x20 and code.co_name == "<genexpr>" and not code.co_flags & (0x80 | 0x100 | 0x200):
-            # a generator expression: run it to the end now; its items become a materialized iterator
+            # a generator expression: run lazily, one item per next() (values/iterators.py)
             child = GeneratorTracer(code, f_globals, self.f_builtins, self.output, self, self.options, name)
             child.bind_arguments(fn_value, args, kwargs)
-            child.run()
-            from kiln.capture.values.containers import ListIteratorValue
+            from kiln.capture.values.generator_expressions import GeneratorExpressionValue
 
-            return ListIteratorValue(child.yielded)
+            return GeneratorExpressionValue(child, fn_value, args)
         if code.co_flags & 0x20 and not code.co_flags & (0x80 | 0x100 | 0x200):
             return self._run_generator_function(code, f_globals, name, fn_value, args, kwargs)
         if code.co_flags & (0x80 | 0x100 | 0x200):
@@ -323,7 +325,7 @@ class Tracer:
             if node not in nodes_before and _mutates_in_place(node):
                 unsupported(f"generator function {name} changes a tensor in place: kiln cannot run it ahead "
                             f"of its consumer")
-        from kiln.capture.values.containers import ListIteratorValue
+        from kiln.capture.values.iterators import ListIteratorValue
 
         return ListIteratorValue(child.yielded, kind="generator")
 

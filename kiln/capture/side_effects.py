@@ -73,9 +73,12 @@ class IteratorAdvance:
 
     @property
     def value(self) -> Value:
+        """(the iterator, how many items to advance it): the iterator is read before any effect is
+        applied (an effect may rebind the place it was read from)."""
         from kiln.capture.values.base import ConstantValue
+        from kiln.capture.values.containers import TupleValue
 
-        return ConstantValue(self.iterator.consumed())
+        return TupleValue([self.iterator, ConstantValue(self.iterator.consumed())])
 
 
 @dataclasses.dataclass
@@ -205,7 +208,10 @@ class SideEffects:
         self._effects.setdefault(key, IteratorAdvance(iterator))
 
     def __iter__(self):
-        return iter(list(self._effects.values()))
+        # iterators from outside are advanced last: a list iterator then walks its list's final contents
+        effects = list(self._effects.values())
+        advances = [e for e in effects if isinstance(e, IteratorAdvance)]
+        return iter([e for e in effects if not isinstance(e, IteratorAdvance)] + advances)
 
     def __len__(self) -> int:
         return len(self._effects)

@@ -240,6 +240,14 @@ def iterator_remaining(it) -> tuple:
 
 
 def advance_iterator(it, n: int) -> None:
-    """The replay of items consumed while tracing: the real iterator moves on as eager's would have."""
+    """The replay of items consumed while tracing: the real iterator moves on as eager's would have
+    (n < 0: tracing ran it out)."""
+    if n < 0:
+        for _ in it:
+            pass
+        return
     for _ in range(n):
-        next(it)
+        try:
+            next(it)
+        except StopIteration:  # the last call tracing made found it exhausted
+            return

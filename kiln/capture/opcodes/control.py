@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from kiln.capture.opcodes.registry import handles
 from kiln.capture.values.base import ConstantValue, unsupported
-from kiln.capture.values.containers import ListIteratorValue
+from kiln.capture.values.iterators import IteratorValue, make_iterator
 
 
 @handles("JUMP_FORWARD", "JUMP_BACKWARD", "JUMP_BACKWARD_NO_INTERRUPT", "JUMP_ABSOLUTE", "JUMP")
@@ -48,17 +48,13 @@ handles("JUMP_IF_FALSE_OR_POP")(_jump_or_pop(False))
 
 @handles()
 def GET_ITER(tx, inst):
-    value = tx.pop()
-    if isinstance(value, ListIteratorValue) and not value.kind.startswith("dict_"):
-        tx.push(value)
-        return
-    tx.push(ListIteratorValue(tx.items(value)))
+    tx.push(make_iterator(tx, tx.pop()))
 
 
 @handles()
 def FOR_ITER(tx, inst):
     it = tx.stack[-1]
-    if not isinstance(it, ListIteratorValue):
+    if not isinstance(it, IteratorValue):
         unsupported(f"for loop over {it}")
     item = it.next_item(tx)
     if item is not None:

@@ -182,6 +182,10 @@ class ConstantValue(Value):
     def call_method(self, tx, name, args, kwargs):
         from kiln.capture.values.builder import wrap_constant_result
 
+        if name == "join" and isinstance(self.value, str) and len(args) == 1 and not kwargs and \
+                not args[0].is_constant():  # ", ".join(str(v) for v in xs): the items, taken one by one
+            args = [ConstantValue(tuple(v.as_constant() if v.is_constant() else unsupported(f"str.join of {v}")
+                                        for v in tx.items(args[0])))]
         if all(a.is_constant() for a in args) and all(v.is_constant() for v in kwargs.values()):
             method = getattr(self.value, name, None)
             if method is None:

@@ -1,9 +1,11 @@
 """`wrap`: turn a real Python object read from the frame into a symbolic value, recording its guards."""
 from __future__ import annotations
 
+import collections
 import dataclasses
 import enum
 import functools
+import itertools
 import types
 from typing import Any
 
@@ -30,7 +32,7 @@ def wrap(tx, value: Any, source: Source | None, qualname: str | None = None) -> 
     if key is not None and key in out.values_by_source:
         return out.values_by_source[key]
     # a mutable object reached through two places is one value, so writes through one are seen by the other
-    mutable = type(value) in (list, dict) or isinstance(value, torch.nn.Module) or (
+    mutable = type(value) in (list, dict) or type(value) in _READABLE_ITERATORS or isinstance(value, torch.nn.Module) or (
         not is_constant_literal(value) and type(value).__module__ not in ("builtins",) and hasattr(value, "__dict__")
         and not isinstance(value, (type, types.FunctionType, types.ModuleType)))
     if mutable and id(value) in out.values_by_id:
@@ -174,12 +176,22 @@ def _wrap(tx, value, source, qualname) -> Value:
         return ConstantValue(value, None)
     from kiln.capture.values.contexts import GradModeExit, GradModeValue, WithExitValue
 
-    from kiln.capture.values.containers import ListIteratorValue, ResumeIterator
+    from kiln.capture.values.iterators import ListIteratorValue, ResumeIterator
 
     from kiln.capture.sources import READABLE_ITERATOR_TYPES, IteratorRemainingSource, iterator_remaining
 
+    from kiln.capture.values.external_iterators import COMPOSITE_ITERATOR_TYPES, wrap_external_iterator
+
+    if type(value) is type(iter([])) and source is not None and not isinstance(source, ConstantSource):
+        from kiln.capture.values.external_iterators import wrap_external_list_iterator
+
+        return wrap_external_list_iterator(tx, value, source)  # an index into the live list
+    if type(value) in COMPOSITE_ITERATOR_TYPES and source is not None and not isinstance(source, ConstantSource):
+        result = wrap_external_iterator(tx, value, source)  # zip/map/filter/enumerate: through __reduce__
+        if result is not None:
+            return result
     if type(value) in READABLE_ITERATOR_TYPES and source is not None and not isinstance(source, ConstantSource):
-        from kiln.capture.values.containers import ExternalIteratorValue
+        from kiln.capture.values.external_iterators import ExternalIteratorValue
 
         remaining = iterator_remaining(value)
         if len(remaining) > 1000:
@@ -368,6 +380,10 @@ _DICT_READERS = {"get", "__getitem__", "__contains__", "keys", "values", "items"
 
 _BUILTIN_CALLABLES = {tuple, list, dict, set, frozenset, slice, int, float, bool, str, complex, range, type,
                       zip, enumerate, reversed, map, filter, super, object, isinstance, len, print, iter, next}
+from kiln.capture.sources import READABLE_ITERATOR_TYPES as _READABLE_ITERATORS  # noqa: E402
+
+_BUILTIN_CALLABLES |= {v for v in vars(itertools).values() if isinstance(v, type)}  # itertools_values.py
+_BUILTIN_CALLABLES.add(collections.OrderedDict)  # a DictValue of that type (construct_builtin_type)
 
 
 def _item(source, index):

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import builtins
 import functools
+import itertools
 import math
 import operator
 from typing import Callable
@@ -11,7 +12,7 @@ import torch
 
 from kiln.capture.values.base import BINARY_OPERATORS, ConstantValue, KnownFunctionValue, Value, unsupported
 from kiln.capture.values.containers import (
-    DictValue, ListIteratorValue, ListValue, NamedTupleValue, SequenceValue, SetValue, SliceValue, TupleValue,
+    DictValue, ListValue, NamedTupleValue, SequenceValue, SetValue, SliceValue, TupleValue,
 )
 from kiln.capture.values.tensors import TensorValue
 
@@ -38,6 +39,8 @@ class BuiltinValue(KnownFunctionValue):
             from kiln.capture.values.objects import ObjectNew
 
             return ObjectNew()
+        if self.fn is itertools.chain and name == "from_iterable":
+            return BuiltinValue(itertools.chain.from_iterable)
         return super().getattr(tx, name)
 
     def call(self, tx, args: list[Value], kwargs: dict[str, Value]) -> Value:
@@ -113,8 +116,6 @@ def _len(tx, obj, **kw):
 
     if isinstance(obj, NNModuleValue):
         return ConstantValue(len(obj.module))
-    if isinstance(obj, ListIteratorValue) and obj.kind.startswith("dict_"):
-        return ConstantValue(len(obj.remaining))
     return obj.call_method(tx, "__len__", [], {})
 
 
@@ -220,99 +221,8 @@ def _type(tx, obj):
     return ClassValue(obj.python_type())
 
 
-def _iter(tx, obj):
-    return ListIteratorValue(tx.items(obj))
-
-
-def _next(tx, it, default=None):
-    if isinstance(it, ListIteratorValue):
-        item = it.next_item(tx)
-        if item is None:
-            if default is not None:
-                return default
-            unsupported("next() on an exhausted iterator (StopIteration)")
-        return item
-    unsupported(f"next() on {it}")
-
-
-def _zip(tx, *iterables, strict=None):
-    lists = [tx.items(it) for it in iterables]
-    if strict is not None and strict.as_constant() and len({len(x) for x in lists}) > 1:
-        unsupported("zip(strict=True) with unequal lengths")
-    return ListIteratorValue([TupleValue(list(group)) for group in zip(*lists)])
-
-
-def _enumerate(tx, iterable, start=None):
-    first = start.as_constant() if start is not None else 0
-    return ListIteratorValue([TupleValue([ConstantValue(i + first), v])
-                              for i, v in enumerate(tx.items(iterable))])
-
-
-def _reversed(tx, seq):
-    return ListIteratorValue(list(reversed(tx.items(seq))))
-
-
-def _map(tx, fn, *iterables):
-    lists = [tx.items(it) for it in iterables]
-    return ListIteratorValue([fn.call(tx, list(group), {}) for group in zip(*lists)])
-
-
-def _filter(tx, fn, iterable):
-    out = []
-    for v in tx.items(iterable):
-        keep = v if fn.is_constant() and fn.as_constant() is None else fn.call(tx, [v], {})
-        if tx.truth(keep):
-            out.append(v)
-    return ListIteratorValue(out)
-
-
 def _range(tx, *args):
     return ConstantValue(range(*[a.as_constant() for a in args]))
-
-
-def _sum(tx, iterable, start=None):
-    items = tx.items(iterable)
-    from kiln.capture.values.ops import binary_op
-
-    total = start if start is not None else ConstantValue(0)
-    if all(v.is_constant() for v in items) and total.is_constant():
-        return ConstantValue(sum((v.as_constant() for v in items), total.as_constant()))
-    for v in items:
-        total = binary_op(tx, operator.add, total, v)
-    return total
-
-
-def _minmax(fn):
-    def handler(tx, *args, key=None, default=None):
-        items = tx.items(args[0]) if len(args) == 1 else list(args)
-        if key is None and all(v.is_constant() for v in items):
-            if not items and default is not None:
-                return default
-            return ConstantValue(fn(v.as_constant() for v in items))
-        if any(isinstance(v, TensorValue) for v in items):
-            unsupported(f"{fn.__name__}() of tensors compares their data",
-                        hint=f"use torch.{'maximum' if fn is max else 'minimum'} instead")
-        return NotImplemented
-    return handler
-
-
-def _all_any(fn):
-    def handler(tx, iterable):
-        return ConstantValue(fn(tx.truth(v) for v in tx.items(iterable)))
-    return handler
-
-
-def _sorted(tx, iterable, key=None, reverse=None):
-    items = tx.items(iterable)
-    if key is None and all(v.is_constant() for v in items):
-        values = sorted((v.as_constant() for v in items), reverse=bool(reverse and reverse.as_constant()))
-        return ListValue([ConstantValue(v) for v in values])
-    if key is not None:
-        keyed = [(key.call(tx, [v], {}), v) for v in items]
-        if all(k.is_constant() for k, _ in keyed):
-            keyed.sort(key=lambda kv: kv[0].as_constant(), reverse=bool(reverse and reverse.as_constant()))
-            return ListValue([v for _, v in keyed])
-    unsupported("sorted() of non-constant values")
 
 
 def _print(tx, *args, **kwargs):
@@ -352,10 +262,7 @@ def _tensor_number(kind):
 
 _HANDLERS: dict = {
     len: _len, isinstance: _isinstance, issubclass: _issubclass, getattr: _getattr, hasattr: _hasattr,
-    setattr: _setattr, delattr: _delattr, vars: _vars, iter: _iter, next: _next, zip: _zip, enumerate: _enumerate, reversed: _reversed,
-    map: _map, filter: _filter, range: _range, sum: _sum, min: _minmax(min), max: _minmax(max),
-    all: _all_any(all), any: _all_any(any), sorted: _sorted, print: _print, id: _id, callable: _callable,
-    super: _super, type: _type, int: _tensor_number(int), float: _tensor_number(float), bool: _tensor_number(bool),
+    setattr: _setattr, delattr: _delattr, vars: _vars, range: _range, print: _print, id: _id, callable: _callable, super: _super, type: _type, int: _tensor_number(int), float: _tensor_number(float), bool: _tensor_number(bool),
 }
 
 
@@ -374,9 +281,9 @@ def construct_builtin_type(tx, cls, args, kwargs) -> Value:
             if isinstance(src, DictValue):
                 entries.update(src.entries)
             else:
-                for pair in tx.items(src):
-                    k, v = tx.items(pair)
-                    entries[k.as_constant()] = v
+                from kiln.capture.values.iterators import update_from_pairs
+
+                update_from_pairs(tx, entries, src)  # one pair at a time: an iterator is used up
         entries.update(kwargs)
         return DictValue(entries, dict_type=cls)
     if cls is slice:
@@ -399,3 +306,8 @@ def construct_builtin_type(tx, cls, args, kwargs) -> Value:
     if cls in (torch.device, torch.dtype, torch.finfo, torch.iinfo) and all(a.is_constant() for a in args):
         return ConstantValue(cls(*[a.as_constant() for a in args]))
     unsupported(f"constructing {cls.__module__}.{cls.__qualname__}")
+
+
+from kiln.capture.values.iteration_builtins import register as _register_iteration_handlers  # noqa: E402
+
+_register_iteration_handlers(_HANDLERS)  # iter, next, zip, map, sum, ..., and itertools

@@ -108,6 +108,7 @@ class ListValue(SequenceValue):
             if self.source is None or tx is None:
                 unsupported(f"{what} on a list kiln cannot locate after the graph runs")
             tx.output.side_effects.container_changed(self)
+            self.changed_during_trace = True  # iterators over it cannot be rebuilt (iterators.py)
 
     def call_method(self, tx, name, args, kwargs):
         from kiln.capture.values.builder import wrap_constant_result
@@ -120,7 +121,13 @@ class ListValue(SequenceValue):
             return ConstantValue(None)
         if name == "extend":
             self._check_mutable(tx, "list.extend")
-            self.elements.extend(args[0].items(tx))
+            if isinstance(args[0], SequenceValue) and args[0].python_kind in (list, tuple):
+                self.elements.extend(args[0].items(tx))  # CPython copies a list or tuple first
+            else:
+                from kiln.capture.values.iterators import iterate
+
+                for item in iterate(tx, args[0]):  # appended one by one: the producer sees them
+                    self.elements.append(item)
             return ConstantValue(None)
         if name == "insert":
             self._check_mutable(tx, "list.insert")
@@ -452,6 +459,7 @@ class DictValue(Value):
             if self.source is None or tx is None or self.dict_type is not dict:
                 unsupported(f"{what} on a dict kiln cannot locate after the graph runs")
             tx.output.side_effects.container_changed(self)
+            self.changed_during_trace = True  # iterators over it cannot be rebuilt (iterators.py)
 
     def setitem(self, tx, key: Value, value: Value) -> None:
         self._check_mutable(tx, "dict item assignment")
@@ -462,12 +470,16 @@ class DictValue(Value):
         del self.entries[dict_key(tx, key)]
 
     def call_method(self, tx, name, args, kwargs):
-        if name == "keys":
-            return ListIteratorValue([key_value(k) for k in self.entries], kind="dict_keys")
-        if name == "values":
-            return ListIteratorValue(list(self.entries.values()), kind="dict_values")
-        if name == "items":
-            return ListIteratorValue([TupleValue([key_value(k), v]) for k, v in self.entries.items()], kind="dict_items")
+        if name in ("keys", "values", "items") and not args and not kwargs:
+            from kiln.capture.values.dict_views import DictViewValue
+
+            return DictViewValue(self, name)  # a live view
+        if name in ("__iter__", "__reversed__") and not args and not kwargs:
+            from kiln.capture.values.dict_views import DictIterator
+
+            return DictIterator(self, "keys", reverse=name == "__reversed__")
+        if name == "__len__" and not args:
+            return ConstantValue(len(self.entries))
         if name == "get":
             k = dict_key(tx, args[0])
             default = args[1] if len(args) > 1 else ConstantValue(None)
@@ -485,9 +497,9 @@ class DictValue(Value):
                 if isinstance(other, DictValue):
                     self.entries.update(other.entries)
                 else:
-                    for pair in other.items(tx):
-                        k, v = pair.items(tx)
-                        self.entries[dict_key(tx, k)] = v
+                    from kiln.capture.values.iterators import update_from_pairs
+
+                    update_from_pairs(tx, self.entries, other)
             for k, v in kwargs.items():
                 self.entries[k] = v
             return ConstantValue(None)
@@ -545,7 +557,13 @@ class SetValue(Value):
         return set(self.members)
 
     def items(self, tx) -> list[Value]:
-        return list(self.members.values())
+        if not self.created_here:
+            return list(self.members.values())  # read from the real set, in its order
+        # a set made here iterates in the order a real set built by the same insertions has
+        real = set()
+        for key in self.members:
+            real.add(key)
+        return [self.members[key] for key in real]
 
     def truth(self, tx) -> bool:
         return bool(self.members)
@@ -620,116 +638,14 @@ class SliceValue(Value):
         cg.build(slice, 3)
 
 
-class ListIteratorValue(Value):
-    """An iterator over materialized items: iter(list), zip(...), enumerate(...), dict views, map(...)."""
+def __getattr__(name: str):
+    """The iterator values moved to values/iterators.py; old imports from here keep working."""
+    if name in ("ListIteratorValue", "ResumeIterator", "IteratorValue"):
+        from kiln.capture.values import iterators
 
-    def __init__(self, items: list[Value], kind: str = "iterator"):
-        self.remaining = list(items)
-        self.kind = kind
+        return getattr(iterators, name)
+    if name == "ExternalIteratorValue":
+        from kiln.capture.values.external_iterators import ExternalIteratorValue
 
-    def python_type(self) -> type:
-        return {"dict_keys": type({}.keys()), "dict_values": type({}.values()),
-                "dict_items": type({}.items()), "generator": type(x for x in ())}.get(self.kind, type(iter([])))
-
-    def items(self, tx) -> list[Value]:
-        if self.kind.startswith("dict_"):
-            return list(self.remaining)
-        out, self.remaining = self.remaining, []
-        return out
-
-    def next_item(self, tx=None) -> Value | None:
-        if not self.remaining:
-            return None
-        return self.remaining.pop(0)
-
-    def truth(self, tx) -> bool:
-        return bool(self.remaining) if self.kind.startswith("dict_") else True
-
-    def is_constant(self) -> bool:
-        return False
-
-    def getattr(self, tx, name: str) -> Value:
-        from kiln.capture.values.base import method_or_unsupported
-
-        return method_or_unsupported(self, name)
-
-    def call_method(self, tx, name, args, kwargs):
-        if name == "__contains__" and self.kind.startswith("dict_"):
-            key = args[0]
-            for item in self.remaining:
-                if item.is_constant() and key.is_constant() and item.as_constant() == key.as_constant():
-                    return ConstantValue(True)
-            return ConstantValue(False)
-        unsupported(f"{self.kind}.{name}")
-
-    def reconstruct(self, cg) -> None:
-        if self.kind.startswith("dict_"):
-            unsupported("returning a dict view")
-        cg.prepare_call(ResumeIterator)
-        for v in self.remaining:
-            cg.reconstruct(v)
-        cg.build(tuple, len(self.remaining))
-        cg.call(1)
-
-
-class ResumeIterator:
-    """An iterator rebuilt by kiln's transformed code (e.g. a for loop split by a graph break). Unlike a
-    tuple iterator, kiln can read what is left in it without consuming it, so the resume function
-    that continues the loop is traced like the original."""
-
-    __slots__ = ("items", "pos")
-
-    def __init__(self, items: tuple):
-        self.items = items
-        self.pos = 0
-
-    def __iter__(self):
-        return self
-
-    def __next__(self):
-        if self.pos >= len(self.items):
-            raise StopIteration
-        self.pos += 1
-        return self.items[self.pos - 1]
-
-    def __repr__(self) -> str:
-        return f"Iterator[{self.kind}]({self.remaining!r})"
-
-
-class ExternalIteratorValue(ListIteratorValue):
-    """A list/tuple/dict/range iterator passed in from outside: its remaining items were read (and
-    guarded) without advancing it; items consumed while tracing advance the real one after the graph
-    (a side effect), and handing it on hands on the very same object."""
-
-    def __init__(self, items: list[Value], source, tx):
-        super().__init__(items)
-        self.source = source
-        self.initial = len(items)
-        self.created_here = False
-        self._tx = tx
-
-    def python_type(self) -> type:
-        return type(self._real)
-
-    def consumed(self) -> int:
-        return self.initial - len(self.remaining)
-
-    def _note_read(self, tx) -> None:
-        from kiln.capture.values.base import note_mutation
-
-        note_mutation(tx, self)
-        tx.output.side_effects.iterator_read(self)
-
-    def items(self, tx) -> list[Value]:
-        self._note_read(tx)
-        return super().items(tx)
-
-    def next_item(self, tx=None) -> Value | None:
-        self._note_read(tx or self._tx)
-        return super().next_item()
-
-    def reconstruct(self, cg) -> None:
-        self.source.emit(cg)
-
-    def __repr__(self) -> str:
-        return f"ExternalIterator({self.remaining!r})"
+        return ExternalIteratorValue
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

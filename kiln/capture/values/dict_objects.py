@@ -54,6 +54,7 @@ class DictObjectValue(NewObjectValue):
     def __init__(self, cls: type):
         super().__init__(cls)
         self.store = DictValue({}, dict_type=dict)
+        self.store.view_owner = self  # its dict views stand for views of this object (dict_views.py)
 
     # ---- attributes --------------------------------------------------------------------------
 

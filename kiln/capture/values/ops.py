@@ -9,8 +9,10 @@ import torch
 from kiln.capture.values.base import ConstantValue, INPLACE_TO_PLAIN, Value, unsupported
 from kiln.capture.values import numpy_values
 from kiln.capture.values.containers import (
-    DictValue, ListValue, SequenceValue, SetValue, SliceValue, TupleValue, ListIteratorValue,
+    DictValue, ListValue, SequenceValue, SetValue, SliceValue, TupleValue,
 )
+from kiln.capture.values.dict_views import DictViewValue
+from kiln.capture.values.iterators import IteratorValue
 from kiln.capture.values.scalars import PURE_OPERATORS, defer
 from kiln.capture.values.tensors import TensorValue
 
@@ -53,6 +55,9 @@ def binary_op(tx, op: Callable, a: Value, b: Value) -> Value:
             (isinstance(a, SequenceValue) or isinstance(b, SequenceValue)):
         # tuple.__add__ (a namedtuple's too): a plain tuple of both items
         return TupleValue(_tuple_items(a) + _tuple_items(b))
+    if isinstance(a, ListValue) and op is operator.iadd and isinstance(b, (IteratorValue, DictViewValue)):
+        a.call_method(tx, "extend", [b], {})  # list += iterable extends it
+        return a
     if isinstance(a, SequenceValue) and plain is operator.mul and b.is_constant():
         return (ListValue if a.python_kind is list else TupleValue)(a.elements * b.as_constant())
     if isinstance(b, SequenceValue) and plain is operator.mul and a.is_constant():
@@ -62,6 +67,11 @@ def binary_op(tx, op: Callable, a: Value, b: Value) -> Value:
         return SetValue([ConstantValue(v) for v in plain(a.as_constant(), b.as_constant())])
     if isinstance(a, DictValue) and isinstance(b, DictValue) and plain is operator.or_:
         return DictValue({**a.entries, **b.entries})
+    if isinstance(a, DictViewValue) or isinstance(b, DictViewValue):
+        if plain in (operator.or_, operator.and_, operator.sub, operator.xor, operator.eq, operator.ne,
+                     operator.lt, operator.le, operator.gt, operator.ge):
+            view, other = (a, b) if isinstance(a, DictViewValue) else (b, a)
+            return view.binary(tx, plain, other, reflected=view is b)
     if plain in _REFLECTED:
         compared = rich_compare(tx, plain, a, b)
         if compared is not None:
@@ -221,7 +231,7 @@ def _definite_object(v: Value) -> bool:
     from kiln.capture.values.modules import NNModuleValue
     from kiln.capture.values.objects import ClassValue, NewObjectValue, UserObjectValue
 
-    return isinstance(v, (TensorValue, SequenceValue, DictValue, SetValue, ListIteratorValue, NNModuleValue,
+    return isinstance(v, (TensorValue, SequenceValue, DictValue, SetValue, IteratorValue, NNModuleValue,
                           UserFunctionValue, NestedFunctionValue, UserObjectValue, NewObjectValue,
                           OpaqueObjectValue, ClassValue, KnownFunctionValue)) or v.is_constant()
 
@@ -233,7 +243,7 @@ def _eq_is_identity(v: Value) -> bool:
     from kiln.capture.values.modules import NNModuleValue
     from kiln.capture.values.objects import NewObjectValue, UserObjectValue
 
-    if isinstance(v, (NNModuleValue, UserFunctionValue, NestedFunctionValue)):
+    if isinstance(v, (NNModuleValue, UserFunctionValue, NestedFunctionValue, IteratorValue)):
         return True
     if isinstance(v, (UserObjectValue, NewObjectValue, OpaqueObjectValue)):
         return v.python_type().__eq__ is object.__eq__
@@ -301,8 +311,10 @@ def contains_op(tx, item: Value, container: Value) -> bool:
         unsupported("`in` on a tensor depends on its data")
     if container.is_constant() and item.is_constant():
         return item.as_constant() in container.as_constant()
-    if isinstance(container, (SequenceValue, ListIteratorValue)):
-        if isinstance(container, ListIteratorValue) and not container.kind.startswith("dict_"):
+    if isinstance(container, DictViewValue):
+        return container.contains(tx, item)
+    if isinstance(container, (SequenceValue, IteratorValue)):
+        if isinstance(container, IteratorValue):
             # `in` on an iterator consumes items up to the first match only
             elements = iter(lambda: container.next_item(tx), None)
         else:

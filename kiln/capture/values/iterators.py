@@ -1,0 +1,658 @@
+"""Iterators, modelled lazily: one item at a time, as CPython's iterator objects produce them.
+
+Every iterator is an `IteratorValue`. `next_item(tx)` produces ONE item (or None once exhausted), so
+`map(f, xs)` calls `f` only for the items a consumer takes, `zip` takes from its arguments in CPython's
+order, an iterator over a list sees the list grow while it runs (CPython's listiter indexes into the
+live list), and a dict view sees later insertions. A `StopIteration` raised by traced code while an item
+is produced (a mapped function, a user `__next__`) ends the iteration, as in CPython's iterator protocol.
+
+An iterator that must be kept after the graph (a graph break, the return value) is rebuilt as the very
+same kind of object in the state the trace left it in (`reconstruct`), or the rebuild is refused
+(`unsupported`) where its state cannot be written back exactly (a cycle's saved items, a tee's buffer).
+Iterators passed in from outside are in external_iterators.py, generator expressions in
+generator_expressions.py; materialized ones (`ListIteratorValue`) hold items computed ahead (generators run to
+their end, nn.Module's iterators).
+"""
+from __future__ import annotations
+
+from kiln.capture.values.base import ConstantValue, Value, method_or_unsupported, note_mutation, unsupported
+
+MAX_DRAINED = 100_000  # draining more than this many items (an infinite iterator) breaks the graph
+
+
+def stop_iteration_raised(exc) -> bool:
+    from kiln.capture.values.exceptions import TracedRaise
+
+    return isinstance(exc, TracedRaise) and exc.matches(StopIteration)
+
+
+def raise_traced(cls: type, message: str):
+    from kiln.capture.values.exceptions import ExceptionValue, TracedRaise
+
+    raise TracedRaise(ExceptionValue(cls, [ConstantValue(message)]), message)
+
+
+class IteratorValue(Value):
+    """An iterator object made while tracing. Subclasses implement `_next(tx)` (one item, or None when
+    exhausted), `children()` (the values `reconstruct` emits, so the graph outputs their tensors) and
+    `reconstruct(cg)`."""
+
+    iter_type: type = type(iter([]))
+    created_here = True
+    source = None
+
+    def python_type(self) -> type:
+        return self.iter_type
+
+    def next_item(self, tx=None) -> Value | None:
+        """The next item, or None when exhausted (a StopIteration raised by traced code ends it too)."""
+        note_mutation(tx, self)
+        try:
+            return self._next(tx)
+        except Exception as exc:
+            if stop_iteration_raised(exc):
+                return None
+            raise
+
+    def _next(self, tx) -> Value | None:
+        raise NotImplementedError
+
+    def items(self, tx) -> list[Value]:
+        """Drain the iterator (list(it), unpacking, sum(...)): repeated next_item."""
+        out = []
+        while True:
+            item = self.next_item(tx)
+            if item is None:
+                return out
+            out.append(item)
+            if len(out) > MAX_DRAINED:
+                unsupported(f"draining a {self.iter_type.__name__} with more than {MAX_DRAINED} items "
+                            f"(an infinite iterator?)")
+
+    def truth(self, tx) -> bool:
+        return True
+
+    def is_constant(self) -> bool:
+        return False
+
+    def getattr(self, tx, name: str) -> Value:
+        return method_or_unsupported(self, name)
+
+    def call_method(self, tx, name, args, kwargs):
+        if name == "__next__" and not args and not kwargs:
+            item = self.next_item(tx)
+            if item is None:
+                raise_stop_iteration()
+            return item
+        if name == "__iter__" and not args and not kwargs:
+            return self
+        unsupported(f"{self.iter_type.__name__}.{name}()")
+
+    def children(self) -> list[Value]:
+        return []
+
+    def reconstruct(self, cg) -> None:
+        unsupported(f"a {self.iter_type.__name__} object kept after the graph: kiln cannot rebuild its state",
+                    hint="consume the iterator (list(...)) before the graph break or return")
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+
+def raise_stop_iteration():
+    from kiln.capture.values.exceptions import ExceptionValue, TracedRaise
+
+    raise TracedRaise(ExceptionValue(StopIteration, []))
+
+
+# ---- runtime helpers the transformed code calls to rebuild iterators --------------------------------
+
+def rebuild_seq_iterator(seq, index: int, reverse: bool = False):
+    """iter(seq) (or reversed(seq)) positioned at `index`, as CPython's __setstate__ does."""
+    it = reversed(seq) if reverse else iter(seq)
+    it.__setstate__(index)
+    return it
+
+
+def exhausted_iterator(kind: type):
+    """An exhausted iterator of the same type as a sequence iterator over `kind` (list, tuple, ...)."""
+    it = iter(kind())
+    for _ in it:
+        pass
+    return it
+
+
+def exhausted_reversed_list():
+    it = reversed([])
+    next(it, None)
+    return it
+
+
+def make_zip(strict: bool, *iterators):
+    return zip(*iterators, strict=True) if strict else zip(*iterators)
+
+
+def exhausted_callable_iterator():
+    it = iter(lambda: None, None)
+    next(it, None)
+    return it
+
+
+# ---- the item sources -------------------------------------------------------------------------------
+
+def _is_list_value(v: Value) -> bool:
+    from kiln.capture.values.containers import ListValue
+
+    return isinstance(v, ListValue)
+
+
+class SequenceIterator(IteratorValue):
+    """iter(list), iter(tuple), iter(range), iter(str): an index into the LIVE sequence (CPython's
+    listiter: items appended while iterating are seen; once exhausted it stays exhausted)."""
+
+    def __init__(self, seq: Value, iter_type: type, index: int = 0):
+        self.seq = seq
+        self.iter_type = iter_type
+        self.index = index
+        self.exhausted = False
+
+    def _length(self) -> int:
+        from kiln.capture.values.containers import SequenceValue
+
+        if isinstance(self.seq, SequenceValue):
+            return len(self.seq.elements)
+        return len(self.seq.as_constant())
+
+    def _get(self, i: int) -> Value:
+        from kiln.capture.values.containers import SequenceValue
+
+        if isinstance(self.seq, SequenceValue):
+            return self.seq.elements[i]
+        return ConstantValue(self.seq.as_constant()[i])
+
+    def _next(self, tx):
+        if self.exhausted:
+            return None
+        if self.index < self._length():
+            self.index += 1
+            return self._get(self.index - 1)
+        self.exhausted = True  # CPython drops the sequence: later appends are not seen
+        return None
+
+    def remaining(self) -> int:
+        return 0 if self.exhausted else max(self._length() - self.index, 0)
+
+    def children(self) -> list[Value]:
+        return [] if self.exhausted else [self.seq]
+
+    def reconstruct(self, cg) -> None:
+        _refuse_changed_outside(self.seq)
+        if self.exhausted and hasattr(self.seq, "elements"):  # CPython dropped the list or tuple
+            cg.prepare_call(exhausted_iterator)
+            cg.load_const(list if _is_list_value(self.seq) else tuple)
+            cg.call(1)
+            return
+        if self.exhausted:  # an immutable constant (range, str, bytes, tuple of constants)
+            cg.prepare_call(rebuild_seq_iterator)
+            cg.load_const(self.seq.as_constant())
+            cg.load_const(len(self.seq.as_constant()))
+            cg.call(2)
+            return
+        cg.prepare_call(rebuild_seq_iterator)
+        cg.reconstruct(self.seq)
+        cg.load_const(self.index)
+        cg.call(2)
+
+    def __repr__(self) -> str:
+        return f"SequenceIterator({self.seq!r}@{self.index})"
+
+
+def _refuse_changed_outside(container: Value) -> None:
+    """A list/dict from outside changed while tracing gets its new contents only after the rebuilt
+    iterator exists (the replay of side effects comes last): its position could be clamped wrongly."""
+    if not getattr(container, "created_here", True) and getattr(container, "changed_during_trace", False):
+        unsupported("an iterator over a list or dict from outside that was changed while tracing, kept after "
+                    "the graph")
+
+
+class ReversedListIterator(IteratorValue):
+    """reversed(list): CPython's listreviter, an index from the end into the LIVE list."""
+
+    iter_type = type(reversed([]))
+
+    def __init__(self, seq: Value):
+        self.seq = seq
+        self.index = len(seq.elements) - 1
+        self.exhausted = False
+
+    def _next(self, tx):
+        if not self.exhausted and 0 <= self.index < len(self.seq.elements):
+            self.index -= 1
+            return self.seq.elements[self.index + 1]
+        self.exhausted = True
+        return None
+
+    def children(self) -> list[Value]:
+        return [] if self.exhausted else [self.seq]
+
+    def reconstruct(self, cg) -> None:
+        _refuse_changed_outside(self.seq)
+        if self.exhausted or not 0 <= self.index < len(self.seq.elements):
+            cg.prepare_call(exhausted_reversed_list)
+            cg.call(0)
+            return
+        cg.prepare_call(rebuild_seq_iterator)
+        cg.reconstruct(self.seq)
+        cg.load_const(self.index)
+        cg.load_const(True)
+        cg.call(3)
+
+
+class ReversedSequenceIterator(IteratorValue):
+    """reversed(tuple), reversed(str): the generic `reversed` object over an immutable sequence."""
+
+    iter_type = reversed
+
+    def __init__(self, seq: Value):
+        self.seq = seq
+        self.index = _seq_len(seq) - 1
+
+    def _next(self, tx):
+        if self.index < 0:
+            return None
+        self.index -= 1
+        return _seq_get(self.seq, self.index + 1)
+
+    def children(self) -> list[Value]:
+        return [self.seq]
+
+    def reconstruct(self, cg) -> None:
+        cg.prepare_call(rebuild_seq_iterator)
+        cg.reconstruct(self.seq)
+        cg.load_const(self.index)
+        cg.load_const(True)
+        cg.call(3)
+
+
+def _seq_len(seq: Value) -> int:
+    return len(seq.elements) if hasattr(seq, "elements") else len(seq.as_constant())
+
+
+def _seq_get(seq: Value, i: int) -> Value:
+    return seq.elements[i] if hasattr(seq, "elements") else ConstantValue(seq.as_constant()[i])
+
+
+class SetIterator(IteratorValue):
+    """iter(set): the members in kiln's order; a set that changes size meanwhile breaks the graph."""
+
+    iter_type = type(iter(set()))
+
+    def __init__(self, set_value: Value):
+        self.set_value = set_value
+        self.members = set_value.items(None)  # in a real set's order
+        self.size = len(self.members)
+        self.position = 0
+
+    def _next(self, tx):
+        if len(self.set_value.members) != self.size:
+            unsupported("a set changed size while it was being iterated")
+        if self.position >= len(self.members):
+            return None
+        self.position += 1
+        return self.members[self.position - 1]
+
+
+class CallableIterator(IteratorValue):
+    """iter(callable, sentinel): calls the callable until it returns the sentinel."""
+
+    iter_type = type(iter(int, 1))
+
+    def __init__(self, fn: Value, sentinel: Value):
+        self.fn = fn
+        self.sentinel = sentinel
+        self.exhausted = False
+
+    def _next(self, tx):
+        if self.exhausted:
+            return None
+        item = self.fn.call(tx, [], {})
+        import operator
+
+        from kiln.capture.values.ops import binary_op
+
+        if tx.truth(binary_op(tx, operator.eq, item, self.sentinel)):
+            self.exhausted = True
+            return None
+        return item
+
+    def children(self) -> list[Value]:
+        return [] if self.exhausted else [self.fn, self.sentinel]
+
+    def reconstruct(self, cg) -> None:
+        if self.exhausted:
+            cg.prepare_call(exhausted_callable_iterator)
+            cg.call(0)
+            return
+        cg.prepare_call(iter)
+        cg.reconstruct(self.fn)
+        cg.reconstruct(self.sentinel)
+        cg.call(2)
+
+
+class UserIteratorValue(IteratorValue):
+    """An object of a user class with a Python __next__ (its __iter__ returned it), stepped by FOR_ITER
+    or a consumer: each step calls __next__ as traced code; a StopIteration it raises ends it. Only kept
+    on the stack or inside consumers (never bound to a name): rebuilt as the object itself."""
+
+    def __init__(self, obj: Value):
+        self.obj = obj
+
+    def python_type(self) -> type:
+        return self.obj.python_type()
+
+    def next_item(self, tx=None):
+        try:
+            return self.obj.call_method(tx, "__next__", [], {})
+        except Exception as exc:
+            if stop_iteration_raised(exc):
+                return None
+            raise
+
+    def children(self) -> list[Value]:
+        return [self.obj]
+
+    def reconstruct(self, cg) -> None:
+        cg.reconstruct(self.obj)
+
+
+# ---- iterators over other iterators -------------------------------------------------------------------
+
+class MapIterator(IteratorValue):
+    """map(fn, *iterables): calls fn for one item of each iterator per step (the first exhausted one ends
+    it, the ones before it having been advanced). Rebuilt as map(fn, *iterators)."""
+
+    iter_type = map
+
+    def __init__(self, fn: Value, iterators: list[IteratorValue]):
+        self.fn = fn
+        self.iterators = iterators
+
+    def _next(self, tx):
+        args = []
+        for it in self.iterators:
+            item = it.next_item(tx)
+            if item is None:
+                return None
+            args.append(item)
+        return self.fn.call(tx, args, {})
+
+    def children(self) -> list[Value]:
+        return [self.fn, *self.iterators]
+
+    def reconstruct(self, cg) -> None:
+        cg.prepare_call(map)
+        cg.reconstruct(self.fn)
+        for it in self.iterators:
+            cg.reconstruct(it)
+        cg.call(1 + len(self.iterators))
+
+
+class FilterIterator(IteratorValue):
+    """filter(fn, iterable) (fn None: the items' truth). Rebuilt as filter(fn, iterator)."""
+
+    iter_type = filter
+
+    def __init__(self, fn: Value, iterator: IteratorValue, keep_if: bool = True):
+        self.fn = fn
+        self.iterator = iterator
+        self.keep_if = keep_if
+        if not keep_if:
+            import itertools
+
+            self.iter_type = itertools.filterfalse
+
+    def _next(self, tx):
+        while True:
+            item = self.iterator.next_item(tx)
+            if item is None:
+                return None
+            test = item if self.fn.is_constant() and self.fn.as_constant() is None else self.fn.call(tx, [item], {})
+            if tx.truth(test) == self.keep_if:
+                return item
+
+    def children(self) -> list[Value]:
+        return [self.fn, self.iterator]
+
+    def reconstruct(self, cg) -> None:
+        cg.prepare_call(self.iter_type)
+        cg.reconstruct(self.fn)
+        cg.reconstruct(self.iterator)
+        cg.call(2)
+
+
+class ZipIterator(IteratorValue):
+    """zip(*iterables, strict=...): one item from each iterator in order per step; strict=True raises
+    ValueError with CPython's message exactly when CPython does."""
+
+    iter_type = zip
+
+    def __init__(self, iterators: list[IteratorValue], strict: bool = False):
+        self.iterators = iterators
+        self.strict = strict
+
+    def _next(self, tx):
+        from kiln.capture.values.containers import TupleValue
+
+        if not self.iterators:
+            return None
+        items = []
+        for i, it in enumerate(self.iterators):
+            item = it.next_item(tx)
+            if item is None:
+                if self.strict:
+                    self._check_strict(tx, i)
+                return None
+            items.append(item)
+        return TupleValue(items)
+
+    def _check_strict(self, tx, i: int) -> None:
+        if i:
+            plural = " " if i == 1 else "s 1-"
+            raise_traced(ValueError, f"zip() argument {i + 1} is shorter than argument{plural}{i}")
+        for j in range(1, len(self.iterators)):
+            if self.iterators[j].next_item(tx) is not None:
+                plural = " " if j == 1 else "s 1-"
+                raise_traced(ValueError, f"zip() argument {j + 1} is longer than argument{plural}{j}")
+
+    def children(self) -> list[Value]:
+        return list(self.iterators)
+
+    def reconstruct(self, cg) -> None:
+        cg.prepare_call(make_zip)
+        cg.load_const(self.strict)
+        for it in self.iterators:
+            cg.reconstruct(it)
+        cg.call(1 + len(self.iterators))
+
+
+class EnumerateIterator(IteratorValue):
+    """enumerate(iterable, start): (count, item) pairs. Rebuilt as enumerate(iterator, count)."""
+
+    iter_type = enumerate
+
+    def __init__(self, iterator: IteratorValue, start: Value):
+        self.iterator = iterator
+        self.count = start
+
+    def _next(self, tx):
+        from kiln.capture.values.containers import TupleValue
+        from kiln.capture.values.ops import binary_op
+        import operator
+
+        item = self.iterator.next_item(tx)
+        if item is None:
+            return None
+        count = self.count
+        self.count = binary_op(tx, operator.add, count, ConstantValue(1))
+        return TupleValue([count, item])
+
+    def children(self) -> list[Value]:
+        return [self.iterator, self.count]
+
+    def reconstruct(self, cg) -> None:
+        cg.prepare_call(enumerate)
+        cg.reconstruct(self.iterator)
+        cg.reconstruct(self.count)
+        cg.call(2)
+
+
+# ---- iter() -----------------------------------------------------------------------------------------------
+
+def make_iterator(tx, value: Value) -> IteratorValue:
+    """iter(value) as GET_ITER and the consumers (zip, map, sum, ...) do it."""
+    from kiln.capture.values.containers import DictValue, ListValue, SequenceValue, SetValue
+    from kiln.capture.values.dict_views import DictIterator, DictViewValue
+
+    if isinstance(value, IteratorValue):
+        return value
+    if isinstance(value, ListValue):
+        return SequenceIterator(value, type(iter([])))
+    if isinstance(value, SequenceValue):
+        return SequenceIterator(value, type(iter(())))
+    if isinstance(value, DictValue) and type(value) is DictValue:
+        return DictIterator(value, "keys")
+    if isinstance(value, DictViewValue):
+        return value.iterate()
+    if isinstance(value, SetValue):
+        return SetIterator(value)
+    if value.is_constant() and not hasattr(value, "elements"):
+        found = _constant_iterator(value)
+        if found is not None:
+            return found
+    from kiln.capture.values.tensors import TensorValue
+
+    if isinstance(value, TensorValue):  # Tensor.__iter__: iter(self.unbind(0))
+        from kiln.capture.values.containers import TupleValue
+
+        return SequenceIterator(TupleValue(tx.items(value)), type(iter(())))
+    user = user_iterator(tx, value)
+    if user is not None:
+        return user
+    return ListIteratorValue(tx.items(value))
+
+
+def _constant_iterator(value: Value) -> IteratorValue | None:
+    """Iterators over immutable constants (tuple, str, bytes, range, torch.Size, frozenset); None for
+    other constants (a class, an enum: iterated as their items() say)."""
+    import torch
+
+    const = value.as_constant()
+    if type(const) in (tuple, str, bytes, range) or type(const) is torch.Size:
+        return SequenceIterator(value, type(iter(const)))
+    if type(const) in (set, frozenset):
+        return ListIteratorValue([ConstantValue(v) for v in const], iter_type=type(iter(const)))
+    return None
+
+
+def user_iterator(tx, value: Value) -> IteratorValue | None:
+    """iter(obj) for an object whose class defines __iter__ in Python: its result, lazily; an object that
+    is its own iterator (a Python __next__) is stepped through __next__."""
+    import types
+
+    from kiln.capture.values.objects import NewObjectValue, UserObjectValue, class_attribute
+
+    from kiln.capture.values.dict_objects import DictObjectValue
+
+    if not isinstance(value, (NewObjectValue, UserObjectValue)) or isinstance(value, DictObjectValue):
+        return None
+    cls = value.python_type()
+    if not isinstance(getattr(cls, "__iter__", None), types.FunctionType):
+        return None
+    result = class_attribute(tx, cls, "__iter__", value).call(tx, [], {})
+    if isinstance(result, IteratorValue):
+        return result
+    if isinstance(result, (NewObjectValue, UserObjectValue)) and \
+            isinstance(getattr(result.python_type(), "__next__", None), types.FunctionType):
+        return UserIteratorValue(result)
+    return ListIteratorValue(tx.items(result))
+
+
+def iterate(tx, value: Value):
+    """Python-side loop over the items of `value`, taken one at a time (lazily)."""
+    it = make_iterator(tx, value)
+    while True:
+        item = it.next_item(tx)
+        if item is None:
+            return
+        yield item
+
+
+# ---- materialized and external iterators (kept from the earlier model) ----------------------------------
+
+_MATERIALIZED_TYPES = {"generator": type(x for x in ()), "iterator": type(iter([]))}
+
+
+class ListIteratorValue(IteratorValue):
+    """An iterator over items computed ahead: a generator run to its end, nn.Module's iterators, a
+    ResumeIterator handed to a resume function. Rebuilt as a ResumeIterator over what is left."""
+
+    def __init__(self, items: list[Value], kind: str = "iterator", iter_type: type | None = None):
+        self.remaining = list(items)
+        self.kind = kind
+        self.iter_type = iter_type or _MATERIALIZED_TYPES.get(kind, type(iter([])))
+
+    def _next(self, tx=None):
+        if not self.remaining:
+            return None
+        return self.remaining.pop(0)
+
+    def children(self) -> list[Value]:
+        return list(self.remaining)
+
+    def reconstruct(self, cg) -> None:
+        cg.prepare_call(ResumeIterator)
+        for v in self.remaining:
+            cg.reconstruct(v)
+        cg.build(tuple, len(self.remaining))
+        cg.call(1)
+
+    def __repr__(self) -> str:
+        return f"Iterator[{self.kind}]({self.remaining!r})"
+
+
+class ResumeIterator:
+    """An iterator rebuilt by kiln's transformed code (e.g. a for loop over a generator split by a graph
+    break). Unlike a tuple iterator, kiln can read what is left in it without consuming it, so the resume
+    function that continues the loop is traced like the original."""
+
+    __slots__ = ("items", "pos")
+
+    def __init__(self, items: tuple):
+        self.items = items
+        self.pos = 0
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self.pos >= len(self.items):
+            raise StopIteration
+        self.pos += 1
+        return self.items[self.pos - 1]
+
+    def __repr__(self) -> str:
+        return f"ResumeIterator({self.items[self.pos:]!r})"
+
+
+def update_from_pairs(tx, entries: dict, iterable: Value) -> None:
+    """dict(pairs) / d.update(pairs): one pair at a time, as CPython consumes them."""
+    from kiln.capture.values.containers import dict_key
+    from kiln.capture.values.dict_views import DictViewValue
+
+    if hasattr(iterable.python_type(), "keys") and not isinstance(iterable, DictViewValue):
+        unsupported(f"dict update from a mapping {iterable}")
+    for i, pair in enumerate(iterate(tx, iterable)):
+        kv = tx.items(pair)
+        if len(kv) != 2:
+            raise_traced(ValueError, f"dictionary update sequence element #{i} has length {len(kv)}; 2 is required")
+        entries[dict_key(tx, kv[0])] = kv[1]
