@@ -51,6 +51,20 @@ def same_keys(d: dict, keys: tuple) -> bool:
     return len(d) == len(keys) and all(map(same_constant, d.keys(), keys))
 
 
+_EXACT_BY_EQ = (int, str, bytes, bool, type(None))
+
+
+def inline_tuple_check(x: str, v: tuple, ref) -> str | None:
+    """For a short flat tuple of ints, strs, ... (a shape, a kernel size): the guard text checking the
+    type of each item, then `==` (a quarter of the cost of calling same_constant); None otherwise.
+    `ref(obj)` names an object for the guard's namespace."""
+    if len(v) > 8 or not all(type(i) in _EXACT_BY_EQ or type(i) is float and i == i and i != 0.0 for i in v):
+        return None
+    parts = [f"___type({x}) is {ref(tuple)}", f"___len({x}) == {len(v)}"]
+    parts += [f"___type({x}[{i}]) is {ref(type(item))}" for i, item in enumerate(v)]
+    return " and ".join(parts + [f"{x} == {ref(v)}"])
+
+
 def needs_exact_compare(v: Any) -> bool:
     """Whether `type(x) is type(v) and x == v` is not exact for the constant `v` (see the module doc)."""
     if type(v) is float:

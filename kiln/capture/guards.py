@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 import torch
 
-from kiln.capture.guard_values import needs_exact_compare, same_constant, same_keys
+from kiln.capture.guard_values import inline_tuple_check, needs_exact_compare, same_constant, same_keys
 from kiln.capture.sources import Source
 
 
@@ -332,7 +332,8 @@ def _guard_exprs(g: Guard, names: _Namer) -> list[tuple[str, str]]:
         if isinstance(v, float) and v != v:  # NaN
             return [(f"___type({x}) is float and {x} != {x}", f"{x} is nan")]
         if needs_exact_compare(v):  # containers, +-0.0, ...: `==` is not exact there (guard_values.py)
-            return [(f"___same_constant({x}, {names.ref(v)})", f"{x} is exactly {v!r}")]
+            inline = inline_tuple_check(x, v, names.ref) if type(v) is tuple else None
+            return [(inline or f"___same_constant({x}, {names.ref(v)})", f"{x} is exactly {v!r}")]
         return [(f"___type({x}) is {names.ref(type(v))} and {x} == {names.ref(v)}", f"{x} == {v!r}")]
     if k is GuardKind.TYPE:
         return [(f"___type({x}) is {names.ref(g.value)}", f"type({x}) is {_type_name(g.value)}")]
