@@ -102,6 +102,8 @@ class PyCodegen:
         # objects created while tracing, already rebuilt: id(value) -> (value, temp local). Rebuilding
         # one twice would split one object into two (say, a local and the entry of a global dict).
         self.built = built if built is not None else {}
+        self.building: set[int] = set()  # ids of objects whose rebuilding is under way (cycle detection)
+        self.unfilled: list[tuple[str, Value]] = []  # (cell temp, contents being built): filled once built
 
     def extend(self, insts: list[bc.Instruction]) -> None:
         self.instructions.extend(insts)
@@ -164,16 +166,70 @@ class PyCodegen:
             if found is not None:
                 self.load_fast(found[1])
                 return
+            if id(value) in self.building:
+                from kiln.capture.values.base import unsupported
+
+                unsupported(f"{value!r} refers to itself through objects made while tracing",
+                            hint="only a nested function's own closure cell may refer back to it")
+            if _is_new_cell(value):
+                self._rebuild_cell(value)
+                return
+            self.building.add(id(value))
             value.reconstruct(self)
-            temp = f"__kiln_obj_{len(self.built)}"
-            self.built[id(value)] = (value, temp)
-            self.extend(bc.copy(1))
-            self.extend(bc.store_fast(temp))
+            self.building.discard(id(value))
+            self._remember(value)
+            self._fill_cells()
             return
         value.reconstruct(self)
 
+    def _remember(self, value: Value) -> str:
+        """Keep the object on top of the stack in a temp: later uses load it (one object, not copies)."""
+        temp = f"__kiln_obj_{len(self.built)}"
+        self.built[id(value)] = (value, temp)
+        self.extend(bc.copy(1))
+        self.extend(bc.store_fast(temp))
+        return temp
+
+    def _rebuild_cell(self, cell: Value) -> None:
+        """A closure cell made while tracing: an empty cell first, remembered, then its contents. A
+        recursive nested function (`def walk(v): ... walk(u) ...`) holds the cell that holds it: its
+        contents are set once the function is built (after _fill_cells)."""
+        from kiln.capture.values.functions import set_cell_contents
+
+        self.prepare_call(types.CellType)
+        self.call(0)
+        temp = self._remember(cell)
+        if cell.contents is None:
+            return
+        if id(cell.contents) in self.building:
+            self.unfilled.append((temp, cell.contents))
+            return
+        self.prepare_call(set_cell_contents)
+        self.load_fast(temp)
+        self.reconstruct(cell.contents)
+        self.call(2)
+        self.extend(bc.pop_top())
+
+    def _fill_cells(self) -> None:
+        from kiln.capture.values.functions import set_cell_contents
+
+        ready = [(temp, v) for temp, v in self.unfilled if id(v) in self.built]
+        self.unfilled = [(temp, v) for temp, v in self.unfilled if id(v) not in self.built]
+        for temp, contents in ready:
+            self.prepare_call(set_cell_contents)
+            self.load_fast(temp)
+            self.load_fast(self.built[id(contents)][1])
+            self.call(2)
+            self.extend(bc.pop_top())
+
     def temps(self) -> list[str]:
         return [temp for _, temp in self.built.values()]
+
+
+def _is_new_cell(value: Value) -> bool:
+    from kiln.capture.values.functions import CellValue
+
+    return isinstance(value, CellValue) and value.created_here and value.source is None
 
 
 def _has_identity(value: Value) -> bool:

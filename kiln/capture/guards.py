@@ -13,6 +13,7 @@ from typing import Any, Callable
 
 import torch
 
+from kiln.capture.guard_values import inline_tuple_check, needs_exact_compare, same_constant, same_keys
 from kiln.capture.sources import Source
 
 
@@ -126,7 +127,8 @@ class GuardSet:
         if torch.cuda.is_available():
             exprs.append((f"___autocast('cuda') is {torch.is_autocast_enabled('cuda')}", "autocast (cuda)"))
         ordered = sorted(self._guards.values(), key=lambda g: (g.source.name().count("."), g.source.name()))
-        typed = {g.source.name() for g in ordered if g.kind is GuardKind.CONSTANT and _checks_type(g.value)}
+        # every constant guard implies its place's exact type (`is` for None/True/False/Ellipsis)
+        typed = {g.source.name() for g in ordered if g.kind is GuardKind.CONSTANT}
         match = _held_tensors_match() if batch_held else None
         held = [g for g in ordered if g.kind is GuardKind.HELD_TENSOR] if match is not None else []
         for g in ordered:
@@ -253,6 +255,8 @@ class _Namer:
             "___dict_getitem": dict.__getitem__,
             "___dict_contains": dict.__contains__,
             "___remaining": _iterator_remaining,
+            "___same_constant": same_constant,
+            "___same_keys": same_keys,
             "id": id,
         }
         self._by_id: dict[int, str] = {}
@@ -301,11 +305,6 @@ def _held_objects(source: Source) -> dict[str, Any]:
     return found
 
 
-def _checks_type(v) -> bool:
-    """Whether the CONSTANT guard on value ``v`` implies the place's exact type (see _guard_exprs)."""
-    return not isinstance(v, (torch.dtype, torch.device, torch.layout, torch.memory_format))
-
-
 def _guard_exprs(g: Guard, names: _Namer) -> list[tuple[str, str]]:
     x = g.source.name()
     k = g.kind
@@ -336,9 +335,12 @@ def _guard_exprs(g: Guard, names: _Namer) -> list[tuple[str, str]]:
         if v is None or v is True or v is False or v is Ellipsis:
             return [(f"{x} is {v!r}", f"{x} is {v!r}")]
         if isinstance(v, (torch.dtype, torch.device, torch.layout, torch.memory_format)):
-            return [(f"{x} == {names.ref(v)}", f"{x} == {v}")]
+            return [(f"___type({x}) is {names.ref(type(v))} and {x} == {names.ref(v)}", f"{x} == {v}")]
         if isinstance(v, float) and v != v:  # NaN
             return [(f"___type({x}) is float and {x} != {x}", f"{x} is nan")]
+        if needs_exact_compare(v):  # containers, +-0.0, ...: `==` is not exact there (guard_values.py)
+            inline = inline_tuple_check(x, v, names.ref) if type(v) is tuple else None
+            return [(inline or f"___same_constant({x}, {names.ref(v)})", f"{x} is exactly {v!r}")]
         return [(f"___type({x}) is {names.ref(type(v))} and {x} == {names.ref(v)}", f"{x} == {v!r}")]
     if k is GuardKind.TYPE:
         return [(f"___type({x}) is {names.ref(g.value)}", f"type({x}) is {_type_name(g.value)}")]
@@ -349,7 +351,8 @@ def _guard_exprs(g: Guard, names: _Namer) -> list[tuple[str, str]]:
         return [(f"___type({x}) is {names.ref(t)} and ___len({x}) == {n}", f"len({x}) == {n}")]
     if k is GuardKind.DICT_KEYS:
         t, keys = g.value
-        return [(f"___type({x}) is {names.ref(t)} and ___list({x}.keys()) == {names.ref(keys)}", f"keys of {x} == {keys!r}")]
+        return [(f"___type({x}) is {names.ref(t)} and ___same_keys({x}, {names.ref(tuple(keys))})",
+                 f"keys of {x} are exactly {keys!r}")]
     if k is GuardKind.IDENTITY_OF_SOURCE:
         return [(f"{x} is {g.value.name()}", f"{x} is the same object as {g.value.name()}")]
     if k is GuardKind.NOT_SAME:

@@ -168,6 +168,11 @@ class NestedFunctionValue(Value):
         return f"NestedFunction({self.qualname})"
 
 
+def set_cell_contents(cell, value) -> None:
+    """The runtime half of rebuilding a closure cell made while tracing (codegen._rebuild_cell)."""
+    cell.cell_contents = value
+
+
 def make_function(code, f_globals, qualname, defaults, kwdefaults, closure):
     """The runtime half of NestedFunctionValue.reconstruct."""
     fn = types.FunctionType(code, f_globals, code.co_name, defaults or None, closure or None)

@@ -1,0 +1,217 @@
+"""Wrong results found in library code, reduced to plain Python + torch.
+
+Guards on constants must compare exactly. Triton's interpreter (`TRITON_INTERPRET=1`) patches
+`tl.tensor.__add__`, `tl.arange`, ... with one lambda, `lambda *args, member=member, **kwargs:
+member(*args, ...)`. kiln compiled that lambda for `tl.arange(0, 64)` and guarded `args` by
+`type(args) is tuple and args == (0, 64)`. Called as `tensor.__add__(a, b)`, the guard compared
+Triton tensors with `0` and `64`: their `__eq__` answers with a tensor, truthy, so the guard passed
+and the entry's code called `member(0, 64)`, the constant it was traced with: `0 + 64` instead of
+`a + b`. The kernel then stored through wrong pointers (nan or garbage instead of eager's values).
+"""
+import contextlib
+import io
+import warnings
+
+import torch
+
+from .harness import CountingBackend, check, check_recompiles, compile_fn, dynamo_bug, reset
+
+
+def _t(*shape, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=g)
+
+
+class TruthyTensor:
+    """A tensor-like box whose `==` answers with a box (truthy), as Triton's interpreter tensors do."""
+
+    def __init__(self, t):
+        self.t = t
+
+    def __eq__(self, other):
+        return TruthyTensor(self.t == (other.t if isinstance(other, TruthyTensor) else other))
+
+    def __add__(self, other):
+        return TruthyTensor(self.t + other.t)
+
+    __hash__ = object.__hash__
+
+
+class TruthyEq:
+    """Compares like an array: `==` gives an object (truthy), not False."""
+
+    def __init__(self, v):
+        self.v = v
+
+    def __eq__(self, other):
+        return TruthyEq(self.v)
+
+    __hash__ = object.__hash__
+
+
+def test_tuple_guard_does_not_call_items_eq():
+    # the reduction of Triton's interpreter: one lambda forwards *args to the function it wraps, which
+    # breaks the graph (there: a call into Triton), so the lambda's own frame is compiled with a guard
+    # on `args`
+    log = io.StringIO()
+
+    def add(a, b):
+        print("add", file=log)  # a graph break in the wrapped function
+        return a + b
+
+    forward = (lambda member: lambda *args, member=member: member(*args))(add)
+
+    def fn(x, a, b):
+        return x * 2, forward(a, b)
+
+    check_recompiles(fn, [(_t(3), 0, 64), (_t(3), TruthyTensor(_t(3, seed=1)), TruthyTensor(_t(3, seed=2)))],
+                     graphs=3, dynamo_graphs=2)
+
+
+def test_tuple_of_objects_with_truthy_eq_after_tuple_of_ints():
+    def fn(x, t):
+        return x + 1, t
+
+    # dynamo does not guard a tuple it only hands back
+    check_recompiles(fn, [(_t(2), (0, 64)), (_t(2), (TruthyEq(1), TruthyEq(2)))], graphs=2, dynamo_graphs=1)
+
+
+def test_tuple_items_of_other_types_that_compare_equal():
+    def fn(x, t):
+        return x * t[0], [type(v).__name__ for v in t]
+
+    check_recompiles(fn, [(_t(2), (1, 2)), (_t(2), (True, 2)), (_t(2), (1.0, 2))], graphs=3)
+
+
+@dynamo_bug("a float guard passes -0.0 for 0.0: x / -0.0 gives inf")
+def test_negative_zero_is_not_zero():
+    def fn(x, s):
+        return x / s
+
+    check_recompiles(fn, [(_t(2).abs(), 0.0), (_t(2).abs(), -0.0)], graphs=2)
+
+
+@dynamo_bug("a float guard passes -0.0 for 0.0: x / -0.0 gives inf")
+def test_negative_zero_in_a_tuple():
+    def fn(x, t):
+        return x / t[0]
+
+    check_recompiles(fn, [(_t(2).abs(), (0.0, 1)), (_t(2).abs(), (-0.0, 1))], graphs=2)
+
+
+@dynamo_bug("frozenset({True}) passes the guard of frozenset({1})")
+def test_frozenset_of_bools_is_not_frozenset_of_ints():
+    def fn(x, s):
+        return x + 1, sorted(type(v).__name__ for v in s)
+
+    check_recompiles(fn, [(_t(2), frozenset({1})), (_t(2), frozenset({True}))], graphs=2)
+
+
+def test_dict_keys_true_is_not_one():
+    def fn(x, d):
+        return x + 1, [type(k).__name__ for k in d]
+
+    check_recompiles(fn, [(_t(2), {1: 2}), (_t(2), {True: 2})], graphs=2)
+
+
+def test_empty_ranges_with_other_starts():
+    def fn(x, r):
+        return x + r.start
+
+    check_recompiles(fn, [(_t(2), range(0)), (_t(2), range(5, 5))], graphs=2)
+
+
+def test_slice_of_bools_is_not_slice_of_ints():
+    def fn(x, s):
+        return x + 1, type(s.start).__name__
+
+    check_recompiles(fn, [(_t(2), slice(1, 2)), (_t(2), slice(True, 2))], graphs=2)
+
+
+def test_device_guard_checks_the_type():
+    class AlwaysEqual:
+        def __eq__(self, other):
+            return True
+
+        __hash__ = object.__hash__
+
+    def fn(x, d):
+        return x + 1, type(d).__name__
+
+    check_recompiles(fn, [(_t(2), torch.device("cpu")), (_t(2), AlwaysEqual())], graphs=2)
+
+
+def test_same_constant_tuple_hits_the_cache():
+    def fn(x, t):
+        return x.reshape(t) * 2
+
+    check(fn, _t(6), (2, 3))
+
+
+# A nested function that calls itself holds, in its closure, the cell that holds it. Rebuilding it
+# after the graph (returned, or live across a graph break) recursed without end: kiln hit a
+# RecursionError and ran the whole frame eagerly (Triton's GridExecutor._init_args_hst, whose
+# `_to_cpu` maps itself over tuples). The cell is now built empty first and filled once the
+# function exists: one function object, whose cell holds that very object.
+
+
+@contextlib.contextmanager
+def no_internal_error():
+    """kiln reports an internal error as a warning and runs the frame eagerly (the result is right,
+    and the graph may have reached the backend already): the case must not warn."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        yield
+    errors = [str(w.message) for w in caught if "internal error" in str(w.message)]
+    assert not errors, errors
+
+
+def test_recursive_nested_function_returned():
+    def fn(x):
+        def walk(v):
+            return [walk(u) for u in v] if isinstance(v, tuple) else v * 2
+
+        return x + 1, walk
+
+    reset()
+    counter = CountingBackend()
+    x = _t(2)
+    with no_internal_error():
+        y, walk = compile_fn(fn, counter)(x)
+    torch.testing.assert_close(y, x + 1)
+    assert walk((1, (2,))) == [2, [4]]
+    assert walk.__closure__[0].cell_contents is walk, "the cell must hold the function returned"
+    assert counter.graph_count == 1
+
+
+def test_recursive_nested_function_across_a_graph_break():
+    log = io.StringIO()
+
+    def fn(x):
+        def walk(v):
+            return [walk(u) for u in v] if isinstance(v, tuple) else v * 2
+
+        y = x + 1
+        print("break", file=log)
+        return walk((y, (y,)))
+
+    with no_internal_error():
+        check(fn, _t(2), graphs=2)
+
+
+def test_mutually_recursive_nested_functions_across_a_graph_break():
+    log = io.StringIO()
+
+    def fn(x):
+        def even(n):
+            return True if n == 0 else odd(n - 1)
+
+        def odd(n):
+            return False if n == 0 else even(n - 1)
+
+        y = x + 1
+        print("break", file=log)
+        return y * 2, even(4), odd(3), even(6)
+
+    with no_internal_error():
+        check(fn, _t(2), graphs=2)
