@@ -166,6 +166,8 @@ def _has_identity(value: Value) -> bool:
         return True
     if isinstance(value, CellValue):
         return value.created_here and value.source is None
+    if getattr(value, "has_identity", False):  # e.g. collections' containers made while tracing
+        return True
     return isinstance(value, (ListValue, DictValue, SetValue)) and value.created_here
 
 
@@ -198,6 +200,8 @@ def collect_tensors(value: Value, out: list[TensorValue], seen: set[int]) -> Non
         children = [value.obj]
     elif isinstance(value, UserMethodValue):
         children = [value.self_value]
+    elif hasattr(value, "child_values"):  # e.g. functools.partial, collections' containers
+        children = value.child_values()
     else:
         children = []
     for child in children:

@@ -391,7 +391,12 @@ def _call_library_function(tx, fn_value, args, kwargs) -> Value:
     """A function from a skipped file (stdlib, torch internals) that is not a torch op."""
     from kiln.capture.values.builtins import PURE_CONSTANT_FUNCTIONS
 
+    from kiln.capture.values.stdlib import LIBRARY_CALLS  # functools.wraps, ... (values/stdlib.py)
+
     fn = fn_value.fn
+    special = LIBRARY_CALLS.get(fn)
+    if special is not None:
+        return special(tx, args, kwargs)
     if fn in _DATACLASS_QUERIES and len(args) == 1 and not kwargs:
         return _dataclass_query(tx, fn, args[0])
     if fn is os._Environ.__getitem__ and len(args) == 2 and not kwargs:

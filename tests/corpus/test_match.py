@@ -9,6 +9,11 @@ import torch
 from .harness import check
 
 
+def one_graph(fn, *args, **kwargs):
+    """A case that must be one graph with no break (fullgraph=True), under kiln and dynamo alike."""
+    return check(fn, *args, graphs=1, fullgraph=True, **kwargs)
+
+
 def _t(*shape, seed=0):
     g = torch.Generator().manual_seed(seed)
     return torch.randn(*shape, generator=g)
@@ -45,7 +50,7 @@ def test_match_literal_and_wildcard():
             case _:
                 return x + 0
 
-    check(fn, _t(3), "half")
+    one_graph(fn, _t(3), "half")
 
 
 def test_match_or_pattern_and_capture():
@@ -56,7 +61,7 @@ def test_match_or_pattern_and_capture():
             case other:
                 return x * other
 
-    check(fn, _t(3), 2)
+    one_graph(fn, _t(3), 2)
 
 
 def test_match_singleton_none_true():
@@ -69,7 +74,7 @@ def test_match_singleton_none_true():
             case False:
                 return x - 1
 
-    check(fn, _t(3), None)
+    one_graph(fn, _t(3), None)
 
 
 def test_match_shape_two_dims():
@@ -82,7 +87,7 @@ def test_match_shape_two_dims():
             case _:
                 return x
 
-    check(fn, _t(2, 5))
+    one_graph(fn, _t(2, 5))
 
 
 def test_match_shape_four_dims():
@@ -95,7 +100,7 @@ def test_match_shape_four_dims():
             case _:
                 return x
 
-    check(fn, _t(2, 3, 4, 5))
+    one_graph(fn, _t(2, 3, 4, 5))
 
 
 def test_match_shape_with_star():
@@ -105,7 +110,7 @@ def test_match_shape_with_star():
                 return x.reshape(first, -1), rest
         return x
 
-    check(fn, _t(2, 3, 4))
+    one_graph(fn, _t(2, 3, 4))
 
 
 def test_match_shape_literal_dim():
@@ -116,7 +121,7 @@ def test_match_shape_literal_dim():
             case (_, n):
                 return x.sum(-1, keepdim=True) * n
 
-    check(fn, _t(4, 3))
+    one_graph(fn, _t(4, 3))
 
 
 def test_match_tuple_of_tensors():
@@ -127,7 +132,7 @@ def test_match_tuple_of_tensors():
             case (a,):
                 return a
 
-    check(fn, (_t(3), _t(3, seed=1)))
+    one_graph(fn, (_t(3), _t(3, seed=1)))
 
 
 def test_match_list_of_tensors_star():
@@ -138,7 +143,7 @@ def test_match_list_of_tensors_star():
             case []:
                 return None
 
-    check(fn, [_t(2), _t(2, seed=1), _t(2, seed=2), _t(2, seed=3)])
+    one_graph(fn, [_t(2), _t(2, seed=1), _t(2, seed=2), _t(2, seed=3)])
 
 
 def test_match_sequence_guard():
@@ -149,7 +154,7 @@ def test_match_sequence_guard():
             case [a, b]:
                 return a + b
 
-    check(fn, [_t(2), _t(2, seed=1)], 1)
+    one_graph(fn, [_t(2), _t(2, seed=1)], 1)
 
 
 def test_match_mapping():
@@ -160,7 +165,7 @@ def test_match_mapping():
             case {"x": x}:
                 return x
 
-    check(fn, {"x": _t(3), "scale": 2.0, "other": 1})
+    one_graph(fn, {"x": _t(3), "scale": 2.0, "other": 1})
 
 
 def test_match_mapping_rest():
@@ -170,7 +175,7 @@ def test_match_mapping_rest():
                 return x + len(rest), sorted(rest)
         return None
 
-    check(fn, {"x": _t(3), "b": 1, "a": 2})
+    one_graph(fn, {"x": _t(3), "b": 1, "a": 2})
 
 
 def test_match_mapping_missing_key():
@@ -181,7 +186,7 @@ def test_match_mapping_missing_key():
             case {}:
                 return x * 3
 
-    check(fn, _t(3), {"present": 1})
+    one_graph(fn, _t(3), {"present": 1})
 
 
 def test_match_mapping_built_in_frame():
@@ -193,7 +198,7 @@ def test_match_mapping_built_in_frame():
             case {"act": "gelu"}:
                 return torch.nn.functional.gelu(x), {}
 
-    check(fn, _t(4))
+    one_graph(fn, _t(4))
 
 
 def test_match_dataclass_positional():
@@ -204,7 +209,7 @@ def test_match_dataclass_positional():
             case Point(x0, y0):
                 return x * x0 + y0
 
-    check(fn, _t(3), Point(2, 3))
+    one_graph(fn, _t(3), Point(2, 3))
 
 
 def test_match_dataclass_keyword():
@@ -216,7 +221,7 @@ def test_match_dataclass_keyword():
             case _:
                 return x
 
-    check(fn, _t(3))
+    one_graph(fn, _t(3))
 
 
 def test_match_class_match_args():
@@ -228,7 +233,7 @@ def test_match_class_match_args():
             case Plain(t, _):
                 return t
 
-    check(fn, _t(3))
+    one_graph(fn, _t(3))
 
 
 def test_match_namedtuple():
@@ -239,7 +244,7 @@ def test_match_namedtuple():
             case Pair(l, r):
                 return l + r
 
-    check(fn, Pair(_t(2), _t(2, seed=1)))
+    one_graph(fn, Pair(_t(2), _t(2, seed=1)))
 
 
 def test_match_typed_namedtuple_as_sequence():
@@ -248,7 +253,7 @@ def test_match_typed_namedtuple_as_sequence():
             case (w, s):
                 return w * s
 
-    check(fn, Typed(_t(3), 0.5))
+    one_graph(fn, Typed(_t(3), 0.5))
 
 
 def test_match_builtin_class_self():
@@ -261,7 +266,7 @@ def test_match_builtin_class_self():
             case float():
                 return x * v
 
-    check(fn, _t(3), 4)
+    one_graph(fn, _t(3), 4)
 
 
 def test_match_tensor_class_pattern():
@@ -272,7 +277,7 @@ def test_match_tensor_class_pattern():
             case list():
                 return v
 
-    check(fn, _t(3))
+    one_graph(fn, _t(3))
 
 
 def test_match_tensor_is_not_a_sequence():
@@ -283,7 +288,7 @@ def test_match_tensor_is_not_a_sequence():
             case _:
                 return v + 1
 
-    check(fn, _t(2))
+    one_graph(fn, _t(2))
 
 
 def test_match_string_is_not_a_sequence():
@@ -294,7 +299,7 @@ def test_match_string_is_not_a_sequence():
             case str():
                 return x * len(s)
 
-    check(fn, _t(2), "ab")
+    one_graph(fn, _t(2), "ab")
 
 
 def test_match_as_pattern():
@@ -303,7 +308,7 @@ def test_match_as_pattern():
             case [(a, b) as first, *_]:
                 return a + b, len(first)
 
-    check(fn, [(_t(2), _t(2, seed=1)), (1, 2)])
+    one_graph(fn, [(_t(2), _t(2, seed=1)), (1, 2)])
 
 
 def test_match_nested_patterns():
@@ -314,7 +319,7 @@ def test_match_nested_patterns():
             case {"layers": []}:
                 return x
 
-    check(fn, {"layers": [{"kind": "linear", "scale": 3.0}, {"kind": "relu"}]}, _t(3))
+    one_graph(fn, {"layers": [{"kind": "linear", "scale": 3.0}, {"kind": "relu"}]}, _t(3))
 
 
 def test_match_or_with_captures():
@@ -325,7 +330,7 @@ def test_match_or_with_captures():
             case _:
                 return x
 
-    check(fn, _t(2), (5, 1))
+    one_graph(fn, _t(2), (5, 1))
 
 
 def test_match_value_pattern_dotted():
@@ -336,4 +341,4 @@ def test_match_value_pattern_dotted():
             case torch.float64:
                 return x.float()
 
-    check(fn, _t(2), torch.float32)
+    one_graph(fn, _t(2), torch.float32)

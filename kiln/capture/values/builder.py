@@ -155,7 +155,12 @@ def _wrap(tx, value, source, qualname) -> Value:
                 return OpaqueObjectValue(value, source)
             unsupported(f"bound builtin method {value!r}")
         return BuiltinValue(value, source)
+    special = _wrap_stdlib_object(tx, value, source)
+    if special is not None:
+        return special
     if isinstance(value, functools.partial):
+        if source is not None and not isinstance(source, ConstantSource):
+            guards.type(source, value)
         return PartialValue(wrap(tx, value.func, _attr(source, "func")),
                             [wrap(tx, v, _item(_attr(source, "args"), i)) for i, v in enumerate(value.args)],
                             {k: wrap(tx, v, _item(_attr(source, "keywords"), k)) for k, v in value.keywords.items()},
@@ -209,6 +214,19 @@ def _wrap(tx, value, source, qualname) -> Value:
         return OpaqueObjectValue(value, source)
     guards.type(source, value)
     return UserObjectValue(value, source)
+
+
+def _wrap_stdlib_object(tx, value, source) -> Value | None:
+    """lru_cache functions and collections' containers (values/functools_values.py, collections_values.py)."""
+    if isinstance(value, functools._lru_cache_wrapper):
+        from kiln.capture.values.functools_values import LruCacheFunctionValue
+
+        if source is not None and not isinstance(source, ConstantSource):
+            tx.output.guards.identity(source, value)
+        return LruCacheFunctionValue(value, source)
+    from kiln.capture.values.collections_values import wrap_collection
+
+    return wrap_collection(tx, value, source)
 
 
 def _is_nested_function(fn: types.FunctionType) -> bool:

@@ -39,6 +39,10 @@ class BuiltinValue(KnownFunctionValue):
     def call(self, tx, args: list[Value], kwargs: dict[str, Value]) -> Value:
         fn = self.fn
         handler = _HANDLERS.get(fn)
+        if handler is None:
+            from kiln.capture.values.stdlib import BUILTIN_CALLS  # functools, collections (values/stdlib.py)
+
+            handler = BUILTIN_CALLS.get(fn)
         if handler is not None:
             result = handler(tx, *args, **kwargs)
             if result is not NotImplemented:

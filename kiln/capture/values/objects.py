@@ -140,6 +140,11 @@ class ClassValue(Value):
         from kiln.capture.values.builtins import construct_builtin_type
 
         cls = self.cls
+        from kiln.capture.values.stdlib import CLASS_CALLS  # functools.partial, collections (values/stdlib.py)
+
+        special = CLASS_CALLS.get(cls)
+        if special is not None:
+            return special(tx, args, kwargs)
         from kiln.capture.values.contexts import make_context_manager
 
         context = make_context_manager(tx, cls, args, kwargs)
