@@ -30,6 +30,8 @@ def _new_contents(effect: ContainerUpdate) -> Value:
     from kiln.capture.values.containers import DictValue, ListValue, SetValue
 
     c = effect.container
+    if hasattr(c, "new_contents"):  # e.g. a deque
+        return c.new_contents()
     if isinstance(c, ListValue):
         return ListValue(c.elements)
     if isinstance(c, SetValue):
@@ -59,8 +61,9 @@ def _apply(cg: "PyCodegen", effect, temp: str) -> None:
     elif isinstance(effect, ContainerUpdate):
         from kiln.capture.values.containers import ListValue, SetValue
 
-        replace = replace_list if isinstance(effect.container, ListValue) else \
-            replace_set if isinstance(effect.container, SetValue) else replace_dict
+        replace = getattr(effect.container, "replace_function", None) or (
+            replace_list if isinstance(effect.container, ListValue) else
+            replace_set if isinstance(effect.container, SetValue) else replace_dict)
         cg.prepare_call(replace)
         effect.container.source.emit(cg)
         cg.load_fast(temp)

@@ -76,6 +76,9 @@ def _wrap(tx, value, source, qualname) -> Value:
             guards.length(source, value)
         return NamedTupleValue([wrap(tx, v, _item(source, i)) for i, v in enumerate(value)], type(value),
                                source=source, created_here=False)
+    special = _wrap_stdlib_object(tx, value, source)  # lru_cache functions, collections' containers
+    if special is not None:
+        return special
     if type(value) in (tuple, list):
         if source is not None:
             guards.length(source, value)
@@ -155,9 +158,6 @@ def _wrap(tx, value, source, qualname) -> Value:
                 return OpaqueObjectValue(value, source)
             unsupported(f"bound builtin method {value!r}")
         return BuiltinValue(value, source)
-    special = _wrap_stdlib_object(tx, value, source)
-    if special is not None:
-        return special
     if isinstance(value, functools.partial):
         if source is not None and not isinstance(source, ConstantSource):
             guards.type(source, value)

@@ -34,6 +34,10 @@ class BuiltinValue(KnownFunctionValue):
 
         if (self.fn is object and name == "__setattr__") or (self.fn is dict and name in ("__setitem__", "__init__")):
             return UnboundBaseMethod(self.fn, name)  # object.__setattr__(self, k, v) in a __setattr__
+        if self.fn is dict and name == "fromkeys":
+            from kiln.capture.values.collections_values import FromKeysValue
+
+            return FromKeysValue(dict)
         return super().getattr(tx, name)
 
     def call(self, tx, args: list[Value], kwargs: dict[str, Value]) -> Value:
@@ -262,14 +266,14 @@ def _sum(tx, iterable, start=None):
 def _minmax(fn):
     def handler(tx, *args, key=None, default=None):
         items = tx.items(args[0]) if len(args) == 1 else list(args)
-        if key is None and all(v.is_constant() for v in items):
-            if not items and default is not None:
-                return default
+        if key is None and items and all(v.is_constant() for v in items):
             return ConstantValue(fn(v.as_constant() for v in items))
-        if any(isinstance(v, TensorValue) for v in items):
+        if any(isinstance(v, TensorValue) for v in items) and key is None:
             unsupported(f"{fn.__name__}() of tensors compares their data",
                         hint=f"use torch.{'maximum' if fn is max else 'minimum'} instead")
-        return NotImplemented
+        from kiln.capture.values.ordering import min_max
+
+        return min_max(tx, fn, items, key, default)  # Python's own min/max over traced comparisons
     return handler
 
 
@@ -284,12 +288,10 @@ def _sorted(tx, iterable, key=None, reverse=None):
     if key is None and all(v.is_constant() for v in items):
         values = sorted((v.as_constant() for v in items), reverse=bool(reverse and reverse.as_constant()))
         return ListValue([ConstantValue(v) for v in values])
-    if key is not None:
-        keyed = [(key.call(tx, [v], {}), v) for v in items]
-        if all(k.is_constant() for k, _ in keyed):
-            keyed.sort(key=lambda kv: kv[0].as_constant(), reverse=bool(reverse and reverse.as_constant()))
-            return ListValue([v for _, v in keyed])
-    unsupported("sorted() of non-constant values")
+    from kiln.capture.values.ordering import sort_values
+
+    # Python's own sort over traced comparisons (values/ordering.py)
+    return ListValue(sort_values(tx, items, key, bool(reverse and reverse.as_constant())))
 
 
 def _print(tx, *args, **kwargs):

@@ -122,6 +122,11 @@ class ClassValue(Value):
 
         if name in ("__name__", "__qualname__", "__module__"):
             return ConstantValue(getattr(self.cls, name))
+        from kiln.capture.values.collections_values import class_attribute_hook
+
+        special = class_attribute_hook(self.cls, name)  # OrderedDict.fromkeys
+        if special is not None:
+            return special
         for klass in self.cls.__mro__:
             if name in vars(klass):
                 attr = vars(klass)[name]

@@ -28,6 +28,11 @@ def binary_op(tx, op: Callable, a: Value, b: Value) -> Value:
             op = INPLACE_TO_PLAIN[op]  # number += tensor rebinds the name to a new tensor
         return tx.output.call("call_function", op, [a, b], {})
     plain = INPLACE_TO_PLAIN.get(op, op)
+    for value, other, reflected in ((a, b, False), (b, a, True)):
+        if hasattr(value, "binary"):  # values with their own operators (collections' containers)
+            result = value.binary(tx, plain if reflected else op, other, reflected)
+            if result is not NotImplemented:
+                return result
     if plain in PURE_OPERATORS:
         deferred = defer(plain, [a, b])  # e.g. a step counter or an item() result: no guard on its value
         if deferred is not None:
