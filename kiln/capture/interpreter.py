@@ -67,6 +67,7 @@ class Tracer:
         self.current = None
         self.kw_names: tuple[str, ...] = ()
         self.active_withs: list = []
+        self.open_generator_withs: list[int] = []  # BEFORE_WITH indexes of open @contextmanager blocks
         self.handled_exceptions: list = []  # exceptions of the except blocks running (innermost last)
         self.depth = 0 if parent is None else parent.depth + 1
         self.lineno = code.co_firstlineno
@@ -102,6 +103,8 @@ class Tracer:
         except Unsupported as exc:
             if self.parent is None and getattr(exc, "root_index", None) is None:
                 exc.root_index = self.ip - 1  # the root instruction that was running
+                if self.open_generator_withs:  # a half-run @contextmanager generator cannot be handed
+                    exc.root_index = self.open_generator_withs[0]  # on: break at its `with` instead
             raise exc.locate(self.code.co_filename, self.lineno)
 
     def unwind(self, exc: TracedRaise, inst) -> bool:
@@ -397,6 +400,11 @@ def _call_library_function(tx, fn_value, args, kwargs) -> Value:
     special = LIBRARY_CALLS.get(fn)
     if special is not None:
         return special(tx, args, kwargs)
+    from kiln.capture.values.stdlib import LIBRARY_CODES  # @contextlib.contextmanager's helper
+
+    special = LIBRARY_CODES.get(fn.__code__)
+    if special is not None:
+        return special(tx, fn_value, args, kwargs)
     if fn in _DATACLASS_QUERIES and len(args) == 1 and not kwargs:
         return _dataclass_query(tx, fn, args[0])
     if fn is os._Environ.__getitem__ and len(args) == 2 and not kwargs:

@@ -7,12 +7,18 @@ Each handler takes (tx, args, kwargs) except BUILTIN_CALLS' (tx, *args, **kwargs
 """
 from __future__ import annotations
 
-from kiln.capture.values import collections_values, functools_values
+import contextlib
+
+from kiln.capture.values import collections_values, functools_values, generator_contexts
 
 BUILTIN_CALLS: dict = {**functools_values.BUILTIN_HANDLERS, **collections_values.BUILTIN_HANDLERS}
 CLASS_CALLS: dict = {**collections_values.CLASS_HANDLERS,
                      __import__("functools").partial: functools_values.make_partial}
-LIBRARY_CALLS: dict = {**functools_values.LIBRARY_FUNCTION_HANDLERS}
+LIBRARY_CALLS: dict = {**functools_values.LIBRARY_FUNCTION_HANDLERS,
+                       contextlib.contextmanager: generator_contexts.contextmanager_handler}
+# Python functions of skipped files recognized by code object (a new function per decoration), called
+# with (tx, fn_value, args, kwargs)
+LIBRARY_CODES: dict = {generator_contexts.HELPER_CODE: generator_contexts.call_contextmanager_helper}
 
 
 def register_builtin_handlers(handlers: dict) -> None:
