@@ -403,3 +403,58 @@ def test_set_and_frozenset_operations():
         return x * len(a & b), a | b, a - b, a ^ b, 2 in b, b.issubset({1, 2, 3, 4})
 
     one_graph(fn, _t(2))
+
+
+@dynamo_bug("dynamo iterates this set in another order than CPython's (a wrong result)", strict=False)
+def test_set_of_strings_iterates_in_cpython_order():
+    def fn(x):
+        names = set(["weight", "bias", "running_mean", "gamma", "beta"])
+        names.add("scale")
+        names.discard("bias")
+        return x * len(names), list(names), [n.upper() for n in names]
+
+    one_graph(fn, _t(2))
+
+
+@dynamo_bug("dynamo iterates this set in another order than CPython's (a wrong result)", strict=False)
+def test_set_operations_keep_cpython_order():
+    def fn(x):
+        a = {"q", "w", "e", "r", "t", "y"}
+        b = set("asdfwer")
+        return x + 1, list(a | b), list(a & b), list(a - b), list(a ^ b), list(a.union(["z", "x"]))
+
+    one_graph(fn, _t(2))
+
+
+def test_frozenset_made_in_frame_returned():
+    def fn(x):
+        f = frozenset(["a", "b", "c"])
+        return x + 1, f, type(f).__name__, sorted(f | {"d"})
+
+    one_graph(fn, _t(2))
+
+
+def test_set_passed_in_iterated():
+    def fn(s, x):
+        return [x * len(k) for k in s], list(s)
+
+    one_graph(fn, {"alpha", "be", "c", "delta"}, _t(2))
+
+
+@dynamo_bug("dynamo iterates this set in another order than CPython's (a wrong result)", strict=False)
+def test_set_comprehension_and_update_from_dict():
+    def fn(x):
+        s = {k * 2 for k in ["a", "b", "c"]}
+        s.update({"zz": 1, "yy": 2})
+        return x * len(s), list(s)
+
+    one_graph(fn, _t(2))
+
+
+@dynamo_bug("dynamo iterates this set in another order than CPython's (a wrong result)", strict=False)
+def test_set_built_from_dict_keys():
+    def fn(d, x):
+        keys = set(d)
+        return x * len(keys), list(keys), "a" in keys
+
+    one_graph(fn, {"a": 1, "b": 2, "c": 3, "dd": 4}, _t(2))

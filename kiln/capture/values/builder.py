@@ -96,7 +96,8 @@ def _wrap(tx, value, source, qualname) -> Value:
         if all(is_constant_literal(v) for v in value):
             if source is not None:
                 guards.constant(source, value)
-            return SetValue([ConstantValue(v) for v in value], created_here=False, source=source)
+            return SetValue([ConstantValue(v) for v in value], created_here=False, source=source, kind=type(value),
+                            outside=value)
         unsupported("set of non-constant values")
     if isinstance(value, enum.Enum):
         if source is not None:

@@ -345,7 +345,14 @@ def construct_builtin_type(tx, cls, args, kwargs) -> Value:
     if cls is list:
         return ListValue(tx.items(args[0]) if args else [])
     if cls in (set, frozenset):
-        return SetValue(tx.items(args[0]) if args else [])
+        from kiln.capture.values.set_order import real_operand
+
+        if not args:
+            return SetValue([], kind=cls)
+        source = args[0]
+        if isinstance(source, ListIteratorValue):  # consumed once: its items, in order
+            source = ListValue(tx.items(source))
+        return SetValue.from_real(cls(real_operand(tx, source)))  # CPython's order (values/set_order.py)
     if cls is dict or (issubclass(cls, dict) and cls.__module__ == "collections"):
         entries = {}
         if args:

@@ -328,24 +328,47 @@ class DictValue(Value):
 
 
 class SetValue(Value):
-    def __init__(self, members: list[Value], created_here: bool = True, source=None):
+    """A set or frozenset of constants. Its iteration order is CPython's: a set made while tracing keeps
+    a real set of its members (`order`) changed by the same operations in the same order, and
+    operators run on those real sets; a set from the frame iterates in the real object's order,
+    guarded (values/set_order.py)."""
+
+    def __init__(self, members: list[Value], created_here: bool = True, source=None, kind: type = set,
+                 real=None, outside=None):
         self.members: dict[Any, Value] = {}
+        self.kind = kind
+        self.order = (set() if real is None else real) if created_here else None
+        self.outside = outside  # the real set from the frame (read, never changed while tracing)
         for m in members:
-            self.members.setdefault(dict_key(None, m), m)
+            key = dict_key(None, m)
+            self.members.setdefault(key, m)
+            if self.order is not None and real is None:
+                self.order.add(key)
         self.created_here = created_here
         self.source = source
 
+    @classmethod
+    def from_real(cls, real) -> "SetValue":
+        """The result of a set operation computed on real sets (its order is the real one's)."""
+        return cls([ConstantValue(v) for v in real], kind=type(real), real=real)
+
     def python_type(self) -> type:
-        return set
+        return self.kind
 
     def is_constant(self) -> bool:
         return True
 
     def as_constant(self):
-        return set(self.members)
+        return self.kind(self.members)
+
+    def real(self, tx=None):
+        """A real set with this one's members and iteration order."""
+        from kiln.capture.values.set_order import real_set
+
+        return real_set(tx, self)
 
     def items(self, tx) -> list[Value]:
-        return list(self.members.values())
+        return [self.members[k] for k in self.real(tx)]
 
     def truth(self, tx) -> bool:
         return bool(self.members)
@@ -357,20 +380,37 @@ class SetValue(Value):
 
     def _check_mutable(self, tx, what: str) -> None:
         note_mutation(tx, self)
+        if self.kind is frozenset:
+            unsupported(f"'frozenset' object has no attribute {what.split('.')[-1]!r}")
         if not self.created_here:
             if self.source is None or tx is None:
                 unsupported(f"{what} on a set kiln cannot locate after the graph runs")
+            self.outside = None  # its order after the replayed change is not known while tracing
             tx.output.side_effects.container_changed(self)  # the new members replace the old after the graph
+
+    def _add(self, key, value: Value) -> None:
+        self.members.setdefault(key, value)
+        if self.order is not None:
+            self.order.add(key)
+
+    def _discard(self, key) -> None:
+        self.members.pop(key, None)
+        if self.order is not None:
+            self.order.discard(key)
 
     def call_method(self, tx, name, args, kwargs):
         if name in ("add", "update", "discard", "remove", "clear") and not kwargs:
             self._check_mutable(tx, f"set.{name}")
         if name == "add":
-            self.members.setdefault(dict_key(tx, args[0]), args[0])
+            self._add(dict_key(tx, args[0]), args[0])
             return ConstantValue(None)
         if name == "__contains__":
             return ConstantValue(dict_key(tx, args[0]) in self.members)
         if name == "update":
+            if self.order is not None:  # CPython's update depends on the argument's kind (set_order.py)
+                from kiln.capture.values.set_order import real_operand
+
+                self.order.update(*[real_operand(tx, a) for a in args])
             for arg in args:
                 for v in arg.items(tx):
                     self.members.setdefault(dict_key(tx, v), v)
@@ -379,26 +419,36 @@ class SetValue(Value):
             key = dict_key(tx, args[0])
             if key not in self.members and name == "remove":
                 unsupported(f"KeyError: {key!r} (set.remove)")
-            self.members.pop(key, None)
+            self._discard(key)
             return ConstantValue(None)
         if name == "clear" and not args:
             self.members.clear()
+            if self.order is not None:
+                self.order.clear()
             return ConstantValue(None)
         if name == "__len__":
             return ConstantValue(len(self.members))
-        if all(a.is_constant() for a in args) and name in ("union", "intersection", "difference", "issubset", "issuperset"):
-            from kiln.capture.values.builder import wrap_constant_result
+        if name in ("union", "intersection", "difference", "symmetric_difference", "issubset", "issuperset",
+                    "isdisjoint", "copy") and not kwargs:
+            from kiln.capture.values.set_order import set_method
 
-            return wrap_constant_result(getattr(self.as_constant(), name)(*[a.as_constant() for a in args]))
+            return set_method(tx, self, name, args)
         unsupported(f"set.{name}")
 
     def reconstruct(self, cg) -> None:
         if not self.created_here and self.source is not None:
             self.source.emit(cg)  # the same object (its new members, if any, are a recorded side effect)
             return
-        for v in self.members.values():
-            cg.reconstruct(v)
-        cg.build(set, len(self.members))
+        from kiln.capture.values.set_order import rebuild_order
+
+        order = rebuild_order(self)
+        if self.kind is frozenset:
+            cg.prepare_call(frozenset)
+        for key in order:
+            cg.reconstruct(self.members[key])
+        cg.build(set if self.kind is set else tuple, len(order))  # frozenset((...)): added in order
+        if self.kind is frozenset:
+            cg.call(1)
 
 
 class SliceValue(Value):

@@ -53,9 +53,11 @@ def binary_op(tx, op: Callable, a: Value, b: Value) -> Value:
         return (ListValue if a.python_kind is list else TupleValue)(a.elements * b.as_constant())
     if isinstance(b, SequenceValue) and plain is operator.mul and a.is_constant():
         return (ListValue if b.python_kind is list else TupleValue)(b.elements * a.as_constant())
-    if isinstance(a, SetValue) and isinstance(b, SetValue) and plain in (operator.or_, operator.and_,
-                                                                         operator.sub, operator.xor):
-        return SetValue([ConstantValue(v) for v in plain(a.as_constant(), b.as_constant())])
+    if (isinstance(a, SetValue) or isinstance(b, SetValue)) and _set_like(a) and _set_like(b) and \
+            plain in (operator.or_, operator.and_, operator.sub, operator.xor):
+        from kiln.capture.values.set_order import set_binary
+
+        return set_binary(tx, plain, a, b)  # on real sets: the result iterates as eager's (set_order.py)
     if isinstance(a, DictValue) and isinstance(b, DictValue) and plain is operator.or_:
         return DictValue({**a.entries, **b.entries})
     if plain in (operator.eq, operator.ne):
@@ -72,6 +74,10 @@ def binary_op(tx, op: Callable, a: Value, b: Value) -> Value:
         if result is not None:
             return result
     unsupported(f"operator {_sym(plain)} between {a} and {b}")
+
+
+def _set_like(v: Value) -> bool:
+    return isinstance(v, SetValue) or v.is_constant() and isinstance(v.as_constant(), (set, frozenset))
 
 
 def _definite_object(v: Value) -> bool:

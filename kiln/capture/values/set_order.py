@@ -1,0 +1,102 @@
+"""The iteration order of sets (values/containers.SetValue): CPython iterates a set in the order of its
+hash table, which depends on the members' hashes (strings' are randomized per process) and on the
+history of insertions and deletions. kiln computes it with real sets:
+
+- a set made while tracing keeps a real set of its members (`SetValue.order`), changed by the same
+  operations in the same order as the program changes it; operators and methods (|, &, -, ^, union,
+  ...) run on those real sets, so results come out in the order eager's would;
+- a set from the frame iterates in the real object's order, guarded by `list(s) == [...]`
+  (`SetOrderSource`), besides the guard on its members; changed while tracing (a recorded side effect
+  replayed after the graph), its later order is not known: iterating it then breaks the graph;
+- rebuilt after the graph (a set made while tracing that escapes), BUILD_SET adds the members in
+  order; kiln checks on real sets that this gives the same order, and breaks otherwise.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from kiln.capture.sources import Source
+from kiln.capture.values.base import ConstantValue, Value, unsupported
+
+
+@dataclasses.dataclass(frozen=True)
+class SetOrderSource(Source):
+    """`list(base)`: a set's members in iteration order."""
+
+    base: Source
+
+    def name(self) -> str:
+        return f"___list({self.base.name()})"
+
+    def emit(self, cg) -> None:
+        cg.prepare_call(list)
+        self.base.emit(cg)
+        cg.call(1)
+
+
+def real_set(tx, value) -> set:
+    """A real set (or frozenset) with `value`'s members in its iteration order."""
+    if value.order is not None:
+        return value.order
+    if value.outside is None:
+        unsupported("iterating over a set from outside after changing it: kiln does not know its new "
+                    "order", hint="kiln runs it as Python")
+    if tx is not None and value.source is not None and len(value.outside) > 1:
+        tx.output.guards.constant(SetOrderSource(value.source), list(value.outside))
+    return value.outside
+
+
+def set_method(tx, value, name: str, args: list[Value]) -> Value:
+    """set.union/intersection/... on real sets (the result's order is the real one's)."""
+    from kiln.capture.values.containers import SetValue
+
+    real_args = [real_operand(tx, a) for a in args]
+    result = getattr(real_set(tx, value), name)(*real_args)
+    if isinstance(result, (set, frozenset)):
+        return SetValue.from_real(result)
+    return ConstantValue(result)
+
+
+def set_binary(tx, op, a, b) -> Value:
+    """a | b, a & b, a - b, a ^ b of two sets, computed on real sets."""
+    from kiln.capture.values.containers import SetValue
+
+    try:
+        result = op(real_operand(tx, a), real_operand(tx, b))
+    except TypeError as exc:
+        unsupported(f"set operator raised TypeError: {exc}")
+    return SetValue.from_real(result)
+
+
+def real_operand(tx, v: Value):
+    """What CPython's set code would get for `v`: a real set (same order) for sets, a real dict for
+    dicts (their update path resizes first), constants as themselves, else the keys in order."""
+    from kiln.capture.values.containers import DictValue, SetValue
+
+    if isinstance(v, SetValue):
+        return real_set(tx, v)
+    if isinstance(v, DictValue):
+        return dict.fromkeys(v.entries)
+    if v.is_constant():
+        return v.as_constant()
+    return [_key(tx, item) for item in tx.items(v)]
+
+
+def _key(tx, item: Value):
+    from kiln.capture.values.containers import dict_key
+
+    return dict_key(tx, item)
+
+
+def rebuild_order(value) -> list:
+    """The member keys in the order BUILD_SET must add them, checked to give the same iteration order."""
+    wanted = list(value.order) if value.order is not None else list(value.members)
+    rebuilt = set()
+    for key in wanted:  # BUILD_SET adds them one by one; frozenset(tuple) does the same
+        rebuilt.add(key)
+    if value.kind is frozenset:
+        rebuilt = frozenset(tuple(wanted))
+    if value.order is not None and list(rebuilt) != wanted:
+        unsupported("rebuilding a set after the graph would change its iteration order",
+                    hint="kiln runs the code that made it as Python")
+    return wanted
