@@ -352,7 +352,9 @@ def construct_builtin_type(tx, cls, args, kwargs) -> Value:
         source = args[0]
         if isinstance(source, ListIteratorValue):  # consumed once: its items, in order
             source = ListValue(tx.items(source))
-        return SetValue.from_real(cls(real_operand(tx, source)))  # CPython's order (values/set_order.py)
+        operand = real_operand(tx, source)
+        added = list(operand) if isinstance(operand, (list, tuple, str, dict)) else None
+        return SetValue.from_real(cls(operand), added)  # CPython's order (values/set_order.py)
     if cls is dict or (issubclass(cls, dict) and cls.__module__ == "collections"):
         entries = {}
         if args:

@@ -348,9 +348,11 @@ class SetValue(Value):
         self.source = source
 
     @classmethod
-    def from_real(cls, real) -> "SetValue":
-        """The result of a set operation computed on real sets (its order is the real one's)."""
-        return cls([ConstantValue(v) for v in real], kind=type(real), real=real)
+    def from_real(cls, real, added: list | None = None) -> "SetValue":
+        """The result of a set operation computed on real sets (its order is the real one's). `added`:
+        the members in the order they were added, where known (a rebuild replays it)."""
+        keys = [k for k in dict.fromkeys(added) if k in real] if added is not None else list(real)
+        return cls([ConstantValue(v) for v in keys], kind=type(real), real=real)
 
     def python_type(self) -> type:
         return self.kind

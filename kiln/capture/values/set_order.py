@@ -90,13 +90,20 @@ def _key(tx, item: Value):
 
 def rebuild_order(value) -> list:
     """The member keys in the order BUILD_SET must add them, checked to give the same iteration order."""
-    wanted = list(value.order) if value.order is not None else list(value.members)
+    if value.order is None:
+        return list(value.members)
+    wanted = list(value.order)
+    # BUILD_SET adds the members one by one (frozenset(tuple) too): replaying the order they were added
+    # in (the members dict keeps it) gives the same table when nothing was removed; else try the order
+    for candidate in (list(value.members), wanted):
+        if list(value.kind(tuple(candidate))) == wanted and _built_one_by_one(candidate) == wanted:
+            return candidate
+    unsupported("rebuilding a set after the graph would change its iteration order",
+                hint="kiln runs the code that made it as Python")
+
+
+def _built_one_by_one(keys: list) -> list:
     rebuilt = set()
-    for key in wanted:  # BUILD_SET adds them one by one; frozenset(tuple) does the same
+    for key in keys:
         rebuilt.add(key)
-    if value.kind is frozenset:
-        rebuilt = frozenset(tuple(wanted))
-    if value.order is not None and list(rebuilt) != wanted:
-        unsupported("rebuilding a set after the graph would change its iteration order",
-                    hint="kiln runs the code that made it as Python")
-    return wanted
+    return list(rebuilt)
