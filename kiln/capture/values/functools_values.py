@@ -243,19 +243,48 @@ def _call_purely(tx, fn: Value, args, kwargs, name: str) -> Value:
         return original_add(kind, source, value)
 
     guards.add = watching_add
+    memo = output.values_by_source
+    output.values_by_source = _RecordingMemo(memo)  # places read before the call are reads too
     try:
         result = fn.call(tx, list(args), dict(kwargs))
     finally:
         guards.add = original_add
         output.generator_floor = floor
+        hits = output.values_by_source.hits
+        memo.update(output.values_by_source)
+        output.values_by_source = memo
+    reads.extend((None, key) for key in hits if not _unchanging_value(memo[key]))
     if output.side_effects.write_count != effects_before or len(output.graph.nodes) != nodes_before:
         unsupported(f"lru_cache function {name} has side effects or computes tensors: kiln cannot tell "
                     f"whether eager would run it or return a cached result")
     if reads:
         kind, source = reads[0]
-        unsupported(f"lru_cache function {name} reads {source.name() if source else 'a value'} "
-                    f"({kind.value} guard): its cached result may be stale in eager")
+        place = source if isinstance(source, str) else source.name() if source is not None else "a value"
+        unsupported(f"lru_cache function {name} reads {place}"
+                    f"{f' ({kind.value} guard)' if kind is not None else ''}: its cached result may be stale "
+                    f"in eager")
     return result
+
+
+class _RecordingMemo(dict):
+    """OutputGraph.values_by_source while a cached function is traced: records the places found in it
+    (read earlier in the frame, so no new guard shows that the function depends on them)."""
+
+    def __init__(self, memo: dict):
+        super().__init__(memo)
+        self.hits: list = []
+
+    def __getitem__(self, key):
+        self.hits.append(key)
+        return super().__getitem__(key)
+
+
+def _unchanging_value(value: Value) -> bool:
+    from kiln.capture.values.base import KnownFunctionValue
+    from kiln.capture.values.objects import ClassValue
+    from kiln.capture.values.torch_functions import PythonModuleValue
+
+    return isinstance(value, (PythonModuleValue, ClassValue, KnownFunctionValue))
 
 
 def _unchanging(value) -> bool:
