@@ -383,3 +383,14 @@ def test_lru_cache_reading_a_global_read_before_breaks():
         return x * _SCALE[0] + _scaled(3)
 
     check(fn, _t(3), graphs=2, dynamo_graphs=1)
+
+
+def test_partial_held_twice_is_one_object():
+    def fn(x):
+        p = functools.partial(torch.mul, other=2)
+        return x + 1, [p, p]
+
+    harness.reset()
+    compiled = harness.compile_fn(fn, harness.CountingBackend())
+    _, (a, b) = compiled(_t(3))
+    assert a is b

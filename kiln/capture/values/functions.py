@@ -264,6 +264,10 @@ class PartialValue(Value):
     def child_values(self) -> list[Value]:
         return [self.fn, *self.args, *self.kwargs.values()]
 
+    @property
+    def has_identity(self) -> bool:
+        return self.source is None  # one object however many places hold it (codegen.reconstruct)
+
     def reconstruct(self, cg) -> None:
         if self.source is not None:
             self.source.emit(cg)

@@ -105,6 +105,8 @@ class GeneratorContextValue(Value):
         self.func, self.args, self.kwargs, self.name = func, list(args), dict(kwargs), name
         self.generator: SteppedGenerator | None = None
 
+    has_identity = True  # one object however many places hold it (codegen.reconstruct)
+
     def python_type(self) -> type:
         return contextlib._GeneratorContextManager
 
@@ -187,6 +189,10 @@ class ContextManagerFunctionValue(Value):
         self.func = func
         self.source = source
         self.name = name or getattr(func, "qualname", None) or getattr(getattr(func, "fn", None), "__qualname__", "?")
+
+    @property
+    def has_identity(self) -> bool:
+        return self.source is None
 
     def python_type(self) -> type:
         return types.FunctionType
