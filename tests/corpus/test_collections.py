@@ -458,3 +458,32 @@ def test_set_built_from_dict_keys():
         return x * len(keys), list(keys), "a" in keys
 
     one_graph(fn, {"a": 1, "b": 2, "c": 3, "dd": 4}, _t(2))
+
+
+def test_set_of_tensors_membership_by_identity():
+    def fn(x, y):
+        seen = {x}
+        z = x.add_(1)  # the same tensor object as x
+        w = x.clone()
+        seen.add(y)
+        return len(seen), z in seen, w in seen, y in seen, (x, y) == (z, y)
+
+    check(fn, _t(3), _t(3, seed=1), graphs=1, inputs_mutated=True)
+
+
+def test_tensor_is_after_inplace_and_noop_conversions():
+    def fn(x):
+        y = x.mul_(2)
+        return y is x, x.contiguous() is x, x.float() is x, x.view(3) is x, x.clone() is x
+
+    check(fn, _t(3), graphs=1, inputs_mutated=True)
+
+
+@dynamo_bug("dynamo compares tensors in set operations by value (data-dependent branching)")
+def test_set_of_tensors_operations():
+    def fn(x, y):
+        a = {x, y}
+        b = set([y])
+        return x + len(a | b), len(a - b), x in (a - b), y in (a & b)
+
+    one_graph(fn, _t(3), _t(3, seed=1))

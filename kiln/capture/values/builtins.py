@@ -354,7 +354,14 @@ def construct_builtin_type(tx, cls, args, kwargs) -> Value:
             source = ListValue(tx.items(source))
         operand = real_operand(tx, source)
         added = list(operand) if isinstance(operand, (list, tuple, str, dict)) else None
-        return SetValue.from_real(cls(operand), added)  # CPython's order (values/set_order.py)
+        values = {}
+        if isinstance(source, SetValue):
+            values = dict(source.members)
+        elif isinstance(source, (SequenceValue, ListValue)):
+            from kiln.capture.values.containers import set_key
+
+            values = {set_key(tx, v): v for v in reversed(source.elements)}  # the first of equal ones
+        return SetValue.from_real(cls(operand), added, values)  # CPython's order (values/set_order.py)
     if cls is dict or (issubclass(cls, dict) and cls.__module__ == "collections"):
         entries = {}
         if args:

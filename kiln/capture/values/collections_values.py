@@ -174,10 +174,6 @@ class CounterValue(CollectionDictValue):
         k = dict_key(tx, key)
         return self.entries.get(k, ConstantValue(0))  # __missing__ returns 0 and inserts nothing
 
-    _MUTATORS = {"update", "subtract", "clear", "pop", "popitem", "setdefault", "__setitem__"}
-    _READERS = {"most_common", "elements", "total", "keys", "values", "items", "get", "__contains__",
-                "__getitem__", "__len__"}
-
     def call_method(self, tx, name, args, kwargs):
         if name == "__getitem__":
             return self.getitem(tx, args[0])
@@ -210,7 +206,7 @@ class CounterValue(CollectionDictValue):
         theirs = other.real() if isinstance(other, CounterValue) else other.as_constant()
         a, b = (theirs, mine) if reflected else (mine, theirs)
         try:
-            result = (op if op is not plain else plain)(a, b)
+            result = op(a, b)  # in place: on a fresh real Counter (self.real() is a copy)
         except TypeError:
             return NotImplemented
         if result is NotImplemented:

@@ -216,6 +216,32 @@ def dict_key(tx, key: Value) -> Any:
     unsupported(f"dict key {key}")
 
 
+class TensorKey:
+    """A tensor as a set member: hashed and compared by identity, as tensors are. Two values stand for
+    the same tensor object exactly when they share their fake tensor (inputs of one object are one
+    input, held tensors are memoized, in-place ops return their input's fake)."""
+
+    __slots__ = ("example",)
+
+    def __init__(self, example):
+        self.example = example
+
+    def __hash__(self) -> int:
+        return id(self.example)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, TensorKey) and other.example is self.example
+
+
+def set_key(tx, value: Value) -> Any:
+    """The key of a set member: a constant, or a tensor by identity (TensorKey)."""
+    from kiln.capture.values.tensors import TensorValue
+
+    if isinstance(value, TensorValue):
+        return TensorKey(value.example)
+    return dict_key(tx, value)
+
+
 class DictValue(Value):
     def __init__(self, entries: dict[Any, Value], dict_type: type = dict, source=None, created_here: bool = True):
         self.entries = dict(entries)
@@ -340,7 +366,7 @@ class SetValue(Value):
         self.order = (set() if real is None else real) if created_here else None
         self.outside = outside  # the real set from the frame (read, never changed while tracing)
         for m in members:
-            key = dict_key(None, m)
+            key = set_key(None, m)
             self.members.setdefault(key, m)
             if self.order is not None and real is None:
                 self.order.add(key)
@@ -348,19 +374,26 @@ class SetValue(Value):
         self.source = source
 
     @classmethod
-    def from_real(cls, real, added: list | None = None) -> "SetValue":
+    def from_real(cls, real, added: list | None = None, values: dict | None = None) -> "SetValue":
         """The result of a set operation computed on real sets (its order is the real one's). `added`:
-        the members in the order they were added, where known (a rebuild replays it)."""
+        the members in the order they were added, where known (a rebuild replays it); `values`: the
+        symbolic value of each key (tensors), else constants."""
         keys = [k for k in dict.fromkeys(added) if k in real] if added is not None else list(real)
-        return cls([ConstantValue(v) for v in keys], kind=type(real), real=real)
+        values = values or {}
+        return cls([values.get(k) or ConstantValue(k) for k in keys], kind=type(real), real=real)
 
     def python_type(self) -> type:
         return self.kind
 
+    def has_tensors(self) -> bool:
+        return any(type(k) is TensorKey for k in self.members)
+
     def is_constant(self) -> bool:
-        return True
+        return not self.has_tensors()
 
     def as_constant(self):
+        if self.has_tensors():
+            unsupported("a set of tensors is not a constant")
         return self.kind(self.members)
 
     def real(self, tx=None):
@@ -404,10 +437,10 @@ class SetValue(Value):
         if name in ("add", "update", "discard", "remove", "clear") and not kwargs:
             self._check_mutable(tx, f"set.{name}")
         if name == "add":
-            self._add(dict_key(tx, args[0]), args[0])
+            self._add(set_key(tx, args[0]), args[0])
             return ConstantValue(None)
         if name == "__contains__":
-            return ConstantValue(dict_key(tx, args[0]) in self.members)
+            return ConstantValue(set_key(tx, args[0]) in self.members)
         if name == "update":
             if self.order is not None:  # CPython's update depends on the argument's kind (set_order.py)
                 from kiln.capture.values.set_order import real_operand
@@ -415,10 +448,10 @@ class SetValue(Value):
                 self.order.update(*[real_operand(tx, a) for a in args])
             for arg in args:
                 for v in arg.items(tx):
-                    self.members.setdefault(dict_key(tx, v), v)
+                    self.members.setdefault(set_key(tx, v), v)
             return ConstantValue(None)
         if name in ("discard", "remove") and len(args) == 1:
-            key = dict_key(tx, args[0])
+            key = set_key(tx, args[0])
             if key not in self.members and name == "remove":
                 unsupported(f"KeyError: {key!r} (set.remove)")
             self._discard(key)

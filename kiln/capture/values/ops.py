@@ -139,6 +139,10 @@ def is_op(tx, a: Value, b: Value) -> bool:
     if a.is_constant() and b.is_constant() and not isinstance(a, (SequenceValue, DictValue, SetValue)) \
             and not isinstance(b, (SequenceValue, DictValue, SetValue)):
         return a.as_constant() is b.as_constant()
+    if isinstance(a, TensorValue) and isinstance(b, TensorValue):
+        # one tensor object is one fake tensor: inputs of one object are one input, held tensors are
+        # memoized, in-place ops (and no-op conversions) return their input's (containers.TensorKey)
+        return a.example is b.example
     if not (_definite_object(a) and _definite_object(b)):
         unsupported(f"`is` between {a} and {b}: kiln does not know what object each one is")
     if a.is_constant() and a.as_constant() is None or b.is_constant() and b.as_constant() is None:
@@ -153,10 +157,11 @@ def is_op(tx, a: Value, b: Value) -> bool:
 
 def contains_op(tx, item: Value, container: Value) -> bool:
     if isinstance(container, (DictValue, SetValue)):
-        from kiln.capture.values.containers import dict_key
+        from kiln.capture.values.containers import dict_key, set_key
 
-        keys = container.entries if isinstance(container, DictValue) else container.members
-        return dict_key(tx, item) in keys
+        if isinstance(container, SetValue):
+            return set_key(tx, item) in container.members  # tensors by identity
+        return dict_key(tx, item) in container.entries
     if isinstance(container, TensorValue) or isinstance(item, TensorValue) and not isinstance(container, SequenceValue):
         unsupported("`in` on a tensor depends on its data")
     if container.is_constant() and item.is_constant():

@@ -34,8 +34,11 @@ class SetOrderSource(Source):
         cg.call(1)
 
 
-def real_set(tx, value) -> set:
+def real_set(tx, value, iterating: bool = True) -> set:
     """A real set (or frozenset) with `value`'s members in its iteration order."""
+    if iterating and value.has_tensors() and len(value.members) > 1:
+        unsupported("iterating over a set of tensors: their order follows their memory addresses",
+                    hint="kiln runs it as Python")
     if value.order is not None:
         return value.order
     if value.outside is None:
@@ -51,10 +54,21 @@ def set_method(tx, value, name: str, args: list[Value]) -> Value:
     from kiln.capture.values.containers import SetValue
 
     real_args = [real_operand(tx, a) for a in args]
-    result = getattr(real_set(tx, value), name)(*real_args)
+    result = getattr(real_set(tx, value, iterating=False), name)(*real_args)
     if isinstance(result, (set, frozenset)):
-        return SetValue.from_real(result)
+        return SetValue.from_real(result, values=_member_values(tx, [value, *args]))
     return ConstantValue(result)
+
+
+def _member_values(tx, operands) -> dict:
+    """key -> value of every member of the operands (a result's members are among them)."""
+    from kiln.capture.values.containers import SetValue
+
+    found = {}
+    for v in operands:
+        if isinstance(v, SetValue):
+            found.update(v.members)
+    return found
 
 
 def set_binary(tx, op, a, b) -> Value:
@@ -65,7 +79,7 @@ def set_binary(tx, op, a, b) -> Value:
         result = op(real_operand(tx, a), real_operand(tx, b))
     except TypeError as exc:
         unsupported(f"set operator raised TypeError: {exc}")
-    return SetValue.from_real(result)
+    return SetValue.from_real(result, values=_member_values(tx, [a, b]))
 
 
 def real_operand(tx, v: Value):
@@ -74,7 +88,7 @@ def real_operand(tx, v: Value):
     from kiln.capture.values.containers import DictValue, SetValue
 
     if isinstance(v, SetValue):
-        return real_set(tx, v)
+        return real_set(tx, v, iterating=False)
     if isinstance(v, DictValue):
         return dict.fromkeys(v.entries)
     if v.is_constant():
@@ -83,14 +97,14 @@ def real_operand(tx, v: Value):
 
 
 def _key(tx, item: Value):
-    from kiln.capture.values.containers import dict_key
+    from kiln.capture.values.containers import set_key
 
-    return dict_key(tx, item)
+    return set_key(tx, item)
 
 
 def rebuild_order(value) -> list:
     """The member keys in the order BUILD_SET must add them, checked to give the same iteration order."""
-    if value.order is None:
+    if value.order is None or value.has_tensors():  # tensors: the order follows run-time addresses
         return list(value.members)
     wanted = list(value.order)
     # BUILD_SET adds the members one by one (frozenset(tuple) too): replaying the order they were added
