@@ -487,3 +487,21 @@ def test_set_of_tensors_operations():
         return x + len(a | b), len(a - b), x in (a - b), y in (a & b)
 
     one_graph(fn, _t(3), _t(3, seed=1))
+
+
+class _Scale(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.ones(3))
+
+    def forward(self, x):
+        return x * self.w, x is self.w
+
+
+def test_tensor_is_between_input_and_parameter_breaks():
+    m = _Scale()
+
+    def fn(x):
+        return m(x)
+
+

@@ -76,6 +76,19 @@ def binary_op(tx, op: Callable, a: Value, b: Value) -> Value:
     unsupported(f"operator {_sym(plain)} between {a} and {b}")
 
 
+def check_tensor_identity_guarded(tx, tensors: list) -> None:
+    """Identity between a tensor passed in and a tensor a module holds is not guarded (a later call may
+    pass the parameter itself, or stop passing it): comparing such a pair breaks the graph."""
+    output = tx.output
+    inputs = {id(v.example) for v in output._input_values}
+    held = {id(n.meta.get("example_value")) for n in output.graph.nodes if n.op == "get_attr"}
+    kinds = {"input" if id(t.example) in inputs else "held" if id(t.example) in held else "other"
+             for t in tensors}
+    if {"input", "held"} <= kinds:
+        unsupported("comparing the identity of a tensor passed in with one a module holds (not guarded)",
+                    hint="kiln runs the comparison as Python")
+
+
 def _set_like(v: Value) -> bool:
     return isinstance(v, SetValue) or v.is_constant() and isinstance(v.as_constant(), (set, frozenset))
 
@@ -142,6 +155,7 @@ def is_op(tx, a: Value, b: Value) -> bool:
     if isinstance(a, TensorValue) and isinstance(b, TensorValue):
         # one tensor object is one fake tensor: inputs of one object are one input, held tensors are
         # memoized, in-place ops (and no-op conversions) return their input's (containers.TensorKey)
+        check_tensor_identity_guarded(tx, [a, b])
         return a.example is b.example
     if not (_definite_object(a) and _definite_object(b)):
         unsupported(f"`is` between {a} and {b}: kiln does not know what object each one is")
@@ -160,6 +174,9 @@ def contains_op(tx, item: Value, container: Value) -> bool:
         from kiln.capture.values.containers import dict_key, set_key
 
         if isinstance(container, SetValue):
+            if isinstance(item, TensorValue) and container.has_tensors():
+                check_tensor_identity_guarded(tx, [item, *[m for m in container.members.values()
+                                                          if isinstance(m, TensorValue)]])
             return set_key(tx, item) in container.members  # tensors by identity
         return dict_key(tx, item) in container.entries
     if isinstance(container, TensorValue) or isinstance(item, TensorValue) and not isinstance(container, SequenceValue):
