@@ -3,7 +3,7 @@ import contextlib
 
 import torch
 
-from .harness import check, dynamo_bug
+from .harness import check
 
 
 def _t(*shape, seed=0):

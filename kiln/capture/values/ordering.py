@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import operator
 
-from kiln.capture.values.base import ConstantValue, Value, unsupported
+from kiln.capture.values.base import Value, unsupported
 
 
 def _equal(a: Value, b: Value) -> bool:
