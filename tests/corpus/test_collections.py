@@ -505,3 +505,14 @@ def test_tensor_is_between_input_and_parameter_breaks():
         return m(x)
 
 
+
+
+def test_list_sort_tensors_by_key_in_place():
+    def fn(xs, x):
+        xs.sort(key=lambda t: -t.shape[0])
+        order = [x[: t.shape[0]] for t in xs]
+        names = ["b", "c", "a"]
+        names.sort(reverse=True)
+        return order, names
+
+    one_graph(fn, [_t(1), _t(3, seed=1), _t(2, seed=2)], _t(4), inputs_mutated=True)

@@ -115,11 +115,18 @@ class ListValue(SequenceValue):
             return ListValue(list(self.elements))
         if name in ("index", "count") and self.is_constant() and all(a.is_constant() for a in args):
             return wrap_constant_result(getattr(self.as_constant(), name)(*[a.as_constant() for a in args]))
-        if name == "sort" and self.is_constant():
+        if name == "sort" and not args and set(kwargs) <= {"key", "reverse"}:
+            # Python's own sort over traced comparisons (values/ordering.py); the list looks empty to
+            # the key function meanwhile, as in CPython
+            from kiln.capture.values.ordering import sort_values
+
             self._check_mutable(tx, "list.sort")
-            values = self.as_constant()
-            values.sort(**{k: v.as_constant() for k, v in kwargs.items()})
-            self.elements = [ConstantValue(v) for v in values]
+            reverse = kwargs.get("reverse")
+            items, self.elements = self.elements, []
+            ordered = sort_values(tx, items, kwargs.get("key"), bool(reverse and reverse.as_constant()))
+            if self.elements:
+                unsupported("list modified during sort (ValueError)")
+            self.elements = ordered
             return ConstantValue(None)
         unsupported(f"list.{name}")
 
