@@ -30,6 +30,8 @@ def _new_contents(effect: ContainerUpdate) -> Value:
     from kiln.capture.values.containers import DictValue, ListValue, SetValue
 
     c = effect.container
+    if hasattr(c, "new_contents"):  # e.g. a deque
+        return c.new_contents()
     if isinstance(c, ListValue):
         return ListValue(c.elements)
     if isinstance(c, SetValue):
@@ -79,8 +81,9 @@ def _apply(cg: "PyCodegen", effect, temp: str) -> None:
     elif isinstance(effect, ContainerUpdate):
         from kiln.capture.values.containers import ListValue, SetValue
 
-        replace = replace_list if isinstance(effect.container, ListValue) else \
-            replace_set if isinstance(effect.container, SetValue) else replace_dict
+        replace = getattr(effect.container, "replace_function", None) or (
+            replace_list if isinstance(effect.container, ListValue) else
+            replace_set if isinstance(effect.container, SetValue) else replace_dict)
         cg.prepare_call(replace)
         effect.container.source.emit(cg)
         cg.load_fast(temp)
@@ -253,6 +256,8 @@ def _has_identity(value: Value) -> bool:
 
     if isinstance(value, (IteratorValue, DictViewValue)):
         return value.created_here and value.source is None  # iterators have identity (and state)
+    if getattr(value, "has_identity", False):  # e.g. collections' containers made while tracing
+        return True
     return isinstance(value, (ListValue, DictValue, SetValue)) and value.created_here
 
 
@@ -291,6 +296,8 @@ def collect_tensors(value: Value, out: list[TensorValue], seen: set[int]) -> Non
         children = [value.self_value]
     elif hasattr(value, "graph_tensors"):  # NumPy arrays: the graph tensor (or base) they are rebuilt from
         children = value.graph_tensors()
+    elif hasattr(value, "child_values"):  # e.g. functools.partial, collections' containers
+        children = value.child_values()
     else:
         children = []
     for child in children:

@@ -67,6 +67,7 @@ class Tracer:
         self.current = None
         self.kw_names: tuple[str, ...] = ()
         self.active_withs: list = []
+        self.open_generator_withs: list[int] = []  # BEFORE_WITH indexes of open @contextmanager blocks
         self.handled_exceptions: list = []  # exceptions of the except blocks running (innermost last)
         # root frame: id(exception value) -> index of the root instruction that raised it, for exceptions
         # this frame's own handlers caught (see unwind)
@@ -105,6 +106,8 @@ class Tracer:
         except Unsupported as exc:
             if self.parent is None and getattr(exc, "root_index", None) is None:
                 exc.root_index = self.break_index_for(exc)
+                if self.open_generator_withs:  # a half-run @contextmanager generator cannot be handed
+                    exc.root_index = min(exc.root_index, self.open_generator_withs[0])  # on: break at its `with`
             raise exc.locate(self.code.co_filename, self.lineno)
 
     def unwind(self, exc: TracedRaise, inst) -> bool:
@@ -431,7 +434,17 @@ def _call_library_function(tx, fn_value, args, kwargs) -> Value:
     """A function from a skipped file (stdlib, torch internals) that is not a torch op."""
     from kiln.capture.values.builtins import PURE_CONSTANT_FUNCTIONS
 
+    from kiln.capture.values.stdlib import LIBRARY_CALLS  # functools.wraps, ... (values/stdlib.py)
+
     fn = fn_value.fn
+    special = LIBRARY_CALLS.get(fn)
+    if special is not None:
+        return special(tx, args, kwargs)
+    from kiln.capture.values.stdlib import LIBRARY_CODES  # @contextlib.contextmanager's helper
+
+    special = LIBRARY_CODES.get(fn.__code__)
+    if special is not None:
+        return special(tx, fn_value, args, kwargs)
     if fn in _DATACLASS_QUERIES and len(args) == 1 and not kwargs:
         return _dataclass_query(tx, fn, args[0])
     if fn is os._Environ.__getitem__ and len(args) == 2 and not kwargs:

@@ -269,9 +269,10 @@ def test_break_inside_generator_context_manager():
             z = z * 2
         return z.relu()
 
-    # kiln does not trace contextlib's machinery: it breaks at the call building the context manager,
-    # at the with statement, at the print and at __exit__, and compiles the code in between
-    check_breaks(fn, t(4), graphs=4, breaks=4, setup=_clear_events, observe=_events,
+    # kiln traces @contextmanager generators, but a break inside the block cannot hand on a half-run
+    # generator: it breaks at the with statement instead (which runs as Python), at the print and at
+    # __exit__, and compiles the code in between
+    check_breaks(fn, t(4), graphs=4, breaks=3, setup=_clear_events, observe=_events,
                  where=["BREAK:gen_cm_print"], dynamo_graphs=0, dynamo_breaks=-1)
 
 

@@ -65,13 +65,15 @@ def MAKE_FUNCTION(tx, inst):
     cells = tuple(closure.elements) if closure is not None else None
     if cells is not None and not all(isinstance(c, CellValue) for c in cells):
         unsupported("closure cells of an unexpected kind")
-    tx.push(NestedFunctionValue(
+    fn = NestedFunctionValue(
         code, tx.f_globals, code.co_qualname,
         tuple(tx.items(defaults)) if defaults is not None else (),
         ({k: v for k, v in kwdefaults.entries.items()} if hasattr(kwdefaults, "entries")
          else {k: ConstantValue(v) for k, v in kwdefaults.as_constant().items()}) if kwdefaults is not None else {},
         cells,
-    ))
+    )
+    fn.has_annotations = bool(flags & 0x04)
+    tx.push(fn)
 
 
 @handles()

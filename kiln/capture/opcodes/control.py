@@ -146,6 +146,14 @@ def BEFORE_WITH(tx, inst):
     from kiln.capture.values.contexts import AutocastValue, GradModeValue, WithExitValue, user_context_methods
 
     ctx = tx.pop()
+    if hasattr(ctx, "enter_with"):  # e.g. a @contextmanager object (values/generator_contexts.py)
+        index = tx.ip - 1
+        exit_, result = ctx.enter_with(tx)
+        exit_.with_index = index
+        tx.open_generator_withs.append(index)
+        tx.push(exit_)
+        tx.push(result)
+        return
     if isinstance(ctx, (GradModeValue, AutocastValue)):
         tx.active_withs.append(ctx)
         tx.push(WithExitValue(ctx))
@@ -161,3 +169,17 @@ def BEFORE_WITH(tx, inst):
     result = enter.call(tx, [], {})
     tx.push(exit_)
     tx.push(result)
+
+
+@handles()
+def WITH_EXCEPT_START(tx, inst):
+    """An exception left a with block (of an inlined frame): call its __exit__(type, exc, None), which
+    sits below the saved lasti and previous exception; push what it returns (true: suppressed)."""
+    from kiln.capture.values.exceptions import ExceptionValue
+    from kiln.capture.values.objects import ClassValue
+
+    exc = tx.stack[-1]
+    if not isinstance(exc, ExceptionValue):
+        unsupported(f"a with block left by {exc}")
+    exit_ = tx.stack[-4]
+    tx.push(exit_.call(tx, [ClassValue(exc.cls), exc, ConstantValue(None)], {}))

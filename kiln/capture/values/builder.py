@@ -82,6 +82,9 @@ def _wrap(tx, value, source, qualname) -> Value:
             guards.length(source, value)
         return NamedTupleValue([wrap(tx, v, _item(source, i)) for i, v in enumerate(value)], type(value),
                                source=source, created_here=False)
+    special = _wrap_stdlib_object(tx, value, source)  # lru_cache functions, collections' containers
+    if special is not None:
+        return special
     if type(value) in (tuple, list):
         if source is not None:
             guards.length(source, value)
@@ -99,7 +102,8 @@ def _wrap(tx, value, source, qualname) -> Value:
         if all(is_constant_literal(v) for v in value):
             if source is not None:
                 guards.constant(source, value)
-            return SetValue([ConstantValue(v) for v in value], created_here=False, source=source)
+            return SetValue([ConstantValue(v) for v in value], created_here=False, source=source, kind=type(value),
+                            outside=value)
         unsupported("set of non-constant values")
     if isinstance(value, enum.Enum):
         if source is not None:
@@ -162,6 +166,8 @@ def _wrap(tx, value, source, qualname) -> Value:
             unsupported(f"bound builtin method {value!r}")
         return BuiltinValue(value, source)
     if isinstance(value, functools.partial):
+        if source is not None and not isinstance(source, ConstantSource):
+            guards.type(source, value)
         return PartialValue(wrap(tx, value.func, _attr(source, "func")),
                             [wrap(tx, v, _item(_attr(source, "args"), i)) for i, v in enumerate(value.args)],
                             {k: wrap(tx, v, _item(_attr(source, "keywords"), k)) for k, v in value.keywords.items()},
@@ -231,6 +237,19 @@ def _wrap(tx, value, source, qualname) -> Value:
         return OpaqueObjectValue(value, source)
     guards.type(source, value)
     return UserObjectValue(value, source)
+
+
+def _wrap_stdlib_object(tx, value, source) -> Value | None:
+    """lru_cache functions and collections' containers (values/functools_values.py, collections_values.py)."""
+    if isinstance(value, functools._lru_cache_wrapper):
+        from kiln.capture.values.functools_values import LruCacheFunctionValue
+
+        if source is not None and not isinstance(source, ConstantSource):
+            tx.output.guards.identity(source, value)
+        return LruCacheFunctionValue(value, source)
+    from kiln.capture.values.collections_values import wrap_collection
+
+    return wrap_collection(tx, value, source)
 
 
 def _is_nested_function(fn: types.FunctionType) -> bool:
@@ -383,7 +402,7 @@ _BUILTIN_CALLABLES = {tuple, list, dict, set, frozenset, slice, int, float, bool
 from kiln.capture.sources import READABLE_ITERATOR_TYPES as _READABLE_ITERATORS  # noqa: E402
 
 _BUILTIN_CALLABLES |= {v for v in vars(itertools).values() if isinstance(v, type)}  # itertools_values.py
-_BUILTIN_CALLABLES.add(collections.OrderedDict)  # a DictValue of that type (construct_builtin_type)
+# collections.OrderedDict is a ClassValue: values/collections_values.py builds it (stdlib.CLASS_CALLS)
 
 
 def _item(source, index):

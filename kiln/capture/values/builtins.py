@@ -41,6 +41,10 @@ class BuiltinValue(KnownFunctionValue):
             return ObjectNew()
         if self.fn is itertools.chain and name == "from_iterable":
             return BuiltinValue(itertools.chain.from_iterable)
+        if self.fn is dict and name == "fromkeys":
+            from kiln.capture.values.collections_values import FromKeysValue
+
+            return FromKeysValue(dict)
         return super().getattr(tx, name)
 
     def call(self, tx, args: list[Value], kwargs: dict[str, Value]) -> Value:
@@ -51,6 +55,10 @@ class BuiltinValue(KnownFunctionValue):
             if any(isinstance(a, NDArrayValue) for a in args):  # abs(a), pow(a, 2): NumPy's ufuncs
                 return builtin_on_arrays(tx, fn, args)
         handler = _HANDLERS.get(fn)
+        if handler is None:
+            from kiln.capture.values.stdlib import BUILTIN_CALLS  # functools, collections (values/stdlib.py)
+
+            handler = BUILTIN_CALLS.get(fn)
         if handler is not None:
             result = handler(tx, *args, **kwargs)
             if result is not NotImplemented:
@@ -273,7 +281,25 @@ def construct_builtin_type(tx, cls, args, kwargs) -> Value:
     if cls is list:
         return ListValue(tx.items(args[0]) if args else [])
     if cls in (set, frozenset):
-        return SetValue(tx.items(args[0]) if args else [])
+        from kiln.capture.values.set_order import real_operand
+
+        if not args:
+            return SetValue([], kind=cls)
+        source = args[0]
+        from kiln.capture.values.iterators import IteratorValue
+
+        if isinstance(source, IteratorValue):  # consumed once: its items, in order
+            source = ListValue(tx.items(source))
+        operand = real_operand(tx, source)
+        added = list(operand) if isinstance(operand, (list, tuple, str, dict)) else None
+        values = {}
+        if isinstance(source, SetValue):
+            values = dict(source.members)
+        elif isinstance(source, (SequenceValue, ListValue)):
+            from kiln.capture.values.containers import set_key
+
+            values = {set_key(tx, v): v for v in reversed(source.elements)}  # the first of equal ones
+        return SetValue.from_real(cls(operand), added, values)  # CPython's order (values/set_order.py)
     if cls is dict or (issubclass(cls, dict) and cls.__module__ == "collections"):
         entries = {}
         if args:

@@ -156,11 +156,18 @@ class ListValue(SequenceValue):
             self._check_mutable(tx, "list.remove")
             del self.elements[found]
             return ConstantValue(None)
-        if name == "sort" and self.is_constant():
+        if name == "sort" and not args and set(kwargs) <= {"key", "reverse"}:
+            # Python's own sort over traced comparisons (values/ordering.py); the list looks empty to
+            # the key function meanwhile, as in CPython
+            from kiln.capture.values.ordering import sort_values
+
             self._check_mutable(tx, "list.sort")
-            values = self.as_constant()
-            values.sort(**{k: v.as_constant() for k, v in kwargs.items()})
-            self.elements = [ConstantValue(v) for v in values]
+            reverse = kwargs.get("reverse")
+            items, self.elements = self.elements, []
+            ordered = sort_values(tx, items, kwargs.get("key"), bool(reverse and reverse.as_constant()))
+            if self.elements:
+                unsupported("list modified during sort (ValueError)")
+            self.elements = ordered
             return ConstantValue(None)
         unsupported(f"list.{name}")
 
@@ -415,6 +422,32 @@ def _object_key(tx, key: Value) -> ObjectKey:
     return ObjectKey(key, ("object", id(real)))
 
 
+class TensorKey:
+    """A tensor as a set member: hashed and compared by identity, as tensors are. Two values stand for
+    the same tensor object exactly when they share their fake tensor (inputs of one object are one
+    input, held tensors are memoized, in-place ops return their input's fake)."""
+
+    __slots__ = ("example",)
+
+    def __init__(self, example):
+        self.example = example
+
+    def __hash__(self) -> int:
+        return id(self.example)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, TensorKey) and other.example is self.example
+
+
+def set_key(tx, value: Value) -> Any:
+    """The key of a set member: a constant, or a tensor by identity (TensorKey)."""
+    from kiln.capture.values.tensors import TensorValue
+
+    if isinstance(value, TensorValue):
+        return TensorKey(value.example)
+    return dict_key(tx, value)
+
+
 class DictValue(Value):
     def __init__(self, entries: dict[Any, Value], dict_type: type = dict, source=None, created_here: bool = True):
         self.entries = dict(entries)
@@ -540,30 +573,60 @@ class DictValue(Value):
 
 
 class SetValue(Value):
-    def __init__(self, members: list[Value], created_here: bool = True, source=None):
+    """A set or frozenset of constants. Its iteration order is CPython's: a set made while tracing keeps
+    a real set of its members (`order`) changed by the same operations in the same order, and
+    operators run on those real sets; a set from the frame iterates in the real object's order,
+    guarded (values/set_order.py)."""
+
+    def __init__(self, members: list[Value], created_here: bool = True, source=None, kind: type = set,
+                 real=None, outside=None):
         self.members: dict[Any, Value] = {}
+        self.kind = kind
+        self.order = (set() if real is None else real) if created_here else None
+        self.outside = outside  # the real set from the frame (read, never changed while tracing)
         for m in members:
-            self.members.setdefault(dict_key(None, m), m)
+            key = set_key(None, m)
+            self.members.setdefault(key, m)
+            if self.order is not None and real is None:
+                self.order.add(key)
         self.created_here = created_here
         self.source = source
 
+    @classmethod
+    def from_real(cls, real, added: list | None = None, values: dict | None = None) -> "SetValue":
+        """The result of a set operation computed on real sets (its order is the real one's). `added`:
+        the members in the order they were added, where known (a rebuild replays it); `values`: the
+        symbolic value of each key (tensors), else constants."""
+        keys = [k for k in dict.fromkeys(added) if k in real] if added is not None else list(real)
+        values = values or {}
+        return cls([values.get(k) or ConstantValue(k) for k in keys], kind=type(real), real=real)
+
     def python_type(self) -> type:
-        return set
+        return self.kind
+
+    def has_tensors(self) -> bool:
+        return any(type(k) is TensorKey for k in self.members)
+
+    def has_identity_members(self) -> bool:
+        """Members hashed by identity (tensors, Python objects): their set order follows addresses."""
+        return any(type(k) in (TensorKey, ObjectKey) for k in self.members)
 
     def is_constant(self) -> bool:
-        return not any(isinstance(k, ObjectKey) for k in self.members)
+        return not self.has_identity_members()
 
     def as_constant(self):
-        return set(self.members)
+        if self.has_tensors():
+            unsupported("a set of tensors is not a constant")
+        return self.kind(self.members)
+
+    def real(self, tx=None):
+        """A real set with this one's members and iteration order."""
+        from kiln.capture.values.set_order import real_set
+
+        return real_set(tx, self)
 
     def items(self, tx) -> list[Value]:
-        if not self.created_here:
-            return list(self.members.values())  # read from the real set, in its order
-        # a set made here iterates in the order a real set built by the same insertions has
-        real = set()
-        for key in self.members:
-            real.add(key)
-        return [self.members[key] for key in real]
+        return [self.members[k] for k in self.real(tx)]
 
     def truth(self, tx) -> bool:
         return bool(self.members)
@@ -575,48 +638,75 @@ class SetValue(Value):
 
     def _check_mutable(self, tx, what: str) -> None:
         note_mutation(tx, self)
+        if self.kind is frozenset:
+            unsupported(f"'frozenset' object has no attribute {what.split('.')[-1]!r}")
         if not self.created_here:
             if self.source is None or tx is None:
                 unsupported(f"{what} on a set kiln cannot locate after the graph runs")
+            self.outside = None  # its order after the replayed change is not known while tracing
             tx.output.side_effects.container_changed(self)  # the new members replace the old after the graph
+
+    def _add(self, key, value: Value) -> None:
+        self.members.setdefault(key, value)
+        if self.order is not None:
+            self.order.add(key)
+
+    def _discard(self, key) -> None:
+        self.members.pop(key, None)
+        if self.order is not None:
+            self.order.discard(key)
 
     def call_method(self, tx, name, args, kwargs):
         if name in ("add", "update", "discard", "remove", "clear") and not kwargs:
             self._check_mutable(tx, f"set.{name}")
         if name == "add":
-            self.members.setdefault(dict_key(tx, args[0]), args[0])
+            self._add(set_key(tx, args[0]), args[0])
             return ConstantValue(None)
         if name == "__contains__":
-            return ConstantValue(dict_key(tx, args[0]) in self.members)
+            return ConstantValue(set_key(tx, args[0]) in self.members)
         if name == "update":
+            if self.order is not None:  # CPython's update depends on the argument's kind (set_order.py)
+                from kiln.capture.values.set_order import real_operand
+
+                self.order.update(*[real_operand(tx, a) for a in args])
             for arg in args:
                 for v in arg.items(tx):
-                    self.members.setdefault(dict_key(tx, v), v)
+                    self.members.setdefault(set_key(tx, v), v)
             return ConstantValue(None)
         if name in ("discard", "remove") and len(args) == 1:
-            key = dict_key(tx, args[0])
+            key = set_key(tx, args[0])
             if key not in self.members and name == "remove":
                 unsupported(f"KeyError: {key!r} (set.remove)")
-            self.members.pop(key, None)
+            self._discard(key)
             return ConstantValue(None)
         if name == "clear" and not args:
             self.members.clear()
+            if self.order is not None:
+                self.order.clear()
             return ConstantValue(None)
         if name == "__len__":
             return ConstantValue(len(self.members))
-        if all(a.is_constant() for a in args) and name in ("union", "intersection", "difference", "issubset", "issuperset"):
-            from kiln.capture.values.builder import wrap_constant_result
+        if name in ("union", "intersection", "difference", "symmetric_difference", "issubset", "issuperset",
+                    "isdisjoint", "copy") and not kwargs:
+            from kiln.capture.values.set_order import set_method
 
-            return wrap_constant_result(getattr(self.as_constant(), name)(*[a.as_constant() for a in args]))
+            return set_method(tx, self, name, args)
         unsupported(f"set.{name}")
 
     def reconstruct(self, cg) -> None:
         if not self.created_here and self.source is not None:
             self.source.emit(cg)  # the same object (its new members, if any, are a recorded side effect)
             return
-        for v in self.members.values():
-            cg.reconstruct(v)
-        cg.build(set, len(self.members))
+        from kiln.capture.values.set_order import rebuild_order
+
+        order = rebuild_order(self)
+        if self.kind is frozenset:
+            cg.prepare_call(frozenset)
+        for key in order:
+            cg.reconstruct(self.members[key])
+        cg.build(set if self.kind is set else tuple, len(order))  # frozenset((...)): added in order
+        if self.kind is frozenset:
+            cg.call(1)
 
 
 class SliceValue(Value):

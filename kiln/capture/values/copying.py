@@ -52,6 +52,24 @@ def call_copy(tx, fn, args: list[Value], kwargs: dict[str, Value]) -> Value:
 
 # ---- shallow copies -------------------------------------------------------------------------------
 
+def _plain_dict(x: Value, kind: type) -> bool:
+    """A dict or an OrderedDict (no factory, no counts: copied entry by entry)."""
+    from kiln.capture.values.collections_values import OrderedDictValue
+    from kiln.capture.values.containers import DictValue
+
+    return (type(x) is DictValue and kind in (dict, collections.OrderedDict)) or \
+        (type(x) is OrderedDictValue and kind is collections.OrderedDict)
+
+
+def _new_dict(entries: dict, kind: type) -> Value:
+    from kiln.capture.values.collections_values import OrderedDictValue
+    from kiln.capture.values.containers import DictValue
+
+    if kind is collections.OrderedDict:
+        return OrderedDictValue(entries, kind)
+    return DictValue(entries, dict_type=kind)
+
+
 def shallow_copy(tx, x: Value) -> Value:
     from kiln.capture.values.containers import DictValue, ListValue, NamedTupleValue, SetValue, TupleValue
     from kiln.capture.values.objects import NewObjectValue, UserObjectValue
@@ -61,8 +79,8 @@ def shallow_copy(tx, x: Value) -> Value:
         return x  # copy._copy_immutable
     if type(x) is ListValue:
         return ListValue(list(tx.items(x)))
-    if type(x) is DictValue and kind in (dict, collections.OrderedDict):
-        return DictValue(dict(x.entries), dict_type=kind)
+    if _plain_dict(x, kind):
+        return _new_dict(dict(x.entries), kind)
     if type(x) is SetValue:
         return SetValue(list(x.members.values()))
     if type(x) is NamedTupleValue and _plain_namedtuple(kind):
@@ -122,8 +140,8 @@ class _DeepCopier:
             self.memo[key] = y
             y.elements.extend(self.copy(v) for v in self.tx.items(x))
             return y
-        if type(x) is DictValue and kind in (dict, collections.OrderedDict):
-            y = DictValue({}, dict_type=kind)
+        if _plain_dict(x, kind):
+            y = _new_dict({}, kind)
             self.memo[key] = y
             for k, v in list(x.entries.items()):
                 y.entries[self._copy_key(k)] = self.copy(v)

@@ -126,6 +126,7 @@ class NestedFunctionValue(Value):
         self.kwdefault_values = kwdefaults
         self.closure = closure or ()
         self.source = None
+        self.attrs: dict[str, Value] = {}  # attributes set while tracing (functools.wraps)
 
     def python_type(self) -> type:
         return types.FunctionType
@@ -133,7 +134,35 @@ class NestedFunctionValue(Value):
     def get_code(self):
         return self.code
 
+    def set_function_attr(self, name: str, value: Value) -> None:
+        self.attrs[name] = value
+
+    def function_attr(self, tx, name: str) -> Value | None:
+        """getattr(fn, name) for the attributes functools.wraps copies (None: no such attribute)."""
+        if name in self.attrs:
+            return self.attrs[name]
+        if name == "__doc__":  # what CPython's function constructor takes from the code's constants
+            return ConstantValue(types.FunctionType(self.code, {}, None, None,
+                                                    tuple(types.CellType() for _ in self.code.co_freevars)).__doc__)
+        if name == "__annotations__":
+            if self.has_annotations:
+                unsupported(f"functools.wraps of {self.qualname}, which has annotations")
+            from kiln.capture.values.containers import DictValue
+
+            return DictValue({})
+        if name == "__type_params__":
+            return ConstantValue(())
+        if name == "__dict__":
+            return None
+        return self.getattr(tx, name)
+
+    has_annotations = False
+
     def getattr(self, tx, name: str) -> Value:
+        if name in self.attrs:
+            return self.attrs[name]
+        if name == "__doc__":
+            return self.function_attr(tx, name)
         if name in ("__name__", "__qualname__"):
             return ConstantValue(self.code.co_name if name == "__name__" else self.qualname)
         if name == "__module__":
@@ -153,6 +182,8 @@ class NestedFunctionValue(Value):
         """Build the function for real: same code, globals, defaults and (rebuilt) closure cells."""
         from kiln.capture.values.containers import DictValue, TupleValue
 
+        if self.attrs:  # attributes set while tracing (functools.wraps)
+            cg.prepare_call(set_function_attrs)
         cg.prepare_call(make_function)
         cg.load_const(self.code)
         cg.load_const(self.f_globals)
@@ -163,6 +194,9 @@ class NestedFunctionValue(Value):
             cg.reconstruct(cell)
         cg.build(tuple, len(self.closure))
         cg.call(6)
+        if self.attrs:
+            cg.reconstruct(DictValue(dict(self.attrs)))
+            cg.call(2)
 
     def __repr__(self) -> str:
         return f"NestedFunction({self.qualname})"
@@ -171,6 +205,13 @@ class NestedFunctionValue(Value):
 def set_cell_contents(cell, value) -> None:
     """The runtime half of rebuilding a closure cell made while tracing (codegen._rebuild_cell)."""
     cell.cell_contents = value
+
+
+def set_function_attrs(fn, attrs: dict):
+    """The runtime half of attributes set while tracing (functools.wraps): set them, return fn."""
+    for name, value in attrs.items():
+        setattr(fn, name, value)
+    return fn
 
 
 def make_function(code, f_globals, qualname, defaults, kwdefaults, closure):
@@ -219,8 +260,31 @@ class UserMethodValue(Value):
 
 
 class PartialValue(Value):
+    """functools.partial(fn, *args, **kwargs): made while tracing (values/functools_values.py) or read from
+    the frame through its func/args/keywords."""
+
     def __init__(self, fn: Value, args: list[Value], kwargs: dict[str, Value], source=None):
         self.fn, self.args, self.kwargs, self.source = fn, args, kwargs, source
+
+    def child_values(self) -> list[Value]:
+        return [self.fn, *self.args, *self.kwargs.values()]
+
+    @property
+    def has_identity(self) -> bool:
+        return self.source is None  # one object however many places hold it (codegen.reconstruct)
+
+    def reconstruct(self, cg) -> None:
+        if self.source is not None:
+            self.source.emit(cg)
+            return
+        from kiln.capture.values.containers import DictValue, TupleValue
+        from kiln.capture.values.functools_values import rebuild_partial
+
+        cg.prepare_call(rebuild_partial)
+        cg.reconstruct(self.fn)
+        cg.reconstruct(TupleValue(list(self.args)))
+        cg.reconstruct(DictValue(dict(self.kwargs)))
+        cg.call(3)
 
     def python_type(self) -> type:
         return functools.partial

@@ -164,7 +164,10 @@ def _minmax(fn):
         if any(isinstance(v, TensorValue) for v in keys):
             unsupported(f"{fn.__name__}() of tensors compares their data",
                         hint=f"use torch.{'maximum' if fn is max else 'minimum'} instead")
-        unsupported(f"{fn.__name__}() of values kiln cannot compare while tracing")
+        from kiln.capture.values.ordering import order_proxies
+
+        proxies = order_proxies(keys)  # Python's own min/max over comparisons decided while tracing
+        return items[fn(range(len(items)), key=proxies.__getitem__)]
     return handler
 
 
@@ -195,7 +198,10 @@ def _sorted(tx, iterable, key=None, reverse=None):
         except Exception as exc:
             unsupported(f"sorted() raised {type(exc).__name__}: {exc}")
         return ListValue([items[i] for i in order])
-    unsupported("sorted() of values that are not constants")
+    from kiln.capture.values.ordering import order_proxies
+
+    proxies = order_proxies(keys)  # Python's own (stable) sort over comparisons decided while tracing
+    return ListValue([items[i] for i in sorted(range(len(items)), key=proxies.__getitem__, reverse=rev)])
 
 
 def _len_of_view(tx, obj, **kw):

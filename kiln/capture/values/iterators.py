@@ -15,6 +15,8 @@ their end, nn.Module's iterators).
 """
 from __future__ import annotations
 
+import collections
+
 from kiln.capture.values.base import ConstantValue, Value, method_or_unsupported, note_mutation, unsupported
 
 MAX_DRAINED = 100_000  # draining more than this many items (an infinite iterator) breaks the graph
@@ -508,6 +510,9 @@ class EnumerateIterator(IteratorValue):
 
 # ---- iter() -----------------------------------------------------------------------------------------------
 
+_COLLECTION_DICT_TYPES = (collections.OrderedDict, collections.defaultdict, collections.Counter)
+
+
 def make_iterator(tx, value: Value) -> IteratorValue:
     """iter(value) as GET_ITER and the consumers (zip, map, sum, ...) do it."""
     from kiln.capture.values.containers import DictValue, ListValue, SequenceValue, SetValue
@@ -519,8 +524,8 @@ def make_iterator(tx, value: Value) -> IteratorValue:
         return SequenceIterator(value, type(iter([])))
     if isinstance(value, SequenceValue):
         return SequenceIterator(value, type(iter(())))
-    if isinstance(value, DictValue) and type(value) is DictValue:
-        return DictIterator(value, "keys")
+    if isinstance(value, DictValue) and (type(value) is DictValue or value.dict_type in _COLLECTION_DICT_TYPES):
+        return DictIterator(value, "keys")  # dicts, and collections' OrderedDict/defaultdict/Counter
     if isinstance(value, DictViewValue):
         return value.iterate()
     if isinstance(value, SetValue):

@@ -213,6 +213,11 @@ class ClassValue(Value):
 
             if _generated_member(self.cls, "_make"):
                 return NamedTupleMake(self.cls)
+        from kiln.capture.values.collections_values import class_attribute_hook
+
+        special = class_attribute_hook(self.cls, name)  # OrderedDict.fromkeys
+        if special is not None:
+            return special
         for klass in self.cls.__mro__:
             if name in vars(klass):
                 attr = vars(klass)[name]
@@ -231,6 +236,11 @@ class ClassValue(Value):
         from kiln.capture.values.builtins import construct_builtin_type
 
         cls = self.cls
+        from kiln.capture.values.stdlib import CLASS_CALLS  # functools.partial, collections (values/stdlib.py)
+
+        special = CLASS_CALLS.get(cls)
+        if special is not None:
+            return special(tx, args, kwargs)
         from kiln.capture.values.contexts import make_context_manager
 
         context = make_context_manager(tx, cls, args, kwargs)

@@ -33,6 +33,11 @@ def binary_op(tx, op: Callable, a: Value, b: Value) -> Value:
             op = INPLACE_TO_PLAIN[op]  # number += tensor rebinds the name to a new tensor
         return tx.output.call("call_function", op, [a, b], {})
     plain = INPLACE_TO_PLAIN.get(op, op)
+    for value, other, reflected in ((a, b, False), (b, a, True)):
+        if hasattr(value, "binary"):  # values with their own operators (collections' containers)
+            result = value.binary(tx, plain if reflected else op, other, reflected)
+            if result is not NotImplemented:
+                return result
     if plain in PURE_OPERATORS:
         deferred = defer(plain, [a, b])  # e.g. a step counter or an item() result: no guard on its value
         if deferred is not None:
@@ -62,9 +67,11 @@ def binary_op(tx, op: Callable, a: Value, b: Value) -> Value:
         return (ListValue if a.python_kind is list else TupleValue)(a.elements * b.as_constant())
     if isinstance(b, SequenceValue) and plain is operator.mul and a.is_constant():
         return (ListValue if b.python_kind is list else TupleValue)(b.elements * a.as_constant())
-    if isinstance(a, SetValue) and isinstance(b, SetValue) and plain in (operator.or_, operator.and_,
-                                                                         operator.sub, operator.xor):
-        return SetValue([ConstantValue(v) for v in plain(a.as_constant(), b.as_constant())])
+    if (isinstance(a, SetValue) or isinstance(b, SetValue)) and _set_like(a) and _set_like(b) and \
+            plain in (operator.or_, operator.and_, operator.sub, operator.xor):
+        from kiln.capture.values.set_order import set_binary
+
+        return set_binary(tx, plain, a, b)  # on real sets: the result iterates as eager's (set_order.py)
     if isinstance(a, DictValue) and isinstance(b, DictValue) and plain is operator.or_:
         return DictValue({**a.entries, **b.entries})
     if isinstance(a, DictViewValue) or isinstance(b, DictViewValue):
@@ -223,6 +230,23 @@ def _tuple_items(v: Value) -> list[Value]:
     return list(v.elements) if isinstance(v, SequenceValue) else [ConstantValue(x) for x in v.as_constant()]
 
 
+def check_tensor_identity_guarded(tx, tensors: list) -> None:
+    """Identity between a tensor passed in and a tensor a module holds is not guarded (a later call may
+    pass the parameter itself, or stop passing it): comparing such a pair breaks the graph."""
+    output = tx.output
+    inputs = {id(v.example) for v in output._input_values}
+    held = {id(n.meta.get("example_value")) for n in output.graph.nodes if n.op == "get_attr"}
+    kinds = {"input" if id(t.example) in inputs else "held" if id(t.example) in held else "other"
+             for t in tensors}
+    if {"input", "held"} <= kinds:
+        unsupported("comparing the identity of a tensor passed in with one a module holds (not guarded)",
+                    hint="kiln runs the comparison as Python")
+
+
+def _set_like(v: Value) -> bool:
+    return isinstance(v, SetValue) or v.is_constant() and isinstance(v.as_constant(), (set, frozenset))
+
+
 def _definite_object(v: Value) -> bool:
     """Values that stand for one known object (so `is` between them can be decided while tracing)."""
     from kiln.capture.values.base import KnownFunctionValue
@@ -286,6 +310,11 @@ def is_op(tx, a: Value, b: Value) -> bool:
     if a.is_constant() and b.is_constant() and not isinstance(a, (SequenceValue, DictValue, SetValue)) \
             and not isinstance(b, (SequenceValue, DictValue, SetValue)):
         return a.as_constant() is b.as_constant()
+    if isinstance(a, TensorValue) and isinstance(b, TensorValue):
+        # one tensor object is one fake tensor: inputs of one object are one input, held tensors are
+        # memoized, in-place ops (and no-op conversions) return their input's (containers.TensorKey)
+        check_tensor_identity_guarded(tx, [a, b])
+        return a.example is b.example
     if not (_definite_object(a) and _definite_object(b)):
         unsupported(f"`is` between {a} and {b}: kiln does not know what object each one is")
     if a.is_constant() and a.as_constant() is None or b.is_constant() and b.as_constant() is None:
@@ -303,10 +332,14 @@ def is_op(tx, a: Value, b: Value) -> bool:
 
 def contains_op(tx, item: Value, container: Value) -> bool:
     if isinstance(container, (DictValue, SetValue)):
-        from kiln.capture.values.containers import dict_key
+        from kiln.capture.values.containers import dict_key, set_key
 
-        keys = container.entries if isinstance(container, DictValue) else container.members
-        return dict_key(tx, item) in keys
+        if isinstance(container, SetValue):
+            if isinstance(item, TensorValue) and container.has_tensors():
+                check_tensor_identity_guarded(tx, [item, *[m for m in container.members.values()
+                                                          if isinstance(m, TensorValue)]])
+            return set_key(tx, item) in container.members  # tensors by identity
+        return dict_key(tx, item) in container.entries
     if isinstance(container, TensorValue) or isinstance(item, TensorValue) and not isinstance(container, SequenceValue):
         unsupported("`in` on a tensor depends on its data")
     if container.is_constant() and item.is_constant():

@@ -126,6 +126,10 @@ class TensorMethodValue(Value):
             return ConstantValue(None)
         if name == "requires_grad_":
             unsupported("Tensor.requires_grad_() inside a compiled function")
+        if name == "is_inference" and not args and not kwargs:
+            from kiln.capture.values.inference import tensor_is_inference
+
+            return tensor_is_inference(tx, self.tensor)  # guarded, or a break (values/inference.py)
         return tx.output.call("call_method", name, [self.tensor, *args], kwargs)
 
     def reconstruct(self, cg) -> None:

@@ -112,6 +112,10 @@ class TorchFunctionValue(KnownFunctionValue):
             unsupported(f"torch.{getattr(fn, '__name__', fn)} changes global state or needs tensor data")
         if fn is torch.is_grad_enabled:
             return ConstantValue(tx.output.grad_enabled)  # the mode at this point of the graph
+        if fn is torch.is_inference_mode_enabled:
+            from kiln.capture.values.inference import inference_mode_enabled
+
+            return inference_mode_enabled(tx)  # guarded (values/inference.py)
         if fn in _HAS_TORCH_FUNCTION:
             return ConstantValue(has_torch_function(args))
         if fn in (torch.is_autocast_enabled, torch.get_autocast_dtype) and all(a.is_constant() for a in args):

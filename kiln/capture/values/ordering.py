@@ -1,0 +1,86 @@
+"""Ordering symbolic values: sorted(), min(), max() with or without key=.
+
+Python's own sort/min/max run over proxies (`_Ordered`) whose comparisons are decided while tracing:
+constants compare as themselves; tuples and lists compare as CPython does (the first position whose
+items differ, found with identity then `==`; then `<`/`>` there, or the lengths); anything that would
+compare tensor data or objects kiln cannot order breaks the graph. So `sorted(d.items())` with tensor
+values (keys differ, values never compared), `max(xs, key=lambda t: t.shape[0])` and ties (stable:
+the first of equal items) give eager's order exactly. Keys are computed first, in item order, as
+sorted() does; min()/max() interleave key calls and comparisons, which is invisible because the
+comparisons have no effects.
+"""
+from __future__ import annotations
+
+import operator
+
+from kiln.capture.values.base import Value, unsupported
+
+
+def _equal(a: Value, b: Value) -> bool:
+    if a is b:
+        return True
+    if a.is_constant() and b.is_constant():
+        return bool(a.as_constant() == b.as_constant())
+    from kiln.capture.values.containers import SequenceValue
+
+    if isinstance(a, SequenceValue) and isinstance(b, SequenceValue) and a.python_kind is b.python_kind:
+        return len(a.elements) == len(b.elements) and all(_equal(x, y) for x, y in zip(a.elements, b.elements))
+    unsupported(f"comparing {a} with {b} while ordering: kiln cannot decide it without tensor data",
+                hint="sort by a key= that gives numbers or strings")
+
+
+def _compare(op, a: Value, b: Value) -> bool:
+    from kiln.capture.values.containers import SequenceValue
+
+    if a.is_constant() and b.is_constant():
+        try:
+            return bool(op(a.as_constant(), b.as_constant()))
+        except TypeError as exc:
+            unsupported(f"ordering raised TypeError: {exc}")
+    if isinstance(a, SequenceValue) and isinstance(b, SequenceValue) and a.python_kind is b.python_kind:
+        for x, y in zip(a.elements, b.elements):
+            if not _equal(x, y):
+                return _compare(op, x, y)
+        return op(len(a.elements), len(b.elements))
+    unsupported(f"ordering {a} and {b}: kiln cannot compare them without tensor data",
+                hint="sort by a key= that gives numbers or strings")
+
+
+class _Ordered:
+    __slots__ = ("value",)
+
+    def __init__(self, value: Value):
+        self.value = value
+
+    def __lt__(self, other):
+        return _compare(operator.lt, self.value, other.value)
+
+    def __gt__(self, other):
+        return _compare(operator.gt, self.value, other.value)
+
+
+def _keys(tx, items: list[Value], key: Value | None) -> list:
+    if key is None or key.is_constant() and key.as_constant() is None:
+        return [_Ordered(v) for v in items]
+    return order_proxies([key.call(tx, [v], {}) for v in items])
+
+
+def order_proxies(keys: list[Value]) -> list:
+    """Objects Python's sort/min/max can order for already computed key values (functools.cmp_to_key's
+    keys order themselves through the traced comparison function)."""
+    return [k.as_constant() if type(k).__name__ == "_CmpKeyValue" else _Ordered(k) for k in keys]
+
+
+def sort_values(tx, items: list[Value], key: Value | None, reverse: bool) -> list[Value]:
+    proxies = _keys(tx, items, key)
+    order = sorted(range(len(items)), key=lambda i: proxies[i], reverse=reverse)
+    return [items[i] for i in order]
+
+
+def min_max(tx, fn, items: list[Value], key: Value | None, default: Value | None) -> Value:
+    if not items:
+        if default is not None:
+            return default
+        unsupported(f"{fn.__name__}() of an empty sequence (ValueError)")
+    proxies = _keys(tx, items, key)
+    return items[fn(range(len(items)), key=lambda i: proxies[i])]

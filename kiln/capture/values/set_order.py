@@ -1,0 +1,123 @@
+"""The iteration order of sets (values/containers.SetValue): CPython iterates a set in the order of its
+hash table, which depends on the members' hashes (strings' are randomized per process) and on the
+history of insertions and deletions. kiln computes it with real sets:
+
+- a set made while tracing keeps a real set of its members (`SetValue.order`), changed by the same
+  operations in the same order as the program changes it; operators and methods (|, &, -, ^, union,
+  ...) run on those real sets, so results come out in the order eager's would;
+- a set from the frame iterates in the real object's order, guarded by `list(s) == [...]`
+  (`SetOrderSource`), besides the guard on its members; changed while tracing (a recorded side effect
+  replayed after the graph), its later order is not known: iterating it then breaks the graph;
+- rebuilt after the graph (a set made while tracing that escapes), BUILD_SET adds the members in
+  order; kiln checks on real sets that this gives the same order, and breaks otherwise.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from kiln.capture.sources import Source
+from kiln.capture.values.base import ConstantValue, Value, unsupported
+
+
+@dataclasses.dataclass(frozen=True)
+class SetOrderSource(Source):
+    """`list(base)`: a set's members in iteration order."""
+
+    base: Source
+
+    def name(self) -> str:
+        return f"___list({self.base.name()})"
+
+    def emit(self, cg) -> None:
+        cg.prepare_call(list)
+        self.base.emit(cg)
+        cg.call(1)
+
+
+def real_set(tx, value, iterating: bool = True) -> set:
+    """A real set (or frozenset) with `value`'s members in its iteration order."""
+    if iterating and value.has_identity_members() and len(value.members) > 1:
+        unsupported("iterating over a set of tensors or objects: their order follows their memory addresses",
+                    hint="kiln runs it as Python")
+    if value.order is not None:
+        return value.order
+    if value.outside is None:
+        unsupported("iterating over a set from outside after changing it: kiln does not know its new "
+                    "order", hint="kiln runs it as Python")
+    if tx is not None and value.source is not None and len(value.outside) > 1:
+        tx.output.guards.constant(SetOrderSource(value.source), list(value.outside))
+    return value.outside
+
+
+def set_method(tx, value, name: str, args: list[Value]) -> Value:
+    """set.union/intersection/... on real sets (the result's order is the real one's)."""
+    from kiln.capture.values.containers import SetValue
+
+    real_args = [real_operand(tx, a) for a in args]
+    result = getattr(real_set(tx, value, iterating=False), name)(*real_args)
+    if isinstance(result, (set, frozenset)):
+        return SetValue.from_real(result, values=_member_values(tx, [value, *args]))
+    return ConstantValue(result)
+
+
+def _member_values(tx, operands) -> dict:
+    """key -> value of every member of the operands (a result's members are among them)."""
+    from kiln.capture.values.containers import SetValue
+
+    found = {}
+    for v in operands:
+        if isinstance(v, SetValue):
+            found.update(v.members)
+    return found
+
+
+def set_binary(tx, op, a, b) -> Value:
+    """a | b, a & b, a - b, a ^ b of two sets, computed on real sets."""
+    from kiln.capture.values.containers import SetValue
+
+    try:
+        result = op(real_operand(tx, a), real_operand(tx, b))
+    except TypeError as exc:
+        unsupported(f"set operator raised TypeError: {exc}")
+    return SetValue.from_real(result, values=_member_values(tx, [a, b]))
+
+
+def real_operand(tx, v: Value):
+    """What CPython's set code would get for `v`: a real set (same order) for sets, a real dict for
+    dicts (their update path resizes first), constants as themselves, else the keys in order."""
+    from kiln.capture.values.containers import DictValue, SetValue
+
+    if isinstance(v, SetValue):
+        return real_set(tx, v, iterating=False)
+    if isinstance(v, DictValue):
+        return dict.fromkeys(v.entries)
+    if v.is_constant():
+        return v.as_constant()
+    return [_key(tx, item) for item in tx.items(v)]
+
+
+def _key(tx, item: Value):
+    from kiln.capture.values.containers import set_key
+
+    return set_key(tx, item)
+
+
+def rebuild_order(value) -> list:
+    """The member keys in the order BUILD_SET must add them, checked to give the same iteration order."""
+    if value.order is None or value.has_tensors():  # tensors: the order follows run-time addresses
+        return list(value.members)
+    wanted = list(value.order)
+    # BUILD_SET adds the members one by one (frozenset(tuple) too): replaying the order they were added
+    # in (the members dict keeps it) gives the same table when nothing was removed; else try the order
+    for candidate in (list(value.members), wanted):
+        if list(value.kind(tuple(candidate))) == wanted and _built_one_by_one(candidate) == wanted:
+            return candidate
+    unsupported("rebuilding a set after the graph would change its iteration order",
+                hint="kiln runs the code that made it as Python")
+
+
+def _built_one_by_one(keys: list) -> list:
+    rebuilt = set()
+    for key in keys:
+        rebuilt.add(key)
+    return list(rebuilt)

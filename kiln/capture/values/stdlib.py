@@ -1,0 +1,25 @@
+"""Standard-library callables kiln models, by identity: the tables the generic lookups consult.
+
+- `BUILTIN_CALLS`: C functions (functools.reduce, ...) called through `BuiltinValue`.
+- `CLASS_CALLS`: classes whose construction kiln models (functools.partial, collections types).
+- `LIBRARY_CALLS`: Python functions of skipped files (functools.wraps, ...) kiln answers itself.
+Each handler takes (tx, args, kwargs) except BUILTIN_CALLS' (tx, *args, **kwargs), as builtins' own.
+"""
+from __future__ import annotations
+
+import contextlib
+
+from kiln.capture.values import collections_values, functools_values, generator_contexts
+
+BUILTIN_CALLS: dict = {**functools_values.BUILTIN_HANDLERS, **collections_values.BUILTIN_HANDLERS}
+CLASS_CALLS: dict = {**collections_values.CLASS_HANDLERS,
+                     __import__("functools").partial: functools_values.make_partial}
+LIBRARY_CALLS: dict = {**functools_values.LIBRARY_FUNCTION_HANDLERS,
+                       contextlib.contextmanager: generator_contexts.contextmanager_handler}
+# Python functions of skipped files recognized by code object (a new function per decoration), called
+# with (tx, fn_value, args, kwargs)
+LIBRARY_CODES: dict = {generator_contexts.HELPER_CODE: generator_contexts.call_contextmanager_helper}
+
+
+def register_builtin_handlers(handlers: dict) -> None:
+    handlers.update(BUILTIN_CALLS)
