@@ -124,3 +124,42 @@ def test_exception_leaving_the_frame_is_raised_as_in_eager(reraise):
     reset()
     with pytest.raises(expected):
         compile_fn(fn, "eager")(_t(3), 5)
+
+
+def _raise_value_error():
+    raise ValueError("inner")
+
+
+def test_raise_from_sets_cause_and_context():
+    def fn(x):
+        try:
+            try:
+                {}["a"]
+            except KeyError as e:
+                raise RuntimeError("wrapped") from e
+        except RuntimeError as err:
+            return x * 3, type(err.__cause__).__name__, type(err.__context__).__name__, err.__suppress_context__
+
+    check(fn, _t(2))
+
+
+def test_raise_from_none_and_implicit_context_across_a_call():
+    def fn(x):
+        out = []
+        try:
+            try:
+                [][0]
+            except IndexError:
+                raise KeyError("k") from None
+        except KeyError as err:
+            out.append((err.__cause__ is None, type(err.__context__).__name__, err.__suppress_context__))
+        try:
+            try:
+                {}["z"]
+            except KeyError:
+                _raise_value_error()  # raised in a called function: its context is still the KeyError
+        except ValueError as err:
+            out.append(type(err.__context__).__name__)
+        return x + 1, out
+
+    check(fn, _t(2))

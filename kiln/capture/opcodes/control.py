@@ -73,11 +73,18 @@ def RAISE_VARARGS(tx, inst):
     from kiln.capture.values.exceptions import TracedRaise, exception_to_raise
 
     if inst.arg == 1:
-        raise TracedRaise(exception_to_raise(tx, tx.pop()))
+        raise TracedRaise(exception_to_raise(tx, tx.pop()).raised(tx))
+    if inst.arg == 2:  # raise exc from cause (cause: an exception, a class, or None)
+        cause = tx.pop()
+        exc = exception_to_raise(tx, tx.pop())
+        if not (cause.is_constant() and cause.as_constant() is None):
+            cause = exception_to_raise(tx, cause)
+        else:
+            cause = None
+        raise TracedRaise(exc.raised(tx, cause, with_cause=True))
     if inst.arg == 0 and tx.handled_exceptions:  # a bare `raise` inside an except block
         raise TracedRaise(tx.handled_exceptions[-1])
-    unsupported("raise inside a compiled function" if inst.arg == 0 else "raise ... from ...",
-                hint="kiln runs the raise as Python")
+    unsupported("raise with no exception being handled (RuntimeError)", hint="kiln runs the raise as Python")
 
 
 # Exception handlers (Tracer.unwind jumps into them; see values/exceptions.py).

@@ -28,6 +28,9 @@ class ExceptionValue(Value):
     def __init__(self, cls: type, args: list[Value]):
         self.cls = cls
         self.args = list(args)
+        self.cause: Value | None = None  # raise ... from cause
+        self.context: Value | None = None  # the exception being handled where this one was raised
+        self.suppress_context = False
 
     def python_type(self) -> type:
         return self.cls
@@ -40,19 +43,55 @@ class ExceptionValue(Value):
             return TupleValue(self.args)
         if name == "__class__":
             return ClassValue(self.cls)
+        if name in ("__cause__", "__context__"):
+            found = self.cause if name == "__cause__" else self.context
+            return found if found is not None else ConstantValue(None)
+        if name == "__suppress_context__":
+            return ConstantValue(self.suppress_context)
         unsupported(f"attribute {name!r} of a {self.cls.__name__} raised while tracing")
 
     def truth(self, tx) -> bool:
         return True
 
     def reconstruct(self, cg) -> None:
+        if self.cause is not None or self.context is not None or self.suppress_context:
+            from kiln.capture.values.containers import TupleValue
+
+            cg.prepare_call(rebuild_chained_exception)
+            cg.load_const(self.cls)
+            cg.reconstruct(TupleValue(self.args))
+            cg.reconstruct(self.cause if self.cause is not None else ConstantValue(None))
+            cg.reconstruct(self.context if self.context is not None else ConstantValue(None))
+            cg.load_const(self.suppress_context)
+            cg.call(5)
+            return
         cg.load_const(self.cls)
         for arg in self.args:
             cg.reconstruct(arg)
         cg.call(len(self.args))
 
+    def raised(self, tx, cause: "Value | None" = None, with_cause: bool = False) -> "ExceptionValue":
+        """Record what CPython sets when this exception is raised: __context__ (the exception being
+        handled, if another one) and, for `raise ... from cause`, __cause__ and __suppress_context__."""
+        frame = tx  # the exception being handled is per thread: the innermost frame handling one
+        while frame is not None and not getattr(frame, "handled_exceptions", None):
+            frame = getattr(frame, "parent", None)
+        if frame is not None and frame.handled_exceptions[-1] is not self:
+            self.context = frame.handled_exceptions[-1]
+        if with_cause:
+            self.cause = cause
+            self.suppress_context = True
+        return self
+
     def __repr__(self) -> str:
         return f"Exception({self.cls.__name__})"
+
+
+def rebuild_chained_exception(cls, args, cause, context, suppress_context):
+    """An exception made while tracing, with the chaining attributes the trace gave it."""
+    exc = cls(*args)
+    exc.__cause__, exc.__context__, exc.__suppress_context__ = cause, context, suppress_context
+    return exc
 
 
 class TracedRaise(Unsupported):
