@@ -108,6 +108,12 @@ class TorchFunctionValue(KnownFunctionValue):
             from kiln.capture.values.numpy_values import ndarray_as_tensor
 
             return ndarray_as_tensor(tx, args, kwargs)
+        if fn is torch.as_tensor and len(args) == 1 and not kwargs and type(args[0]).__name__ == "NDArrayValue":
+            from kiln.capture.values.numpy_values import ndarray_as_tensor
+
+            if args[0].scalar:  # a NumPy scalar: a new 0-d tensor of its dtype
+                return tx.output.call("call_function", torch.ops.aten.clone.default, [args[0].tensor], {})
+            return ndarray_as_tensor(tx, args, kwargs)  # an array: shares its memory, as from_numpy
         if fn in _NOT_IN_GRAPH:
             unsupported(f"torch.{getattr(fn, '__name__', fn)} changes global state or needs tensor data")
         if fn is torch.is_grad_enabled:
