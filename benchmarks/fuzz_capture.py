@@ -27,7 +27,10 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 def _init_worker():
     import torch
 
+    from tests.fuzz.runner import limit_memory
+
     torch.set_num_threads(1)
+    limit_memory()
     warnings.simplefilter("ignore")
     os.environ.setdefault("KILN_CACHE_DIR", "/tmp/kiln-fuzz-cache")
 
@@ -46,7 +49,7 @@ def _minimize_one(args):
 
     src, outcome = run_seed(seed)
     sig = outcome.signature()
-    small = minimize(src, lambda s: run_source(s, tag=f"min{seed}").signature() == sig, budget=budget)
+    small = minimize(src, lambda s: run_source(s, tag=f"min{seed}", timeout=5).signature() == sig, budget=budget)
     final = run_source(small, tag=f"min{seed}")
     return seed, outcome, small, final
 
@@ -71,7 +74,14 @@ def main(argv=None) -> int:
     start = time.perf_counter()
     ctx = multiprocessing.get_context("fork")
     with ctx.Pool(args.jobs, initializer=_init_worker, maxtasksperchild=500) as pool:
-        results = sorted(pool.imap_unordered(_run_one, seeds, chunksize=4))
+        results = []
+        for item in pool.imap_unordered(_run_one, seeds, chunksize=4):
+            results.append(item)
+            if len(results) % 250 == 0:
+                bad = sum(o.failed for _, o in results)
+                print(f"  ... {len(results)} programs, {bad} failing, {time.perf_counter() - start:.0f}s",
+                      file=sys.stderr, flush=True)
+        results.sort(key=lambda r: r[0])
         elapsed = time.perf_counter() - start
         by_class: dict = collections.defaultdict(list)
         for seed, o in results:

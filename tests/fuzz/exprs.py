@@ -92,6 +92,9 @@ class Exprs:
                 options.append(lambda o=o: f"{o}.double")
             if spec.has("getitem"):
                 options.append(lambda o=o: f"{o}[{self.pick(['0', '1'])}]")
+        list_helpers = [h for h in self.helpers if h[2] == "LT"]
+        if list_helpers:
+            options.append(lambda: f"{self.call_helper(sc, self.pick(list_helpers), d)}[0]")
         for n in sc.of("NT", "DC"):
             if sc.box(n).cls.has("total"):
                 options.append(lambda n=n: f"{n}.total()")
@@ -107,6 +110,15 @@ class Exprs:
                 args.append(self.i_expr(sc, d - 1))
             elif p == "LT":
                 args.append(self.pick(sc.of("LT")) if sc.of("LT") and self.chance(0.7) else f"[{self.t_leaf(sc)}]")
+        style = self.rng.random()
+        if style < 0.1 and args:
+            return f"{name}(*[{', '.join(args)}])"
+        if style < 0.2 and args:
+            kw = ", ".join(f"{p!r}: {a}" for p, a in zip(self.helper_params[name], args))
+            return f"{name}(**{{{kw}}})"
+        if style < 0.3 and len(args) > 1:
+            return f"{name}({args[0]}, {self.helper_params[name][1]}={args[1]}{''.join(', ' + a for a in args[2:])})" \
+                if len(args) == 2 else f"{name}({', '.join(args)})"
         return f"{name}({', '.join(args)})"
 
     # --- ints -------------------------------------------------------------------------------
@@ -123,6 +135,10 @@ class Exprs:
             lambda: f"len({t()})",
             lambda: f"len({t()}.size())",
             lambda: f"{t()}.T.shape[0]",
+            lambda: f"sum({t()}.shape)",
+            lambda: f"{t()}.shape.numel()",
+            lambda: f"{t()}.size()[{self.pick(['0', '-1'])}]",
+            lambda: f"len(torch.Tensor.size({t()}))",
         ]
         ints = sc.of("I")
         if ints:
@@ -199,7 +215,13 @@ class Exprs:
             lambda: f"{self.t_leaf(sc)}.is_contiguous()",
             lambda: f"{self.t_leaf(sc)}.shape == ({i()}, 3)",
             lambda: f"{self.t_leaf(sc)}.size() == torch.Size([2, {i()}])",
+            lambda: f"tuple({self.t_leaf(sc)}.shape) == (2, {i()})",
+            lambda: f"list(torch.Tensor.size({self.t_leaf(sc)})) == [2, 3]",
+            lambda: f"{self.t_leaf(sc)}.T.shape[::-1] == {self.t_leaf(sc)}.shape",
         ]
+        if self.chance(0.08):  # data-dependent: a graph break in the middle of f, resumed after
+            options = [lambda: f"{self.t_expr(sc, 1)}.sum() > 0", lambda: f"bool({self.t_leaf(sc)}.max() > 1)",
+                       lambda: f"{self.t_leaf(sc)}.mean().item() < 0"]
         if d > 0:
             options.append(lambda: f"({self.b_expr(sc, d - 1)} {self.pick(['and', 'or'])} {self.b_expr(sc, d - 1)})")
             options.append(lambda: f"not {self.b_expr(sc, d - 1)}")

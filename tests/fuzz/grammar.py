@@ -36,7 +36,7 @@ PRELUDE = [
     "    pass",
 ]
 
-PLAIN_FEATURES = ("method", "eq", "hash", "len", "iter", "getitem", "add", "prop", "classattr")
+PLAIN_FEATURES = ("method", "eq", "hash", "len", "iter", "getitem", "add", "prop", "classattr", "bump")
 
 
 class ProgramGenerator(FlowStmts):
@@ -63,6 +63,12 @@ class ProgramGenerator(FlowStmts):
             out += ["", ""] + self.gen_class()
         for _ in range(self.rng.randint(0, 4)):
             out += ["", ""] + self.gen_helper()
+        plain = [c for c in self.classes if c.kind == "plain"]
+        self.global_obj = None
+        if plain and self.chance(0.5):
+            self.global_obj = self.pick(plain)
+            extra = ", torch.zeros(2, 3)" if self.global_obj.extra_field else ""
+            out += ["", f"G_OBJ = {self.global_obj.name}(torch.ones(2, 3), 2{extra})"]
         out += ["", ""] + self.gen_f()
         return "\n".join(out) + "\n"
 
@@ -105,6 +111,7 @@ class ProgramGenerator(FlowStmts):
                         f"{IND}return self.a * (i + 1)"],
             "add": ["def __add__(self, other):", f"{IND}return {n}(self.a + other.a, self.b + other.b)"],
             "prop": ["@property", "def double(self):", f"{IND}return self.a * 2"],
+            "bump": ["def bump(self, k):", f"{IND}self.b += k", f"{IND}self.a = self.a + k", f"{IND}return self"],
         }
         for feat in PLAIN_FEATURES:
             if feat in f and feat in methods:
@@ -147,7 +154,7 @@ class ProgramGenerator(FlowStmts):
 
     # --- helpers ----------------------------------------------------------------------------
     def gen_helper(self) -> list[str]:
-        kind = self.pick(["tensor", "tensor", "tensor", "int", "list", "gen", "factory", "raise"])
+        kind = self.pick(["tensor", "tensor", "tensor", "int", "list", "build", "gen", "factory", "raise"])
         return getattr(self, f"helper_{kind}")()
 
     def function(self, name: str, params: dict, result: str, n: int) -> list[str]:
@@ -179,6 +186,19 @@ class ProgramGenerator(FlowStmts):
         self.helper_params[name] = ["seq", "t"]
         return lines
 
+    def helper_build(self):
+        """A helper that builds and returns a list of tensors (never empty)."""
+        name = self.fresh("hb")
+        sc = Scope({"t": Box("T"), "k": Box("I")})
+        out = self.fresh("out")
+        sc.names[out] = Box("LT", minlen=1)
+        body = self.block(sc, self.rng.randint(0, 3), depth=1)
+        lines = [f"def {name}(t, k):", f"{IND}global G_COUNT", f"{IND}{out} = [t * k]"] + indent(body)
+        lines.append(f"{IND}return {out}")
+        self.helpers.append((name, ("T", "I"), "LT"))
+        self.helper_params[name] = ["t", "k"]
+        return lines
+
     def helper_gen(self):
         name = self.fresh("g")
         self.gen_helpers.append(name)
@@ -206,6 +226,8 @@ class ProgramGenerator(FlowStmts):
     def gen_f(self) -> list[str]:
         sc = Scope({"x": Box("T"), "y": Box("T"), "lst": Box("LT", minlen=3),
                     "d": Box("D", keys={"a": "T", "b": "I", "c": "T"})})
+        if self.global_obj is not None:
+            sc.names["G_OBJ"] = Box("O", cls=self.global_obj)
         body = self.block(sc, self.size, depth=self.rng.randint(1, 3))
         if self.chance(0.05):
             body += [f"if {self.b_expr(sc, 1)}:", f"{IND}raise FuzzError('end', {self.i_expr(sc, 1)})"]

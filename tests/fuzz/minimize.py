@@ -17,6 +17,11 @@ _COMPOUND = (ast.If, ast.For, ast.While, ast.With, ast.Try, ast.Match)
 
 
 def minimize(src: str, still_fails: Callable[[str], bool], budget: int = 400) -> str:
+    """The smallest program found for which ``still_fails`` holds (``src`` itself must fail).
+
+    still_fails should run programs with a short timeout and a memory cap (runner.limit_memory):
+    an edit can make a bounded loop endless (``for e in lst[:2]: lst.append(e)`` -> ``in lst``).
+    """
     best = ast.unparse(ast.parse(src))
     if not still_fails(best):
         best = src  # unparsing changed the behaviour (unlikely): shrink the original text
@@ -69,6 +74,8 @@ def _statement_edits(tree) -> Iterator[Callable]:
     for path, field, i, stmt in spots:
         if isinstance(stmt, ast.FunctionDef) and stmt.name == "f" and path == ():
             continue
+        if i == 0 and field == "body" and isinstance(node_at(tree, path), ast.While):
+            continue  # the loop counter's increment: deleting it makes the loop endless
         yield lambda path=path, field=field, i=i: _splice(tree, path, field, i, [])
         if isinstance(stmt, _COMPOUND):
             for inner in _inner_bodies(stmt):

@@ -118,7 +118,7 @@ def module_state(mod: types.ModuleType) -> dict:
 def _call(fn, args):
     try:
         return fn(*args), None
-    except ProgramTimeout:
+    except (ProgramTimeout, MemoryError):
         raise
     except Exception as exc:  # the program may raise; compared below
         return None, exc
@@ -188,6 +188,8 @@ def run_source(src: str, tag: str = "prog", input_seed: int = 0, timeout: int = 
         _run(src, path, names, o, input_seed)
     except ProgramTimeout:
         o.worse("timeout", "timeout", f"ran over {timeout}s")
+    except MemoryError:
+        o.worse("timeout", "memory", "ran out of memory (see limit_memory)")
     except _InvalidProgram as exc:
         o.worse("invalid", "load", f"the module does not load: {exc.__cause__!r}")
     finally:
@@ -255,6 +257,17 @@ def _internal_part(message: str) -> str:
     """"internal:TypeError" from "kiln: internal error in kiln: TypeError: ..." (the error's type)."""
     match = re.search(r": (\w+(?:Error|Exception|Iteration)):", message)
     return f"internal:{match.group(1)}" if match else "internal"
+
+
+def limit_memory(gib: float = 6.0) -> None:
+    """Cap this process's address space, so that a program that grows a list without end (a minimizer
+    edit can unbound a loop) raises MemoryError instead of bringing the machine down."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    cap = int(gib * 2**30)
+    if soft == resource.RLIM_INFINITY or soft > cap:
+        resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
 
 
 def run_seed(seed: int, timeout: int = 20) -> tuple[str, Outcome]:

@@ -50,6 +50,7 @@ class Stmts(Exprs):
             (self.s_iter, 3), (self.s_itertools, 2), (self.s_comp, 3), (self.s_closure, 2),
             (self.s_object, 3), (self.s_object_use, 3), (self.s_record, 2), (self.s_global, 2),
             (self.s_arg_mut, 2), (self.s_partial, 1), (self.s_identity, 1), (self.s_numlike, 1),
+            (self.s_string, 1), (self.s_list_helper, 1), (self.s_lambdas, 1),
         ]
         if depth > 0:
             weighted += [(self.s_if, 3), (self.s_for, 3), (self.s_try, 3), (self.s_match, 2),
@@ -85,6 +86,20 @@ class Stmts(Exprs):
             return [f"{self.pick(ints)} {self.pick(['=', '+='])} {self.i_expr(sc)}"]
         expr = self.i_expr(sc)
         return [f"{self.define(sc, 'I')} = {expr}"]
+
+    def s_list_helper(self, sc, depth):
+        helpers = [h for h in self.helpers if h[2] == "LT"]
+        if not helpers:
+            return []
+        call = self.call_helper(sc, self.pick(helpers), 2)
+        return [f"{self.define(sc, 'LT', minlen=1)} = {call}"]
+
+    def s_lambdas(self, sc, depth):
+        """Lambdas made in a loop: bound by a default argument, or late-binding the loop variable."""
+        t = self.t_leaf(sc)
+        fns = self.pick(["[lambda _t, _i=_i: _t * _i for _i in range(3)]", "[lambda _t: _t * _i for _i in range(3)]",
+                         "list(map(lambda _k: (lambda _t: _t + _k), range(2)))"])
+        return [f"{self.define(sc, 'T')} = sum((_f({t}) for _f in {fns}), {self.t_leaf(sc)})"]
 
     def s_numlike(self, sc, depth):
         ds = sc.of("D")
@@ -294,4 +309,18 @@ class Stmts(Exprs):
         t = self.pick(ts)
         return [self.pick([f"{t}.add_({self.small_int()})", f"{t}.mul_({self.t_expr(sc, 1)})",
                            f"{t}[0] = {self.t_leaf(sc)}[1]", f"{t}[:, 1] = {self.small_int()}",
-                           f"{t}.clamp_(min=0)"])]
+                           f"{t}.clamp_(min=0)", f"lst[{self.pick(['0', '-1'])}].add_({self.small_int()})",
+                           f"d['a'].mul_({self.small_int()})" if sc.box("d").keys.get("a") == "T" else f"{t}.neg_()"])]
+
+    def s_string(self, sc, depth):
+        """Strings built from ints: f-strings, join, split, methods."""
+        i = lambda: self.i_expr(sc, 1)  # noqa: E731
+        strs = sc.of("STR")
+        options = [lambda: f'f"{{{i()}}}-{{{i()}}}"', lambda: f"str({i()}) * 2",
+                   lambda: f"','.join(str(_v) for _v in range({self.rng.randint(0, 4)}))",
+                   lambda: f"'{self.pick(['ab', 'k', 'xyz'])}'.upper() + str({self.t_leaf(sc)}.ndim)"]
+        if strs:
+            s = self.pick(strs)
+            options += [lambda: f"{s}.replace('-', '+')", lambda: f"'/'.join({s}.split('-'))",
+                        lambda: f"{s}[::-1] + {s}[:1]", lambda: f"{s}.strip('0')"]
+        return [f"{self.define(sc, 'STR')} = {self.pick(options)()}"]

@@ -282,6 +282,9 @@ class FlowStmts(Stmts):
             options.append(lambda: [f"{self.define(sc, 'D')} = {{{o}: 1}}", ])
         if spec.has("eq"):
             options.append(lambda: [f"{self.define(sc, 'B')} = {o} == {self.ctor(sc, spec, 0)}"])
+        if spec.has("bump"):
+            options.append(lambda: [f"{self.define(sc, 'O', cls=spec)} = {o}.bump({self.i_expr(sc, 1)})"])
+            options.append(lambda: [f"{self.define(sc, 'I')} = {o}.bump(1).bump(2).b"])
         if spec.has("classattr"):
             options.append(lambda: [f"{self.define(sc, 'I')} = {spec.root().name}.count + {o}.count"])
         line = self.pick(options)()
