@@ -185,7 +185,10 @@ def run_source(src: str, tag: str = "prog", input_seed: int = 0, timeout: int = 
     old = signal.signal(signal.SIGALRM, _on_alarm)
     signal.alarm(timeout)
     try:
-        _run(src, path, names, o, input_seed)
+        try:
+            _run(src, path, names, o, input_seed)
+        finally:
+            signal.alarm(0)  # first: the alarm must not go off in a handler below
     except ProgramTimeout:
         o.worse("timeout", "timeout", f"ran over {timeout}s")
     except MemoryError:
@@ -193,7 +196,6 @@ def run_source(src: str, tag: str = "prog", input_seed: int = 0, timeout: int = 
     except _InvalidProgram as exc:
         o.worse("invalid", "load", f"the module does not load: {exc.__cause__!r}")
     finally:
-        signal.alarm(0)
         signal.signal(signal.SIGALRM, old)
         sys.modules.pop(names.eager, None)
         sys.modules.pop(names.compiled, None)
