@@ -164,7 +164,7 @@ def compare_call(o: Outcome, label: str, eager, compiled, mods: ModulePair) -> N
     if e_exc is None and c_exc is None:
         checks.insert(0, ("output", c_out, e_out, "out"))
         e_alias, c_alias = _aliases(e_out, e_args), _aliases(c_out, c_args)
-        if e_alias != c_alias:
+        if e_alias != c_alias and len(e_alias) == len(c_alias):  # other lengths: the output check says
             o.worse("wrong", "aliasing", f"{label}: result aliases arguments {c_alias}, eager {e_alias}")
     for part, actual, expected, path in checks:
         try:
