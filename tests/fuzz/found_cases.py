@@ -122,3 +122,159 @@ def test_caught_type_error_is_not_an_internal_error():
                 pass
             return x + 1
     """)
+
+
+@pytest.mark.xfail(strict=False, reason="an IndexError the program raises (storing into a list a helper "
+                                        "cleared) is an internal error of kiln instead of the program's error")
+def test_store_into_list_cleared_by_helper_raises_index_error():
+    same_as_eager("""
+        def h(seq, t):
+            seq.clear()
+
+        def f(x, y, lst, d):
+            lst[1] = h(lst, y)
+    """)
+
+
+@pytest.mark.xfail(strict=False, reason="d.items() read after d['a'] = <int> still holds the old tensor")
+def test_items_view_of_argument_after_store():
+    same_as_eager("""
+        def f(x, y, lst, d):
+            items = d.items()
+            d['a'] = x.shape[1]
+            return list(items)
+    """)
+
+
+# --- identity and default equality of fresh objects --------------------------------------------
+
+
+@pytest.mark.xfail(strict=False, reason="`C(x, x) is C(x, x)` (two fresh objects) is True in the compiled run")
+def test_fresh_objects_are_not_identical():
+    same_as_eager("""
+        class C:
+            def __init__(self, a, b):
+                pass
+
+        def f(x, y, lst, d):
+            if C(x, x) is C(x, x):
+                lst.insert(1, True)
+            return x + 1
+    """)
+
+
+@pytest.mark.xfail(strict=False, reason="`C(x, 2) == C(x, 2)` of a class without __eq__ (identity) is True "
+                                        "in the compiled run")
+def test_fresh_objects_default_equality():
+    same_as_eager("""
+        class C:
+            def __init__(self, a, b):
+                pass
+
+        def f(x, y, lst, d):
+            d['a'] = C(x, 2) == C(x, 2)
+            return x + 1
+    """)
+
+
+# --- side effects around graph breaks and exceptions -------------------------------------------
+
+
+@pytest.mark.xfail(strict=False, reason="lst.reverse() before an op that raises (in-place add into an "
+                                        "expanded tensor): the compiled run loses the reverse")
+def test_list_mutation_before_raising_op_is_kept():
+    same_as_eager("""
+        def f(x, y, lst, d):
+            lst.reverse()
+            v = y.sum(0).expand(2, 3)
+            v += d['a']
+    """)
+
+
+@pytest.mark.xfail(strict=False, reason="lst[:1] = [y], then y rebound to x, then a call that breaks: lst[0] "
+                                        "is x in the compiled run (the store used y's later value)")
+def test_slice_store_then_rebind_keeps_stored_value():
+    same_as_eager("""
+        import functools
+
+        def h(t, u):
+            pass
+
+        def f(x, y, lst, d):
+            lst[:1] = [y]
+            y = x
+            fn = functools.partial(h, u=y)
+            return [y]
+    """)
+
+
+@pytest.mark.xfail(strict=False, reason="`x += lst[1]` on an argument, followed by [torch.Tensor.size(x)]: "
+                                        "the in-place update of x is lost")
+def test_inplace_add_to_argument_then_tensor_size():
+    same_as_eager("""
+        import torch
+
+        def f(x, y, lst, d):
+            x += lst[1]
+            [torch.Tensor.size(x)]
+    """)
+
+
+@pytest.mark.xfail(strict=False, reason="`y[1,] = 0` under `if y.shape == (len(torch.Tensor.size(x)), 3)`: "
+                                        "the compiled run leaves y unchanged")
+def test_tuple_index_store_under_shape_condition():
+    same_as_eager("""
+        import torch
+
+        def f(x, y, lst, d):
+            if y.shape == (len(torch.Tensor.size(x)), 3):
+                y[1,] = 0
+            return {'y': y}
+    """)
+
+
+@pytest.mark.xfail(strict=False, reason="h(**{'t': ...}) where h breaks the graph inside (t.max() > 1): the "
+                                        "compiled run raises TypeError 'missing 1 required positional argument'")
+def test_call_with_double_star_dict_around_break():
+    same_as_eager("""
+        import functools
+
+        def h1(seq, t):
+            if t.max() > 1:
+                pass
+
+        def h5(t):
+            return h1([t], t)
+
+        def f(x, y, lst, d):
+            v = h5(**{'t': functools.reduce(lambda p, q: p, lst, y)})
+    """)
+
+
+@pytest.mark.xfail(strict=False, reason="{**d, 'n': functools.reduce(...)}: the key 'n' is missing from the "
+                                        "compiled result")
+def test_dict_display_with_unpack_and_reduce():
+    same_as_eager("""
+        import functools
+
+        def f(x, y, lst, d):
+            v = {**d, 'n': functools.reduce(lambda p, q: p, lst, x)}
+            return (v,)
+    """)
+
+
+@pytest.mark.xfail(strict=False, reason="a closure's nonlocal counter, bumped by a call whose argument is "
+                                        "functools.reduce(...): the increment is lost (0 vs 1)")
+def test_nonlocal_increment_with_reduce_argument():
+    same_as_eager("""
+        import functools
+
+        def f(x, y, lst, d):
+            n = 0
+
+            def inner(t):
+                nonlocal n
+                n += 1
+            inner(functools.reduce(lambda p, q: p, lst, y))
+            return [n]
+    """)

@@ -209,6 +209,7 @@ class _InvalidProgram(Exception):
 
 
 def _on_alarm(signum, frame):
+    signal.alarm(2)  # again soon, in case this one is swallowed (raised inside a weakref callback, say)
     raise ProgramTimeout()
 
 
