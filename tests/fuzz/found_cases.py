@@ -289,3 +289,16 @@ def test_nonlocal_increment_with_reduce_argument():
             inner(functools.reduce(lambda p, q: p, lst, y))
             return [n]
     """)
+
+
+# --- sets --------------------------------------------------------------------------------------
+
+
+@pytest.mark.xfail(strict=False, reason="a set of ints {3, 1, 4} is iterated in insertion order (3 first), "
+                                        "not in CPython's hash order (1, 3, 4)")
+def test_set_iteration_order():
+    same_as_eager("""
+        def f(x, y, lst, d):
+            s = {y.shape[1], 1, 4}
+            return [a for a, b in zip(s, s)], {v: v for v in s}, x + 1
+    """)

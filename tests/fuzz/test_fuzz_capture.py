@@ -16,29 +16,32 @@ import pytest
 
 from tests.corpus.harness import kiln_ready
 
-SLICE = 200
+SLICE = 300
 
-_ITER_GROWS = "map()/iter() over a list that grows before the iterator is consumed misses the new items"
-_USER_TYPEERROR = "a TypeError the program raises (len(5)) is an internal error of kiln (frame runs eagerly)"
-_VIEW_STALE = "d.values()/d.items() read after a later d[k] = ... returns the old values"
+_ITER_GROWS = "map() over a list that grows before the map is consumed misses the new items"
+_MAP_EAGER = "map()'s function (with a side effect) runs when map() is called, not when it is consumed"
+_VIEW_STALE = "a dict view (keys/values/items) read after a later d[k] = ... shows the old contents"
+_USER_TYPEERROR = "a TypeError the program raises and catches (len(5)) is an internal error of kiln"
+_FRESH_OBJECTS = "two fresh objects are identical / equal (`C() is C()`, default ==) in the compiled run"
 KNOWN_BAD: dict[int, str] = {
-    11: _USER_TYPEERROR,
-    24: _USER_TYPEERROR,
-    26: _ITER_GROWS,
-    27: _USER_TYPEERROR,
-    35: _ITER_GROWS,
-    49: _VIEW_STALE,
-    63: _ITER_GROWS,
-    68: _ITER_GROWS,
-    72: _ITER_GROWS,
-    97: _ITER_GROWS,
-    122: _USER_TYPEERROR,
-    128: _USER_TYPEERROR,
-    138: _ITER_GROWS,
-    148: _USER_TYPEERROR,
-    152: _ITER_GROWS,
-    174: _ITER_GROWS,
-    184: _ITER_GROWS,
+    11: _VIEW_STALE,
+    25: _MAP_EAGER,
+    35: _VIEW_STALE,
+    56: _USER_TYPEERROR,
+    73: _ITER_GROWS,
+    102: _USER_TYPEERROR,
+    105: _MAP_EAGER,
+    109: _ITER_GROWS,
+    152: _MAP_EAGER,
+    174: _USER_TYPEERROR,
+    177: _MAP_EAGER,
+    197: _USER_TYPEERROR,
+    227: _ITER_GROWS,
+    231: _VIEW_STALE,
+    250: _FRESH_OBJECTS,
+    272: _FRESH_OBJECTS,
+    286: _VIEW_STALE,
+    292: _VIEW_STALE,
 }
 
 pytestmark = pytest.mark.skipif(not kiln_ready(), reason="kiln.compile or its frame hook is not available")
