@@ -302,3 +302,31 @@ def test_set_iteration_order():
             s = {y.shape[1], 1, 4}
             return [a for a, b in zip(s, s)], {v: v for v in s}, x + 1
     """)
+
+
+# --- graph breaks inside loops -----------------------------------------------------------------
+
+
+@pytest.mark.xfail(strict=False, reason="a data-dependent branch (graph break) inside `for i, e in "
+                                        "enumerate(lst)`: the indices seen are [1, 2, 2] instead of [0, 1, 2]")
+def test_enumerate_loop_with_break_inside():
+    same_as_eager("""
+        def f(x, y, lst, d):
+            out = []
+            for i, e in enumerate(lst):
+                if y.sum() > 0:
+                    pass
+                out.append(i)
+            return out, x + 1
+    """)
+
+
+@pytest.mark.xfail(strict=False, reason="d.pop('a') before an op that raises (in-place add into an expanded "
+                                        "tensor): the compiled run loses the pop")
+def test_dict_pop_before_raising_op_is_kept():
+    same_as_eager("""
+        def f(x, y, lst, d):
+            v = lst[1].sum(0).expand(2, 3)
+            d.pop('a', None)
+            v += lst[1]
+    """)
