@@ -1,0 +1,81 @@
+"""CI slice of the capture fuzzer: programs 0..SLICE-1 of tests/fuzz/grammar.py, eager vs kiln.
+
+Each program runs eagerly and under ``kiln.compile(f, backend=<counting eager backend>)`` on two
+input sets (tests/fuzz/runner.py). A mismatch fails the test and prints the minimized program.
+Seeds in KNOWN_BAD fail today because of kiln bugs (one line each says which); they are
+xfail(strict=True), so a fix shows up as XPASS and the seed must be deleted here. The goal is an
+empty KNOWN_BAD. The minimized form of each bug is in tests/fuzz/found_cases.py.
+
+The longer run: ``python benchmarks/fuzz_capture.py --n 3000 --seed 1000 --jobs 2``.
+"""
+from __future__ import annotations
+
+import warnings
+
+import pytest
+
+from tests.corpus.harness import kiln_ready
+
+SLICE = 300
+
+_ITER_GROWS = "map() over a list that grows before the map is consumed misses the new items"
+_MAP_EAGER = "map()'s function (with a side effect) runs when map() is called, not when it is consumed"
+_VIEW_STALE = "a dict view (keys/values/items) read after a later d[k] = ... shows the old contents"
+_USER_TYPEERROR = "a TypeError the program raises and catches (len(5)) is an internal error of kiln"
+_FRESH_OBJECTS = "two fresh objects are identical / equal (`C() is C()`, default ==) in the compiled run"
+KNOWN_BAD: dict[int, str] = {
+    11: _VIEW_STALE,
+    25: _MAP_EAGER,
+    35: _VIEW_STALE,
+    56: _USER_TYPEERROR,
+    73: _ITER_GROWS,
+    102: _USER_TYPEERROR,
+    105: _MAP_EAGER,
+    109: _ITER_GROWS,
+    152: _MAP_EAGER,
+    174: _USER_TYPEERROR,
+    177: _MAP_EAGER,
+    197: _USER_TYPEERROR,
+    227: _ITER_GROWS,
+    231: _VIEW_STALE,
+    250: _FRESH_OBJECTS,
+    272: _FRESH_OBJECTS,
+    286: _VIEW_STALE,
+    292: _VIEW_STALE,
+}
+
+pytestmark = pytest.mark.skipif(not kiln_ready(), reason="kiln.compile or its frame hook is not available")
+
+
+def _params():
+    for seed in range(SLICE):
+        if seed in KNOWN_BAD:
+            yield pytest.param(seed, marks=pytest.mark.xfail(strict=True, reason=KNOWN_BAD[seed]))
+        else:
+            yield seed
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _memory_cap():
+    from tests.fuzz.runner import limit_memory
+
+    limit_memory(8.0)
+
+
+@pytest.mark.parametrize("seed", list(_params()))
+def test_fuzz_program(seed):
+    from tests.fuzz.minimize import minimize
+    from tests.fuzz.runner import run_seed, run_source
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        src, outcome = run_seed(seed)
+        if not outcome.failed:
+            return
+        if seed in KNOWN_BAD:  # expected to fail: no time spent minimizing
+            pytest.fail(f"{outcome.status} ({outcome.part}): {outcome.detail[:300]}")
+        sig = outcome.signature()
+        small = minimize(src, lambda s: run_source(s, tag=f"min{seed}", timeout=5).signature() == sig, budget=200)
+        final = run_source(small, tag=f"min{seed}")
+    pytest.fail(f"program {seed}: {outcome.status} ({outcome.part})\n{outcome.detail[:2000]}\n\n"
+                f"minimized program ({final.status}: {final.detail[:1000]}):\n\n{small}")
