@@ -17,7 +17,7 @@ import torch.fx as fx
 
 from kiln.capture import hook
 from kiln.capture.codegen import collect_tensors, transformed_code
-from kiln.capture.frame_filter import may_use_tensors
+from kiln.capture.frame_filter import SKIP_AFTER, may_use_tensors
 from kiln.capture.graph_break import compile_with_break
 from kiln.capture.guards import CompiledGuards
 from kiln.capture.interpreter import RootTracer
@@ -55,6 +55,7 @@ class FrameRecord:
 
 _ALL_COMPILERS: "weakref.WeakSet[FrameCompiler]" = weakref.WeakSet()
 _SKIPPED_CODES: set = set()
+_TENSOR_FREE_CALLS: dict = {}  # code -> tensor-free calls in a row (frame_filter.SKIP_AFTER)
 
 
 class FrameCompiler:
@@ -101,7 +102,12 @@ class FrameCompiler:
             return None
         if not entries and not may_use_tensors(code, f_locals, f_globals, closure):
             stats.frames_without_tensors += 1
+            misses = _TENSOR_FREE_CALLS[code] = _TENSOR_FREE_CALLS.get(code, 0) + 1
+            if misses >= SKIP_AFTER:
+                hook.mark_skip(code)
+                _SKIPPED_CODES.add(code)
             return None
+        _TENSOR_FREE_CALLS.pop(code, None)
         stats.frames_seen += 1
         if entries:
             failing = entries[-1].guards.first_failure(f_locals, f_globals, closure, f_builtins) or "unknown guard"
@@ -277,3 +283,4 @@ def reset_all() -> None:
     for code in list(_SKIPPED_CODES):
         hook.unmark(code)
     _SKIPPED_CODES.clear()
+    _TENSOR_FREE_CALLS.clear()

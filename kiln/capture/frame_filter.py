@@ -5,6 +5,8 @@ array or the torch or numpy package cannot record a tensor op itself (its callee
 Tracing it would only produce guards on plain Python values, and a recompile for each new value:
 an import finder's `find_spec(fullname)` run by a lazy import inside a compiled function hit the
 recompile limit. Such frames run as they are (always exact); TorchDynamo skips them the same way.
+A code object found tensor-free on SKIP_AFTER calls in a row is not offered again (hook.mark_skip,
+undone by kiln.reset()): the walk is not repeated on every call of a hot pure-Python function.
 """
 from __future__ import annotations
 
@@ -15,7 +17,8 @@ import torch
 
 _LEAF_TYPES = (str, bytes, int, float, complex, bool, type(None), range, slice, type, types.FunctionType,
                types.BuiltinFunctionType, types.MethodType, types.CodeType)
-_WALK_LIMIT = 2000  # objects visited before giving up and tracing the frame anyway
+_WALK_LIMIT = 2000  # objects visited before giving up (as holding no tensor)
+SKIP_AFTER = 16
 _DEPTH = 4  # container items and object attributes followed this many levels down
 
 
@@ -58,8 +61,10 @@ def _reaches_tensor(roots: list) -> bool:
         obj, depth = stack.pop()
         if isinstance(obj, _LEAF_TYPES) or id(obj) in seen or depth > _DEPTH:
             continue
-        if len(seen) >= _WALK_LIMIT or isinstance(obj, tensor_like):
+        if isinstance(obj, tensor_like):
             return True
+        if len(seen) >= _WALK_LIMIT:
+            return False  # a large object graph with no tensor near the top (a test runner's config)
         seen.add(id(obj))
         if isinstance(obj, (list, tuple, set, frozenset)):
             stack.extend((item, depth + 1) for item in obj)

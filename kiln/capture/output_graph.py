@@ -117,6 +117,7 @@ class OutputGraph:
 
         fargs = map_leaves(example, args)
         fkwargs = map_leaves(example, kwargs)
+        _refuse_write_to_overlapping(kind, target, fargs, fkwargs)
         try:
             with contextlib.ExitStack() as stack:
                 stack.enter_context(self.fake_mode)
@@ -201,3 +202,24 @@ def _describe(target: Any) -> str:
     mod = getattr(target, "__module__", None) or ""
     name = getattr(target, "__qualname__", None) or getattr(target, "__name__", repr(target))
     return f"{mod}.{name}" if mod else str(name)
+
+
+def _refuse_write_to_overlapping(kind: str, target, args, kwargs) -> None:
+    """An in-place op (`t.add_(...)`, `t += ...`, `out=`) writing a tensor whose elements share memory (an
+    `expand`ed dim: stride 0, size > 1). Eager raises for most such ops (and for the others writes each
+    location once); the meta kernels do not check, and a graph that raised at run time would drop the side
+    effects recorded before it. So the op breaks the graph and runs as Python, as in eager."""
+    from kiln.capture.values.base import INPLACE_TO_PLAIN
+
+    written = []
+    if kind == "call_method" and isinstance(target, str) and target.endswith("_") and not target.endswith("__"):
+        written.append(args[0] if args else None)
+    elif kind == "call_function" and target in INPLACE_TO_PLAIN:
+        written.append(args[0] if args else None)
+    out = kwargs.get("out")
+    written.extend(out if isinstance(out, (tuple, list)) else [out])
+    for t in written:
+        if isinstance(t, torch.Tensor) and any(st == 0 and n > 1 for st, n in zip(t.stride(), t.shape)):
+            unsupported(f"in-place {_describe(target)} writes a tensor whose elements share memory "
+                        f"(size {tuple(t.shape)}, stride {tuple(t.stride())})",
+                        hint="kiln runs it as Python, where eager raises; clone() the expanded tensor first")

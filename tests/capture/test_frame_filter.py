@@ -88,3 +88,28 @@ def test_numpy_arrays_count_as_tensors():
 
     assert may_use_tensors(*_frame_inputs(_Finder.find, _Finder(), np.ones(2)))
     assert may_use_tensors(*_frame_inputs(_Finder.find, _Finder(), {"a": [np.int64(3)]}))
+
+
+def test_hot_tensor_free_function_is_no_longer_offered():
+    """A pure-Python callback that library code (json, run as Python at a graph break) calls many times:
+    offered SKIP_AFTER times, then marked skipped, until kiln.reset()."""
+    import json
+
+    from kiln.capture import hook
+    from kiln.capture.frame_filter import SKIP_AFTER
+
+    def pure(obj):
+        return "o"
+
+    def fn(x):
+        text = json.dumps([object()] * (3 * SKIP_AFTER), default=pure)
+        return x * len(text)
+
+    kiln.reset()
+    kiln.stats.reset()
+    out = kiln.compile(fn, backend="eager")(torch.ones(2))
+    torch.testing.assert_close(out, fn(torch.ones(2)))
+    assert kiln.stats.snapshot()["frames_without_tensors"] == SKIP_AFTER  # then not offered again
+    assert hook.is_skipped(pure.__code__)
+    kiln.reset()
+    assert not hook.is_skipped(pure.__code__)

@@ -5,7 +5,7 @@ import warnings
 import pytest
 import torch
 
-from .harness import USE_DYNAMO, check, compile_fn, reset
+from .harness import USE_DYNAMO, check, compile_fn, dynamo_bug, reset
 
 
 def _t(*shape, seed=0):
@@ -83,3 +83,58 @@ def test_uncaught_error_is_raised_as_in_eager(case):
         import kiln
 
         assert not any("internal error" in r for r in kiln.stats.snapshot()["eager_fallbacks"])
+
+
+def _clear(seq):
+    seq.clear()
+
+
+def test_list_store_and_delete_out_of_range_caught():
+    def fn(x, lst):
+        try:
+            lst[5] = x
+        except IndexError:
+            pass
+        try:
+            del lst[7]
+        except IndexError as exc:
+            return x * 2, exc.args, lst
+
+    check(fn, _t(2), [1])
+
+
+def test_store_into_a_list_a_callee_emptied_raises_as_in_eager():
+    """`lst[1] = h(lst)` where h clears the list (found by the capture fuzzer: an internal error)."""
+    def fn(x, lst):
+        y = x + 1
+        lst[1] = _clear(lst)
+        return y
+
+    reset()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(IndexError, match="list assignment index out of range"):
+            compile_fn(fn, "eager")(_t(2), [1, 2])
+
+
+@dynamo_bug("the graph raises at run time and the recorded list.reverse() is dropped")
+@pytest.mark.parametrize("how", ["method", "operator"])
+def test_in_place_write_to_an_expanded_tensor_keeps_earlier_side_effects(how):
+    """Eager raises at the in-place op, after `lst.reverse()` ran; the compiled run must leave the list
+    reversed too (found by the capture fuzzer: the graph raised and the recorded reverse was dropped)."""
+    def fn(x, lst):
+        lst.reverse()
+        e = x.sum(0).expand(2, 3)
+        if how == "method":
+            e.add_(1)
+        else:
+            e += 1
+        return e
+
+    eager_list, compiled_list = [1, 2, 3], [1, 2, 3]
+    with pytest.raises(RuntimeError):
+        fn(_t(2, 3), eager_list)
+    reset()
+    with pytest.raises(RuntimeError):
+        compile_fn(fn, "eager")(_t(2, 3), compiled_list)
+    assert compiled_list == eager_list == [3, 2, 1]

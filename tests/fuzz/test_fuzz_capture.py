@@ -18,31 +18,7 @@ from tests.corpus.harness import kiln_ready
 
 SLICE = 300
 
-_ITER_GROWS = "map() over a list that grows before the map is consumed misses the new items"
-_MAP_EAGER = "map()'s function (with a side effect) runs when map() is called, not when it is consumed"
-_VIEW_STALE = "a dict view (keys/values/items) read after a later d[k] = ... shows the old contents"
-_USER_TYPEERROR = "a TypeError the program raises and catches (len(5)) is an internal error of kiln"
-_FRESH_OBJECTS = "two fresh objects are identical / equal (`C() is C()`, default ==) in the compiled run"
-KNOWN_BAD: dict[int, str] = {
-    11: _VIEW_STALE,
-    25: _MAP_EAGER,
-    35: _VIEW_STALE,
-    56: _USER_TYPEERROR,
-    73: _ITER_GROWS,
-    102: _USER_TYPEERROR,
-    105: _MAP_EAGER,
-    109: _ITER_GROWS,
-    152: _MAP_EAGER,
-    174: _USER_TYPEERROR,
-    177: _MAP_EAGER,
-    197: _USER_TYPEERROR,
-    227: _ITER_GROWS,
-    231: _VIEW_STALE,
-    250: _FRESH_OBJECTS,
-    272: _FRESH_OBJECTS,
-    286: _VIEW_STALE,
-    292: _VIEW_STALE,
-}
+KNOWN_BAD: dict[int, str] = {}  # emptied when the lazy-iterator, dict-view, identity and traced-raise work landed
 
 pytestmark = pytest.mark.skipif(not kiln_ready(), reason="kiln.compile or its frame hook is not available")
 

@@ -172,16 +172,29 @@ class ListValue(SequenceValue):
         unsupported(f"list.{name}")
 
     def setitem(self, tx, index: Value, value: Value) -> None:
-        self._check_mutable(tx, "list item assignment")
         idx = index.as_constant()
-        if isinstance(idx, slice):
-            self.elements[idx] = value.items(tx)
-        else:
-            self.elements[idx] = value
+        items = value.items(tx) if isinstance(idx, slice) else value
+        self._probe(lambda probe: probe.__setitem__(idx, [None] * len(items) if isinstance(idx, slice) else None),
+                    f"list[{idx!r}] = ...")
+        self._check_mutable(tx, "list item assignment")
+        self.elements[idx] = items
 
     def delitem(self, tx, index: Value) -> None:
+        idx = index.as_constant()
+        self._probe(lambda probe: probe.__delitem__(idx), f"del list[{idx!r}]")
         self._check_mutable(tx, "del on a list item")
-        del self.elements[index.as_constant()]
+        del self.elements[idx]
+
+    def _probe(self, change, what: str) -> None:
+        """Make `change` on a stand-in list of this one's length first: an IndexError/TypeError/ValueError
+        CPython would raise (an index out of range, an extended slice of another length) is raised as the
+        program's own, before anything is changed."""
+        from kiln.capture.values.exceptions import raise_as_traced
+
+        try:
+            change([None] * len(self.elements))
+        except (IndexError, TypeError, ValueError) as exc:
+            raise_as_traced(exc, what)
 
 
 class NamedTupleValue(TupleValue):
@@ -499,8 +512,13 @@ class DictValue(Value):
         self.entries[dict_key(tx, key)] = value
 
     def delitem(self, tx, key: Value) -> None:
+        k = dict_key(tx, key)
+        if k not in self.entries and self.dict_type in (dict, collections.OrderedDict):
+            from kiln.capture.values.exceptions import raise_as_traced
+
+            raise_as_traced(KeyError(k), f"del dict[{k!r}]")
         self._check_mutable(tx, "del on a dict item")
-        del self.entries[dict_key(tx, key)]
+        del self.entries[k]
 
     def call_method(self, tx, name, args, kwargs):
         if name in ("keys", "values", "items") and not args and not kwargs:
