@@ -262,15 +262,27 @@ def _internal_part(message: str) -> str:
     return f"internal:{match.group(1)}" if match else "internal"
 
 
-def limit_memory(gib: float = 6.0) -> None:
-    """Cap this process's address space, so that a program that grows a list without end (a minimizer
-    edit can unbound a loop) raises MemoryError instead of bringing the machine down."""
+def limit_memory(gib: float = 6.0) -> tuple:
+    """Cap this process's address space at what it uses now plus `gib`, so that a program that grows a
+    list without end (a minimizer edit can unbound a loop) raises MemoryError instead of bringing the
+    machine down. Returns the previous (soft, hard) limits for restore_memory_limit. Relative to the
+    current size: a process that loaded CUDA already maps far more than a fixed cap would allow."""
     import resource
 
-    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
-    cap = int(gib * 2**30)
-    if soft == resource.RLIM_INFINITY or soft > cap:
+    previous = resource.getrlimit(resource.RLIMIT_AS)
+    soft, hard = previous
+    with open("/proc/self/statm") as f:
+        in_use = int(f.read().split()[0]) * resource.getpagesize()
+    cap = in_use + int(gib * 2**30)
+    if (soft == resource.RLIM_INFINITY or soft > cap) and (hard == resource.RLIM_INFINITY or cap <= hard):
         resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
+    return previous
+
+
+def restore_memory_limit(previous: tuple) -> None:
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_AS, previous)
 
 
 def run_seed(seed: int, timeout: int = 20) -> tuple[str, Outcome]:

@@ -31,11 +31,15 @@ def _params():
             yield seed
 
 
-@pytest.fixture(scope="module", autouse=True)
+@pytest.fixture(autouse=True)
 def _memory_cap():
-    from tests.fuzz.runner import limit_memory
+    """A cap on this process's address space while a fuzz program runs, lifted after it (other tests run
+    in the same process, CUDA ones too)."""
+    from tests.fuzz.runner import limit_memory, restore_memory_limit
 
-    limit_memory(8.0)
+    previous = limit_memory(8.0)
+    yield
+    restore_memory_limit(previous)
 
 
 @pytest.mark.parametrize("seed", list(_params()))
