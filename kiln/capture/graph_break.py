@@ -63,6 +63,25 @@ def _resume_args(code, instructions, target) -> list[str]:
     return live
 
 
+def _cell_written_around_break(code, instructions, break_index: int, name: str) -> bool:
+    """Whether the closure cell `name` may be assigned once the frame is split at `break_index`: by a nested
+    function (a `nonlocal` store), or by the frame itself after the break (a store at or after it, or
+    anywhere in a loop around it). A cell assigned once before the break (a recursive nested function's
+    own name) is safe to hand on as its value."""
+    writes = ("STORE_DEREF", "DELETE_DEREF")
+    pending = [c for c in code.co_consts if isinstance(c, types.CodeType)]
+    while pending:
+        nested = pending.pop()
+        pending.extend(c for c in nested.co_consts if isinstance(c, types.CodeType))
+        if name in nested.co_freevars and any(i.opname in writes and i.argval == name for i in bc.decode(nested)):
+            return True
+    position = {id(inst): index for index, inst in enumerate(instructions)}
+    back_targets = [position.get(id(i.target), len(instructions)) for i in instructions[break_index:]
+                    if i.target is not None]  # jumps from the break on back to it or before: a loop
+    loop_start = min([t for t in back_targets if t <= break_index], default=break_index)
+    return any(i.opname in writes and i.argval == name for i in instructions[loop_start:])
+
+
 def _popped(inst, tracer) -> tuple[int, int]:
     """(values the instruction pops, values it pushes) for the instructions kiln can break at."""
     name, arg = inst.opname, inst.arg
@@ -145,6 +164,11 @@ def compile_with_break(code, f_locals, f_globals, f_builtins, closure, options, 
             locals_values[name] = tracer.read_local(name)
         elif name in tracer.cells and name in code.co_cellvars:
             cell = tracer.cells[name]
+            if getattr(cell, "captured", False) and _cell_written_around_break(code, instructions, break_index, name):
+                # the resume function would hold a copy in a new cell, while the nested function that
+                # shares this one may still change it (nonlocal) or read it: the two would diverge
+                unsupported(f"a graph break where local {name!r} is shared with a nested function (a closure "
+                            f"cell) and used after the break", hint="kiln runs the function eagerly")
             if cell.contents is not None:
                 locals_values[name] = cell.contents
     # a local that is live but unbound here stays unbound in the resume function: drop it from its args

@@ -215,3 +215,51 @@ def test_mutually_recursive_nested_functions_across_a_graph_break():
 
     with no_internal_error():
         check(fn, _t(2), graphs=2)
+
+
+class _Counted:
+    count = 0
+
+    def __init__(self):
+        _Counted.count += 1  # a class-attribute store: breaks the graph in the caller
+
+
+def _make_counted(t):
+    _Counted()
+    return t
+
+
+@dynamo_bug("compiles again on the second call (the class attribute it guards changed)", strict=False)
+def test_nonlocal_cell_shared_with_a_closure_across_a_graph_break():
+    """A closure made before a graph break changes a nonlocal the frame reads after it (found by the
+    capture fuzzer): the resume function held a copy of the cell and returned the old value."""
+    def fn(x):
+        st = 1
+
+        def bump(_t):
+            nonlocal st
+            st += 1
+
+        bump(_make_counted(2))
+        return x + st
+
+    check(fn, torch.zeros(2), graphs=(0, 1, 2), dynamo_graphs=(0, 1, 2, 3))
+
+
+def test_cell_read_by_a_closure_and_written_in_a_loop_around_a_break():
+    log = io.StringIO()
+
+    def fn(x):
+        total = 0
+
+        def current():
+            return total
+
+        seen = []
+        for i in range(3):
+            total += i
+            print(i, file=log)  # a graph break inside the loop
+            seen.append(current())
+        return x + total, seen
+
+    check(fn, _t(2), graphs=(0, 1, 2, 3, 4, 5), dynamo_graphs=(0, 1, 2, 3, 4, 5))

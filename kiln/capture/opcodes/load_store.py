@@ -93,6 +93,7 @@ def LOAD_CLOSURE(tx, inst):
     name = inst.argval
     if name not in tx.cells:
         tx.cells[name] = CellValue(None, created_here=True)
+    tx.cells[name].captured = True  # a nested function shares it (graph_break.py: no break may copy it)
     tx.push(tx.cells[name])
 
 
