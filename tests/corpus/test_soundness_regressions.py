@@ -263,3 +263,32 @@ def test_cell_read_by_a_closure_and_written_in_a_loop_around_a_break():
         return x + total, seen
 
     check(fn, _t(2), graphs=(0, 1, 2, 3, 4, 5), dynamo_graphs=(0, 1, 2, 3, 4, 5))
+
+
+_GEN_LOG = []
+
+
+def _logging_gen(t):
+    for e in [t]:
+        _GEN_LOG.append(1)  # a side effect: kiln does not run the generator ahead; the call breaks
+        yield e
+
+
+def _collect(t):
+    return [e * 2 for e in _logging_gen(t)]
+
+
+def _plus_one_after_collect(t):
+    _collect(t)
+    return t + 1
+
+
+@dynamo_bug("compiles again on the second call (the global log list grew)", strict=False)
+def test_keyword_dict_display_split_by_a_break():
+    """`f(**{'t': g(x)})` where g breaks the graph: the dict BUILD_MAP made before the break is handed to
+    the resume function, which merges the keyword into it (found by the capture fuzzer: the merge was not
+    recorded and the call got no argument)."""
+    def fn(x):
+        return _collect(**{"t": _plus_one_after_collect(x)})
+
+    check(fn, _t(2), graphs=(1, 2, 3, 4, 5, 6), dynamo_graphs=(1, 2, 3, 4, 5, 6))

@@ -103,11 +103,13 @@ def SET_UPDATE(tx, inst):
 def DICT_UPDATE(tx, inst):
     other = tx.pop()
     target = tx.stack[-inst.arg]
-    if isinstance(other, DictValue):
+    if isinstance(other, DictValue) and type(target) is DictValue:
         if inst.opname == "DICT_MERGE":
             dup = set(target.entries) & set(other.entries)
             if dup:
                 unsupported(f"got multiple values for keyword argument {sorted(dup)[0]!r}")
+        # through the dict's own check: one handed in from before a break records the change
+        target._check_mutable(tx, "dict update")
         target.entries.update(other.entries)
         return
     from kiln.capture.values.modules import NNModuleValue
