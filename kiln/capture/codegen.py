@@ -393,9 +393,16 @@ def break_code(original: types.CodeType, graph_call, graph_outputs: dict[int, in
     names = list(locals_)
     for name in names:
         cg.reconstruct(locals_[name])
-    for name in reversed(names):
-        cg.extend(bc.store_fast(name))
+    # into temporaries first: a side effect's value may be read from a local's place in the frame (an
+    # argument's unchanged value), which must still hold it when the effects are computed
+    local_temps = [f"__kiln_local_{name}" for name in names]
+    temps.extend(local_temps)
+    for temp in reversed(local_temps):
+        cg.extend(bc.store_fast(temp))
     _compute_and_apply_effects(cg, side_effects, temps)
+    for name, temp in zip(names, local_temps):
+        cg.load_fast(temp)
+        cg.extend(bc.store_fast(name))
     survivors = stack_temps[: len(stack_temps) - consumed]
     for temp in stack_temps[len(stack_temps) - consumed:]:
         if temp is None:

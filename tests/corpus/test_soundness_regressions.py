@@ -292,3 +292,21 @@ def test_keyword_dict_display_split_by_a_break():
         return _collect(**{"t": _plus_one_after_collect(x)})
 
     check(fn, _t(2), graphs=(1, 2, 3, 4, 5, 6), dynamo_graphs=(1, 2, 3, 4, 5, 6))
+
+
+_SEEN = []
+
+
+def test_enumerate_index_across_a_break_in_the_loop_body():
+    """A graph break inside `for i, e in enumerate(lst)`: the transformed code stored the resume
+    function's locals (the next i) into the frame before computing the side effects, which re-read i
+    from the frame: the indices came out [1, 2, 2] (found by the capture fuzzer's long run)."""
+    def fn(x, y, lst):
+        _SEEN.clear()
+        for i, e in enumerate(lst):
+            if y.sum() > 0:  # data-dependent: a graph break in every iteration
+                pass
+            _SEEN.append(i)
+        return x + len(_SEEN), list(_SEEN)
+
+    check(fn, _t(2), _t(2), [5, 6, 7], graphs=(1, 2, 3, 4, 5, 6, 7, 8), dynamo_graphs=(0, 1, 2, 3, 4, 5, 6, 7, 8))
