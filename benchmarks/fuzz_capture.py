@@ -49,7 +49,11 @@ def _minimize_one(args):
 
     src, outcome = run_seed(seed)
     sig = outcome.signature()
-    small = minimize(src, lambda s: run_source(s, tag=f"min{seed}", timeout=5).signature() == sig, budget=budget)
+    try:
+        small = minimize(src, lambda s: run_source(s, tag=f"min{seed}", timeout=5).signature() == sig,
+                         budget=budget)
+    except RecursionError:  # an edit made the program recurse without end: keep the unminimized one
+        small = src
     final = run_source(small, tag=f"min{seed}")
     return seed, outcome, small, final
 

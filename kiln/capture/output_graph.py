@@ -131,7 +131,8 @@ class OutputGraph:
             unsupported(f"data-dependent operation {_describe(target)}: {exc}",
                         hint="values computed from tensor data (item(), nonzero(), bool(tensor)) "
                              "cannot be known while tracing")
-        except (RuntimeError, TypeError, ValueError, IndexError) as exc:
+        except (RuntimeError, TypeError, ValueError, IndexError, AttributeError, KeyError, NotImplementedError) as exc:
+            # what eager would raise too (a wrong argument): the op runs as Python at a break, and raises there
             unsupported(f"{_describe(target)} failed on fake tensors: {type(exc).__name__}: {exc}")
 
     def wrap_result(self, node: fx.Node, example: Any) -> Value:

@@ -138,3 +138,17 @@ def test_in_place_write_to_an_expanded_tensor_keeps_earlier_side_effects(how):
     with pytest.raises(RuntimeError):
         compile_fn(fn, "eager")(_t(2, 3), compiled_list)
     assert compiled_list == eager_list == [3, 2, 1]
+
+
+def test_tensor_method_called_on_a_size_raises_as_in_eager():
+    """`torch.Tensor.size(s)` on a torch.Size (found by the capture fuzzer: an internal error)."""
+    def fn(x, d):
+        d["a"] = torch.Tensor.size(d["a"])
+        d["a"] = torch.Tensor.size(d["a"])  # a torch.Size now: TypeError in eager
+        return x
+
+    reset()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(TypeError):
+            compile_fn(fn, "eager")(_t(2), {"a": _t(3)})
