@@ -8,6 +8,7 @@ import types
 from kiln.capture.sources import ConstantSource
 from kiln.capture.values.base import ConstantValue, KnownFunctionValue, Value, unsupported
 from kiln.capture.values.numpy_promotion import as_dtype
+from kiln.capture.values.torch_functions import PythonModuleValue
 from kiln.capture.values.numpy_values import NDArrayValue, cast, is_python_number, numpy_module, numpy_scalar_constant
 from kiln.capture.values.numpy_functions import (
     _full_like,
@@ -25,29 +26,14 @@ from kiln.capture.values.numpy_functions import (
 
 # ---- values for numpy's namespace ---------------------------------------------------------------
 
-class NumpyModuleValue(Value):
+class NumpyModuleValue(PythonModuleValue):
     """The numpy module (or a submodule): attributes resolve statically to registry functions,
     NumPy types and constants; np.random and anything not in the registry break where called."""
-
-    def __init__(self, module: types.ModuleType, source=None):
-        self.module, self.source = module, source
-
-    def python_type(self):
-        return types.ModuleType
-
-    def is_constant(self) -> bool:
-        return True
-
-    def as_constant(self):
-        return self.module
 
     def getattr(self, tx, name: str) -> Value:
         from kiln.capture.values.numpy_values import wrap_numpy_object
 
-        try:
-            value = getattr(self.module, name)
-        except AttributeError:
-            unsupported(f"module {self.module.__name__!r} has no attribute {name!r}")
+        value = self.attribute(name)
         if isinstance(value, types.ModuleType):
             return NumpyModuleValue(value, None)
         if value is None or type(value) in (bool, int, float, str):

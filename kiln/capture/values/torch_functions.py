@@ -172,13 +172,17 @@ class PythonModuleValue(Value):
     def as_constant(self):
         return self.module
 
+    def attribute(self, name: str):
+        """The module's attribute `name`, or a break naming what is missing."""
+        try:
+            return getattr(self.module, name)
+        except AttributeError:
+            unsupported(f"module {self.module.__name__!r} has no attribute {name!r}")
+
     def getattr(self, tx, name: str) -> Value:
         from kiln.capture.values.builder import wrap
 
-        try:
-            value = getattr(self.module, name)
-        except AttributeError:
-            unsupported(f"module {self.module.__name__!r} has no attribute {name!r}")
+        value = self.attribute(name)
         # attributes of library modules are treated as fixed; user modules are guarded through the source
         library = self.module.__name__.split(".")[0] in ("torch", "math", "operator", "functools", "collections",
                                                         "typing", "itertools", "builtins", "numbers", "enum")
