@@ -4,7 +4,7 @@ Each program runs eagerly and under ``kiln.compile(f, backend=<counting eager ba
 input sets (tests/fuzz/runner.py). A mismatch fails the test and prints the minimized program.
 Seeds in KNOWN_BAD fail today because of kiln bugs (one line each says which); they are
 xfail(strict=True), so a fix shows up as XPASS and the seed must be deleted here. The goal is an
-empty KNOWN_BAD. The minimized form of each bug is in tests/fuzz/found_cases.py.
+empty KNOWN_BAD. The minimized form of each bug is a regression test in tests/fuzz/test_found_cases.py.
 
 The longer run: ``python benchmarks/fuzz_capture.py --n 3000 --seed 1000 --jobs 2``.
 """

@@ -1,8 +1,7 @@
 """Minimized programs the capture fuzzer found where kiln differs from eager (one per bug class).
 
-Run them with ``python -m pytest tests/fuzz/found_cases.py -q -rxX`` (the file name keeps them out of
-the default collection: they fail today). Each is xfail(strict=False); once a fix makes one pass,
-move it into the corpus (tests/corpus/) as a regular case and delete it here.
+They all pass now (the lazy-iterator, dict-view, object-identity, traced-raise and graph-break fixes),
+and run in CI as regressions: a program the fuzzer finds later is added here, failing, with the fix.
 
 Each case is a whole module (the fuzzer's programs are modules: globals, classes, helpers) whose
 ``f(x, y, lst, d)`` runs eagerly and under ``kiln.compile(f, backend=<counting eager backend>)`` on
@@ -33,8 +32,6 @@ def same_as_eager(src: str) -> None:
 # --- iterators ---------------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=False, reason="a map() over a list that grows before the map is consumed misses "
-                                        "the new items (compiled: 3 items, eager: 4)")
 def test_map_over_list_grown_before_consumed():
     same_as_eager("""
         def f(x, y, lst, d):
@@ -46,8 +43,6 @@ def test_map_over_list_grown_before_consumed():
     """)
 
 
-@pytest.mark.xfail(strict=False, reason="a map() over a list, lazily consumed, whose function logs: the log "
-                                        "is filled at map() time in the compiled run ([0, 1, 2] vs [])")
 def test_map_function_side_effect_runs_lazily():
     same_as_eager("""
         def f(x, y, lst, d):
@@ -59,8 +54,6 @@ def test_map_function_side_effect_runs_lazily():
     """)
 
 
-@pytest.mark.xfail(strict=False, reason="returning an unconsumed map object returns kiln's internal "
-                                        "ResumeIterator instead of a map")
 def test_return_unconsumed_map():
     same_as_eager("""
         def f(x, y, lst, d):
@@ -74,8 +67,6 @@ def test_return_unconsumed_map():
 # --- dict views --------------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=False, reason="d.values() of an argument dict, read after d['a'] = 1, returns "
-                                        "the old tensor value")
 def test_values_view_of_argument_after_store():
     same_as_eager("""
         def f(x, y, lst, d):
@@ -85,8 +76,6 @@ def test_values_view_of_argument_after_store():
     """)
 
 
-@pytest.mark.xfail(strict=False, reason="d.keys() of an argument dict, read after an insertion, misses the "
-                                        "new key (len 3 vs 4)")
 def test_keys_view_of_argument_after_insertion():
     same_as_eager("""
         def f(x, y, lst, d):
@@ -96,8 +85,6 @@ def test_keys_view_of_argument_after_insertion():
     """)
 
 
-@pytest.mark.xfail(strict=False, reason="values() of a dict made in the function, read after an insertion, "
-                                        "misses the new value ([3] vs [3, 3])")
 def test_values_view_of_new_dict_after_insertion():
     same_as_eager("""
         def f(x, y, lst, d):
@@ -111,8 +98,6 @@ def test_values_view_of_new_dict_after_insertion():
 # --- exceptions --------------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=False, reason="a TypeError the program raises and catches (len(5)) is taken for "
-                                        "an internal error of kiln: warning, and the frame runs eagerly")
 def test_caught_type_error_is_not_an_internal_error():
     same_as_eager("""
         def f(x, y, lst, d):
@@ -124,8 +109,6 @@ def test_caught_type_error_is_not_an_internal_error():
     """)
 
 
-@pytest.mark.xfail(strict=False, reason="an IndexError the program raises (storing into a list a helper "
-                                        "cleared) is an internal error of kiln instead of the program's error")
 def test_store_into_list_cleared_by_helper_raises_index_error():
     same_as_eager("""
         def h(seq, t):
@@ -136,7 +119,6 @@ def test_store_into_list_cleared_by_helper_raises_index_error():
     """)
 
 
-@pytest.mark.xfail(strict=False, reason="d.items() read after d['a'] = <int> still holds the old tensor")
 def test_items_view_of_argument_after_store():
     same_as_eager("""
         def f(x, y, lst, d):
@@ -149,7 +131,6 @@ def test_items_view_of_argument_after_store():
 # --- identity and default equality of fresh objects --------------------------------------------
 
 
-@pytest.mark.xfail(strict=False, reason="`C(x, x) is C(x, x)` (two fresh objects) is True in the compiled run")
 def test_fresh_objects_are_not_identical():
     same_as_eager("""
         class C:
@@ -163,8 +144,6 @@ def test_fresh_objects_are_not_identical():
     """)
 
 
-@pytest.mark.xfail(strict=False, reason="`C(x, 2) == C(x, 2)` of a class without __eq__ (identity) is True "
-                                        "in the compiled run")
 def test_fresh_objects_default_equality():
     same_as_eager("""
         class C:
@@ -180,8 +159,6 @@ def test_fresh_objects_default_equality():
 # --- side effects around graph breaks and exceptions -------------------------------------------
 
 
-@pytest.mark.xfail(strict=False, reason="lst.reverse() before an op that raises (in-place add into an "
-                                        "expanded tensor): the compiled run loses the reverse")
 def test_list_mutation_before_raising_op_is_kept():
     same_as_eager("""
         def f(x, y, lst, d):
@@ -191,8 +168,6 @@ def test_list_mutation_before_raising_op_is_kept():
     """)
 
 
-@pytest.mark.xfail(strict=False, reason="lst[:1] = [y], then y rebound to x, then a call that breaks: lst[0] "
-                                        "is x in the compiled run (the store used y's later value)")
 def test_slice_store_then_rebind_keeps_stored_value():
     same_as_eager("""
         import functools
@@ -208,8 +183,6 @@ def test_slice_store_then_rebind_keeps_stored_value():
     """)
 
 
-@pytest.mark.xfail(strict=False, reason="`x += lst[1]` on an argument, followed by [torch.Tensor.size(x)]: "
-                                        "the in-place update of x is lost")
 def test_inplace_add_to_argument_then_tensor_size():
     same_as_eager("""
         import torch
@@ -220,8 +193,6 @@ def test_inplace_add_to_argument_then_tensor_size():
     """)
 
 
-@pytest.mark.xfail(strict=False, reason="after len(torch.Tensor.size(x)), the in-place store y[1] = 0 into "
-                                        "an argument is lost (no graph is made; y comes back unchanged)")
 def test_inplace_store_after_unbound_tensor_size():
     same_as_eager("""
         import torch
@@ -233,8 +204,6 @@ def test_inplace_store_after_unbound_tensor_size():
     """)
 
 
-@pytest.mark.xfail(strict=False, reason="torch.Tensor.size(x) (unbound, no dim) returns a tuple instead of a "
-                                        "torch.Size")
 def test_unbound_tensor_size_is_a_torch_size():
     same_as_eager("""
         import torch
@@ -244,8 +213,6 @@ def test_unbound_tensor_size_is_a_torch_size():
     """)
 
 
-@pytest.mark.xfail(strict=False, reason="h(**{'t': ...}) where h breaks the graph inside (t.max() > 1): the "
-                                        "compiled run raises TypeError 'missing 1 required positional argument'")
 def test_call_with_double_star_dict_around_break():
     same_as_eager("""
         import functools
@@ -262,8 +229,6 @@ def test_call_with_double_star_dict_around_break():
     """)
 
 
-@pytest.mark.xfail(strict=False, reason="{**d, 'n': functools.reduce(...)}: the key 'n' is missing from the "
-                                        "compiled result")
 def test_dict_display_with_unpack_and_reduce():
     same_as_eager("""
         import functools
@@ -274,8 +239,6 @@ def test_dict_display_with_unpack_and_reduce():
     """)
 
 
-@pytest.mark.xfail(strict=False, reason="a closure's nonlocal counter, bumped by a call whose argument is "
-                                        "functools.reduce(...): the increment is lost (0 vs 1)")
 def test_nonlocal_increment_with_reduce_argument():
     same_as_eager("""
         import functools
@@ -294,8 +257,6 @@ def test_nonlocal_increment_with_reduce_argument():
 # --- sets --------------------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=False, reason="a set of ints {3, 1, 4} is iterated in insertion order (3 first), "
-                                        "not in CPython's hash order (1, 3, 4)")
 def test_set_iteration_order():
     same_as_eager("""
         def f(x, y, lst, d):
@@ -307,8 +268,6 @@ def test_set_iteration_order():
 # --- graph breaks inside loops -----------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=False, reason="a data-dependent branch (graph break) inside `for i, e in "
-                                        "enumerate(lst)`: the indices seen are [1, 2, 2] instead of [0, 1, 2]")
 def test_enumerate_loop_with_break_inside():
     same_as_eager("""
         def f(x, y, lst, d):
@@ -321,8 +280,6 @@ def test_enumerate_loop_with_break_inside():
     """)
 
 
-@pytest.mark.xfail(strict=False, reason="d.pop('a') before an op that raises (in-place add into an expanded "
-                                        "tensor): the compiled run loses the pop")
 def test_dict_pop_before_raising_op_is_kept():
     same_as_eager("""
         def f(x, y, lst, d):
