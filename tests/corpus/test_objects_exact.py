@@ -1038,3 +1038,37 @@ def test_namedtuple_subclass_argument_extra_attribute_breaks():
     arg = PSub(1, 2)
     arg.note = 5
     check(fn, _t(3), arg, graphs=1)
+
+
+class _Slotted:
+    __slots__ = ("a", "b")
+
+    def __init__(self, a):
+        self.a = a
+
+
+class _SlottedChild(_Slotted):
+    __slots__ = "c"
+
+
+def test_slots_of_objects_made_in_the_function():
+    def fn(x):
+        p = _Slotted(x)
+        p.b = x * 2
+        q = _SlottedChild(x + 1)
+        q.c = 3
+        missing = hasattr(q, "b")
+        return p.a + p.b + q.a * q.c, missing, p, q
+
+    check(fn, _t(3))
+
+
+def test_unset_slot_read_raises_attribute_error():
+    def fn(x):
+        p = _Slotted(x)
+        try:
+            return p.b
+        except AttributeError:
+            return x - 1
+
+    check(fn, _t(3))

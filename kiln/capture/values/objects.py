@@ -132,6 +132,19 @@ def set_through_descriptor(tx, cls: type, name: str, obj: Value, value: Value) -
                 f"of that name{' without a setter (AttributeError)' if type(descriptor) is property else ''}")
 
 
+def _python_slot(cls: type, name: str) -> bool:
+    """Whether `name` is a `__slots__` member of a Python class in cls's MRO (the descriptor found for it):
+    object.__setattr__ stores the value in the object's slot; kiln keeps it with the new object's
+    attributes and the rebuild stores it with object.__setattr__ again."""
+    descriptor = data_descriptor_of(cls, name)
+    if type(descriptor) is not types.MemberDescriptorType:
+        return False
+    owner = descriptor.__objclass__
+    slots = getattr(owner, "__slots__", ())
+    slots = (slots,) if isinstance(slots, str) else tuple(slots)
+    return bool(owner.__flags__ & (1 << 9)) and name in slots  # (1 << 9): a class written in Python
+
+
 def _refuse_descriptor(cls: type, name: str, what: str) -> None:
     if data_descriptor_of(cls, name) is not None:
         unsupported(f"{what} attribute {name!r} of a {cls.__name__}: the class has a data descriptor "
@@ -530,6 +543,10 @@ class NewObjectValue(Value):
             return self.attrs[name]  # (setattr refuses names of data descriptors)
         if name == "__class__":
             return ClassValue(self.cls)
+        if _python_slot(self.cls, name):  # a __slots__ member never set: AttributeError, as object's
+            from kiln.capture.values.exceptions import raise_attribute_error
+
+            raise_attribute_error(self.cls, name)
         if name == "__dict__" and self.cls.__dictoffset__:
             from kiln.capture.values.dict_objects import AttrsView
 
@@ -557,10 +574,10 @@ class NewObjectValue(Value):
     def setattr(self, tx, name: str, value: Value) -> None:
         from kiln.capture.values.base import note_mutation
 
-        if set_through_descriptor(tx, self.cls, name, self, value):
+        if not _python_slot(self.cls, name) and set_through_descriptor(tx, self.cls, name, self, value):
             return
         note_mutation(tx, self)
-        self.attrs[name] = value
+        self.attrs[name] = value  # an instance attribute, or the value of a __slots__ member
 
     def call(self, tx, args, kwargs) -> Value:
         return class_attribute(tx, self.cls, "__call__", self).call(tx, args, kwargs)
