@@ -75,9 +75,9 @@ class CollectionDictValue(DictValue):
 def _popitem(tx, d: DictValue, last: bool) -> Value:
     d._check_mutable(tx, "popitem")
     if not d.entries:
-        from kiln.capture.values.exceptions import ExceptionValue, TracedRaise
+        from kiln.capture.values.exceptions import raise_traced
 
-        raise TracedRaise(ExceptionValue(KeyError, [ConstantValue("dictionary is empty")]))
+        raise_traced(KeyError, "dictionary is empty")
     key = next(reversed(d.entries)) if last else next(iter(d.entries))
     return TupleValue([ConstantValue(key), d.entries.pop(key)])
 
@@ -308,9 +308,9 @@ class DequeValue(Value):
         if kwargs:
             unsupported(f"deque.{name} with keyword arguments")
         if name in ("pop", "popleft") and not self.items_:
-            from kiln.capture.values.exceptions import ExceptionValue, TracedRaise
+            from kiln.capture.values.exceptions import raise_traced
 
-            raise TracedRaise(ExceptionValue(IndexError, [ConstantValue(f"{name} from an empty deque")]))
+            raise_traced(IndexError, f"{name} from an empty deque")
         if name in self._MUTATORS:
             self._changing(tx, name)
         if name in ("append", "appendleft", "pop", "popleft", "clear", "reverse"):

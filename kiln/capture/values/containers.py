@@ -415,10 +415,9 @@ def _object_key(tx, key: Value) -> ObjectKey:
     to stay distinct from each other (the same object passed in two places later is one key)."""
     cls = key.python_type()
     if cls.__hash__ is None:
-        from kiln.capture.values.exceptions import ExceptionValue, TracedRaise
+        from kiln.capture.values.exceptions import raise_traced
 
-        message = f"unhashable type: '{cls.__name__}'"
-        raise TracedRaise(ExceptionValue(TypeError, [ConstantValue(message)]), message)
+        raise_traced(TypeError, f"unhashable type: '{cls.__name__}'")
     if cls.__hash__ is not object.__hash__ or cls.__eq__ is not object.__eq__:
         unsupported(f"a {cls.__name__} as a dict key or set member: its class defines __hash__/__eq__",
                     hint="kiln hashes objects by identity only")

@@ -121,6 +121,11 @@ def is_plain_exception_class(cls) -> bool:
     return True
 
 
+def raise_traced(cls: type, message: str):
+    """Raise `cls(message)` as the program's own exception (a builtin's error CPython would raise)."""
+    raise TracedRaise(ExceptionValue(cls, [ConstantValue(message)]), message)
+
+
 def raise_as_traced(exc: BaseException, what: str):
     """Re-raise `exc`, which a builtin raised on constant arguments exactly as the program would have
     (`len(5)`, `1 / 0`, `int("x")`), as a TracedRaise of the same class and arguments, so a traced

@@ -32,9 +32,9 @@ def reduce_handler(tx, fn, iterable, *rest, **kwargs):
     elif items:
         acc = items.pop(0)
     else:
-        from kiln.capture.values.exceptions import ExceptionValue, TracedRaise
+        from kiln.capture.values.exceptions import raise_traced
 
-        raise TracedRaise(ExceptionValue(TypeError, [ConstantValue("reduce() of empty iterable with no initial value")]))
+        raise_traced(TypeError, "reduce() of empty iterable with no initial value")
     for item in items:
         acc = fn.call(tx, [acc, item], {})
     return acc

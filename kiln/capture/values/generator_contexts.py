@@ -93,9 +93,9 @@ class SteppedGenerator:
 
 
 def _raise(cls, message: str):
-    from kiln.capture.values.exceptions import ExceptionValue, TracedRaise
+    from kiln.capture.values.exceptions import raise_traced
 
-    raise TracedRaise(ExceptionValue(cls, [ConstantValue(message)]), message)
+    raise_traced(cls, message)
 
 
 class GeneratorContextValue(Value):

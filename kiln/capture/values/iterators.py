@@ -29,9 +29,9 @@ def stop_iteration_raised(exc) -> bool:
 
 
 def raise_traced(cls: type, message: str):
-    from kiln.capture.values.exceptions import ExceptionValue, TracedRaise
+    from kiln.capture.values.exceptions import raise_traced as raise_exception
 
-    raise TracedRaise(ExceptionValue(cls, [ConstantValue(message)]), message)
+    raise_exception(cls, message)
 
 
 class IteratorValue(Value):

@@ -160,10 +160,9 @@ def rich_compare(tx, op: Callable, a: Value, b: Value) -> Value | None:
     if op in (operator.eq, operator.ne):
         same = _same_object(a, b, tx)
         return ConstantValue(same if op is operator.eq else not same)
-    from kiln.capture.values.exceptions import ExceptionValue, TracedRaise
+    from kiln.capture.values.exceptions import raise_traced
 
-    message = f"'{_sym_of(op)}' not supported between instances of '{ta.__name__}' and '{tb.__name__}'"
-    raise TracedRaise(ExceptionValue(TypeError, [ConstantValue(message)]), message)
+    raise_traced(TypeError, f"'{_sym_of(op)}' not supported between instances of '{ta.__name__}' and '{tb.__name__}'")
 
 
 def _sym_of(op) -> str:
