@@ -24,9 +24,10 @@ _DEPTH = 4  # container items and object attributes followed this many levels do
 
 def may_use_tensors(code: types.CodeType, f_locals: dict, f_globals: dict, closure) -> bool:
     """True unless the frame surely cannot reach a tensor (when unsure: True)."""
+    tensor_like = (torch.Tensor, torch.nn.Module, *_array_types())
     for name in code.co_names:
         value = f_globals.get(name)
-        if value is not None and _is_torchy_global(value):
+        if value is not None and _is_torchy_global(value, tensor_like):
             return True
     roots = list(f_locals.values())
     for cell in closure or ():
@@ -34,14 +35,14 @@ def may_use_tensors(code: types.CodeType, f_locals: dict, f_globals: dict, closu
             roots.append(cell.cell_contents)
         except ValueError:  # an empty cell
             continue
-    return _reaches_tensor(roots)
+    return _reaches_tensor(roots, tensor_like)
 
 
-def _is_torchy_global(value) -> bool:
+def _is_torchy_global(value, tensor_like: tuple) -> bool:
     if isinstance(value, types.ModuleType):
         name = value.__name__
         return name == "torch" or name.startswith("torch.") or name == "numpy" or name.startswith("numpy.")
-    return isinstance(value, (torch.Tensor, torch.nn.Module, *_array_types()))
+    return isinstance(value, tensor_like)
 
 
 def _array_types() -> tuple:
@@ -50,12 +51,11 @@ def _array_types() -> tuple:
     return (numpy.ndarray, numpy.generic) if numpy is not None else ()
 
 
-def _reaches_tensor(roots: list) -> bool:
+def _reaches_tensor(roots: list, tensor_like: tuple) -> bool:
     """Whether a tensor or module is among `roots`, their container items and (plain) objects' attributes,
     up to _DEPTH levels down. Objects kiln cannot look into (C objects, slots) count as holding none,
     as in TorchDynamo: their frame runs as it is, which is exact, only not compiled."""
     seen: set[int] = set()
-    tensor_like = (torch.Tensor, torch.nn.Module, *_array_types())
     stack = [(obj, 0) for obj in roots]
     while stack:
         obj, depth = stack.pop()

@@ -75,10 +75,10 @@ def worth_padding(a: torch.Tensor, b: torch.Tensor, pads: tuple[int, int, int]) 
     return saved > 2 * (2 * copied / _BYTES_PER_S)
 
 
-def _call(graph: fx.Graph, target, args: tuple) -> fx.Node:
-    node = graph.call_function(target, args)
+def _call(graph: fx.Graph, target, args: tuple, kwargs: dict | None = None) -> fx.Node:
+    node = graph.call_function(target, args, kwargs or {})
     vals = [(_val(a) if isinstance(a, fx.Node) else a) for a in args]
-    node.meta["val"] = run_on_fakes(target, tuple(vals), {})
+    node.meta["val"] = run_on_fakes(target, tuple(vals), kwargs or {})
     return node
 
 
@@ -121,10 +121,7 @@ def pad_misaligned_matmuls(graph: fx.Graph, mode: str = "auto") -> int:
             if result is not product:
                 # the product's own (row-major) layout, as a copy that a pointwise reader inlines: only a
                 # returned or viewed result is written out of the padded buffer
-                result = _call(graph, aten.clone.default, (result,))
-                result.kwargs = {"memory_format": torch.contiguous_format}
-                result.meta["val"] = run_on_fakes(aten.clone.default, (_val(result.args[0]),),
-                                                  {"memory_format": torch.contiguous_format})
+                result = _call(graph, aten.clone.default, (result,), {"memory_format": torch.contiguous_format})
         node.replace_all_uses_with(result)
         graph.erase_node(node)
         rewritten += 1
