@@ -50,13 +50,19 @@ class SequenceValue(Value):
         try:
             return self.elements[idx]
         except (IndexError, TypeError):
-            from kiln.capture.values.exceptions import raise_as_traced
-
-            try:  # the error CPython raises for this kind of sequence, message and all
-                self.python_kind([None] * len(self.elements))[idx]
-            except (IndexError, TypeError) as exc:
-                raise_as_traced(exc, f"{self.python_kind.__name__}[{idx!r}]")
+            self._probe(lambda probe: probe[idx], f"{self.python_kind.__name__}[{idx!r}]")
             unsupported(f"{self.python_kind.__name__} index {idx!r}")
+
+    def _probe(self, operation, what: str) -> None:
+        """Run `operation` on a stand-in sequence of this one's kind and length first: an IndexError,
+        TypeError or ValueError CPython would raise (an index out of range, an extended slice of another
+        length), message and all, is raised as the program's own, before anything is changed."""
+        from kiln.capture.values.exceptions import raise_as_traced
+
+        try:
+            operation(self.python_kind([None] * len(self.elements)))
+        except (IndexError, TypeError, ValueError) as exc:
+            raise_as_traced(exc, what)
 
     def reconstruct(self, cg) -> None:
         for v in self.elements:
@@ -184,17 +190,6 @@ class ListValue(SequenceValue):
         self._probe(lambda probe: probe.__delitem__(idx), f"del list[{idx!r}]")
         self._check_mutable(tx, "del on a list item")
         del self.elements[idx]
-
-    def _probe(self, change, what: str) -> None:
-        """Make `change` on a stand-in list of this one's length first: an IndexError/TypeError/ValueError
-        CPython would raise (an index out of range, an extended slice of another length) is raised as the
-        program's own, before anything is changed."""
-        from kiln.capture.values.exceptions import raise_as_traced
-
-        try:
-            change([None] * len(self.elements))
-        except (IndexError, TypeError, ValueError) as exc:
-            raise_as_traced(exc, what)
 
 
 class NamedTupleValue(TupleValue):
