@@ -17,6 +17,7 @@ import torch
 
 from kiln.errors import KilnError
 from kiln.fake.fast_meta import fast_meta
+from kiln.fake.symbolic_meta import SymbolicShapeUnsupported, has_symbolic_tensor, symbolic_meta
 from kiln.fake.tree import leaves, map_leaves
 
 aten = torch.ops.aten
@@ -223,10 +224,13 @@ def run_on_fakes(func, args, kwargs):
     if "device" in kernel_kwargs:
         kernel_kwargs["device"] = torch.device("meta")
     try:
-        with _kernel_context():
-            out = fast_meta(func, kernel_args, kernel_kwargs)
-            if out is None:
-                out = func(*kernel_args, **kernel_kwargs)
+        if has_symbolic_tensor(kernel_args):
+            out = _run_symbolic(func, kernel_args, kernel_kwargs)
+        else:
+            with _kernel_context():
+                out = fast_meta(func, kernel_args, kernel_kwargs)
+                if out is None:
+                    out = func(*kernel_args, **kernel_kwargs)
     except NotImplementedError as exc:
         if func not in FALLBACK_META:
             raise UnsupportedFakeOp(func, f"it has no meta kernel ({str(exc).splitlines()[0][:200]})") from None
@@ -243,3 +247,27 @@ def run_on_fakes(func, args, kwargs):
         return x
 
     return map_leaves(wrap, out)
+
+
+def _run_symbolic(func, args, kwargs):
+    """The meta kernel (or kiln's rule, symbolic_meta.py) on plain meta aliases of symbolic fakes: a
+    tensor with symbolic sizes would re-enter Python dispatch through torch's Python meta kernels."""
+    def plain(x):
+        return meta_alias(x) if isinstance(x, FakeTensor) else x
+
+    args, kwargs = map_leaves(plain, args), map_leaves(plain, kwargs)
+    with _kernel_context():
+        try:
+            out = symbolic_meta(func, args, kwargs)
+            if out is None:
+                out = fast_meta(func, args, kwargs)
+            if out is None:
+                out = func(*args, **kwargs)
+        except (RecursionError, NotImplementedError) as exc:
+            raise SymbolicShapeUnsupported(func, f"{type(exc).__name__}: {str(exc)[:200]}") from None
+        except RuntimeError as exc:
+            text = str(exc)
+            if "concrete integers" in text or "dispatch_on_subclass" in text or "symbolic sizes" in text:
+                raise SymbolicShapeUnsupported(func, text.splitlines()[0][:200]) from None
+            raise
+    return out

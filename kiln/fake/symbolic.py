@@ -1,0 +1,568 @@
+"""Symbolic sizes: the ShapeEnv that owns size symbols, and kiln's SymNode behind each ``torch.SymInt``.
+
+``torch.SymInt(node)`` wraps any Python object with the SymNode protocol: ATen's C++ (meta kernels,
+SymInt arithmetic) calls the node's methods to add, compare and, where it must know a value, to
+*guard* (``guard_bool``, ``guard_int``). kiln's ``SymNode`` holds a sympy expression over the size
+symbols and the value it has for the inputs seen while compiling (its *hint*). A guard evaluates the
+expression at the hints, records the fact it relied on (``s0 > 16``, or ``Eq(s0, 8)`` where a value
+had to become a Python int) in the ``ShapeEnv``, and returns the value. The compiled code is valid
+exactly where all recorded facts hold: ``ShapeEnv.check_source`` prints them as one Python function the
+guards call with the input tensors.
+
+Facts that follow from what is known about every symbol (sizes are integers >= 2: 0 and 1 are
+specialized) are decided without a guard: ``Eq(s0, 1)`` is False for every allowed size.
+"""
+from __future__ import annotations
+
+import dataclasses
+import operator
+from typing import Callable
+
+import sympy
+import torch
+
+from kiln.loopir.index import FloorDiv, ModularIndexing
+
+SYMBOLIC_SCALARS = (torch.SymInt, torch.SymBool, torch.SymFloat)
+
+
+class SpecializationError(Exception):
+    """A size the user marked dynamic had to become a constant (raised only for ``mark_dynamic``'d dims)."""
+
+
+@dataclasses.dataclass
+class ShapeGuard:
+    fact: sympy.Basic  # holds for every call the compiled code may serve
+    where: str  # the user's file:line whose code needed it ("" where unknown)
+
+
+@dataclasses.dataclass
+class InputBinding:
+    """A graph input with symbolic sizes: the symbols are read from its sizes at run time."""
+
+    name: str  # the place the guards read it from, e.g. L['x']
+    sizes: tuple  # sympy expressions
+    strides: tuple  # sympy expressions
+
+
+class ShapeEnv:
+    """The size symbols of one captured frame, their hints, and the facts its compiled code relies on."""
+
+    MIN_SIZE = 2  # sizes 0 and 1 are specialized (broadcasting and empty tensors behave differently)
+
+    def __init__(self) -> None:
+        self.hints: dict[sympy.Symbol, int] = {}
+        self.lower: dict[sympy.Symbol, int] = {}
+        self.upper: dict[sympy.Symbol, int | None] = {}
+        self.origins: dict[sympy.Symbol, str] = {}  # symbol -> the input size it stands for
+        self.marked: set[sympy.Symbol] = set()  # from mark_dynamic: specializing them is an error
+        self.guards: list[ShapeGuard] = []
+        self.inputs: list[InputBinding] = []
+        self.where: Callable[[], str] = lambda: ""  # set by capture: the user line being traced
+        self._decided: dict[sympy.Basic, bool] = {}
+        self._by_hint: dict[int, sympy.Symbol] = {}  # duck sizing: equal sizes share a symbol
+
+    # ---- symbols -----------------------------------------------------------------------------
+
+    def create_symbol(self, hint: int, origin: str = "", lower: int | None = None, upper: int | None = None,
+                      duck: bool = True, marked: bool = False) -> sympy.Symbol:
+        """A positive integer symbol for a size that was ``hint`` while compiling. With ``duck``, a size
+        equal to an earlier dynamic size gets its symbol (the guards check that they stay equal)."""
+        if not isinstance(hint, int) or hint < 0:
+            raise ValueError(f"a size symbol's hint must be a non-negative int, got {hint!r}")
+        if duck and hint in self._by_hint and lower is None and upper is None and not marked:
+            return self._by_hint[hint]
+        symbol = sympy.Symbol(f"s{len(self.hints)}", integer=True, positive=True)
+        self.hints[symbol] = hint
+        self.lower[symbol] = max(self.MIN_SIZE, lower or 0)
+        self.upper[symbol] = upper
+        self.origins[symbol] = origin
+        if marked:
+            self.marked.add(symbol)
+        if duck and not marked:
+            self._by_hint.setdefault(hint, symbol)
+        return symbol
+
+    def symint(self, expr) -> torch.SymInt | int:
+        expr = sympy.sympify(expr)
+        if expr.is_number:
+            return int(expr)
+        return torch.SymInt(SymNode(expr, self, int, self.size_hint(expr)))
+
+    def size_hint(self, expr) -> int:
+        value = sympy.sympify(expr).xreplace({s: sympy.Integer(h) for s, h in self.hints.items()})
+        if not value.is_number:
+            raise ValueError(f"size expression {expr} has symbols without hints: {value.free_symbols}")
+        return int(value)
+
+    @property
+    def symbols(self) -> list[sympy.Symbol]:
+        return list(self.hints)
+
+    # ---- facts -------------------------------------------------------------------------------
+
+    def static_value(self, fact) -> bool | None:
+        """The truth of ``fact`` for every allowed value of the symbols, or None if it depends on them."""
+        fact = sympy.sympify(fact)
+        if fact is sympy.true or fact is sympy.false:
+            return bool(fact)
+        found = self._decided.get(fact)
+        if found is not None:
+            return found
+        value = self._static(fact)
+        if value is not None:
+            self._decided[fact] = value
+        return value
+
+    def _static(self, fact) -> bool | None:
+        if isinstance(fact, sympy.Not):
+            inner = self._static(fact.args[0])
+            return None if inner is None else not inner
+        if isinstance(fact, (sympy.And, sympy.Or)):
+            parts = [self._static(a) for a in fact.args]
+            if isinstance(fact, sympy.And):
+                return False if False in parts else (True if all(p is True for p in parts) else None)
+            return True if True in parts else (False if all(p is False for p in parts) else None)
+        if not isinstance(fact, sympy.core.relational.Relational):
+            return None
+        # each symbol is lower + (a nonnegative integer): the sign of lhs - rhs decides many facts
+        shift = {s: self.lower[s] + sympy.Symbol(f"_n{i}", integer=True, nonnegative=True)
+                 for i, s in enumerate(fact.free_symbols) if s in self.lower}
+        diff = sympy.expand((fact.lhs - fact.rhs).xreplace(shift))
+        positive, negative, zero = diff.is_positive, diff.is_negative, diff.is_zero
+        nonneg, nonpos = diff.is_nonnegative, diff.is_nonpositive
+        kind = type(fact)
+        if kind is sympy.Eq:
+            return True if zero else (False if (positive or negative) else None)
+        if kind is sympy.Ne:
+            return False if zero else (True if (positive or negative) else None)
+        if kind is sympy.StrictGreaterThan:
+            return True if positive else (False if nonpos else None)
+        if kind is sympy.GreaterThan:
+            return True if nonneg else (False if negative else None)
+        if kind is sympy.StrictLessThan:
+            return True if negative else (False if nonneg else None)
+        if kind is sympy.LessThan:
+            return True if nonpos else (False if positive else None)
+        return None
+
+    def evaluate(self, fact, hint: bool) -> bool:
+        """The truth of ``fact`` for this compilation: decided statically, or guarded at its hint."""
+        fact = sympy.sympify(fact)
+        value = self.static_value(fact)
+        if value is not None:
+            return value
+        hint = bool(hint)
+        self._record(fact if hint else sympy.Not(fact))
+        self._decided[fact] = hint
+        return hint
+
+    def specialize(self, expr, hint: int) -> int:
+        """``expr`` as the constant ``hint`` (a guard that it stays so): where a size must become an int."""
+        expr = sympy.sympify(expr)
+        if expr.is_number:
+            return int(expr)
+        marked = expr.free_symbols & self.marked
+        if marked:
+            names = ", ".join(self.origins[s] for s in marked)
+            raise SpecializationError(
+                f"{names} was marked dynamic (kiln.mark_dynamic), but the code at {self.where() or 'an unknown line'} "
+                f"needs it as a constant ({expr} == {hint})")
+        self._record(sympy.Eq(expr, hint))
+        self._decided[sympy.Eq(expr, hint)] = True
+        return int(hint)
+
+    def specialize_all(self) -> None:
+        """Every symbol becomes its hint: the compiled code then serves only the sizes seen (a backend
+        that cannot generate size-generic code calls this)."""
+        for s, hint in self.hints.items():
+            if self.static_value(sympy.Eq(s, hint)) is not True:
+                self._record(sympy.Eq(s, hint))
+        self.marked.clear()
+
+    def _record(self, fact) -> None:
+        fact = sympy.simplify_logic(fact) if isinstance(fact, (sympy.And, sympy.Or, sympy.Not)) else fact
+        if fact is sympy.true:
+            return
+        if fact is sympy.false:
+            raise ValueError("a shape guard that can never hold")
+        if isinstance(fact, sympy.core.relational.Relational):
+            self._tighten(fact)
+        self.guards.append(ShapeGuard(fact, self.where()))
+
+    def _tighten(self, fact) -> None:
+        """A guard ``s >= k`` (or ``s > k``) raises what ``static_value`` knows of s's lower bound."""
+        lhs, rhs = fact.lhs, fact.rhs
+        if isinstance(fact, (sympy.GreaterThan, sympy.StrictGreaterThan)) and lhs.is_Symbol and rhs.is_Integer:
+            bound = int(rhs) + (1 if isinstance(fact, sympy.StrictGreaterThan) else 0)
+        elif isinstance(fact, (sympy.LessThan, sympy.StrictLessThan)) and rhs.is_Symbol and lhs.is_Integer:
+            lhs, bound = rhs, int(lhs) + (1 if isinstance(fact, sympy.StrictLessThan) else 0)
+        else:
+            return
+        if lhs in self.lower and bound > self.lower[lhs]:
+            self.lower[lhs] = bound  # (decisions made so far held for the wider range: still true)
+
+    # ---- inputs and the run-time check -------------------------------------------------------
+
+    def bind_input(self, name: str, sizes, strides) -> None:
+        self.inputs.append(InputBinding(name, tuple(sympy.sympify(s) for s in sizes),
+                                        tuple(sympy.sympify(s) for s in strides)))
+
+    def check_source(self) -> str:
+        """``check_shapes(t0, t1, ...)`` over the bound inputs: None when every size, stride and fact holds,
+        else the text of the first that fails."""
+        lines = ["def check_shapes(*ts):"]
+        bound: dict[sympy.Symbol, str] = {}
+        checks: list[tuple[str, str]] = []
+        for i, inp in enumerate(self.inputs):
+            lines.append(f"    sz{i} = ts[{i}].size()")
+            lines.append(f"    st{i} = ts[{i}].stride()")
+            lines.append(f"    if len(sz{i}) != {len(inp.sizes)}: return {inp.name + '.dim() == ' + str(len(inp.sizes))!r}")
+            for d, size in enumerate(inp.sizes):
+                place = f"sz{i}[{d}]"
+                if size.is_Symbol and size not in bound:
+                    bound[size] = f"{size}"
+                    lines.append(f"    {size} = {place}")
+                    continue
+                checks.append((f"{place} == {_py(size)}", f"{inp.name}.size({d}) == {size}"))
+        for s, lo in self.lower.items():
+            if s in bound:
+                checks.append((f"{s} >= {lo}", f"{self.origins.get(s) or s} >= {lo} ({s})"))
+                if self.upper.get(s) is not None:
+                    checks.append((f"{s} <= {self.upper[s]}", f"{self.origins.get(s) or s} <= {self.upper[s]} ({s})"))
+        for i, inp in enumerate(self.inputs):
+            for d, (size, stride) in enumerate(zip(inp.sizes, inp.strides)):
+                if size == 1:
+                    continue  # the stride of a size-1 dim is never used
+                checks.append((f"st{i}[{d}] == {_py(stride)}", f"{inp.name}.stride({d}) == {stride}"))
+        for g in self.guards:
+            where = f" (from {g.where})" if g.where else ""
+            checks.append((_py(g.fact), f"{g.fact}{where}"))
+        for expr, what in checks:
+            lines.append(f"    if not ({expr}): return {what!r}")
+        lines.append("    return None")
+        return "\n".join(lines) + "\n"
+
+    def check_function(self) -> Callable[..., str | None]:
+        ns: dict = {}
+        exec(compile(self.check_source(), "<kiln shape guards>", "exec"), ns)
+        return ns["check_shapes"]
+
+    def describe(self) -> str:
+        """Symbols and guards, for explain()."""
+        rows = [f"{s} = {self.origins.get(s) or '?'} (was {h}, >= {self.lower[s]})" for s, h in self.hints.items()]
+        rows += [f"guard: {g.fact}" + (f"  # {g.where}" if g.where else "") for g in self.guards]
+        return "\n".join(rows)
+
+
+def _py(expr) -> str:
+    """A sympy size expression or fact as Python source over the symbols' names."""
+    e = expr
+    if e is sympy.true or e is sympy.false:
+        return str(bool(e))
+    if e.is_Integer:
+        return str(int(e))
+    if e.is_Symbol:
+        return e.name
+    if isinstance(e, sympy.Add):
+        return "(" + " + ".join(_py(a) for a in e.args) + ")"
+    if isinstance(e, sympy.Mul):
+        return "(" + " * ".join(_py(a) for a in e.args) + ")"
+    if isinstance(e, sympy.Pow) and e.exp.is_Integer and int(e.exp) >= 0:
+        return f"({_py(e.base)} ** {int(e.exp)})"
+    if isinstance(e, FloorDiv):
+        return f"({_py(e.args[0])} // {_py(e.args[1])})"
+    if isinstance(e, ModularIndexing):
+        return f"(({_py(e.args[0])} // {_py(e.args[1])}) % {_py(e.args[2])})"
+    if isinstance(e, (sympy.Max, sympy.Min)):
+        return f"{'max' if isinstance(e, sympy.Max) else 'min'}({', '.join(_py(a) for a in e.args)})"
+    if isinstance(e, sympy.core.relational.Relational):
+        op = {sympy.Eq: "==", sympy.Ne: "!=", sympy.StrictLessThan: "<", sympy.LessThan: "<=",
+              sympy.StrictGreaterThan: ">", sympy.GreaterThan: ">="}[type(e)]
+        return f"({_py(e.lhs)} {op} {_py(e.rhs)})"
+    if isinstance(e, sympy.Not):
+        return f"(not {_py(e.args[0])})"
+    if isinstance(e, (sympy.And, sympy.Or)):
+        join = " and " if isinstance(e, sympy.And) else " or "
+        return "(" + join.join(_py(a) for a in e.args) + ")"
+    raise NotImplementedError(f"no Python form for the size expression {e} ({type(e).__name__})")
+
+
+# ---- the SymNode protocol --------------------------------------------------------------------------
+
+def _nonneg(env: ShapeEnv, expr) -> bool:
+    return expr.is_nonnegative is True or env.static_value(sympy.Ge(expr, 0)) is True
+
+
+class SymNode:
+    """The node of a ``torch.SymInt``/``SymBool``/``SymFloat``: a sympy expression, its value at the
+    hints, and the ShapeEnv that records what is guarded."""
+
+    def __init__(self, expr, env: ShapeEnv, pytype: type, hint):
+        self.expr = expr
+        self.env = env
+        self.pytype = pytype
+        self.hint = hint
+
+    # what torch asks of every node
+    def is_int(self) -> bool:
+        return self.pytype is int
+
+    def is_bool(self) -> bool:
+        return self.pytype is bool
+
+    def is_float(self) -> bool:
+        return self.pytype is float
+
+    def is_nested_int(self) -> bool:
+        return False
+
+    def nested_int(self):
+        return None
+
+    def is_symbolic(self) -> bool:
+        return not self.expr.is_number
+
+    def is_constant(self) -> bool:
+        return False
+
+    def has_hint(self) -> bool:
+        return True
+
+    def constant_int(self):
+        return None
+
+    def constant_bool(self):
+        return None
+
+    def maybe_as_int(self):
+        return int(self.expr) if self.expr.is_number and self.pytype is int else None
+
+    def maybe_as_bool(self):
+        return bool(self.expr) if self.expr in (sympy.true, sympy.false) else None
+
+    def clone(self) -> "SymNode":
+        return self
+
+    def str(self) -> str:
+        return str(self.expr)
+
+    _graph_repr = str
+    __str__ = str
+
+    def __repr__(self) -> str:
+        return f"SymNode({self.expr}, hint={self.hint})"
+
+    def _new(self, expr, pytype, hint) -> "SymNode":
+        if pytype is bool and expr not in (sympy.true, sympy.false):
+            known = self.env.static_value(expr)
+            if known is not None:
+                expr = sympy.true if known else sympy.false
+        return SymNode(expr, self.env, pytype, hint)
+
+    def wrap_int(self, n: int) -> "SymNode":
+        return SymNode(sympy.Integer(n), self.env, int, n)
+
+    def wrap_bool(self, b: bool) -> "SymNode":
+        return SymNode(sympy.true if b else sympy.false, self.env, bool, b)
+
+    def wrap_float(self, f: float) -> "SymNode":
+        return SymNode(sympy.Float(f), self.env, float, f)
+
+    # arithmetic
+    def _binary(self, other: "SymNode", fn, pyfn, pytype=None) -> "SymNode":
+        return self._new(fn(self.expr, other.expr), pytype or self.pytype, pyfn(self.hint, other.hint))
+
+    def add(self, other):
+        return self._binary(other, operator.add, operator.add)
+
+    def sub(self, other):
+        return self._binary(other, operator.sub, operator.sub)
+
+    def mul(self, other):
+        return self._binary(other, operator.mul, operator.mul)
+
+    def neg(self):
+        return self._new(-self.expr, self.pytype, -self.hint)
+
+    def floordiv(self, other):
+        env = self.env
+        if self.pytype is int and other.pytype is int and _nonneg(env, self.expr) and \
+                env.static_value(sympy.Gt(other.expr, 0)) is True:
+            return self._new(FloorDiv(self.expr, other.expr), int, self.hint // other.hint)
+        return self.wrap_int(self._concrete() // other._concrete())
+
+    int_floordiv = floordiv
+
+    def mod(self, other):
+        env = self.env
+        if self.pytype is int and other.pytype is int and _nonneg(env, self.expr) and \
+                env.static_value(sympy.Gt(other.expr, 0)) is True:
+            return self._new(ModularIndexing(self.expr, 1, other.expr), int, self.hint % other.hint)
+        return self.wrap_int(self._concrete() % other._concrete())
+
+    def pow(self, other):
+        if other.expr.is_Integer and int(other.expr) >= 0 and self.pytype is int:
+            return self._new(self.expr ** other.expr, int, self.hint ** other.hint)
+        return self._specialized(operator.pow, other)
+
+    pow_by_natural = pow
+
+    def truediv(self, other):
+        return self._specialized(operator.truediv, other)
+
+    int_truediv = truediv
+    float_truediv = truediv
+
+    def _specialized(self, fn, other):
+        value = fn(self._concrete(), other._concrete())
+        return self.wrap_float(value) if isinstance(value, float) else self.wrap_int(value)
+
+    def sym_max(self, other):
+        known = self.env.static_value(sympy.Ge(self.expr, other.expr))
+        if known is not None:
+            return self if known else other
+        return self._binary(other, sympy.Max, max)
+
+    def sym_min(self, other):
+        known = self.env.static_value(sympy.Le(self.expr, other.expr))
+        if known is not None:
+            return self if known else other
+        return self._binary(other, sympy.Min, min)
+
+    def sym_sum(self, args):  # (self is one of args)
+        total, hint = sympy.Integer(0), 0
+        for o in args:
+            total, hint = total + o.expr, hint + o.hint
+        return self._new(total, self.pytype, hint)
+
+    def sym_float(self):
+        return self._new(self.expr, float, float(self.hint))
+
+    def sym_int(self):
+        return self.wrap_int(int(self._concrete()))
+
+    def ceil(self):
+        return self.wrap_int(int(self._concrete()).__ceil__()) if self.pytype is float else self
+
+    def floor(self):
+        return self.wrap_int(int(self._concrete()).__floor__()) if self.pytype is float else self
+
+    # comparisons and logic
+    def eq(self, other):
+        return self._binary(other, sympy.Eq, operator.eq, bool)
+
+    def ne(self, other):
+        return self._binary(other, sympy.Ne, operator.ne, bool)
+
+    def lt(self, other):
+        return self._binary(other, sympy.Lt, operator.lt, bool)
+
+    def le(self, other):
+        return self._binary(other, sympy.Le, operator.le, bool)
+
+    def gt(self, other):
+        return self._binary(other, sympy.Gt, operator.gt, bool)
+
+    def ge(self, other):
+        return self._binary(other, sympy.Ge, operator.ge, bool)
+
+    def sym_and(self, other):
+        return self._binary(other, sympy.And, lambda a, b: bool(a and b), bool)
+
+    def sym_or(self, other):
+        return self._binary(other, sympy.Or, lambda a, b: bool(a or b), bool)
+
+    def sym_not(self):
+        return self._new(sympy.Not(self.expr), bool, not self.hint)
+
+    def sym_ite(self, then, other):
+        return then if self._concrete() else other
+
+    def is_non_overlapping_and_dense_indicator(self, *args):
+        raise NotImplementedError
+
+    # where a value must be known: guard it
+    def _concrete(self):
+        env = self.env
+        if self.pytype is bool:
+            return env.evaluate(self.expr, self.hint)
+        if self.expr.is_number:
+            return self.pytype(self.expr)
+        if self.pytype is float:
+            for s in self.expr.free_symbols:  # a float of sizes: the sizes it is made of become constants
+                env.specialize(s, env.hints[s])
+            return float(self.hint)
+        return env.specialize(self.expr, self.hint)
+
+    def guard_int(self, file=None, line=None) -> int:
+        return int(self._concrete())
+
+    def guard_float(self, file=None, line=None) -> float:
+        return float(self._concrete())
+
+    def guard_bool(self, file=None, line=None) -> bool:
+        return bool(self._concrete())
+
+    guard_size_oblivious = guard_bool
+    guard_or_false = guard_bool
+    guard_or_true = guard_bool
+    expect_true = guard_bool
+
+    def expect_size(self, file=None, line=None) -> bool:
+        return self.env.evaluate(sympy.Ge(self.expr, 0), self.hint >= 0)
+
+    def statically_known_true(self, file=None, line=None) -> bool:
+        return self.pytype is bool and self.env.static_value(self.expr) is True
+
+    def bool_(self) -> bool:
+        return bool(self._concrete())
+
+    def int_(self) -> int:
+        return int(self._concrete())
+
+    def float_(self) -> float:
+        return float(self._concrete())
+
+
+def is_symbolic(x) -> bool:
+    return isinstance(x, SYMBOLIC_SCALARS) and isinstance(x.node, SymNode) and x.node.is_symbolic()
+
+
+def symbolic_fake(real: torch.Tensor, env: ShapeEnv, name: str, dims, marked=None):
+    """A fake of ``real`` whose sizes at ``dims`` are symbols (strides follow as expressions), bound to
+    the input ``name``; None where ``real`` keeps static sizes (a layout other than row-major, a
+    storage offset, or no dim of size >= 2 asked for). ``marked``: dim -> (min, max) from mark_dynamic."""
+    from kiln.fake.tensor import FakeTensor, _kernel_context
+
+    marked = marked or {}
+    sizes = list(real.size())
+    if real.storage_offset() != 0 or tuple(real.stride()) != _row_major(sizes):
+        return None
+    exprs: list = []
+    for d, n in enumerate(sizes):
+        if d in dims and n >= ShapeEnv.MIN_SIZE:
+            lo, hi = marked.get(d, (None, None))
+            exprs.append(env.create_symbol(n, f"{name}.size({d})", lo, hi, marked=d in marked))
+        else:
+            exprs.append(sympy.Integer(n))
+    if all(e.is_number for e in exprs):
+        return None
+    strides, running = [], sympy.Integer(1)
+    for e in reversed(exprs):
+        strides.append(running)
+        running = running * e
+    strides.reverse()
+    env.bind_input(name, exprs, strides)
+    with torch.no_grad(), _kernel_context():
+        meta = torch.empty_strided([env.symint(e) for e in exprs], [env.symint(s) for s in strides],
+                                   dtype=real.dtype, device="meta")
+    return FakeTensor(meta, real.device, requires_grad=real.requires_grad)
+
+
+def _row_major(sizes) -> tuple:
+    out, running = [], 1
+    for n in reversed(sizes):
+        out.append(running)
+        running *= max(n, 1)
+    return tuple(reversed(out))

@@ -1,0 +1,247 @@
+"""Fake outputs of view ops on tensors with symbolic sizes.
+
+ATen's C++ meta kernels of ``view``, ``expand`` and friends take only concrete sizes, and torch's Python
+meta kernels of others re-enter Python dispatch. For a tensor with symbolic sizes these rules compute
+the output's sizes, strides and offset as SymInts here, and make it with ``as_strided`` on the input's
+meta storage (so the output aliases the input, as the real view would).
+
+A case a rule does not cover (a view of a non-contiguous tensor that would need stride arithmetic on
+symbols) raises ``SymbolicShapeUnsupported``: capture then traces the frame again with static sizes.
+"""
+from __future__ import annotations
+
+import torch
+
+from kiln.fake.symbolic import is_symbolic
+
+aten = torch.ops.aten
+
+
+class SymbolicShapeUnsupported(Exception):
+    """An op kiln cannot run on symbolic sizes; the caller compiles with static sizes instead."""
+
+    def __init__(self, func, why: str):
+        self.func, self.why = func, why
+        super().__init__(f"{func} on symbolic sizes: {why}")
+
+
+def has_symbolic_tensor(args) -> bool:
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            if any(is_symbolic(s) for s in a.shape):
+                return True
+        elif isinstance(a, (list, tuple)) and has_symbolic_tensor(a):
+            return True
+    return False
+
+
+def _dim(d: int, n: int) -> int:
+    n = max(n, 1)
+    if not -n <= d < n:
+        raise IndexError(f"Dimension out of range (expected to be in range of [{-n}, {n - 1}], but got {d})")
+    return d % n
+
+
+def _view(x, sizes, strides, offset=None):
+    return x.as_strided(sizes, strides, x.storage_offset() if offset is None else offset)
+
+
+def _contiguous_strides(sizes) -> list:
+    out, running = [], 1
+    for n in reversed(sizes):
+        out.append(running)
+        running = running * n if not (isinstance(n, int) and n == 0) else running
+    return list(reversed(out))
+
+
+def _is_row_major(x) -> bool:
+    """Structurally row-major (the expressions equal, no guard): the case the view rules handle."""
+    expected = _contiguous_strides(list(x.shape))
+    for n, st, e in zip(x.shape, x.stride(), expected):
+        if isinstance(n, int) and n == 1:
+            continue
+        if str(st) != str(e):
+            return False
+    return True
+
+
+def _numel(sizes):
+    total = 1
+    for n in sizes:
+        total = total * n
+    return total
+
+
+def view(func, x, shape):
+    shape = list(shape)
+    if not _is_row_major(x):
+        raise SymbolicShapeUnsupported(func, "a view of a tensor that is not row-major")
+    if shape.count(-1) > 1:
+        raise RuntimeError("only one dimension can be inferred")
+    if -1 in [s for s in shape if isinstance(s, int)]:
+        i = [j for j, s in enumerate(shape) if isinstance(s, int) and s == -1][0]
+        known = _numel([s for j, s in enumerate(shape) if j != i])
+        total = _numel(list(x.shape))
+        shape[i] = _exact_div(total, known)
+    return _view(x, shape, _contiguous_strides(shape))
+
+
+def _exact_div(total, known):
+    """total / known where it divides (sympy cancels the symbols)."""
+    from kiln.fake.shapes import to_expr
+
+    import sympy
+
+    t, k = to_expr(total), to_expr(known)
+    q = sympy.cancel(t / k)
+    if not q.is_integer and not (q.is_Integer or (q.free_symbols and sympy.fraction(q)[1] == 1)):
+        raise SymbolicShapeUnsupported("view", f"cannot infer the -1 size: {t} / {k}")
+    env = next(s.node.env for s in (total, known) if isinstance(s, torch.SymInt))
+    return env.symint(q)
+
+
+def reshape(func, x, shape):
+    if _is_row_major(x):
+        return view(func, x, shape)
+    raise SymbolicShapeUnsupported(func, "reshape of a tensor that is not row-major")
+
+
+def expand(func, x, sizes, implicit=False):
+    sizes = list(sizes)
+    lead = len(sizes) - x.dim()
+    if lead < 0:
+        raise RuntimeError("the number of sizes provided must be greater or equal to the number of dimensions")
+    out_sizes, out_strides = [], []
+    for i, want in enumerate(sizes):
+        if i < lead:
+            out_sizes.append(want)
+            out_strides.append(0)
+            continue
+        have, stride = x.shape[i - lead], x.stride(i - lead)
+        if isinstance(want, int) and want == -1:
+            out_sizes.append(have)
+            out_strides.append(stride)
+        elif isinstance(have, int) and have == 1:
+            out_sizes.append(want)
+            out_strides.append(0 if not (isinstance(want, int) and want == 1) else stride)
+        else:
+            if want != have:  # a guard where symbolic (they must be equal, as eager checks)
+                raise RuntimeError(f"The expanded size of the tensor ({want}) must match the existing size "
+                                   f"({have}) at non-singleton dimension {i}")
+            out_sizes.append(have)
+            out_strides.append(stride)
+    return _view(x, out_sizes, out_strides)
+
+
+def permute(func, x, dims):
+    dims = [_dim(d, x.dim()) for d in dims]
+    return _view(x, [x.shape[d] for d in dims], [x.stride(d) for d in dims])
+
+
+def transpose(func, x, d0, d1):
+    dims = list(range(x.dim()))
+    if x.dim():
+        a, b = _dim(d0, x.dim()), _dim(d1, x.dim())
+        dims[a], dims[b] = dims[b], dims[a]
+    return permute(func, x, dims)
+
+
+def t(func, x):
+    return transpose(func, x, 0, 1) if x.dim() == 2 else x.as_strided(x.shape, x.stride(), x.storage_offset())
+
+
+def _clamp(v, lo, hi):
+    return torch.sym_min(torch.sym_max(v, lo), hi)
+
+
+def slice_(func, x, dim=0, start=None, end=None, step=1):
+    dim = _dim(dim, x.dim())
+    n = x.shape[dim]
+    start = 0 if start is None else start
+    end = n if end is None else end
+    if step <= 0:
+        raise RuntimeError("slice step must be positive")
+    if isinstance(start, int) and start < 0:
+        start = start + n
+    if isinstance(end, int) and end < 0:
+        end = end + n
+    if isinstance(end, int) and end >= 2 ** 62:
+        end = n
+    start = _clamp(start, 0, n)
+    end = _clamp(end, start, n)
+    length = (end - start + step - 1) // step
+    sizes, strides = list(x.shape), list(x.stride())
+    sizes[dim] = length
+    strides[dim] = strides[dim] * step
+    return _view(x, sizes, strides, x.storage_offset() + start * x.stride(dim))
+
+
+def narrow(func, x, dim, start, length):
+    return slice_(func, x, dim, start, start + length)
+
+
+def select(func, x, dim, index):
+    dim = _dim(dim, x.dim())
+    if isinstance(index, int) and index < 0:
+        index = index + x.shape[dim]
+    sizes, strides = list(x.shape), list(x.stride())
+    offset = x.storage_offset() + index * strides[dim]
+    del sizes[dim], strides[dim]
+    return _view(x, sizes, strides, offset)
+
+
+def unsqueeze(func, x, dim):
+    dim = _dim(dim, x.dim() + 1)
+    sizes, strides = list(x.shape), list(x.stride())
+    stride = sizes[dim] * strides[dim] if dim < x.dim() else 1
+    sizes.insert(dim, 1)
+    strides.insert(dim, stride)
+    return _view(x, sizes, strides)
+
+
+def split_with_sizes(func, x, split_sizes, dim=0):
+    dim = _dim(dim, x.dim())
+    out, start = [], 0
+    for n in split_sizes:
+        out.append(slice_(func, x, dim, start, start + n))
+        start = start + n
+    return out
+
+
+def split(func, x, split_size, dim=0):
+    dim = _dim(dim, x.dim())
+    n = x.shape[dim]
+    if is_symbolic(split_size) or is_symbolic(n):
+        # the number of chunks must be a Python int: it specializes the ratio
+        chunks = int((n + split_size - 1) // split_size)
+    else:
+        chunks = max(1, -(-n // split_size))
+    sizes = [split_size] * (chunks - 1) + [n - split_size * (chunks - 1)]
+    return split_with_sizes(func, x, sizes, dim)
+
+
+RULES = {
+    aten.view.default: view,
+    aten._unsafe_view.default: view,
+    aten._reshape_alias.default: lambda func, x, sizes, strides: _view(x, sizes, strides),
+    aten.reshape.default: reshape,
+    aten.expand.default: expand,
+    aten.permute.default: permute,
+    aten.transpose.int: transpose,
+    aten.t.default: t,
+    aten.slice.Tensor: slice_,
+    aten.narrow.default: narrow,
+    aten.select.int: select,
+    aten.unsqueeze.default: unsqueeze,
+    aten.split.Tensor: split,
+    aten.split_with_sizes.default: split_with_sizes,
+}
+
+
+def symbolic_meta(func, args, kwargs):
+    """The fake output of a view op on symbolic sizes (plain meta tensors in, meta views out), or None
+    where no rule applies."""
+    rule = RULES.get(func)
+    if rule is None:
+        return None
+    return rule(func, *args, **kwargs)

@@ -1,0 +1,86 @@
+"""The symbolic shape stage: ShapeEnv facts and guards, SymNode arithmetic, symbolic fakes and view rules."""
+import pytest
+import sympy
+import torch
+
+from kiln.fake.symbolic import ShapeEnv, SpecializationError, symbolic_fake
+from kiln.fake.symbolic_meta import SymbolicShapeUnsupported
+
+
+def _env_x(shape=(8, 16), dims=(0,)):
+    env = ShapeEnv()
+    x = symbolic_fake(torch.randn(*shape), env, "L['x']", set(dims))
+    return env, x
+
+
+def test_static_facts_need_no_guard():
+    env, x = _env_x()
+    s0 = x.shape[0]
+    assert bool(s0 != 1) and bool(s0 >= 2) and not bool(s0 == 0)
+    assert env.guards == []
+
+
+def test_branch_records_guard_and_check_function():
+    env, x = _env_x()
+    s0 = x.shape[0]
+    assert bool(s0 > 4) is True
+    assert [str(g.fact) for g in env.guards] == ["s0 > 4"]
+    check = env.check_function()
+    assert check(torch.randn(9, 16)) is None
+    assert "size(0) >= 5" in check(torch.randn(3, 16))  # the guard raised s0's lower bound
+    assert check(torch.randn(9, 15)) is not None  # static dim
+    assert check(torch.randn(9, 16).t().contiguous().t()) is not None  # strides
+
+
+def test_int_specializes():
+    env, x = _env_x()
+    assert int(x.shape[0] * 2) == 16
+    assert [str(g.fact) for g in env.guards] == ["Eq(2*s0, 16)"]
+    assert env.check_function()(torch.randn(9, 16)) is not None
+
+
+def test_marked_dim_refuses_to_specialize():
+    env = ShapeEnv()
+    x = symbolic_fake(torch.randn(8, 16), env, "L['x']", {0}, marked={0: (None, None)})
+    with pytest.raises(SpecializationError, match="marked dynamic"):
+        int(x.shape[0])
+
+
+def test_duck_sizing_shares_symbols():
+    env = ShapeEnv()
+    x = symbolic_fake(torch.randn(8, 16), env, "L['x']", {0})
+    y = symbolic_fake(torch.randn(8, 4), env, "L['y']", {0})
+    assert str(x.shape[0]) == str(y.shape[0]) == "s0"
+    check = env.check_function()
+    assert check(torch.randn(5, 16), torch.randn(5, 4)) is None
+    assert check(torch.randn(5, 16), torch.randn(6, 4)) is not None
+
+
+def test_zero_and_one_stay_static():
+    env = ShapeEnv()
+    assert symbolic_fake(torch.randn(1, 16), env, "L['x']", {0}) is None
+
+
+@pytest.mark.parametrize("op,shape", [
+    (lambda x, s: x.view(s * 2, 8), "[2*s0, 8]"),
+    (lambda x, s: x.view(-1), "[16*s0]"),
+    (lambda x, s: x.reshape(-1, 4), "[4*s0, 4]"),
+    (lambda x, s: x[None].expand(3, s, 16), "[3, s0, 16]"),
+    (lambda x, s: x.permute(1, 0), "[16, s0]"),
+    (lambda x, s: x[1:], "[s0 - 1, 16]"),
+    (lambda x, s: x.narrow(0, 0, 2), "[2, 16]"),
+    (lambda x, s: torch.cat([x, x]), "[2*s0, 16]"),
+    (lambda x, s: x @ torch.randn(16, 4), "[s0, 4]"),
+    (lambda x, s: torch.where(x > 0, x, 0.0), "[s0, 16]"),
+    (lambda x, s: torch.arange(s, device="meta"), "[s0]"),
+])
+def test_ops_on_symbolic_fakes(op, shape):
+    env, x = _env_x()
+    out = op(x, x.shape[0])
+    assert str(list(out.shape)) == shape
+
+
+def test_view_of_noncontiguous_is_refused():
+    env, x = _env_x()
+    with pytest.raises(SymbolicShapeUnsupported):
+        x.t().view(-1)
