@@ -41,7 +41,7 @@ def compile(model: Callable | None = None, *, backend: str | Callable = "kiln", 
     def make(target):
         if not callable(target):
             raise TypeError(f"kiln.compile expects a function or an nn.Module, not {type(target).__name__}")
-        compiler = FrameCompiler(backend_name, backend_fn, fullgraph, opts)
+        compiler = FrameCompiler(backend_name, backend_fn, fullgraph, opts, dynamic)
         config = CompileConfig(backend_name, mode, fullgraph, dynamic, opts, compiler)
         if isinstance(target, torch.nn.Module):
             return _compiled_module(target, config)

@@ -17,6 +17,7 @@ import torch.fx as fx
 
 from kiln.capture import hook
 from kiln.capture.codegen import collect_tensors, transformed_code
+from kiln.capture.dynamic import DYNAMIC_BACKENDS, DynamicPolicy, FrameShapes
 from kiln.capture.frame_filter import SKIP_AFTER, may_use_tensors
 from kiln.capture.graph_break import compile_with_break
 from kiln.capture.guards import CompiledGuards
@@ -59,11 +60,14 @@ _TENSOR_FREE_CALLS: dict = {}  # code -> tensor-free calls in a row (frame_filte
 
 
 class FrameCompiler:
-    def __init__(self, backend_name: str, backend: Callable, fullgraph: bool, options: Options):
+    def __init__(self, backend_name: str, backend: Callable, fullgraph: bool, options: Options,
+                 dynamic: bool | None = None):
         self.backend_name = backend_name
         self.backend = backend
         self.fullgraph = fullgraph
         self.options = options
+        self.dynamic = dynamic
+        self.frame_shapes: dict[types.CodeType, FrameShapes] = {}  # automatic dynamic, per code object
         self.cache: dict[types.CodeType, list[CacheEntry]] = {}
         self.failed: dict[types.CodeType, FrameRecord] = {}
         self.given_up: set[types.CodeType] = set()
@@ -72,6 +76,7 @@ class FrameCompiler:
 
     def reset(self) -> None:
         self.cache.clear()
+        self.frame_shapes.clear()
         self.failed.clear()
         self.given_up.clear()
         self.records.clear()
@@ -123,14 +128,27 @@ class FrameCompiler:
                 )
                 return None
         with stats.timed("capture"):
-            return self._compile(code, f_locals, f_globals, f_builtins, closure)
+            while True:
+                try:
+                    return self._compile(code, f_locals, f_globals, f_builtins, closure)
+                except _RetraceStatic:
+                    continue  # sizes could not stay symbolic: traced again, static from now on
+
+    def _policy(self, code) -> DynamicPolicy:
+        shapes = self.frame_shapes.setdefault(code, FrameShapes())
+        enabled = self.backend_name in DYNAMIC_BACKENDS or getattr(self.backend, "kiln_dynamic", False)
+        return DynamicPolicy(self.dynamic, shapes, enabled)
 
     def _compile(self, code, f_locals, f_globals, f_builtins, closure):
         record = FrameRecord(code.co_qualname, code.co_filename, code.co_firstlineno)
-        tracer = RootTracer(code, f_locals, f_globals, f_builtins, closure, self.options)
+        policy = self._policy(code)
+        tracer = RootTracer(code, f_locals, f_globals, f_builtins, closure, self.options, dynamic=policy)
         try:
-            result = tracer.run()
-            new_code, gm = self._finish(code, tracer, result)
+            try:
+                result = tracer.run()
+                new_code, gm = self._finish(code, tracer, result)
+            finally:
+                self._check_dynamic(code, tracer.output.shape_env)
         except Unsupported as exc:
             if self.fullgraph:
                 raise GraphBreakError(exc.reason, exc.filename or code.co_filename,
@@ -146,7 +164,7 @@ class FrameCompiler:
             self.failed[code] = record
             stats.eager_fallbacks[exc.reason] += 1
             return None
-        except (GraphBreakError, BackendError):
+        except (GraphBreakError, BackendError, _RetraceStatic):
             raise
         except Exception as exc:  # a bug in kiln: never let it change the program's result
             if self.fullgraph:
@@ -178,14 +196,23 @@ class FrameCompiler:
         index = getattr(exc, "root_index", None)
         if index is None or index < 0:
             return None
+        policy = self._policy(code)
+        holder = {}
+
+        def finish(output, tensors):
+            holder["env"] = output.shape_env
+            return self._compile_graph(code, output, tensors)
+
         try:
-            new_code, gm, tracer = compile_with_break(
-                code, f_locals, f_globals, f_builtins, closure, self.options, index,
-                lambda output, tensors: self._compile_graph(code, output, tensors))
+            try:
+                new_code, gm, tracer = compile_with_break(
+                    code, f_locals, f_globals, f_builtins, closure, self.options, index, finish, dynamic=policy)
+            finally:
+                self._check_dynamic(code, holder.get("env"))
         except Unsupported as why_not:
             exc.hint = (exc.hint + "; " if exc.hint else "") + f"no graph break possible here: {why_not.reason}"
             return None
-        except BackendError:
+        except (BackendError, _RetraceStatic):
             raise
         except Exception as bug:  # a bug in kiln: the frame runs eagerly instead
             warnings.warn(f"kiln: internal error while breaking the graph of {code.co_qualname} at "
@@ -205,6 +232,19 @@ class FrameCompiler:
         stats.graph_breaks[exc.reason] += 1
         stats.frames_compiled += 1
         return new_code
+
+    def _check_dynamic(self, code, env) -> None:
+        """Where sizes could not stay symbolic (``env.failed``), the code is traced again with static sizes
+        from now on; a dim the user marked dynamic that had to become a constant is the user's error."""
+        if env is None:
+            return
+        if env.specialization_error is not None:
+            raise env.specialization_error
+        if env.failed is not None:
+            shapes = self.frame_shapes.setdefault(code, FrameShapes())
+            shapes.static_reason = env.failed
+            stats.dynamic_fallbacks[env.failed] += 1
+            raise _RetraceStatic(env.failed)
 
     def _finish(self, code, tracer: RootTracer, result):
         output = tracer.output
@@ -245,6 +285,10 @@ class FrameCompiler:
         if output.changes_grad_mode or output.changes_autocast:
             compiled = RestoreGradModeOnError(compiled)
         return (compiled, list(output.input_sources)), graph_outputs, gm
+
+
+class _RetraceStatic(Exception):
+    """Sizes could not stay symbolic in this trace: trace the frame again with static sizes."""
 
 
 class SetGradMode:

@@ -128,13 +128,14 @@ def _copy_instructions(inst, tracer) -> list:
 
 
 def compile_with_break(code, f_locals, f_globals, f_builtins, closure, options, break_index: int,
-                       finish_graph: Callable):
+                       finish_graph: Callable, dynamic=None):
     """Trace `code` up to instruction `break_index` and build the code that breaks the graph there.
 
     finish_graph(output, tensors) compiles the graph with those tensors as outputs and returns
     (graph_call or None, graph_outputs, gm). Returns (new code, gm, reason-free description).
     """
-    tracer = RootTracer(code, f_locals, f_globals, f_builtins, closure, options, break_at=break_index)
+    tracer = RootTracer(code, f_locals, f_globals, f_builtins, closure, options, break_at=break_index,
+                        dynamic=dynamic)
     try:
         tracer.run()
     except BreakSignal:

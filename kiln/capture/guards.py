@@ -19,6 +19,7 @@ from kiln.capture.sources import Source
 
 class GuardKind(enum.Enum):
     TENSOR = "tensor"      # type, dtype, device, shape, stride, requires_grad
+    DYNAMIC_TENSOR = "dynamic_tensor"  # type, dtype, device, requires_grad (sizes: the shape check)
     HELD_TENSOR = "held_tensor"  # dtype, device, shape, stride, requires_grad of a tensor the graph holds
     CONSTANT = "constant"  # type and value of a Python constant
     TYPE = "type"          # exact type
@@ -53,6 +54,8 @@ class GuardSet:
 
     def __init__(self) -> None:
         self._guards: dict[tuple, Guard] = {}
+        self.shape_env = None  # the ShapeEnv of a frame with dynamic sizes (kiln.fake.symbolic)
+        self.dynamic_inputs: list[Source] = []  # its inputs with symbolic sizes, in the ShapeEnv's order
 
     def add(self, kind: GuardKind, source: Source | None, value: Any = None) -> None:
         if source is not None and not _guardable(source):
@@ -62,6 +65,11 @@ class GuardSet:
 
     def tensor(self, source: Source, t: torch.Tensor) -> None:
         self.add(GuardKind.TENSOR, source, t)
+
+    def dynamic_tensor(self, source: Source, t: torch.Tensor) -> None:
+        """A tensor input with symbolic sizes: its sizes and strides are checked by the ShapeEnv's function."""
+        self.add(GuardKind.DYNAMIC_TENSOR, source, t)
+        self.dynamic_inputs.append(source)
 
     def held_tensor(self, label: str, t: torch.Tensor) -> None:
         """The metadata of a tensor the graph holds itself (a parameter or buffer): the compiled code
@@ -137,9 +145,16 @@ class GuardSet:
             if held and g.kind is GuardKind.HELD_TENSOR:
                 continue
             exprs.extend(_guard_exprs(g, names))
-        tensor_sources = [g.source for g in ordered if g.kind is GuardKind.TENSOR]
+        tensor_sources = [g.source for g in ordered if g.kind in (GuardKind.TENSOR, GuardKind.DYNAMIC_TENSOR)]
         if len(tensor_sources) > 1:
             exprs.extend(_guard_exprs(Guard(GuardKind.DISTINCT, tensor_sources[0], tensor_sources), names))
+        if self.shape_env is not None and self.dynamic_inputs:
+            env = self.shape_env
+            check = env.check_function()
+            places = ", ".join(s.name() for s in self.dynamic_inputs)
+            facts = "; ".join(str(g.fact) for g in env.guards) or "none"
+            exprs.append((f"{names.ref(check)}({places}) is None",
+                          f"sizes of {places} (symbols {', '.join(map(str, env.symbols))}; guards: {facts})"[:300]))
         if held:
             tensors = tuple(g.value for g in held)
             expected = tuple((t.dtype, t.device, tuple(t.size()), tuple(t.stride()), t.requires_grad) for t in tensors)
@@ -162,7 +177,7 @@ class GuardSet:
         """Places (printed sources) that more than one guard reads through: read once, into a local."""
         counts: dict[str, int] = {}
         for g in self._guards.values():
-            if g.kind in (GuardKind.TENSOR, GuardKind.HELD_TENSOR):  # its expression reads the tensor 5-6 times
+            if g.kind in (GuardKind.TENSOR, GuardKind.HELD_TENSOR, GuardKind.DYNAMIC_TENSOR):  # read 4-6 times
                 counts[g.source.name()] = counts.get(g.source.name(), 0) + 1
             node = g.source
             while node is not None:
@@ -319,6 +334,12 @@ def _guard_exprs(g: Guard, names: _Namer) -> list[tuple[str, str]]:
                 f"stride={tuple(t.stride())} requires_grad={t.requires_grad}",
             )
         ]
+    if k is GuardKind.DYNAMIC_TENSOR:
+        t = g.value
+        return [(f"___type({x}) is {names.ref(type(t))} and {x}.dtype is {names.ref(t.dtype)} "
+                 f"and {x}.device == {names.ref(t.device)} and {x}.requires_grad is {t.requires_grad}",
+                 f"tensor {x}: {type(t).__name__} {t.dtype} {t.device} requires_grad={t.requires_grad} "
+                 f"(dynamic sizes)")]
     if k is GuardKind.HELD_TENSOR:
         t = g.value
         return [

@@ -539,8 +539,10 @@ class SignatureValue(Value):
 class RootTracer(Tracer):
     """Traces the frame the hook offered: its arguments come from the real frame."""
 
-    def __init__(self, code, f_locals: dict, f_globals, f_builtins, closure, options, break_at: int | None = None):
+    def __init__(self, code, f_locals: dict, f_globals, f_builtins, closure, options, break_at: int | None = None,
+                 dynamic=None):
         output = OutputGraph(code.co_name)
+        output.dynamic = dynamic  # which input dims are traced as symbols (capture/dynamic.py)
         self.break_at = break_at
         super().__init__(code, f_globals, f_builtins, output, None, options, code.co_qualname)
         self.frame_locals = f_locals

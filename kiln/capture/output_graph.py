@@ -14,7 +14,10 @@ from kiln.capture.side_effects import SideEffects
 from kiln.capture.sources import Source
 from kiln.capture.values.base import ConstantValue, Value, unsupported
 from kiln.fake import FakeTensor, FakeTensorMode, UnsupportedFakeOp
+from kiln.fake.symbolic import SYMBOLIC_SCALARS, ShapeEnv, is_symbolic, symbolic_fake
+from kiln.fake.symbolic_meta import symbolic_getitem
 from kiln.fake.tree import map_leaves
+from kiln.capture.values.symbolic import SymbolicInt, has_symbolic, wrap_symbolic
 
 
 def _clean_name(text: str) -> str:
@@ -33,6 +36,10 @@ class OutputGraph:
         self.autocast_stack: list[tuple] = []  # autocast blocks open at this point of the graph
         self.changes_autocast = False
         self.fake_mode = FakeTensorMode()
+        self.dynamic = None  # the DynamicPolicy (capture/dynamic.py): which input dims are symbols
+        self.shape_env: ShapeEnv | None = None  # made at the first input with symbolic sizes
+        self._input_storages: set = set()
+        self._dynamic_storages: set = set()
         self.input_sources: list[Source] = []
         self.example_inputs: list[Any] = []
         self.values_by_source: dict[str, Value] = {}
@@ -64,12 +71,41 @@ class OutputGraph:
         self._placeholders.append(node)
         self.input_sources.append(source)
         self.example_inputs.append(real)
-        self.guards.tensor(source, real)
-        fake = self.fake_mode.from_real(real)
+        fake = self._dynamic_fake(source, real)
+        if fake is None:
+            self.guards.tensor(source, real)
+            fake = self.fake_mode.from_real(real)
+            if self.shape_env is not None and _storage_key(real) in self._dynamic_storages:
+                self.shape_env.failed = f"{source.name()} shares memory with an input traced with dynamic sizes"
         node.meta["example_value"] = fake
         value = TensorValue(node, fake, source=source)
         self._input_values.append(value)
         return value
+
+    def _dynamic_fake(self, source: Source, real: torch.Tensor):
+        """A fake with symbolic sizes where the dynamic policy asks for some (None: static sizes)."""
+        if self.dynamic is None:
+            return None
+        dims, marked = self.dynamic.dims_for(source.name(), real)
+        if not dims or real.layout != torch.strided or _storage_key(real) in self._input_storages:
+            self._input_storages.add(_storage_key(real))
+            return None
+        self._input_storages.add(_storage_key(real))
+        if self.shape_env is None:
+            self.shape_env = ShapeEnv()
+            self.shape_env.where = self._user_line
+            self.guards.shape_env = self.shape_env
+        fake = symbolic_fake(real, self.shape_env, source.name(), dims, marked)
+        if fake is not None:
+            self.guards.dynamic_tensor(source, real)
+            self._dynamic_storages.add(_storage_key(real))
+        return fake
+
+    def _user_line(self) -> str:
+        if not self.user_stack:
+            return ""
+        file, line, fn = self.user_stack[-1]
+        return f"{file}:{line} in {fn}"
 
     def add_attr(self, tensor: torch.Tensor, qualname: str) -> Value:
         """A parameter or buffer of a module: a get_attr node holding the live tensor."""
@@ -113,6 +149,8 @@ class OutputGraph:
 
     def _run_on_fakes(self, kind, target, args, kwargs):
         def example(x):
+            if isinstance(x, slice):  # (a slice may hold size nodes)
+                return slice(example(x.start), example(x.stop), example(x.step))
             return x.meta["example_value"] if isinstance(x, fx.Node) else x
 
         fargs = map_leaves(example, args)
@@ -126,6 +164,8 @@ class OutputGraph:
                     stack.enter_context(torch.autocast(device, dtype=dtype, enabled=enabled))
                 if kind == "call_method":
                     return getattr(fargs[0], target)(*fargs[1:], **fkwargs)
+                if target is operator.getitem and isinstance(fargs[0], FakeTensor) and _symbolic_index(fargs[1]):
+                    return symbolic_getitem(fargs[0], fargs[1])  # (Python's slice() refuses SymInts)
                 return target(*fargs, **fkwargs)
         except UnsupportedFakeOp as exc:
             unsupported(f"data-dependent operation {_describe(target)}: {exc}",
@@ -154,6 +194,15 @@ class OutputGraph:
             return TupleValue(parts) if isinstance(example, tuple) else ListValue(parts)
         if example is None:
             return ConstantValue(None)  # e.g. setitem: the node stays, it mutates its input
+        if isinstance(example, SYMBOLIC_SCALARS):  # a number computed from dynamic sizes
+            return wrap_symbolic(self, node, example)
+        if isinstance(example, torch.Size) and has_symbolic(example):
+            parts = [wrap_symbolic(self, self.graph.call_function(operator.getitem, (node, i)), n)
+                     if is_symbolic(n) else ConstantValue(int(n)) for i, n in enumerate(example)]
+            for part in parts:
+                if isinstance(part, SymbolicInt):
+                    part.node.meta["example_value"] = part.example
+            return NamedTupleValue(parts, torch.Size)
         if isinstance(example, (int, float, bool, torch.Size, torch.dtype, torch.device, torch.layout,
                                 torch.memory_format)):
             # metadata results (sizes, numel, dtypes) are known statically: use the constant, drop the node
@@ -169,7 +218,23 @@ class OutputGraph:
         # no dead-code elimination here: in-place ops and setitem have no users but must run
         self.graph.output(tuple(to_fx(v) for v in outputs))
         gm = fx.GraphModule(self.root, self.graph, class_name=f"{_clean_name(self.code_name)}_graph")
+        if self.shape_env is not None:
+            gm.meta["kiln_shape_env"] = self.shape_env
         return gm
+
+
+def _symbolic_index(index) -> bool:
+    for i in (index if isinstance(index, tuple) else (index,)):
+        if isinstance(i, slice) and any(isinstance(p, SYMBOLIC_SCALARS) for p in (i.start, i.stop, i.step)):
+            return True
+        if isinstance(i, SYMBOLIC_SCALARS):
+            return True
+    return False
+
+
+def _storage_key(t: torch.Tensor) -> int:
+    storage = t.untyped_storage()
+    return storage.data_ptr() or id(storage)
 
 
 def to_fx(v: Value) -> Any:
@@ -177,7 +242,7 @@ def to_fx(v: Value) -> Any:
     from kiln.capture.values.containers import SequenceValue, SliceValue, DictValue
     from kiln.capture.values.tensors import TensorValue
 
-    if isinstance(v, TensorValue):
+    if isinstance(v, (TensorValue, SymbolicInt)):
         return v.node
     if isinstance(v, SliceValue):
         return slice(*[to_fx(p) for p in v.parts])

@@ -68,6 +68,7 @@ def explain(fn: Callable, *, backend=None, **compile_kwargs):
     if config is not None:
         compile_kwargs.setdefault("fullgraph", config.fullgraph)
         compile_kwargs.setdefault("options", config.options)
+        compile_kwargs.setdefault("dynamic", config.dynamic)
 
     def run(*args, **kwargs) -> ExplainReport:
         compiled = kiln_compile(target, backend=backend, **compile_kwargs)

@@ -59,6 +59,8 @@ class ShapeEnv:
         self.guards: list[ShapeGuard] = []
         self.inputs: list[InputBinding] = []
         self.where: Callable[[], str] = lambda: ""  # set by capture: the user line being traced
+        self.failed: str | None = None  # set where sizes could not stay symbolic: compile static instead
+        self.specialization_error: SpecializationError | None = None  # a marked-dynamic dim became a constant
         self._decided: dict[sympy.Basic, bool] = {}
         self._by_hint: dict[int, sympy.Symbol] = {}  # duck sizing: equal sizes share a symbol
 
@@ -165,9 +167,11 @@ class ShapeEnv:
         marked = expr.free_symbols & self.marked
         if marked:
             names = ", ".join(self.origins[s] for s in marked)
-            raise SpecializationError(
+            self.specialization_error = SpecializationError(
                 f"{names} was marked dynamic (kiln.mark_dynamic), but the code at {self.where() or 'an unknown line'} "
-                f"needs it as a constant ({expr} == {hint})")
+                f"needs it as a constant ({expr} == {hint}). Remove the mark_dynamic call, or change the code so "
+                f"it does not need the size as a Python int (keep it in tensor operations).")
+            raise self.specialization_error
         self._record(sympy.Eq(expr, hint))
         self._decided[sympy.Eq(expr, hint)] = True
         return int(hint)
@@ -242,6 +246,25 @@ class ShapeEnv:
             lines.append(f"    if not ({expr}): return {what!r}")
         lines.append("    return None")
         return "\n".join(lines) + "\n"
+
+    def expr_function(self, expr) -> tuple[Callable[..., int], list[int]]:
+        """(fn, input indices): ``fn(*tensors)`` computes ``expr`` from the sizes of those bound inputs."""
+        expr = sympy.sympify(expr)
+        needed = set(expr.free_symbols)
+        lines, used = ["def size_expr(*ts):"], []
+        for i, inp in enumerate(self.inputs):
+            for d, size in enumerate(inp.sizes):
+                if size.is_Symbol and size in needed:
+                    if i not in used:
+                        used.append(i)
+                    lines.append(f"    {size} = ts[{used.index(i)}].size({d})")
+                    needed.discard(size)
+        if needed:
+            raise ValueError(f"symbols {needed} of {expr} are bound to no input")
+        lines.append(f"    return {_py(expr)}")
+        ns: dict = {}
+        exec(compile("\n".join(lines) + "\n", "<kiln size expression>", "exec"), ns)
+        return ns["size_expr"], used
 
     def check_function(self) -> Callable[..., str | None]:
         ns: dict = {}

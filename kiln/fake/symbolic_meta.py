@@ -76,13 +76,15 @@ def view(func, x, shape):
     shape = list(shape)
     if not _is_row_major(x):
         raise SymbolicShapeUnsupported(func, "a view of a tensor that is not row-major")
-    if shape.count(-1) > 1:
+    inferred = [j for j, s in enumerate(shape) if isinstance(s, int) and s == -1]
+    if len(inferred) > 1:
         raise RuntimeError("only one dimension can be inferred")
-    if -1 in [s for s in shape if isinstance(s, int)]:
-        i = [j for j, s in enumerate(shape) if isinstance(s, int) and s == -1][0]
-        known = _numel([s for j, s in enumerate(shape) if j != i])
-        total = _numel(list(x.shape))
-        shape[i] = _exact_div(total, known)
+    total = _numel(list(x.shape))
+    if inferred:
+        i = inferred[0]
+        shape[i] = _exact_div(total, _numel([s for j, s in enumerate(shape) if j != i]))
+    elif total != _numel(shape):  # (a guard that the element counts agree, where they are symbolic)
+        raise RuntimeError(f"shape '{list(shape)}' is invalid for input of size {total}")
     return _view(x, shape, _contiguous_strides(shape))
 
 
@@ -236,6 +238,32 @@ RULES = {
     aten.split.Tensor: split,
     aten.split_with_sizes.default: split_with_sizes,
 }
+
+
+def symbolic_getitem(x, index):
+    """``x[index]`` for basic indexing (ints, slices, None, Ellipsis) where a bound is symbolic, as
+    select/slice/unsqueeze steps; anything else (tensor indices) is refused (static sizes then)."""
+    items = list(index) if isinstance(index, tuple) else [index]
+    if any(isinstance(i, (torch.Tensor, list, bool)) for i in items):
+        raise SymbolicShapeUnsupported("getitem", "advanced indexing with symbolic bounds")
+    used = sum(1 for i in items if i is not None and i is not Ellipsis)
+    if Ellipsis in items:
+        at = items.index(Ellipsis)
+        items[at:at + 1] = [slice(None)] * (x.dim() - used)
+    out, dim = x, 0
+    for i in items:
+        if i is None:
+            out = unsqueeze(None, out, dim)
+            dim += 1
+        elif isinstance(i, slice):
+            if i.start is None and i.stop is None and i.step is None:
+                dim += 1
+                continue
+            out = slice_(aten.slice.Tensor, out, dim, i.start, i.stop, 1 if i.step is None else i.step)
+            dim += 1
+        else:
+            out = select(aten.select.int, out, dim, i)
+    return out
 
 
 def symbolic_meta(func, args, kwargs):

@@ -264,10 +264,24 @@ def _run_symbolic(func, args, kwargs):
             if out is None:
                 out = func(*args, **kwargs)
         except (RecursionError, NotImplementedError) as exc:
-            raise SymbolicShapeUnsupported(func, f"{type(exc).__name__}: {str(exc)[:200]}") from None
+            raise _refused(func, args, f"{type(exc).__name__}: {str(exc)[:200]}") from None
+        except SymbolicShapeUnsupported as exc:
+            raise _refused(func, args, exc.why) from None
         except RuntimeError as exc:
             text = str(exc)
             if "concrete integers" in text or "dispatch_on_subclass" in text or "symbolic sizes" in text:
-                raise SymbolicShapeUnsupported(func, text.splitlines()[0][:200]) from None
+                raise _refused(func, args, text.splitlines()[0][:200]) from None
             raise
     return out
+
+
+def _refused(func, args, why: str) -> SymbolicShapeUnsupported:
+    """The error for an op that cannot run on symbolic sizes; the ShapeEnv remembers it (``failed``), so
+    capture traces the frame again with static sizes even where the error itself was caught."""
+    for x in leaves(args):
+        if isinstance(x, torch.Tensor):
+            for n in x.shape:
+                if isinstance(n, torch.SymInt) and hasattr(n.node, "env"):
+                    n.node.env.failed = n.node.env.failed or f"{func} cannot run on symbolic sizes ({why})"
+                    break
+    return SymbolicShapeUnsupported(func, why)

@@ -143,10 +143,25 @@ def is_constant_literal(value: Any) -> bool:
     return type(value) in CONSTANT_TYPES or isinstance(value, torch.Size)
 
 
+SYMBOLIC_SCALARS = (torch.SymInt, torch.SymBool, torch.SymFloat)
+
+
+def _has_symbolic(value) -> bool:
+    return any(type(v) in SYMBOLIC_SCALARS for v in value)
+
+
+def _concrete(value):
+    from kiln.capture.values.symbolic import concrete
+
+    return concrete(value)
+
+
 class ConstantValue(Value):
     """A Python value known at trace time: None, numbers, strings, dtypes, devices, sizes, ..."""
 
     def __init__(self, value: Any, source: Source | None = None):
+        if type(value) in SYMBOLIC_SCALARS or (type(value) in (tuple, torch.Size) and _has_symbolic(value)):
+            value = _concrete(value)  # a size symbol held as a constant: guarded to keep this value
         self.value = value
         self.source = source
 

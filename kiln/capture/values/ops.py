@@ -14,6 +14,7 @@ from kiln.capture.values.containers import (
 from kiln.capture.values.dict_views import DictViewValue
 from kiln.capture.values.iterators import IteratorValue
 from kiln.capture.values.scalars import PURE_OPERATORS, defer
+from kiln.capture.values.symbolic import symbolic_binary, symbolic_unary
 from kiln.capture.values.tensors import TensorValue
 
 _DUNDER = {
@@ -32,6 +33,9 @@ def binary_op(tx, op: Callable, a: Value, b: Value) -> Value:
         if op in INPLACE_TO_PLAIN and not isinstance(a, TensorValue):
             op = INPLACE_TO_PLAIN[op]  # number += tensor rebinds the name to a new tensor
         return tx.output.call("call_function", op, [a, b], {})
+    symbolic = symbolic_binary(tx, op, a, b)  # sizes of dynamic dims stay symbolic (values/symbolic.py)
+    if symbolic is not None:
+        return symbolic
     plain = INPLACE_TO_PLAIN.get(op, op)
     for value, other, reflected in ((a, b, False), (b, a, True)):
         if hasattr(value, "binary"):  # values with their own operators (collections' containers)
@@ -282,6 +286,9 @@ def unary_op(tx, op: Callable, a: Value) -> Value:
         return numpy_values.unary_op(tx, op, a)
     if isinstance(a, TensorValue):
         return tx.output.call("call_function", op, [a], {})
+    symbolic = symbolic_unary(tx, op, a)
+    if symbolic is not None:
+        return symbolic
     if op is operator.not_:
         return ConstantValue(not tx.truth(a))
     if op in PURE_OPERATORS:

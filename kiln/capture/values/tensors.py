@@ -8,6 +8,7 @@ import torch.fx as fx
 
 from kiln.capture.values.base import ConstantValue, Value, unsupported
 from kiln.capture.values.containers import TupleValue
+from kiln.capture.values.symbolic import has_symbolic
 
 # methods whose result is metadata known at trace time (shapes are static for now and guarded)
 _METADATA_METHODS = {
@@ -57,6 +58,8 @@ class TensorValue(Value):
                 return ConstantValue(self.source is not None or not ex.requires_grad)
             if name == "device":
                 return ConstantValue(ex.fake_device if hasattr(ex, "fake_device") else ex.device)
+            if name == "shape" and has_symbolic(ex.shape):  # dynamic dims: sizes computed by the graph
+                return tx.output.call("call_method", "size", [self], {})
             if name == "is_cuda":
                 return ConstantValue(ex.fake_device.type == "cuda")
             if name == "is_cpu":
@@ -104,6 +107,8 @@ class TensorMethodValue(Value):
         if name in _METADATA_METHODS:
             if not all(a.is_constant() for a in args) or not all(v.is_constant() for v in kwargs.values()):
                 unsupported(f"Tensor.{name} with non-constant arguments")
+            if name in ("size", "numel", "nelement") and has_symbolic(ex.shape):
+                return tx.output.call("call_method", name, [self.tensor, *args], kwargs)
             cargs = [a.as_constant() for a in args]
             ckwargs = {k: v.as_constant() for k, v in kwargs.items()}
             if name == "get_device":

@@ -1,0 +1,93 @@
+"""Which input dims are traced as symbols: ``dynamic=``, ``mark_dynamic``/``mark_static``, and
+automatic dynamic (a dim whose size changed between compiles of the same code becomes a symbol).
+
+- ``dynamic=False``: every size is a constant (``mark_dynamic`` is ignored too).
+- ``dynamic=True``: every dim of every tensor input is a symbol from the first compile (except dims
+  of size 0 or 1, and dims marked static).
+- ``dynamic=None`` (the default): the first compile is static; when a later call brings the same input
+  (by its place: ``L['x']``, ``L['self'].cache``) with a different size at some dims, those dims are
+  symbols from then on, so one more compile serves every size. Dims marked dynamic are symbols at once.
+
+Only backends that can run a graph for every size take dynamic graphs (``DYNAMIC_BACKENDS``, or a
+backend callable with ``kiln_dynamic = True``); for others every symbol is specialized before the
+backend sees the graph, so nothing changes for them.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+DYNAMIC_BACKENDS = {"eager"}
+_MARK_DYNAMIC = "_kiln_dynamic_dims"
+_MARK_STATIC = "_kiln_static_dims"
+
+
+def mark_dynamic(t: torch.Tensor, dim, min: int | None = None, max: int | None = None) -> None:
+    """Trace dim ``dim`` of ``t`` (an int or a list of ints) as a symbol from the first compile, with
+    optional bounds. Code that then needs the size as a constant raises a clear error naming its line."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"kiln.mark_dynamic expects a tensor, got {type(t).__name__}")
+    if min is not None and max is not None and min > max:
+        raise ValueError(f"kiln.mark_dynamic(t, {dim}, min={min}, max={max}): min is greater than max")
+    for d in ([dim] if isinstance(dim, int) else list(dim)):
+        if not -t.dim() <= d < t.dim():
+            raise IndexError(f"kiln.mark_dynamic: dim {d} is out of range for a tensor of {t.dim()} dims")
+        size = t.shape[d]
+        if (min is not None and size < min) or (max is not None and size > max):
+            raise ValueError(f"kiln.mark_dynamic: dim {d} has size {size}, outside [{min}, {max}]")
+        marks = t.__dict__.setdefault(_MARK_DYNAMIC, {})
+        marks[d % t.dim()] = (min, max)
+
+
+def mark_static(t: torch.Tensor, dim) -> None:
+    """Keep dim ``dim`` of ``t`` (an int or a list of ints) a constant, whatever ``dynamic=`` says."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"kiln.mark_static expects a tensor, got {type(t).__name__}")
+    for d in ([dim] if isinstance(dim, int) else list(dim)):
+        if not -t.dim() <= d < t.dim():
+            raise IndexError(f"kiln.mark_static: dim {d} is out of range for a tensor of {t.dim()} dims")
+        t.__dict__.setdefault(_MARK_STATIC, set()).add(d % t.dim())
+
+
+@dataclasses.dataclass
+class FrameShapes:
+    """What kiln saw of one code object's tensor inputs across its compiles."""
+
+    sizes: dict = dataclasses.field(default_factory=dict)  # place -> sizes at the last compile
+    dynamic: dict = dataclasses.field(default_factory=dict)  # place -> dims traced as symbols
+    static_reason: str | None = None  # why this code is compiled with static sizes from now on
+
+
+class DynamicPolicy:
+    """Answers, for one trace, which dims of an input become symbols."""
+
+    def __init__(self, mode: bool | None, shapes: FrameShapes | None, enabled: bool):
+        self.mode = mode
+        self.shapes = shapes
+        self.enabled = enabled and mode is not False and (shapes is None or shapes.static_reason is None)
+
+    def dims_for(self, place: str, real: torch.Tensor) -> tuple[set, dict]:
+        """(dims to trace as symbols, {dim: (min, max)} of those marked dynamic)."""
+        if self.shapes is not None:
+            previous = self.shapes.sizes.get(place)
+            self.shapes.sizes[place] = tuple(real.shape)
+        else:
+            previous = None
+        if not self.enabled:
+            return set(), {}
+        marked = dict(real.__dict__.get(_MARK_DYNAMIC, {}))
+        static = real.__dict__.get(_MARK_STATIC, set())
+        if self.mode is True:
+            dims = set(range(real.dim()))
+        else:
+            dims = set(marked)
+            if self.shapes is not None:
+                dims |= self.shapes.dynamic.get(place, set())
+                if previous is not None and len(previous) == real.dim():
+                    dims |= {d for d, (a, b) in enumerate(zip(previous, real.shape)) if a != b}
+        dims -= static
+        dims = {d for d in dims if d < real.dim()}
+        if self.shapes is not None and dims:
+            self.shapes.dynamic[place] = self.shapes.dynamic.get(place, set()) | dims
+        return dims, {d: marked[d] for d in dims if d in marked}

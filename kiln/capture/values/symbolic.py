@@ -1,0 +1,120 @@
+"""Sizes that are symbols: `x.shape[0]`, `x.size(1) * 4`, `x.numel()` of a tensor with dynamic dims.
+
+A ``SymbolicInt`` is an FX node of the graph that computes the number at run time (``x.size(0)``,
+``operator.mul(size, 4)``) and the ``torch.SymInt`` (or SymBool/SymFloat) it has while tracing
+(``kiln.fake.symbolic``). What it can be used for without knowing its value stays symbolic:
+
+- arithmetic and comparisons with ints and other symbols: more graph nodes (`values/ops.py`);
+- arguments of tensor operations (`view(b, -1)`, `torch.arange(n)`, slices): the node is the argument;
+- the truth of a comparison (`if n > 16:`): a *guard* on the expression (`s0 > 16`), not on the value.
+
+Everything else that reads the number (a ``range``, a list index, a dict key, a returned int, a
+string) goes through ``value``, which makes it a constant with a guard that it stays so
+(``Eq(s0, 8)``): sound by construction, as ``scalars.py``'s deferred values are.
+"""
+from __future__ import annotations
+
+import operator
+
+import torch
+
+from kiln.capture.values.base import ConstantValue, Value
+from kiln.fake.symbolic import SYMBOLIC_SCALARS, is_symbolic
+
+# operators that keep a size symbolic (others, such as true division, specialize their operands)
+ARITHMETIC = {operator.add, operator.sub, operator.mul, operator.floordiv, operator.mod,
+              operator.iadd, operator.isub, operator.imul, operator.ifloordiv, operator.imod}
+COMPARISONS = {operator.eq, operator.ne, operator.lt, operator.le, operator.gt, operator.ge}
+_TYPES = {torch.SymInt: int, torch.SymBool: bool, torch.SymFloat: float}
+
+
+class SymbolicInt(ConstantValue):
+    """A number computed from symbolic sizes: an FX node plus the SymInt/SymBool it is while tracing."""
+
+    def __init__(self, node, example, output=None):
+        self.node = node
+        self.example = example
+        self.source = None
+        self.output = output  # the OutputGraph: its dynamic inputs are where the sizes are read again
+
+    @property
+    def value(self):
+        """The number as a Python constant: guarded to stay this value (``Eq(expr, hint)``)."""
+        return _TYPES[type(self.example)](self.example)
+
+    def python_type(self) -> type:
+        return _TYPES[type(self.example)]
+
+    def truth(self, tx) -> bool:
+        return bool(self.example)  # a guard on the expression's truth, not on its value
+
+    def reconstruct(self, cg) -> None:
+        """Handed on (returned, stored, passed to a resume function): computed again from the inputs'
+        sizes at run time, so the value follows the sizes without a guard on it."""
+        env = self.example.node.env
+        if self.output is None or self.python_type() is not int or len(env.inputs) != len(self.output.guards.dynamic_inputs):
+            return super().reconstruct(cg)  # (a constant, guarded)
+        fn, used = env.expr_function(self.example.node.expr)
+        cg.prepare_call(fn)
+        for i in used:
+            self.output.guards.dynamic_inputs[i].emit(cg)
+        cg.call(len(used))
+
+    def __repr__(self) -> str:
+        return f"SymbolicInt({self.node.name}: {self.example})"
+
+
+def is_symbolic_value(v: Value) -> bool:
+    return isinstance(v, SymbolicInt)
+
+
+def _plain_number(v: Value) -> bool:
+    return type(v) is ConstantValue and type(v.value) in (int, bool)
+
+
+def symbolic_binary(tx, op, a: Value, b: Value) -> Value | None:
+    """`a op b` kept symbolic where one side is a SymbolicInt and the other an int or SymbolicInt; None
+    where that does not apply (the caller's rules, which specialize, take over)."""
+    if not (isinstance(a, SymbolicInt) or isinstance(b, SymbolicInt)):
+        return None
+    if not all(isinstance(v, SymbolicInt) or _plain_number(v) for v in (a, b)):
+        return None
+    if op not in ARITHMETIC and op not in COMPARISONS:
+        return None
+    if any(isinstance(v, SymbolicInt) and v.python_type() is not int for v in (a, b)):
+        return None
+    plain = {operator.iadd: operator.add, operator.isub: operator.sub, operator.imul: operator.mul,
+             operator.ifloordiv: operator.floordiv, operator.imod: operator.mod}.get(op, op)
+    return tx.output.call("call_function", plain, [a, b], {})
+
+
+def symbolic_unary(tx, op, a: Value) -> Value | None:
+    if isinstance(a, SymbolicInt) and a.python_type() is int and op in (operator.neg, operator.pos):
+        return a if op is operator.pos else tx.output.call("call_function", operator.neg, [a], {})
+    return None
+
+
+def concrete(value):
+    """``value`` with every symbolic number made a constant (each guarded to stay so)."""
+    if isinstance(value, SYMBOLIC_SCALARS):
+        return _TYPES[type(value)](value)
+    if isinstance(value, torch.Size):
+        return torch.Size([int(v) for v in value])
+    if type(value) in (tuple, list):
+        return type(value)(concrete(v) for v in value)
+    return value
+
+
+def has_symbolic(value) -> bool:
+    if isinstance(value, SYMBOLIC_SCALARS):
+        return True
+    if isinstance(value, (tuple, list)):
+        return any(isinstance(v, SYMBOLIC_SCALARS) for v in value)
+    return False
+
+
+def wrap_symbolic(output, node, example) -> Value:
+    """The value of a graph node whose result is a SymInt/SymBool: symbolic where it depends on sizes."""
+    if not is_symbolic(example):
+        return ConstantValue(concrete(example))
+    return SymbolicInt(node, example, output)
