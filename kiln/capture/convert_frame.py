@@ -24,6 +24,7 @@ from kiln.capture.guards import CompiledGuards
 from kiln.capture.interpreter import RootTracer
 from kiln.capture.skipfiles import should_offer
 from kiln.debug.stats import stats
+from kiln.fake.symbolic import SpecializationError
 from kiln.errors import BackendError, GraphBreakError, InternalError, Unsupported
 from kiln.options import Options
 
@@ -164,7 +165,7 @@ class FrameCompiler:
             self.failed[code] = record
             stats.eager_fallbacks[exc.reason] += 1
             return None
-        except (GraphBreakError, BackendError, _RetraceStatic):
+        except (GraphBreakError, BackendError, _RetraceStatic, SpecializationError):
             raise
         except Exception as exc:  # a bug in kiln: never let it change the program's result
             if self.fullgraph:
@@ -212,7 +213,7 @@ class FrameCompiler:
         except Unsupported as why_not:
             exc.hint = (exc.hint + "; " if exc.hint else "") + f"no graph break possible here: {why_not.reason}"
             return None
-        except (BackendError, _RetraceStatic):
+        except (BackendError, _RetraceStatic, SpecializationError):
             raise
         except Exception as bug:  # a bug in kiln: the frame runs eagerly instead
             warnings.warn(f"kiln: internal error while breaking the graph of {code.co_qualname} at "

@@ -21,12 +21,13 @@ from typing import Callable
 import sympy
 import torch
 
+from kiln.errors import KilnError
 from kiln.loopir.index import FloorDiv, ModularIndexing
 
 SYMBOLIC_SCALARS = (torch.SymInt, torch.SymBool, torch.SymFloat)
 
 
-class SpecializationError(Exception):
+class SpecializationError(KilnError):
     """A size the user marked dynamic had to become a constant (raised only for ``mark_dynamic``'d dims)."""
 
 
@@ -155,6 +156,11 @@ class ShapeEnv:
         if value is not None:
             return value
         hint = bool(hint)
+        if hint and isinstance(fact, sympy.Eq) and (fact.lhs.is_number or fact.rhs.is_number):
+            other = fact.rhs if fact.lhs.is_number else fact.lhs
+            number = fact.lhs if fact.lhs.is_number else fact.rhs
+            if other.free_symbols & self.marked:
+                self.specialize(other, int(number))  # pins a marked size: the error names the line
         self._record(fact if hint else sympy.Not(fact))
         self._decided[fact] = hint
         return hint
