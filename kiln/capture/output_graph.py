@@ -17,7 +17,7 @@ from kiln.fake import FakeTensor, FakeTensorMode, UnsupportedFakeOp
 from kiln.fake.symbolic import SYMBOLIC_SCALARS, ShapeEnv, is_symbolic, symbolic_fake
 from kiln.fake.symbolic_meta import symbolic_getitem
 from kiln.fake.tree import map_leaves
-from kiln.capture.values.symbolic import SymbolicInt, has_symbolic, wrap_symbolic
+from kiln.capture.values.symbolic import SizeValue, SymbolicInt, has_symbolic, wrap_symbolic
 
 
 def _clean_name(text: str) -> str:
@@ -202,7 +202,7 @@ class OutputGraph:
             for part in parts:
                 if isinstance(part, SymbolicInt):
                     part.node.meta["example_value"] = part.example
-            return NamedTupleValue(parts, torch.Size)
+            return SizeValue(parts)
         if isinstance(example, (int, float, bool, torch.Size, torch.dtype, torch.device, torch.layout,
                                 torch.memory_format)):
             # metadata results (sizes, numel, dtypes) are known statically: use the constant, drop the node
@@ -248,8 +248,9 @@ def to_fx(v: Value) -> Any:
         return slice(*[to_fx(p) for p in v.parts])
     if isinstance(v, SequenceValue):
         items = [to_fx(x) for x in v.elements]
-        if type(v).__name__ == "NamedTupleValue" and v.tuple_type is torch.Size:
-            return torch.Size(items)
+        if isinstance(v, SizeValue) or (type(v).__name__ == "NamedTupleValue" and v.tuple_type is torch.Size):
+            # (a Size holds only ints: with size nodes in it, the op gets a tuple, which it takes alike)
+            return tuple(items) if any(isinstance(x, fx.Node) for x in items) else torch.Size(items)
         return list(items) if v.python_kind is list else tuple(items)
     if isinstance(v, DictValue):
         from kiln.capture.values.containers import ObjectKey

@@ -74,8 +74,6 @@ def _numel(sizes):
 
 def view(func, x, shape):
     shape = list(shape)
-    if not _is_row_major(x):
-        raise SymbolicShapeUnsupported(func, "a view of a tensor that is not row-major")
     inferred = [j for j, s in enumerate(shape) if isinstance(s, int) and s == -1]
     if len(inferred) > 1:
         raise RuntimeError("only one dimension can be inferred")
@@ -85,7 +83,38 @@ def view(func, x, shape):
         shape[i] = _exact_div(total, _numel([s for j, s in enumerate(shape) if j != i]))
     elif total != _numel(shape):  # (a guard that the element counts agree, where they are symbolic)
         raise RuntimeError(f"shape '{list(shape)}' is invalid for input of size {total}")
-    return _view(x, shape, _contiguous_strides(shape))
+    if _is_row_major(x):
+        return _view(x, shape, _contiguous_strides(shape))
+    strides = _view_strides(list(x.shape), list(x.stride()), shape)
+    if strides is None:
+        raise RuntimeError("view size is not compatible with input tensor's size and stride (at least one dimension "
+                           "spans across two contiguous subspaces). Use .reshape(...) instead.")
+    return _view(x, shape, strides)
+
+
+def _view_strides(old_sizes, old_strides, new_sizes):
+    """The strides of a view of (old_sizes, old_strides) as new_sizes, or None where no view exists: the
+    new dims are laid over runs of old dims that are contiguous among themselves. Comparisons of
+    symbolic sizes here are guards."""
+    new_strides = [0] * len(new_sizes)
+    if not old_sizes:
+        return [1] * len(new_sizes)
+    view_d = len(new_sizes) - 1
+    base = old_strides[-1]
+    tensor_numel, view_numel = 1, 1
+    for d in range(len(old_sizes) - 1, -1, -1):
+        tensor_numel = tensor_numel * old_sizes[d]
+        if d == 0 or (old_sizes[d - 1] != 1 and old_strides[d - 1] != tensor_numel * base):
+            while view_d >= 0 and (view_numel < tensor_numel or new_sizes[view_d] == 1):
+                new_strides[view_d] = view_numel * base
+                view_numel = view_numel * new_sizes[view_d]
+                view_d -= 1
+            if view_numel != tensor_numel:
+                return None
+            if d > 0:
+                base = old_strides[d - 1]
+                tensor_numel, view_numel = 1, 1
+    return new_strides if view_d == -1 else None
 
 
 def _exact_div(total, known):
@@ -103,9 +132,10 @@ def _exact_div(total, known):
 
 
 def reshape(func, x, shape):
-    if _is_row_major(x):
+    try:
         return view(func, x, shape)
-    raise SymbolicShapeUnsupported(func, "reshape of a tensor that is not row-major")
+    except RuntimeError:  # no view of x has this shape: a copy, as ATen's reshape makes
+        return view(func, x.clone(memory_format=torch.contiguous_format), shape)
 
 
 def expand(func, x, sizes, implicit=False):
@@ -222,7 +252,85 @@ def split(func, x, split_size, dim=0):
     return split_with_sizes(func, x, sizes, dim)
 
 
+def to_copy(func, x, dtype=None, layout=None, device=None, pin_memory=None, non_blocking=False,
+            memory_format=None):
+    """A copy with another dtype (or device): the same sizes; strides kept where x is dense (preserve)."""
+    dtype = dtype or x.dtype
+    if memory_format in (None, torch.preserve_format) and _is_row_major(x) is False and not _dense(x):
+        memory_format = torch.contiguous_format
+    if memory_format in (None, torch.preserve_format):
+        return torch.empty_strided(x.shape, x.stride(), dtype=dtype, device="meta")
+    if memory_format is torch.contiguous_format:
+        return torch.empty(x.shape, dtype=dtype, device="meta")
+    raise SymbolicShapeUnsupported(func, f"memory_format={memory_format}")
+
+
+def _dense(x) -> bool:
+    """Non-overlapping and dense: the strides are those of a row-major tensor with its dims permuted."""
+    dims = sorted(range(x.dim()), key=lambda d: _hint(x.stride(d)))
+    expected = 1
+    for d in dims:
+        if isinstance(x.shape[d], int) and x.shape[d] == 1:
+            continue
+        if str(x.stride(d)) != str(expected):
+            return False
+        expected = expected * x.shape[d]
+    return True
+
+
+def _hint(n) -> int:
+    return n.node.hint if isinstance(n, torch.SymInt) else int(n)
+
+
+def _at_hints(x):
+    """A plain meta tensor (or number) with the sizes and strides x has at the symbols' hints."""
+    if isinstance(x, torch.Tensor):
+        return torch.empty_strided([_hint(n) for n in x.shape], [_hint(n) for n in x.stride()], dtype=x.dtype,
+                                   device="meta")
+    if isinstance(x, torch.SymInt):
+        return _hint(x)
+    return x
+
+
+def _broadcast_shape(shapes):
+    out: list = []
+    for shape in shapes:
+        shape = list(shape)
+        if len(shape) > len(out):
+            out = [1] * (len(shape) - len(out)) + out
+        for i, n in enumerate(shape, len(out) - len(shape)):
+            if isinstance(out[i], int) and out[i] == 1:
+                out[i] = n
+            elif not (isinstance(n, int) and n == 1) and n != out[i]:  # (a guard where symbolic)
+                raise RuntimeError(f"The size of tensor a ({out[i]}) must match the size of tensor b ({n}) "
+                                   f"at non-singleton dimension {i}")
+    return out
+
+
+def pointwise(func, *args, **kwargs):
+    """An elementwise op: the broadcast shape (symbolic), and the dtype and dim order the meta kernel
+    gives for the same call at the hints (the layout of an elementwise result follows its inputs' dim
+    order, which the hints show)."""
+    from kiln.fake.tree import leaves, map_leaves
+
+    if "out" in kwargs or func._schema.name.endswith("_") or len(func._schema.returns) != 1:
+        raise SymbolicShapeUnsupported(func, "an in-place or out= elementwise op")
+    at_hints = func(*map_leaves(_at_hints, list(args)), **map_leaves(_at_hints, kwargs))
+    tensors = [x for x in leaves((args, kwargs)) if isinstance(x, torch.Tensor)]
+    shape = _broadcast_shape([t.shape for t in tensors])
+    if len(shape) != at_hints.dim():
+        raise SymbolicShapeUnsupported(func, "an elementwise result of unexpected rank")
+    order = sorted(range(len(shape)), key=lambda d: (-at_hints.stride(d), d))
+    strides = [0] * len(shape)
+    running = 1
+    for d in reversed(order):
+        strides[d] = running
+        running = running * shape[d]
+    return torch.empty_strided(shape, strides, dtype=at_hints.dtype, device="meta")
+
+
 RULES = {
+    aten._to_copy.default: to_copy,
     aten.view.default: view,
     aten._unsafe_view.default: view,
     aten._reshape_alias.default: lambda func, x, sizes, strides: _view(x, sizes, strides),
@@ -271,5 +379,7 @@ def symbolic_meta(func, args, kwargs):
     where no rule applies."""
     rule = RULES.get(func)
     if rule is None:
+        if torch.Tag.pointwise in func.tags:
+            return pointwise(func, *args, **kwargs)
         return None
     return rule(func, *args, **kwargs)

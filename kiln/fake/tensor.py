@@ -258,9 +258,9 @@ def _run_symbolic(func, args, kwargs):
     args, kwargs = map_leaves(plain, args), map_leaves(plain, kwargs)
     with _kernel_context():
         try:
-            out = symbolic_meta(func, args, kwargs)
+            out = fast_meta(func, args, kwargs)
             if out is None:
-                out = fast_meta(func, args, kwargs)
+                out = symbolic_meta(func, args, kwargs)
             if out is None:
                 out = func(*args, **kwargs)
         except (RecursionError, NotImplementedError) as exc:

@@ -36,6 +36,10 @@ class FloorDiv(sympy.Function):
             return sympy.Integer(0)
         if a.is_Integer and b.is_Integer:
             return sympy.Integer(int(a) // int(b))
+        if not b.is_number:
+            q = sympy.cancel(a / b)  # 128*s0 // (32*s0) == 4: sizes in symbols cancel
+            if q.is_Integer:
+                return q
         return None
 
 
@@ -51,6 +55,8 @@ class ModularIndexing(sympy.Function):
             return sympy.Integer(0)
         if a.is_Integer and b.is_Integer and c.is_Integer:
             return sympy.Integer((int(a) // int(b)) % int(c))
+        if b == 1 and not c.is_number and sympy.cancel(a / c).is_Integer:
+            return sympy.Integer(0)  # a multiple of c (sizes in symbols cancel)
         return None
 
 

@@ -80,7 +80,29 @@ def test_ops_on_symbolic_fakes(op, shape):
     assert str(list(out.shape)) == shape
 
 
-def test_view_of_noncontiguous_is_refused():
+def test_view_of_noncontiguous_raises_as_eager():
+    env, x = _env_x()
+    with pytest.raises(RuntimeError, match="view size is not compatible"):
+        x.t().view(-1)
+    assert list(x.t().reshape(-1).shape) == [x.shape[0] * 16]  # reshape copies
+
+
+def test_view_strides_of_a_permuted_tensor():
+    env, x = _env_x((8, 4, 6), dims=(0,))
+    y = x.permute(1, 0, 2)  # [4, s0, 6], strides [6, 24, 1]
+    z = y.view(4, x.shape[0], 2, 3)
+    assert [str(s) for s in z.stride()] == ["6", "24", "3", "1"]
+
+
+def test_pointwise_op_keeps_the_input_layout():
+    env, x = _env_x((8, 4), dims=(0,))
+    out = x.t() * 2.5  # a transposed input: the result is transposed as well
+    assert [str(s) for s in out.stride()] == ["1", "4"]
+    assert out.dtype == torch.float32 and (x.t() > 0).dtype == torch.bool
+
+
+def test_unsupported_op_is_reported():
     env, x = _env_x()
     with pytest.raises(SymbolicShapeUnsupported):
-        x.t().view(-1)
+        torch.nn.functional.pad(x, (1, 1))
+    assert env.failed and "constant_pad_nd" in env.failed

@@ -14,7 +14,7 @@ from kiln.capture.values.containers import (
 from kiln.capture.values.dict_views import DictViewValue
 from kiln.capture.values.iterators import IteratorValue
 from kiln.capture.values.scalars import PURE_OPERATORS, defer
-from kiln.capture.values.symbolic import symbolic_binary, symbolic_unary
+from kiln.capture.values.symbolic import concat_sizes, symbolic_binary, symbolic_unary
 from kiln.capture.values.tensors import TensorValue
 
 _DUNDER = {
@@ -34,6 +34,8 @@ def binary_op(tx, op: Callable, a: Value, b: Value) -> Value:
             op = INPLACE_TO_PLAIN[op]  # number += tensor rebinds the name to a new tensor
         return tx.output.call("call_function", op, [a, b], {})
     symbolic = symbolic_binary(tx, op, a, b)  # sizes of dynamic dims stay symbolic (values/symbolic.py)
+    if symbolic is None and op in (operator.add, operator.iadd):
+        symbolic = concat_sizes(a, b)
     if symbolic is not None:
         return symbolic
     plain = INPLACE_TO_PLAIN.get(op, op)

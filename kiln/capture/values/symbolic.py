@@ -19,6 +19,7 @@ import operator
 import torch
 
 from kiln.capture.values.base import ConstantValue, Value
+from kiln.capture.values.containers import TupleValue
 from kiln.fake.symbolic import SYMBOLIC_SCALARS, is_symbolic
 
 # operators that keep a size symbolic (others, such as true division, specialize their operands)
@@ -118,3 +119,36 @@ def wrap_symbolic(output, node, example) -> Value:
     if not is_symbolic(example):
         return ConstantValue(concrete(example))
     return SymbolicInt(node, example, output)
+
+
+class SizeValue(TupleValue):
+    """A ``torch.Size`` some of whose items are symbolic: slicing and ``+`` keep it a Size (as torch's do)."""
+
+    def python_type(self) -> type:
+        return torch.Size
+
+    def as_constant(self):
+        return torch.Size([v.as_constant() for v in self.elements])
+
+    def getitem(self, tx, index: Value) -> Value:
+        if index.is_constant() and isinstance(index.as_constant(), slice):
+            return SizeValue(self.elements[index.as_constant()])
+        return super().getitem(tx, index)
+
+    def reconstruct(self, cg) -> None:
+        cg.prepare_call(torch.Size)
+        cg.reconstruct(TupleValue(self.elements))
+        cg.call(1)
+
+
+def concat_sizes(a: Value, b: Value) -> Value | None:
+    """``a + b`` where one side is a SizeValue and the other a tuple (torch.Size's __add__/__radd__)."""
+    if not (isinstance(a, SizeValue) or isinstance(b, SizeValue)):
+        return None
+    if not all(isinstance(v, TupleValue) or (type(v) is ConstantValue and type(v.value) in (tuple, torch.Size))
+               for v in (a, b)):
+        return None
+    items = []
+    for v in (a, b):
+        items += v.elements if isinstance(v, TupleValue) else [ConstantValue(x) for x in v.value]
+    return SizeValue(items)
