@@ -280,10 +280,11 @@ def _kiln_compile(fn, tensors, args, record):
     import torch.fx as fx
 
     backend = _backend_under_test(args.backend, record, args.grad)
-    if args.frontend == "kiln":
+    if args.frontend == "kiln" or args.dynamic:
         import kiln
 
-        compiled = kiln.compile(fn, backend=backend)
+        backend.kiln_dynamic = True  # (kiln's own backends under test: they take graphs with symbolic sizes)
+        compiled = kiln.compile(fn, backend=backend, dynamic=True if args.dynamic else None)
 
         def run(*call_args):
             out = compiled(*call_args)
@@ -327,12 +328,12 @@ class TorchCapturedNothing(Exception):
     """torch.compile produced a correct result without aot_eager compiling any graph (dynamo fell back)."""
 
 
-def _torch_compile(fn, backend: str, strict: bool):
+def _torch_compile(fn, backend: str, strict: bool, dynamic: bool = False):
     import torch
 
     torch._dynamo.reset()
     if not strict:
-        return torch.compile(fn, backend=backend, dynamic=False)
+        return torch.compile(fn, backend=backend, dynamic=dynamic)
     # kiln's rule for torch too: at least one graph compiled by aot_eager, and no backend failure
     # (dynamo otherwise runs the frame eagerly and still gets eager's result)
     from torch._dynamo.backends.registry import lookup_backend
@@ -349,7 +350,7 @@ def _torch_compile(fn, backend: str, strict: bool):
         record["graphs"] += 1
         return compiled_gm
 
-    compiled = torch.compile(fn, backend=counting_aot_eager, dynamic=False)
+    compiled = torch.compile(fn, backend=counting_aot_eager, dynamic=dynamic)
 
     def run(*args):
         out = compiled(*args)
@@ -465,7 +466,7 @@ def _run_op(op, args) -> dict:
             continue
         statuses, why = [], ""
         for sample in samples:
-            if name == "kiln" and args.frontend == "kiln":
+            if name == "kiln" and (args.frontend == "kiln" or args.dynamic):
                 fn, tensors = _sample_fn_for_capture(op, sample)
             else:
                 fn, tensors = _sample_fn(op, sample)
@@ -473,7 +474,8 @@ def _run_op(op, args) -> dict:
             if name == "kiln":
                 compile_fn = lambda f, ts, rec=record: _kiln_compile(f, ts, args, rec)  # noqa: E731
             else:
-                compile_fn = lambda f, ts: _torch_compile(f, TORCH_BACKEND[args.backend], args.strict_torch)  # noqa: E731
+                compile_fn = lambda f, ts: _torch_compile(f, TORCH_BACKEND[args.backend], args.strict_torch,  # noqa: E731
+                                                          args.dynamic)
             status, message = _run_sample(compile_fn, fn, tensors, args)
             broken = _cuda_broken(args.device)
             if broken:  # this sample broke it (the context worked before): an error, and the worker retires
@@ -748,6 +750,9 @@ def main(argv=None) -> int:
     parser.add_argument("--time-limit", type=float, default=0.0,
                         help="stop after this many seconds, keeping what finished (for commands with a time limit)")
     parser.add_argument("--frontend", choices=("fx", "kiln"), default="fx")
+    parser.add_argument("--dynamic", action="store_true",
+                        help="compile with every dim symbolic (kiln and torch.compile dynamic=True; implies "
+                             "--frontend kiln): the pass rate of size-generic graphs")
     parser.add_argument("--backend", choices=tuple(TORCH_BACKEND), default="kiln",
                         help="kiln's backend under test (compared with torch.compile's inductor / aot_eager)")
     parser.add_argument("--no-torch", dest="torch", action="store_false", help="skip torch.compile")
