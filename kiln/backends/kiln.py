@@ -101,6 +101,8 @@ def compile_graph(gm, options: Options, target: str = "cpp") -> CompiledGraph:
             cg = _compile_graph(gm, options, target)
             cg.wrapper.check_symbols()
     except Exception as exc:  # noqa: BLE001 -- any failure of the size-generic path: compile static (sound)
+        if os.environ.get("KILN_DYNAMIC_STRICT") == "1":  # debugging: see where size-generic code fails
+            raise
         where = _where(exc)
         reason = f"{type(exc).__name__}: {getattr(exc, 'reason', None) or exc}"[:300]
         stats.dynamic_fallbacks[reason + where] += 1

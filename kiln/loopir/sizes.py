@@ -205,3 +205,23 @@ def used_size_symbols(source: str) -> list:
 
     names = set(re.findall(r"\bs\d+\b", source))
     return sorted((s for s in _env.hints if s.name in names), key=lambda s: int(s.name[1:]))
+
+
+def broadcast_shapes(*shapes) -> tuple:
+    """``torch.broadcast_shapes`` for sizes that may be symbolic (the graph's meta already checked that
+    the shapes broadcast; a symbol is never 1, equal non-1 sizes are guarded equal where not structural)."""
+    if not any(any_symbolic(s) for s in shapes):
+        return tuple(torch.broadcast_shapes(*shapes))
+    ndim = max((len(s) for s in shapes), default=0)
+    out = []
+    for d in range(ndim):
+        dims = [s[len(s) - ndim + d] for s in shapes if len(s) - ndim + d >= 0]
+        big = [n for n in dims if n != 1]
+        if not big:
+            out.append(1)
+            continue
+        for n in big[1:]:
+            if not eq(n, big[0]):
+                raise DynamicUnsupported(f"sizes {big[0]} and {n} do not broadcast")
+        out.append(big[0])
+    return tuple(out)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from kiln.loopir.sizes import shape_of, strides_of
+from kiln.loopir.sizes import broadcast_shapes, shape_of, strides_of
 from kiln.loopir.nodes import Lazy, numel
 from kiln.lower.common import broadcast_index, constant_value, cost_of, origins_of
 from kiln.lower.graph import fake_val
@@ -43,7 +43,7 @@ def lower_index(g, node, x, indices):
             raise Unlowerable("boolean mask index (its result shape depends on the data)")
         if indices[d].dtype not in _INDEX_DTYPES:
             raise Unlowerable(f"index tensor of dtype {indices[d].dtype}")
-    bshape = tuple(torch.broadcast_shapes(*[tuple(indices[d].size) for d in positions]))
+    bshape = broadcast_shapes(*[tuple(indices[d].size) for d in positions])
     nb = len(bshape)
     adjacent = positions == list(range(positions[0], positions[-1] + 1))
     first = positions[0] if adjacent else 0

@@ -4,7 +4,7 @@ from __future__ import annotations
 import sympy
 import torch
 
-from kiln.loopir.sizes import shape_of, strides_of
+from kiln.loopir.sizes import any_symbolic, shape_of, strides_of
 from kiln.loopir.ops import reduction_identity
 from kiln.lower.common import constant_value, upcast, value_loader
 from kiln.lower.registry import Unlowerable, lowering
@@ -65,7 +65,9 @@ SPLIT_KINDS = ("sum", "prod", "max", "min", "any", "all")
 
 
 def _split_parts(out_size, rsize, kind, device) -> int:
-    """How many chunks a full reduction is split into (0: not split)."""
+    """How many chunks a full reduction is split into (0: not split; symbolic sizes are not split)."""
+    if any_symbolic(out_size) or any_symbolic(rsize):
+        return 0
     n = 1
     for s in rsize:
         n *= int(s)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import sympy
 import torch
 
-from kiln.loopir.sizes import shape_of, strides_of
+from kiln.loopir.sizes import is_symbolic, shape_of, strides_of
 from kiln.loopir.nodes import Lazy, TensorValue, numel
 from kiln.lower.common import constant_value, cost_of
 from kiln.lower.graph import fake_val
@@ -26,10 +26,13 @@ def index_in_range(ops, expr, lo=None, hi=None):
     """The bool value ``lo <= expr < hi`` for an index expression (a bound of None is not checked)."""
     i = ops.index_expr(expr, torch.int64)
     conds = []
+    def bound(v):  # a symbolic bound is an index expression over the size symbols
+        return ops.index_expr(v, torch.int64) if is_symbolic(v) else ops.constant(int(v), torch.int64)
+
     if lo is not None:
-        conds.append(ops.ge(i, ops.constant(int(lo), torch.int64)))
+        conds.append(ops.ge(i, bound(lo)))
     if hi is not None:
-        conds.append(ops.lt(i, ops.constant(int(hi), torch.int64)))
+        conds.append(ops.lt(i, bound(hi)))
     out = conds[0]
     for c in conds[1:]:
         out = ops.logical_and(out, c)

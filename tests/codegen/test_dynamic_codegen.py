@@ -83,3 +83,74 @@ def test_pointwise_add_mul_exp():
     e = b.op(aten.exp.default, m)
     cg = run_sizes(b, b.module(e, a))
     assert "s0" in cg.wrapper.source and "arg0.size(0)" in cg.wrapper.source
+
+
+def test_sum_and_amax_over_dims():
+    b = GraphBuilder()
+    x = b.input(lambda n: torch.randn(n, 24))
+    rows = b.op(aten.sum.dim_IntList, x, [1])  # static reduction, symbolic outer
+    cols = b.op(aten.sum.dim_IntList, x, [0])  # symbolic reduction
+    mx = b.op(aten.amax.default, x, [0], True)
+    total = b.op(aten.sum.default, x)  # everything
+    run_sizes(b, b.module(rows, cols, mx, total))
+
+
+def test_symbolic_last_dim_reduction():
+    b = GraphBuilder()
+    x = b.input(lambda n: torch.randn(6, n), dims=(1,))
+    s = b.op(aten.sum.dim_IntList, x, [1], True)
+    y = b.op(aten.sub.Tensor, x, s)
+    run_sizes(b, b.module(y))
+
+
+def test_softmax_pattern():
+    b = GraphBuilder()
+    x = b.input(lambda n: torch.randn(n, 4, n), dims=(0, 2))
+    mx = b.op(aten.amax.default, x, [-1], True)
+    sub = b.op(aten.sub.Tensor, x, mx)
+    ex = b.op(aten.exp.default, sub)
+    s = b.op(aten.sum.dim_IntList, ex, [-1], True)
+    out = b.op(aten.div.Tensor, ex, s)
+    run_sizes(b, b.module(out))
+
+
+def test_view_reshape_permute_with_symbolic_sizes():
+    b = GraphBuilder()
+    x = b.input(lambda n: torch.randn(n, 4, 6))
+    n = b.size(x, 0)
+    n4 = b.op(operator.mul, n, 4)
+    flat = b.op(aten.view.default, x, [n4, 6])
+    e = b.op(aten.exp.default, flat)  # lazy, then viewed back
+    back = b.op(aten.view.default, e, [n, 24])
+    p = b.op(aten.permute.default, x, [2, 0, 1])
+    pc = b.op(aten.mul.Tensor, p, 3.0)
+    t = b.op(aten.permute.default, b.op(aten.add.Tensor, x, 1.0), [1, 0, 2])
+    tv = b.op(aten.clone.default, t, memory_format=torch.contiguous_format)
+    run_sizes(b, b.module(back, pc, tv))
+
+
+def test_mm_addmm_externs_take_concrete_sizes():
+    b = GraphBuilder()
+    x = b.input(lambda n: torch.randn(n, 16))
+    w = b.input(lambda n: torch.randn(16, 8), dims=())  if False else None
+    run = None
+    del w, run
+    b2 = GraphBuilder()
+    x = b2.input(lambda n: torch.randn(n, 16))
+    bias = b2.input(lambda n: torch.randn(n, 8))
+    w_t = b2.op(aten.permute.default, b2.op(aten.slice.Tensor, bias, 0, 0, 8), [1, 0])
+    r = b2.op(aten.relu.default, x)
+    mm = b2.op(aten.mm.default, r, b2.op(aten.permute.default, r, [1, 0]))  # [n, n]
+    am = b2.op(aten.addmm.default, bias, x, b2.op(aten.slice.Tensor, b2.op(aten.mm.default, b2.op(aten.permute.default, x, [1, 0]), x), 1, 0, 8))
+    out = b2.op(aten.add.Tensor, mm, 1.0)
+    run_sizes(b2, b2.module(out, am, w_t))
+
+
+def test_index_ops():
+    b = GraphBuilder()
+    x = b.input(lambda n: torch.randn(n, 10))
+    idx = b.input(lambda n: torch.arange(n) % 7, dtype=torch.int64)
+    g = b.op(aten.index.Tensor, x, [idx])
+    c = b.op(aten.cat.default, [x, g], 1)
+    sl = b.op(aten.slice.Tensor, x, 0, 1, 9223372036854775807)
+    run_sizes(b, b.module(c, b.op(aten.mul.Tensor, sl, 2.0)))

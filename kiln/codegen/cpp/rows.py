@@ -20,7 +20,7 @@ import math
 
 import sympy
 
-from kiln.codegen.cpp.loops import rindex_linear
+from kiln.codegen.cpp.loops import csize, rindex_linear
 from kiln.codegen.cpp.ops import CTYPE, CppOps
 from kiln.loopir.handlers import run_body
 from kiln.loopir.index import var
