@@ -225,3 +225,8 @@ def broadcast_shapes(*shapes) -> tuple:
                 raise DynamicUnsupported(f"sizes {big[0]} and {n} do not broadcast")
         out.append(big[0])
     return tuple(out)
+
+
+def is_size_symbol(s) -> bool:
+    """A symbol of the graph's ShapeEnv (not a loop variable)."""
+    return _env is not None and s in _env.hints

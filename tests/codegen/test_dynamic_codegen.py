@@ -154,3 +154,32 @@ def test_index_ops():
     c = b.op(aten.cat.default, [x, g], 1)
     sl = b.op(aten.slice.Tensor, x, 0, 1, 9223372036854775807)
     run_sizes(b, b.module(c, b.op(aten.mul.Tensor, sl, 2.0)))
+
+
+triton_interpreted = pytest.mark.skipif(
+    __import__("kiln.codegen.triton.runtime", fromlist=["x"]).triton_available() is not None,
+    reason="needs triton")
+
+
+@triton_interpreted
+def test_triton_pointwise_and_reductions(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    b = GraphBuilder()
+    x = b.input(lambda n: torch.randn(n, 24))
+    y = b.input(lambda n: torch.randn(n, 24))
+    a = b.op(aten.exp.default, b.op(aten.add.Tensor, x, y))
+    rows = b.op(aten.sum.dim_IntList, a, [1])
+    cols = b.op(aten.amax.default, x, [0])
+    cg = run_sizes(b, b.module(a, rows, cols), target="triton-interpreted")
+    assert all(k.size_args for k in cg.kernels.values()), cg.source
+
+
+@triton_interpreted
+def test_triton_softmax_symbolic_rows(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    b = GraphBuilder()
+    x = b.input(lambda n: torch.randn(3, n), dims=(1,))
+    mx = b.op(aten.amax.default, x, [-1], True)
+    ex = b.op(aten.exp.default, b.op(aten.sub.Tensor, x, mx))
+    out = b.op(aten.div.Tensor, ex, b.op(aten.sum.dim_IntList, ex, [-1], True))
+    run_sizes(b, b.module(out), target="triton-interpreted", triton_max_block=4)
