@@ -35,8 +35,12 @@ class GraphBuilder:
         i = len(self.makers)
         self.makers.append(lambda n: make(n).to(dtype))
         node = self.graph.placeholder(f"arg{i}")
-        node.meta["val"] = symbolic_fake(make(SIZES[0]).to(dtype), self.env, f"L['x{i}']", set(dims))
-        assert node.meta["val"] is not None
+        real = make(SIZES[0]).to(dtype)
+        node.meta["val"] = symbolic_fake(real, self.env, f"L['x{i}']", set(dims)) if dims else None
+        if node.meta["val"] is None:  # a static input
+            from kiln.fake.tensor import FakeTensor
+
+            node.meta["val"] = FakeTensor(torch.empty_like(real, device="meta"), real.device)
         return node
 
     def size(self, x, d):
@@ -129,21 +133,23 @@ def test_view_reshape_permute_with_symbolic_sizes():
     run_sizes(b, b.module(back, pc, tv))
 
 
-def test_mm_addmm_externs_take_concrete_sizes():
+def _matmul_graph():
     b = GraphBuilder()
     x = b.input(lambda n: torch.randn(n, 16))
-    w = b.input(lambda n: torch.randn(16, 8), dims=())  if False else None
-    run = None
-    del w, run
-    b2 = GraphBuilder()
-    x = b2.input(lambda n: torch.randn(n, 16))
-    bias = b2.input(lambda n: torch.randn(n, 8))
-    w_t = b2.op(aten.permute.default, b2.op(aten.slice.Tensor, bias, 0, 0, 8), [1, 0])
-    r = b2.op(aten.relu.default, x)
-    mm = b2.op(aten.mm.default, r, b2.op(aten.permute.default, r, [1, 0]))  # [n, n]
-    am = b2.op(aten.addmm.default, bias, x, b2.op(aten.slice.Tensor, b2.op(aten.mm.default, b2.op(aten.permute.default, x, [1, 0]), x), 1, 0, 8))
-    out = b2.op(aten.add.Tensor, mm, 1.0)
-    run_sizes(b2, b2.module(out, am, w_t))
+    w = b.input(lambda n: torch.randn(16, 8), dims=())  # static weight
+    bias = b.input(lambda n: torch.randn(n, 8))
+    r = b.op(aten.relu.default, x)
+    gram = b.op(aten.mm.default, r, b.op(aten.permute.default, r, [1, 0]))  # [n, n]
+    am = b.op(aten.addmm.default, bias, x, w)
+    n = b.size(x, 0)
+    flat = b.op(aten.view.default, b.op(aten.add.Tensor, am, 1.0), [b.op(operator.mul, n, 8)])
+    return b, b.module(b.op(aten.mul.Tensor, gram, 0.5), flat)
+
+
+def test_mm_addmm_externs_take_sizes_from_symbols():
+    b, gm = _matmul_graph()
+    cg = run_sizes(b, gm)
+    assert "extern" in cg.lg.format()
 
 
 def test_index_ops():
@@ -183,3 +189,37 @@ def test_triton_softmax_symbolic_rows(monkeypatch):
     ex = b.op(aten.exp.default, b.op(aten.sub.Tensor, x, mx))
     out = b.op(aten.div.Tensor, ex, b.op(aten.sum.dim_IntList, ex, [-1], True))
     run_sizes(b, b.module(out), target="triton-interpreted", triton_max_block=4)
+
+
+@triton_interpreted
+def test_triton_matmul_with_templates_option_keeps_library_call(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    b, gm = _matmul_graph()
+    cg = run_sizes(b, gm, target="triton-interpreted", matmul_templates=True)
+    assert not any(getattr(k, "style", "") == "matmul" for k in cg.kernels.values())
+
+
+def test_failure_falls_back_to_static_with_guards(monkeypatch):
+    import kiln.backends.kiln as backend
+    from kiln.loopir import sizes
+
+    real = backend.generate_kernel
+
+    def failing(*args, **kwargs):
+        if sizes.dynamic():
+            raise sizes.DynamicUnsupported("test: no size-generic kernel")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(backend, "generate_kernel", failing)
+    monkeypatch.delenv("KILN_DYNAMIC_STRICT", raising=False)
+    b = GraphBuilder()
+    x = b.input(lambda n: torch.randn(n, 16))
+    gm = b.module(b.op(aten.exp.default, x))
+    before = sum(stats.dynamic_fallbacks.values())
+    cg = compile_graph(gm, Options(), "cpp")
+    assert not cg.dynamic and "test: no size-generic kernel" in cg.explain()
+    assert sum(stats.dynamic_fallbacks.values()) == before + 1
+    check = b.env.check_function()
+    assert check(torch.randn(8, 16)) is None and check(torch.randn(5, 16)) is not None
+    out = cg.wrapper.compile()(torch.ones(8, 16))[0]
+    torch.testing.assert_close(out, torch.ones(8, 16).exp())
