@@ -175,10 +175,9 @@ def divides(d, n) -> bool:
         num, den = sympy.fraction(sympy.cancel(sympy.sympify(n) / d))
         return den == 1 and all(c.is_Integer for c in sympy.Poly(num, *num.free_symbols).coeffs()) \
             if num.free_symbols else den == 1 and sympy.sympify(num).is_Integer
-    _, r = sympy.sympify(n).as_coeff_Add()
-    q = sympy.expand(sympy.sympify(n) - r)
-    coeffs_ok = all(t.as_coeff_Mul()[0] % d == 0 for t in sympy.Add.make_args(q))
-    return coeffs_ok and int(r) % d == 0
+    const, rest = sympy.expand(sympy.sympify(n)).as_coeff_Add()
+    coeffs_ok = all(t.as_coeff_Mul()[0] % d == 0 for t in sympy.Add.make_args(rest))
+    return coeffs_ok and int(const) % d == 0
 
 
 def symbols_of(*exprs) -> set:

@@ -14,7 +14,7 @@ import torch
 import torch.fx as fx
 from torch.utils._pytree import tree_flatten, tree_map
 
-from kiln.loopir.sizes import shape_of, size, strides_of
+from kiln.loopir.sizes import hint, shape_of, size, strides_of
 from kiln.loopir.nodes import (
     Buffer, ComputedBuffer, ConstantBuffer, ExternKernel, ExternOutput, InputBuffer, Lazy, Pointwise, Reduction,
     Stored, TensorValue, contiguous_strides, is_dense,
@@ -367,7 +367,8 @@ def memory_order(size, stride) -> tuple[int, ...] | None:
     are), or None when that is the dims' own order (row-major) or the layout is not dense."""
     if not is_dense(size, stride):
         return None
-    big = sorted((d for d in range(len(size)) if size[d] != 1), key=lambda d: -stride[d])
+    # (symbolic strides of a dense layout keep their order for every size: sorted at the hints)
+    big = sorted((d for d in range(len(size)) if size[d] != 1), key=lambda d: -hint(stride[d]))
     it = iter(big)
     order = tuple(d if size[d] == 1 else next(it) for d in range(len(size)))
     return None if order == tuple(range(len(size))) else order

@@ -73,7 +73,7 @@ def run_sizes(b: GraphBuilder, gm, target="cpp", sizes=SIZES, **options):
         got = call(*[t.clone() for t in inputs])
         assert len(got) == len(expected)
         for g, e in zip(got, expected):
-            assert g.shape == e.shape, (n, g.shape, e.shape)
+            assert g.shape == e.shape and g.stride() == e.stride(), (n, g.shape, e.shape, g.stride(), e.stride())
             torch.testing.assert_close(g, e, msg=lambda m: f"size {n}: {m}\n{cg.wrapper.source}")
     return cg
 
@@ -130,7 +130,8 @@ def test_view_reshape_permute_with_symbolic_sizes():
     pc = b.op(aten.mul.Tensor, p, 3.0)
     t = b.op(aten.permute.default, b.op(aten.add.Tensor, x, 1.0), [1, 0, 2])
     tv = b.op(aten.clone.default, t, memory_format=torch.contiguous_format)
-    run_sizes(b, b.module(back, pc, tv))
+    keep = b.op(aten.add.Tensor, b.op(aten.permute.default, x, [2, 0, 1]), 1.0)  # a permuted dense layout
+    run_sizes(b, b.module(back, pc, tv, keep))
 
 
 def _matmul_graph():
@@ -223,3 +224,20 @@ def test_failure_falls_back_to_static_with_guards(monkeypatch):
     assert check(torch.randn(8, 16)) is None and check(torch.randn(5, 16)) is not None
     out = cg.wrapper.compile()(torch.ones(8, 16))[0]
     torch.testing.assert_close(out, torch.ones(8, 16).exp())
+
+
+def test_sizes_helpers_guard_through_the_env():
+    import sympy
+
+    from kiln.loopir import sizes
+
+    env = ShapeEnv()
+    s0 = env.create_symbol(8, "L['x'].size(0)")
+    with sizes.size_context(env):
+        assert sizes.divides(16, 32 * s0) and not sizes.divides(16, 8 * s0)
+        assert sizes.known(sympy.Gt(s0, 1)) is True and not env.guards  # decided for every size
+        assert sizes.gt(s0, 4) and len(env.guards) == 1  # depends on the size: guarded at the hint
+        assert sizes.broadcast_shapes((s0, 1), (1, 3)) == (s0, 3)
+        assert sizes.size(torch.SymInt(__import__("kiln.fake.symbolic", fromlist=["x"]).SymNode(s0 * 2, env, int, 16))) == 2 * s0
+    with sizes.size_context(env, concrete=True):
+        assert sizes.size(2 * s0) == 16
