@@ -34,6 +34,8 @@ from kiln.debug.stats import stats
 from kiln.decomp import decomposition_table
 from kiln.errors import KernelBuildError
 from kiln.fake import UnsupportedFakeOp
+from kiln.fake.symbolic import is_symbolic
+from kiln.loopir.sizes import size_context
 from kiln.lower.graph import lower_graph
 from kiln.lower.registry import Unlowerable
 from kiln.options import Options, default_options
@@ -51,10 +53,14 @@ class CompiledGraph:
         self.source = library_source
         self.target = target  # "cpp", "triton" (GPU) or "triton-interpreted" (CPU tensors)
         self.cudagraphs = None  # the CudaGraphRunner with mode="reduce-overhead" on the GPU
+        self.dynamic = False  # size-generic code (symbolic sizes)
+        self.dynamic_note = ""  # for a graph with symbolic sizes: generic, or why it was compiled static
 
     def explain(self) -> str:
         what = "C++" if self.target == "cpp" else "Triton"
         lines = [f"generated {len(self.kernels)} {what} kernel(s) ({self.target}):"]
+        if self.dynamic_note:
+            lines.append(f"dynamic shapes: {self.dynamic_note}")
         if self.target == "cpp":
             lines += [f"  {k.name}: fuses {len(k.origins)} op(s)" for k in self.kernels.values()]
         else:
@@ -77,7 +83,68 @@ def _prelude() -> str:
 
 def compile_graph(gm, options: Options, target: str = "cpp") -> CompiledGraph:
     """Lower, schedule and generate code for a core-op ATen graph module; ``target`` is "cpp",
-    "triton" (GPU) or "triton-interpreted" (Triton kernels on CPU tensors, run by Triton's interpreter)."""
+    "triton" (GPU) or "triton-interpreted" (Triton kernels on CPU tensors, run by Triton's interpreter).
+
+    A graph with symbolic sizes (``gm.meta["kiln_shape_env"]``) is compiled once into size-generic code
+    (kernels take the size symbols as arguments, the wrapper reads them from the inputs). Where that
+    fails for any reason, every size symbol is specialized (``env.specialize_all()``: the guards then
+    check each size) and the graph is compiled for the sizes seen; the reason goes to
+    ``stats.dynamic_fallbacks`` and the graph's explain text."""
+    env = gm.meta.get("kiln_shape_env")
+    if env is None or not _has_symbolic_inputs(gm):
+        return _compile_graph(gm, options, target)
+    if _all_specialized(env):
+        with size_context(env, concrete=True):
+            return _compile_graph(gm, options, target)
+    try:
+        with size_context(env):
+            cg = _compile_graph(gm, options, target)
+            cg.wrapper.check_symbols()
+    except Exception as exc:  # noqa: BLE001 -- any failure of the size-generic path: compile static (sound)
+        if os.environ.get("KILN_DYNAMIC_STRICT") == "1":  # debugging: see where size-generic code fails
+            raise
+        where = _where(exc)
+        reason = f"{type(exc).__name__}: {getattr(exc, 'reason', None) or exc}"[:300]
+        stats.dynamic_fallbacks[reason + where] += 1
+        env.specialize_all()
+        with size_context(env, concrete=True):
+            cg = _compile_graph(gm, options, target)
+        cg.dynamic_note = f"compiled for the sizes seen (size-generic code failed: {reason}{where})"
+        return cg
+    stats.dynamic_graphs += 1
+    cg.dynamic = True
+    cg.dynamic_note = f"size-generic code over {', '.join(sorted(map(str, cg.wrapper.symbols)))}"
+    return cg
+
+
+def _has_symbolic_inputs(gm) -> bool:
+    for node in gm.graph.nodes:
+        val = node.meta.get("val")
+        if node.op == "placeholder" and isinstance(val, torch.Tensor):
+            if any(is_symbolic(s) for s in (*val.shape, *val.stride())):
+                return True
+    return False
+
+
+def _all_specialized(env) -> bool:
+    """True when every size symbol of ``env`` is guarded to its hint (nothing left to be generic over)."""
+    import sympy
+
+    facts = {g.fact for g in env.guards}
+    return all(sympy.Eq(s, h) in facts for s, h in env.hints.items())
+
+
+def _where(exc: BaseException) -> str:
+    import traceback
+
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if "/kiln/" in f.filename]
+    if not frames:
+        return ""
+    f = frames[-1]
+    return f" at {os.path.relpath(f.filename, os.path.dirname(os.path.dirname(__file__)))}:{f.lineno}"
+
+
+def _compile_graph(gm, options: Options, target: str) -> CompiledGraph:
     with stats.timed("lower"):
         lg = lower_graph(gm, options.gemm_padding)
     buffers = lg.buffers()
@@ -128,7 +195,7 @@ def _load_cpp(kernels: dict, options: Options) -> str:
 
         for k in kernels.values():
             fn = getattr(lib, k.name)
-            fn.argtypes = [ctypes.c_void_p] * len(k.params)
+            fn.argtypes = [ctypes.c_void_p] * len(k.params) + [ctypes.c_int64] * len(k.size_args)
             fn.restype = None
             k.fn = fn
         lib.kiln_take_error.restype = ctypes.c_int

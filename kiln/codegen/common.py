@@ -45,6 +45,12 @@ def _print(e, div: str) -> str:
         return f"({inner} % {c})"
     if isinstance(e, sympy.Pow) and e.args[1].is_Integer and int(e.args[1]) > 0:
         return "*".join([_atom(e.args[0], div)] * int(e.args[1]))
+    if isinstance(e, (sympy.Min, sympy.Max)):  # sizes of slices with symbolic bounds
+        name = "min" if isinstance(e, sympy.Min) else "max"
+        out = _print(e.args[0], div)
+        for a in e.args[1:]:
+            out = f"{name}({out}, {_print(a, div)})" if div == "//" else f"std::{name}<int64_t>({out}, {_print(a, div)})"
+        return out
     raise NotImplementedError(f"cannot print index expression {e}")
 
 

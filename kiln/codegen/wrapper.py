@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import dataclasses
 
+import sympy
 import torch
 from torch.utils._pytree import tree_map
 
+from kiln.codegen.common import print_index_py
 from kiln.loopir.nodes import ComputedBuffer, ConstantBuffer, ExternOutput, InputBuffer, Stored
 from kiln.schedule.scheduler import ExternStep, Schedule
 
@@ -19,6 +21,16 @@ from kiln.schedule.scheduler import ExternStep, Schedule
 class Wrapper:
     source: str
     namespace: dict
+    symbols: set = dataclasses.field(default_factory=set)  # size symbols the code uses
+    bound: set = dataclasses.field(default_factory=set)  # size symbols read from the inputs
+
+    def check_symbols(self) -> None:
+        """Every size symbol the code uses is read from an input's size (else it cannot run)."""
+        missing = self.symbols - self.bound
+        if missing:
+            from kiln.loopir.sizes import DynamicUnsupported
+
+            raise DynamicUnsupported(f"size symbols {sorted(map(str, missing))} are not sizes of graph inputs")
 
     def compile(self):
         ns = dict(self.namespace)
@@ -35,14 +47,14 @@ def ensure_layout(t: torch.Tensor, size, stride) -> torch.Tensor:
     return torch.empty_strided(size, stride, dtype=t.dtype, device=t.device).copy_(t)
 
 
-def pointer_call(fn: str, names: list[str]) -> str:
-    """A call of a C++ kernel: raw data pointers (ctypes)."""
-    return f"{fn}({', '.join(f'{n}.data_ptr()' for n in names)})"
+def pointer_call(fn: str, names: list[str], sizes=()) -> str:
+    """A call of a C++ kernel: raw data pointers (ctypes), then the size symbols' values."""
+    return f"{fn}({', '.join([f'{n}.data_ptr()' for n in names] + list(sizes))})"
 
 
-def tensor_call(fn: str, names: list[str]) -> str:
-    """A call of a launcher that takes the tensors themselves (Triton)."""
-    return f"{fn}({', '.join(names)})"
+def tensor_call(fn: str, names: list[str], sizes=()) -> str:
+    """A call of a launcher that takes the tensors themselves (Triton), then the size symbols' values."""
+    return f"{fn}({', '.join(list(names) + list(sizes))})"
 
 
 class WrapperGen:
@@ -55,6 +67,28 @@ class WrapperGen:
         self.lines: list[str] = []
         self.ns: dict = {"empty_strided": torch.empty_strided, "ensure_layout": ensure_layout, "torch": torch}
         self._consts = 0
+        self.symbols: set = set()  # size symbols printed into the code
+
+    def size(self, e) -> str:
+        """A size (int or sympy expression over size symbols) as Python source."""
+        if isinstance(e, sympy.Basic) and not e.is_number:
+            self.symbols |= e.free_symbols
+            return print_index_py(e)
+        return str(int(e))
+
+    def sizes(self, seq) -> str:
+        items = [self.size(e) for e in seq]
+        return f"({', '.join(items)}{',' if len(items) == 1 else ''})"
+
+    def _bind_symbols(self, args) -> tuple[list[str], set]:
+        """``s0 = arg0.size(0)`` for each size symbol that is a dim of an input, once."""
+        lines, bound = [], set()
+        for b in self.lg.inputs:
+            for d, n in enumerate(b.size):
+                if isinstance(n, sympy.Symbol) and n not in bound:
+                    bound.add(n)
+                    lines.append(f"{n.name} = {b.name}.size({d})")
+        return lines, bound
 
     def const(self, value, hint: str) -> str:
         name = f"{hint}{self._consts}"
@@ -68,8 +102,8 @@ class WrapperGen:
         if v.is_whole_buffer():
             return b.name
         held = (InputBuffer, ExternOutput, ConstantBuffer)
-        off = f"{b.name}.storage_offset() + {v.offset}" if isinstance(b, held) else str(v.offset)
-        return f"{b.name}.as_strided({tuple(v.size)}, {tuple(v.stride)}, {off})"
+        off = f"{b.name}.storage_offset() + {self.size(v.offset)}" if isinstance(b, held) else self.size(v.offset)
+        return f"{b.name}.as_strided({self.sizes(v.size)}, {self.sizes(v.stride)}, {off})"
 
     def generate(self) -> Wrapper:
         args = [b.name for b in self.lg.inputs]
@@ -89,7 +123,8 @@ class WrapperGen:
                     if kind == "out" and isinstance(b, (ComputedBuffer, ExternOutput)):
                         body.append(self._alloc(b, pool))
                 fn = self.const(kernel.fn, "k")
-                call = self.kernel_call(fn, [name for name, _ in kernel.params])
+                call = self.kernel_call(fn, [name for name, _ in kernel.params],
+                                        [self.size(e) for e in getattr(kernel, "size_args", ())])
                 body.append(f"{call}  # {kernel.name}")
                 if getattr(kernel, "checks_bounds", False):
                     err = self.const(kernel.take_error, "take_error")
@@ -106,8 +141,9 @@ class WrapperGen:
                     body.append(f"del {name}")
         outs = [self.ref(o) if isinstance(o, Stored) else self.const(o, "c") for o in self.lg.outputs]
         body.append(f"return ({', '.join(outs)}{',' if len(outs) == 1 else ''})")
-        src = [f"def call({', '.join(args)}):"] + ["    " + line for line in body]
-        return Wrapper("\n".join(src) + "\n", self.ns)
+        binds, bound = self._bind_symbols(args) if self.symbols else ([], set())
+        src = [f"def call({', '.join(args)}):"] + ["    " + line for line in binds + body]
+        return Wrapper("\n".join(src) + "\n", self.ns, set(self.symbols), bound)
 
     def _alloc(self, b: ComputedBuffer, pool) -> str:
         key = _pool_key(b)
@@ -118,13 +154,15 @@ class WrapperGen:
             old = free.pop()
             if self.buffers[old].allocation() == (size, stride):
                 return f"{b.name} = {old}; del {old}  # reuses {old}"
-            return f"{b.name} = {old}.as_strided({size}, {stride}); del {old}  # reuses {old}"
-        return f"{b.name} = empty_strided({size}, {stride}, dtype={dtype}, device='{b.device}')"
+            return f"{b.name} = {old}.as_strided({self.sizes(size)}, {self.sizes(stride)}); del {old}  # reuses {old}"
+        return f"{b.name} = empty_strided({self.sizes(size)}, {self.sizes(stride)}, dtype={dtype}, device='{b.device}')"
 
     def py(self, v) -> str:
         """A Python expression for an extern call's argument."""
         if isinstance(v, _Raw):
             return v.text
+        if isinstance(v, sympy.Basic):
+            return self.size(v)
         if isinstance(v, (torch.dtype, torch.layout, torch.memory_format)):
             return f"torch.{str(v).replace('torch.', '')}"
         if isinstance(v, torch.device):
@@ -146,7 +184,7 @@ class WrapperGen:
         lines = [f"{k.name} = {op}({call})  # {k.reason}"]
         for out in k.outputs:
             path = "".join(f"[{i}]" for i in out.path)
-            lines.append(f"{out.name} = ensure_layout({k.name}{path}, {tuple(out.size)}, {tuple(out.stride)})")
+            lines.append(f"{out.name} = ensure_layout({k.name}{path}, {self.sizes(out.size)}, {self.sizes(out.stride)})")
         lines.append(f"del {k.name}")
         return lines
 

@@ -20,6 +20,8 @@ class Stats:
     kernel_compiles / kernel_cache_hits: kernel libraries built by the system compiler / found in the
     disk cache. triton_precompiled: Triton kernel configs compiled by the worker pool before launch.
     matmul_choices: matmul templates by the path picked ("template" or "library"; max-autotune).
+    dynamic_graphs / dynamic_fallbacks: graphs with symbolic sizes compiled into size-generic code / compiled
+    for the sizes seen instead (by reason; the backend then specialized every size symbol).
     seconds: time spent per stage.
     """
 
@@ -43,6 +45,8 @@ class Stats:
         self.kernel_cache_hits = 0
         self.triton_precompiled = 0
         self.matmul_choices: collections.Counter[str] = collections.Counter()
+        self.dynamic_graphs = 0  # graphs compiled once into size-generic code
+        self.dynamic_fallbacks: collections.Counter[str] = collections.Counter()  # compiled static instead, by reason
         self.seconds: collections.Counter[str] = collections.Counter()
 
     @contextlib.contextmanager
@@ -68,6 +72,8 @@ class Stats:
             "kernels_generated": self.kernels_generated,
             "aten_fallbacks": dict(self.aten_fallbacks),
             "matmul_choices": dict(self.matmul_choices),
+            "dynamic_graphs": self.dynamic_graphs,
+            "dynamic_fallbacks": dict(self.dynamic_fallbacks),
             "kernel_compiles": self.kernel_compiles,
             "kernel_cache_hits": self.kernel_cache_hits,
             "triton_precompiled": self.triton_precompiled,

@@ -7,6 +7,8 @@ import math
 from typing import Mapping
 
 import sympy
+
+from kiln.loopir.sizes import size
 import torch
 
 from kiln.loopir.index import FloorDiv, ModularIndexing, simplify_with_ranges, var
@@ -51,7 +53,7 @@ def _numbered(prefix, ranges):
 
 def effective_ranges(ranges) -> list[int]:
     """The sizes of a node's loops: its ranges without the size-1 dims."""
-    return [int(n) for n in ranges if n != 1]
+    return [size(n) for n in ranges if n != 1]
 
 
 def var_ranges(buf: ComputedBuffer) -> dict:

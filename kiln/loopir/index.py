@@ -80,6 +80,8 @@ def expr_range(expr: sympy.Expr, ranges: Mapping[sympy.Symbol, int]) -> tuple[in
             hi += int(coeff)
             continue
         if rest.is_Symbol and rest in ranges:
+            if not isinstance(ranges[rest], (int, sympy.Integer)):
+                return None  # a symbolic extent (kiln.loopir.sizes): see expr_bounds
             top = int(coeff) * (ranges[rest] - 1)
             lo, hi = lo + min(0, top), hi + max(0, top)
             continue
@@ -92,6 +94,37 @@ def expr_range(expr: sympy.Expr, ranges: Mapping[sympy.Symbol, int]) -> tuple[in
             continue
         return None
     return lo, hi
+
+
+def expr_bounds(expr: sympy.Expr, ranges: Mapping) -> tuple | None:
+    """Inclusive (min, max) of an affine ``expr`` over variables in ``[0, ranges[v])`` where extents and
+    coefficients may be size expressions (positive symbols); None where a sign is unknown."""
+    expr = sympy.expand(expr)
+    lo = hi = sympy.Integer(0)
+    for term in sympy.Add.make_args(expr):
+        found = [v for v in term.free_symbols if v in ranges]
+        if not found:
+            if term.is_nonnegative:
+                lo, hi = lo + term, hi + term
+                continue
+            if not term.is_number:
+                return None
+            lo, hi = lo + term, hi + term
+            continue
+        if len(found) != 1:
+            return None
+        v = found[0]
+        coeff, rest = term.as_independent(v, as_Add=False)
+        if rest != v:
+            return None
+        top = coeff * (ranges[v] - 1)
+        if coeff.is_nonnegative:
+            hi += top
+        elif coeff.is_nonpositive:
+            lo += top
+        else:
+            return None
+    return sympy.expand(lo), sympy.expand(hi)
 
 
 def _func_range(e, ranges):

@@ -20,30 +20,38 @@ import sympy
 import torch
 
 from kiln.loopir.index import linear_index
+from kiln.loopir.sizes import any_symbolic, hint, is_symbolic
 
 Loader = Callable[[Any, Sequence[sympy.Expr]], Any]  # (ops, index) -> value
 
 
 def contiguous_strides(size: Sequence[int]) -> tuple[int, ...]:
+    """Row-major strides; sizes may be symbolic (kiln.loopir.sizes: a symbol is >= 2)."""
     strides, acc = [], 1
     for s in reversed(size):
         strides.append(acc)
-        acc *= max(int(s), 1)
+        acc = acc * s if is_symbolic(s) else acc * max(int(s), 1)
+        if is_symbolic(acc):
+            acc = sympy.expand(acc)
     return tuple(reversed(strides))
 
 
 def is_dense(size: Sequence[int], stride: Sequence[int]) -> bool:
-    """True when ``stride`` is a permutation of a contiguous layout of ``size`` (no gaps, no overlap)."""
-    dims = sorted((st, sz) for sz, st in zip(size, stride) if sz != 1)
+    """True when ``stride`` is a permutation of a contiguous layout of ``size`` (no gaps, no overlap).
+    With symbolic sizes, True only when that holds for every size (strides equal as expressions)."""
+    dims = sorted(((st, sz) for sz, st in zip(size, stride) if sz != 1), key=lambda d: (hint(d[0]), hint(d[1])))
     expected = 1
     for st, sz in dims:
-        if st != expected:
+        if st != expected and sympy.expand(st - expected) != 0:
             return False
-        expected *= sz
+        expected = expected * sz
     return True
 
 
 def numel(size: Sequence[int]) -> int:
+    """The element count: an int, or a sympy expression when a size is symbolic."""
+    if any_symbolic(size):
+        return sympy.expand(sympy.Mul(*size))
     return math.prod(int(s) for s in size)
 
 

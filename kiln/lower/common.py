@@ -6,6 +6,7 @@ from typing import Callable, Sequence
 import sympy
 import torch
 
+from kiln.loopir.sizes import shape_of, strides_of
 from kiln.loopir.nodes import Lazy, Stored, TensorValue
 from kiln.lower.graph import fake_val
 from kiln.lower.registry import Unlowerable
@@ -91,7 +92,7 @@ def make_pointwise(node, fn: Callable, inputs: Sequence, cdtype: torch.dtype | N
                    out_dtype: torch.dtype | None = None) -> Lazy:
     """The ``Lazy`` value of ``fn(ops, *input values)``, inputs read as ``cdtype``, result as the node's dtype."""
     val = out_val(node)
-    size = tuple(val.shape)
+    size = shape_of(val)
     out_dtype = out_dtype or val.dtype
     cdtype = cdtype or upcast(out_dtype)
     readers = [value_loader(x, cdtype, size) for x in inputs]
@@ -113,7 +114,7 @@ def constant_value(node, value) -> Lazy:
     def body(ops, index):
         return ops.constant(value, dtype)
 
-    return Lazy(tuple(val.shape), dtype, val.device, body, 1, (node,))
+    return Lazy(shape_of(val), dtype, val.device, body, 1, (node,))
 
 
 def as_lazy(x: TensorValue) -> Lazy:
@@ -127,4 +128,4 @@ def stored_matches_meta(x, node_arg) -> bool:
     if not isinstance(x, Stored):
         return False
     val = fake_val(node_arg)
-    return isinstance(val, torch.Tensor) and tuple(x.size) == tuple(val.shape) and tuple(x.stride) == tuple(val.stride())
+    return isinstance(val, torch.Tensor) and tuple(x.size) == shape_of(val) and tuple(x.stride) == strides_of(val)

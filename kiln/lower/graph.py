@@ -14,6 +14,7 @@ import torch
 import torch.fx as fx
 from torch.utils._pytree import tree_flatten, tree_map
 
+from kiln.loopir.sizes import hint, shape_of, size, strides_of
 from kiln.loopir.nodes import (
     Buffer, ComputedBuffer, ConstantBuffer, ExternKernel, ExternOutput, InputBuffer, Lazy, Pointwise, Reduction,
     Stored, TensorValue, contiguous_strides, is_dense,
@@ -162,7 +163,7 @@ class GraphLowering:
         def make(path, v):
             if not isinstance(v, torch.Tensor):
                 return v
-            out = ExternOutput(self.new_name(), v.dtype, v.device, tuple(v.shape), tuple(v.stride()), (node,),
+            out = ExternOutput(self.new_name(), v.dtype, v.device, shape_of(v), strides_of(v), (node,),
                                kernel=kernel, path=path)
             kernel.outputs.append(out)
             return Stored(out, out.size, out.stride, 0)
@@ -205,7 +206,7 @@ class GraphLowering:
         val = fake_val(node)
         if not isinstance(val, torch.Tensor):
             raise Unlowerable(f"graph input {node.name} is not a tensor ({type(val).__name__})")
-        buf = InputBuffer(node.name, val.dtype, val.device, tuple(val.shape), tuple(val.stride()), (node,),
+        buf = InputBuffer(node.name, val.dtype, val.device, shape_of(val), strides_of(val), (node,),
                           position=len(self.inputs))
         self.inputs.append(buf)
         return Stored(buf, buf.size, buf.stride, 0)
@@ -233,6 +234,8 @@ class GraphLowering:
         args, kwargs = tree_map(lambda a: self.env[a] if isinstance(a, fx.Node) else a, (node.args, node.kwargs))
         if node.target is operator.getitem:
             return args[0][args[1]]
+        if is_size_node(node):  # sym_size / size arithmetic: the size expression (kiln.loopir.sizes)
+            return size(fake_val(node))
         if fills_fresh_tensor(node):
             # x.bernoulli_(p) on a tensor nothing else reads: ATen's op fills a copy of its own, so the
             # random numbers come from ATen's generator in eager's order
@@ -266,13 +269,24 @@ class GraphLowering:
             return value
         self.current = v
         val = fake_val(v)
-        want = tuple(val.stride())
+        want = strides_of(val)
         if isinstance(value, Stored) and tuple(value.stride) == want:
             return value
         if isinstance(value, Stored):
             value = Lazy(value.size, value.dtype, value.device, value.loader(), 1, (v,))
-        stride = want if is_dense(val.shape, want) else None
+        stride = want if is_dense(shape_of(val), want) else None
         return self.realize(value, stride)
+
+
+def is_size_node(node) -> bool:
+    """A node that computes a size (``aten.sym_size.int``, ``operator.mul`` of sizes, ...), not a tensor."""
+    val = fake_val(node)
+    return isinstance(val, (int, torch.SymInt)) and not isinstance(val, bool) and (
+        node.target in _SIZE_OPS or not isinstance(node.target, torch._ops.OpOverload))
+
+
+_SIZE_OPS = (torch.ops.aten.sym_size.int, torch.ops.aten.sym_stride.int, torch.ops.aten.sym_numel.default,
+             torch.ops.aten.sym_storage_offset.default)
 
 
 def _separate_readers(node) -> int:
@@ -341,8 +355,8 @@ def mutates_an_argument(target) -> bool:
 
 def _layout_for(size, val) -> tuple[int, ...]:
     """Strides for realizing a value: the ones ATen would give it when dense, else contiguous."""
-    if isinstance(val, torch.Tensor) and tuple(val.shape) == tuple(size):
-        stride = tuple(val.stride())
+    if isinstance(val, torch.Tensor) and shape_of(val) == tuple(size):
+        stride = strides_of(val)
         if is_dense(size, stride):
             return stride
     return contiguous_strides(size)
@@ -353,7 +367,8 @@ def memory_order(size, stride) -> tuple[int, ...] | None:
     are), or None when that is the dims' own order (row-major) or the layout is not dense."""
     if not is_dense(size, stride):
         return None
-    big = sorted((d for d in range(len(size)) if size[d] != 1), key=lambda d: -stride[d])
+    # (symbolic strides of a dense layout keep their order for every size: sorted at the hints)
+    big = sorted((d for d in range(len(size)) if size[d] != 1), key=lambda d: -hint(stride[d]))
     it = iter(big)
     order = tuple(d if size[d] == 1 else next(it) for d in range(len(size)))
     return None if order == tuple(range(len(size))) else order

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import torch
 
+from kiln.loopir.sizes import broadcast_shapes, shape_of, strides_of
 from kiln.loopir.nodes import Lazy, numel
 from kiln.lower.common import broadcast_index, constant_value, cost_of, origins_of
 from kiln.lower.graph import fake_val
@@ -30,7 +31,7 @@ def lower_index(g, node, x, indices):
     if x.dtype.is_complex:
         raise Unlowerable("complex dtype")
     val = fake_val(node)
-    out_size = tuple(val.shape)
+    out_size = shape_of(val)
     if numel(out_size) == 0:
         return constant_value(node, 0)
     indices = list(indices) + [None] * (len(x.size) - len(indices))
@@ -42,7 +43,7 @@ def lower_index(g, node, x, indices):
             raise Unlowerable("boolean mask index (its result shape depends on the data)")
         if indices[d].dtype not in _INDEX_DTYPES:
             raise Unlowerable(f"index tensor of dtype {indices[d].dtype}")
-    bshape = tuple(torch.broadcast_shapes(*[tuple(indices[d].size) for d in positions]))
+    bshape = broadcast_shapes(*[tuple(indices[d].size) for d in positions])
     nb = len(bshape)
     adjacent = positions == list(range(positions[0], positions[-1] + 1))
     first = positions[0] if adjacent else 0
@@ -79,7 +80,7 @@ def lower_gather(g, node, x, dim, index, sparse_grad=False):
     if x.dtype.is_complex:
         raise Unlowerable("complex dtype")
     val = fake_val(node)
-    out_size = tuple(val.shape)
+    out_size = shape_of(val)
     if numel(out_size) == 0:
         return constant_value(node, 0)
     ndim = len(x.size)

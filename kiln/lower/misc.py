@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import torch
 
+from kiln.loopir.sizes import shape_of, strides_of
 from kiln.loopir.nodes import Lazy
 from kiln.lower.common import constant_value
 from kiln.lower.registry import Unlowerable, lowering
@@ -42,4 +43,4 @@ def lower_arange(g, node, start, end, step=1, **kwargs):
         v = ops.add(ops.constant(int(start), torch.int64), ops.mul(i, ops.constant(int(step), torch.int64)))
         return v if dtype == torch.int64 else ops.to_dtype(v, dtype)
 
-    return Lazy(tuple(val.shape), dtype, val.device, body, 2, (node,))
+    return Lazy(shape_of(val), dtype, val.device, body, 2, (node,))

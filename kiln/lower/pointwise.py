@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import torch
 
+from kiln.loopir.sizes import shape_of, strides_of
 from kiln.lower.common import make_pointwise, origins_of, out_val, promoted, upcast
 from kiln.lower.registry import Unlowerable, lowering
 
@@ -168,7 +169,7 @@ def lower_where(g, node, cond, a, b):
     cdtype = upcast(val.dtype)
     from kiln.lower.common import value_loader
 
-    size = tuple(val.shape)
+    size = shape_of(val)
     rc, ra, rb = value_loader(cond, torch.bool, size), value_loader(a, cdtype, size), value_loader(b, cdtype, size)
 
     def body(ops, index):

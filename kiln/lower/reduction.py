@@ -4,6 +4,7 @@ from __future__ import annotations
 import sympy
 import torch
 
+from kiln.loopir.sizes import any_symbolic, shape_of, strides_of
 from kiln.loopir.ops import reduction_identity
 from kiln.lower.common import constant_value, upcast, value_loader
 from kiln.lower.registry import Unlowerable, lowering
@@ -31,7 +32,7 @@ def reduce(g, node, x, dims, kind: str, src_dtype: torch.dtype):
     ndim = len(in_size)
     rdims = _normalize_dims(dims, ndim) if ndim else []
     kept = [d for d in range(ndim) if d not in rdims]
-    out_size = tuple(val.shape)
+    out_size = shape_of(val)
     keepdim = len(out_size) == ndim and ndim > 0 and bool(rdims)
     rsize = [in_size[d] for d in rdims]
     load = value_loader(x, src_dtype, in_size)
@@ -64,7 +65,9 @@ SPLIT_KINDS = ("sum", "prod", "max", "min", "any", "all")
 
 
 def _split_parts(out_size, rsize, kind, device) -> int:
-    """How many chunks a full reduction is split into (0: not split)."""
+    """How many chunks a full reduction is split into (0: not split; symbolic sizes are not split)."""
+    if any_symbolic(out_size) or any_symbolic(rsize):
+        return 0
     n = 1
     for s in rsize:
         n *= int(s)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import sympy
 import torch
 
+from kiln.loopir.sizes import is_symbolic, shape_of, strides_of
 from kiln.loopir.nodes import Lazy, TensorValue, numel
 from kiln.lower.common import constant_value, cost_of
 from kiln.lower.graph import fake_val
@@ -25,10 +26,13 @@ def index_in_range(ops, expr, lo=None, hi=None):
     """The bool value ``lo <= expr < hi`` for an index expression (a bound of None is not checked)."""
     i = ops.index_expr(expr, torch.int64)
     conds = []
+    def bound(v):  # a symbolic bound is an index expression over the size symbols
+        return ops.index_expr(v, torch.int64) if is_symbolic(v) else ops.constant(int(v), torch.int64)
+
     if lo is not None:
-        conds.append(ops.ge(i, ops.constant(int(lo), torch.int64)))
+        conds.append(ops.ge(i, bound(lo)))
     if hi is not None:
-        conds.append(ops.lt(i, ops.constant(int(hi), torch.int64)))
+        conds.append(ops.lt(i, bound(hi)))
     out = conds[0]
     for c in conds[1:]:
         out = ops.logical_and(out, c)
@@ -55,14 +59,14 @@ def _check_real(*xs):
 
 def _lazy(node, body, cost):
     val = fake_val(node)
-    return Lazy(tuple(val.shape), val.dtype, val.device, body, cost, (node,))
+    return Lazy(shape_of(val), val.dtype, val.device, body, cost, (node,))
 
 
 @lowering(aten.cat.default)
 def lower_cat(g, node, tensors, dim=0):
     _check_real(*tensors)
     val = fake_val(node)
-    size = tuple(val.shape)
+    size = shape_of(val)
     if numel(size) == 0:
         return constant_value(node, 0)
     dim = dim % len(size)
@@ -109,7 +113,7 @@ def lower_constant_pad_nd(g, node, x, pad, value=0):
     if isinstance(value, complex):
         raise Unlowerable("complex fill value")
     val = fake_val(node)
-    out_size, in_size = tuple(val.shape), tuple(x.size)
+    out_size, in_size = shape_of(val), tuple(x.size)
     if numel(out_size) == 0 or numel(in_size) == 0:
         return constant_value(node, value)
     ndim = len(in_size)
@@ -142,7 +146,7 @@ def _normalize(i, n):
 def lower_slice_scatter(g, node, x, src, dim=0, start=None, end=None, step=1):
     _check_real(x, src)
     val = fake_val(node)
-    size = tuple(val.shape)
+    size = shape_of(val)
     dim = dim % len(size)
     n = size[dim]
     start = min(max(_normalize(start, n) or 0, 0), n)
@@ -183,7 +187,7 @@ def _floordiv(a, b):
 def lower_select_scatter(g, node, x, src, dim, index):
     _check_real(x, src)
     val = fake_val(node)
-    size = tuple(val.shape)
+    size = shape_of(val)
     dim = dim % len(size)
     at = _normalize(index, size[dim])
     read_x, read_src = reader(x, val.dtype), reader(src, val.dtype)
@@ -199,7 +203,7 @@ def lower_select_scatter(g, node, x, src, dim, index):
 def lower_diagonal_scatter(g, node, x, src, offset=0, dim1=0, dim2=1):
     _check_real(x, src)
     val = fake_val(node)
-    size = tuple(val.shape)
+    size = shape_of(val)
     ndim = len(size)
     dim1, dim2 = dim1 % ndim, dim2 % ndim
     if dim1 == dim2:

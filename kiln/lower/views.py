@@ -10,6 +10,7 @@ from __future__ import annotations
 import sympy
 import torch
 
+from kiln.loopir.sizes import shape_of, size, strides_of
 from kiln.loopir.index import FloorDiv, ModularIndexing
 from kiln.loopir.nodes import Lazy, Stored
 from kiln.loopir.nodes import is_dense
@@ -22,21 +23,21 @@ aten = torch.ops.aten
 
 def _meta_view(x: Stored, base_node, node) -> Stored:
     base, val = fake_val(base_node), fake_val(node)
-    offset = x.offset + (val.storage_offset() - base.storage_offset())
-    return Stored(x.buffer, tuple(val.shape), tuple(val.stride()), offset)
+    offset = x.offset + (size(val.storage_offset()) - size(base.storage_offset()))
+    return Stored(x.buffer, shape_of(val), strides_of(val), offset)
 
 
 def _reindexed(x, node, reindex, args, kwargs) -> Lazy:
     """``x`` seen through a view op as a ``Lazy``: its body maps the view's index to ``x``'s index."""
     val = fake_val(node)
     lazy = as_lazy(x)
-    mapping = reindex(node, tuple(x.size), tuple(val.shape), *args, **kwargs)
+    mapping = reindex(node, tuple(x.size), shape_of(val), *args, **kwargs)
     inner = lazy.body
 
     def body(ops, index):
         return inner(ops, mapping(index))
 
-    return Lazy(tuple(val.shape), x.dtype, x.device, body, lazy.cost, origins_of(node, x))
+    return Lazy(shape_of(val), x.dtype, x.device, body, lazy.cost, origins_of(node, x))
 
 
 def view_lowering(*ops, reindex=None):
@@ -77,8 +78,8 @@ def _view_of_realized_base(g, x, base_node, node) -> Stored | None:
     buffer of the base's size with stride-0 dims), or None when that layout is not dense (nothing is
     realized then)."""
     base = fake_val(base_node)
-    if not (isinstance(base, torch.Tensor) and tuple(base.shape) == tuple(x.size)
-            and is_dense(tuple(base.shape), tuple(base.stride()))):
+    if not (isinstance(base, torch.Tensor) and shape_of(base) == tuple(x.size)
+            and is_dense(shape_of(base), strides_of(base))):
         return None
     current, g.current = g.current, base_node
     try:

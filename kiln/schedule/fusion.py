@@ -9,18 +9,17 @@ producer writes per outer iteration.
 """
 from __future__ import annotations
 
-import math
-
 import sympy
 
-from kiln.loopir.index import expr_range, var
+from kiln.loopir.index import expr_bounds, expr_range, var
+from kiln.loopir.sizes import any_symbolic, hint, is_symbolic, known, prod
 from kiln.loopir.nodes import is_dense
 from kiln.schedule.nodes import SchedulerNode
 
 
 def common_prefix(a: list[int], b: list[int]) -> int:
     k = 0
-    while k < len(a) and k < len(b) and a[k] == b[k]:
+    while k < len(a) and k < len(b) and (a[k] == b[k] or (is_symbolic(a[k]) and sympy.expand(a[k] - b[k]) == 0)):
         k += 1
     return k
 
@@ -36,11 +35,20 @@ def split_outer(expr: sympy.Expr, k: int):
         coeff, sym = term.as_coeff_Mul()
         if sym in outer and coeff.is_Integer:
             coeffs[outer.index(sym)] += int(coeff)
+            continue
+        # a size-symbol coefficient (kiln.loopir.sizes): 16*s0*x0
+        coeff, sym = term.as_independent(*outer, as_Add=False)
+        if sym in outer and not _has_loop_var(coeff):
+            coeffs[outer.index(sym)] = sympy.expand(coeffs[outer.index(sym)] + coeff)
         else:
             if any(term.has(o) for o in outer):
                 return None
             rest += term
     return coeffs, rest
+
+
+def _has_loop_var(e) -> bool:
+    return any(s.name[0] in "xr" for s in getattr(e, "free_symbols", ()))
 
 
 def block_of(producer: SchedulerNode, k: int):
@@ -54,7 +62,7 @@ def block_of(producer: SchedulerNode, k: int):
     inner_sizes, inner_strides = sizes[k:], stride[k:]
     if not is_dense(inner_sizes, inner_strides):
         return None
-    return stride[:k], math.prod(inner_sizes)
+    return stride[:k], prod(inner_sizes)
 
 
 def read_is_local(index: sympy.Expr, block, k: int, ranges: dict) -> bool:
@@ -64,8 +72,11 @@ def read_is_local(index: sympy.Expr, block, k: int, ranges: dict) -> bool:
         return False
     coeffs, rest = parts
     outer_coeffs, size = block
-    if list(coeffs) != list(outer_coeffs):
+    if any(sympy.expand(a - b) != 0 for a, b in zip(coeffs, outer_coeffs)):
         return False
+    if any_symbolic(list(ranges.values())) or is_symbolic(size) or (rest.free_symbols - set(ranges)):
+        r = expr_bounds(rest, ranges)  # decided for every size, or not fused
+        return r is not None and known(sympy.Ge(r[0], 0)) is True and known(sympy.Lt(r[1], size)) is True
     r = expr_range(rest, ranges)
     return r is not None and r[0] >= 0 and r[1] < size
 
@@ -100,4 +111,4 @@ def score(group_reads: set[str], group_writes: set[str], node: SchedulerNode, nb
     """Bytes of memory traffic a fusion saves: buffers the node reads that the group writes
     (vertical) or also reads (horizontal)."""
     shared = node.read_names & (group_reads | group_writes)
-    return sum(nbytes.get(name, 0) for name in shared)
+    return sum(hint(nbytes.get(name, 0)) for name in shared)

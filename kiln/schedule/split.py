@@ -10,11 +10,11 @@ buffer's logical size and strides (a view of the same layout), change.
 from __future__ import annotations
 
 import dataclasses
-import math
 
 import sympy
 
 from kiln.loopir.nodes import ComputedBuffer
+from kiln.loopir.sizes import divides, is_symbolic, prod
 
 
 def refine(ranges: list[int], outer: list[int]) -> list[list[int]] | None:
@@ -30,6 +30,14 @@ def refine(ranges: list[int], outer: list[int]) -> list[list[int]] | None:
                 n = 1
                 i += 1
                 break
+            if is_symbolic(n) or is_symbolic(o):  # split only where it holds for every size: 16*s0 by 16
+                if not is_symbolic(o) and divides(o, n):
+                    fs.append(o)
+                    n = sympy.expand(n / o)
+                    i += 1
+                    continue
+                matching = False
+                continue
             if n > o and n % o == 0:
                 fs.append(o)
                 n //= o
@@ -63,7 +71,7 @@ def split_buffer(buf: ComputedBuffer, factors: list[list[int]]) -> ComputedBuffe
     for fs, s in zip(per_dim, buf.stride):
         for j, f in enumerate(fs):
             size.append(f)
-            stride.append(s * math.prod(fs[j + 1:]))
+            stride.append(prod([s, *fs[j + 1:]]))
     inner = data.body
 
     def body(ops, index, *rest):

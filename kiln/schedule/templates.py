@@ -27,6 +27,7 @@ import sympy
 import torch
 
 from kiln.loopir.index import linear_index, var
+from kiln.loopir.sizes import any_symbolic
 from kiln.loopir.nodes import Stored, contiguous_strides
 from kiln.schedule.scheduler import ExternStep, FusedGroup, Schedule
 
@@ -176,6 +177,8 @@ def matmul_operands(kernel):
         return None
     if out.dtype not in TEMPLATE_DTYPES or a.dtype != out.dtype or b.dtype != out.dtype:
         return None
+    if any(any_symbolic(tuple(v.size) + tuple(v.stride) + (v.offset,)) for v in (a, b, bias) if v is not None):
+        return None  # symbolic sizes: the library call (the wrapper computes its sizes per call)
     if min(int(a.size[0]), int(a.size[1]), int(b.size[1])) == 0:
         return None  # nothing to compute (or zeros): the library call is exact and free
     return kind, a, b, bias, alpha, beta

@@ -28,19 +28,19 @@ Variants:
 from __future__ import annotations
 
 import dataclasses
-import math
 
 import torch
 
 from kiln.codegen.common import kernel_name, kernel_params, provenance
 from kiln.codegen.cpp.loops import (
-    TILE, block, loop, merge_loops, reduction_loops, tiled_pointwise, tiled_reduction,
+    TILE, block, csize, loop, merge_loops, omp_if, reduction_loops, tiled_pointwise, tiled_reduction,
     wants_tiling,
 )
 from kiln.codegen.cpp.ops import CTYPE, CppOps, accumulator_decls
 from kiln.codegen.cpp.rows import plan_rows
 from kiln.loopir.handlers import ReadsWrites, run_body
 from kiln.loopir.nodes import Reduction
+from kiln.loopir.sizes import hint, is_symbolic, prod, used_size_symbols
 from kiln.schedule.fusion import block_of, split_outer
 from kiln.schedule.scheduler import FusedGroup
 
@@ -56,6 +56,7 @@ class CppKernel:
     origins: tuple
     work: int
     checks_bounds: bool = False  # reads loaded indices: the wrapper checks the library's error flag after it
+    size_args: list = dataclasses.field(default_factory=list)  # size symbols passed after the buffers (int64_t)
 
 
 class KernelContext:
@@ -112,10 +113,10 @@ def _member_code(ctx: KernelContext, member) -> tuple[list[str], int]:
         rr = _reduction_ranges(node)
         (red,) = ops.reductions
         body = accumulator_decls(ops.reductions) + reduction_loops(rr, ops.lines, red) + ops.post
-        work = math.prod(inner) * max(1, math.prod(rr))
+        work = prod(inner) * (prod(rr) if rr else 1)
     else:
         body = list(ops.lines)
-        work = math.prod(inner)
+        work = prod(inner)
     for d in reversed(range(len(inner))):
         head = [loop(f"x{ctx.k + d}", inner[d])]
         if d == len(inner) - 1 and not isinstance(node.data, Reduction):
@@ -132,7 +133,7 @@ def _tiled_member_code(ctx: KernelContext, member) -> tuple[list[str], int]:
         ops = CppOps(ctx, acc_ref=lambda acc: f"{acc}[xi]")
         run_body(node, ops)
         (red,) = ops.reductions
-        return [f"// {node.name}"] + block(tiled_reduction(rr, ops.lines, ops.post, red, xvar)), max(1, math.prod(rr))
+        return [f"// {node.name}"] + block(tiled_reduction(rr, ops.lines, ops.post, red, xvar)), prod(rr) if rr else 1
     ops = CppOps(ctx)
     run_body(node, ops)
     return [f"// {node.name}"] + block(tiled_pointwise(ops.lines, xvar)), 1
@@ -161,6 +162,9 @@ def _local_decls(ctx: KernelContext, buffers) -> tuple[list[str], list[str]]:
         T = CTYPE[buffers[n].dtype]
         if b == 1:
             scalars.append(f"{T} local_{n}[{TILE}];" if ctx.tiled else f"{T} local_{n};")
+        elif is_symbolic(b):
+            arrays += [f"std::unique_ptr<{T}[]> local_{n}_owner(new {T}[{csize(b)}]);",
+                       f"{T}* local_{n} = local_{n}_owner.get();"]
         elif b * buffers[n].dtype.itemsize <= STACK_LOCAL_BYTES:
             arrays.append(f"{T} local_{n}[{b}];")
         else:
@@ -188,8 +192,9 @@ def generate_kernel(group: FusedGroup, buffers: dict, index: int) -> CppKernel:
         member_code += code
         work_inner += w
     ctx.rows = None
-    work = math.prod(outer) * max(1, work_inner)
-    parallel = work >= PARALLEL_THRESHOLD
+    work = prod(outer) * (work_inner or 1)
+    # symbolic work: the parallel region decides at run time (an OpenMP if clause)
+    parallel = f"{csize(work)} >= {PARALLEL_THRESHOLD}" if is_symbolic(work) else work >= PARALLEL_THRESHOLD
     scalars, arrays = _local_decls(ctx, buffers)
     arrays += row_decls
 
@@ -202,11 +207,11 @@ def generate_kernel(group: FusedGroup, buffers: dict, index: int) -> CppKernel:
         nest = scalars + member_code
         if ctx.tiled:
             n = outer[-1]
-            loops[-1] = f"for (int64_t xt = 0; xt < {n}; xt += {TILE})"
-            nest = [f"const int64_t xn = std::min<int64_t>({TILE}, {n} - xt);"] + nest
+            loops[-1] = f"for (int64_t xt = 0; xt < {csize(n)}; xt += {TILE})"
+            nest = [f"const int64_t xn = std::min<int64_t>({TILE}, {csize(n)} - xt);"] + nest
         pre = [f"#pragma omp for{f' collapse({ctx.k})' if ctx.k > 1 else ''}"] if parallel else []
         region = arrays + pre + loops + block(nest)
-        body = (["#pragma omp parallel"] if parallel else []) + block(region)
+        body = ([f"#pragma omp parallel{omp_if(parallel)}"] if parallel else []) + block(region)
 
     params = []
     for buf_name, kind in ctx.params:
@@ -217,8 +222,10 @@ def generate_kernel(group: FusedGroup, buffers: dict, index: int) -> CppKernel:
     header += [f"//   {line}" for line in provenance(origins)]
     if group.locals:
         header.append(f"//   kernel-local (never allocated): {', '.join(sorted(group.locals))}")
+    size_args = used_size_symbols("\n".join(body))
+    params += [f"int64_t {s}" for s in size_args]
     src = header + [f'extern "C" void {name}({", ".join(params)})'] + block(body)
-    return CppKernel(name, "\n".join(src), ctx.params, origins, work, ctx.checks_bounds)
+    return CppKernel(name, "\n".join(src), ctx.params, origins, hint(work), ctx.checks_bounds, size_args)
 
 
 def _flat_nest(ranges, body, parallel) -> list[str]:
@@ -226,8 +233,8 @@ def _flat_nest(ranges, body, parallel) -> list[str]:
     k = len(ranges)
     loops = [loop(f"x{d}", ranges[d]) for d in range(k)]
     if k == 1:
-        return [f"#pragma omp {'parallel for simd' if parallel else 'simd'}"] + loops + block(body)
-    pre = [f"#pragma omp parallel for{f' collapse({k - 1})' if k > 2 else ''}"] if parallel else []
+        return [f"#pragma omp {'parallel for simd' if parallel else 'simd'}{omp_if(parallel)}"] + loops + block(body)
+    pre = [f"#pragma omp parallel for{f' collapse({k - 1})' if k > 2 else ''}{omp_if(parallel)}"] if parallel else []
     return pre + loops[:-1] + ["#pragma omp simd", loops[-1]] + block(body)
 
 
@@ -240,5 +247,5 @@ def _scalar_group(group, ctx, member_code, parallel) -> list[str]:
         (red,) = ops.reductions
         if red.kind not in ("argmax", "argmin"):
             rr = _reduction_ranges(member.node)
-            return accumulator_decls(ops.reductions) + reduction_loops(rr, ops.lines, red, parallel=True) + ops.post
+            return accumulator_decls(ops.reductions) + reduction_loops(rr, ops.lines, red, parallel=parallel) + ops.post
     return member_code

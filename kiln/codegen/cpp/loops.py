@@ -9,22 +9,33 @@ close to ATen's cascade sums.
 """
 from __future__ import annotations
 
-import math
 
 import sympy
 
 from kiln.codegen.cpp.ops import (
     CTYPE, Red, combine_line, identity_literal, nan_flag, reduction_clause, vector_combine_line,
 )
+from kiln.codegen.common import print_index_c
 from kiln.loopir.index import var
+from kiln.loopir.sizes import hint, is_symbolic, prod
 
 SUM_CHUNK = 4096  # elements a float sum's partial accumulates in a (vectorized) inner loop
 TILE = 128  # columns per tile of a tiled reduction
 TILE_SUM_CHUNK = 64  # rows a tiled float sum's partials accumulate
 
 
+def csize(n) -> str:
+    """A loop extent or size: an int, or a C expression over the kernel's size arguments (s0, ...)."""
+    return print_index_c(n) if is_symbolic(n) else str(n)
+
+
+def omp_if(parallel) -> str:
+    """The clause of a parallel region: ``parallel`` is True/False, or a C condition (symbolic work)."""
+    return f" if({parallel})" if isinstance(parallel, str) else ""
+
+
 def loop(v: str, n: int) -> str:
-    return f"for (int64_t {v} = 0; {v} < {n}; ++{v})"
+    return f"for (int64_t {v} = 0; {v} < {csize(n)}; ++{v})"
 
 
 def indent(lines, n=1):
@@ -40,8 +51,8 @@ def rindex_linear(rr) -> str:
     """C expression of the linear reduction index from loop variables ``r0, r1, ...``."""
     terms = []
     for d in range(len(rr)):
-        stride = math.prod(rr[d + 1:])
-        terms.append(f"r{d}*{stride}" if stride != 1 else f"r{d}")
+        stride = prod(rr[d + 1:])
+        terms.append(f"r{d}*{csize(stride)}" if stride != 1 else f"r{d}")
     return " + ".join(terms) or "0"
 
 
@@ -58,10 +69,11 @@ def reduction_loops(rr, body: list[str], red: Red, parallel: bool = False) -> li
         return block(body + [combine_line(red, red.acc, "0", f"{red.acc}_idx")])
     last = f"r{n - 1}"
     outer = [loop(f"r{d}", rr[d]) for d in range(n - 1)]
-    if rr[-1] > SUM_CHUNK or (parallel and not outer):
-        outer.append(f"for (int64_t {last}_c = 0; {last}_c < {rr[-1]}; {last}_c += {SUM_CHUNK})")
+    # a symbolic extent is chunked (right for every size, and sums round as they do for large sizes)
+    if is_symbolic(rr[-1]) or rr[-1] > SUM_CHUNK or (parallel and not outer):
+        outer.append(f"for (int64_t {last}_c = 0; {last}_c < {csize(rr[-1])}; {last}_c += {SUM_CHUNK})")
         inner_head = (f"for (int64_t {last} = {last}_c; {last} < std::min<int64_t>({last}_c + {SUM_CHUNK}, "
-                      f"{rr[-1]}); ++{last})")
+                      f"{csize(rr[-1])}); ++{last})")
     else:
         inner_head = loop(last, rr[-1])
     partial = _uses_partial(red) and bool(outer)
@@ -76,7 +88,7 @@ def reduction_loops(rr, body: list[str], red: Red, parallel: bool = False) -> li
     if parallel:
         clause = reduction_clause(red, red.acc)
         collapse = f" collapse({len(outer)})" if len(outer) > 1 else ""
-        outer = [f"#pragma omp parallel for {clause}{collapse}"] + outer
+        outer = [f"#pragma omp parallel for {clause}{collapse}{omp_if(parallel)}"] + outer
     flag_decl, flag_fixup = nan_flag(red)
     return flag_decl + outer + nest + flag_fixup
 
@@ -89,7 +101,7 @@ def tiled_reduction(rr, body: list[str], post: list[str], red: Red, xvar: str) -
     ``xvar`` at once: for each reduction index, a vector loop over the tile (contiguous loads when the
     reduced axis is not the innermost one). Accumulators are arrays indexed by ``xi``."""
     T = CTYPE[red.dtype]
-    R = math.prod(rr)
+    R = prod(rr)
     define_x = f"const int64_t {xvar} = xt + xi;"
     init = [f"{T} {red.acc}[{TILE}];"]
     sets = [f"{red.acc}[xi] = {identity_literal(red)};"]
@@ -99,24 +111,24 @@ def tiled_reduction(rr, body: list[str], post: list[str], red: Red, xvar: str) -
     lines = init + ["#pragma omp simd", "for (int64_t xi = 0; xi < xn; ++xi)"] + block(sets)
     rvars = []
     for d in range(len(rr)):
-        stride = math.prod(rr[d + 1:])
-        e = "rl" if stride == 1 else f"rl / {stride}"
+        stride = prod(rr[d + 1:])
+        e = "rl" if stride == 1 else f"rl / {csize(stride)}"
         if d > 0:
-            e = f"({e}) % {rr[d]}"
+            e = f"({e}) % {csize(rr[d])}"
         rvars.append(f"const int64_t r{d} = {e};")
-    partial = _uses_partial(red) and R > TILE_SUM_CHUNK
+    partial = _uses_partial(red) and (is_symbolic(R) or R > TILE_SUM_CHUNK)
     target = f"{red.acc}_p" if partial else red.acc
     step = ["#pragma omp simd", "for (int64_t xi = 0; xi < xn; ++xi)"] + block(
         [define_x] + body + [combine_line(red, f"{target}[xi]", "rl", f"{red.acc}_idx[xi]")])
     if partial:
-        rloop = [f"for (int64_t rl = rc; rl < std::min<int64_t>(rc + {TILE_SUM_CHUNK}, {R}); ++rl)"] + block(rvars + step)
+        rloop = [f"for (int64_t rl = rc; rl < std::min<int64_t>(rc + {TILE_SUM_CHUNK}, {csize(R)}); ++rl)"] + block(rvars + step)
         zero = ["#pragma omp simd", "for (int64_t xi = 0; xi < xn; ++xi)", f"    {target}[xi] = {identity_literal(red)};"]
         add = ["#pragma omp simd", "for (int64_t xi = 0; xi < xn; ++xi)",
                f"    {red.acc}[xi] = {red.acc}[xi] + {target}[xi];"]
-        lines += [f"for (int64_t rc = 0; rc < {R}; rc += {TILE_SUM_CHUNK})"] + block(
+        lines += [f"for (int64_t rc = 0; rc < {csize(R)}; rc += {TILE_SUM_CHUNK})"] + block(
             [f"{T} {target}[{TILE}];"] + zero + rloop + add)
     else:
-        lines += [f"for (int64_t rl = 0; rl < {R}; ++rl)"] + block(rvars + step)
+        lines += [f"for (int64_t rl = 0; rl < {csize(R)}; ++rl)"] + block(rvars + step)
     lines += ["#pragma omp simd", "for (int64_t xi = 0; xi < xn; ++xi)"] + block([define_x] + post)
     return lines
 
@@ -133,9 +145,13 @@ def linear_coeff(expr, v) -> int | None:
         if not term.has(v):
             continue
         coeff, rest = term.as_coeff_Mul()
-        if rest != v or not coeff.is_Integer:
+        if rest == v and coeff.is_Integer:
+            c += int(coeff)
+            continue
+        coeff, rest = term.as_independent(v, as_Add=False)  # a size-symbol coefficient: 16*s0*x0
+        if rest != v or not coeff.free_symbols or any(s.name[0] in "xrq" for s in coeff.free_symbols):
             return None
-        c += int(coeff)
+        c = sympy.expand(c + coeff)
     return c
 
 
@@ -144,7 +160,7 @@ def wants_tiling(members, k: int) -> bool:
     innermost reduction axis (e.g. a sum over dim 0 of a row-major matrix)."""
     if k < 1 or any(len(m.ranges) != k for m in members) or not any(m.is_reduction for m in members):
         return False
-    if members[0].ranges[k - 1] < 16:
+    if hint(members[0].ranges[k - 1]) < 16:  # a heuristic: right for every size
         return False
     x = var("x", k - 1)
     for m in members:
@@ -174,7 +190,7 @@ def merge_loops(ranges: list[int], indices: list) -> tuple[list[int], dict]:
         coeffs.append([linear_coeff(e, var("x", d)) for d in range(n)])
     joins = []
     for d in range(n - 1):
-        ok = all(c[d] is not None and c[d + 1] is not None and c[d] == c[d + 1] * ranges[d + 1] for c in coeffs)
+        ok = all(c[d] is not None and c[d + 1] is not None and _same(c[d], c[d + 1] * ranges[d + 1]) for c in coeffs)
         joins.append(ok)
     if not any(joins):
         return list(ranges), {}
@@ -186,8 +202,15 @@ def merge_loops(ranges: list[int], indices: list) -> tuple[list[int], dict]:
     runs.append((start, n - 1))
     subs, new_ranges = {}, []
     for j, (a, b) in enumerate(runs):
-        new_ranges.append(math.prod(ranges[a:b + 1]))
+        new_ranges.append(prod(ranges[a:b + 1]))
         for d in range(a, b):
             subs[var("x", d)] = sympy.Integer(0)
         subs[var("x", b)] = var("x", j)
     return new_ranges, subs
+
+
+def _same(a, b) -> bool:
+    """Sizes equal for every value of the size symbols."""
+    if not (is_symbolic(a) or is_symbolic(b)):
+        return a == b
+    return sympy.expand(a - b) == 0

@@ -10,6 +10,7 @@ import sympy
 import torch
 
 from kiln.codegen.common import print_index_c
+from kiln.loopir.sizes import is_symbolic
 from kiln.loopir.ops import OpsHandler, reduction_identity, result_dtype
 
 CTYPE = {
@@ -279,7 +280,8 @@ class CppOps(OpsHandler):
     def indirect_indexing(self, value, size, wrap_negative=True):
         """A loaded index as a C variable (checked: out of bounds sets the library's error flag)."""
         self.ctx.checks_bounds = True
-        v = self._emit(f"kiln_indirect(static_cast<int64_t>({value}), {int(size)}LL, {'true' if wrap_negative else 'false'})",
+        n = f"static_cast<int64_t>({print_index_c(size)})" if is_symbolic(size) else f"{int(size)}LL"
+        v = self._emit(f"kiln_indirect(static_cast<int64_t>({value}), {n}, {'true' if wrap_negative else 'false'})",
                        torch.int64)
         return sympy.Symbol(v.name, integer=True, nonnegative=True)
 

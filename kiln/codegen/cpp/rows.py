@@ -20,10 +20,11 @@ import math
 
 import sympy
 
-from kiln.codegen.cpp.loops import rindex_linear
+from kiln.codegen.cpp.loops import csize, rindex_linear
 from kiln.codegen.cpp.ops import CTYPE, CppOps
 from kiln.loopir.handlers import run_body
 from kiln.loopir.index import var
+from kiln.loopir.sizes import any_symbolic, prod
 
 ROW_CACHE_BYTES = 65536  # largest row (per cached value) kept in a per-thread array
 
@@ -55,7 +56,7 @@ def _row_shape(member, k: int):
     if not inner:
         return None
     subs = {var("x", k + d): sympy.Symbol(f"q{d}", integer=True, nonnegative=True) for d in range(len(inner))}
-    terms = [f"x{k + d}*{math.prod(inner[d + 1:])}" if d < len(inner) - 1 else f"x{k + d}" for d in range(len(inner))]
+    terms = [f"x{k + d}*{csize(prod(inner[d + 1:]))}" if d < len(inner) - 1 else f"x{k + d}" for d in range(len(inner))]
     return tuple(inner), subs, " + ".join(terms)
 
 
@@ -78,7 +79,7 @@ def plan_rows(ctx, members, buffers) -> tuple[list[MemberRows | None], list[str]
             if v not in st.sinks and all(u in matched for u in st.users.get(v, ())):
                 continue  # only used to compute other cached values
             dtype = st.computed[v]
-            if math.prod(shapes[i][0]) * dtype.itemsize > ROW_CACHE_BYTES:
+            if any_symbolic(shapes[i][0]) or math.prod(shapes[i][0]) * dtype.itemsize > ROW_CACHE_BYTES:
                 continue
             if v not in arrays:
                 arrays[v] = f"row{len(arrays)}"

@@ -121,12 +121,15 @@ def load_kernels(kernels: dict, buffers: dict, options, interpret: bool) -> str:
                                 None if interpret else path + ".tune.json", options.matmul_choice, interpret,
                                 options.triton_fast_launch, leader=leader)
         else:
-            k.fn = Launcher(fn, k, candidate_configs(k, options.triton_max_block),
-                            path + ".tune.json" if tune else None, fast_launch=options.triton_fast_launch,
+            configs = candidate_configs(k, options.triton_max_block)
+            dynamic = bool(getattr(k, "size_args", None))  # size-generic: the heuristic's config (hint sizes)
+            k.fn = Launcher(fn, k, configs[:1] if dynamic else configs,
+                            path + ".tune.json" if tune and not dynamic else None, fast_launch=options.triton_fast_launch,
                             leader=leader)
         leaders.setdefault(key, k.fn)
     if fresh and not interpret and options.compile_workers > 0:
-        precompile(_launches(leaders.values(), buffers, path), options.compile_workers)
+        static = [launcher for launcher in leaders.values() if not getattr(launcher.kernel, "size_args", None)]
+        precompile(_launches(static, buffers, path), options.compile_workers)
     return source
 
 

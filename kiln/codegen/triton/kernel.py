@@ -32,6 +32,7 @@ from kiln.codegen.triton.ops import TritonOps
 from kiln.loopir.handlers import iteration_vars, run_body
 from kiln.loopir.index import ModularIndexing, linear_index, simplify_with_ranges, var
 from kiln.loopir.nodes import Reduction
+from kiln.loopir.sizes import any_symbolic, hint, is_size_symbol, is_symbolic, prod, size, used_size_symbols
 from kiln.schedule.fusion import block_of, split_outer
 from kiln.schedule.scheduler import FusedGroup
 
@@ -52,6 +53,8 @@ class TritonKernel:
     rnumel: int  # the largest inner space of a member (1 for pointwise kernels)
     fn: object = None  # the launcher, set by the runtime
     ynumel: int = 1  # tiled kernels: the tile loop's size (xnumel: the other loops')
+    size_args: list = dataclasses.field(default_factory=list)  # size symbols passed after the pointers
+    xnumel_expr: object = None  # xnumel as a size expression (symbolic: the grid is computed per call)
 
 
 # ------------------------------------------------------------------------------- fusion legality
@@ -61,7 +64,7 @@ def inner_sizes(member, k: int) -> list[int]:
     """The sizes of a member's loops inside the group's ``k`` outer loops: inner pointwise dims, or
     the reduction dims of a reduction (whose outer loops must then be all of its loops)."""
     if member.is_reduction:
-        return [int(n) for n in member.node.data.reduction_ranges if n != 1]
+        return [size(n) for n in member.node.data.reduction_ranges if n != 1]
     return member.ranges[k:]
 
 
@@ -102,17 +105,18 @@ def fusable(members, k: int, persistent_max: int = PERSISTENT_MAX) -> bool:
                 continue
             if not register_read_ok(consumer, index, producer, k):
                 return False
-            needs_persistent |= block_of(producer, k)[1] > 1
-    inner = max(math.prod(inner_sizes(m, k)) for m in members)
-    if needs_persistent:
-        return inner <= persistent_max
+            needs_persistent |= block_of(producer, k)[1] != 1
+    inner = max(hint(prod(inner_sizes(m, k))) for m in members)
+    if needs_persistent:  # a symbolic inner size cannot be persistent (RBLOCK must cover it)
+        return inner <= persistent_max and not any(any_symbolic(inner_sizes(m, k)) for m in members)
     if not any(m.is_reduction for m in members) and inner > 1:
         # Pointwise members of different shapes side by side over shared outer loops (RoPE's q and k
         # over (batch, kv-head)): the fusion only shares reads, while the kernel runs one program per
         # few rows and walks each row's inner space. Few rows, or long rows (a loop), cost far more
         # than the shared reads save: separate pointwise kernels are flat and fully parallel.
-        rows = math.prod(int(n) for n in members[0].ranges[:k])
-        return inner <= persistent_max and rows >= SIDE_BY_SIDE_MIN_ROWS
+        rows = hint(prod(members[0].ranges[:k]))
+        return inner <= persistent_max and rows >= SIDE_BY_SIDE_MIN_ROWS and \
+            not any(any_symbolic(inner_sizes(m, k)) for m in members)
     return True
 
 
@@ -140,6 +144,8 @@ def tile_dim(group: FusedGroup, buffers: dict) -> int | None:
     1-D block would touch one element per memory segment -- the earlier loop carrying the most bytes
     is the tile's y loop. A read that does not move with the last loop (a per-row bias) is no transpose.
     """
+    if any_symbolic(group.outer):
+        return None  # size-generic kernels are not tiled
     sizes = [int(n) for n in group.outer]
     last = len(sizes) - 1
     if last < 1 or sizes[last] < TILE_MIN:
@@ -164,6 +170,11 @@ def tile_dim(group: FusedGroup, buffers: dict) -> int | None:
 
 
 # ------------------------------------------------------------------------------------ generation
+
+
+def _py(n) -> str:
+    """A size in Triton code: an int, or an expression over the kernel's size arguments."""
+    return print_index_py(n) if is_symbolic(n) else str(n)
 
 
 def _next_pow2(n: int) -> int:
@@ -238,7 +249,10 @@ class MemberContextBase:
         """A simplified index as Triton code, and the block axes it varies along."""
         axes = set()
         for s in expr.free_symbols:
-            axes |= self.indirect[s] if s in self.indirect else {self.axis_of[s]}
+            if s in self.indirect:
+                axes |= self.indirect[s]
+            elif s in self.axis_of or not is_size_symbol(s):
+                axes.add(self.axis_of[s])
         return print_index_py(expr), frozenset(axes)
 
 
@@ -308,10 +322,10 @@ def index_var_defs(names, sizes, source: str) -> list[str]:
     from the flat index ``source``."""
     lines = []
     for d, (name, n) in enumerate(zip(names, sizes)):
-        inner = math.prod(sizes[d + 1:])
-        expr = source if inner == 1 else f"({source} // {inner})"
+        inner = prod(sizes[d + 1:])
+        expr = source if inner == 1 else f"({source} // {_py(inner)})"
         if d > 0:
-            expr = f"{expr} % {n}"
+            expr = f"{expr} % {_py(n)}"
         lines.append(f"{name} = {expr}")
     return lines
 
@@ -332,6 +346,9 @@ def _indent(lines, n=1):
 
 def _index_dtype_is_64(group, buffers) -> bool:
     names = {w for m in group.members for w in m.writes} | {r for m in group.members for r, _ in m.reads}
+    sizes = [buffers[n].numel for n in names] + [prod(group.outer)]
+    if any_symbolic(sizes):
+        return True  # symbolic sizes: 64-bit indices are right for every size
     biggest = max((buffers[n].numel for n in names), default=1)
     return biggest > INT32_LIMIT or math.prod(group.outer) > INT32_LIMIT
 
@@ -341,10 +358,12 @@ def generate_kernel(group: FusedGroup, buffers: dict, index: int, persistent_max
     origins = tuple(o for m in group.members for o in m.node.origins if o is not None)
     name = kernel_name("triton", origins, index)
     k = group.depth
-    xnumel = math.prod(group.outer)
+    xnumel = prod(group.outer)
     row = not all(not m.is_reduction and len(m.ranges) == k for m in group.members)
-    rnumel = max((math.prod(inner_sizes(m, k)) for m in group.members), default=1) if row else 1
-    style = "pointwise" if not row else ("persistent" if rnumel <= persistent_max else "looped")
+    inners = [prod(inner_sizes(m, k)) for m in group.members] if row else [1]
+    rnumel = max(inners, key=hint)
+    persistent = not any_symbolic(inners) and rnumel <= persistent_max
+    style = "pointwise" if not row else ("persistent" if persistent else "looped")
     if not fusable(group.members, k, persistent_max):
         raise NotImplementedError(f"Triton cannot generate group {[m.name for m in group.members]} at depth {k}")
     wide = _index_dtype_is_64(group, buffers)
@@ -356,7 +375,7 @@ def generate_kernel(group: FusedGroup, buffers: dict, index: int, persistent_max
         xnumel //= ynumel
         body = _tiled_head(group.outer, kctx.tile, xnumel, ynumel, pid)
     else:
-        body = [f"xnumel = {xnumel}", f"xoffset = {pid} * XBLOCK"]
+        body = [f"xnumel = {_py(xnumel)}", f"xoffset = {pid} * XBLOCK"]
         if row:
             body += ["xindex = xoffset + tl.arange(0, XBLOCK)[:, None]", "xmask = xindex < xnumel",
                      "rbase = tl.arange(0, RBLOCK)[None, :]"]
@@ -378,7 +397,8 @@ def generate_kernel(group: FusedGroup, buffers: dict, index: int, persistent_max
         note = f"; {pairs[m.name].name} in the same pass (online softmax)" if m.name in pairs else ""
         body.append(f"# {m.name}" + (f" (kernel-local)" if m.name in group.locals else "") + note)
         body += _member_code(kctx, m, row, style, shared_cse, defined_prefixes, pairs.get(m.name))
-    params = [kctx.pointers[n] for n, _ in kctx.params] + ["XBLOCK: tl.constexpr"]
+    size_args = used_size_symbols("\n".join(body))
+    params = [kctx.pointers[n] for n, _ in kctx.params] + [str(s) for s in size_args] + ["XBLOCK: tl.constexpr"]
     if row:
         params.append("RBLOCK: tl.constexpr")
     if style == "tiled":
@@ -389,7 +409,8 @@ def generate_kernel(group: FusedGroup, buffers: dict, index: int, persistent_max
     if group.locals:
         header.append(f"#   kernel-local (registers only): {', '.join(sorted(group.locals))}")
     src = header + ["@jit", f"def {name}({', '.join(params)}):"] + _indent(body)
-    return TritonKernel(name, "\n".join(src) + "\n", kctx.params, origins, style, xnumel, rnumel, ynumel=ynumel)
+    return TritonKernel(name, "\n".join(src) + "\n", kctx.params, origins, style, hint(xnumel), hint(rnumel),
+                        ynumel=ynumel, size_args=size_args, xnumel_expr=xnumel)
 
 
 def _tiled_head(sizes, tile: int, xnumel: int, ynumel: int, pid: str) -> list[str]:
@@ -411,7 +432,7 @@ def _member_code(kctx, m, row, style, shared_cse, defined_prefixes, online_sum=N
     member computes in the same loop (``online.py``)."""
     k = kctx.k
     sizes = inner_sizes(m, k) if row else []
-    n_inner = math.prod(sizes)
+    n_inner = _py(prod(sizes))
     has_inner = row and (m.is_reduction or sizes)
     looped = style == "looped" and has_inner
     ctx = MemberContext(kctx, m, row, "looped" if looped else "persistent")

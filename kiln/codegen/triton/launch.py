@@ -54,6 +54,14 @@ def grid(kernel, cfg: LaunchConfig) -> tuple[int]:
     return (n,)
 
 
+def _numel_function(symbols, expr):
+    """A Python function of the size symbols' values computing the size expression ``expr``."""
+    from kiln.codegen.common import print_index_py
+
+    names = [str(s) for s in symbols]
+    return eval(f"lambda {', '.join(names)}: {print_index_py(expr)}")  # noqa: S307 -- our own expression
+
+
 def _pow2(n: int) -> int:
     return 1 << max(0, int(n) - 1).bit_length()
 
@@ -119,7 +127,14 @@ class Launcher:
 
     fast = None  # the FastLaunch bound after the first launch, when Triton gave a compiled kernel
 
+    numel = None  # size-generic kernels: sizes -> xnumel, the grid computed per call
+
     def _bind(self):
+        if self.config is not None and getattr(self.kernel, "size_args", None):
+            self.numel = _numel_function(self.kernel.size_args, self.kernel.xnumel_expr)
+            self.meta = self.config.kwargs()
+            self.fast_launch = False
+            return
         if self.config is not None:
             self.grid = grid(self.kernel, self.config)
             self.launch = self.fn[self.grid]
@@ -127,6 +142,12 @@ class Launcher:
             self.constexprs = self.config.constexprs()
 
     def __call__(self, *args):
+        if self.numel is not None:  # size-generic: the last arguments are the size symbols' values
+            n = self.numel(*args[len(args) - len(self.kernel.size_args):])
+            programs = (n + self.config.XBLOCK - 1) // self.config.XBLOCK
+            if programs > 0:
+                self.fn[(programs,)](*args, **self.meta)
+            return
         fast = self.fast
         if fast is not None and fast(args):
             return

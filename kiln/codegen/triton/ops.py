@@ -15,6 +15,7 @@ import sympy
 import torch
 
 from kiln.codegen.common import print_index_py
+from kiln.loopir.sizes import is_symbolic
 from kiln.loopir.ops import OpsHandler, reduction_identity, result_dtype
 
 TL_DTYPE = {
@@ -261,8 +262,8 @@ class TritonOps(OpsHandler):
         """
         v = self._emit(f"({value}).to(tl.int64)", torch.int64, value.axes)
         if wrap_negative:
-            v = self._emit(f"tl.where({v} < 0, {v} + {int(size)}, {v})", torch.int64, v.axes)
-        v = self._emit(f"tl.minimum(tl.maximum({v}, 0), {int(size) - 1})", torch.int64, v.axes)
+            v = self._emit(f"tl.where({v} < 0, {v} + {_size(size)}, {v})", torch.int64, v.axes)
+        v = self._emit(f"tl.minimum(tl.maximum({v}, 0), {_size(size - 1)})", torch.int64, v.axes)
         sym = sympy.Symbol(v.name, integer=True, nonnegative=True)
         self.ctx.indirect[sym] = set(v.axes)
         return sym
@@ -322,3 +323,8 @@ class TritonOps(OpsHandler):
         self.post.append(f"{res.name}_pair = tl.reduce(({acc}, {acc}_idx), 1, {combine})")
         self.post.append(f"{res.name} = {res.name}_pair[1][:, None]")
         return res
+
+
+def _size(n) -> str:
+    """A size in Triton code: an int, or an expression over the kernel's size arguments."""
+    return print_index_py(n) if is_symbolic(n) else str(int(n))

@@ -33,6 +33,23 @@ def triton_available() -> str | None:
 
 
 @functools.lru_cache(maxsize=None)
+def _patch_interpreter_index() -> None:
+    """Triton's interpreter holds a scalar kernel argument as a 1-element array, whose ``__index__``
+    fails with numpy 2 (``range(0, s0, RBLOCK)`` over a size argument): read its one element instead."""
+    import triton.runtime.interpreter as interp
+
+    if getattr(interp, "_kiln_index_patched", False):
+        return
+    original = interp._patch_lang_tensor
+
+    def patched(tensor, scope):
+        original(tensor, scope)
+        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.reshape(-1)[0]))
+
+    interp._patch_lang_tensor = patched
+    interp._kiln_index_patched = True
+
+
 def _target_names(interpret: bool) -> dict:
     import triton
     import triton.language as tl
@@ -41,6 +58,8 @@ def _target_names(interpret: bool) -> dict:
         from triton.runtime.interpreter import InterpretedFunction
 
         from kiln.codegen.triton import interp_libdevice as libdevice
+
+        _patch_interpreter_index()
 
         def jit(fn):
             return InterpretedFunction(fn)

@@ -1,0 +1,229 @@
+"""Sizes in the loop IR: Python ints (a static graph) or sympy expressions over a ShapeEnv's size symbols.
+
+``compile_graph`` sets the graph's ShapeEnv for the time it lowers, schedules and generates code
+(``size_context``). Lowering reads every size, stride and SymInt argument through ``size``/``shape_of``:
+with a dynamic ShapeEnv a size stays an expression (``s0``, ``16*s0``), a number becomes an int; with
+``concrete`` (a static compile of a graph whose fakes are symbolic: the env was specialized) each
+becomes its hint. Static graphs keep plain ints, so their code is unchanged.
+
+Decisions that need a value go through ``known`` (decided for every allowed size, or None: no guard),
+``guard`` (decided at the hint, the fact recorded as a guard in the ShapeEnv: sound, the compiled code is
+only used where it holds) or ``hint`` (a heuristic only: never a correctness decision). Code that cannot
+handle a symbolic size raises ``DynamicUnsupported``; the backend then compiles the graph statically.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+from typing import Iterable, Iterator
+
+import sympy
+import torch
+
+
+class DynamicUnsupported(Exception):
+    """A stage cannot generate size-generic code for this graph (the backend compiles it statically)."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+
+_env = None  # the ShapeEnv of the graph being compiled (None: a static graph)
+_concrete = False  # symbols read as their hints (static compile of a symbolic graph)
+
+
+@contextlib.contextmanager
+def size_context(env, concrete: bool = False) -> Iterator[None]:
+    global _env, _concrete
+    saved = _env, _concrete
+    _env, _concrete = env, concrete
+    try:
+        yield
+    finally:
+        _env, _concrete = saved
+
+
+def dynamic() -> bool:
+    """True while compiling size-generic code."""
+    return _env is not None and not _concrete
+
+
+def shape_env():
+    return _env
+
+
+def size(x):
+    """A size from a fake tensor, an FX SymInt value or an index computation: int, or sympy expression."""
+    if isinstance(x, bool):
+        return int(x)
+    if isinstance(x, int):
+        return x
+    if isinstance(x, torch.SymInt):
+        expr = getattr(x.node, "expr", None)
+        if expr is None:
+            raise DynamicUnsupported(f"a SymInt without a sympy expression ({x!r})")
+        x = expr
+    if isinstance(x, sympy.Basic):
+        if x.is_number:
+            return int(x)
+        if _concrete and _env is not None:
+            return _env.size_hint(x)
+        return x  # (outside a compile, e.g. printing the loop IR: as it is)
+    return x
+
+
+def sizes(seq: Iterable) -> tuple:
+    return tuple(size(s) for s in seq)
+
+
+def shape_of(val) -> tuple:
+    return sizes(val.shape)
+
+
+def strides_of(val) -> tuple:
+    return sizes(val.stride())
+
+
+def is_symbolic(x) -> bool:
+    return isinstance(x, sympy.Basic) and not x.is_number
+
+
+def any_symbolic(seq) -> bool:
+    return any(is_symbolic(s) for s in seq)
+
+
+def hint(x) -> int:
+    """The value of a size for the inputs seen while compiling (a heuristic: never decides correctness)."""
+    if isinstance(x, int):
+        return x
+    x = sympy.sympify(x)
+    if x.is_number:
+        return int(x)
+    if _env is None:
+        raise DynamicUnsupported(f"symbolic size {x} without a ShapeEnv")
+    return _env.size_hint(x)
+
+
+def prod(seq, start=1):
+    """The product of sizes: an int when all are ints."""
+    out = start
+    for s in seq:
+        out = out * s
+    return size(sympy.expand(out)) if is_symbolic(out) else out
+
+
+def known(fact) -> bool | None:
+    """The truth of a fact over sizes for every allowed size, or None (no guard recorded)."""
+    if isinstance(fact, bool):
+        return fact
+    fact = sympy.sympify(fact)
+    if fact is sympy.true or fact is sympy.false:
+        return bool(fact)
+    if _env is None:
+        return None
+    return _env.static_value(fact)
+
+
+def guard(fact) -> bool:
+    """The truth of a fact over sizes for this compilation: where it depends on the sizes, decided at
+    the hints and recorded as a guard (the compiled code serves only sizes for which it holds)."""
+    if isinstance(fact, bool):
+        return fact
+    fact = sympy.sympify(fact)
+    if fact is sympy.true or fact is sympy.false:
+        return bool(fact)
+    if _env is None:
+        raise DynamicUnsupported(f"symbolic fact {fact} without a ShapeEnv")
+    value = fact.xreplace({s: sympy.Integer(h) for s, h in _env.hints.items()})
+    return _env.evaluate(fact, bool(value))
+
+
+def eq(a, b) -> bool:
+    """``a == b`` for sizes: structural for ints and equal expressions, else guarded."""
+    if not (is_symbolic(a) or is_symbolic(b)):
+        return int(a) == int(b)
+    diff = sympy.expand(sympy.sympify(a) - sympy.sympify(b))
+    if diff == 0:
+        return True
+    return guard(sympy.Eq(diff, 0))
+
+
+def lt(a, b) -> bool:
+    if not (is_symbolic(a) or is_symbolic(b)):
+        return a < b
+    return guard(sympy.Lt(a, b))
+
+
+def gt(a, b) -> bool:
+    return lt(b, a)
+
+
+def le(a, b) -> bool:
+    return not lt(b, a)
+
+
+def ge(a, b) -> bool:
+    return not lt(a, b)
+
+
+def divides(d, n) -> bool:
+    """``n % d == 0`` (``d`` an int): statically known, or False (no guard: used for optional rewrites)."""
+    if not is_symbolic(n) and not is_symbolic(d):
+        return int(n) % int(d) == 0
+    if is_symbolic(d):
+        num, den = sympy.fraction(sympy.cancel(sympy.sympify(n) / d))
+        return den == 1 and all(c.is_Integer for c in sympy.Poly(num, *num.free_symbols).coeffs()) \
+            if num.free_symbols else den == 1 and sympy.sympify(num).is_Integer
+    const, rest = sympy.expand(sympy.sympify(n)).as_coeff_Add()
+    coeffs_ok = all(t.as_coeff_Mul()[0] % d == 0 for t in sympy.Add.make_args(rest))
+    return coeffs_ok and int(const) % d == 0
+
+
+def symbols_of(*exprs) -> set:
+    out: set = set()
+    for e in exprs:
+        if is_symbolic(e):
+            out |= e.free_symbols
+    return out
+
+
+def static_prod(seq) -> int:
+    """The product of sizes at their hints."""
+    return math.prod(hint(s) for s in seq)
+
+
+def used_size_symbols(source: str) -> list:
+    """The size symbols of the graph being compiled that generated ``source`` names (``s0``, ...), in
+    order: the kernel takes them as arguments."""
+    if not dynamic():
+        return []
+    import re
+
+    names = set(re.findall(r"\bs\d+\b", source))
+    return sorted((s for s in _env.hints if s.name in names), key=lambda s: int(s.name[1:]))
+
+
+def broadcast_shapes(*shapes) -> tuple:
+    """``torch.broadcast_shapes`` for sizes that may be symbolic (the graph's meta already checked that
+    the shapes broadcast; a symbol is never 1, equal non-1 sizes are guarded equal where not structural)."""
+    if not any(any_symbolic(s) for s in shapes):
+        return tuple(torch.broadcast_shapes(*shapes))
+    ndim = max((len(s) for s in shapes), default=0)
+    out = []
+    for d in range(ndim):
+        dims = [s[len(s) - ndim + d] for s in shapes if len(s) - ndim + d >= 0]
+        big = [n for n in dims if n != 1]
+        if not big:
+            out.append(1)
+            continue
+        for n in big[1:]:
+            if not eq(n, big[0]):
+                raise DynamicUnsupported(f"sizes {big[0]} and {n} do not broadcast")
+        out.append(big[0])
+    return tuple(out)
+
+
+def is_size_symbol(s) -> bool:
+    """A symbol of the graph's ShapeEnv (not a loop variable)."""
+    return _env is not None and s in _env.hints

@@ -1,0 +1,243 @@
+"""Generated code for ATen graphs with symbolic sizes: one compile serves every allowed size.
+
+The graphs are built by hand in the AOT stage's format (docs: dynamic shapes): placeholders' meta["val"]
+are symbolic fakes, SymInt arguments are ``aten.sym_size.int`` / ``operator.*`` nodes, and
+``gm.meta["kiln_shape_env"]`` is the ShapeEnv. Each test compiles once and runs sizes 8, 5, 13, 33
+against the same ATen graph run eagerly (``fx.Interpreter`` on real tensors)."""
+from __future__ import annotations
+
+import operator
+
+import pytest
+import torch
+import torch.fx as fx
+from torch.utils._pytree import tree_map
+
+from kiln.backends.kiln import compile_graph
+from kiln.debug.stats import stats
+from kiln.fake.symbolic import ShapeEnv, symbolic_fake
+from kiln.options import Options
+
+aten = torch.ops.aten
+SIZES = (8, 5, 13, 33)
+
+
+class GraphBuilder:
+    """A small ATen graph with symbolic input sizes; nodes get meta["val"] from running on the fakes."""
+
+    def __init__(self):
+        self.graph = fx.Graph()
+        self.env = ShapeEnv()
+        self.makers = []  # per input: size -> real tensor
+
+    def input(self, make, dims=(0,), dtype=torch.float32):
+        """``make(n)`` builds the real input for size ``n``; its dims ``dims`` become symbolic."""
+        i = len(self.makers)
+        self.makers.append(lambda n: make(n).to(dtype))
+        node = self.graph.placeholder(f"arg{i}")
+        real = make(SIZES[0]).to(dtype)
+        node.meta["val"] = symbolic_fake(real, self.env, f"L['x{i}']", set(dims)) if dims else None
+        if node.meta["val"] is None:  # a static input
+            from kiln.fake.tensor import FakeTensor
+
+            node.meta["val"] = FakeTensor(torch.empty_like(real, device="meta"), real.device)
+        return node
+
+    def size(self, x, d):
+        return self.op(aten.sym_size.int, x, d)
+
+    def op(self, target, *args, **kwargs):
+        vals, kvals = tree_map(lambda a: a.meta["val"] if isinstance(a, fx.Node) else a, (args, kwargs))
+        node = self.graph.call_function(target, args, kwargs)
+        node.meta["val"] = target(*vals, **kvals)
+        return node
+
+    def module(self, *outputs):
+        self.graph.output(tuple(outputs))
+        gm = fx.GraphModule(torch.nn.Module(), self.graph)
+        gm.meta["kiln_shape_env"] = self.env
+        return gm
+
+
+def run_sizes(b: GraphBuilder, gm, target="cpp", sizes=SIZES, **options):
+    """Compile ``gm`` once; every size gives eager's result. Returns the CompiledGraph."""
+    eager = fx.GraphModule(gm, gm.graph)  # a copy to run eagerly (lowering may rewrite gm)
+    opts = Options(cpu_codegen="triton" if target != "cpp" else "cpp", **options)
+    cg = compile_graph(gm, opts, target)
+    assert cg.dynamic, cg.dynamic_note
+    call = cg.wrapper.compile()
+    for n in sizes:
+        torch.manual_seed(n)
+        inputs = [make(n) for make in b.makers]
+        expected = fx.Interpreter(eager).run(*[t.clone() for t in inputs])
+        got = call(*[t.clone() for t in inputs])
+        assert len(got) == len(expected)
+        for g, e in zip(got, expected):
+            assert g.shape == e.shape and g.stride() == e.stride(), (n, g.shape, e.shape, g.stride(), e.stride())
+            torch.testing.assert_close(g, e, msg=lambda m: f"size {n}: {m}\n{cg.wrapper.source}")
+    return cg
+
+
+def test_pointwise_add_mul_exp():
+    b = GraphBuilder()
+    x = b.input(lambda n: torch.randn(n, 16))
+    y = b.input(lambda n: torch.randn(n, 16))
+    a = b.op(aten.add.Tensor, x, y)
+    m = b.op(aten.mul.Tensor, a, 2.0)
+    e = b.op(aten.exp.default, m)
+    cg = run_sizes(b, b.module(e, a))
+    assert "s0" in cg.wrapper.source and "arg0.size(0)" in cg.wrapper.source
+
+
+def test_sum_and_amax_over_dims():
+    b = GraphBuilder()
+    x = b.input(lambda n: torch.randn(n, 24))
+    rows = b.op(aten.sum.dim_IntList, x, [1])  # static reduction, symbolic outer
+    cols = b.op(aten.sum.dim_IntList, x, [0])  # symbolic reduction
+    mx = b.op(aten.amax.default, x, [0], True)
+    total = b.op(aten.sum.default, x)  # everything
+    run_sizes(b, b.module(rows, cols, mx, total))
+
+
+def test_symbolic_last_dim_reduction():
+    b = GraphBuilder()
+    x = b.input(lambda n: torch.randn(6, n), dims=(1,))
+    s = b.op(aten.sum.dim_IntList, x, [1], True)
+    y = b.op(aten.sub.Tensor, x, s)
+    run_sizes(b, b.module(y))
+
+
+def test_softmax_pattern():
+    b = GraphBuilder()
+    x = b.input(lambda n: torch.randn(n, 4, n), dims=(0, 2))
+    mx = b.op(aten.amax.default, x, [-1], True)
+    sub = b.op(aten.sub.Tensor, x, mx)
+    ex = b.op(aten.exp.default, sub)
+    s = b.op(aten.sum.dim_IntList, ex, [-1], True)
+    out = b.op(aten.div.Tensor, ex, s)
+    run_sizes(b, b.module(out))
+
+
+def test_view_reshape_permute_with_symbolic_sizes():
+    b = GraphBuilder()
+    x = b.input(lambda n: torch.randn(n, 4, 6))
+    n = b.size(x, 0)
+    n4 = b.op(operator.mul, n, 4)
+    flat = b.op(aten.view.default, x, [n4, 6])
+    e = b.op(aten.exp.default, flat)  # lazy, then viewed back
+    back = b.op(aten.view.default, e, [n, 24])
+    p = b.op(aten.permute.default, x, [2, 0, 1])
+    pc = b.op(aten.mul.Tensor, p, 3.0)
+    t = b.op(aten.permute.default, b.op(aten.add.Tensor, x, 1.0), [1, 0, 2])
+    tv = b.op(aten.clone.default, t, memory_format=torch.contiguous_format)
+    keep = b.op(aten.add.Tensor, b.op(aten.permute.default, x, [2, 0, 1]), 1.0)  # a permuted dense layout
+    run_sizes(b, b.module(back, pc, tv, keep))
+
+
+def _matmul_graph():
+    b = GraphBuilder()
+    x = b.input(lambda n: torch.randn(n, 16))
+    w = b.input(lambda n: torch.randn(16, 8), dims=())  # static weight
+    bias = b.input(lambda n: torch.randn(n, 8))
+    r = b.op(aten.relu.default, x)
+    gram = b.op(aten.mm.default, r, b.op(aten.permute.default, r, [1, 0]))  # [n, n]
+    am = b.op(aten.addmm.default, bias, x, w)
+    n = b.size(x, 0)
+    flat = b.op(aten.view.default, b.op(aten.add.Tensor, am, 1.0), [b.op(operator.mul, n, 8)])
+    return b, b.module(b.op(aten.mul.Tensor, gram, 0.5), flat)
+
+
+def test_mm_addmm_externs_take_sizes_from_symbols():
+    b, gm = _matmul_graph()
+    cg = run_sizes(b, gm)
+    assert "extern" in cg.lg.format()
+
+
+def test_index_ops():
+    b = GraphBuilder()
+    x = b.input(lambda n: torch.randn(n, 10))
+    idx = b.input(lambda n: torch.arange(n) % 7, dtype=torch.int64)
+    g = b.op(aten.index.Tensor, x, [idx])
+    c = b.op(aten.cat.default, [x, g], 1)
+    sl = b.op(aten.slice.Tensor, x, 0, 1, 9223372036854775807)
+    run_sizes(b, b.module(c, b.op(aten.mul.Tensor, sl, 2.0)))
+
+
+triton_interpreted = pytest.mark.skipif(
+    __import__("kiln.codegen.triton.runtime", fromlist=["x"]).triton_available() is not None,
+    reason="needs triton")
+
+
+@triton_interpreted
+def test_triton_pointwise_and_reductions(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    b = GraphBuilder()
+    x = b.input(lambda n: torch.randn(n, 24))
+    y = b.input(lambda n: torch.randn(n, 24))
+    a = b.op(aten.exp.default, b.op(aten.add.Tensor, x, y))
+    rows = b.op(aten.sum.dim_IntList, a, [1])
+    cols = b.op(aten.amax.default, x, [0])
+    cg = run_sizes(b, b.module(a, rows, cols), target="triton-interpreted")
+    assert all(k.size_args for k in cg.kernels.values()), cg.source
+
+
+@triton_interpreted
+def test_triton_softmax_symbolic_rows(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    b = GraphBuilder()
+    x = b.input(lambda n: torch.randn(3, n), dims=(1,))
+    mx = b.op(aten.amax.default, x, [-1], True)
+    ex = b.op(aten.exp.default, b.op(aten.sub.Tensor, x, mx))
+    out = b.op(aten.div.Tensor, ex, b.op(aten.sum.dim_IntList, ex, [-1], True))
+    run_sizes(b, b.module(out), target="triton-interpreted", triton_max_block=4)
+
+
+@triton_interpreted
+def test_triton_matmul_with_templates_option_keeps_library_call(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    b, gm = _matmul_graph()
+    cg = run_sizes(b, gm, target="triton-interpreted", matmul_templates=True)
+    assert not any(getattr(k, "style", "") == "matmul" for k in cg.kernels.values())
+
+
+def test_failure_falls_back_to_static_with_guards(monkeypatch):
+    import kiln.backends.kiln as backend
+    from kiln.loopir import sizes
+
+    real = backend.generate_kernel
+
+    def failing(*args, **kwargs):
+        if sizes.dynamic():
+            raise sizes.DynamicUnsupported("test: no size-generic kernel")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(backend, "generate_kernel", failing)
+    monkeypatch.delenv("KILN_DYNAMIC_STRICT", raising=False)
+    b = GraphBuilder()
+    x = b.input(lambda n: torch.randn(n, 16))
+    gm = b.module(b.op(aten.exp.default, x))
+    before = sum(stats.dynamic_fallbacks.values())
+    cg = compile_graph(gm, Options(), "cpp")
+    assert not cg.dynamic and "test: no size-generic kernel" in cg.explain()
+    assert sum(stats.dynamic_fallbacks.values()) == before + 1
+    check = b.env.check_function()
+    assert check(torch.randn(8, 16)) is None and check(torch.randn(5, 16)) is not None
+    out = cg.wrapper.compile()(torch.ones(8, 16))[0]
+    torch.testing.assert_close(out, torch.ones(8, 16).exp())
+
+
+def test_sizes_helpers_guard_through_the_env():
+    import sympy
+
+    from kiln.loopir import sizes
+
+    env = ShapeEnv()
+    s0 = env.create_symbol(8, "L['x'].size(0)")
+    with sizes.size_context(env):
+        assert sizes.divides(16, 32 * s0) and not sizes.divides(16, 8 * s0)
+        assert sizes.known(sympy.Gt(s0, 1)) is True and not env.guards  # decided for every size
+        assert sizes.gt(s0, 4) and len(env.guards) == 1  # depends on the size: guarded at the hint
+        assert sizes.broadcast_shapes((s0, 1), (1, 3)) == (s0, 3)
+        assert sizes.size(torch.SymInt(__import__("kiln.fake.symbolic", fromlist=["x"]).SymNode(s0 * 2, env, int, 16))) == 2 * s0
+    with sizes.size_context(env, concrete=True):
+        assert sizes.size(2 * s0) == 16
