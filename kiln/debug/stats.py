@@ -38,7 +38,6 @@ class Stats:
         self.graph_breaks: collections.Counter[str] = collections.Counter()
         self.recompilations: collections.Counter[str] = collections.Counter()
         self.eager_fallbacks: collections.Counter[str] = collections.Counter()
-        self.dynamic_fallbacks: collections.Counter[str] = collections.Counter()  # why sizes became static
         self.kernels_generated = 0
         self.aten_fallbacks: collections.Counter[str] = collections.Counter()
         self.kernel_compiles = 0
@@ -68,7 +67,6 @@ class Stats:
             "graph_breaks": dict(self.graph_breaks),
             "recompilations": dict(self.recompilations),
             "eager_fallbacks": dict(self.eager_fallbacks),
-            "dynamic_fallbacks": dict(self.dynamic_fallbacks),
             "kernels_generated": self.kernels_generated,
             "aten_fallbacks": dict(self.aten_fallbacks),
             "matmul_choices": dict(self.matmul_choices),
