@@ -319,7 +319,7 @@ class Tracer:
         try:
             child = GeneratorTracer(code, f_globals, self.f_builtins, output, self, self.options, name)
             child.bind_arguments(fn_value, args, kwargs)
-            child.run()
+            returned = child.run()
         finally:
             output.generator_floor = floor
         if output.side_effects.write_count != effects_before:
@@ -330,7 +330,9 @@ class Tracer:
                             f"of its consumer")
         from kiln.capture.values.iterators import ListIteratorValue
 
-        return ListIteratorValue(child.yielded, kind="generator")
+        generator = ListIteratorValue(child.yielded, kind="generator")
+        generator.return_value = returned  # what `yield from` this generator gives once it is exhausted
+        return generator
 
 
 def _python_setattr(cls: type) -> bool:

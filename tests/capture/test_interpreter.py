@@ -94,3 +94,23 @@ def test_global_of_another_module_is_guarded():
         torch.testing.assert_close(cf(x), x * 5 + 1)
     finally:
         other_module.SCALE = 2.0
+
+
+def _sub(n):
+    yield from range(n)
+    return n * 10
+
+
+def _delegate(n):
+    got = yield from _sub(n)
+    yield got
+    yield from (i + 100 for i in range(2))
+
+
+def test_yield_from_steps_sub_iterators_and_gives_generator_return_value():
+    # GET_YIELD_FROM_ITER / SEND (/ END_SEND on 3.12): items of the sub-generator, then its return value
+    def fn(x, n):
+        return list(_delegate(n)), x + 1
+
+    tracer, result = trace(fn, x=torch.randn(2), n=3)
+    assert [v.as_constant() for v in result.elements[0].elements] == [0, 1, 2, 30, 100, 101]
