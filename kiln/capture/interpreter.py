@@ -67,7 +67,8 @@ class Tracer:
         self.current = None
         self.kw_names: tuple[str, ...] = ()
         self.active_withs: list = []
-        self.open_generator_withs: list[int] = []  # BEFORE_WITH indexes of open @contextmanager blocks
+        # BEFORE_WITH indexes of open @contextmanager and inference-mode blocks (a break inside moves there)
+        self.open_generator_withs: list[int] = []
         self.handled_exceptions: list = []  # exceptions of the except blocks running (innermost last)
         # root frame: id(exception value) -> index of the root instruction that raised it, for exceptions
         # this frame's own handlers caught (see unwind)

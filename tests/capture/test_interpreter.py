@@ -114,3 +114,36 @@ def test_yield_from_steps_sub_iterators_and_gives_generator_return_value():
 
     tracer, result = trace(fn, x=torch.randn(2), n=3)
     assert [v.as_constant() for v in result.elements[0].elements] == [0, 1, 2, 30, 100, 101]
+
+
+def test_inference_mode_block_marks_what_eager_makes_inference_tensors():
+    def fn(x):
+        with torch.inference_mode():
+            y = x * 2  # new storage inside: inference
+            v = y[0]  # a view of it: inference
+            x.add_(1)  # the input changed in place: stays normal
+        z = y + 1  # made outside: normal
+        return y, v, z, x
+
+    tracer, result = trace(fn, x=torch.randn(2, 2))
+    out = tracer.output
+    assert out.inference.depth == 0
+    flags = [out.inference.is_inference(t.example) for t in result.elements]
+    assert flags == [True, True, False, False]
+    nodes = [n.target for n in out.graph.nodes if n.op == "call_function"]
+    assert nodes.count(torch._C._set_grad_enabled) == 2  # grad off inside, back on after
+
+
+def test_inference_mode_in_place_on_inference_tensor_outside_is_refused():
+    def fn(x):
+        with torch.inference_mode():
+            y = x * 2
+        y.add_(1)
+        return y
+
+    try:
+        trace(fn, x=torch.randn(2))
+    except Unsupported as exc:
+        assert "in-place" in exc.reason
+    else:
+        raise AssertionError("expected Unsupported")
