@@ -221,6 +221,13 @@ class Tracer:
                 unsupported(f"assigning attribute {name!r} of a {type(obj.obj).__name__}, which defines __setattr__")
             self.output.side_effects.store_attr(obj, name, value)
             return
+        from kiln.capture.values.objects import ClassValue
+
+        if isinstance(obj, ClassValue):
+            unsupported(f"assigning class attribute {obj.cls.__qualname__}.{name}: kiln does not model stores to "
+                        f"classes (every later read through the class, its subclasses and their instances would "
+                        f"have to see it)", hint="the store runs as Python at a graph break; keep counters on an "
+                                                 "instance or a module-level object to stay in one graph")
         unsupported(f"assigning attribute {name!r} of {obj}",
                     hint="attribute writes to objects that exist outside the compiled function "
                          "are supported in a later kiln version")
