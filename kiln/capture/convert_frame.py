@@ -283,6 +283,11 @@ class FrameCompiler:
             raise BackendError(f"backend {self.backend_name!r} returned {compiled!r}, which is not callable")
         report = getattr(compiled, "kiln_explain", None)
         gm.meta["kiln_backend_report"] = report() if callable(report) else ""
+        inference = output.inference_outputs(routed)
+        if inference:  # outputs eager makes as inference tensors (values/inference.py)
+            from kiln.capture.values.inference import InferenceOutputs
+
+            compiled = InferenceOutputs(compiled, inference)
         if output.changes_grad_mode or output.changes_autocast:
             compiled = RestoreGradModeOnError(compiled)
         return (compiled, list(output.input_sources)), graph_outputs, gm

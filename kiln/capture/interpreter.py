@@ -67,7 +67,8 @@ class Tracer:
         self.current = None
         self.kw_names: tuple[str, ...] = ()
         self.active_withs: list = []
-        self.open_generator_withs: list[int] = []  # BEFORE_WITH indexes of open @contextmanager blocks
+        # BEFORE_WITH indexes of open @contextmanager and inference-mode blocks (a break inside moves there)
+        self.open_generator_withs: list[int] = []
         self.handled_exceptions: list = []  # exceptions of the except blocks running (innermost last)
         # root frame: id(exception value) -> index of the root instruction that raised it, for exceptions
         # this frame's own handlers caught (see unwind)
@@ -220,6 +221,13 @@ class Tracer:
                 unsupported(f"assigning attribute {name!r} of a {type(obj.obj).__name__}, which defines __setattr__")
             self.output.side_effects.store_attr(obj, name, value)
             return
+        from kiln.capture.values.objects import ClassValue
+
+        if isinstance(obj, ClassValue):
+            unsupported(f"assigning class attribute {obj.cls.__qualname__}.{name}: kiln does not model stores to "
+                        f"classes (every later read through the class, its subclasses and their instances would "
+                        f"have to see it)", hint="the store runs as Python at a graph break; keep counters on an "
+                                                 "instance or a module-level object to stay in one graph")
         unsupported(f"assigning attribute {name!r} of {obj}",
                     hint="attribute writes to objects that exist outside the compiled function "
                          "are supported in a later kiln version")
@@ -319,7 +327,7 @@ class Tracer:
         try:
             child = GeneratorTracer(code, f_globals, self.f_builtins, output, self, self.options, name)
             child.bind_arguments(fn_value, args, kwargs)
-            child.run()
+            returned = child.run()
         finally:
             output.generator_floor = floor
         if output.side_effects.write_count != effects_before:
@@ -330,7 +338,9 @@ class Tracer:
                             f"of its consumer")
         from kiln.capture.values.iterators import ListIteratorValue
 
-        return ListIteratorValue(child.yielded, kind="generator")
+        generator = ListIteratorValue(child.yielded, kind="generator")
+        generator.return_value = returned  # what `yield from` this generator gives once it is exhausted
+        return generator
 
 
 def _python_setattr(cls: type) -> bool:

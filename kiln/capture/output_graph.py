@@ -16,7 +16,7 @@ from kiln.capture.values.base import ConstantValue, Value, unsupported
 from kiln.fake import FakeTensor, FakeTensorMode, UnsupportedFakeOp
 from kiln.fake.symbolic import SYMBOLIC_SCALARS, ShapeEnv, is_symbolic, symbolic_fake
 from kiln.fake.symbolic_meta import symbolic_getitem
-from kiln.fake.tree import map_leaves
+from kiln.fake.tree import leaves, map_leaves
 from kiln.capture.values.symbolic import SizeValue, SymbolicInt, has_symbolic, wrap_symbolic
 
 
@@ -51,6 +51,9 @@ class OutputGraph:
         self.code_name = code_name
         self.user_stack: list[tuple[str, int, str]] = []  # (file, line, function) of the op being added
         self.generator_floor: int | None = None  # while a generator runs ahead: serial of its first value
+        from kiln.capture.values.inference import InferenceState
+
+        self.inference = InferenceState()  # inference-mode blocks and inference tensors (values/inference.py)
 
     # ---- inputs ------------------------------------------------------------------------------
 
@@ -77,6 +80,7 @@ class OutputGraph:
             fake = self.fake_mode.from_real(real)
             if self.shape_env is not None and _storage_key(real) in self._dynamic_storages:
                 self.shape_env.failed = f"{source.name()} shares memory with an input traced with dynamic sizes"
+        self.inference.note_input(real, fake)
         node.meta["example_value"] = fake
         value = TensorValue(node, fake, source=source)
         self._input_values.append(value)
@@ -122,6 +126,7 @@ class OutputGraph:
             self.guards.held_tensor(qualname, tensor)
         node = self.graph.get_attr(name)
         fake = self.fake_mode.from_real(tensor)
+        self.inference.note_input(tensor, fake)
         node.meta["example_value"] = fake
         return TensorValue(node, fake)
 
@@ -141,6 +146,8 @@ class OutputGraph:
         node_args = tuple(to_fx(a) for a in args)
         node_kwargs = {k: to_fx(v) for k, v in kwargs.items()}
         example = self._run_on_fakes(kind, target, node_args, node_kwargs)
+        if self.inference.active():
+            self._check_inference(kind, target, node_args, node_kwargs, example)
         node = self.graph.create_node(kind, target, node_args, node_kwargs)
         if self.user_stack:
             node.meta["stack"] = list(self.user_stack)
@@ -174,6 +181,20 @@ class OutputGraph:
         except (RuntimeError, TypeError, ValueError, IndexError, AttributeError, KeyError, NotImplementedError) as exc:
             # what eager would raise too (a wrong argument): the op runs as Python at a break, and raises there
             unsupported(f"{_describe(target)} failed on fake tensors: {type(exc).__name__}: {exc}")
+
+    def _check_inference(self, kind, target, args, kwargs, example) -> None:
+        def fake(x):
+            return x.meta["example_value"] if isinstance(x, fx.Node) else x
+
+        fargs, fkwargs = map_leaves(fake, args), map_leaves(fake, kwargs)
+        tensors_in = [t for t in leaves((fargs, fkwargs)) if isinstance(t, torch.Tensor)]
+        results = [t for t in leaves(example) if isinstance(t, torch.Tensor)]
+        written = [t for t in written_tensors(kind, target, fargs, fkwargs) if isinstance(t, torch.Tensor)]
+        self.inference.check_op(self.grad_enabled, tensors_in, written, results, _describe(target))
+
+    def inference_outputs(self, outputs: list) -> list[int]:
+        """Indexes of the graph outputs that are inference tensors in eager."""
+        return [i for i, v in enumerate(outputs) if self.inference.is_inference(v.example)]
 
     def wrap_result(self, node: fx.Node, example: Any) -> Value:
         from kiln.capture.values.containers import NamedTupleValue, TupleValue, ListValue
@@ -271,21 +292,26 @@ def _describe(target: Any) -> str:
     return f"{mod}.{name}" if mod else str(name)
 
 
-def _refuse_write_to_overlapping(kind: str, target, args, kwargs) -> None:
-    """An in-place op (`t.add_(...)`, `t += ...`, `out=`) writing a tensor whose elements share memory (an
-    `expand`ed dim: stride 0, size > 1). Eager raises for most such ops (and for the others writes each
-    location once); the meta kernels do not check, and a graph that raised at run time would drop the side
-    effects recorded before it. So the op breaks the graph and runs as Python, as in eager."""
+def written_tensors(kind: str, target, args, kwargs) -> list:
+    """What an op writes in place: its first argument (`t.add_(...)`, `t += ...`, `t[i] = v`), `out=`."""
     from kiln.capture.values.base import INPLACE_TO_PLAIN
 
     written = []
     if kind == "call_method" and isinstance(target, str) and target.endswith("_") and not target.endswith("__"):
         written.append(args[0] if args else None)
-    elif kind == "call_function" and target in INPLACE_TO_PLAIN:
+    elif kind == "call_function" and (target in INPLACE_TO_PLAIN or target is operator.setitem):
         written.append(args[0] if args else None)
     out = kwargs.get("out")
     written.extend(out if isinstance(out, (tuple, list)) else [out])
-    for t in written:
+    return written
+
+
+def _refuse_write_to_overlapping(kind: str, target, args, kwargs) -> None:
+    """An in-place op (`t.add_(...)`, `t += ...`, `out=`) writing a tensor whose elements share memory (an
+    `expand`ed dim: stride 0, size > 1). Eager raises for most such ops (and for the others writes each
+    location once); the meta kernels do not check, and a graph that raised at run time would drop the side
+    effects recorded before it. So the op breaks the graph and runs as Python, as in eager."""
+    for t in written_tensors(kind, target, args, kwargs):
         if isinstance(t, torch.Tensor) and any(st == 0 and n > 1 for st, n in zip(t.stride(), t.shape)):
             unsupported(f"in-place {_describe(target)} writes a tensor whose elements share memory "
                         f"(size {tuple(t.shape)}, stride {tuple(t.stride())})",

@@ -94,3 +94,56 @@ def test_global_of_another_module_is_guarded():
         torch.testing.assert_close(cf(x), x * 5 + 1)
     finally:
         other_module.SCALE = 2.0
+
+
+def _sub(n):
+    yield from range(n)
+    return n * 10
+
+
+def _delegate(n):
+    got = yield from _sub(n)
+    yield got
+    yield from (i + 100 for i in range(2))
+
+
+def test_yield_from_steps_sub_iterators_and_gives_generator_return_value():
+    # GET_YIELD_FROM_ITER / SEND (/ END_SEND on 3.12): items of the sub-generator, then its return value
+    def fn(x, n):
+        return list(_delegate(n)), x + 1
+
+    tracer, result = trace(fn, x=torch.randn(2), n=3)
+    assert [v.as_constant() for v in result.elements[0].elements] == [0, 1, 2, 30, 100, 101]
+
+
+def test_inference_mode_block_marks_what_eager_makes_inference_tensors():
+    def fn(x):
+        with torch.inference_mode():
+            y = x * 2  # new storage inside: inference
+            v = y[0]  # a view of it: inference
+            x.add_(1)  # the input changed in place: stays normal
+        z = y + 1  # made outside: normal
+        return y, v, z, x
+
+    tracer, result = trace(fn, x=torch.randn(2, 2))
+    out = tracer.output
+    assert out.inference.depth == 0
+    flags = [out.inference.is_inference(t.example) for t in result.elements]
+    assert flags == [True, True, False, False]
+    nodes = [n.target for n in out.graph.nodes if n.op == "call_function"]
+    assert nodes.count(torch._C._set_grad_enabled) == 2  # grad off inside, back on after
+
+
+def test_inference_mode_in_place_on_inference_tensor_outside_is_refused():
+    def fn(x):
+        with torch.inference_mode():
+            y = x * 2
+        y.add_(1)
+        return y
+
+    try:
+        trace(fn, x=torch.randn(2))
+    except Unsupported as exc:
+        assert "in-place" in exc.reason
+    else:
+        raise AssertionError("expected Unsupported")

@@ -166,6 +166,8 @@ def assert_same(actual: Any, expected: Any, *, rtol=None, atol=None, path: str =
                                    msg=lambda m: f"{path}: {m}")
         assert actual.requires_grad == expected.requires_grad, (
             f"{path}: requires_grad {actual.requires_grad} != {expected.requires_grad}")
+        assert actual.is_inference() == expected.is_inference(), (
+            f"{path}: is_inference() {actual.is_inference()} != {expected.is_inference()}")
         return
     if type(expected).__module__ == "numpy" and hasattr(expected, "dtype"):  # ndarray or NumPy scalar
         _assert_same_numpy(actual, expected, rtol=rtol, atol=atol, path=path)

@@ -220,3 +220,54 @@ def test_user_generator_with_side_effects_is_not_run_ahead():
     # kiln breaks at the call (the generator object runs as Python) and cannot resume inside the loop
     # over it: the frame runs eagerly, with eager's interleaving of the writes and the reads
     check(fn, _t(3), graphs=0, dynamo_graphs=(0, 1, 2, 3, 4))
+
+
+# ---- yield from ----------------------------------------------------------------------------------
+
+
+def _gen_with_return(x, n):
+    for i in range(n):
+        yield x * i
+    return x.sum() + n
+
+
+def _gen_delegating(x):
+    got = yield from _gen_with_return(x, 2)  # a generator: its items, then its return value
+    yield got
+    yield from [x + 1, x + 2]  # a list
+    yield from (t.cos() for t in (x, x * 3))  # a generator expression
+    nothing = yield from range(2)  # not a generator: None
+    yield nothing is None
+
+
+def _gen_nested(x, depth):
+    if depth:
+        inner = yield from _gen_nested(x * 2, depth - 1)
+        yield inner
+        return inner + 1
+    yield x
+    return depth
+
+
+def test_yield_from_generators_iterables_and_return_values():
+    # kiln runs the generators ahead (no side effects) and gives `yield from` a generator the value the
+    # generator returns; dynamo runs this frame eagerly (it does not model that value)
+    def fn(x):
+        out = list(_gen_delegating(x))
+        nested = [v for v in _gen_nested(x, 3)]
+        it = _gen_delegating(x.exp())
+        return out, nested, next(it), next(it), sum(1 for _ in it)
+
+    check(fn, _t(3), graphs=1, dynamo_graphs=0)
+
+
+def _yield_from_counting(x):
+    yield from _counting_gen(x)  # its items depend on writes the consumer reads: not run ahead
+
+
+def test_yield_from_a_generator_with_side_effects_runs_as_python():
+    def fn(x):
+        TALLY.n = 0
+        return [y * TALLY.n for y in _yield_from_counting(x)]
+
+    check(fn, _t(3), graphs=0, dynamo_graphs=(0, 1, 2, 3, 4))

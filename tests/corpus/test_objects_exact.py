@@ -1072,3 +1072,80 @@ def test_unset_slot_read_raises_attribute_error():
             return x - 1
 
     check(fn, _t(3))
+
+
+# ---- object.__new__ called directly -----------------------------------------------------------
+
+
+class _NewWithArgs:
+    def __new__(cls, x):
+        return object.__new__(cls, x)  # __new__ overridden: TypeError (exactly one argument)
+
+
+class _PlainInitArgs:
+    def __init__(self, x):
+        self.x = x
+
+
+class _NoInit:
+    pass
+
+
+class _RedirectWithObjectNew:
+    def __new__(cls, x):
+        if x.shape[0] == 3:
+            return object.__new__(_NoInit)  # not a cls instance: __init__ is skipped
+        return object.__new__(cls)
+
+    def __init__(self, x):
+        self.inited = x + 1
+
+
+def _object_new_error(make):
+    try:
+        make()
+    except TypeError as exc:
+        return exc.args[0]
+    return None
+
+
+def test_object_new_called_directly_in_new_and_in_the_frame():
+    def fn(x):
+        r = _RedirectWithObjectNew(x)
+        made = object.__new__(_PlainInitArgs)  # __init__ not run: no attribute yet
+        made.x = x * 2
+        with_args = object.__new__(_PlainInitArgs, 1, k=2)  # __init__ overridden, __new__ not: no error
+        errors = (_object_new_error(lambda: _NewWithArgs(x)),
+                  _object_new_error(lambda: object.__new__(_NoInit, 1)))  # "_NoInit() takes no arguments"
+        return type(r).__name__, hasattr(r, "inited"), made.x, type(with_args).__name__, errors
+
+    check(fn, _t(3), graphs=1)
+
+
+# ---- class attribute stores ------------------------------------------------------------------------
+
+
+class _Counted:
+    made = 0
+
+    def __init__(self, x):
+        type(self).made += 1  # a store to the class: a graph break, run as Python
+        self.x = x
+
+
+class _CountedChild(_Counted):
+    pass
+
+
+def test_class_attribute_stores_break_and_later_reads_see_them():
+    def fn(x):
+        _Counted.made = 0
+        _CountedChild.made = 5  # its own entry from here on (the runs share the classes)
+        a = _Counted(x)
+        b = _CountedChild(x * 2)
+        _Counted.made += 10
+        return a.x + b.x, _Counted.made, _CountedChild.made, a.made, b.made
+
+    # kiln: _Counted(x) breaks at the call (its __init__ stores to the class) and the resume function runs
+    # _CountedChild(...) likewise: the graph before the first call and one around the rest; dynamo: 1 graph
+    check(fn, _t(3), graphs=2, dynamo_graphs=1)

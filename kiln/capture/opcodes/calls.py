@@ -99,6 +99,48 @@ def YIELD_VALUE(tx, inst):
 
 
 @handles()
+def GET_YIELD_FROM_ITER(tx, inst):
+    """`yield from x`: a generator stays itself (kiln's are materialized iterators), anything else iter(x)."""
+    from kiln.capture.values.iterators import make_iterator
+
+    if not hasattr(tx, "yielded"):
+        unsupported("yield from outside a generator kiln can run")
+    tx.push(make_iterator(tx, tx.pop()))
+
+
+@handles()
+def SEND(tx, inst):
+    """One step of `yield from`: the sub-iterator's next item goes on to YIELD_VALUE; once it is exhausted
+    its return value (a generator's `return v`, else None) replaces it (3.11) or sits above it for
+    END_SEND (3.12), and the jump leaves the loop. kiln's generators are run by their consumer with
+    next() only, so the value sent is always None, which CPython also turns into next(receiver)."""
+    from kiln.capture.values.iterators import IteratorValue
+
+    sent = tx.pop()
+    receiver = tx.stack[-1]
+    if not (sent.is_constant() and sent.as_constant() is None):
+        unsupported("sending a value other than None into a sub-generator (yield from)")
+    if not isinstance(receiver, IteratorValue):
+        unsupported(f"yield from {receiver}")
+    item = receiver.next_item(tx)
+    if item is not None:
+        tx.push(item)
+        return
+    result = getattr(receiver, "return_value", None)
+    if result is None:
+        result = ConstantValue(None)
+    if sys.version_info < (3, 12):
+        tx.pop()
+    tx.push(result)
+    tx.jump(inst)
+
+
+@handles()
+def END_SEND(tx, inst):  # 3.12: drops the exhausted receiver under the return value
+    del tx.stack[-2]
+
+
+@handles()
 def CALL_INTRINSIC_1(tx, inst):  # 3.12
     which = inst.argval if isinstance(inst.argval, str) else None
     arg = inst.arg

@@ -151,6 +151,7 @@ class _PreviousException(ConstantValue):
 @handles()
 def BEFORE_WITH(tx, inst):
     from kiln.capture.values.contexts import AutocastValue, GradModeValue, WithExitValue, user_context_methods
+    from kiln.capture.values.inference import InferenceModeValue
 
     ctx = tx.pop()
     if hasattr(ctx, "enter_with"):  # e.g. a @contextmanager object (values/generator_contexts.py)
@@ -165,6 +166,15 @@ def BEFORE_WITH(tx, inst):
         tx.active_withs.append(ctx)
         tx.push(WithExitValue(ctx))
         tx.push(ctx.enter(tx))
+        return
+    if isinstance(ctx, InferenceModeValue):  # a break inside the block moves to this `with` (values/inference.py)
+        exit_ = WithExitValue(ctx)
+        result = ctx.enter(tx)
+        if ctx.mode:
+            exit_.with_index = tx.ip - 1
+            tx.open_generator_withs.append(exit_.with_index)
+        tx.push(exit_)
+        tx.push(result)
         return
     methods = user_context_methods(tx, ctx)
     if methods is None:

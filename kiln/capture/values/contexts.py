@@ -14,6 +14,8 @@ def set_grad_mode(tx, enabled: bool) -> None:
     out = tx.output
     if out.grad_enabled == enabled:
         return
+    if enabled and out.inference.depth:
+        unsupported("enabling grad inside torch.inference_mode() (autograd records nothing there in eager)")
     node = out.graph.call_function(torch._C._set_grad_enabled, (enabled,))
     node.meta["example_value"] = None
     out.grad_enabled = enabled
@@ -117,9 +119,13 @@ class WithExitValue(Value):
         self.ctx = ctx
         self.source = source
 
+    with_index = None  # the BEFORE_WITH of an inference-mode block (a break inside moves there)
+
     def call(self, tx, args, kwargs) -> Value:
         if tx.active_withs and tx.active_withs[-1] is self.ctx:
             tx.active_withs.pop()
+        if self.with_index is not None and self.with_index in tx.open_generator_withs:
+            tx.open_generator_withs.remove(self.with_index)
         return self.ctx.exit(tx)
 
     def reconstruct(self, cg) -> None:
@@ -192,6 +198,10 @@ def make_context_manager(tx, cls, args, kwargs) -> Value | None:
     """The value for calling `cls(*args)` if cls is a context manager kiln models (grad mode, autocast)."""
     if cls in _AUTOCAST_CLASSES:
         return _make_autocast(tx, cls, args, kwargs)
+    if cls is torch.inference_mode:
+        from kiln.capture.values.inference import make_inference_mode
+
+        return make_inference_mode(tx, args, kwargs)
     if cls is torch.no_grad:
         return GradModeValue(False)
     if cls is torch.enable_grad:
@@ -229,12 +239,17 @@ def call_grad_mode_decorated(tx, fn_value, args, kwargs) -> Value:
     except (KeyError, ValueError):
         unsupported(f"call to {fn.__qualname__}: a context-manager decorator kiln does not model")
     owner = getattr(factory, "__self__", None)
-    if type(owner) not in (torch.no_grad, torch.enable_grad) or \
+    if type(owner) not in (torch.no_grad, torch.enable_grad, torch.inference_mode) or \
             getattr(factory, "__func__", None) is not type(owner).clone:
         unsupported(f"call to {fn.__qualname__}: decorated with a context manager kiln does not model "
                     f"({type(owner).__name__})")
     func = fn_value.bind_closure(tx)["func"].get()
-    ctx = GradModeValue(type(owner) is torch.enable_grad)
+    if type(owner) is torch.inference_mode:
+        from kiln.capture.values.inference import InferenceModeValue
+
+        ctx = InferenceModeValue(owner.mode)
+    else:
+        ctx = GradModeValue(type(owner) is torch.enable_grad)
     ctx.enter(tx)
     try:
         result = tx.call(func, args, kwargs)

@@ -86,6 +86,10 @@ class SteppedGenerator:
         """Raise `exc` at the yield the generator stopped at (TracedRaise leaves if nothing catches it)."""
         from kiln.capture.values.exceptions import TracedRaise
 
+        at = self.tracer.index_of[id(self.tracer.yield_inst)]
+        if at > 0 and self.tracer.instructions[at - 1].opname == "SEND":
+            # CPython throws it into the sub-generator first (its own handlers), which kiln ran ahead
+            unsupported(f"an exception thrown into @contextmanager function {self.name} at a `yield from`")
         raised = TracedRaise(exc)
         if not self.tracer.unwind(raised, self.tracer.yield_inst):
             raise raised

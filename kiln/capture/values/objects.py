@@ -344,8 +344,12 @@ class ObjectNew(Value):
         if not args or not isinstance(args[0], ClassValue):
             unsupported(f"object.__new__({args}) without a class kiln knows")
         cls = args[0].cls
-        if len(args) > 1 or kwargs:
-            unsupported(f"object.__new__({cls.__qualname__}, ...) with arguments raises TypeError")
+        if (len(args) > 1 or kwargs) and (cls.__new__ is not object.__new__ or cls.__init__ is object.__init__):
+            from kiln.capture.values.exceptions import raise_traced
+
+            # CPython's object_new: extra arguments are an error when __new__ is overridden or __init__ is not
+            raise_traced(TypeError, "object.__new__() takes exactly one argument (the type to instantiate)"
+                         if cls.__new__ is not object.__new__ else f"{cls.__name__}() takes no arguments")
         if not all(k.__flags__ & (1 << 9) for k in cls.__mro__[:-1]):
             unsupported(f"object.__new__({cls.__qualname__}): the class has a builtin base")
         if not metaclass_keeps_instantiation(cls) or getattr(cls, "__abstractmethods__", None):
