@@ -12,15 +12,23 @@ devices) it:
    copies of the static results (a later replay overwrites them, so callers never see that).
 
 Graphs are not used, and ``run`` runs plainly, when: an input is not a CUDA tensor, an input has
-overlapping memory (expanded), a result shares memory with an input or another result, recording
-fails (an op that synchronizes or touches CPU memory), or a runner already holds ``MAX_GRAPHS``
-graphs. A parameter whose memory moved is re-recorded. ``explain()`` says which and why.
+overlapping memory (expanded), a result shares memory with an input or another result, or recording
+fails (an op that synchronizes or touches CPU memory). A parameter whose memory moved is re-recorded.
+``explain()`` says which and why.
+
+A graph compiled for every size (dynamic shapes) gets one recording per distinct input shape, with no
+kernel recompiled: all recordings of a runner draw from one CUDA memory pool, at most ``max_graphs``
+are kept, and the least recently replayed one is dropped to make room for a new shape. The time each
+recording took is kept for ``explain()``.
 """
 from __future__ import annotations
 
+import collections
+import time
+
 import torch
 
-MAX_GRAPHS = 4  # recorded graphs per runner (input signatures); more run without graphs
+MAX_GRAPHS = 8  # recordings kept per runner (input signatures); the least recently used goes first
 
 
 class _Recording:
@@ -58,10 +66,13 @@ class CudaGraphRunner:
 
     def __init__(self, run, n_state: int, max_graphs: int = MAX_GRAPHS):
         self.run, self.n_state, self.max_graphs = run, n_state, max_graphs
-        self.recordings: dict[tuple, _Recording] = {}
+        self.recordings: collections.OrderedDict[tuple, _Recording] = collections.OrderedDict()  # LRU order
         self.warm: set[tuple] = set()
         self.declined: dict[tuple, str] = {}  # signature -> why no graph is used for it
         self.replays = 0
+        self.evicted = 0
+        self.record_seconds: list[float] = []  # per recording made
+        self.pool = None  # the memory pool every recording of this runner shares (made at the first)
 
     # ----------------------------------------------------------------------------------- calls
 
@@ -71,6 +82,7 @@ class CudaGraphRunner:
         key = _signature(inputs[:len(inputs) - self.n_state])
         rec = self.recordings.get(key)
         if rec is not None and self._state_in_place(rec, inputs):
+            self.recordings.move_to_end(key)
             return self._replay(rec, inputs)
         if key in self.declined:
             return self.run(*inputs)
@@ -94,8 +106,8 @@ class CudaGraphRunner:
                 return f"a graph input is on {t.device}; CUDA graphs need every input on the GPU"
             if not _dense(t):
                 return "a graph input has overlapping or non-dense memory (an expanded view), which cannot be copied in"
-        if stale is None and len(self.recordings) >= self.max_graphs:
-            return f"{self.max_graphs} CUDA graphs are recorded already (one per input shape); more run without graphs"
+        if self.max_graphs <= 0:
+            return "max_graphs is 0"
         return None
 
     def _state_in_place(self, rec: _Recording, inputs) -> bool:
@@ -114,13 +126,22 @@ class CudaGraphRunner:
 
     def _record(self, key, inputs) -> _Recording | None:
         n_user = len(inputs) - self.n_state
+        if key not in self.recordings:
+            while len(self.recordings) >= self.max_graphs:  # room for a new shape: drop the least recent
+                self.recordings.popitem(last=False)
+                self.evicted += 1
+        else:
+            del self.recordings[key]  # stale (a parameter moved): recorded again
+        start = time.perf_counter()
         static = [torch.empty_strided(t.size(), t.stride(), dtype=t.dtype, device=t.device).copy_(t)
                   for t in inputs[:n_user]]
         static += list(inputs[n_user:])
         graph = torch.cuda.CUDAGraph()
         torch.cuda.synchronize()
+        if self.pool is None and hasattr(torch.cuda, "graph_pool_handle") and self.device_type == "cuda":
+            self.pool = torch.cuda.graph_pool_handle()
         try:
-            with torch.cuda.graph(graph):
+            with torch.cuda.graph(graph, **({"pool": self.pool} if self.pool is not None else {})):
                 results = self.run(*static)
         except Exception as exc:  # an op that cannot be captured: run this signature without graphs
             self.declined[key] = f"recording the CUDA graph failed ({type(exc).__name__}: {str(exc)[:200]})"
@@ -132,10 +153,16 @@ class CudaGraphRunner:
             return None
         rec = _Recording(graph, static, tuple(results), [t.data_ptr() for t in inputs[n_user:]])
         self.recordings[key] = rec
+        self.record_seconds.append(time.perf_counter() - start)
         return rec
 
     def explain(self) -> str:
-        lines = [f"CUDA graphs (mode='reduce-overhead'): {len(self.recordings)} recorded, {self.replays} replays"]
+        made = len(self.record_seconds)
+        lines = [f"CUDA graphs (mode='reduce-overhead'): {len(self.recordings)} kept of {made} recorded "
+                 f"(at most {self.max_graphs}, least recently used dropped: {self.evicted}), {self.replays} replays"]
+        if made:
+            lines.append(f"  recording time per new shape: {1000 * sum(self.record_seconds) / made:.1f} ms mean, "
+                         f"{1000 * max(self.record_seconds):.1f} ms max")
         lines += [f"  not used for one input signature: {why}" for why in dict.fromkeys(self.declined.values())]
         return "\n".join(lines)
 

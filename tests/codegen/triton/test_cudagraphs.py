@@ -90,7 +90,7 @@ def test_warm_up_record_then_replay_with_new_values(fake_cuda):
     assert not torch.equal(first[0], second[0])
 
 
-def test_parameter_moved_re_records_and_new_shapes_up_to_a_limit(fake_cuda):
+def test_parameter_moved_re_records_and_new_shapes_least_recent_dropped(fake_cuda):
     wrapper = Wrapper()
     runner = runner_for(wrapper, max_graphs=2)
     w = torch.randn(8)
@@ -104,8 +104,13 @@ def test_parameter_moved_re_records_and_new_shapes_up_to_a_limit(fake_cuda):
     assert len(runner.recordings) == 2
     for n in (5, 5, 5):
         check(runner, torch.randn(n), torch.randn(n))
-    assert len(runner.recordings) == 2
-    assert "2 CUDA graphs are recorded already" in runner.explain()
+    assert len(runner.recordings) == 2  # the least recently used recording (size 8) was dropped for size 5
+    assert [k[0][0] for k in runner.recordings] == [(4,), (5,)]
+    assert runner.evicted == 1 and "least recently used dropped: 1" in runner.explain()
+    assert "recording time per new shape" in runner.explain()
+    for n in (4, 6, 6, 6):  # size 4 replayed: it is the most recent now, so size 5 is dropped for 6
+        check(runner, torch.randn(n), torch.randn(n))
+    assert [k[0][0] for k in runner.recordings] == [(4,), (6,)]
 
 
 def test_not_used_for_cpu_inputs_expanded_inputs_failures_and_aliases(fake_cuda):
