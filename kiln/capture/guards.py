@@ -55,6 +55,7 @@ class GuardSet:
     def __init__(self) -> None:
         self._guards: dict[tuple, Guard] = {}
         self.shape_env = None  # the ShapeEnv of a frame with dynamic sizes (kiln.fake.symbolic)
+        self._shape_call = ""  # the shape check's call text (it returns what failed, or None)
         self.dynamic_inputs: list[Source] = []  # its inputs with symbolic sizes, in the ShapeEnv's order
 
     def add(self, kind: GuardKind, source: Source | None, value: Any = None) -> None:
@@ -150,11 +151,12 @@ class GuardSet:
             exprs.extend(_guard_exprs(Guard(GuardKind.DISTINCT, tensor_sources[0], tensor_sources), names))
         if self.shape_env is not None and self.dynamic_inputs:
             env = self.shape_env
-            check = env.check_function()
+            check = self._shape_check
             places = ", ".join(s.name() for s in self.dynamic_inputs)
             facts = "; ".join(str(g.fact) for g in env.guards) or "none"
             exprs.append((f"{names.ref(check)}({places}) is None",
                           f"sizes of {places} (symbols {', '.join(map(str, env.symbols))}; guards: {facts})"[:300]))
+            self._shape_call = f"{names.ref(check)}({places})"
         if held:
             tensors = tuple(g.value for g in held)
             expected = tuple((t.dtype, t.device, tuple(t.size()), tuple(t.stride()), t.requires_grad) for t in tensors)
@@ -164,6 +166,8 @@ class GuardSet:
 
     def compile(self) -> "CompiledGuards":
         names = _Namer()
+        if self.shape_env is not None and self.dynamic_inputs:  # (made once: both texts below name it alike)
+            self._shape_check = self.shape_env.check_function()
         for g in self._guards.values():
             for src in [g.source] + ([g.value] if isinstance(g.value, Source) else []):
                 names.namespace.update(_held_objects(src))
@@ -171,7 +175,12 @@ class GuardSet:
         src = _check_function_source(self._expressions(names, batch_held=True), self._shared_places())
         ns = dict(names.namespace)
         exec(compile(src, "<kiln guards>", "exec"), ns)
-        return CompiledGuards(ns["check"], src, lambda: _one_checks(exprs, names))
+        guards = CompiledGuards(ns["check"], src, lambda: _one_checks(exprs, names))
+        if self._shape_call:  # a failing shape check reports which size or fact failed
+            fn_ns = dict(names.namespace)
+            exec(compile(f"def why(L, G, C, B):\n    return {self._shape_call}\n", "<kiln shape reason>", "exec"), fn_ns)
+            guards.shape_reason = (f"{self._shape_call} is None", fn_ns["why"])
+        return guards
 
     def _shared_places(self) -> set[str]:
         """Places (printed sources) that more than one guard reads through: read once, into a local."""
@@ -229,6 +238,7 @@ class CompiledGuards:
     source_code: str
     make_checks: Callable[[], list[tuple[str, str, Callable[..., bool]]]]  # built when first needed
     _checks: list | None = None
+    shape_reason: tuple | None = None  # (the shape check's expression, a function giving what failed)
 
     @property
     def checks(self) -> list[tuple[str, str, Callable[..., bool]]]:
@@ -245,6 +255,11 @@ class CompiledGuards:
             except Exception as exc:  # a guard that raises fails
                 return f"{expr}  ({what}; raised {type(exc).__name__})"
             if not ok:
+                if self.shape_reason is not None and expr == self.shape_reason[0]:
+                    try:
+                        return f"shape guard failed: {self.shape_reason[1](L, G, C, B)}"
+                    except Exception:
+                        pass
                 return f"{expr}  ({what})"
         return None
 
