@@ -203,3 +203,17 @@ def test_backends_without_dynamic_support_stay_static():
         x = torch.randn(n)
         torch.testing.assert_close(c(x), x + 1)
     assert seen == [(4,), (5,)]
+
+
+def test_recompile_reason_names_the_shape_guard_and_line():
+    kiln.stats.reset()
+
+    def f(x):
+        if x.shape[0] > 10:
+            return x * 2
+        return x - 1
+    c = kiln.compile(f, backend="eager", dynamic=True)
+    for n in (4, 5, 20):
+        torch.testing.assert_close(c(torch.randn(n).fill_(1.0)), f(torch.randn(n).fill_(1.0)))
+    (reason,) = kiln.stats.recompilations
+    assert reason.startswith("shape guard failed: s0 <= 10") and "test_capture_dynamic.py" in reason
