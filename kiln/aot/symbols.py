@@ -13,6 +13,7 @@ placeholder dim whose size is exactly that symbol; nodes are cached per expressi
 """
 from __future__ import annotations
 
+import dataclasses
 import operator
 
 import sympy
@@ -49,6 +50,13 @@ def is_size_node(node) -> bool:
     """A node computing a size (a SymInt while tracing, an int at run time)."""
     return isinstance(node, fx.Node) and node.op == "call_function" and node.target in SIZE_TARGETS \
         and isinstance(node.meta.get("val"), SYMBOLIC_SCALARS)
+
+
+def size_hint(n) -> int:
+    """An int, or a SymInt's value at the sizes seen while compiling (no guard)."""
+    if is_symbolic(n):
+        return n.node.env.size_hint(to_expr(n))
+    return int(n)
 
 
 def has_symbols(x) -> bool:
@@ -183,3 +191,58 @@ class SizeNodes:
         node = self.stamp(self.graph.call_function(torch.sym_float, (inner,)))
         node.meta["val"] = value
         return node
+
+
+# ---- sizes in view steps replayed on real tensors by the runtime (outputs that view inputs) ----------
+
+@dataclasses.dataclass(frozen=True)
+class SizeArg:
+    """A symbolic size argument of a view step, computed from the call's input sizes."""
+
+    expr: sympy.Expr
+
+    def value(self, sizes: dict) -> int:
+        return int(self.expr.xreplace({s: sympy.Integer(sizes[s]) for s in self.expr.free_symbols}))
+
+    def __repr__(self) -> str:
+        return str(self.expr)
+
+
+def freeze_sizes(tree):
+    """``tree`` with each symbolic SymInt as a ``SizeArg`` (a constant SymInt as an int)."""
+    if isinstance(tree, (list, tuple)):
+        return type(tree)(freeze_sizes(x) for x in tree)
+    if isinstance(tree, torch.SymInt):
+        return SizeArg(to_expr(tree)) if is_symbolic(tree) else int(tree)
+    if isinstance(tree, (torch.SymFloat, torch.SymBool)):
+        raise SymbolicShapeUnsupported("output view", f"a view argument computed from sizes: {tree}")
+    return tree
+
+
+def resolve_sizes(tree, sizes: dict):
+    if isinstance(tree, (list, tuple)):
+        return type(tree)(resolve_sizes(x, sizes) for x in tree)
+    return tree.value(sizes) if isinstance(tree, SizeArg) else tree
+
+
+def has_size_args(tree) -> bool:
+    if isinstance(tree, (list, tuple)):
+        return any(has_size_args(x) for x in tree)
+    return isinstance(tree, SizeArg)
+
+
+@dataclasses.dataclass(frozen=True)
+class SizeReader:
+    """Reads the symbols' values from a call's flat inputs: symbol -> (input index, dim)."""
+
+    where: tuple  # ((symbol, input index, dim), ...)
+
+    def read(self, flat) -> dict:
+        return {s: flat[i].size(d) for s, i, d in self.where}
+
+
+def size_reader(sizes: SizeNodes | None, placeholders: list) -> SizeReader:
+    if sizes is None:
+        return SizeReader(())
+    index = {node: i for i, node in enumerate(placeholders)}
+    return SizeReader(tuple((s, index[node], d) for s, (node, d) in sizes.bindings.items() if node in index))

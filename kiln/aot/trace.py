@@ -9,7 +9,7 @@ from torch.utils._pytree import tree_flatten
 
 from kiln.aot.graph import AtenGraph, InputSpec, OutputSpec, eliminate_common_subexpressions, eliminate_dead_code
 from kiln.aot.tracer import AtenTracer, interpret
-from kiln.aot.symbols import has_symbols, shape_env_of
+from kiln.aot.symbols import SizeReader, has_symbols, shape_env_of, size_reader
 from kiln.fake import FakeTensor, UnsupportedFakeOp
 from kiln.fake.symbolic_meta import SymbolicShapeUnsupported
 
@@ -109,6 +109,17 @@ def input_storages(tracer: AtenTracer) -> dict:
     return storages
 
 
+def frozen_steps(steps: tuple) -> tuple:
+    """View steps the runtime replays on real tensors, with symbolic sizes as ``SizeArg``s."""
+    return tuple(step.frozen() for step in steps)
+
+
+def input_sizes(tracer: AtenTracer) -> SizeReader:
+    """Where the runtime reads each size symbol: (symbol, flat input index, dim)."""
+    placeholders = [n for n in tracer.b.graph.nodes if n.op == "placeholder"][: len(tracer.inputs)]
+    return size_reader(tracer.b.sizes, placeholders)
+
+
 def _finish(tracer: AtenTracer, out) -> AtenGraph:
     b, fn = tracer.b, tracer.fn
     flat_out, spec = tree_flatten(out)
@@ -132,7 +143,7 @@ def _finish(tracer: AtenTracer, out) -> AtenGraph:
         value = tracer.value(x)
         st = value.storage
         if st.input_index is not None:
-            specs.append(OutputSpec("input", st.input_index, value.steps))
+            specs.append(OutputSpec("input", st.input_index, frozen_steps(value.steps)))
         elif uses[id(st)] == 1:
             node = fn.current(value)
             if node.op == "get_attr":
@@ -144,7 +155,7 @@ def _finish(tracer: AtenTracer, out) -> AtenGraph:
                 root = st.root if st.root.op != "get_attr" else b.call(aten.clone.default, (st.root,))
                 graph_outputs.append(root)
                 root_index[id(st)] = len(graph_outputs) - 1 - len(mutated)
-            specs.append(OutputSpec("graph", root_index[id(st)], value.steps))
+            specs.append(OutputSpec("graph", root_index[id(st)], frozen_steps(value.steps)))
     b.provenance = {}
     b.output(graph_outputs)
     eliminate_dead_code(b.graph)
@@ -152,4 +163,4 @@ def _finish(tracer: AtenTracer, out) -> AtenGraph:
     gm = fx.GraphModule(b.root, b.graph, class_name="AtenGraphModule")
     inputs = [InputSpec(kind, name, i in mutated) for i, (kind, name, _) in enumerate(tracer.inputs)]
     state = [real for kind, _, real in tracer.inputs if kind != "user"]
-    return AtenGraph(gm, inputs, state, mutated, specs, spec)
+    return AtenGraph(gm, inputs, state, mutated, specs, spec, input_sizes(tracer))

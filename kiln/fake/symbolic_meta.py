@@ -26,11 +26,14 @@ class SymbolicShapeUnsupported(Exception):
 
 
 def has_symbolic_tensor(args) -> bool:
+    """A tensor with symbolic sizes, or a symbolic size argument (``expand(static, [s0, 4])``), in ``args``."""
     for a in args:
         if isinstance(a, torch.Tensor):
             if any(is_symbolic(s) for s in a.shape):
                 return True
         elif isinstance(a, (list, tuple)) and has_symbolic_tensor(a):
+            return True
+        elif is_symbolic(a):
             return True
     return False
 

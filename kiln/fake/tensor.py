@@ -224,7 +224,7 @@ def run_on_fakes(func, args, kwargs):
     if "device" in kernel_kwargs:
         kernel_kwargs["device"] = torch.device("meta")
     try:
-        if has_symbolic_tensor(kernel_args):
+        if has_symbolic_tensor(kernel_args) or has_symbolic_tensor(tuple(kernel_kwargs.values())):
             out = _run_symbolic(func, kernel_args, kernel_kwargs)
         else:
             with _kernel_context():
