@@ -20,6 +20,8 @@ class Stats:
     kernel_compiles / kernel_cache_hits: kernel libraries built by the system compiler / found in the
     disk cache. triton_precompiled: Triton kernel configs compiled by the worker pool before launch.
     matmul_choices: matmul templates by the path picked ("template" or "library"; max-autotune).
+    dynamic_graphs: graphs compiled with symbolic sizes (one compile serves many sizes).
+    dynamic_fallbacks: dynamic graphs compiled with static sizes instead (specialize_all), by reason.
     seconds: time spent per stage.
     """
 
@@ -42,6 +44,8 @@ class Stats:
         self.kernel_cache_hits = 0
         self.triton_precompiled = 0
         self.matmul_choices: collections.Counter[str] = collections.Counter()
+        self.dynamic_graphs = 0
+        self.dynamic_fallbacks: collections.Counter[str] = collections.Counter()
         self.seconds: collections.Counter[str] = collections.Counter()
 
     @contextlib.contextmanager
@@ -66,6 +70,8 @@ class Stats:
             "kernels_generated": self.kernels_generated,
             "aten_fallbacks": dict(self.aten_fallbacks),
             "matmul_choices": dict(self.matmul_choices),
+            "dynamic_graphs": self.dynamic_graphs,
+            "dynamic_fallbacks": dict(self.dynamic_fallbacks),
             "kernel_compiles": self.kernel_compiles,
             "kernel_cache_hits": self.kernel_cache_hits,
             "triton_precompiled": self.triton_precompiled,
