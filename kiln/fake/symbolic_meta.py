@@ -248,3 +248,85 @@ def symbolic_meta(func, args, kwargs):
     if rule is None:
         return None
     return rule(func, *args, **kwargs)
+
+
+# ---- ops whose C++ composite kernels take only concrete sizes (``at::empty(IntArrayRef)``) ----------
+
+def _new_row_major(sizes, dtype):
+    return torch.empty_strided(sizes, _contiguous_strides(list(sizes)), dtype=dtype, device="meta")
+
+
+def _dense_strides(x):
+    """x's strides where it is non-overlapping and dense as a permutation of row-major (structurally),
+    else None."""
+    order = sorted(range(x.dim()), key=lambda d: str(x.stride(d)))
+    try:
+        order = sorted(range(x.dim()), key=lambda d: int(x.stride(d)) if not is_symbolic(x.stride(d)) else 10**18)
+    except Exception:
+        return None
+    running = 1
+    for d in order:
+        if str(x.stride(d)) != str(running) and not (isinstance(x.shape[d], int) and x.shape[d] == 1):
+            return None
+        running = running * x.shape[d]
+    return list(x.stride())
+
+
+def to_copy(func, x, dtype=None, layout=None, device=None, pin_memory=None, non_blocking=False, memory_format=None):
+    dtype = dtype or x.dtype
+    if memory_format in (None, torch.preserve_format):
+        strides = _contiguous_strides(list(x.shape)) if _is_row_major(x) else _dense_strides(x)
+        if strides is None:
+            raise SymbolicShapeUnsupported(func, "a copy of a tensor that is not dense")
+        return torch.empty_strided(x.shape, strides, dtype=dtype, device="meta")
+    if memory_format is torch.contiguous_format:
+        return _new_row_major(x.shape, dtype)
+    raise SymbolicShapeUnsupported(func, f"a copy to {memory_format}")
+
+
+def constant_pad_nd(func, x, pad, value=0):
+    sizes = list(x.shape)
+    if len(pad) % 2 or len(pad) // 2 > len(sizes):
+        raise RuntimeError("Length of pad must be even but instead it equals " + str(len(pad)))
+    for i in range(len(pad) // 2):
+        d = len(sizes) - 1 - i
+        sizes[d] = sizes[d] + pad[2 * i] + pad[2 * i + 1]
+        if sizes[d] < 0:  # a guard where symbolic
+            raise RuntimeError(f"The input size {x.shape[d]}, plus negative padding results in a negative size")
+    return _new_row_major(sizes, x.dtype)
+
+
+def _same_shape(dtype_arg=None):
+    """A rule for ops whose result has the shape of their first argument (row-major inputs only)."""
+    def rule(func, x, *args, **kwargs):
+        if not _is_row_major(x):
+            raise SymbolicShapeUnsupported(func, "an input that is not row-major")
+        dtype = kwargs.get("dtype") if dtype_arg == "dtype" else None
+        if dtype_arg is not None and dtype_arg != "dtype":
+            dtype = args[dtype_arg - 1] if len(args) >= dtype_arg else None
+        return _new_row_major(x.shape, dtype or x.dtype)
+    return rule
+
+
+def nll_loss_forward(func, x, target, weight, reduction, ignore_index):
+    out_sizes = [x.shape[0]] if reduction == 0 and x.dim() == 2 else []
+    if x.dim() > 2:
+        raise SymbolicShapeUnsupported(func, "nll_loss of a tensor with more than 2 dims")
+    return _new_row_major(out_sizes, x.dtype), _new_row_major([], x.dtype)
+
+
+RULES.update({
+    aten._to_copy.default: to_copy,
+    aten.constant_pad_nd.default: constant_pad_nd,
+    aten.cumsum.default: _same_shape("dtype"),
+    aten.cumprod.default: _same_shape("dtype"),
+    aten.tril.default: _same_shape(),
+    aten.triu.default: _same_shape(),
+    aten.masked_fill.Scalar: _same_shape(),
+    aten.masked_fill.Tensor: _same_shape(),
+    aten._log_softmax.default: _same_shape(),
+    aten._log_softmax_backward_data.default: _same_shape(3),
+    aten._softmax_backward_data.default: _same_shape(3),
+    aten.nll_loss_forward.default: nll_loss_forward,
+    aten.nll_loss_backward.default: lambda func, grad, x, *rest: _new_row_major(x.shape, x.dtype),
+})

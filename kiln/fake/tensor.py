@@ -193,6 +193,8 @@ def _convolution_layout(out, args, kwargs):
         x, w, bias, stride, padding, dilation, transposed, output_padding, groups = (list(args) + [None] * 9)[:9]
         if kwargs or x.dim() < 4:
             return out
+        if has_symbolic_tensor((x,)) and _plain_contiguous(x) and _plain_contiguous(w):
+            return out  # every backend keeps contiguous operands contiguous (and its choice guards on sizes)
         backend = torch._C._select_conv_backend(x, w, bias, stride, padding, dilation, transposed, output_padding, groups)
         fmt = torch._C._conv_determine_backend_memory_format(x, w, backend)
     except (RuntimeError, TypeError, AttributeError):  # another torch: keep the meta kernel's layout
@@ -201,6 +203,10 @@ def _convolution_layout(out, args, kwargs):
         return out
     with _kernel_context():
         return out.contiguous(memory_format=fmt)
+
+
+def _plain_contiguous(t) -> bool:
+    return isinstance(t, torch.Tensor) and t.is_contiguous() and not t.is_contiguous(memory_format=torch.channels_last)
 
 
 # outputs whose strides the meta kernel does not give as the real kernel does: fixed after it
