@@ -77,8 +77,6 @@ def _numel(sizes):
 
 def view(func, x, shape):
     shape = list(shape)
-    if not _is_row_major(x):
-        raise SymbolicShapeUnsupported(func, "a view of a tensor that is not row-major")
     if shape.count(-1) > 1:
         raise RuntimeError("only one dimension can be inferred")
     if -1 in [s for s in shape if isinstance(s, int)]:
@@ -86,7 +84,37 @@ def view(func, x, shape):
         known = _numel([s for j, s in enumerate(shape) if j != i])
         total = _numel(list(x.shape))
         shape[i] = _exact_div(total, known)
-    return _view(x, shape, _contiguous_strides(shape))
+    if _is_row_major(x):
+        return _view(x, shape, _contiguous_strides(shape))
+    if any(isinstance(n, int) and n == 0 for n in list(x.shape) + shape):
+        raise SymbolicShapeUnsupported(func, "a view of an empty tensor that is not row-major")
+    strides = _view_strides(list(x.shape), list(x.stride()), shape)
+    if strides is None:
+        raise SymbolicShapeUnsupported(func, "a view whose sizes do not fit the tensor's strides (eager copies or fails)")
+    return _view(x, shape, strides)
+
+
+def _view_strides(old_sizes, old_strides, new_sizes):
+    """The strides of a view of a strided tensor, or None where the sizes cannot view its memory
+    (ATen's ``computeStride``; comparisons of symbolic sizes guard)."""
+    new_strides = [0] * len(new_sizes)
+    if not old_sizes:
+        return [1] * len(new_sizes) if all(not (isinstance(n, int) and n != 1) for n in new_sizes) else None
+    view_d = len(new_sizes) - 1
+    chunk_base = old_strides[-1]
+    tensor_numel, view_numel = 1, 1
+    for tensor_d in range(len(old_sizes) - 1, -1, -1):
+        tensor_numel = tensor_numel * old_sizes[tensor_d]
+        if tensor_d == 0 or (old_sizes[tensor_d - 1] != 1 and old_strides[tensor_d - 1] != tensor_numel * chunk_base):
+            while view_d >= 0 and (view_numel < tensor_numel or new_sizes[view_d] == 1):
+                new_strides[view_d] = view_numel * chunk_base
+                view_numel = view_numel * new_sizes[view_d]
+                view_d -= 1
+            if view_numel != tensor_numel:
+                return None
+            if tensor_d > 0:
+                chunk_base, tensor_numel, view_numel = old_strides[tensor_d - 1], 1, 1
+    return new_strides if view_d == -1 else None
 
 
 def _exact_div(total, known):
@@ -330,3 +358,34 @@ RULES.update({
     aten.nll_loss_forward.default: nll_loss_forward,
     aten.nll_loss_backward.default: lambda func, grad, x, *rest: _new_row_major(x.shape, x.dtype),
 })
+
+
+def pointwise_fallback(func, args, kwargs):
+    """The fake result of a pointwise op whose kernel takes only concrete sizes (``logical_and``):
+    the broadcast shape, row-major, with the dtype the kernel gives for one-element operands. None
+    where ``func`` is not pointwise; raises for operands that are not row-major."""
+    if torch.Tag.pointwise not in getattr(func, "tags", ()):
+        return None
+    tensors = [a for a in list(args) + list(kwargs.values()) if isinstance(a, torch.Tensor)]
+    if any(t.dim() and not _is_row_major(t) for t in tensors):
+        raise SymbolicShapeUnsupported(func, "a pointwise op on operands that are not row-major")
+    ndim = max((t.dim() for t in tensors), default=0)
+    shape = []
+    for i in range(ndim):
+        sizes = [t.shape[t.dim() - ndim + i] for t in tensors if t.dim() - ndim + i >= 0]
+        known = [n for n in sizes if not (isinstance(n, int) and n == 1)]
+        for n in known[1:]:
+            if n != known[0]:  # a guard where symbolic, as eager checks
+                raise RuntimeError(f"The size of tensor a ({known[0]}) must match the size of tensor b ({n}) "
+                                   f"at non-singleton dimension {i}")
+        shape.append(known[0] if known else 1)
+
+    def small(a):
+        if isinstance(a, torch.Tensor):
+            return torch.empty([1] * a.dim(), dtype=a.dtype, device="meta")
+        return a
+
+    out = func(*[small(a) for a in args], **{k: small(v) for k, v in kwargs.items()})
+    if not isinstance(out, torch.Tensor):
+        raise SymbolicShapeUnsupported(func, "a pointwise op with several results")
+    return _new_row_major(shape, out.dtype)

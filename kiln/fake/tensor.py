@@ -17,7 +17,7 @@ import torch
 
 from kiln.errors import KilnError
 from kiln.fake.fast_meta import fast_meta
-from kiln.fake.symbolic_meta import SymbolicShapeUnsupported, has_symbolic_tensor, symbolic_meta
+from kiln.fake.symbolic_meta import SymbolicShapeUnsupported, has_symbolic_tensor, pointwise_fallback, symbolic_meta
 from kiln.fake.tree import leaves, map_leaves
 
 aten = torch.ops.aten
@@ -274,6 +274,9 @@ def _run_symbolic(func, args, kwargs):
         except RuntimeError as exc:
             text = str(exc)
             if "concrete integers" in text or "dispatch_on_subclass" in text or "symbolic sizes" in text:
-                raise SymbolicShapeUnsupported(func, text.splitlines()[0][:200]) from None
+                out = pointwise_fallback(func, args, kwargs)
+                if out is None:
+                    raise SymbolicShapeUnsupported(func, text.splitlines()[0][:200]) from None
+                return out
             raise
     return out
