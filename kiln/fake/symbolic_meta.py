@@ -29,7 +29,8 @@ def has_symbolic_tensor(args) -> bool:
     """A tensor with symbolic sizes, or a symbolic size argument (``expand(static, [s0, 4])``), in ``args``."""
     for a in args:
         if isinstance(a, torch.Tensor):
-            if any(is_symbolic(s) for s in a.shape):
+            if any(is_symbolic(s) for s in a.shape) or any(is_symbolic(s) for s in a.stride()) \
+                    or is_symbolic(a.storage_offset()):
                 return True
         elif isinstance(a, (list, tuple)) and has_symbolic_tensor(a):
             return True
