@@ -266,6 +266,32 @@ def test_one_compile_many_sizes(name, grads):
     assert (getattr(compiled, "plan", None) is not None) == grads  # training: a joint graph, partitioned
 
 
+def _mutate_through_views(x):
+    x.narrow(0, 1, x.size(0) - 1).select(1, 0).fill_(0.5)
+    x.view(-1).mul_(2)
+    x.add_(1)
+    return x.sum(1)
+
+
+@pytest.mark.parametrize("fn", [_mutate_through_views, lambda x: x.unbind(1)[0] + x.chunk(2, 1)[1].sum(1)],
+                         ids=["mutate_input_through_views", "unbind_chunk"])
+def test_inference_one_compile_many_sizes(fn):
+    stats.reset()
+    check_sizes(fn, lambda n: [torch.randn(n, 6)], [{0}])
+    assert stats.dynamic_graphs == 1 and not stats.dynamic_fallbacks
+
+
+def test_input_mutation_written_back_at_every_size():
+    x = torch.randn(8, 6)
+    gm = dynamic_gm(_mutate_through_views, [x.clone()], [{0}])
+    fn = compile_aot_eager(gm, [x.clone()], fallback=False)
+    for n in SIZES:
+        a = torch.randn(n, 6)
+        b = a.clone()
+        torch.testing.assert_close(fn(a), _mutate_through_views(b))
+        torch.testing.assert_close(a, b)
+
+
 def test_variance_backward_specializes_soundly():
     """torch's C++ formula for var's backward divides by the count as a float: the size becomes a
     constant (a guard), the result stays right and other sizes fail the guards (recompile)."""
