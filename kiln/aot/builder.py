@@ -25,6 +25,13 @@ class GraphBuilder:
         self.root = torch.nn.Module()  # holds constants that get_attr nodes name
         self.provenance: dict = {}
         self._n_consts = 0
+        self.sizes = None  # a SizeNodes where sizes are symbolic (kiln/aot/symbols.py)
+
+    def use_symbolic_sizes(self, env) -> None:
+        """SymInt arguments become size nodes from here on (a graph traced with symbolic sizes)."""
+        from kiln.aot.symbols import SizeNodes
+
+        self.sizes = SizeNodes(self.graph, env, self._stamp)
 
     def _stamp(self, node: fx.Node) -> fx.Node:
         node.meta.update(self.provenance)
@@ -46,6 +53,8 @@ class GraphBuilder:
                 with self.graph.inserting_before(first):
                     node = self.graph.placeholder(name)
         node.meta["val"] = val
+        if self.sizes is not None:
+            self.sizes.bind(node, val)
         return node
 
     def constant(self, real: torch.Tensor, val) -> fx.Node:
@@ -59,6 +68,8 @@ class GraphBuilder:
     def call(self, func, args: tuple = (), kwargs: dict | None = None, val=None) -> fx.Node:
         """Append ``func(*args, **kwargs)``; args hold nodes. Computes the fake result unless given."""
         kwargs = kwargs or {}
+        if self.sizes is not None:
+            args, kwargs = self.sizes.map_args(tuple(args)), self.sizes.map_args(dict(kwargs))
         if val is None:
             val = run_on_fakes(func, tree_map(node_val, args), tree_map(node_val, kwargs))
         node = self._stamp(self.graph.call_function(func, tuple(args), dict(kwargs)))

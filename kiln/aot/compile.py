@@ -71,7 +71,8 @@ def aot_compile(
         joint = trace_joint(gm, example_inputs, decompositions=decompositions, options=options)
     with stats.timed("partition"):
         part = partition(joint)
-    forward = AtenGraph(part.fwd, joint.inputs, joint.state, joint.mutated_inputs, joint.outputs, joint.out_spec)
+    forward = AtenGraph(part.fwd, joint.inputs, joint.state, joint.mutated_inputs, joint.outputs, joint.out_spec,
+                        joint.sizes)
     fwd = compile_fwd(part.fwd, [*example_inputs, *joint.state])
     bwd = (compile_bwd or compile_fwd)(part.bwd, placeholder_values(part.bwd))
     runtime = TrainingRuntime(joint, fwd, bwd)

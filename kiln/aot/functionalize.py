@@ -31,10 +31,29 @@ class ViewStep:
     kwargs: tuple  # sorted (name, value) pairs
     index: int | None = None
 
-    def apply(self, tensor):
-        """Replay on a real tensor (the runtime uses this to rebuild output views of inputs)."""
-        out = self.func(tensor, *self.args, **dict(self.kwargs))
+    def apply(self, tensor, sizes: dict | None = None):
+        """Replay on a real tensor (the runtime uses this to rebuild output views of inputs);
+        ``sizes``: the values of the size symbols in this call, for symbolic arguments (``SizeArg``)."""
+        args, kwargs = self.args, dict(self.kwargs)
+        if sizes is not None:
+            from kiln.aot.symbols import resolve_sizes
+
+            args, kwargs = resolve_sizes(args, sizes), {k: resolve_sizes(v, sizes) for k, v in kwargs.items()}
+        out = self.func(tensor, *args, **kwargs)
         return out if self.index is None else out[self.index]
+
+    def frozen(self) -> "ViewStep":
+        """This step with symbolic sizes as ``SizeArg``s, to replay on real tensors of any size."""
+        from kiln.aot.symbols import freeze_sizes
+
+        return dataclasses.replace(self, args=freeze_sizes(self.args),
+                                   kwargs=tuple((k, freeze_sizes(v)) for k, v in self.kwargs))
+
+    @property
+    def symbolic(self) -> bool:
+        from kiln.aot.symbols import has_size_args
+
+        return has_size_args(self.args) or has_size_args(tuple(v for _, v in self.kwargs))
 
     def __str__(self) -> str:
         args = ", ".join(repr(a) for a in self.args)

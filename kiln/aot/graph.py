@@ -45,6 +45,19 @@ class OutputSpec:
     steps: tuple[ViewStep, ...] = ()
     value: Any = None
 
+    @property
+    def symbolic(self) -> bool:
+        """Its view steps take sizes computed from the call's inputs."""
+        return any(step.symbolic for step in self.steps)
+
+    def rebuild(self, value, flat, sizes):
+        """``value`` (a graph output or an input) seen through the steps; ``sizes`` (a SizeReader) reads
+        the symbols' values from ``flat``, the call's inputs."""
+        values = sizes.read(flat) if self.symbolic else None
+        for step in self.steps:
+            value = step.apply(value, values)
+        return value
+
 
 @dataclasses.dataclass
 class AtenGraph:
@@ -54,6 +67,7 @@ class AtenGraph:
     mutated_inputs: list[int]
     outputs: list[OutputSpec]
     out_spec: TreeSpec
+    sizes: Any = None  # a SizeReader (kiln/aot/symbols.py) where output views take symbolic sizes
 
     @property
     def num_user_inputs(self) -> int:

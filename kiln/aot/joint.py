@@ -26,8 +26,9 @@ import torch.fx as fx
 from torch.utils._pytree import TreeSpec, tree_flatten
 
 from kiln.aot.functionalize import Storage, Value
+from kiln.aot.symbols import size_hint
 from kiln.aot.graph import InputSpec, OutputSpec, eliminate_dead_code, format_graph
-from kiln.aot.trace import input_storages, start_trace, state_tensors
+from kiln.aot.trace import frozen_steps, input_sizes, input_storages, start_trace, state_tensors
 from kiln.aot.tracer import AtenTracer, interpret
 from kiln.fake import FakeTensor, UnsupportedFakeOp, fake_like
 
@@ -61,6 +62,7 @@ class JointGraph:
     grad_inputs: list[int]  # primal index of each grad output
     eager_saved: EagerSaved
     grad_mode_after: bool  # grad mode the graph leaves behind (a no_grad block left open)
+    sizes: object = None  # a SizeReader: where output views with symbolic sizes read them
 
     @property
     def num_tangents(self) -> int:
@@ -99,7 +101,7 @@ class _SavedLog:
             found = self.tracer._values.get(id(t))
             is_input = not isinstance(t, FakeTensor) or (
                 found is not None and found[0] is t and found[1].storage.input_index is not None)
-            self.seen[key] = (is_input, storage.nbytes())
+            self.seen[key] = (is_input, size_hint(storage.nbytes()))
         return t
 
     @staticmethod
@@ -147,7 +149,7 @@ def trace_joint(gm: fx.GraphModule, example_inputs: Sequence, decompositions: Ma
     inputs = [InputSpec(kind, name, i in mutated) for i, (kind, name, _) in enumerate(tracer.inputs)]
     state = [real for kind, _, real in tracer.inputs if kind != "user"]
     return JointGraph(joint, inputs, state, mutated, specs, out_spec, len(fwd_nodes), differentiable,
-                      [i for i, _ in targets], log.summary(), grad_mode_after)
+                      [i for i, _ in targets], log.summary(), grad_mode_after, input_sizes(tracer))
 
 
 def _mutated_inputs(tracer: AtenTracer, args: list) -> list[int]:
@@ -176,7 +178,7 @@ def _forward_outputs(tracer: AtenTracer, flat_out: list) -> tuple[list[OutputSpe
             continue
         value = tracer.value(x)
         if value.storage.input_index is not None:
-            specs.append(OutputSpec("input", value.storage.input_index, value.steps))
+            specs.append(OutputSpec("input", value.storage.input_index, frozen_steps(value.steps)))
             continue
         if id(x) not in index:
             index[id(x)] = len(fakes)

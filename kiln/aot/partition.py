@@ -28,6 +28,8 @@ from kiln.aot.graph import describe_val, format_graph, is_impure
 from kiln.aot.joint import JointGraph, JointUnsupported
 from kiln.aot.maxflow import FlowNetwork, Unbounded
 from kiln.aot.schema import is_random, is_view
+from kiln.aot.symbols import SizeNodes, is_size_node, size_hint
+from kiln.fake.shapes import to_expr
 from kiln.decomp.core_ops import op_kind
 
 # core op kinds cheap enough to run again in the backward instead of saving their result
@@ -61,15 +63,16 @@ def recompute_rule(node: fx.Node) -> tuple[bool, str]:
 
 
 def storage_bytes(val) -> int:
-    """Bytes a tensor keeps alive: its whole storage (a saved view keeps its base alive)."""
-    return val.untyped_storage().nbytes()
+    """Bytes a tensor keeps alive: its whole storage (a saved view keeps its base alive); for symbolic
+    sizes, at the sizes seen while compiling (the cut is a heuristic: it records no guards)."""
+    return size_hint(val.untyped_storage().nbytes())
 
 
 def save_cost(node: fx.Node, input_storages: set) -> float:
     """What saving ``node``'s value for the backward costs, in bytes (inf: it cannot be saved)."""
     val = node.meta.get("val")
     if not isinstance(val, torch.Tensor):
-        return math.inf  # tuples (save their items instead), non-tensors
+        return math.inf  # tuples (save their items instead), non-tensors (sizes are rebuilt in each graph)
     if node.op == "placeholder" or val.untyped_storage()._cdata in input_storages:
         return INPUT_COST
     return storage_bytes(val)
@@ -116,7 +119,7 @@ def partition(joint: JointGraph) -> Partition:
     _mark_mutated_copies(graph)
 
     backward = _tangent_dependent(graph, placeholders[len(joint.inputs):])
-    forwardable = [n for n in graph.nodes if n.op not in ("output",) and n not in backward]
+    forwardable = [n for n in graph.nodes if n.op not in ("output",) and n not in backward and not is_size_node(n)]
     impure = [n for n in forwardable if n.op == "call_function" and is_impure(n)]
     forward_required = _ancestors(fwd_outputs + impure)
     # a mutated input is written back after the forward: the backward must not read it in place
@@ -129,6 +132,7 @@ def partition(joint: JointGraph) -> Partition:
     fwd_nodes = forward_required | _ancestors(saved)
     bwd_nodes = _needed(grad_outputs, stop=set(saved) | backward.intersection(placeholders))
     bwd_nodes -= set(saved)
+    saved += _size_sources(joint.gm, primals, saved, placeholders[len(joint.inputs):], bwd_nodes)
     bad = [n.name for n in bwd_nodes if n in primal_set]
     if bad:
         raise JointUnsupported("partition", f"the backward needs graph inputs that were not saved: {bad}")
@@ -152,7 +156,7 @@ def _mark_mutated_copies(graph: fx.Graph) -> None:
 def _tangent_dependent(graph: fx.Graph, tangents: list) -> set:
     found = set(tangents)
     for node in graph.nodes:
-        if node.op == "call_function" and any(a in found for a in node.all_input_nodes):
+        if node.op == "call_function" and not is_size_node(node) and any(a in found for a in _inputs(node)):
             found.add(node)
     return found
 
@@ -172,7 +176,7 @@ def _needed(roots, stop: set) -> set:
             continue
         seen.add(node)
         if node not in stop:
-            stack.extend(node.all_input_nodes)
+            stack.extend(_inputs(node))
     return seen
 
 
@@ -190,6 +194,8 @@ def _min_cut(forwardable, primals: set, forward_required: set, backward: set, gr
         if node in primals or (node in forward_required and not recompute_rule(node)[0]):
             net.add_edge(source, v_in)
         for user in node.users:
+            if is_size_node(user):
+                continue
             if user in backward:
                 net.add_edge(v_out, sink)
             elif user.op != "output":
@@ -205,12 +211,12 @@ def _min_cut(forwardable, primals: set, forward_required: set, backward: set, gr
 
 def _forward_module(root, primals, fwd_nodes, fwd_outputs, saved, mutated_storages) -> fx.GraphModule:
     graph, env = fx.Graph(), {}
+    copy = _copier(root, graph, env)
     for node in root.graph.nodes:
         if node in primals:
-            env[node] = graph.placeholder(node.name)
-            env[node].meta = dict(node.meta)
+            copy.placeholder(node)
         elif node in fwd_nodes and node.op != "placeholder":
-            env[node] = graph.node_copy(node, lambda n: env[n])
+            copy.node(node)
     saved_values = []
     for node in saved:
         value = env[node]
@@ -225,14 +231,84 @@ def _forward_module(root, primals, fwd_nodes, fwd_outputs, saved, mutated_storag
 
 def _backward_module(root, saved, tangents, bwd_nodes, grad_outputs) -> fx.GraphModule:
     graph, env = fx.Graph(), {}
+    copy = _copier(root, graph, env)
     for node in list(saved) + list(tangents):
-        env[node] = graph.placeholder(node.name)
-        env[node].meta = dict(node.meta)
+        copy.placeholder(node)
     for node in root.graph.nodes:
         if node in bwd_nodes and node not in env and node.op != "placeholder":
-            env[node] = graph.node_copy(node, lambda n: env[n])
+            copy.node(node)
     graph.output(tuple(env[n] if isinstance(n, fx.Node) else n for n in grad_outputs))
     return fx.GraphModule(root, graph, class_name="BackwardGraphModule")
+
+
+def _inputs(node: fx.Node) -> list:
+    """The nodes ``node`` is computed from, less size nodes (each graph rebuilds those from its inputs)."""
+    return [a for a in node.all_input_nodes if not is_size_node(a)]
+
+
+class _copier:
+    """Copies joint-graph nodes into a forward or backward graph; size arguments are rebuilt there
+    from that graph's own placeholders (``SizeNodes``), not copied."""
+
+    def __init__(self, root, graph: fx.Graph, env: dict) -> None:
+        self.graph, self.env = graph, env
+        shape_env = _shape_env(root.graph)
+        self.sizes = SizeNodes(graph, shape_env) if shape_env is not None else None
+
+    def placeholder(self, node: fx.Node) -> None:
+        new = self.env[node] = self.graph.placeholder(node.name)
+        new.meta = dict(node.meta)
+        if self.sizes is not None:
+            self.sizes.bind(new, node.meta.get("val"))
+
+    def node(self, node: fx.Node) -> None:
+        if is_size_node(node):
+            return
+        self.env[node] = self.graph.node_copy(node, self._arg)
+
+    def _arg(self, n: fx.Node):
+        if is_size_node(n):
+            return self.sizes.expr_node(to_expr(n.meta["val"]))
+        return self.env[n]
+
+
+def _shape_env(graph: fx.Graph):
+    for node in graph.nodes:
+        if is_size_node(node):
+            return node.meta["val"].node.env
+    return None
+
+
+def _size_sources(joint_gm, primals, saved, tangents, bwd_nodes) -> list:
+    """Primals to save only for their sizes: the backward uses a size symbol that none of its other
+    inputs (saved values, tangents) has as a whole dim. A graph input kept alive costs nothing."""
+    needed: set = set()
+    for node in bwd_nodes:
+        for a in node.all_input_nodes:
+            if is_size_node(a):
+                needed |= to_expr(a.meta["val"]).free_symbols
+    if not needed:
+        return []
+    shape_env = _shape_env(joint_gm.graph)
+    probe = SizeNodes(fx.Graph(), shape_env)
+    for node in list(saved) + list(tangents):
+        probe.bind(node, node.meta.get("val"))
+    extra = []
+    ordered = [p for p in joint_gm.graph.nodes if p in primals]
+    for symbol in sorted(needed - set(probe.bindings), key=str):
+        if symbol in probe.bindings:
+            continue
+        source = next((p for p in ordered if _binds(p, symbol)), None)
+        if source is None:
+            raise JointUnsupported("partition", f"no input of the backward has the size {symbol}")
+        extra.append(source)
+        probe.bind(source, source.meta.get("val"))
+    return extra
+
+
+def _binds(node: fx.Node, symbol) -> bool:
+    val = node.meta.get("val")
+    return isinstance(val, torch.Tensor) and any(str(s) == str(symbol) and to_expr(s) == symbol for s in val.shape)
 
 
 def _saved_bytes(saved, input_storages) -> tuple[int, int]:

@@ -40,6 +40,7 @@ class AtenRuntime:
         self.n_mut = len(self.mutated)
         self.outputs = list(ag.outputs)
         self.out_spec = ag.out_spec
+        self.sizes = ag.sizes
 
     def __call__(self, *args):
         flat = [*args, *self.state]
@@ -52,7 +53,5 @@ class AtenRuntime:
                 outs.append(spec.value)
                 continue
             value = results[self.n_mut + spec.index] if spec.kind == "graph" else flat[spec.index]
-            for step in spec.steps:
-                value = step.apply(value)
-            outs.append(value)
+            outs.append(spec.rebuild(value, flat, self.sizes))
         return tree_unflatten(outs, self.out_spec)

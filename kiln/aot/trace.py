@@ -9,7 +9,9 @@ from torch.utils._pytree import tree_flatten
 
 from kiln.aot.graph import AtenGraph, InputSpec, OutputSpec, eliminate_common_subexpressions, eliminate_dead_code
 from kiln.aot.tracer import AtenTracer, interpret
+from kiln.aot.symbols import SizeReader, has_symbols, shape_env_of, size_reader
 from kiln.fake import FakeTensor, UnsupportedFakeOp
+from kiln.fake.symbolic_meta import SymbolicShapeUnsupported
 
 aten = torch.ops.aten
 
@@ -60,9 +62,36 @@ def start_trace(gm: fx.GraphModule, example_inputs: Sequence, decompositions: Ma
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     if len(placeholders) != len(example_inputs):
         raise ValueError(f"graph has {len(placeholders)} inputs, got {len(example_inputs)} example inputs")
-    args = [tracer.add_input(x, n.name) for x, n in zip(example_inputs, placeholders)]
+    symbolic = symbolic_inputs(gm, example_inputs, placeholders)
+    if symbolic is not None:
+        tracer.b.use_symbolic_sizes(gm.meta["kiln_shape_env"])
+    args = [tracer.add_input(x, n.name, symbolic=symbolic[i] if symbolic else None)
+            for i, (x, n) in enumerate(zip(example_inputs, placeholders))]
     tracer.offer_state(state_tensors(gm))
     return tracer, args
+
+
+def symbolic_inputs(gm: fx.GraphModule, example_inputs: Sequence, placeholders: list) -> list | None:
+    """Per input, its fake with symbolic sizes (None for a static one), where ``gm`` is a dynamic graph
+    (``gm.meta["kiln_shape_env"]`` with symbols not all specialized); None for a static trace."""
+    if shape_env_of(gm) is None:
+        return None
+    fakes = []
+    storages = set()
+    for x, node in zip(example_inputs, placeholders):
+        fake = node.meta.get("example_value")
+        if isinstance(x, torch.Tensor):
+            key = x.untyped_storage().data_ptr() or id(x.untyped_storage())
+            if key in storages:  # symbolic fakes do not share storage: aliasing inputs trace statically
+                raise SymbolicShapeUnsupported("trace", "graph inputs that share memory")
+            storages.add(key)
+        if not (isinstance(fake, torch.Tensor) and has_symbols(fake)):
+            fakes.append(None)
+            continue
+        if not isinstance(x, torch.Tensor) or x.dim() != fake.dim() or x.dtype != fake.dtype:
+            raise SymbolicShapeUnsupported("trace", f"input {node.name} does not match its symbolic fake")
+        fakes.append(fake)
+    return fakes if any(f is not None for f in fakes) else None
 
 
 def input_storages(tracer: AtenTracer) -> dict:
@@ -78,6 +107,17 @@ def input_storages(tracer: AtenTracer) -> dict:
         if storage.metadata_mutated:
             raise UnsupportedFakeOp("trace", "an in-place metadata change (t_, resize_, ...) of a graph input")
     return storages
+
+
+def frozen_steps(steps: tuple) -> tuple:
+    """View steps the runtime replays on real tensors, with symbolic sizes as ``SizeArg``s."""
+    return tuple(step.frozen() for step in steps)
+
+
+def input_sizes(tracer: AtenTracer) -> SizeReader:
+    """Where the runtime reads each size symbol: (symbol, flat input index, dim)."""
+    placeholders = [n for n in tracer.b.graph.nodes if n.op == "placeholder"][: len(tracer.inputs)]
+    return size_reader(tracer.b.sizes, placeholders)
 
 
 def _finish(tracer: AtenTracer, out) -> AtenGraph:
@@ -103,7 +143,7 @@ def _finish(tracer: AtenTracer, out) -> AtenGraph:
         value = tracer.value(x)
         st = value.storage
         if st.input_index is not None:
-            specs.append(OutputSpec("input", st.input_index, value.steps))
+            specs.append(OutputSpec("input", st.input_index, frozen_steps(value.steps)))
         elif uses[id(st)] == 1:
             node = fn.current(value)
             if node.op == "get_attr":
@@ -115,7 +155,7 @@ def _finish(tracer: AtenTracer, out) -> AtenGraph:
                 root = st.root if st.root.op != "get_attr" else b.call(aten.clone.default, (st.root,))
                 graph_outputs.append(root)
                 root_index[id(st)] = len(graph_outputs) - 1 - len(mutated)
-            specs.append(OutputSpec("graph", root_index[id(st)], value.steps))
+            specs.append(OutputSpec("graph", root_index[id(st)], frozen_steps(value.steps)))
     b.provenance = {}
     b.output(graph_outputs)
     eliminate_dead_code(b.graph)
@@ -123,4 +163,4 @@ def _finish(tracer: AtenTracer, out) -> AtenGraph:
     gm = fx.GraphModule(b.root, b.graph, class_name="AtenGraphModule")
     inputs = [InputSpec(kind, name, i in mutated) for i, (kind, name, _) in enumerate(tracer.inputs)]
     state = [real for kind, _, real in tracer.inputs if kind != "user"]
-    return AtenGraph(gm, inputs, state, mutated, specs, spec)
+    return AtenGraph(gm, inputs, state, mutated, specs, spec, input_sizes(tracer))

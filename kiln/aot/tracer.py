@@ -59,14 +59,19 @@ class AtenTracer(DispatchMode):
         self.inputs: list = []  # (kind, name, real-or-None) per flat graph input
 
     # inputs -----------------------------------------------------------------------------------
-    def add_input(self, real, name: str, kind: str = "user"):
-        """A graph input; returns the fake (or the Python value) the traced code should see."""
+    def add_input(self, real, name: str, kind: str = "user", symbolic=None):
+        """A graph input; returns the fake (or the Python value) the traced code should see.
+        ``symbolic``: the input's fake with symbolic sizes (a dynamic graph), used instead of a fake
+        of ``real``."""
         index = len(self.inputs)
         self.inputs.append((kind, name, real if kind != "user" else None))
         if not isinstance(real, torch.Tensor):
             self.b.placeholder(name, real)
             return real
-        fake = fake_from_real(real, self._storage_bases)
+        if symbolic is not None:
+            fake = FakeTensor(meta_alias(symbolic), real.device, requires_grad=real.requires_grad)
+        else:
+            fake = fake_from_real(real, self._storage_bases)
         if real.requires_grad and not real.is_leaf:
             fake = fake.clone()  # a non-leaf, so in-place ops on it are allowed as in eager
         node = self.b.placeholder(name, _snapshot(fake))

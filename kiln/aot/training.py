@@ -63,6 +63,7 @@ class TrainingRuntime:
         self.grad_inputs = list(joint.grad_inputs)
         self.outputs = list(joint.outputs)
         self.out_spec = joint.out_spec
+        self.sizes = joint.sizes
         self.grad_mode_after = joint.grad_mode_after
 
     def __call__(self, *args):
@@ -74,9 +75,7 @@ class TrainingRuntime:
                 outs.append(spec.value)
                 continue
             value = results[spec.index] if spec.kind == "graph" else flat[spec.index]
-            for step in spec.steps:
-                value = step.apply(value)
-            outs.append(value)
+            outs.append(spec.rebuild(value, flat, self.sizes))
         if torch.is_grad_enabled() != self.grad_mode_after:
             torch._C._set_grad_enabled(self.grad_mode_after)
         return tree_unflatten(outs, self.out_spec)

@@ -12,10 +12,12 @@ from __future__ import annotations
 from kiln.aot import AtenGraph
 from kiln.aot.compile import aot_compile
 from kiln.aot.joint import JointUnsupported
+from kiln.aot.symbols import shape_env_of
 from kiln.backends.registry import register_backend
 from kiln.debug.stats import stats
 from kiln.decomp import count_by_kind, decomposition_table, non_core_ops
 from kiln.fake import UnsupportedFakeOp
+from kiln.fake.symbolic import SpecializationError
 
 
 def explain_aten_graph(ag: AtenGraph) -> str:
@@ -40,9 +42,51 @@ def run_graph_module(gm, example_inputs):
 def compile_aot_eager(gm, example_inputs, options=None, *, fallback: bool = True, training: bool | None = None):
     """Trace ``gm`` to core-op ATen graph(s) and return a callable running them with eager ATen.
 
+    A dynamic graph (``gm.meta["kiln_shape_env"]``) traces with symbolic sizes: the ATen graphs run
+    on inputs of any size the guards allow. Where that fails, the sizes are specialized and the graph
+    traced statically (``compile_dynamic_or_static``).
+
     With ``fallback`` (the default), a graph kiln cannot trace (``UnsupportedFakeOp``) runs as the
     captured FX graph instead, and ``kiln.stats.eager_fallbacks`` records why.
     """
+    return compile_dynamic_or_static(
+        "aot_eager", gm, lambda: _compile_aot_eager(gm, example_inputs, options, fallback=fallback, training=training),
+        lambda: _compile_aot_eager(gm, example_inputs, options, fallback=False, training=training))
+
+
+def compile_dynamic_or_static(name: str, gm, compile_static, compile_dynamic=None):
+    """``compile_dynamic()`` where ``gm`` is a dynamic graph, else ``compile_static()``. Any failure
+    of the dynamic compile specializes every size (``env.specialize_all()``: the guards then check
+    them) and compiles statically; ``kiln.stats.dynamic_fallbacks`` and explain say why."""
+    env = shape_env_of(gm)
+    if env is None:
+        return compile_static()
+    try:
+        fn = (compile_dynamic or compile_static)()
+    except SpecializationError:
+        raise  # a size the user marked dynamic had to be a constant: that is the user's error to see
+    except Exception as exc:  # noqa: BLE001 - any failure: compile statically (never a wrong result)
+        reason = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
+        stats.dynamic_fallbacks[f"{name}: {reason}"] += 1
+        env.specialize_all()
+        fn = compile_static()
+        note = f"{name}: compiled with static sizes (symbolic sizes failed: {reason})\n"
+    else:
+        stats.dynamic_graphs += 1
+        note = f"{name}: compiled with symbolic sizes\n{env.describe()}\n"
+    _prepend_explain(fn, note)
+    return fn
+
+
+def _prepend_explain(fn, note: str) -> None:
+    inner = getattr(fn, "kiln_explain", None)
+    try:
+        fn.kiln_explain = (lambda: note + inner()) if inner is not None else (lambda: note)
+    except AttributeError:  # a callable that takes no attributes
+        pass
+
+
+def _compile_aot_eager(gm, example_inputs, options=None, *, fallback: bool = True, training: bool | None = None):
     table = decomposition_table()
     try:
         try:

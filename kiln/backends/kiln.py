@@ -21,6 +21,7 @@ from kiln.aot.compile import aot_compile
 from kiln.aot.channels_last import use_channels_last
 from kiln.aot.graph import format_graph
 from kiln.aot.joint import JointUnsupported, needs_joint_graph
+from kiln.aot.symbols import shape_env_of
 from kiln.backends.aot_eager import compile_aot_eager, explain_aten_graph, run_graph_module
 from kiln.backends.registry import register_backend
 from kiln.codegen.cpp.build import load_library
@@ -335,9 +336,26 @@ def _wants_channels_last(options, example_inputs) -> bool:
     return any(isinstance(t, torch.Tensor) and t.is_cuda for t in example_inputs)
 
 
+# code generation (kiln/lower, kiln/schedule, kiln/codegen) does not take symbolic sizes yet: a dynamic
+# graph is compiled for the sizes seen. Set to True (and drop specialize_for_codegen) once it does.
+CODEGEN_SUPPORTS_SYMBOLIC_SIZES = False
+
+
+def specialize_for_codegen(gm) -> None:
+    """Until lowering supports size symbols, a dynamic graph's sizes become constants before tracing
+    (``env.specialize_all()``: the guards then check every size); ``stats.dynamic_fallbacks`` says so."""
+    if CODEGEN_SUPPORTS_SYMBOLIC_SIZES:
+        return
+    env = shape_env_of(gm)
+    if env is not None:
+        stats.dynamic_fallbacks["kiln: code generation does not take symbolic sizes yet"] += 1
+        env.specialize_all()
+
+
 @register_backend(name="kiln")
 def kiln_backend(gm, example_inputs, options=None):
     options = options or default_options()
+    specialize_for_codegen(gm)
     target, reason = codegen_target(example_inputs, options, gm)
     if reason is not None:
         fn = compile_aot_eager(gm, example_inputs, options)

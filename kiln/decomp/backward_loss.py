@@ -9,25 +9,28 @@ from __future__ import annotations
 import torch
 
 from kiln.decomp.registry import decomposition
-from kiln.decomp.utils import compute_in_float32, scalar_like, to_dtype, upcast
+from kiln.decomp.utils import compute_in_float32, mul_by_inverse, scalar_like, to_dtype, upcast
 
 aten = torch.ops.aten
 NONE, MEAN, SUM = 0, 1, 2
 
 
-def _norm(x, reduction) -> float:
-    return 1.0 / x.numel() if reduction == MEAN and x.numel() else 1.0
+def _scale(t, x, reduction, scale: float = 1.0):
+    """``t * scale``, divided by the number of elements for a mean."""
+    if reduction == MEAN and x.numel():
+        return mul_by_inverse(t, x.numel(), scale)
+    return aten.mul.Scalar(t, scale)
 
 
 def _per_element(grad, x, reduction):
     """The incoming gradient of a pointwise loss broadcast to ``x``'s elements (mean divides)."""
-    return aten.mul.Scalar(grad, _norm(x, reduction))
+    return _scale(grad, x, reduction)
 
 
 @decomposition(aten.mse_loss_backward.default)
 @compute_in_float32
 def mse_loss_backward(grad, x, target, reduction):
-    return aten.mul.Tensor(aten.mul.Scalar(aten.sub.Tensor(x, target), 2.0 * _norm(x, reduction)), grad)
+    return aten.mul.Tensor(_scale(aten.sub.Tensor(x, target), x, reduction, 2.0), grad)
 
 
 @decomposition(aten.huber_loss_backward.default)

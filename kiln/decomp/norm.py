@@ -63,7 +63,10 @@ def _batch_norm(x, weight, bias, running_mean, running_var, training, momentum, 
             # the running statistics are not part of autograd, as in the eager kernel
             batch_mean = aten.detach.default(save_mean)
             var = aten.var.correction(aten.detach.default(xf), reduce_dims, correction=0)
-            unbiased = aten.mul.Scalar(var, n / max(n - 1, 1))
+            if isinstance(n, torch.SymInt):  # n / (n - 1) as a float would make the size a constant
+                unbiased = aten.div.Scalar(aten.mul.Scalar(var, n), max(n - 1, 1))
+            else:
+                unbiased = aten.mul.Scalar(var, n / max(n - 1, 1))
             new_rm = aten.add.Tensor(aten.mul.Scalar(running_mean, 1 - momentum),
                                      to_dtype(aten.mul.Scalar(batch_mean, momentum), running_mean.dtype))
             new_rv = aten.add.Tensor(aten.mul.Scalar(running_var, 1 - momentum),

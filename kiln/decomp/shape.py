@@ -110,7 +110,11 @@ def flip(x, dims):
     out = x
     for dim in dims:
         n = x.shape[dim]
-        index = aten.arange.start_step(n - 1, -1, -1, dtype=torch.int64, device=x.device)
+        if isinstance(n, torch.SymInt):  # n - 1 - arange(n): the length of a descending range would guard
+            up = aten.arange.default(n, dtype=torch.int64, device=x.device)
+            index = aten.add.Scalar(aten.neg.default(up), n - 1)
+        else:
+            index = aten.arange.start_step(n - 1, -1, -1, dtype=torch.int64, device=x.device)
         out = aten.index_select.default(out, dim, index)
     return out if out is not x else aten.clone.default(x)
 

@@ -58,6 +58,15 @@ def numel_of(x: torch.Tensor, dims) -> int:
     return n
 
 
+def mul_by_inverse(t: torch.Tensor, n, scale: float = 1.0) -> torch.Tensor:
+    """``t * (scale / n)``; where ``n`` is a symbolic size, ``t * scale / n`` (a float of a size symbol
+    would make the size a constant)."""
+    if isinstance(n, torch.SymInt):
+        scaled = aten.mul.Scalar(t, scale) if scale != 1.0 else t
+        return aten.div.Scalar(scaled, n)
+    return aten.mul.Scalar(t, scale / n)
+
+
 def scalar_like(value, x: torch.Tensor, dtype=None) -> torch.Tensor:
     return aten.scalar_tensor.default(value, dtype=dtype or x.dtype, device=x.device)
 

@@ -26,11 +26,15 @@ class SymbolicShapeUnsupported(Exception):
 
 
 def has_symbolic_tensor(args) -> bool:
+    """A tensor with symbolic sizes, or a symbolic size argument (``expand(static, [s0, 4])``), in ``args``."""
     for a in args:
         if isinstance(a, torch.Tensor):
-            if any(is_symbolic(s) for s in a.shape):
+            if any(is_symbolic(s) for s in a.shape) or any(is_symbolic(s) for s in a.stride()) \
+                    or is_symbolic(a.storage_offset()):
                 return True
         elif isinstance(a, (list, tuple)) and has_symbolic_tensor(a):
+            return True
+        elif is_symbolic(a):
             return True
     return False
 
@@ -85,6 +89,8 @@ def view(func, x, shape):
         raise RuntimeError(f"shape '{list(shape)}' is invalid for input of size {total}")
     if _is_row_major(x):
         return _view(x, shape, _contiguous_strides(shape))
+    if any(isinstance(n, int) and n == 0 for n in list(x.shape) + shape):
+        raise SymbolicShapeUnsupported(func, "a view of an empty tensor that is not row-major")
     strides = _view_strides(list(x.shape), list(x.stride()), shape)
     if strides is None:
         raise RuntimeError("view size is not compatible with input tensor's size and stride (at least one dimension "
@@ -93,27 +99,25 @@ def view(func, x, shape):
 
 
 def _view_strides(old_sizes, old_strides, new_sizes):
-    """The strides of a view of (old_sizes, old_strides) as new_sizes, or None where no view exists: the
-    new dims are laid over runs of old dims that are contiguous among themselves. Comparisons of
-    symbolic sizes here are guards."""
+    """The strides of a view of a strided tensor, or None where the sizes cannot view its memory
+    (ATen's ``computeStride``; comparisons of symbolic sizes guard)."""
     new_strides = [0] * len(new_sizes)
     if not old_sizes:
-        return [1] * len(new_sizes)
+        return [1] * len(new_sizes) if all(not (isinstance(n, int) and n != 1) for n in new_sizes) else None
     view_d = len(new_sizes) - 1
-    base = old_strides[-1]
+    chunk_base = old_strides[-1]
     tensor_numel, view_numel = 1, 1
-    for d in range(len(old_sizes) - 1, -1, -1):
-        tensor_numel = tensor_numel * old_sizes[d]
-        if d == 0 or (old_sizes[d - 1] != 1 and old_strides[d - 1] != tensor_numel * base):
+    for tensor_d in range(len(old_sizes) - 1, -1, -1):
+        tensor_numel = tensor_numel * old_sizes[tensor_d]
+        if tensor_d == 0 or (old_sizes[tensor_d - 1] != 1 and old_strides[tensor_d - 1] != tensor_numel * chunk_base):
             while view_d >= 0 and (view_numel < tensor_numel or new_sizes[view_d] == 1):
-                new_strides[view_d] = view_numel * base
+                new_strides[view_d] = view_numel * chunk_base
                 view_numel = view_numel * new_sizes[view_d]
                 view_d -= 1
             if view_numel != tensor_numel:
                 return None
-            if d > 0:
-                base = old_strides[d - 1]
-                tensor_numel, view_numel = 1, 1
+            if tensor_d > 0:
+                chunk_base, tensor_numel, view_numel = old_strides[tensor_d - 1], 1, 1
     return new_strides if view_d == -1 else None
 
 
@@ -383,3 +387,116 @@ def symbolic_meta(func, args, kwargs):
             return pointwise(func, *args, **kwargs)
         return None
     return rule(func, *args, **kwargs)
+
+
+# ---- ops whose C++ composite kernels take only concrete sizes (``at::empty(IntArrayRef)``) ----------
+
+def _new_row_major(sizes, dtype):
+    return torch.empty_strided(sizes, _contiguous_strides(list(sizes)), dtype=dtype, device="meta")
+
+
+def _dense_strides(x):
+    """x's strides where it is non-overlapping and dense as a permutation of row-major (structurally),
+    else None."""
+    order = sorted(range(x.dim()), key=lambda d: str(x.stride(d)))
+    try:
+        order = sorted(range(x.dim()), key=lambda d: int(x.stride(d)) if not is_symbolic(x.stride(d)) else 10**18)
+    except Exception:
+        return None
+    running = 1
+    for d in order:
+        if str(x.stride(d)) != str(running) and not (isinstance(x.shape[d], int) and x.shape[d] == 1):
+            return None
+        running = running * x.shape[d]
+    return list(x.stride())
+
+
+def to_copy(func, x, dtype=None, layout=None, device=None, pin_memory=None, non_blocking=False, memory_format=None):
+    dtype = dtype or x.dtype
+    if memory_format in (None, torch.preserve_format):
+        strides = _contiguous_strides(list(x.shape)) if _is_row_major(x) else _dense_strides(x)
+        if strides is None:
+            raise SymbolicShapeUnsupported(func, "a copy of a tensor that is not dense")
+        return torch.empty_strided(x.shape, strides, dtype=dtype, device="meta")
+    if memory_format is torch.contiguous_format:
+        return _new_row_major(x.shape, dtype)
+    raise SymbolicShapeUnsupported(func, f"a copy to {memory_format}")
+
+
+def constant_pad_nd(func, x, pad, value=0):
+    sizes = list(x.shape)
+    if len(pad) % 2 or len(pad) // 2 > len(sizes):
+        raise RuntimeError("Length of pad must be even but instead it equals " + str(len(pad)))
+    for i in range(len(pad) // 2):
+        d = len(sizes) - 1 - i
+        sizes[d] = sizes[d] + pad[2 * i] + pad[2 * i + 1]
+        if sizes[d] < 0:  # a guard where symbolic
+            raise RuntimeError(f"The input size {x.shape[d]}, plus negative padding results in a negative size")
+    return _new_row_major(sizes, x.dtype)
+
+
+def _same_shape(dtype_arg=None):
+    """A rule for ops whose result has the shape of their first argument (row-major inputs only)."""
+    def rule(func, x, *args, **kwargs):
+        if not _is_row_major(x):
+            raise SymbolicShapeUnsupported(func, "an input that is not row-major")
+        dtype = kwargs.get("dtype") if dtype_arg == "dtype" else None
+        if dtype_arg is not None and dtype_arg != "dtype":
+            dtype = args[dtype_arg - 1] if len(args) >= dtype_arg else None
+        return _new_row_major(x.shape, dtype or x.dtype)
+    return rule
+
+
+def nll_loss_forward(func, x, target, weight, reduction, ignore_index):
+    out_sizes = [x.shape[0]] if reduction == 0 and x.dim() == 2 else []
+    if x.dim() > 2:
+        raise SymbolicShapeUnsupported(func, "nll_loss of a tensor with more than 2 dims")
+    return _new_row_major(out_sizes, x.dtype), _new_row_major([], x.dtype)
+
+
+RULES.update({
+    aten._to_copy.default: to_copy,
+    aten.constant_pad_nd.default: constant_pad_nd,
+    aten.cumsum.default: _same_shape("dtype"),
+    aten.cumprod.default: _same_shape("dtype"),
+    aten.tril.default: _same_shape(),
+    aten.triu.default: _same_shape(),
+    aten.masked_fill.Scalar: _same_shape(),
+    aten.masked_fill.Tensor: _same_shape(),
+    aten._log_softmax.default: _same_shape(),
+    aten._log_softmax_backward_data.default: _same_shape(3),
+    aten._softmax_backward_data.default: _same_shape(3),
+    aten.nll_loss_forward.default: nll_loss_forward,
+    aten.nll_loss_backward.default: lambda func, grad, x, *rest: _new_row_major(x.shape, x.dtype),
+})
+
+
+def pointwise_fallback(func, args, kwargs):
+    """The fake result of a pointwise op whose kernel takes only concrete sizes (``logical_and``):
+    the broadcast shape, row-major, with the dtype the kernel gives for one-element operands. None
+    where ``func`` is not pointwise; raises for operands that are not row-major."""
+    if torch.Tag.pointwise not in getattr(func, "tags", ()):
+        return None
+    tensors = [a for a in list(args) + list(kwargs.values()) if isinstance(a, torch.Tensor)]
+    if any(t.dim() and not _is_row_major(t) for t in tensors):
+        raise SymbolicShapeUnsupported(func, "a pointwise op on operands that are not row-major")
+    ndim = max((t.dim() for t in tensors), default=0)
+    shape = []
+    for i in range(ndim):
+        sizes = [t.shape[t.dim() - ndim + i] for t in tensors if t.dim() - ndim + i >= 0]
+        known = [n for n in sizes if not (isinstance(n, int) and n == 1)]
+        for n in known[1:]:
+            if n != known[0]:  # a guard where symbolic, as eager checks
+                raise RuntimeError(f"The size of tensor a ({known[0]}) must match the size of tensor b ({n}) "
+                                   f"at non-singleton dimension {i}")
+        shape.append(known[0] if known else 1)
+
+    def small(a):
+        if isinstance(a, torch.Tensor):
+            return torch.empty([1] * a.dim(), dtype=a.dtype, device="meta")
+        return a
+
+    out = func(*[small(a) for a in args], **{k: small(v) for k, v in kwargs.items()})
+    if not isinstance(out, torch.Tensor):
+        raise SymbolicShapeUnsupported(func, "a pointwise op with several results")
+    return _new_row_major(shape, out.dtype)

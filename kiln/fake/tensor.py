@@ -17,7 +17,7 @@ import torch
 
 from kiln.errors import KilnError
 from kiln.fake.fast_meta import fast_meta
-from kiln.fake.symbolic_meta import SymbolicShapeUnsupported, has_symbolic_tensor, symbolic_meta
+from kiln.fake.symbolic_meta import SymbolicShapeUnsupported, has_symbolic_tensor, pointwise_fallback, symbolic_meta
 from kiln.fake.tree import leaves, map_leaves
 
 aten = torch.ops.aten
@@ -193,6 +193,8 @@ def _convolution_layout(out, args, kwargs):
         x, w, bias, stride, padding, dilation, transposed, output_padding, groups = (list(args) + [None] * 9)[:9]
         if kwargs or x.dim() < 4:
             return out
+        if has_symbolic_tensor((x,)) and _plain_contiguous(x) and _plain_contiguous(w):
+            return out  # every backend keeps contiguous operands contiguous (and its choice guards on sizes)
         backend = torch._C._select_conv_backend(x, w, bias, stride, padding, dilation, transposed, output_padding, groups)
         fmt = torch._C._conv_determine_backend_memory_format(x, w, backend)
     except (RuntimeError, TypeError, AttributeError):  # another torch: keep the meta kernel's layout
@@ -201,6 +203,10 @@ def _convolution_layout(out, args, kwargs):
         return out
     with _kernel_context():
         return out.contiguous(memory_format=fmt)
+
+
+def _plain_contiguous(t) -> bool:
+    return isinstance(t, torch.Tensor) and t.is_contiguous() and not t.is_contiguous(memory_format=torch.channels_last)
 
 
 # outputs whose strides the meta kernel does not give as the real kernel does: fixed after it
@@ -224,7 +230,7 @@ def run_on_fakes(func, args, kwargs):
     if "device" in kernel_kwargs:
         kernel_kwargs["device"] = torch.device("meta")
     try:
-        if has_symbolic_tensor(kernel_args):
+        if has_symbolic_tensor(kernel_args) or has_symbolic_tensor(tuple(kernel_kwargs.values())):
             out = _run_symbolic(func, kernel_args, kernel_kwargs)
         else:
             with _kernel_context():
@@ -270,7 +276,10 @@ def _run_symbolic(func, args, kwargs):
         except RuntimeError as exc:
             text = str(exc)
             if "concrete integers" in text or "dispatch_on_subclass" in text or "symbolic sizes" in text:
-                raise _refused(func, args, text.splitlines()[0][:200]) from None
+                out = pointwise_fallback(func, args, kwargs)
+                if out is None:
+                    raise _refused(func, args, text.splitlines()[0][:200]) from None
+                return out
             raise
     return out
 
