@@ -318,7 +318,7 @@ def pointwise(func, *args, **kwargs):
     from kiln.fake.tree import leaves, map_leaves
 
     if "out" in kwargs or func._schema.name.endswith("_") or len(func._schema.returns) != 1:
-        raise SymbolicShapeUnsupported(func, "an in-place or out= elementwise op")
+        return None  # in-place and out= ops: their own meta kernel (it returns the tensor written)
     at_hints = func(*map_leaves(_at_hints, list(args)), **map_leaves(_at_hints, kwargs))
     tensors = [x for x in leaves((args, kwargs)) if isinstance(x, torch.Tensor)]
     shape = _broadcast_shape([t.shape for t in tensors])
@@ -333,7 +333,40 @@ def pointwise(func, *args, **kwargs):
     return torch.empty_strided(shape, strides, dtype=at_hints.dtype, device="meta")
 
 
+def stack(func, tensors, dim=0):
+    dim = _dim(dim, tensors[0].dim() + 1)
+    return torch.cat([unsqueeze(None, t, dim) for t in tensors], dim)
+
+
+def diagonal(func, x, offset=0, dim1=0, dim2=1):
+    d1, d2 = _dim(dim1, x.dim()), _dim(dim2, x.dim())
+    if d1 == d2:
+        raise RuntimeError("diagonal dimensions cannot be identical")
+    n1, n2 = x.shape[d1], x.shape[d2]
+    start = x.storage_offset()
+    if offset >= 0:
+        length = torch.sym_max(torch.sym_min(n1, n2 - offset), 0)
+        start = start + offset * x.stride(d2)
+    else:
+        length = torch.sym_max(torch.sym_min(n1 + offset, n2), 0)
+        start = start - offset * x.stride(d1)
+    sizes = [n for i, n in enumerate(x.shape) if i not in (d1, d2)] + [length]
+    strides = [st for i, st in enumerate(x.stride()) if i not in (d1, d2)] + [x.stride(d1) + x.stride(d2)]
+    return x.as_strided(sizes, strides, start)
+
+
+def unfold(func, x, dim, size, step):
+    dim = _dim(dim, x.dim())
+    sizes, strides = list(x.shape), list(x.stride())
+    sizes[dim] = (sizes[dim] - size) // step + 1
+    strides[dim] = strides[dim] * step
+    return _view(x, sizes + [size], strides + [x.stride(dim) if x.dim() else 1])
+
+
 RULES = {
+    aten.stack.default: stack,
+    aten.diagonal.default: diagonal,
+    aten.unfold.default: unfold,
     aten._to_copy.default: to_copy,
     aten.view.default: view,
     aten._unsafe_view.default: view,

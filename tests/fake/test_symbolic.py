@@ -101,8 +101,23 @@ def test_pointwise_op_keeps_the_input_layout():
     assert out.dtype == torch.float32 and (x.t() > 0).dtype == torch.bool
 
 
-def test_unsupported_op_is_reported():
+def test_unsupported_op_is_reported(monkeypatch):
+    from kiln.fake import symbolic_meta
+
+    def refuse(func, *args, **kwargs):
+        raise SymbolicShapeUnsupported(func, "no rule (test)")
+    monkeypatch.setitem(symbolic_meta.RULES, torch.ops.aten.flip.default, refuse)
     env, x = _env_x()
     with pytest.raises(SymbolicShapeUnsupported):
-        torch.nn.functional.pad(x, (1, 1))
-    assert env.failed and "constant_pad_nd" in env.failed
+        x.flip(0)
+    assert env.failed and "flip" in env.failed
+
+
+@pytest.mark.parametrize("op,shape", [
+    (lambda x: torch.stack([x, x], 1), "[s0, 2, 16]"),
+    (lambda x: x.unfold(0, 2, 1), "[s0 - 1, 16, 2]"),
+    (lambda x: x.diagonal(1), "[Min(15, s0)]"),
+])
+def test_more_view_rules(op, shape):
+    env, x = _env_x()
+    assert str(list(op(x).shape)) == shape
