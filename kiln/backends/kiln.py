@@ -254,8 +254,9 @@ class GraphCompiler:
     reason is kept for ``explain``.
     """
 
-    def __init__(self, options: Options, target: str):
+    def __init__(self, options: Options, target: str, shape_env=None):
         self.options, self.target = options, target
+        self.shape_env = shape_env  # the captured graph's ShapeEnv: its ATen graphs use the same symbols
         self.compiled: list[tuple[str, CompiledGraph | None, str]] = []  # (role, graph, why not)
 
     def role(self, role: str):
@@ -267,6 +268,8 @@ class GraphCompiler:
         devices |= {v.device.type for n in gm.graph.nodes if isinstance(v := n.meta.get("val"), torch.Tensor)}
         if devices == {"cuda"} and target != "triton" and triton_available() is None:
             target = "triton"  # everything is on the GPU, though the captured graph had no tensor inputs
+        if self.shape_env is not None:
+            gm.meta.setdefault("kiln_shape_env", self.shape_env)
         try:
             cg = compile_graph(gm, self.options, target)
         except Unlowerable as exc:
@@ -338,7 +341,7 @@ def _wants_channels_last(options, example_inputs) -> bool:
 
 # code generation (kiln/lower, kiln/schedule, kiln/codegen) does not take symbolic sizes yet: a dynamic
 # graph is compiled for the sizes seen. Set to True (and drop specialize_for_codegen) once it does.
-CODEGEN_SUPPORTS_SYMBOLIC_SIZES = False
+CODEGEN_SUPPORTS_SYMBOLIC_SIZES = True
 
 
 def specialize_for_codegen(gm) -> None:
@@ -370,7 +373,7 @@ def kiln_backend(gm, example_inputs, options=None):
         if use_channels_last(gm):
             layout_note = ("2-D convolutions run channels-last (inputs and weights converted; "
                            "Options.conv_channels_last / KILN_CONV_CHANNELS_LAST=0 turns it off)\n")
-    compiler = GraphCompiler(options, target)
+    compiler = GraphCompiler(options, target, shape_env_of(gm))
     table = decomposition_table()
     try:
         try:

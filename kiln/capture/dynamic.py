@@ -18,7 +18,7 @@ import dataclasses
 
 import torch
 
-DYNAMIC_BACKENDS = {"eager"}
+DYNAMIC_BACKENDS = {"eager", "aot_eager", "kiln"}
 _MARK_DYNAMIC = "_kiln_dynamic_dims"
 _MARK_STATIC = "_kiln_static_dims"
 

@@ -6,7 +6,7 @@ from typing import Callable, Sequence
 import sympy
 import torch
 
-from kiln.loopir.sizes import shape_of, strides_of
+from kiln.loopir.sizes import is_symbolic, shape_of, size, strides_of
 from kiln.loopir.nodes import Lazy, Stored, TensorValue
 from kiln.lower.graph import fake_val
 from kiln.lower.registry import Unlowerable
@@ -67,6 +67,14 @@ def value_loader(x, cdtype: torch.dtype, out_size) -> Callable:
     if isinstance(x, torch.Tensor):
         raise TypeError("real tensors do not reach lowerings")
 
+    if isinstance(x, torch.SymInt):
+        x = size(x)
+    if is_symbolic(x):  # a number computed from the size symbols: read as an index expression
+        def symbolic(ops, index):
+            return ops.index_expr(x, cdtype)
+
+        return symbolic
+
     def const(ops, index):
         return ops.constant(x, cdtype)
 
@@ -111,8 +119,14 @@ def constant_value(node, value) -> Lazy:
     if dtype.is_complex or isinstance(value, complex):
         raise Unlowerable("complex dtype")
 
-    def body(ops, index):
-        return ops.constant(value, dtype)
+    if isinstance(value, torch.SymInt):
+        value = size(value)
+    if is_symbolic(value):  # full(size, n) with n computed from the size symbols
+        def body(ops, index):
+            return ops.index_expr(value, dtype)
+    else:
+        def body(ops, index):
+            return ops.constant(value, dtype)
 
     return Lazy(shape_of(val), dtype, val.device, body, 1, (node,))
 
