@@ -131,7 +131,7 @@ class ShapeEnv:
         # each symbol is lower + (a nonnegative integer): the sign of lhs - rhs decides many facts
         shift = {s: self.lower[s] + sympy.Symbol(f"_n{i}", integer=True, nonnegative=True)
                  for i, s in enumerate(fact.free_symbols) if s in self.lower}
-        diff = sympy.expand((fact.lhs - fact.rhs).xreplace(shift))
+        diff = sympy.expand(_without_divisions((fact.lhs - fact.rhs).xreplace(shift)))
         positive, negative, zero = diff.is_positive, diff.is_negative, diff.is_zero
         nonneg, nonpos = diff.is_nonnegative, diff.is_nonpositive
         kind = type(fact)
@@ -282,6 +282,23 @@ class ShapeEnv:
         rows = [f"{s} = {self.origins.get(s) or '?'} (was {h}, >= {self.lower[s]})" for s, h in self.hints.items()]
         rows += [f"guard: {g.fact}" + (f"  # {g.where}" if g.where else "") for g in self.guards]
         return "\n".join(rows)
+
+
+def _without_divisions(expr):
+    """``expr`` with each ``FloorDiv(a, c)`` (c a positive int) written ``(a - r) / c`` and each
+    ``ModularIndexing`` written ``r``, for a fresh nonnegative r: a sign proven for every r >= 0 holds
+    for the true remainder too (one-sided, so only ever sound)."""
+    count = iter(range(10 ** 6))
+
+    def remainder():
+        return sympy.Symbol(f"_r{next(count)}", integer=True, nonnegative=True)
+
+    if not expr.has(FloorDiv, ModularIndexing):
+        return expr
+    expr = expr.replace(lambda e: isinstance(e, ModularIndexing), lambda e: remainder())
+    return expr.replace(
+        lambda e: isinstance(e, FloorDiv) and e.args[1].is_Integer and int(e.args[1]) > 0,
+        lambda e: (e.args[0] - remainder()) / e.args[1])
 
 
 def _py(expr) -> str:

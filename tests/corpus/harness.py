@@ -67,7 +67,10 @@ def kiln_ready() -> bool:
 
 
 class CountingBackend:
-    """A backend that records every FX graph it is handed and runs it as it is."""
+    """A backend that records every FX graph it is handed and runs it as it is (so, like kiln's "eager"
+    backend, it runs graphs with symbolic sizes for every size: ``kiln_dynamic``)."""
+
+    kiln_dynamic = True
 
     def __init__(self) -> None:
         self.graphs: list[torch.fx.GraphModule] = []

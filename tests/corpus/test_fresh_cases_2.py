@@ -1373,7 +1373,6 @@ def test_print_in_middle_breaks():
 
 # ---- dynamic shapes ------------------------------------------------------------------------------------
 
-@pytest.mark.xfail(not USE_DYNAMO, strict=True, reason="kiln: no automatic dynamic shapes: one graph per size (4, dynamo 2)")
 def test_dynamic_sizes_python_arith_on_shape():
     def fn(x):
         n = x.shape[0]
@@ -1383,7 +1382,6 @@ def test_dynamic_sizes_python_arith_on_shape():
     check_recompiles(fn, [(_t(4),), (_t(6),), (_t(8),), (_t(10),)], graphs=2)
 
 
-@pytest.mark.xfail(not USE_DYNAMO, strict=True, reason="kiln: no automatic dynamic shapes: one graph per size (3, dynamo 2)")
 def test_dynamic_sizes_arange_and_reshape():
     def fn(x):
         r = torch.arange(x.size(0), dtype=x.dtype)
@@ -1392,7 +1390,6 @@ def test_dynamic_sizes_arange_and_reshape():
     check_recompiles(fn, [(_t(3),), (_t(5),), (_t(7),)], graphs=2)
 
 
-@pytest.mark.xfail(not USE_DYNAMO, strict=True, reason="kiln: no automatic dynamic shapes: one graph per size (3, dynamo 2)")
 def test_dynamic_two_dims_view():
     def fn(x):
         b, t = x.shape
