@@ -25,6 +25,7 @@ from kiln.capture.interpreter import RootTracer
 from kiln.capture.skipfiles import should_offer
 from kiln.debug.stats import stats
 from kiln.fake.symbolic import SpecializationError
+from kiln.fake.symbolic_meta import SymbolicShapeUnsupported
 from kiln.errors import BackendError, GraphBreakError, InternalError, Unsupported
 from kiln.options import Options
 
@@ -167,6 +168,10 @@ class FrameCompiler:
             return None
         except (GraphBreakError, BackendError, _RetraceStatic, SpecializationError):
             raise
+        except SymbolicShapeUnsupported as exc:  # (where no ShapeEnv noted it): static sizes from now on
+            self.frame_shapes.setdefault(code, FrameShapes()).static_reason = str(exc)
+            stats.dynamic_fallbacks[str(exc)] += 1
+            raise _RetraceStatic(str(exc)) from None
         except Exception as exc:  # a bug in kiln: never let it change the program's result
             if self.fullgraph:
                 raise InternalError(

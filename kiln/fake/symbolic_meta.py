@@ -363,7 +363,23 @@ def unfold(func, x, dim, size, step):
     return _view(x, sizes + [size], strides + [x.stride(dim) if x.dim() else 1])
 
 
+def arange(func, *args, dtype=None, layout=None, device=None, pin_memory=None):
+    start, end, step = (0, args[0], 1) if len(args) == 1 else (tuple(args) + (1,))[:3]
+    numbers = (start, end, step)
+    if any(isinstance(v, (float, torch.SymFloat)) for v in numbers):
+        raise SymbolicShapeUnsupported(func, "arange with float bounds")
+    if isinstance(step, int) and step > 0:
+        length = (end - start + step - 1) // step
+    else:
+        raise SymbolicShapeUnsupported(func, f"arange with step {step}")
+    length = torch.sym_max(length, 0)
+    return torch.empty([length], dtype=dtype or torch.int64, device="meta")
+
+
 RULES = {
+    aten.arange.default: arange,
+    aten.arange.start: arange,
+    aten.arange.start_step: arange,
     aten.stack.default: stack,
     aten.diagonal.default: diagonal,
     aten.unfold.default: unfold,

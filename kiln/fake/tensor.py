@@ -288,9 +288,8 @@ def _refused(func, args, why: str) -> SymbolicShapeUnsupported:
     """The error for an op that cannot run on symbolic sizes; the ShapeEnv remembers it (``failed``), so
     capture traces the frame again with static sizes even where the error itself was caught."""
     for x in leaves(args):
-        if isinstance(x, torch.Tensor):
-            for n in x.shape:
-                if isinstance(n, torch.SymInt) and hasattr(n.node, "env"):
-                    n.node.env.failed = n.node.env.failed or f"{func} cannot run on symbolic sizes ({why})"
-                    break
+        for n in (x.shape if isinstance(x, torch.Tensor) else [x]):
+            if isinstance(n, torch.SymInt) and hasattr(n.node, "env"):
+                n.node.env.failed = n.node.env.failed or f"{func} cannot run on symbolic sizes ({why})"
+                return SymbolicShapeUnsupported(func, why)
     return SymbolicShapeUnsupported(func, why)
