@@ -37,10 +37,10 @@ def _print(e, div: str) -> str:
         if coeff == -1:
             return f"-{body}"
         return f"{int(coeff)}*{body}"
-    if isinstance(e, FloorDiv):
-        return f"({_print(e.args[0], div)} {div} {_print(e.args[1], div)})"
+    if isinstance(e, FloorDiv):  # (a divisor or modulus that is a product is parenthesized: 16*s1)
+        return f"({_print(e.args[0], div)} {div} {_atom(e.args[1], div)})"
     if isinstance(e, ModularIndexing):
-        a, b, c = (_print(x, div) for x in e.args)
+        a, b, c = _print(e.args[0], div), _atom(e.args[1], div), _atom(e.args[2], div)
         inner = a if e.args[1] == 1 else f"({a} {div} {b})"
         return f"({inner} % {c})"
     if isinstance(e, sympy.Pow) and e.args[1].is_Integer and int(e.args[1]) > 0:

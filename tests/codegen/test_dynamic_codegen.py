@@ -241,3 +241,19 @@ def test_sizes_helpers_guard_through_the_env():
         assert sizes.size(torch.SymInt(__import__("kiln.fake.symbolic", fromlist=["x"]).SymNode(s0 * 2, env, int, 16))) == 2 * s0
     with sizes.size_context(env, concrete=True):
         assert sizes.size(2 * s0) == 16
+
+
+def test_index_printer_parenthesizes_symbolic_divisors():
+    """``x // (16*s1)``: a product divisor printed bare (``x / 16*s1``) divides by 16 and multiplies by s1
+    (a GPT-2 attention view with symbolic sizes read out of bounds that way)."""
+    import sympy
+
+    from kiln.codegen.common import _print, print_index_py
+    from kiln.loopir.index import FloorDiv, ModularIndexing
+
+    x, s = sympy.symbols("x s1", integer=True, nonnegative=True)
+    assert _print(FloorDiv(x, 16 * s), "/") == "(x / (16*s1))"
+    assert _print(ModularIndexing(x, 16 * s, 4 * s), "/") == "((x / (16*s1)) % (4*s1))"
+    expr = FloorDiv(x, 16 * s) + ModularIndexing(x, 1, 4 * s)
+    for xv, sv in [(100, 3), (1000, 7), (5, 2)]:
+        assert eval(print_index_py(expr), {"x": xv, "s1": sv}) == xv // (16 * sv) + xv % (4 * sv)
