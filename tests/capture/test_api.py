@@ -144,7 +144,7 @@ def test_grad_mode_is_guarded():
 
 def test_recompile_limit_runs_eagerly_and_warns_once_naming_the_guard():
     counter = Counter()
-    cf = kiln.compile(f, backend=counter, options={"recompile_limit": 3})
+    cf = kiln.compile(f, backend=counter, dynamic=False, options={"recompile_limit": 3})
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         for n in range(1, 8):
