@@ -15,6 +15,7 @@ specialized) are decided without a guard: ``Eq(s0, 1)`` is False for every allow
 from __future__ import annotations
 
 import dataclasses
+import fractions
 import operator
 from typing import Callable
 
@@ -268,12 +269,12 @@ class ShapeEnv:
         if needed:
             raise ValueError(f"symbols {needed} of {expr} are bound to no input")
         lines.append(f"    return {_py(expr)}")
-        ns: dict = {}
+        ns: dict = {"Fraction": fractions.Fraction}
         exec(compile("\n".join(lines) + "\n", "<kiln size expression>", "exec"), ns)
         return ns["size_expr"], used
 
     def check_function(self) -> Callable[..., str | None]:
-        ns: dict = {}
+        ns: dict = {"Fraction": fractions.Fraction}
         exec(compile(self.check_source(), "<kiln shape guards>", "exec"), ns)
         return ns["check_shapes"]
 
@@ -308,6 +309,8 @@ def _py(expr) -> str:
         return str(bool(e))
     if e.is_Integer:
         return str(int(e))
+    if e.is_Rational:  # 3*s0/8 in a fact: exact arithmetic with fractions.Fraction
+        return f"Fraction({int(e.p)}, {int(e.q)})"
     if e.is_Symbol:
         return e.name
     if isinstance(e, sympy.Add):
