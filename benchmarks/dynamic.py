@@ -32,6 +32,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODELS = ("bert", "gpt2", "resnet", "bert_train")
 BACKENDS = ("eager", "torch", "torch_dynamic", "kiln", "kiln_dynamic")
+# also: "kiln_static" (dynamic=False, a compile per size: the steady speed dynamic graphs are held to)
 
 
 def _configs(scale: str):
@@ -160,6 +161,8 @@ def _compile(backend: str, model, mode):
         return torch.compile(model, mode=mode, dynamic=True if backend == "torch_dynamic" else None)
     import kiln
 
+    if backend == "kiln_static":
+        return kiln.compile(model, mode=mode, dynamic=False, options={"recompile_limit": 1000})
     return kiln.compile(model, mode=mode, dynamic=True if backend == "kiln_dynamic" else None)
 
 
