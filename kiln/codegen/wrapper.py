@@ -73,7 +73,8 @@ class WrapperGen:
         """A size (int or sympy expression over size symbols) as Python source."""
         if isinstance(e, sympy.Basic) and not e.is_number:
             self.symbols |= e.free_symbols
-            return print_index_py(e)
+            text = print_index_py(e)
+            return text if e.is_Symbol else f"({text})"
         return str(int(e))
 
     def sizes(self, seq) -> str:

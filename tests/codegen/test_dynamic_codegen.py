@@ -257,3 +257,21 @@ def test_index_printer_parenthesizes_symbolic_divisors():
     expr = FloorDiv(x, 16 * s) + ModularIndexing(x, 1, 4 * s)
     for xv, sv in [(100, 3), (1000, 7), (5, 2)]:
         assert eval(print_index_py(expr), {"x": xv, "s1": sv}) == xv // (16 * sv) + xv % (4 * sv)
+
+
+def test_size_operands_are_parenthesized_in_triton_and_cpp():
+    """Loop-variable definitions (``x0 = xindex // (16*s0)``) and C++ strides use sizes as operands."""
+    import sympy
+
+    from kiln.codegen.cpp.loops import csize
+    from kiln.codegen.triton.kernel import index_var_defs
+
+    s0 = sympy.Symbol("s0", integer=True, positive=True)
+    defs = index_var_defs(["x0", "x1", "x2"], [4, s0, 16], "xindex")
+    assert defs[0] == "x0 = (xindex // (16*s0))"
+    for xindex in (0, 17, 16 * 5 * 3 + 7):  # the definitions decompose a flat index over [4, s0, 16]
+        ns = {"xindex": xindex, "s0": 5}
+        for line in defs:
+            exec(line, ns)
+        assert ns["x0"] * 5 * 16 + ns["x1"] * 16 + ns["x2"] == xindex
+    assert csize(s0 + 1) == "(s0 + 1)" and csize(s0) == "s0" and csize(8) == "8"

@@ -25,8 +25,12 @@ TILE_SUM_CHUNK = 64  # rows a tiled float sum's partials accumulate
 
 
 def csize(n) -> str:
-    """A loop extent or size: an int, or a C expression over the kernel's size arguments (s0, ...)."""
-    return print_index_c(n) if is_symbolic(n) else str(n)
+    """A loop extent or size: an int, or a C expression over the kernel's size arguments (s0, ...),
+    parenthesized unless one symbol (it is an operand of *, / and %)."""
+    if not is_symbolic(n):
+        return str(n)
+    text = print_index_c(n)
+    return text if getattr(n, "is_Symbol", False) else f"({text})"
 
 
 def omp_if(parallel) -> str:

@@ -173,8 +173,12 @@ def tile_dim(group: FusedGroup, buffers: dict) -> int | None:
 
 
 def _py(n) -> str:
-    """A size in Triton code: an int, or an expression over the kernel's size arguments."""
-    return print_index_py(n) if is_symbolic(n) else str(n)
+    """A size in Triton code: an int, or an expression over the kernel's size arguments (parenthesized
+    unless a single symbol: it is used as an operand of // and %)."""
+    if not is_symbolic(n):
+        return str(n)
+    text = print_index_py(n)
+    return text if getattr(n, "is_Symbol", False) else f"({text})"
 
 
 def _next_pow2(n: int) -> int:

@@ -326,5 +326,9 @@ class TritonOps(OpsHandler):
 
 
 def _size(n) -> str:
-    """A size in Triton code: an int, or an expression over the kernel's size arguments."""
-    return print_index_py(n) if is_symbolic(n) else str(int(n))
+    """A size in Triton code: an int, or an expression over the kernel's size arguments (parenthesized
+    unless one symbol: it may be an operand)."""
+    if not is_symbolic(n):
+        return str(int(n))
+    text = print_index_py(n)
+    return text if getattr(n, "is_Symbol", False) else f"({text})"
