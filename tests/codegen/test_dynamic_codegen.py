@@ -274,4 +274,4 @@ def test_size_operands_are_parenthesized_in_triton_and_cpp():
         for line in defs:
             exec(line, ns)
         assert ns["x0"] * 5 * 16 + ns["x1"] * 16 + ns["x2"] == xindex
-    assert csize(s0 + 1) == "(s0 + 1)" and csize(s0) == "s0" and csize(8) == "8"
+    assert csize(16 * s0) == "(16*s0)" and csize(s0) == "s0" and csize(8) == "8"
