@@ -204,9 +204,10 @@ def worker(args) -> dict:
         out = call(compiled, shape, lengths)
         _sync(args.device)
         first.append(time.perf_counter() - t)
-        if reference is not None:
+        if reference is not None:  # error relative to the output's scale (bf16 logits reach ~1e2)
             tol = 1e-3 if dtype is torch.float32 else 3e-2
-            if not torch.allclose(out.float().cpu(), reference[i], atol=tol, rtol=tol):
+            got, ref = out.float().cpu(), reference[i]
+            if got.shape != ref.shape or (got - ref).abs().max() > tol * max(1.0, ref.abs().max().item()):
                 ok = False
     compiles = _compiles(args.backend, compiled)
     for shape, lengths in inputs:
