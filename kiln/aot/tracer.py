@@ -26,6 +26,7 @@ from kiln.aot.schema import (
 )
 from kiln.fake.mode import DispatchMode
 from kiln.fake import FakeTensor, UnsupportedFakeOp, fake_from_real, meta_alias, run_on_fakes
+from kiln.fake.tensor import METADATA_OPS, metadata_query
 from kiln.fake.tree import leaves, map_leaves
 
 aten = torch.ops.aten
@@ -139,6 +140,8 @@ class AtenTracer(DispatchMode):
         kwargs = kwargs or {}
         if func is prim.device.default:
             return run_on_fakes(func, args, kwargs)
+        if func in METADATA_OPS:  # (a size or stride query: no op in the graph)
+            return metadata_query(func, args, kwargs)
         if func is aten.native_batch_norm.default and func not in self.decompositions:
             # its schema does not say that it writes the running stats; this twin's schema does
             func = aten._native_batch_norm_legit.default if args[3] is not None else None

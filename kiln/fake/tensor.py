@@ -218,10 +218,29 @@ OUTPUT_LAYOUT = {aten.convolution.default: _convolution_layout}
 FALLBACK_META = {aten._transformer_encoder_layer_fwd.default: _transformer_encoder_layer_meta}
 
 
+def _metadata_ops() -> frozenset:
+    names = ("size.int", "size.default", "sym_size.int", "sym_size.default", "stride.int", "stride.default",
+             "sym_stride.int", "sym_stride.default", "numel.default", "sym_numel.default", "dim.default",
+             "storage_offset.default", "sym_storage_offset.default")
+    return _ops(*names)
+
+
+# size and stride queries: some torch versions send them through Python dispatch for tensors with
+# symbolic sizes; they are answered from the fake's own metadata
+METADATA_OPS = _metadata_ops()
+
+
+def metadata_query(func, args, kwargs):
+    with torch._C._DisableTorchDispatch():
+        return func(*args, **kwargs)
+
+
 def run_on_fakes(func, args, kwargs):
     """Run ``func`` through its meta kernel; wrap new meta outputs as fakes on the right device."""
     if func is prim.device.default:
         return torch.device("meta") if _in_kernel() else args[0].fake_device
+    if func in METADATA_OPS:
+        return metadata_query(func, args, kwargs)
     if func in DATA_DEPENDENT:
         raise UnsupportedFakeOp(func, "its output shape or value depends on tensor data")
     device = output_device(func, args, kwargs)
