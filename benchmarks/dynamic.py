@@ -221,7 +221,17 @@ def worker(args) -> dict:
             "compiles": compiles, "compile_s": round(sum(e for e in extra if e > 0), 3),
             "steady_ms": round(statistics.mean(second) * 1000, 3), "wall_s": round(sum(first), 3),
             "ok": ok, "calls": len(inputs),
-            "recompiles_after_sweep": _compiles(args.backend, compiled) - compiles}
+            "recompiles_after_sweep": _compiles(args.backend, compiled) - compiles,
+            "why": _why(args.backend)}
+
+
+def _why(backend: str) -> list:
+    """kiln: what made it compile again (the failing guards) and why sizes became static, if ever."""
+    if not backend.startswith("kiln"):
+        return []
+    import kiln
+
+    return [r[:160] for r in kiln.stats.recompilations] + [f"static: {r[:160]}" for r in kiln.stats.dynamic_fallbacks]
 
 
 def main(argv=None) -> int:
@@ -274,6 +284,8 @@ def _print_row(row: dict) -> None:
     print(f"{row['model']:<11} {row['backend']:<14} compiles {row['compiles']:>3}  compile {row['compile_s']:>8.2f} s  "
           f"steady {row['steady_ms']:>9.2f} ms  wall {row['wall_s']:>8.2f} s  {'ok' if row['ok'] else 'MISMATCH'}",
           flush=True)
+    for why in row.get("why", [])[:6]:
+        print(f"{'':27}{why}", flush=True)
 
 
 if __name__ == "__main__":

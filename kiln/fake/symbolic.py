@@ -311,6 +311,8 @@ def _py(expr) -> str:
         return str(int(e))
     if e.is_Rational:  # 3*s0/8 in a fact: exact arithmetic with fractions.Fraction
         return f"Fraction({int(e.p)}, {int(e.q)})"
+    if e.is_Float:
+        return repr(float(e))
     if e.is_Symbol:
         return e.name
     if isinstance(e, sympy.Add):
@@ -420,7 +422,9 @@ class SymNode:
 
     # arithmetic
     def _binary(self, other: "SymNode", fn, pyfn, pytype=None) -> "SymNode":
-        return self._new(fn(self.expr, other.expr), pytype or self.pytype, pyfn(self.hint, other.hint))
+        if pytype is None:  # int op float is a float
+            pytype = float if float in (self.pytype, other.pytype) else self.pytype
+        return self._new(fn(self.expr, other.expr), pytype, pyfn(self.hint, other.hint))
 
     def add(self, other):
         return self._binary(other, operator.add, operator.add)

@@ -59,17 +59,24 @@ def padding_for(a: torch.Tensor, b: torch.Tensor) -> tuple[int, int, int] | None
     return pad_m, pad_k, pad_n
 
 
+def _hint(n) -> int:
+    """A size's value while compiling (a symbolic size's hint): padding is a speed choice, correct for
+    every size, so deciding it needs no guard."""
+    return int(n.node.hint) if isinstance(n, torch.SymInt) else int(n)
+
+
 def worth_padding(a: torch.Tensor, b: torch.Tensor, pads: tuple[int, int, int]) -> bool:
     """Whether the faster kernel saves at least twice what the padding copies cost (H100 rates)."""
-    batch = a.numel() // (a.shape[-2] * a.shape[-1]) if a.dim() == 3 else 1
-    m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
+    a_numel = _hint(a.numel())
+    m, k, n = _hint(a.shape[-2]), _hint(a.shape[-1]), _hint(b.shape[-1])
+    batch = a_numel // (m * k) if a.dim() == 3 and m * k else 1
     saved = 2 * batch * m * k * n * (1 / _SLOW_FLOPS - 1 / _FAST_FLOPS)
     pad_m, pad_k, pad_n = pads
     copied = 0
     if pad_m or pad_k:
-        copied += a.numel() * a.element_size()
+        copied += a_numel * a.element_size()
     if pad_k or pad_n:
-        copied += b.numel() * b.element_size()
+        copied += _hint(b.numel()) * b.element_size()
     if pad_m or pad_n:
         copied += batch * m * n * a.element_size()  # the result read out of the padded buffer
     return saved > 2 * (2 * copied / _BYTES_PER_S)
