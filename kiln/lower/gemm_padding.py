@@ -112,7 +112,8 @@ def pad_misaligned_matmuls(graph: fx.Graph, mode: str = "auto") -> int:
         pads = padding_for(a, b)
         if pads is None:
             continue
-        if mode != "always" and not (a.dtype in _PADDED_DTYPES and out.device.type == "cuda"
+        device = getattr(out, "fake_device", out.device)
+        if mode != "always" and not (a.dtype in _PADDED_DTYPES and device.type == "cuda"
                                      and worth_padding(a, b, pads)):
             continue
         pad_m, pad_k, pad_n = pads
