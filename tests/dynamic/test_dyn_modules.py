@@ -78,7 +78,6 @@ def test_multihead_attention_dynamic_seq(backend):
     check(m, make, backend, sizes=SEQS, graphs=2)
 
 
-@pytest.mark.parametrize("backend", backends(xfail={"kiln": "nn.GRU under the kiln backend (CPU, static sizes too) returns wrong outputs"}))
 def test_gru_dynamic_seq(backend):
     m = _seeded(lambda: nn.GRU(4, 6, batch_first=True))
     check(m, lambda n: (torch.randn(2, n, 4),), backend, sizes=(8, 5, 13))
