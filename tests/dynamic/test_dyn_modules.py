@@ -56,7 +56,8 @@ def test_conv2d_dynamic_batch_pool_flatten(backend):
         def forward(self, x):
             x = F.max_pool2d(F.relu(self.conv(x)), 2)
             return self.fc(x.view(x.size(0), -1))
-    check(_seeded(Net), lambda n: (torch.randn(n, 1, 8, 8),), backend, graphs=3)  # dynamo: 3 too
+    # dynamo: 3 (its conv backend choice guards on batch >= 16; kiln skips that choice for contiguous operands)
+    check(_seeded(Net), lambda n: (torch.randn(n, 1, 8, 8),), backend, graphs=2, dynamo_graphs=3)
 
 
 def test_adaptive_avg_pool_dynamic_hw(backend):
