@@ -27,6 +27,7 @@ from __future__ import annotations
 import torch
 import torch.fx as fx
 
+from kiln.fake.symbolic_meta import has_symbolic_tensor
 from kiln.fake.tensor import run_on_fakes
 
 aten = torch.ops.aten
@@ -102,11 +103,14 @@ def pad_misaligned_matmuls(graph: fx.Graph, mode: str = "auto") -> int:
         a, b, out = _val(a_node), _val(b_node), _val(node)
         if a is None or b is None or out is None or a.dtype != b.dtype:
             continue
+        if mode != "always" and not (a.dtype in _PADDED_DTYPES and out.device.type == "cuda"):
+            continue  # (decided first: asking about the alignment of symbolic sizes guards on them)
+        if has_symbolic_tensor((a, b)):
+            continue  # padding a symbolic size would guard on its remainder
         pads = padding_for(a, b)
         if pads is None:
             continue
-        if mode != "always" and not (a.dtype in _PADDED_DTYPES and out.device.type == "cuda"
-                                     and worth_padding(a, b, pads)):
+        if mode != "always" and not worth_padding(a, b, pads):
             continue
         pad_m, pad_k, pad_n = pads
         with graph.inserting_before(node):
