@@ -117,12 +117,13 @@ def test_symbolic_sizes_are_not_padded_and_not_guarded(mode):
     from kiln.lower.gemm_padding import pad_misaligned_matmuls
 
     env = ShapeEnv()
-    a = symbolic_fake(torch.randn(5, 6), env, "L['a']", {0})
+    a = symbolic_fake(torch.randn(6, 5), env, "L['a']", {1})
+    b = symbolic_fake(torch.randn(5, 7), env, "L['b']", {0})  # K = s0 (a weight gradient's product)
     g = fx.Graph()
     a_node, b_node = g.placeholder("a"), g.placeholder("b")
-    a_node.meta["val"], b_node.meta["val"] = a, fake_like(torch.empty(6, 7, device="meta"), device="cpu")
+    a_node.meta["val"], b_node.meta["val"] = a, b
     mm = g.call_function(aten.mm.default, (a_node, b_node))
-    mm.meta["val"] = torch.ops.aten.mm.default(a, b_node.meta["val"])
+    mm.meta["val"] = torch.ops.aten.mm.default(a, b)
     g.output(mm)
     assert pad_misaligned_matmuls(g, mode) == 0
     assert env.guards == []
