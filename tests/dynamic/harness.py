@@ -55,8 +55,7 @@ def backends(xfail: dict[str, str] | None = None) -> list:
     if "eager" in xfail:  # capture's limits: every backend is handed the same graphs
         for b in BACKENDS:
             xfail.setdefault(b, xfail["eager"])
-    # (not strict while the backends' fixes land: a case that passes now shows as XPASS in the report)
-    return [pytest.param(b, marks=pytest.mark.xfail(strict=False, reason=xfail[b])) if b in xfail else b
+    return [pytest.param(b, marks=pytest.mark.xfail(strict=True, reason=xfail[b])) if b in xfail else b
             for b in BACKENDS]
 
 
