@@ -204,11 +204,16 @@ class WrapperGen:
         return last, extern_inputs
 
 
+# Ops whose results are views of their input although their schema has no alias annotation.
+_UNANNOTATED_VIEWS = {"aten::_unsafe_view", "aten::unsafe_chunk", "aten::unsafe_split", "aten::unsafe_split_with_sizes"}
+
+
 def _returns_fresh_tensors(op) -> bool:
     """Whether ``op``'s results never alias its arguments and it mutates none (no alias annotation in
-    its schema: mm, convolution, attention, ...): a buffer it read can be reused once it returned."""
+    its schema: mm, convolution, attention, ...): a buffer it read can be reused once it returned.
+    The ``unsafe_*`` views carry no annotation but return views: their input is never reused."""
     schema = getattr(op, "_schema", None)
-    if schema is None:
+    if schema is None or schema.name in _UNANNOTATED_VIEWS:
         return False
     return all(r.alias_info is None for r in schema.returns) and all(a.alias_info is None for a in schema.arguments)
 

@@ -442,6 +442,8 @@ class SymNode:
         env = self.env
         if self.pytype is int and other.pytype is int and _nonneg(env, self.expr) and \
                 env.static_value(sympy.Gt(other.expr, 0)) is True:
+            if env.static_value(sympy.Lt(self.expr, other.expr)) is True:
+                return self.wrap_int(0)  # 1 // s0 with s0 >= 2
             return self._new(FloorDiv(self.expr, other.expr), int, self.hint // other.hint)
         return self.wrap_int(self._concrete() // other._concrete())
 
@@ -451,6 +453,8 @@ class SymNode:
         env = self.env
         if self.pytype is int and other.pytype is int and _nonneg(env, self.expr) and \
                 env.static_value(sympy.Gt(other.expr, 0)) is True:
+            if env.static_value(sympy.Lt(self.expr, other.expr)) is True:
+                return self  # 1 % s0 with s0 >= 2 (roll's shift)
             return self._new(ModularIndexing(self.expr, 1, other.expr), int, self.hint % other.hint)
         return self.wrap_int(self._concrete() % other._concrete())
 
@@ -558,8 +562,19 @@ class SymNode:
         return bool(self._concrete())
 
     guard_size_oblivious = guard_bool
-    guard_or_false = guard_bool
-    guard_or_true = guard_bool
+
+    # ATen's C++ asks ``TORCH_GUARD_OR_FALSE(fact)`` where either answer is correct and the default one
+    # takes the general path (contiguity fast paths, broadcasting, which then checks its assumption with
+    # TORCH_SYM_CHECK: ``expect_true`` records that as a guard). Where the fact is not decided for every
+    # size, answer the default without a guard (as ATen does for sizes without a hint): a guard there
+    # (``s0 - 1 != 1`` from a slice's contiguity) would only split the sizes into more compiles.
+    def guard_or_false(self, file=None, line=None) -> bool:
+        known = self.env.static_value(self.expr) if self.pytype is bool else None
+        return known if known is not None else False
+
+    def guard_or_true(self, file=None, line=None) -> bool:
+        known = self.env.static_value(self.expr) if self.pytype is bool else None
+        return known if known is not None else True
     expect_true = guard_bool
 
     def expect_size(self, file=None, line=None) -> bool:

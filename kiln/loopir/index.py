@@ -61,8 +61,9 @@ class ModularIndexing(sympy.Function):
 
 
 def linear_index(index: Sequence, stride: Sequence[int], offset: int = 0) -> sympy.Expr:
-    """``offset + sum(index[d] * stride[d])``, skipping dims of stride 0."""
-    expr = sympy.Integer(offset)
+    """``offset + sum(index[d] * stride[d])``, skipping dims of stride 0 (strides and offset may be
+    size expressions)."""
+    expr = sympy.sympify(offset)
     for i, s in zip(index, stride):
         if s != 0:
             expr = expr + i * s

@@ -27,6 +27,7 @@ from __future__ import annotations
 import torch
 import torch.fx as fx
 
+from kiln.fake.symbolic_meta import has_symbolic_tensor
 from kiln.fake.tensor import run_on_fakes
 
 aten = torch.ops.aten
@@ -109,12 +110,15 @@ def pad_misaligned_matmuls(graph: fx.Graph, mode: str = "auto") -> int:
         a, b, out = _val(a_node), _val(b_node), _val(node)
         if a is None or b is None or out is None or a.dtype != b.dtype:
             continue
+        device = getattr(out, "fake_device", out.device)
+        if mode != "always" and not (a.dtype in _PADDED_DTYPES and device.type == "cuda"):
+            continue  # (decided first: asking about the alignment of symbolic sizes guards on them)
+        if any(isinstance(d, torch.SymInt) for d in (a.shape[-1], b.shape[-1], *b.shape[:-1])):
+            continue  # padding a symbolic K or N would guard on its remainder (a symbolic M is fine)
         pads = padding_for(a, b)
         if pads is None:
             continue
-        device = getattr(out, "fake_device", out.device)
-        if mode != "always" and not (a.dtype in _PADDED_DTYPES and device.type == "cuda"
-                                     and worth_padding(a, b, pads)):
+        if mode != "always" and not worth_padding(a, b, pads):
             continue
         pad_m, pad_k, pad_n = pads
         with graph.inserting_before(node):

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from kiln.loopir.sizes import shape_of, strides_of
+from kiln.loopir.sizes import is_symbolic, shape_of, size, strides_of
 from kiln.loopir.nodes import Lazy
 from kiln.lower.common import constant_value
 from kiln.lower.registry import Unlowerable, lowering
@@ -34,13 +34,20 @@ def lower_arange(g, node, start, end, step=1, **kwargs):
     if dtype.is_complex:
         raise Unlowerable("complex dtype")
 
+    start, step = size(start), size(step)  # ints, floats or size expressions (arange(s0, 2 * s0))
+
+    def scalar(ops, v, as_float):
+        if is_symbolic(v):
+            v = ops.index_expr(v, torch.int64)
+            return ops.to_dtype(v, torch.float64) if as_float else v
+        return ops.constant(float(v), torch.float64) if as_float else ops.constant(int(v), torch.int64)
+
     def body(ops, index):
         i = ops.index_expr(index[0], torch.int64)
         if dtype.is_floating_point:
-            v = ops.add(ops.constant(float(start), torch.float64),
-                        ops.mul(ops.to_dtype(i, torch.float64), ops.constant(float(step), torch.float64)))
+            v = ops.add(scalar(ops, start, True), ops.mul(ops.to_dtype(i, torch.float64), scalar(ops, step, True)))
             return ops.to_dtype(v, dtype)
-        v = ops.add(ops.constant(int(start), torch.int64), ops.mul(i, ops.constant(int(step), torch.int64)))
+        v = ops.add(scalar(ops, start, False), ops.mul(i, scalar(ops, step, False)))
         return v if dtype == torch.int64 else ops.to_dtype(v, dtype)
 
     return Lazy(shape_of(val), dtype, val.device, body, 2, (node,))

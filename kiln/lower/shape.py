@@ -10,7 +10,7 @@ from __future__ import annotations
 import sympy
 import torch
 
-from kiln.loopir.sizes import is_symbolic, shape_of, strides_of
+from kiln.loopir.sizes import gt, is_symbolic, known, lt, shape_of, strides_of
 from kiln.loopir.nodes import Lazy, TensorValue, numel
 from kiln.lower.common import constant_value, cost_of
 from kiln.lower.graph import fake_val
@@ -149,20 +149,23 @@ def lower_slice_scatter(g, node, x, src, dim=0, start=None, end=None, step=1):
     size = shape_of(val)
     dim = dim % len(size)
     n = size[dim]
-    start = min(max(_normalize(start, n) or 0, 0), n)
+    start = _clamped_start(start, n)
     count = src.size[dim]
     read_x, read_src = reader(x, val.dtype), reader(src, val.dtype)
-    if count == 0 or numel(size) == 0:
+    if known(sympy.Eq(sympy.sympify(count), 0)) or numel(size) == 0:
         return _lazy(node, read_x, 1 + cost_of(x))
     last = start + (count - 1) * step
+    # a bound not known to be the whole dim is checked (a check that always holds costs nothing wrong)
+    lo = None if known(sympy.sympify(start) <= 0) else start
+    hi = None if known(sympy.sympify(last) >= n - 1) else last + 1
 
     def body(ops, index):
         i = index[dim]
         conds = []
-        if start > 0 or last < n - 1:
-            conds.append(index_in_range(ops, i, lo=start if start > 0 else None, hi=last + 1 if last < n - 1 else None))
+        if lo is not None or hi is not None:
+            conds.append(index_in_range(ops, i, lo=lo, hi=hi))
         if step > 1:
-            offset = ops.sub(ops.index_expr(i, torch.int64), ops.constant(start, torch.int64))
+            offset = ops.sub(ops.index_expr(i, torch.int64), ops.index_expr(sympy.sympify(start), torch.int64))
             conds.append(ops.eq(ops.mod(offset, ops.constant(step, torch.int64)), ops.constant(0, torch.int64)))
         src_index = list(index)
         src_index[dim] = (i - start) if step == 1 else _floordiv(i - start, step)
@@ -175,6 +178,16 @@ def lower_slice_scatter(g, node, x, src, dim=0, start=None, end=None, step=1):
         return ops.where(mask, picked, read_x(ops, index))
 
     return _lazy(node, body, 3 + cost_of(x, src))
+
+
+def _clamped_start(start, n):
+    """slice_scatter's start in [0, n] (negative counts from the end); guarded where sizes decide."""
+    start = 0 if start is None else start
+    if lt(start, 0):
+        start = start + n
+    if lt(start, 0):
+        return 0
+    return n if gt(start, n) else start
 
 
 def _floordiv(a, b):

@@ -275,3 +275,21 @@ def test_size_operands_are_parenthesized_in_triton_and_cpp():
             exec(line, ns)
         assert ns["x0"] * 5 * 16 + ns["x1"] * 16 + ns["x2"] == xindex
     assert csize(16 * s0) == "(16*s0)" and csize(s0) == "s0" and csize(8) == "8"
+
+
+def test_arange_with_symbolic_start_and_slice_scatter_at_symbolic_offsets():
+    b = GraphBuilder()
+    x = b.input(lambda n: torch.randn(2 * n, 3))
+    src = b.input(lambda n: torch.randn(n, 3))
+    n = b.size(src, 0)
+    n2 = b.op(operator.mul, n, 2)
+    from kiln.fake.mode import FakeTensorMode
+
+    with FakeTensorMode():  # arange makes a fake (its sizes stay symbolic)
+        pos = b.op(aten.arange.start_step, n, n2, 1, dtype=torch.int64)  # position ids after a past of n
+        posf = b.op(aten.arange.start_step, n, n2, 1, dtype=torch.float32)
+    upper = b.op(aten.slice_scatter.default, x, src, 0, n, n2)  # x[n:] = src
+    lower = b.op(aten.slice_scatter.default, x, src, 0, 0, n)  # x[:n] = src
+    run_sizes(b, b.module(pos, posf, upper, lower))
+    # x's rows (s0) and src's (s1) are separate symbols: only s1 <= s0 is guarded, no size is pinned
+    assert [str(g.fact) for g in b.env.guards] == ["s0 >= s1"]

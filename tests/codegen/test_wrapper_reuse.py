@@ -28,3 +28,23 @@ def test_buffer_read_by_mm_is_reused_after_it():
     source = compiled.compiled_graph.wrapper.source
     assert source.count("empty_strided(") == 1 and "# reuses" in source, source
     torch.testing.assert_close(compiled(*args), f(*args))
+
+
+def test_unsafe_views_are_not_fresh():
+    # no alias annotation in their schema, but the results are views of the input
+    for op in (aten.unsafe_split.Tensor, aten.unsafe_split_with_sizes.default, aten.unsafe_chunk.default,
+               aten._unsafe_view.default):
+        assert not _returns_fresh_tensors(op), op
+
+
+def test_buffer_viewed_by_unsafe_chunk_is_not_reused():
+    # nn.GRU's cell: unsafe_chunk's results are views of its input; reusing that input's memory for a
+    # later buffer of the same size overwrote the chunks before they were read (wrong results)
+    def f(x, y, w):
+        a, b = aten.unsafe_chunk.default(torch.relu(x), 2, 1)
+        c = torch.tanh(y) @ w  # tanh(y) has the size of relu(x) and must not take its memory
+        return a + c[:, :2], b * 2
+
+    args = (torch.randn(4, 4), torch.randn(4, 4), torch.randn(4, 4))
+    compiled = kiln_backend(fx.symbolic_trace(f), list(args), default_options())
+    torch.testing.assert_close(compiled(*args), f(*args))

@@ -115,7 +115,6 @@ def test_dynamic_false_every_size(backend):
     check(f, lambda n: (torch.randn(n),), backend, sizes=(8, 5, 13, 5), dynamic=False, graphs=3)
 
 
-@pytest.mark.parametrize("backend", backends(xfail={"eager": "torch.arange(sym, dtype=...) on symbolic sizes: INTERNAL ASSERT 'dispatch_on_subclass called with NO overloaded args', graph break, resume recompiles per size"}))
 def test_where_with_broadcast_scalar_and_row(backend):
     def f(x):
         row = torch.arange(x.shape[1], dtype=x.dtype)
@@ -123,7 +122,6 @@ def test_where_with_broadcast_scalar_and_row(backend):
     check(f, lambda n: (torch.randn(n, n + 2),), backend, graphs=2)
 
 
-@pytest.mark.parametrize("backend", backends(xfail={"eager": "matmul broadcasting a static operand to a symbolic batch (expand): 'SymIntArrayRef expected to contain only concrete integers', graph break"}))
 def test_matmul_broadcast_batch(backend):
     w = torch.randn(3, 4, 2)
 

@@ -23,7 +23,6 @@ def test_branch_on_second_dim(backend):
     check(f, lambda n: (torch.randn(3, n),), backend, sizes=(8, 5, 13, 2, 3, 32), graphs=3)
 
 
-@pytest.mark.parametrize("backend", backends(xfail={"eager": "aten.cumsum on symbolic sizes: 'SymIntArrayRef expected to contain only concrete integers', retraces static for every size"}))
 def test_branch_on_divisibility(backend):
     def f(x):
         n = x.shape[0]
@@ -147,7 +146,6 @@ def test_mark_dynamic_first_compile(backend):
     expected_compiles(backend, c, 1)
 
 
-@pytest.mark.parametrize("backend", backends(xfail={"eager": 'in-place elementwise ops (add_) have no symbolic rule: retraces static for every size'}))
 def test_input_mutation_with_dynamic_size(backend):
     def f(x, buf):
         buf[: x.shape[0]] += x
@@ -155,7 +153,6 @@ def test_input_mutation_with_dynamic_size(backend):
     check(f, lambda n: (torch.randn(n), torch.zeros(40)), backend, graphs=2)
 
 
-@pytest.mark.parametrize("backend", backends(xfail={"eager": 'in-place elementwise ops (mul_, add_) have no symbolic rule: retraces static for every size'}))
 def test_inplace_on_dynamic_input(backend):
     def f(x):
         x.mul_(2).add_(x.shape[0])

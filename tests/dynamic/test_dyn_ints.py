@@ -51,7 +51,6 @@ def test_size_as_float_scale(backend):
     check(f, lambda n: (torch.randn(n, 2),), backend, graphs=2)
 
 
-@pytest.mark.parametrize("backend", backends(xfail={"eager": "aten.triu on symbolic sizes: 'SymIntArrayRef expected to contain only concrete integers', retraces static"}))
 def test_causal_mask_from_seq(backend):
     def f(scores):
         t = scores.size(-1)

@@ -56,7 +56,8 @@ def test_conv2d_dynamic_batch_pool_flatten(backend):
         def forward(self, x):
             x = F.max_pool2d(F.relu(self.conv(x)), 2)
             return self.fc(x.view(x.size(0), -1))
-    check(_seeded(Net), lambda n: (torch.randn(n, 1, 8, 8),), backend, graphs=3)  # dynamo: 3 too
+    # dynamo: 3 (its conv backend choice guards on batch >= 16; kiln skips that choice for contiguous operands)
+    check(_seeded(Net), lambda n: (torch.randn(n, 1, 8, 8),), backend, graphs=2, dynamo_graphs=3)
 
 
 def test_adaptive_avg_pool_dynamic_hw(backend):
@@ -78,7 +79,6 @@ def test_multihead_attention_dynamic_seq(backend):
     check(m, make, backend, sizes=SEQS, graphs=2)
 
 
-@pytest.mark.parametrize("backend", backends(xfail={"kiln": "nn.GRU under the kiln backend (CPU, static sizes too) returns wrong outputs"}))
 def test_gru_dynamic_seq(backend):
     m = _seeded(lambda: nn.GRU(4, 6, batch_first=True))
     check(m, lambda n: (torch.randn(2, n, 4),), backend, sizes=(8, 5, 13))
@@ -107,7 +107,6 @@ def test_interpolate_scale_factor(backend):
     check(f, lambda n: (torch.randn(1, 2, n, n),), backend, graphs=2)
 
 
-@pytest.mark.parametrize("backend", backends(xfail={"eager": "aten._log_softmax on symbolic sizes: 'SymIntArrayRef expected to contain only concrete integers' (F.cross_entropy), retraces static"}))
 def test_cross_entropy_dynamic_batch(backend):
     def f(logits, target):
         return F.cross_entropy(logits, target)
@@ -137,7 +136,6 @@ class TinyGPTBlock(nn.Module):
         return x + self.mlp(self.ln2(x))
 
 
-@pytest.mark.parametrize("backend", backends(xfail={"eager": "causal mask ones(t, t).tril() on symbolic sizes (tril: 'SymIntArrayRef expected to contain only concrete integers') retraces static"}))
 def test_gpt_block_inference(backend):
     check(_seeded(TinyGPTBlock), lambda n: (torch.randn(2, n, 8),), backend, sizes=SEQS, graphs=2)
 
@@ -176,7 +174,6 @@ def test_train_through_views(backend):
     check(f, lambda n: (torch.randn(2, n, 4), torch.randn(4, 3)), backend, train=True, graphs=2)
 
 
-@pytest.mark.parametrize("backend", backends(xfail={"eager": 'aten._log_softmax on symbolic sizes (F.cross_entropy) retraces static for every size'}))
 def test_train_embedding_layernorm(backend):
     class M(nn.Module):
         def __init__(self):
@@ -191,7 +188,6 @@ def test_train_embedding_layernorm(backend):
           steps=sgd(0.1), graphs=2)
 
 
-@pytest.mark.parametrize("backend", backends(xfail={"eager": 'causal mask ones(t, t).tril() on symbolic sizes retraces static (training)'}))
 def test_train_gpt_block_dynamic_seq(backend):
     check(_seeded(TinyGPTBlock), lambda n: (torch.randn(2, n, 8),), backend, sizes=SEQS, train=True,
           steps=sgd(0.01), graphs=2)
@@ -213,7 +209,6 @@ def test_train_masked_mean_pooling(backend):
           graphs=2)
 
 
-@pytest.mark.parametrize("backend", backends(xfail={"eager": 'dynamic-padding fine-tuning loop: tril mask and _log_softmax (cross_entropy) on symbolic sizes retrace static'}))
 def test_train_dynamic_padding_loop(backend):
     # a fine-tuning loop with dynamic padding: each batch is padded to its longest sequence
     class Clf(nn.Module):

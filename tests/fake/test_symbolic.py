@@ -121,3 +121,28 @@ def test_unsupported_op_is_reported(monkeypatch):
 def test_more_view_rules(op, shape):
     env, x = _env_x()
     assert str(list(op(x).shape)) == shape
+
+
+def test_small_constant_mod_and_floordiv_of_a_size():
+    env, x = _env_x()
+    s0 = x.shape[0]
+    assert str(1 % s0) == "1" and str(1 // s0) == "0"  # roll's shift: s0 >= 2
+    assert str((s0 % 3).node.expr) == "ModularIndexing(s0, 1, 3)"
+    assert env.guards == []
+
+
+def test_slice_to_size_one_records_no_contiguity_guard():
+    env, x = _env_x()
+    s0 = x.shape[0]
+    y = x[: s0 - 1]  # a size s0 - 1 (1 where s0 == 2): ATen's contiguity fast path asks if it is 1
+    z = torch.cat([x[s0 - 1:], y])
+    assert z.shape[0] == s0 and env.guards == []
+
+
+def test_guard_or_false_answers_the_default_without_a_guard():
+    env, x = _env_x()
+    s0 = x.shape[0]
+    assert (s0 - 1 == 1).node.guard_or_false() is False
+    assert (s0 - 1 == 1).node.guard_or_true() is True
+    assert (s0 == 1).node.guard_or_true() is False  # decided for every size: not the default
+    assert env.guards == []

@@ -43,6 +43,12 @@ def test_linear_index_skips_zero_strides():
     assert linear_index([x0, x1, x2], [12, 0, 1], 5) == 12 * x0 + x2 + 5
 
 
+def test_linear_index_with_a_size_expression_offset():
+    s0 = sympy.Symbol("s0", integer=True, positive=True)
+    offset = 3 * FloorDiv(s0, 2)  # x[s0 // 2:] of an [s0, 3] tensor
+    assert linear_index([x0, x1], [3, 1], offset) == 3 * x0 + x1 + offset
+
+
 def test_simplification_agrees_with_evaluation():
     import itertools
 

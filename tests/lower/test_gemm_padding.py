@@ -106,3 +106,24 @@ def test_lm_head_on_cuda_bf16_is_padded_and_equals_eager():
     assert got.stride() == expected.stride()
     torch.testing.assert_close(got, expected, atol=0.05, rtol=0.02)
     assert "constant_pad_nd" in str(kiln.explain(fn)(h))
+
+
+@pytest.mark.parametrize("mode", ["auto", "always"])
+def test_symbolic_sizes_are_not_padded_and_not_guarded(mode):
+    # asking whether s0 is a multiple of 4 guarded on it: a dynamic MLP recompiled per remainder
+    import torch.fx as fx
+
+    from kiln.fake.symbolic import ShapeEnv, symbolic_fake
+    from kiln.lower.gemm_padding import pad_misaligned_matmuls
+
+    env = ShapeEnv()
+    a = symbolic_fake(torch.randn(6, 5), env, "L['a']", {1})
+    b = symbolic_fake(torch.randn(5, 7), env, "L['b']", {0})  # K = s0 (a weight gradient's product)
+    g = fx.Graph()
+    a_node, b_node = g.placeholder("a"), g.placeholder("b")
+    a_node.meta["val"], b_node.meta["val"] = a, b
+    mm = g.call_function(aten.mm.default, (a_node, b_node))
+    mm.meta["val"] = torch.ops.aten.mm.default(a, b)
+    g.output(mm)
+    assert pad_misaligned_matmuls(g, mode) == 0
+    assert env.guards == []
