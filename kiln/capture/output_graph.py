@@ -178,6 +178,10 @@ class OutputGraph:
             unsupported(f"data-dependent operation {_describe(target)}: {exc}",
                         hint="values computed from tensor data (item(), nonzero(), bool(tensor)) "
                              "cannot be known while tracing")
+        except RecursionError as exc:  # (torch versions whose Python meta kernels re-enter on symbolic sizes)
+            if self.shape_env is not None and _has_symbolic_arg(fargs, fkwargs):
+                self.shape_env.failed = self.shape_env.failed or f"{_describe(target)} recursed on symbolic sizes"
+            unsupported(f"{_describe(target)} failed on fake tensors: RecursionError")
         except (RuntimeError, TypeError, ValueError, IndexError, AttributeError, KeyError, NotImplementedError) as exc:
             # what eager would raise too (a wrong argument): the op runs as Python at a break, and raises there
             unsupported(f"{_describe(target)} failed on fake tensors: {type(exc).__name__}: {exc}")
@@ -242,6 +246,13 @@ class OutputGraph:
         if self.shape_env is not None:
             gm.meta["kiln_shape_env"] = self.shape_env
         return gm
+
+
+def _has_symbolic_arg(args, kwargs) -> bool:
+    for x in leaves((args, kwargs)):
+        if isinstance(x, SYMBOLIC_SCALARS) or (isinstance(x, torch.Tensor) and has_symbolic(tuple(x.shape))):
+            return True
+    return False
 
 
 def _symbolic_index(index) -> bool:
