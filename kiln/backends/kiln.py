@@ -357,6 +357,20 @@ def specialize_for_codegen(gm) -> None:
 
 @register_backend(name="kiln")
 def kiln_backend(gm, example_inputs, options=None):
+    """A dynamic graph (symbolic sizes) whose size-generic compile fails for any reason is compiled for
+    the sizes seen instead (``env.specialize_all()``: the guards then check every size), with the
+    reason in ``stats.dynamic_fallbacks``; never an error for the user."""
+    env = shape_env_of(gm)
+    if env is not None and not _all_specialized(env):
+        try:
+            return _kiln_backend(gm, example_inputs, options)
+        except Exception as exc:  # noqa: BLE001 -- any failure: the static compile below decides
+            stats.dynamic_fallbacks[f"kiln: {type(exc).__name__}: {str(exc)[:160]}"] += 1
+            env.specialize_all()
+    return _kiln_backend(gm, example_inputs, options)
+
+
+def _kiln_backend(gm, example_inputs, options=None):
     options = options or default_options()
     specialize_for_codegen(gm)
     target, reason = codegen_target(example_inputs, options, gm)

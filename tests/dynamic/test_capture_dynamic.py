@@ -224,3 +224,28 @@ def test_recompile_reason_names_the_shape_guard_and_line():
         torch.testing.assert_close(c(torch.randn(n).fill_(1.0)), f(torch.randn(n).fill_(1.0)))
     (reason,) = kiln.stats.recompilations
     assert reason.startswith("shape guard failed: s0 <= 10") and "test_capture_dynamic.py" in reason
+
+
+def test_kiln_backend_failure_in_a_dynamic_compile_compiles_static(monkeypatch):
+    """Any error of a size-generic compile (torch 2.11's meta kernels recursed) becomes a static compile."""
+    import kiln.backends.kiln as kb
+
+    real = kb.aot_compile
+    calls = []
+
+    def flaky(gm, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            raise RecursionError("maximum recursion depth exceeded (test)")
+        return real(gm, *args, **kwargs)
+    monkeypatch.setattr(kb, "aot_compile", flaky)
+    kiln.stats.reset()
+
+    def f(x):
+        return (x * 2).relu()
+    c = kiln.compile(f, dynamic=True)
+    for n in (4, 5):
+        x = torch.randn(n)
+        torch.testing.assert_close(c(x), f(x))
+    assert any("RecursionError" in k for k in kiln.stats.dynamic_fallbacks)
+    assert compiles(c) == 2  # static after the failure: one compile per size
