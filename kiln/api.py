@@ -25,7 +25,9 @@ def compile(model: Callable | None = None, *, backend: str | Callable = "kiln", 
         (CUDA graphs and Triton matmul templates with fused epilogues: ``Options.matmul_templates``),
         "max-autotune-no-cudagraphs" (templates only).
     fullgraph: raise GraphBreakError instead of running unsupported code eagerly.
-    dynamic: accepted for compatibility; shapes are specialized (static) in this version.
+    dynamic: None (default): static first, then the sizes that changed become symbols ("automatic
+        dynamic"); True: every dim symbolic from the first compile (0 and 1 specialized); False: static.
+        See docs/dynamic.md.
     options: kiln.Options or a dict of its fields.
     """
     if mode not in MODES:
