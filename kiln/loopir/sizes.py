@@ -113,13 +113,19 @@ def prod(seq, start=1):
     return size(sympy.expand(out)) if is_symbolic(out) else out
 
 
+def _literal(fact):
+    """(fact as sympy, its truth where it is a literal True/False, else None)."""
+    if isinstance(fact, bool):
+        return fact, fact
+    fact = sympy.sympify(fact)
+    return fact, (bool(fact) if fact is sympy.true or fact is sympy.false else None)
+
+
 def known(fact) -> bool | None:
     """The truth of a fact over sizes for every allowed size, or None (no guard recorded)."""
-    if isinstance(fact, bool):
-        return fact
-    fact = sympy.sympify(fact)
-    if fact is sympy.true or fact is sympy.false:
-        return bool(fact)
+    fact, literal = _literal(fact)
+    if literal is not None:
+        return literal
     if _env is None:
         return None
     return _env.static_value(fact)
@@ -128,11 +134,9 @@ def known(fact) -> bool | None:
 def guard(fact) -> bool:
     """The truth of a fact over sizes for this compilation: where it depends on the sizes, decided at
     the hints and recorded as a guard (the compiled code serves only sizes for which it holds)."""
-    if isinstance(fact, bool):
-        return fact
-    fact = sympy.sympify(fact)
-    if fact is sympy.true or fact is sympy.false:
-        return bool(fact)
+    fact, literal = _literal(fact)
+    if literal is not None:
+        return literal
     if _env is None:
         raise DynamicUnsupported(f"symbolic fact {fact} without a ShapeEnv")
     value = fact.xreplace({s: sympy.Integer(h) for s, h in _env.hints.items()})
