@@ -133,7 +133,14 @@ def _sample_fn_for_capture(op, sample):
         inp, args, kwargs = _fill(template, ts)
         return op_fn(inp, *args, **kwargs)
 
+    # a code object of its own per sample: kiln skips a code object after 16 calls without tensors (a
+    # factory op's samples), which would otherwise leave every later op's samples uncaptured
+    _SAMPLE_CODES[0] += 1
+    fn.__code__ = fn.__code__.replace(co_name=f"sample_{_SAMPLE_CODES[0]}")
     return fn, tensors
+
+
+_SAMPLE_CODES = [0]
 
 
 def _sample_fn(op, sample):
