@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 
 from kiln.fake.symbolic import is_symbolic
+from kiln.loopir.index import FloorDiv, ModularIndexing
 
 aten = torch.ops.aten
 
@@ -129,10 +130,15 @@ def _exact_div(total, known):
 
     t, k = to_expr(total), to_expr(known)
     q = sympy.cancel(t / k)
-    if not q.is_integer and not (q.is_Integer or (q.free_symbols and sympy.fraction(q)[1] == 1)):
-        raise SymbolicShapeUnsupported("view", f"cannot infer the -1 size: {t} / {k}")
     env = next(s.node.env for s in (total, known) if isinstance(s, torch.SymInt))
-    return env.symint(q)
+    if q.is_integer or q.is_Integer or (q.free_symbols and sympy.fraction(q)[1] == 1):
+        return env.symint(q)
+    if k.is_Integer and int(k) > 0:  # s0 / 4: a guard that it divides (eager raises where it does not)
+        divides = env.evaluate(sympy.Eq(ModularIndexing(t, 1, k), 0), env.size_hint(t) % int(k) == 0)
+        if not divides:
+            raise RuntimeError(f"shape '[-1, ...]' is invalid for input of size {env.size_hint(t)}")
+        return env.symint(FloorDiv(t, k))
+    raise SymbolicShapeUnsupported("view", f"cannot infer the -1 size: {t} / {k}")
 
 
 def reshape(func, x, shape):

@@ -69,7 +69,7 @@ def test_flatten_unflatten(backend):
     check(f, lambda n: (torch.randn(n, 3, 2),), backend, graphs=2)
 
 
-@pytest.mark.parametrize("backend", backends(xfail={"eager": "view(-1, 4) of a symbolic numel: 'cannot infer the -1 size: s0 / 4', retraces static for every size"}))
+@pytest.mark.parametrize("backend", backends())
 def test_view_minus_one_groups(backend):
     def f(x):
         return x.view(-1, 4).sum(1), x.view(4, -1).amax(0)
