@@ -23,6 +23,7 @@ import sympy
 import torch
 
 from kiln.errors import KilnError
+from kiln.fake.shapes import contiguous_strides
 from kiln.loopir.index import FloorDiv, ModularIndexing
 
 SYMBOLIC_SCALARS = (torch.SymInt, torch.SymBool, torch.SymFloat)
@@ -605,7 +606,7 @@ def symbolic_fake(real: torch.Tensor, env: ShapeEnv, name: str, dims, marked=Non
 
     marked = marked or {}
     sizes = list(real.size())
-    if real.storage_offset() != 0 or tuple(real.stride()) != _row_major(sizes):
+    if real.storage_offset() != 0 or tuple(real.stride()) != tuple(int(st) for st in contiguous_strides(sizes)):
         return None
     exprs: list = []
     for d, n in enumerate(sizes):
@@ -616,21 +617,9 @@ def symbolic_fake(real: torch.Tensor, env: ShapeEnv, name: str, dims, marked=Non
             exprs.append(sympy.Integer(n))
     if all(e.is_number for e in exprs):
         return None
-    strides, running = [], sympy.Integer(1)
-    for e in reversed(exprs):
-        strides.append(running)
-        running = running * e
-    strides.reverse()
+    strides = contiguous_strides(exprs)
     env.bind_input(name, exprs, strides)
     with torch.no_grad(), _kernel_context():
         meta = torch.empty_strided([env.symint(e) for e in exprs], [env.symint(s) for s in strides],
                                    dtype=real.dtype, device="meta")
     return FakeTensor(meta, real.device, requires_grad=real.requires_grad)
-
-
-def _row_major(sizes) -> tuple:
-    out, running = [], 1
-    for n in reversed(sizes):
-        out.append(running)
-        running *= max(n, 1)
-    return tuple(reversed(out))
