@@ -26,6 +26,8 @@ from kiln.aot.schema import (
 )
 from kiln.fake.mode import DispatchMode
 from kiln.fake import FakeTensor, UnsupportedFakeOp, fake_from_real, meta_alias, run_on_fakes
+from kiln.fake.symbolic_composite import ATEN_RULES, SymbolicCompositeMode
+from kiln.fake.symbolic_meta import has_symbolic_tensor
 from kiln.fake.tensor import METADATA_OPS, metadata_query
 from kiln.fake.tree import leaves, map_leaves
 
@@ -153,6 +155,9 @@ class AtenTracer(DispatchMode):
                 out = decomposition(*args, **kwargs)
             if out is not NotImplemented:
                 return out
+        if func in ATEN_RULES and has_symbolic_tensor(args):  # (its C++ body may not take symbolic sizes)
+            with self:
+                return ATEN_RULES[func](*args, **kwargs)
         if has_composite_implicit(func) and func not in KEEP_COMPOSITE:
             with self:
                 out = run_composite_implicit(func, *args, **kwargs)
@@ -294,7 +299,7 @@ def interpret(gm: fx.GraphModule, tracer: AtenTracer, args: list) -> object:
             tracer.b.provenance = {"from_node": n.name, "stack_trace": n.meta.get("stack_trace")}
             return super().run_node(n)
 
-    with tracer:
+    with tracer, SymbolicCompositeMode():
         try:
             return _Interpreter(gm, garbage_collect_values=True).run(*args)
         except RuntimeError as exc:

@@ -15,6 +15,7 @@ from kiln.capture.sources import Source
 from kiln.capture.values.base import ConstantValue, Value, unsupported
 from kiln.fake import FakeTensor, FakeTensorMode, UnsupportedFakeOp
 from kiln.fake.symbolic import SYMBOLIC_SCALARS, ShapeEnv, is_symbolic, symbolic_fake
+from kiln.fake.symbolic_composite import SymbolicCompositeMode
 from kiln.fake.symbolic_meta import symbolic_getitem
 from kiln.fake.tree import leaves, map_leaves
 from kiln.capture.values.symbolic import SizeValue, SymbolicInt, has_symbolic, wrap_symbolic
@@ -169,6 +170,8 @@ class OutputGraph:
                 stack.enter_context(torch.set_grad_enabled(self.grad_enabled))
                 for device, dtype, enabled, cache in self.autocast_stack:
                     stack.enter_context(torch.autocast(device, dtype=dtype, enabled=enabled))
+                if self.shape_env is not None:  # (ATen composites whose C++ bodies cannot take symbolic sizes)
+                    stack.enter_context(SymbolicCompositeMode())
                 if kind == "call_method":
                     return getattr(fargs[0], target)(*fargs[1:], **fkwargs)
                 if target is operator.getitem and isinstance(fargs[0], FakeTensor) and _symbolic_index(fargs[1]):

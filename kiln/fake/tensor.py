@@ -230,7 +230,28 @@ def _metadata_ops() -> frozenset:
 METADATA_OPS = _metadata_ops()
 
 
+def _answer_metadata(name: str, t: torch.Tensor, dim=None):
+    """A size or stride query answered by the tensor's own metadata (Tensor.size() and friends read the
+    TensorImpl; calling the ATen op again would dispatch back here)."""
+    if name in ("size", "sym_size"):
+        return t.size() if dim is None else t.size(dim)
+    if name in ("stride", "sym_stride"):
+        return t.stride() if dim is None else t.stride(dim)
+    if name in ("numel", "sym_numel"):
+        return t.numel()
+    if name == "dim":
+        return t.dim()
+    return t.storage_offset()
+
+
 def metadata_query(func, args, kwargs):
+    name = func._schema.name.split("::")[-1]
+    if isinstance(args[0], torch.Tensor) and not kwargs and len(args) <= 2:
+        answer = _answer_metadata(name, args[0], *args[1:])
+        if not name.startswith("sym_") and has_symbolic_tensor((answer,)):
+            # (a C++ body wants plain ints: the sizes would be specialized silently)
+            raise _refused(func, args, "its C++ caller asks for concrete sizes")
+        return list(answer) if func._overloadname == "default" and name in ("size", "stride") else answer
     with torch._C._DisableTorchDispatch():
         return func(*args, **kwargs)
 

@@ -42,7 +42,6 @@ def clone_inputs(inputs):
     return [x.detach().clone().requires_grad_(x.requires_grad) if isinstance(x, torch.Tensor) else x for x in inputs]
 
 
-from tests.dynamic.harness import SYMBOLIC_META_COMPLETE  # noqa: E402
 
 
 def check_sizes(fn, make_inputs, dims, sizes=(8, 5, 13, 32), module=None, grads=False, atol=1e-5, rtol=1e-5):
@@ -63,8 +62,6 @@ def check_sizes(fn, make_inputs, dims, sizes=(8, 5, 13, 32), module=None, grads=
         inputs = make_inputs(n)
         eager_in, kiln_in = clone_inputs(inputs), clone_inputs(inputs)
         failed = check_guards(gm, kiln_in)
-        if failed is not None and not SYMBOLIC_META_COMPLETE:
-            break  # (torch 2.11: compiled for the first size only; see tests/dynamic/harness.py)
         assert failed is None, f"size {n}: guard {failed} fails (a recompile); fallbacks: {stats.dynamic_fallbacks}"
         expected = target(*eager_in)
         got = compiled(*kiln_in)

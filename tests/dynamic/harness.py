@@ -48,12 +48,6 @@ ALL_SIZES = os.environ.get("KILN_DYNAMIC_ALL_SIZES") == "1"
 SLOW_STATIC_BACKENDS = {"kiln"}
 
 
-# torch 2.11's Python meta kernels of some ops (linear, matmul with broadcasting, sdpa) re-enter dispatch
-# on kiln's symbolic sizes (RecursionError): kiln then compiles those graphs for each size (correct, more
-# compiles), so the compile counts are checked from torch 2.13 on (CI); results are checked everywhere
-SYMBOLIC_META_COMPLETE = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 13)
-
-
 def backends(xfail: dict[str, str] | None = None) -> list:
     """BACKENDS as pytest params, with strict xfail marks for the backends named in ``xfail``; an
     ``"eager"`` reason (a limit of capture) marks every backend unless it has its own."""
@@ -61,8 +55,7 @@ def backends(xfail: dict[str, str] | None = None) -> list:
     if "eager" in xfail:  # capture's limits: every backend is handed the same graphs
         for b in BACKENDS:
             xfail.setdefault(b, xfail["eager"])
-    # (strict where compile counts are checked: from torch 2.13 on, see SYMBOLIC_META_COMPLETE)
-    return [pytest.param(b, marks=pytest.mark.xfail(strict=SYMBOLIC_META_COMPLETE, reason=xfail[b])) if b in xfail else b
+    return [pytest.param(b, marks=pytest.mark.xfail(strict=True, reason=xfail[b])) if b in xfail else b
             for b in BACKENDS]
 
 
@@ -74,10 +67,12 @@ def compiles(compiled) -> int:
 def expected_compiles(backend: str, compiled, n: int | None) -> None:
     """Check the compile count where the backend takes dynamic graphs; extend DYNAMIC_GRAPH_BACKENDS
     as aot_eager and kiln become dynamic."""
-    if n is None or backend not in DYNAMIC_GRAPH_BACKENDS or not SYMBOLIC_META_COMPLETE:
+    if n is None or backend not in DYNAMIC_GRAPH_BACKENDS:
         return
     got = compiles(compiled)
-    assert got == n, f"backend {backend!r} compiled {got} graphs, expected {n}"
+    from kiln.debug.stats import stats
+    assert got == n, (f"backend {backend!r} compiled {got} graphs, expected {n} "
+                      f"(static fallbacks in this process: {dict(stats.dynamic_fallbacks)})")
 
 
 # ----------------------------------------------------------------------------------------------

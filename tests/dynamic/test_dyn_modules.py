@@ -9,6 +9,8 @@ import torch.nn.functional as F
 
 from .harness import backends, check, sgd
 
+TORCH_2_13 = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 13)
+
 SEQS = (8, 5, 13, 2, 16)
 
 
@@ -56,8 +58,10 @@ def test_conv2d_dynamic_batch_pool_flatten(backend):
         def forward(self, x):
             x = F.max_pool2d(F.relu(self.conv(x)), 2)
             return self.fc(x.view(x.size(0), -1))
-    # dynamo: 3 (its conv backend choice guards on batch >= 16; kiln skips that choice for contiguous operands)
-    check(_seeded(Net), lambda n: (torch.randn(n, 1, 8, 8),), backend, graphs=2, dynamo_graphs=3)
+    # dynamo: 3 (its conv backend choice guards on batch >= 16; kiln skips that choice for contiguous
+    # operands, but an input with one channel is channels-last too, and torch before 2.13 guards there)
+    graphs = 2 if TORCH_2_13 else 3
+    check(_seeded(Net), lambda n: (torch.randn(n, 1, 8, 8),), backend, graphs=graphs, dynamo_graphs=3)
 
 
 def test_adaptive_avg_pool_dynamic_hw(backend):
@@ -76,7 +80,9 @@ def test_multihead_attention_dynamic_seq(backend):
     def make(n):
         x = torch.randn(2, n, 8)
         return x, x, x
-    check(m, make, backend, sizes=SEQS, graphs=2)
+    # (torch 2.11's C++ linear cannot take symbolic sizes; inside F.multi_head_attention_forward, which
+    # runs whole on fakes, kiln's own linear rule is not reached: a static compile per size)
+    check(m, make, backend, sizes=SEQS, graphs=2 if TORCH_2_13 else None)
 
 
 def test_gru_dynamic_seq(backend):

@@ -1,0 +1,173 @@
+"""Python bodies of ATen composite ops whose C++ bodies cannot take symbolic sizes on some torch versions.
+
+``matmul`` (and ``linear``, which calls it) are CompositeImplicitAutograd: ATen runs their C++ body
+before any dispatch mode sees the call, and torch 2.11's body asks a tensor with symbolic sizes for
+``numel()``, which raises. kiln runs these rules instead wherever a call has symbolic sizes: capture
+(for the example value) and AOT tracing (for the ATen ops recorded). Each rule follows the ATen body it
+replaces step for step (aten/src/ATen/native/LinearAlgebra.cpp, Linear.cpp), so the ops recorded, the
+output strides and the numerics are the ones the C++ body gives on torch versions where it works.
+"""
+from __future__ import annotations
+
+import operator
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+from kiln.fake.symbolic_meta import has_symbolic_tensor
+
+aten = torch.ops.aten
+
+
+def _product(sizes):
+    out = 1
+    for s in sizes:
+        out = out * s
+    return out
+
+
+def _broadcast(a, b) -> list:
+    out = []
+    for i in range(max(len(a), len(b))):
+        x = a[len(a) - 1 - i] if i < len(a) else 1
+        y = b[len(b) - 1 - i] if i < len(b) else 1
+        out.append(y if x == 1 else x)
+    return out[::-1]
+
+
+def _should_fold(t1: torch.Tensor, t2: torch.Tensor) -> bool:
+    """Whether the batch dims of the larger operand fold into mm rows (ATen's ``should_fold``)."""
+    larger_first = t1.dim() >= t2.dim()
+    big = t1 if larger_first else t2.mT
+    small_dim = t2.dim() if larger_first else t1.dim()
+    if not (big.dim() >= 3 and small_dim <= 2):
+        return False
+    if (t2 if larger_first else t1).requires_grad:
+        return True
+    if t1.dim() == 2:
+        return False
+    if big.numel() == 0:
+        return True
+    sizes, strides = big.shape, big.stride()
+    return all(strides[i] == strides[i + 1] * sizes[i + 1] for i in range(big.dim() - 2))
+
+
+def matmul(t1: torch.Tensor, t2: torch.Tensor) -> torch.Tensor:
+    """``torch.matmul`` as ATen's ``_matmul_impl`` computes it (no ``out=``)."""
+    d1, d2 = t1.dim(), t2.dim()
+    if d1 == 0 or d2 == 0:
+        raise RuntimeError(f"both arguments to matmul need to be at least 1D, but they are {d1}D and {d2}D")
+    if d1 == 1 and d2 == 1:
+        return aten.dot(t1, t2)
+    if d1 == 2 and d2 == 1:
+        return aten.mv(t1, t2)
+    if d1 == 1 and d2 == 2:
+        return aten.squeeze.dim(aten.mm(aten.unsqueeze(t1, 0), t2), 0)
+    if d1 == 2 and d2 == 2:
+        return aten.mm(t1, t2)
+    if _should_fold(t1, t2):
+        return _folded(t1, t2)
+    return _batched(t1, t2)
+
+
+def _folded(t1, t2):
+    transpose = t2.dim() > t1.dim()
+    big = t2.mT if transpose else t1
+    small = (t1.t() if t1.dim() == 2 else t1) if transpose else t2
+    sizes = list(big.shape)
+    out_shape = sizes[:-1]
+    folded = aten.reshape(big, [_product(out_shape), sizes[-1]])
+    if small.dim() == 2:
+        out = aten._unsafe_view(aten.mm(folded, small), out_shape + [small.shape[1]])
+        return aten.contiguous(out.mT) if transpose else out
+    return aten._unsafe_view(aten.mv(folded, small), out_shape)
+
+
+def _batched(t1, t2):
+    d1, d2 = t1.dim(), t2.dim()
+    n = t1.shape[-2] if d1 > 1 else 1
+    m1 = t1.shape[-1]
+    m2 = t2.shape[-2] if d2 > 1 else t2.shape[0]
+    p = t2.shape[-1] if d2 > 1 else 1
+    batch = _broadcast(list(t1.shape[:max(d1 - 2, 0)]), list(t2.shape[:max(d2 - 2, 0)]))
+    batch_numel = _product(batch)
+    left = aten.reshape(aten.expand(t1, batch + [n, m1]), [batch_numel, n, m1])
+    vector_rhs = d2 == 1
+    if vector_rhs:
+        right = aten.unsqueeze(aten.reshape(aten.expand(t2, batch + [m2]), [batch_numel, m2]), 2)
+    else:
+        right = aten.reshape(aten.expand(t2, batch + [m2, p]), [batch_numel, m2, p])
+    out_shape = batch + ([n] if d1 > 1 else []) + ([p] if d2 > 1 else [])
+    product = aten.bmm(left, right)
+    if vector_rhs:
+        product = aten.squeeze.dim(product, -1)
+    return aten._unsafe_view(product, out_shape)
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """``torch.nn.functional.linear`` as ATen's ``linear`` computes it."""
+    if x.dim() == 2 and bias is not None:
+        return aten.addmm(bias, x, weight.t())
+    if bias is not None and x.is_contiguous() and (x.dim() == 3 or bias.dim() == 1):
+        sizes = list(x.shape)
+        flat = aten.reshape(x, [_product(sizes[:-1]), sizes[-1]])
+        out = aten.addmm(bias, flat, weight.t())
+        return aten.view(out, sizes[:-1] + [out.shape[1]])
+    out = matmul(x, weight.t())
+    return aten.add(out, bias) if bias is not None else out
+
+
+def _matmul_args(args, kwargs):
+    if kwargs or len(args) != 2:
+        return None
+    return args
+
+
+def _linear_args(args, kwargs):
+    args = list(args)
+    names = ("input", "weight", "bias")
+    for i, name in enumerate(names):
+        if name in kwargs:
+            if i != len(args):
+                return None
+            args.append(kwargs[name])
+    if len(args) < 2 or len(args) > 3 or set(kwargs) - set(names):
+        return None
+    return args
+
+
+# torch-level callables (call_function targets) -> (argument binder, rule)
+FUNCTION_RULES = {
+    torch.matmul: (_matmul_args, matmul),
+    operator.matmul: (_matmul_args, matmul),
+    torch.Tensor.matmul: (_matmul_args, matmul),
+    torch.Tensor.__matmul__: (_matmul_args, matmul),
+    torch._C._nn.linear: (_linear_args, linear),
+}
+# the same ops where they reach a dispatch mode (AOT tracing) as ATen ops
+ATEN_RULES = {aten.matmul.default: matmul, aten.linear.default: linear}
+
+
+class SymbolicCompositeMode(TorchFunctionMode):
+    """Runs the rules above in place of ``torch.matmul``, ``Tensor.__matmul__``, ``F.linear``, ... for
+    calls with symbolic sizes made by captured code. (Not for calls inside a Python torch function that
+    runs whole on fakes, such as ``F.multi_head_attention_forward``: torch runs a function's body with
+    the mode off. On torch 2.11 such a graph is compiled static, per size.)"""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        entry = FUNCTION_RULES.get(func) if _hashable(func) else None
+        if entry is not None and has_symbolic_tensor(args):
+            bound = entry[0](tuple(args), dict(kwargs))
+            if bound is not None and all(isinstance(a, torch.Tensor) for a in bound[:2]):
+                with torch._C.DisableTorchFunction():
+                    return entry[1](*bound)
+        return func(*args, **kwargs)
+
+
+def _hashable(x) -> bool:
+    try:
+        hash(x)
+    except TypeError:
+        return False
+    return True

@@ -1,0 +1,60 @@
+"""kiln's Python bodies of matmul and linear (fake/symbolic_composite.py): the same values, shapes and
+strides as ATen's C++ bodies, on real tensors and on fakes with symbolic sizes."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+from kiln.fake import FakeTensorMode
+from kiln.fake.symbolic import ShapeEnv, symbolic_fake
+from kiln.fake.symbolic_composite import SymbolicCompositeMode, linear, matmul
+
+SHAPES = [
+    ((3,), (3,)), ((4, 3), (3,)), ((3,), (3, 5)), ((4, 3), (3, 5)),
+    ((2, 4, 3), (3,)), ((2, 4, 3), (3, 5)), ((3,), (2, 3, 5)), ((4, 3), (2, 3, 5)),
+    ((2, 4, 3), (2, 3, 5)), ((2, 1, 4, 3), (3, 3, 5)), ((1, 4, 3), (6, 3, 5)), ((2, 2, 4, 3), (3,)),
+    ((0, 4, 3), (3, 5)), ((2, 4, 0), (0, 5)),
+]
+
+
+@pytest.mark.parametrize("a,b", SHAPES)
+@pytest.mark.parametrize("grad", [False, True])
+def test_matmul_matches_aten_on_real_tensors(a, b, grad):
+    torch.manual_seed(0)
+    x, y = torch.randn(a), torch.randn(b, requires_grad=grad)
+    expected, got = torch.matmul(x, y), matmul(x, y)
+    assert got.shape == expected.shape and got.stride() == expected.stride()
+    torch.testing.assert_close(got, expected)
+
+
+def test_matmul_of_a_transposed_batch_folds_like_aten():
+    x = torch.randn(4, 2, 3).transpose(0, 1)  # (2, 4, 3), batch dims not foldable without a copy
+    y = torch.randn(3, 5)
+    assert matmul(x, y).stride() == torch.matmul(x, y).stride()
+    torch.testing.assert_close(matmul(x, y), torch.matmul(x, y))
+
+
+@pytest.mark.parametrize("shape", [(4, 3), (2, 4, 3), (2, 2, 4, 3)])
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("transposed", [False, True])
+def test_linear_matches_aten(shape, bias, transposed):
+    torch.manual_seed(0)
+    x = torch.randn(shape)
+    if transposed:
+        x = x.transpose(0, -2)
+    w, b = torch.randn(5, 3), (torch.randn(5) if bias else None)
+    expected, got = F.linear(x, w, b), linear(x, w, b)
+    assert got.shape == expected.shape and got.stride() == expected.stride()
+    torch.testing.assert_close(got, expected)
+
+
+def test_matmul_and_linear_on_symbolic_fakes():
+    env = ShapeEnv()
+    mode = FakeTensorMode()
+    x = symbolic_fake(torch.randn(2, 16, 8), env, "L['x']", {1})
+    w = mode.from_real(torch.randn(6, 8))
+    with mode, SymbolicCompositeMode():
+        assert str(tuple((x @ w.t()).shape)) == "(2, s0, 6)"
+        assert str(tuple(torch.matmul(x, torch.ones(1, 8, 3)).shape)) == "(2, s0, 3)"
+        assert str(tuple(F.linear(x, w).shape)) == "(2, s0, 6)"
+        assert str(tuple(x.matmul(x.transpose(1, 2)).shape)) == "(2, s0, s0)"
+    assert env.failed is None
