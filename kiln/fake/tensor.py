@@ -323,6 +323,11 @@ def _refused(func, args, why: str) -> SymbolicShapeUnsupported:
     capture traces the frame again with static sizes even where the error itself was caught."""
     for x in leaves(args):
         for n in (x.shape if isinstance(x, torch.Tensor) else [x]):
+            if isinstance(n, torch.SymInt) and hasattr(n.node, "env") and n.node.env.is_unbacked(n.node.expr):
+                n.node.env.unbacked_error(f"{func} ({why})")  # (traced again with the graph broken before)
+                return SymbolicShapeUnsupported(func, why)
+    for x in leaves(args):
+        for n in (x.shape if isinstance(x, torch.Tensor) else [x]):
             if isinstance(n, torch.SymInt) and hasattr(n.node, "env"):
                 n.node.env.failed = n.node.env.failed or f"{func} cannot run on symbolic sizes ({why})"
                 return SymbolicShapeUnsupported(func, why)
