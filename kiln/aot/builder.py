@@ -9,6 +9,7 @@ import torch.fx as fx
 from torch.utils._pytree import tree_map
 
 from kiln.fake import run_on_fakes
+from kiln.fake.unbacked import allow_unbacked
 
 aten = torch.ops.aten
 
@@ -71,9 +72,12 @@ class GraphBuilder:
         if self.sizes is not None:
             args, kwargs = self.sizes.map_args(tuple(args)), self.sizes.map_args(dict(kwargs))
         if val is None:
-            val = run_on_fakes(func, tree_map(node_val, args), tree_map(node_val, kwargs))
+            with allow_unbacked(self.sizes.env if self.sizes is not None else None):
+                val = run_on_fakes(func, tree_map(node_val, args), tree_map(node_val, kwargs))
         node = self._stamp(self.graph.call_function(func, tuple(args), dict(kwargs)))
         node.meta["val"] = val
+        if self.sizes is not None:
+            self.sizes.bind_result(node, val)
         return node
 
     def getitem(self, node: fx.Node, index: int) -> fx.Node:

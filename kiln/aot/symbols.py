@@ -42,6 +42,8 @@ def shape_env_of(gm: fx.GraphModule):
 
 def is_fully_specialized(env) -> bool:
     """Every symbol has a guard pinning it to its hint (``env.specialize_all()`` ran): compile statically."""
+    if getattr(env, "unbacked", None):
+        return False  # (unbacked sizes have no value to be pinned to)
     pinned = {g.fact for g in env.guards}
     return all(sympy.Eq(s, h) in pinned or env.static_value(sympy.Eq(s, h)) is True for s, h in env.hints.items())
 
@@ -76,6 +78,8 @@ class SizeNodes:
         self.graph, self.env = graph, env
         self.stamp = stamp or (lambda node: node)
         self.bindings: dict[sympy.Symbol, tuple[fx.Node, int]] = {}
+        self.scalars: dict[sympy.Symbol, fx.Node] = {}  # unbacked numbers: the node computing each (item)
+        self.pending: list = []  # (tuple node, index, tensor) of multi-output ops with unbacked sizes
         self._cache: dict = {}
 
     def bind(self, placeholder: fx.Node, val) -> None:
@@ -87,6 +91,28 @@ class SizeNodes:
                 expr = to_expr(size)
                 if expr.is_Symbol and expr not in self.bindings:
                     self.bindings[expr] = (placeholder, d)
+
+    def bind_result(self, node: fx.Node, val) -> None:
+        """Unbacked symbols made by the op of ``node`` (``nonzero``'s row count, ``item``'s value) are read
+        from its result at run time: ``aten.sym_size.int(node, d)``, or the node itself for a number."""
+        unbacked = getattr(self.env, "unbacked", None)
+        if not unbacked:
+            return
+        if isinstance(val, torch.SymInt) and is_symbolic(val):
+            expr = to_expr(val)
+            if expr.is_Symbol and expr in unbacked and expr not in self.bindings and expr not in self.scalars:
+                self.scalars[expr] = node
+            return
+        if isinstance(val, (list, tuple)):
+            for i, v in enumerate(val):  # (the tuple's items are read through getitem nodes made later)
+                if isinstance(v, torch.Tensor):
+                    self.pending.append((node, i, v))
+            return
+        if isinstance(val, torch.Tensor):
+            for d, size in enumerate(val.shape):
+                expr = to_expr(size) if is_symbolic(size) else None
+                if expr is not None and expr.is_Symbol and expr in unbacked and expr not in self.bindings:
+                    self.bindings[expr] = (node, d)
 
     def map_args(self, tree):
         """``tree`` (op arguments) with each SymInt/SymFloat/SymBool replaced by a node or a constant."""
@@ -121,6 +147,18 @@ class SizeNodes:
         self._cache[expr] = node
         return node
 
+    def _pending_binding(self, expr):
+        """An unbacked size of an item of a multi-output op (``unique``): read through a getitem node."""
+        for node, i, val in self.pending:
+            for d, size in enumerate(val.shape):
+                if is_symbolic(size) and to_expr(size) == expr:
+                    with self.graph.inserting_after(node):
+                        item = self.stamp(self.graph.call_function(operator.getitem, (node, i)))
+                    item.meta["val"] = val
+                    self.bindings[expr] = (item, d)
+                    return item, d
+        return None
+
     def _call(self, target, args, expr) -> fx.Node:
         node = self.stamp(self.graph.call_function(target, tuple(args)))
         node.meta["val"] = self.env.symint(expr) if not isinstance(expr, torch.SymFloat) else expr
@@ -128,7 +166,9 @@ class SizeNodes:
 
     def _build(self, expr) -> fx.Node:
         if expr.is_Symbol:
-            where = self.bindings.get(expr)
+            if expr in self.scalars:
+                return self.scalars[expr]
+            where = self.bindings.get(expr) or self._pending_binding(expr)
             if where is None:
                 raise SymbolicShapeUnsupported("size", f"the size {expr} is not a size of any input of this graph")
             return self._call(aten.sym_size.int, where, expr)

@@ -91,7 +91,9 @@ def symbolic_inputs(gm: fx.GraphModule, example_inputs: Sequence, placeholders: 
         if not isinstance(x, torch.Tensor) or x.dim() != fake.dim() or x.dtype != fake.dtype:
             raise SymbolicShapeUnsupported("trace", f"input {node.name} does not match its symbolic fake")
         fakes.append(fake)
-    return fakes if any(f is not None for f in fakes) else None
+    if any(f is not None for f in fakes) or getattr(gm.meta["kiln_shape_env"], "unbacked", None):
+        return fakes  # (a graph whose only symbols are unbacked: static inputs, symbolic sizes inside)
+    return None
 
 
 def input_storages(tracer: AtenTracer) -> dict:

@@ -28,6 +28,7 @@ from kiln.fake.mode import DispatchMode
 from kiln.fake import FakeTensor, UnsupportedFakeOp, fake_from_real, meta_alias, run_on_fakes
 from kiln.fake.symbolic_composite import ATEN_RULES, SymbolicCompositeMode
 from kiln.fake.symbolic_meta import has_symbolic_tensor
+from kiln.fake.unbacked import allow_unbacked
 from kiln.fake.tensor import METADATA_OPS, metadata_query
 from kiln.fake.tree import leaves, map_leaves
 
@@ -139,7 +140,11 @@ class AtenTracer(DispatchMode):
 
     # dispatch ---------------------------------------------------------------------------------
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
+        sizes = self.b.sizes  # (data-dependent ops make unbacked sizes in a graph traced with symbolic sizes)
+        with allow_unbacked(sizes.env if sizes is not None else None):
+            return self._dispatch(func, args, kwargs or {})
+
+    def _dispatch(self, func, args, kwargs):
         if func is prim.device.default:
             return run_on_fakes(func, args, kwargs)
         if func in METADATA_OPS:  # (a size or stride query: no op in the graph)
@@ -174,7 +179,7 @@ class AtenTracer(DispatchMode):
 
     def _functional(self, func, args, kwargs):
         out = run_on_fakes(func, args, kwargs)
-        if not any(isinstance(x, torch.Tensor) for x in leaves(out)):
+        if not any(isinstance(x, torch.Tensor) or _is_unbacked(x) for x in leaves(out)):
             return out  # metadata queries (``_fused_sdp_choice``) leave no trace
         node = self.b.call(func, self._nodes(args), self._nodes(kwargs), val=map_leaves(_snapshot, out))
         self._bind_fresh(out, node)
@@ -307,3 +312,7 @@ def interpret(gm: fx.GraphModule, tracer: AtenTracer, args: list) -> object:
                 raise UnsupportedFakeOp("trace", f"an op read tensor data while tracing: {exc}") from None
             raise
 
+
+def _is_unbacked(x) -> bool:
+    """A number the op computed from data (``item``): an unbacked SymInt, kept as a node of the graph."""
+    return isinstance(x, torch.SymInt) and hasattr(x.node, "env") and x.node.env.is_unbacked(x.node.expr)

@@ -92,7 +92,7 @@ def compile_graph(gm, options: Options, target: str = "cpp") -> CompiledGraph:
     check each size) and the graph is compiled for the sizes seen; the reason goes to
     ``stats.dynamic_fallbacks`` and the graph's explain text."""
     env = gm.meta.get("kiln_shape_env")
-    if env is None or not _has_symbolic_inputs(gm):
+    if env is None or not (_has_symbolic_inputs(gm) or getattr(env, "unbacked", None)):
         return _compile_graph(gm, options, target)
     if _all_specialized(env):
         with size_context(env, concrete=True):
@@ -131,6 +131,8 @@ def _all_specialized(env) -> bool:
     """True when every size symbol of ``env`` is guarded to its hint (nothing left to be generic over)."""
     import sympy
 
+    if getattr(env, "unbacked", None):
+        return False  # (unbacked sizes stay symbols: there is no value to specialize them to)
     facts = {g.fact for g in env.guards}
     return all(sympy.Eq(s, h) in facts for s, h in env.hints.items())
 

@@ -246,6 +246,11 @@ class FrameCompiler:
             return
         if env.specialization_error is not None:
             raise env.specialization_error
+        if env.unbacked_failed is not None:  # data-dependent ops break the graph from now on, as before
+            shapes = self.frame_shapes.setdefault(code, FrameShapes())
+            shapes.no_unbacked = env.unbacked_failed
+            stats.dynamic_fallbacks[f"unbacked: {env.unbacked_failed}"] += 1
+            raise _RetraceStatic(env.unbacked_failed)
         if env.failed is not None:
             shapes = self.frame_shapes.setdefault(code, FrameShapes())
             shapes.static_reason = env.failed

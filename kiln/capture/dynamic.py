@@ -57,6 +57,7 @@ class FrameShapes:
     sizes: dict = dataclasses.field(default_factory=dict)  # place -> sizes at the last compile
     dynamic: dict = dataclasses.field(default_factory=dict)  # place -> dims traced as symbols
     static_reason: str | None = None  # why this code is compiled with static sizes from now on
+    no_unbacked: str | None = None  # why data-dependent sizes break the graph in this code from now on
 
 
 class DynamicPolicy:
@@ -66,6 +67,8 @@ class DynamicPolicy:
         self.mode = mode
         self.shapes = shapes
         self.enabled = enabled and mode is not False and (shapes is None or shapes.static_reason is None)
+        # data-dependent sizes (nonzero, x[mask], .item()) as unbacked symbols in one graph (fake/unbacked.py)
+        self.unbacked = enabled and (shapes is None or shapes.no_unbacked is None)
 
     def dims_for(self, place: str, real: torch.Tensor) -> tuple[set, dict]:
         """(dims to trace as symbols, {dim: (min, max)} of those marked dynamic)."""

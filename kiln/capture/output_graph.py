@@ -14,8 +14,9 @@ from kiln.capture.side_effects import SideEffects
 from kiln.capture.sources import Source
 from kiln.capture.values.base import ConstantValue, Value, unsupported
 from kiln.fake import FakeTensor, FakeTensorMode, UnsupportedFakeOp
-from kiln.fake.symbolic import SYMBOLIC_SCALARS, ShapeEnv, is_symbolic, symbolic_fake
+from kiln.fake.symbolic import SYMBOLIC_SCALARS, DataDependentSize, ShapeEnv, is_symbolic, symbolic_fake
 from kiln.fake.symbolic_composite import SymbolicCompositeMode
+from kiln.fake.unbacked import allow_unbacked
 from kiln.fake.symbolic_meta import symbolic_getitem
 from kiln.fake.tree import leaves, map_leaves
 from kiln.capture.values.symbolic import SizeValue, SymbolicInt, has_symbolic, wrap_symbolic
@@ -39,6 +40,7 @@ class OutputGraph:
         self.fake_mode = FakeTensorMode()
         self.dynamic = None  # the DynamicPolicy (capture/dynamic.py): which input dims are symbols
         self.shape_env: ShapeEnv | None = None  # made at the first input with symbolic sizes
+        self._spare_env: ShapeEnv | None = None  # for unbacked sizes of a frame without dynamic inputs
         self._input_storages: set = set()
         self._dynamic_storages: set = set()
         self.input_sources: list[Source] = []
@@ -164,9 +166,11 @@ class OutputGraph:
         fargs = map_leaves(example, args)
         fkwargs = map_leaves(example, kwargs)
         _refuse_write_to_overlapping(kind, target, fargs, fkwargs)
+        env = self._unbacked_env()
         try:
             with contextlib.ExitStack() as stack:
                 stack.enter_context(self.fake_mode)
+                stack.enter_context(allow_unbacked(env))
                 stack.enter_context(torch.set_grad_enabled(self.grad_enabled))
                 for device, dtype, enabled, cache in self.autocast_stack:
                     stack.enter_context(torch.autocast(device, dtype=dtype, enabled=enabled))
@@ -177,6 +181,8 @@ class OutputGraph:
                 if target is operator.getitem and isinstance(fargs[0], FakeTensor) and _symbolic_index(fargs[1]):
                     return symbolic_getitem(fargs[0], fargs[1])  # (Python's slice() refuses SymInts)
                 return target(*fargs, **fkwargs)
+        except DataDependentSize as exc:  # (env.unbacked_failed is set: the frame is traced again without them)
+            unsupported(f"{_describe(target)}: {exc}")
         except UnsupportedFakeOp as exc:
             unsupported(f"data-dependent operation {_describe(target)}: {exc}",
                         hint="values computed from tensor data (item(), nonzero(), bool(tensor)) "
@@ -188,6 +194,18 @@ class OutputGraph:
         except (RuntimeError, TypeError, ValueError, IndexError, AttributeError, KeyError, NotImplementedError) as exc:
             # what eager would raise too (a wrong argument): the op runs as Python at a break, and raises there
             unsupported(f"{_describe(target)} failed on fake tensors: {type(exc).__name__}: {exc}")
+
+    def _unbacked_env(self) -> ShapeEnv | None:
+        """The env data-dependent ops make unbacked sizes in (None where the policy does not allow them);
+        a frame without dynamic inputs gets one here, kept only once an unbacked symbol is made."""
+        if self.dynamic is None or not getattr(self.dynamic, "unbacked", False):
+            return None
+        if self.shape_env is not None:
+            return self.shape_env
+        if self._spare_env is None:
+            self._spare_env = ShapeEnv()
+            self._spare_env.where = self._user_line
+        return _AdoptOnUse(self)
 
     def _check_inference(self, kind, target, args, kwargs, example) -> None:
         def fake(x):
@@ -249,6 +267,21 @@ class OutputGraph:
         if self.shape_env is not None:
             gm.meta["kiln_shape_env"] = self.shape_env
         return gm
+
+
+class _AdoptOnUse:
+    """Stands for the spare ShapeEnv while an op runs: the first unbacked symbol made in it makes it the
+    graph's env (so frames without data-dependent ops keep no env)."""
+
+    def __init__(self, output: OutputGraph):
+        self.output = output
+
+    def __getattr__(self, name):
+        env = self.output._spare_env
+        if name == "create_unbacked" and self.output.shape_env is None:
+            self.output.shape_env = env
+            self.output.guards.shape_env = env
+        return getattr(env, name)
 
 
 def _has_symbolic_arg(args, kwargs) -> bool:

@@ -68,6 +68,7 @@ class WrapperGen:
         self.ns: dict = {"empty_strided": torch.empty_strided, "ensure_layout": ensure_layout, "torch": torch}
         self._consts = 0
         self.symbols: set = set()  # size symbols printed into the code
+        self.unbacked_bound: set = set()  # unbacked sizes read from extern results (_bind_unbacked)
 
     def size(self, e) -> str:
         """A size (int or sympy expression over size symbols) as Python source."""
@@ -144,7 +145,7 @@ class WrapperGen:
         body.append(f"return ({', '.join(outs)}{',' if len(outs) == 1 else ''})")
         binds, bound = self._bind_symbols(args) if self.symbols else ([], set())
         src = [f"def call({', '.join(args)}):"] + ["    " + line for line in binds + body]
-        return Wrapper("\n".join(src) + "\n", self.ns, set(self.symbols), bound)
+        return Wrapper("\n".join(src) + "\n", self.ns, set(self.symbols), bound | self.unbacked_bound)
 
     def _alloc(self, b: ComputedBuffer, pool) -> str:
         key = _pool_key(b)
@@ -185,8 +186,19 @@ class WrapperGen:
         lines = [f"{k.name} = {op}({call})  # {k.reason}"]
         for out in k.outputs:
             path = "".join(f"[{i}]" for i in out.path)
+            lines += self._bind_unbacked(f"{k.name}{path}", out.size)
             lines.append(f"{out.name} = ensure_layout({k.name}{path}, {self.sizes(out.size)}, {self.sizes(out.stride)})")
         lines.append(f"del {k.name}")
+        return lines
+
+    def _bind_unbacked(self, result: str, size) -> list[str]:
+        """``u0 = buf3.size(0)``: a data-dependent size (an unbacked symbol) read from the ATen result
+        that made it, once; later kernels take it as a size argument like an input's size."""
+        lines = []
+        for d, n in enumerate(size):
+            if isinstance(n, sympy.Symbol) and n.name.startswith("u") and n not in self.unbacked_bound:
+                self.unbacked_bound.add(n)
+                lines.append(f"{n.name} = {result}.size({d})")
         return lines
 
     def _last_uses(self):

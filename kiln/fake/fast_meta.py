@@ -77,11 +77,11 @@ def _broadcast(shapes) -> list[int] | None:
         if len(shape) > len(out):
             out = [1] * (len(shape) - len(out)) + out
         for i, n in enumerate(shape, len(out) - len(shape)):
-            if n != out[i]:
-                if out[i] == 1:
-                    out[i] = n
-                elif n != 1:
-                    return None  # the meta kernel raises the error eager would
+            # (a literal 1 is checked first: an unbacked size has no answer to ``u0 != 1``)
+            if type(out[i]) is int and out[i] == 1:
+                out[i] = n
+            elif not (type(n) is int and n == 1) and n != out[i]:
+                return None  # the meta kernel raises the error eager would
     return out
 
 

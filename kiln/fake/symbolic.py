@@ -29,6 +29,12 @@ from kiln.loopir.index import FloorDiv, ModularIndexing
 SYMBOLIC_SCALARS = (torch.SymInt, torch.SymBool, torch.SymFloat)
 
 
+class DataDependentSize(KilnError):
+    """A decision needs the value of an unbacked size (``u0``: made by ``nonzero``, ``.item()``, ...) that
+    its value range does not settle. There is no hint to guess from: the capture is traced again with
+    data-dependent ops breaking the graph as before (``ShapeEnv.unbacked_failed`` says why)."""
+
+
 class SpecializationError(KilnError):
     """A size the user marked dynamic had to become a constant (raised only for ``mark_dynamic``'d dims)."""
 
@@ -66,6 +72,8 @@ class ShapeEnv:
         self.specialization_error: SpecializationError | None = None  # a marked-dynamic dim became a constant
         self._decided: dict[sympy.Basic, bool] = {}
         self._by_hint: dict[int, sympy.Symbol] = {}  # duck sizing: equal sizes share a symbol
+        self.unbacked: dict[sympy.Symbol, str] = {}  # u0, u1, ...: data-dependent sizes -> the op that made them
+        self.unbacked_failed: str | None = None  # set where a fact about one was needed: trace again without them
 
     # ---- symbols -----------------------------------------------------------------------------
 
@@ -88,14 +96,51 @@ class ShapeEnv:
             self._by_hint.setdefault(hint, symbol)
         return symbol
 
+    def create_unbacked(self, origin: str, lower: int | None = 0, upper: int | None = None) -> sympy.Symbol:
+        """A symbol for a size or number known only at run time (``nonzero``'s row count, ``.item()``):
+        no hint, only its value range [lower, upper] (None: unbounded). Facts its range does not decide
+        raise ``DataDependentSize`` (never a guard: there is no value to guard on)."""
+        symbol = sympy.Symbol(f"u{len(self.unbacked)}", integer=True, nonnegative=lower is not None and lower >= 0)
+        self.unbacked[symbol] = origin
+        if lower is not None:
+            self.lower[symbol] = lower
+        self.upper[symbol] = upper
+        self.origins[symbol] = origin
+        return symbol
+
+    UNBACKED_HINT = 8192  # what speed heuristics assume for an unbacked size (never a correctness decision)
+
+    def heuristic_hint(self, expr) -> int:
+        """``size_hint``, with each unbacked symbol at ``UNBACKED_HINT`` (within its range): for layout and
+        speed heuristics only, never for a decision the result's correctness depends on."""
+        fallback = {}
+        for u in sympy.sympify(expr).free_symbols & self.unbacked.keys():
+            value = max(self.UNBACKED_HINT, self.lower.get(u, 0))
+            fallback[u] = sympy.Integer(min(value, self.upper[u]) if self.upper.get(u) is not None else value)
+        return self.size_hint(sympy.sympify(expr).xreplace(fallback))
+
+    def is_unbacked(self, expr) -> bool:
+        """``expr`` depends on an unbacked symbol."""
+        return bool(self.unbacked) and bool(sympy.sympify(expr).free_symbols & self.unbacked.keys())
+
+    def unbacked_error(self, what: str) -> DataDependentSize:
+        """The error for a decision on unbacked sizes; remembered so capture traces again without them."""
+        where = self.where()
+        reason = f"{what} depends on a data-dependent size" + (f" (at {where})" if where else "")
+        self.unbacked_failed = self.unbacked_failed or reason
+        return DataDependentSize(reason)
+
     def symint(self, expr) -> torch.SymInt | int:
         expr = sympy.sympify(expr)
         if expr.is_number:
             return int(expr)
-        return torch.SymInt(SymNode(expr, self, int, self.size_hint(expr)))
+        hint = None if self.is_unbacked(expr) else self.size_hint(expr)
+        return torch.SymInt(SymNode(expr, self, int, hint))
 
     def size_hint(self, expr) -> int:
         value = sympy.sympify(expr).xreplace({s: sympy.Integer(h) for s, h in self.hints.items()})
+        if self.is_unbacked(value):
+            raise self.unbacked_error(f"the value of {expr}")
         if not value.is_number:
             raise ValueError(f"size expression {expr} has symbols without hints: {value.free_symbols}")
         return int(value)
@@ -157,6 +202,8 @@ class ShapeEnv:
         value = self.static_value(fact)
         if value is not None:
             return value
+        if self.is_unbacked(fact):
+            raise self.unbacked_error(f"the fact {fact}")
         hint = bool(hint)
         if hint and isinstance(fact, sympy.Eq) and (fact.lhs.is_number or fact.rhs.is_number):
             other = fact.rhs if fact.lhs.is_number else fact.lhs
@@ -172,6 +219,8 @@ class ShapeEnv:
         expr = sympy.sympify(expr)
         if expr.is_number:
             return int(expr)
+        if self.is_unbacked(expr):
+            raise self.unbacked_error(f"the value of {expr}")
         marked = expr.free_symbols & self.marked
         if marked:
             names = ", ".join(self.origins[s] for s in marked)
@@ -186,7 +235,10 @@ class ShapeEnv:
 
     def specialize_all(self) -> None:
         """Every symbol becomes its hint: the compiled code then serves only the sizes seen (a backend
-        that cannot generate size-generic code calls this)."""
+        that cannot generate size-generic code calls this). Unbacked sizes have no value to become:
+        ``DataDependentSize`` (capture then traces again, breaking the graph at the data-dependent op)."""
+        if self.unbacked:
+            raise self.unbacked_error("a compile for the sizes seen (a static fallback)")
         for s, hint in self.hints.items():
             if self.static_value(sympy.Eq(s, hint)) is not True:
                 self._record(sympy.Eq(s, hint))
@@ -282,6 +334,7 @@ class ShapeEnv:
     def describe(self) -> str:
         """Symbols and guards, for explain()."""
         rows = [f"{s} = {self.origins.get(s) or '?'} (was {h}, >= {self.lower[s]})" for s, h in self.hints.items()]
+        rows += [f"{s} = {origin} (data-dependent, >= {self.lower.get(s, '-inf')})" for s, origin in self.unbacked.items()]
         rows += [f"guard: {g.fact}" + (f"  # {g.where}" if g.where else "") for g in self.guards]
         return "\n".join(rows)
 
@@ -379,7 +432,7 @@ class SymNode:
         return False
 
     def has_hint(self) -> bool:
-        return True
+        return self.hint is not None
 
     def constant_int(self):
         return None
@@ -425,7 +478,7 @@ class SymNode:
     def _binary(self, other: "SymNode", fn, pyfn, pytype=None) -> "SymNode":
         if pytype is None:  # int op float is a float
             pytype = float if float in (self.pytype, other.pytype) else self.pytype
-        return self._new(fn(self.expr, other.expr), pytype, pyfn(self.hint, other.hint))
+        return self._new(fn(self.expr, other.expr), pytype, _at_hints(pyfn, self.hint, other.hint))
 
     def add(self, other):
         return self._binary(other, operator.add, operator.add)
@@ -437,7 +490,7 @@ class SymNode:
         return self._binary(other, operator.mul, operator.mul)
 
     def neg(self):
-        return self._new(-self.expr, self.pytype, -self.hint)
+        return self._new(-self.expr, self.pytype, _at_hints(operator.neg, self.hint))
 
     def floordiv(self, other):
         env = self.env
@@ -445,7 +498,7 @@ class SymNode:
                 env.static_value(sympy.Gt(other.expr, 0)) is True:
             if env.static_value(sympy.Lt(self.expr, other.expr)) is True:
                 return self.wrap_int(0)  # 1 // s0 with s0 >= 2
-            return self._new(FloorDiv(self.expr, other.expr), int, self.hint // other.hint)
+            return self._new(FloorDiv(self.expr, other.expr), int, _at_hints(operator.floordiv, self.hint, other.hint))
         return self.wrap_int(self._concrete() // other._concrete())
 
     int_floordiv = floordiv
@@ -456,12 +509,12 @@ class SymNode:
                 env.static_value(sympy.Gt(other.expr, 0)) is True:
             if env.static_value(sympy.Lt(self.expr, other.expr)) is True:
                 return self  # 1 % s0 with s0 >= 2 (roll's shift)
-            return self._new(ModularIndexing(self.expr, 1, other.expr), int, self.hint % other.hint)
+            return self._new(ModularIndexing(self.expr, 1, other.expr), int, _at_hints(operator.mod, self.hint, other.hint))
         return self.wrap_int(self._concrete() % other._concrete())
 
     def pow(self, other):
         if other.expr.is_Integer and int(other.expr) >= 0 and self.pytype is int:
-            return self._new(self.expr ** other.expr, int, self.hint ** other.hint)
+            return self._new(self.expr ** other.expr, int, _at_hints(operator.pow, self.hint, other.hint))
         return self._specialized(operator.pow, other)
 
     pow_by_natural = pow
@@ -491,11 +544,11 @@ class SymNode:
     def sym_sum(self, args):  # (self is one of args)
         total, hint = sympy.Integer(0), 0
         for o in args:
-            total, hint = total + o.expr, hint + o.hint
+            total, hint = total + o.expr, _at_hints(operator.add, hint, o.hint)
         return self._new(total, self.pytype, hint)
 
     def sym_float(self):
-        return self._new(self.expr, float, float(self.hint))
+        return self._new(self.expr, float, _at_hints(float, self.hint))
 
     def sym_int(self):
         return self.wrap_int(int(self._concrete()))
@@ -532,7 +585,7 @@ class SymNode:
         return self._binary(other, sympy.Or, lambda a, b: bool(a or b), bool)
 
     def sym_not(self):
-        return self._new(sympy.Not(self.expr), bool, not self.hint)
+        return self._new(sympy.Not(self.expr), bool, _at_hints(operator.not_, self.hint))
 
     def sym_ite(self, then, other):
         return then if self._concrete() else other
@@ -548,6 +601,8 @@ class SymNode:
         if self.expr.is_number:
             return self.pytype(self.expr)
         if self.pytype is float:
+            if env.is_unbacked(self.expr):
+                raise env.unbacked_error(f"the value of {self.expr}")
             for s in self.expr.free_symbols:  # a float of sizes: the sizes it is made of become constants
                 env.specialize(s, env.hints[s])
             return float(self.hint)
@@ -560,6 +615,10 @@ class SymNode:
         return float(self._concrete())
 
     def guard_bool(self, file=None, line=None) -> bool:
+        if self.hint is None and self.pytype is bool and self.env.static_value(self.expr) is None:
+            default = _python_guard_or_default()
+            if default is not None:  # torch's Python ``guard_or_false``: its default, as torch answers unbacked
+                return default
         return bool(self._concrete())
 
     guard_size_oblivious = guard_bool
@@ -579,7 +638,7 @@ class SymNode:
     expect_true = guard_bool
 
     def expect_size(self, file=None, line=None) -> bool:
-        return self.env.evaluate(sympy.Ge(self.expr, 0), self.hint >= 0)
+        return self.env.evaluate(sympy.Ge(self.expr, 0), self.hint is not None and self.hint >= 0)
 
     def statically_known_true(self, file=None, line=None) -> bool:
         return self.pytype is bool and self.env.static_value(self.expr) is True
@@ -592,6 +651,28 @@ class SymNode:
 
     def float_(self) -> float:
         return float(self._concrete())
+
+
+def _python_guard_or_default() -> bool | None:
+    """The default of the ``torch.fx.experimental.symbolic_shapes._guard_or(fact, default)`` call that asks
+    (torch's Python meta kernels call ``guard_or_false`` through it, which reaches ``guard_bool``), or None
+    where the question comes from elsewhere."""
+    import sys
+
+    frame = sys._getframe(2)
+    for _ in range(3):
+        if frame is None:
+            return None
+        if frame.f_code.co_name == "_guard_or" and frame.f_code.co_filename.endswith("symbolic_shapes.py"):
+            default = frame.f_locals.get("default")
+            return default if isinstance(default, bool) else None
+        frame = frame.f_back
+    return None
+
+
+def _at_hints(fn, *hints):
+    """``fn`` of the operands' hints; None where one has none (an unbacked size)."""
+    return None if any(h is None for h in hints) else fn(*hints)
 
 
 def is_symbolic(x) -> bool:

@@ -289,6 +289,8 @@ def _dense(x) -> bool:
 
 
 def _hint(n) -> int:
+    if isinstance(n, torch.SymInt) and n.node.hint is None:  # an unbacked size: for the layout only
+        return n.node.env.heuristic_hint(n.node.expr)
     return n.node.hint if isinstance(n, torch.SymInt) else int(n)
 
 

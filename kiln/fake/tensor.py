@@ -19,6 +19,7 @@ from kiln.errors import KilnError
 from kiln.fake.fast_meta import fast_meta
 from kiln.fake.symbolic_meta import SymbolicShapeUnsupported, has_symbolic_tensor, pointwise_fallback, symbolic_meta
 from kiln.fake.tree import leaves, map_leaves
+from kiln.fake.unbacked import active_env, is_mask_index, unbacked_meta
 
 aten = torch.ops.aten
 prim = torch.ops.prim
@@ -262,9 +263,13 @@ def run_on_fakes(func, args, kwargs):
         return torch.device("meta") if _in_kernel() else args[0].fake_device
     if func in METADATA_OPS:
         return metadata_query(func, args, kwargs)
-    if func in DATA_DEPENDENT:
-        raise UnsupportedFakeOp(func, "its output shape or value depends on tensor data")
     device = output_device(func, args, kwargs)
+    if func in DATA_DEPENDENT or is_mask_index(func, args, kwargs):
+        out = _run_unbacked(func, args, kwargs)
+        if out is not None:
+            return map_leaves(lambda x: FakeTensor(x, device) if isinstance(x, torch.Tensor) else x, out)
+        if func in DATA_DEPENDENT:
+            raise UnsupportedFakeOp(func, "its output shape or value depends on tensor data")
     kernel_args = map_leaves(_as_kernel_arg, args)
     kernel_kwargs = map_leaves(_as_kernel_arg, kwargs)
     if "device" in kernel_kwargs:
@@ -293,6 +298,16 @@ def run_on_fakes(func, args, kwargs):
         return x
 
     return map_leaves(wrap, out)
+
+
+def _run_unbacked(func, args, kwargs):
+    """A data-dependent op's fake result with unbacked sizes (kiln/fake/unbacked.py), or None."""
+    if active_env() is None:
+        return None
+    args = map_leaves(lambda x: meta_alias(x) if isinstance(x, FakeTensor) else x, args)
+    kwargs = map_leaves(lambda x: meta_alias(x) if isinstance(x, FakeTensor) else x, kwargs)
+    with _kernel_context():
+        return unbacked_meta(func, args, kwargs)
 
 
 def _run_symbolic(func, args, kwargs):
@@ -327,6 +342,11 @@ def _run_symbolic(func, args, kwargs):
 def _refused(func, args, why: str) -> SymbolicShapeUnsupported:
     """The error for an op that cannot run on symbolic sizes; the ShapeEnv remembers it (``failed``), so
     capture traces the frame again with static sizes even where the error itself was caught."""
+    for x in leaves(args):
+        for n in (x.shape if isinstance(x, torch.Tensor) else [x]):
+            if isinstance(n, torch.SymInt) and hasattr(n.node, "env") and n.node.env.is_unbacked(n.node.expr):
+                n.node.env.unbacked_error(f"{func} ({why})")  # (traced again with the graph broken before)
+                return SymbolicShapeUnsupported(func, why)
     for x in leaves(args):
         for n in (x.shape if isinstance(x, torch.Tensor) else [x]):
             if isinstance(n, torch.SymInt) and hasattr(n.node, "env"):

@@ -102,7 +102,7 @@ def hint(x) -> int:
         return int(x)
     if _env is None:
         raise DynamicUnsupported(f"symbolic size {x} without a ShapeEnv")
-    return _env.size_hint(x)
+    return _env.heuristic_hint(x)  # (an unbacked size: a stand-in value, heuristics only)
 
 
 def prod(seq, start=1):
@@ -204,8 +204,13 @@ def used_size_symbols(source: str) -> list:
         return []
     import re
 
-    names = set(re.findall(r"\bs\d+\b", source))
-    return sorted((s for s in _env.hints if s.name in names), key=lambda s: int(s.name[1:]))
+    names = set(re.findall(r"\b[su]\d+\b", source))
+    return sorted((s for s in _size_symbols() if s.name in names), key=lambda s: (s.name[0] == "u", int(s.name[1:])))
+
+
+def _size_symbols() -> list:
+    """The env's input size symbols (s0, ...) and unbacked sizes (u0, ...: read from ATen results)."""
+    return list(_env.hints) + list(getattr(_env, "unbacked", ()))
 
 
 def broadcast_shapes(*shapes) -> tuple:
@@ -230,4 +235,4 @@ def broadcast_shapes(*shapes) -> tuple:
 
 def is_size_symbol(s) -> bool:
     """A symbol of the graph's ShapeEnv (not a loop variable)."""
-    return _env is not None and s in _env.hints
+    return _env is not None and (s in _env.hints or s in getattr(_env, "unbacked", ()))

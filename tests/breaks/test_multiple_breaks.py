@@ -145,4 +145,6 @@ def test_break_between_side_effects_and_return_tuple():
         n = x.argmax().item()
         return out["pre"] + out["post"], n
 
-    check_breaks(fn, t(3), {}, graphs=3, breaks=2, inputs_mutated=True)
+    # (4: the returned item() is first traced as an unbacked number; handing it on needs its value, so
+    # the frame is traced again with the graph broken at item(): the first graph is compiled and dropped)
+    check_breaks(fn, t(3), {}, graphs=4, breaks=2, inputs_mutated=True)

@@ -53,6 +53,8 @@ class SymbolicInt(ConstantValue):
         """Handed on (returned, stored, passed to a resume function): computed again from the inputs'
         sizes at run time, so the value follows the sizes without a guard on it."""
         env = self.example.node.env
+        if env.is_unbacked(self.example.node.expr):  # (not computable from the inputs: traced again, broken)
+            raise env.unbacked_error(f"handing on the data-dependent number {self.example.node.expr}")
         if self.output is None or self.python_type() is not int or len(env.inputs) != len(self.output.guards.dynamic_inputs):
             return super().reconstruct(cg)  # (a constant, guarded)
         fn, used = env.expr_function(self.example.node.expr)

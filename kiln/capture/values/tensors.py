@@ -29,6 +29,9 @@ _DATA_METHODS = {
     "bincount", "repeat_interleave_data",
 }
 
+# data methods whose results are unbacked sizes where the policy allows them (kiln/fake/unbacked.py)
+_UNBACKED_METHODS = {"item", "nonzero", "masked_select", "unique"}
+
 
 class TensorValue(Value):
     def __init__(self, node: fx.Node, example: torch.Tensor, source=None, tensor_type: type = torch.Tensor):
@@ -101,7 +104,7 @@ class TensorMethodValue(Value):
             from kiln.capture.values.numpy_values import tensor_as_ndarray
 
             return tensor_as_ndarray(tx, self.tensor, args, kwargs)
-        if name in _DATA_METHODS:
+        if name in _DATA_METHODS and not (name in _UNBACKED_METHODS and getattr(tx.output.dynamic, "unbacked", False)):
             unsupported(f"Tensor.{name}() needs the tensor's data",
                         hint="kiln breaks the graph here and runs it as Python")
         if name in _METADATA_METHODS:

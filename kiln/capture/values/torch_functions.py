@@ -17,6 +17,8 @@ _NOT_IN_GRAPH = {
     torch.equal, torch.allclose, torch.nonzero, torch.masked_select, torch.unique, torch.set_default_device,
     torch.get_rng_state, torch.set_rng_state, torch.initial_seed,
 }
+# data-dependent results recorded with unbacked sizes where the policy allows them (kiln/fake/unbacked.py)
+_UNBACKED_FUNCTIONS = {torch.nonzero, torch.masked_select, torch.unique}
 _RNG_STATE_NAMES = ("manual_seed", "seed", "initial_seed", "get_rng_state", "set_rng_state")
 
 
@@ -114,7 +116,7 @@ class TorchFunctionValue(KnownFunctionValue):
             if args[0].scalar:  # a NumPy scalar: a new 0-d tensor of its dtype
                 return tx.output.call("call_function", torch.ops.aten.clone.default, [args[0].tensor], {})
             return ndarray_as_tensor(tx, args, kwargs)  # an array: shares its memory, as from_numpy
-        if fn in _NOT_IN_GRAPH:
+        if fn in _NOT_IN_GRAPH and not (fn in _UNBACKED_FUNCTIONS and getattr(tx.output.dynamic, "unbacked", False)):
             unsupported(f"torch.{getattr(fn, '__name__', fn)} changes global state or needs tensor data")
         if fn is torch.is_grad_enabled:
             return ConstantValue(tx.output.grad_enabled)  # the mode at this point of the graph
