@@ -222,7 +222,18 @@ def worker(args) -> dict:
             "steady_ms": round(statistics.mean(second) * 1000, 3), "wall_s": round(sum(first), 3),
             "ok": ok, "calls": len(inputs),
             "recompiles_after_sweep": _compiles(args.backend, compiled) - compiles,
+            "cudagraph_record_ms": _record_ms(args.backend),
             "why": _why(args.backend)}
+
+
+def _record_ms(backend: str):
+    """kiln with CUDA graphs: mean time to record one new shape (ms), and how many were recorded."""
+    if not backend.startswith("kiln"):
+        return None
+    import kiln
+
+    n = kiln.stats.cudagraph_recordings
+    return [round(1000 * kiln.stats.seconds["cudagraph_record"] / n, 2), n] if n else None
 
 
 def _why(backend: str) -> list:
@@ -282,8 +293,9 @@ def _print_row(row: dict) -> None:
         print(f"{row['model']:<11} {row['backend']:<14} ERROR {row['error']}", flush=True)
         return
     print(f"{row['model']:<11} {row['backend']:<14} compiles {row['compiles']:>3}  compile {row['compile_s']:>8.2f} s  "
-          f"steady {row['steady_ms']:>9.2f} ms  wall {row['wall_s']:>8.2f} s  {'ok' if row['ok'] else 'MISMATCH'}",
-          flush=True)
+          f"steady {row['steady_ms']:>9.2f} ms  wall {row['wall_s']:>8.2f} s  {'ok' if row['ok'] else 'MISMATCH'}"
+          + (f"  (CUDA graph recording {row['cudagraph_record_ms'][0]} ms per shape, {row['cudagraph_record_ms'][1]} shapes)"
+             if row.get("cudagraph_record_ms") else ""), flush=True)
     for why in row.get("why", [])[:6]:
         print(f"{'':27}{why}", flush=True)
 

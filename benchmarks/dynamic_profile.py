@@ -2,6 +2,7 @@
 kernels that cost more when sizes are symbols.
 
     python benchmarks/dynamic_profile.py --model gpt2 --seq 256 --top 12
+    python benchmarks/dynamic_profile.py --model bert --seq 77,256,500 --top 0   # ratios only
 
 Compiles GPT-2 (standard config, bf16, batch 8) twice in one process: ``dynamic=True`` (one graph for
 every sequence length) and ``dynamic=False``, runs both at ``--seq``, and prints per variant the median
@@ -19,10 +20,19 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
+def _input(model: str, batch: int, seq: int):
+    import torch
+
+    g = torch.Generator().manual_seed(seq)
+    if model == "resnet":  # (--seq is the batch size)
+        return torch.randn((seq, 3, 224, 224), generator=g).to("cuda", torch.bfloat16)
+    return torch.randint(0, 30522 if model.startswith("bert") else 50257, (batch, seq), generator=g).to("cuda")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="gpt2")
-    ap.add_argument("--seq", type=int, default=256)
+    ap.add_argument("--seq", default="256", help="sequence lengths, comma-separated (resnet: batch sizes)")
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--top", type=int, default=12)
     ap.add_argument("--iters", type=int, default=20)
@@ -35,35 +45,44 @@ def main() -> int:
     from dynamic import _make_model
 
     model = _make_model(args.model, "standard", "cuda", torch.bfloat16)
-    x = torch.randint(0, 50257, (args.batch, args.seq), device="cuda")
-    warm = torch.randint(0, 50257, (args.batch, args.seq + 8), device="cuda")
+    seqs = [int(n) for n in str(args.seq).split(",")]
+    walls: dict = {}
     for name, dynamic in (("dynamic", True), ("static", False)):
         kiln.reset()
-        c = kiln.compile(model, dynamic=dynamic)
-        with torch.no_grad():
-            if dynamic:
-                c(warm)  # the graph was compiled for another length
-            for _ in range(3):
-                c(x)
-            torch.cuda.synchronize()
-            times = []
-            for _ in range(args.iters):
-                t = time.perf_counter()
-                c(x)
-                torch.cuda.synchronize()
-                times.append(time.perf_counter() - t)
-            with profile(activities=[ProfilerActivity.CUDA]) as prof:
-                for _ in range(5):
+        c = kiln.compile(model, dynamic=dynamic, options={"recompile_limit": 1000})
+        for seq in seqs:
+            x, warm = _input(args.model, args.batch, seq), _input(args.model, args.batch, seq + 8)
+            with torch.no_grad():
+                if dynamic and seq == seqs[0]:
+                    c(warm)  # the graph was compiled for another length
+                for _ in range(3):
                     c(x)
                 torch.cuda.synchronize()
-        kernels = collections.Counter()
-        for e in prof.events():
-            if e.device_type == torch.autograd.DeviceType.CUDA:
-                kernels[e.name[:90]] += e.device_time / 5
-        print(f"== {name}: wall {1000 * statistics.median(times):.2f} ms, GPU {sum(kernels.values()) / 1000:.2f} ms/call, "
-              f"{len(kernels)} kernels, fallbacks {dict(kiln.stats.dynamic_fallbacks)}")
-        for k, us in kernels.most_common(args.top):
-            print(f"   {us:9.1f} us  {k}")
+                times = []
+                for _ in range(args.iters):
+                    t = time.perf_counter()
+                    c(x)
+                    torch.cuda.synchronize()
+                    times.append(time.perf_counter() - t)
+                walls[name, seq] = 1000 * statistics.median(times)
+                if not args.top:
+                    continue
+                with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                    for _ in range(5):
+                        c(x)
+                    torch.cuda.synchronize()
+            kernels = collections.Counter()
+            for e in prof.events():
+                if e.device_type == torch.autograd.DeviceType.CUDA:
+                    kernels[e.name[:90]] += e.device_time / 5
+            print(f"== {name} seq {seq}: wall {walls[name, seq]:.2f} ms, GPU {sum(kernels.values()) / 1000:.2f} ms/call, "
+                  f"{len(kernels)} kernels, fallbacks {dict(kiln.stats.dynamic_fallbacks)}")
+            for k, us in kernels.most_common(args.top):
+                print(f"   {us:9.1f} us  {k}")
+        print(f"{name}: dynamic graphs {kiln.stats.dynamic_graphs}, static fallbacks {dict(kiln.stats.dynamic_fallbacks)}")
+    for seq in seqs:
+        d, st = walls["dynamic", seq], walls["static", seq]
+        print(f"{args.model} seq {seq}: dynamic {d:.2f} ms  static {st:.2f} ms  dynamic/static {d / st:.3f}")
     return 0
 
 

@@ -28,6 +28,8 @@ import time
 
 import torch
 
+from kiln.debug.stats import stats
+
 MAX_GRAPHS = 8  # recordings kept per runner (input signatures); the least recently used goes first
 
 
@@ -154,6 +156,8 @@ class CudaGraphRunner:
         rec = _Recording(graph, static, tuple(results), [t.data_ptr() for t in inputs[n_user:]])
         self.recordings[key] = rec
         self.record_seconds.append(time.perf_counter() - start)
+        stats.cudagraph_recordings += 1
+        stats.seconds["cudagraph_record"] += self.record_seconds[-1]
         return rec
 
     def explain(self) -> str:

@@ -44,6 +44,7 @@ class Stats:
         self.kernel_cache_hits = 0
         self.triton_precompiled = 0
         self.matmul_choices: collections.Counter[str] = collections.Counter()
+        self.cudagraph_recordings = 0  # CUDA graphs recorded (mode="reduce-overhead"; time in seconds["cudagraph_record"])
         self.dynamic_graphs = 0  # graphs compiled once into size-generic code
         self.dynamic_fallbacks: collections.Counter[str] = collections.Counter()  # compiled static instead, by reason
         self.seconds: collections.Counter[str] = collections.Counter()
@@ -70,6 +71,7 @@ class Stats:
             "kernels_generated": self.kernels_generated,
             "aten_fallbacks": dict(self.aten_fallbacks),
             "matmul_choices": dict(self.matmul_choices),
+            "cudagraph_recordings": self.cudagraph_recordings,
             "dynamic_graphs": self.dynamic_graphs,
             "dynamic_fallbacks": dict(self.dynamic_fallbacks),
             "kernel_compiles": self.kernel_compiles,
