@@ -582,7 +582,6 @@ class Vec:
         return self.data[i]
 
 
-@pytest.mark.xfail(not USE_DYNAMO, strict=True, reason="kiln: graph break at `1.0 + obj` (float + user object with __radd__): 3 graphs, dynamo 1")
 def test_dunder_arithmetic_on_user_class():
     def fn(x, y):
         v = Vec(x) + Vec(y) * 2
@@ -592,7 +591,6 @@ def test_dunder_arithmetic_on_user_class():
     check(fn, _t(3), _t(3, seed=1))
 
 
-@pytest.mark.xfail(not USE_DYNAMO, strict=True, reason="kiln: graph break at sum() of user objects (0 + obj via __radd__): 3 graphs, dynamo 1")
 def test_sum_of_user_objects_uses_radd():
     def fn(x):
         vs = [Vec(x), Vec(x * 2), Vec(x * 3)]

@@ -27,6 +27,10 @@ _DUNDER = {
 
 
 def binary_op(tx, op: Callable, a: Value, b: Value) -> Value:
+    from kiln.capture.values import binary_dunders
+
+    if binary_dunders.handles(op, a, b):  # CPython's order of __op__/__rop__/__iop__ (binary_dunders.py)
+        return binary_dunders.python_object_binary(tx, op, a, b)
     if isinstance(a, numpy_values.NDArrayValue) or isinstance(b, numpy_values.NDArrayValue):
         return numpy_values.binary_op(tx, op, a, b)  # NumPy's semantics (values/numpy_values.py)
     if isinstance(a, TensorValue) or isinstance(b, TensorValue):
