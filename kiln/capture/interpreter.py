@@ -199,7 +199,11 @@ class Tracer:
             obj.setattr(self, name, value)
             return
         from kiln.capture.values.containers import NamedTupleValue
+        from kiln.capture.values.exceptions import ExceptionValue
 
+        if isinstance(obj, ExceptionValue):  # made while tracing: its attributes are all known
+            obj.setattr(self, name, value)
+            return
         if isinstance(obj, NamedTupleValue):  # a namedtuple subclass's instance dict
             if _python_setattr(obj.tuple_type):
                 unsupported(f"assigning attribute {name!r} of a {obj.tuple_type.__name__}, which defines __setattr__")

@@ -877,7 +877,6 @@ class ShapeError(Exception):
         self.dim = dim
 
 
-@pytest.mark.xfail(not USE_DYNAMO, strict=True, reason="kiln: creating an Exception subclass whose __init__ calls super().__init__: whole frame eager (0 graphs)")
 def test_custom_exception_raised_and_caught():
     def validate(t):
         if t.ndim != 1:
@@ -908,7 +907,6 @@ def test_try_except_else():
     check(fn, _t(3), {"scale": 1.5})
 
 
-@pytest.mark.xfail(not USE_DYNAMO, strict=True, reason="kiln: str() of a caught exception breaks; inside try the whole frame runs eagerly (0 graphs, dynamo 1)")
 def test_raise_from_and_chain_attributes():
     def fn(x):
         try:

@@ -268,7 +268,18 @@ def _tensor_number(kind):
     return handler
 
 
+def _str_or_repr(use_repr: bool):
+    def handler(tx, obj=None, *rest, **kwargs):
+        from kiln.capture.values.exceptions import ExceptionValue, exception_str
+
+        if isinstance(obj, ExceptionValue) and not rest and not kwargs:
+            return exception_str(tx, obj, use_repr)
+        return NotImplemented
+    return handler
+
+
 _HANDLERS: dict = {
+    str: _str_or_repr(False), repr: _str_or_repr(True),
     len: _len, isinstance: _isinstance, issubclass: _issubclass, getattr: _getattr, hasattr: _hasattr,
     setattr: _setattr, delattr: _delattr, vars: _vars, range: _range, print: _print, id: _id, callable: _callable, super: _super, type: _type, int: _tensor_number(int), float: _tensor_number(float), bool: _tensor_number(bool),
 }

@@ -271,7 +271,7 @@ class ClassValue(Value):
         if issubclass(cls, BaseException):
             from kiln.capture.values.exceptions import make_exception
 
-            return make_exception(cls, args, kwargs)
+            return make_exception(cls, args, kwargs, tx)
         from kiln.capture.values.operator_objects import OPERATOR_OBJECT_TYPES, make_operator_object
 
         if cls in OPERATOR_OBJECT_TYPES:
@@ -651,6 +651,11 @@ class SuperValue(Value):
                     return wrap(tx, attr.__func__, src)
                 if attr is object.__init__:
                     return _NoOp()
+                from kiln.capture.values import exceptions
+
+                if name == "__init__" and klass in exceptions.SIMPLE_BUILTIN_EXCEPTIONS and \
+                        isinstance(self.self_value, exceptions.ExceptionValue):
+                    return exceptions.BaseExceptionInit(self.self_value)
                 if attr is object.__new__:
                     return ObjectNew()
                 if attr is object.__getattribute__ and isinstance(self.self_value, (UserObjectValue, NewObjectValue)):
