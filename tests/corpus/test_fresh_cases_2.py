@@ -800,7 +800,6 @@ class Key:
         return hash(self.name)
 
 
-@pytest.mark.xfail(not USE_DYNAMO, strict=True, reason="kiln: user class with __hash__/__eq__ as a dict key: whole frame runs eagerly (0 graphs)")
 def test_user_hash_eq_as_dict_key():
     def fn(x):
         d = {Key("a"): x, Key("b"): x * 2}

@@ -15,6 +15,7 @@ from kiln.capture.values.containers import (
     DictValue, ListValue, NamedTupleValue, SequenceValue, SetValue, SliceValue, TupleValue,
 )
 from kiln.capture.values.tensors import TensorValue
+from kiln.capture.values import containers as _containers
 
 # pure functions that may be evaluated on Python constants at trace time
 PURE_CONSTANT_FUNCTIONS: set = {
@@ -321,6 +322,8 @@ def construct_builtin_type(tx, cls, args, kwargs) -> Value:
                 from kiln.capture.values.iterators import update_from_pairs
 
                 update_from_pairs(tx, entries, src)  # one pair at a time: an iterator is used up
+        for name in kwargs:  # a str key with the hash of an object key would call its __eq__
+            _containers.dict_key(tx, ConstantValue(name), entries)
         entries.update(kwargs)
         return DictValue(entries, dict_type=cls)
     if cls is slice:
