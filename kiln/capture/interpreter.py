@@ -228,6 +228,9 @@ class Tracer:
         from kiln.capture.values.objects import ClassValue
 
         if isinstance(obj, ClassValue):
+            from kiln.capture.values.objects import note_class_store
+
+            note_class_store(obj.cls)  # later traces guard the functions they read from it (objects.py)
             unsupported(f"assigning class attribute {obj.cls.__qualname__}.{name}: kiln does not model stores to "
                         f"classes (every later read through the class, its subclasses and their instances would "
                         f"have to see it)", hint="the store runs as Python at a graph break; keep counters on an "

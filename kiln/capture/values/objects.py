@@ -4,10 +4,40 @@ from __future__ import annotations
 import collections
 import dataclasses
 import types
+import weakref
 
 from kiln.capture.sources import AttrSource, ConstantSource
 from kiln.capture.values.base import ConstantValue, Value, unsupported
 from kiln.capture.values.functions import UserFunctionValue, UserMethodValue
+
+
+# Classes compiled code has assigned attributes of (the store runs as Python at a graph break): from then
+# on, functions read from them are guarded by identity too, so a cache entry traced with the old method
+# is not reused once the store has replaced it.
+STORED_CLASSES: "weakref.WeakSet[type]" = weakref.WeakSet()
+
+
+def note_class_store(cls: type) -> None:
+    try:
+        STORED_CLASSES.add(cls)
+    except TypeError:  # (a class that cannot be weakly referenced)
+        pass
+
+
+def _stored_into(cls: type) -> bool:
+    return bool(STORED_CLASSES) and any(k in STORED_CLASSES for k in cls.__mro__)
+
+
+def class_source(cls: type, self_value: Value | None):
+    """Where cls's attributes are read at guard time: `type(obj)` for an object from the frame, else the
+    class itself (held): a class attribute read through an object made while tracing, or through
+    type(obj), is guarded like any attribute, so a store to the class between calls is not read stale."""
+    from kiln.capture.sources import GenericAttrSource
+
+    source = getattr(self_value, "source", None)
+    if source is not None:
+        return GenericAttrSource(source, "__class__")
+    return ConstantSource(cls.__qualname__, cls)
 
 
 def class_attribute(tx, cls: type, name: str, self_value: Value | None) -> Value:
@@ -32,7 +62,10 @@ def class_attribute(tx, cls: type, name: str, self_value: Value | None) -> Value
             return wrap(tx, attr, src)
         return wrap(tx, attr.fget, src).call(tx, [self_value], {})
     if isinstance(attr, types.FunctionType):
-        fn = UserFunctionValue(attr, src)
+        if _stored_into(cls):
+            fn = wrap(tx, attr, AttrSource(class_source(cls, self_value), name))  # guarded by identity
+        else:
+            fn = UserFunctionValue(attr, src)
         return UserMethodValue(fn, self_value) if self_value is not None else fn
     if self_value is not None and is_once_logging_method(cls, attr):
         return OnceLoggingCall(attr, self_value)
@@ -51,11 +84,9 @@ def class_attribute(tx, cls: type, name: str, self_value: Value | None) -> Value
     if hasattr(attr, "__get__") and not isinstance(attr, (int, float, str, tuple, type(None), bool)) \
             and not isinstance(attr, type):
         unsupported(f"descriptor {type(attr).__name__} for attribute {name!r} of {cls.__name__}")
-    if self_value is not None and self_value.source is not None:
+    if self_value is not None:
         # a plain class attribute (a constant, a tensor, a config object): read and guarded through the class
-        from kiln.capture.sources import GenericAttrSource
-
-        src = AttrSource(GenericAttrSource(self_value.source, "__class__"), name)
+        src = AttrSource(class_source(cls, self_value), name)
     return wrap(tx, attr, src)
 
 
@@ -243,6 +274,11 @@ class ClassValue(Value):
             value = getattr(self.cls, name)
         except AttributeError:
             unsupported(f"type object {self.cls.__name__!r} has no attribute {name!r}")
+        if self.source is None and isinstance(self.cls, type) and self.cls.__module__ != "builtins" and \
+                not isinstance(value, types.FunctionType):  # (functions: identity-guarded once stored into)
+            return wrap(tx, value, AttrSource(ConstantSource(self.cls.__qualname__, self.cls), name))
+        if self.source is None and isinstance(self.cls, type) and _stored_into(self.cls):
+            return wrap(tx, value, AttrSource(ConstantSource(self.cls.__qualname__, self.cls), name))
         return wrap(tx, value, AttrSource(self.source, name) if self.source else ConstantSource(name, value))
 
     def call(self, tx, args, kwargs) -> Value:
