@@ -44,7 +44,10 @@ def user_hash(tx, key: Value) -> int:
 
             raise_traced(TypeError, "__hash__ method should return an integer")
         unsupported(f"{key.python_type().__name__}.__hash__ gave {result}, not a known int")
-    return hash(result.as_constant())
+    value = int(result.as_constant())
+    # typeobject.c slot_tp_hash: the int itself when it fits a Py_ssize_t, else int's hash of it; -1 is -2
+    h = value if -2 ** 63 <= value < 2 ** 63 else hash(value)
+    return -2 if h == -1 else h
 
 
 def resolve(tx, key: Value, entries: dict, ident, hashed: int | None = None):
