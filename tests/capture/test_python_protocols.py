@@ -157,3 +157,47 @@ def test_class_attribute_source():
         source = LocalSource("obj")
 
     assert class_source(HKey, Held()) == GenericAttrSource(LocalSource("obj"), "__class__")
+
+
+def test_module_member_methods_guard_the_tables_they_walk():
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(2, 2)
+
+        def forward(self, x):
+            return x * sum(p.sum() for p in self.parameters()), [n for n, _ in self.named_parameters()]
+
+    net = Net()
+    graphs, reasons = _report(net, torch.ones(2))
+    assert graphs == 1 and not reasons, reasons
+    compiled = kiln.compile(net, backend="eager")
+    compiled(torch.ones(2))
+    net.extra = torch.nn.Parameter(torch.full((2,), 10.0))  # a new parameter: the keys' guard fails
+    out, names = compiled(torch.ones(2))
+    ref, ref_names = net(torch.ones(2))
+    assert names == ref_names == ["extra", "fc.weight", "fc.bias"] and torch.allclose(out, ref)
+
+
+def test_user_hash_result_as_cpython_converts_it():
+    class Big:
+        def __hash__(self):
+            return 2 ** 64  # larger than a Py_ssize_t: int's hash of it (8)
+
+    class MinusOne:
+        def __hash__(self):
+            return -1  # -1 is CPython's error value: -2
+
+    def fn(x):
+        d = {Big(): x, MinusOne(): x}
+        return len(d)
+
+    graphs, reasons = _report(fn, torch.ones(2))
+    assert not reasons, reasons
+
+    def collides(x):
+        d = {Big(): x}
+        d[8] = x  # hash(8) == hash(Big()): CPython compares them
+        return len(d)
+
+    assert any("has the hash of an object key" in r for r in _report(collides, torch.ones(2))[1])

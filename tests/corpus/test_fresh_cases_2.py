@@ -1211,9 +1211,6 @@ class ParamStats(torch.nn.Module):
         return self.fc2(self.fc1(x)) * self.running + norm, names, bufs
 
 
-@pytest.mark.xfail(sys.version_info >= (3, 12), strict=False,
-                   reason="kiln: on Python 3.12 with torch 2.11 (GPU machine) the first call gives 2 graphs: a break "
-                          "inside Module.named_parameters (yield from on 3.12 is untested with torch)")
 def test_module_named_parameters_and_buffers():
     check(ParamStats(), _t(2, 3))
 
@@ -1398,3 +1395,24 @@ def test_dynamic_two_dims_view():
     check_recompiles(fn, [(_t(2, 3),), (_t(4, 5),), (_t(3, 7),)], graphs=2)
 
 
+
+
+class SharedParams(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(4)
+        self.a = torch.nn.Linear(2, 2)
+        self.b = self.a  # the same module under two names: its tensors are yielded once
+        self.c = torch.nn.BatchNorm1d(2)
+        self.register_buffer("empty", None)
+
+    def forward(self, x):
+        own = [n for n, _ in self.named_parameters(prefix="top", recurse=False)]
+        names = [n for n, _ in self.c.named_buffers("bn")]
+        total = sum(p.sum() for p in self.parameters())
+        count = len(list(self.buffers(recurse=True)))
+        return x * total + count, own, names
+
+
+def test_module_member_methods_with_arguments_and_shared_modules():
+    check(SharedParams(), _t(3, 2))
