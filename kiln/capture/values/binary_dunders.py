@@ -116,7 +116,7 @@ def _call_if_defined(tx, obj: Value, name: str, other: Value):
     if not isinstance(found, types.FunctionType):
         unsupported(f"{obj.python_type().__name__}.{name} is a {type(found).__name__}, not a Python function")
     result = class_attribute(tx, obj.python_type(), name, obj).call(tx, [other], {})
-    if result.is_constant() and result.as_constant() is NotImplemented:
+    if result.python_type() is type(NotImplemented):  # (read without guarding a scalar's value)
         return NotImplemented
     return result
 
