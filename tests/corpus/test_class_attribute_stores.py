@@ -7,7 +7,7 @@ same sequence compiled, and compares every result and the class's final attribut
 import pytest
 import torch
 
-from .harness import USE_DYNAMO, CountingBackend, assert_same, compile_fn, reset
+from .harness import USE_DYNAMO, CountingBackend, assert_same, compile_fn, dynamo_bug, reset
 
 
 def _run_sequences(fn, restore, state, args_per_call, max_graphs=None):
@@ -55,6 +55,7 @@ def _state():
     return Counted.counter, Counted.scale, Counted.doubled is Counted._orig_doubled
 
 
+@dynamo_bug("wrong result: class attribute stores in a compiled function")
 def test_counter_incremented_through_class_and_type_self():
     def fn(x):
         Counted.counter += 1
@@ -65,6 +66,7 @@ def test_counter_incremented_through_class_and_type_self():
     _run_sequences(fn, _restore, _state, [(torch.ones(3),)] * 3)
 
 
+@dynamo_bug("wrong result: setattr on a class then a read through a new instance")
 def test_setattr_on_class_then_read_through_new_instance():
     def fn(x):
         setattr(Counted, "scale", Counted.scale + 1)

@@ -3,7 +3,7 @@ super().__init__ or not), their attributes, `e.args`, `str(e)`, `repr(e)` of bui
 (a user __str__ traced), and exception objects that leave the frame."""
 import torch
 
-from .harness import check
+from .harness import check, dynamo_bug
 
 
 def _t(*shape, seed=0):
@@ -38,7 +38,7 @@ def test_user_exception_attributes_args_str_repr():
         except ValueError as e:
             return x * e.scale + e.doubled(), e.args, str(e), repr(e), e.code
 
-    check(fn, _t(3))
+    check(fn, _t(3), dynamo_graphs=0)  # dynamo: super().__init__ of an Exception subclass runs eagerly
 
 
 def test_exception_without_super_init_keeps_constructor_args():
@@ -51,6 +51,7 @@ def test_exception_without_super_init_keeps_constructor_args():
     check(fn, _t(3))
 
 
+@dynamo_bug("str(KeyError('k')) gives 'k' (CPython: \"'k'\")")
 def test_builtin_exceptions_str_and_repr():
     def fn(x):
         out = []
@@ -64,6 +65,7 @@ def test_builtin_exceptions_str_and_repr():
     check(fn, _t(3))
 
 
+@dynamo_bug("str() of a caught KeyError gives the key, not its repr")
 def test_keyerror_from_dict_lookup_str():
     def fn(x, d):
         try:
@@ -84,4 +86,4 @@ def test_args_assigned_and_exception_modified_in_handler():
             e.code = 5
             return x * e.code, e.args, str(e)
 
-    check(fn, _t(3))
+    check(fn, _t(3), dynamo_graphs=0)

@@ -4,7 +4,7 @@ reflected __eq__ first); kiln traces the same calls in the same order, or breaks
 order depends on the hash table's history (several stored keys of one hash)."""
 import torch
 
-from .harness import check
+from .harness import check, dynamo_bug
 
 
 def _t(*shape, seed=0):
@@ -44,7 +44,7 @@ def test_dict_lookup_calls_hash_then_eq_against_equal_hash_only():
         first = next(iter(d))
         return out, d[LKey("a", log)], len(d), first.name, "b" in [k.name for k in d], log
 
-    check(fn, _t(3))
+    check(fn, _t(3), dynamo_graphs=0)  # dynamo: a user __hash__ key makes it run the frame eagerly
 
 
 def test_identity_is_checked_before_eq():
@@ -57,6 +57,7 @@ def test_identity_is_checked_before_eq():
     check(fn, _t(3))
 
 
+@dynamo_bug("wrong result: the subclass's reflected __eq__ is not tried first in a dict lookup")
 def test_subclass_reflected_eq_runs_first():
     def fn(x):
         log = []
@@ -67,6 +68,7 @@ def test_subclass_reflected_eq_runs_first():
     check(fn, _t(3))
 
 
+@dynamo_bug("wrong result for a set of objects with __hash__/__eq__")
 def test_set_members_with_hash_and_eq():
     def fn(x):
         log = []
@@ -78,6 +80,7 @@ def test_set_members_with_hash_and_eq():
     check(fn, _t(3))
 
 
+@dynamo_bug("wrong result: dict.update with equal (not identical) user keys adds a second key")
 def test_dict_update_and_merge_use_kept_hashes():
     def fn(x):
         log = []
@@ -99,4 +102,4 @@ def test_several_keys_of_one_hash_run_as_python_and_stay_right():
 
     # the lookup cannot run traced, and the dict cannot be rebuilt for it (that would hash again): the
     # frame runs eagerly (kiln hands the backend the graph before the break, then finds no break possible)
-    check(fn, _t(3), graphs=(0, 1), dynamo_graphs=1)
+    check(fn, _t(3), graphs=(0, 1), dynamo_graphs=0)
