@@ -87,3 +87,39 @@ def test_args_assigned_and_exception_modified_in_handler():
             return x * e.code, e.args, str(e)
 
     check(fn, _t(3), dynamo_graphs=0)
+
+
+def test_fstrings_of_caught_exceptions():
+    class A:
+        pass
+
+    def fn(x):
+        a = A()
+        try:
+            a += 1
+        except TypeError as e:
+            return x + 1, f"{e}", f"[{e!s:>60}]", f"{e!r}"
+        return x, "", "", ""
+
+    check(fn, _t(3))
+
+
+def test_handler_of_an_exception_raised_as_python_at_a_break():
+    import json
+
+    from .harness import CountingBackend, assert_same, compile_fn, reset
+
+    def fn(x, s):
+        y = x * 2
+        try:
+            v = json.loads(s)  # not traced: a break; it raises (or not) as Python
+        except ValueError as e:
+            return y + 1, type(e).__name__
+        except TypeError:
+            return y - 1, "type"
+        return y + v, "ok"
+
+    reset()
+    compiled = compile_fn(fn, CountingBackend())
+    for s in ("{bad", "3", None, "{bad", None):  # the handler's exception type is guarded
+        assert_same(compiled(torch.ones(2), s), fn(torch.ones(2), s), path=repr(s))

@@ -66,6 +66,11 @@ def FORMAT_VALUE(tx, inst):
     if deferred is not None:  # e.g. f"{loss.item():.4f}" of a value handed to a resume function
         tx.push(deferred)
         return
+    from kiln.capture.values.exceptions import ExceptionValue, format_exception
+
+    if isinstance(value, ExceptionValue):
+        tx.push(format_exception(tx, value, flags & 0x03, spec))
+        return
     if not value.is_constant():
         unsupported(f"formatting {value} into a string")
     tx.push(ConstantValue(format_value(value.as_constant(), flags & 0x03, spec)))

@@ -246,6 +246,17 @@ class BaseExceptionInit(Value):
         return ConstantValue(None)
 
 
+def format_exception(tx, exc: ExceptionValue, conversion: int, spec: str) -> Value:
+    """f"{exc}", f"{exc!s}", f"{exc!r}" (FORMAT_VALUE): str()/repr() as exception_str, then format();
+    without a conversion, object.__format__ (an empty spec only) unless the class has its own."""
+    if conversion == 3 or (conversion == 0 and (spec or exc.cls.__format__ is not object.__format__)):
+        unsupported(f"formatting a {exc.cls.__name__} with conversion {conversion} and spec {spec!r}")
+    text = exception_str(tx, exc, use_repr=conversion == 2)
+    if not text.is_constant() or not isinstance(text.as_constant(), str):
+        unsupported(f"formatting a {exc.cls.__name__}: its str() is not a known string")
+    return ConstantValue(format(text.as_constant(), spec))
+
+
 def exception_str(tx, exc: ExceptionValue, use_repr: bool = False) -> Value:
     """str(exc) / repr(exc): a Python __str__/__repr__ traced, else BaseException's (KeyError's str)."""
     from kiln.capture.values.objects import class_attribute, python_slot
@@ -290,11 +301,16 @@ def exception_to_raise(tx, value: Value) -> ExceptionValue:
 
 def exception_matches(tx, exc: Value, match: Value) -> bool:
     """CHECK_EXC_MATCH: issubclass(type(exc), match) with match a class or a tuple of classes."""
-    if not isinstance(exc, ExceptionValue):
+    real = not isinstance(exc, ExceptionValue) and isinstance(getattr(exc, "obj", None), BaseException) and \
+        getattr(exc, "source", None) is not None  # an exception object from the frame (Opaque, Object)
+    if not isinstance(exc, ExceptionValue) and not real:
         unsupported(f"except clause on {exc}")
     kinds = match.as_constant() if match.is_constant() else tuple(v.as_constant() for v in tx.items(match))
     if not isinstance(kinds, tuple):
         kinds = (kinds,)
     if not all(isinstance(k, type) and issubclass(k, BaseException) for k in kinds):
         unsupported(f"except clause with {kinds}")
+    if real:  # an exception handed in (a resume function starting at a handler): matched by its type
+        tx.output.guards.type(exc.source, exc.obj)
+        return issubclass(type(exc.obj), kinds)
     return issubclass(exc.cls, kinds)
