@@ -389,10 +389,12 @@ class HashedObjectKey(ObjectKey):
     and the hash its __hash__ gave, kept as CPython keeps a stored key's hash (values/hashed_keys.py)."""
 
     __slots__ = ("user_hash",)
+    made = 0  # how many were ever made: lookups of constant keys skip their scan while none exists
 
     def __init__(self, value: Value, ident, user_hash: int):
         super().__init__(value, ident)
         self.user_hash = user_hash
+        HashedObjectKey.made += 1
 
     def __hash__(self) -> int:
         return self.user_hash  # a real set of these keys has the table (and order) CPython's has

@@ -80,7 +80,7 @@ def check_constant_key(key, entries) -> None:
     object key has its hash (else CPython would call the object's reflected __eq__)."""
     from kiln.capture.values.containers import HashedObjectKey
 
-    if entries and any(type(k) is HashedObjectKey for k in entries):
+    if HashedObjectKey.made and entries and any(type(k) is HashedObjectKey for k in entries):
         h = _constant_hash(key)
         if any(type(k) is HashedObjectKey and k.user_hash == h for k in entries):
             unsupported(f"the constant key {key!r} has the hash of an object key in the same dict/set")
@@ -90,7 +90,7 @@ def merge(tx, target: dict, source: dict) -> None:
     """target.update(source) of two symbolic dicts' entries: keys with their kept hashes, in order."""
     from kiln.capture.values.containers import HashedObjectKey
 
-    if not any(type(k) is HashedObjectKey for k in (*target, *source)):
+    if not HashedObjectKey.made or not any(type(k) is HashedObjectKey for k in (*target, *source)):
         target.update(source)
         return
     for k, v in source.items():
