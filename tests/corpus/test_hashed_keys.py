@@ -103,3 +103,74 @@ def test_several_keys_of_one_hash_run_as_python_and_stay_right():
     # the lookup cannot run traced, and the dict cannot be rebuilt for it (that would hash again): the
     # frame runs eagerly (kiln hands the backend the graph before the break, then finds no break possible)
     check(fn, _t(3), graphs=(0, 1), dynamo_graphs=0)
+
+
+@dynamo_bug("wrong result: d.pop(user-hashed key) after an insert")
+def test_pop_of_an_empty_dict_does_not_hash():
+    def fn(x):
+        log = []
+        d = {}
+        missing = d.pop(LKey("a", log), -1)  # _PyDict_Pop: an empty dict answers at once
+        d[LKey("b", log)] = x
+        return x + missing, d.pop(LKey("b", log), 0), log
+
+    check(fn, _t(3))
+
+
+_LOG = []
+
+
+class _FK:
+    def __init__(self, name, h):
+        self.name, self.h = name, h
+
+    def __hash__(self):
+        _LOG.append("h" + self.name)
+        return self.h
+
+    def __eq__(self, other):
+        _LOG.append("e" + self.name)
+        return isinstance(other, _FK) and other.name.lower() == self.name.lower()
+
+
+class _FK2(_FK):
+    def __eq__(self, other):
+        _LOG.append("E" + self.name)
+        return isinstance(other, _FK) and other.name.upper() == self.name.upper()
+
+    __hash__ = _FK.__hash__
+
+
+def _random_program(rng) -> str:
+    lines = ["def fn(x):", "    out = []", "    d = {}", "    s = set()"]
+    for i in range(rng.randint(1, 6)):
+        name = rng.choice("aAbBc")
+        h = rng.choice([1, 2, 3, hash(name.lower())])
+        key = f"{rng.choice(['_FK', '_FK', '_FK2'])}({name!r}, {h})"
+        lines.append(rng.choice([
+            f"    d[{key}] = x * {i}", f"    out.append(d.get({key}, {i}))", f"    out.append({key} in d)",
+            f"    out.append(d.pop({key}, -1))", f"    out.append(d.setdefault({key}, {i}))", f"    s.add({key})",
+            f"    out.append({key} in s)", f"    s.discard({key})", f"    d[{name!r}] = {i}"]))
+    lines.append("    return x + 1, [o.sum().item() if isinstance(o, torch.Tensor) else o for o in out], len(d), "
+                 "len(s), [getattr(k, 'name', k) for k in d]")
+    return "\n".join(lines)
+
+
+@dynamo_bug("wrong results and __hash__/__eq__ call sequences for user-hashed keys")
+def test_random_dict_and_set_programs_call_hash_and_eq_as_cpython():
+    """Random inserts/lookups/pops of keys with colliding hashes: the same results and the same sequence
+    of __hash__/__eq__ calls as eager (graph breaks allowed where the order cannot be modelled)."""
+    import random
+
+    from .harness import CountingBackend, compile_fn, reset
+
+    for seed in range(40):
+        namespace = {"_FK": _FK, "_FK2": _FK2, "torch": torch}
+        exec(_random_program(random.Random(seed)), namespace)
+        fn = namespace["fn"]
+        _LOG.clear()
+        expected, expected_log = fn(torch.ones(1)), list(_LOG)
+        reset()
+        _LOG.clear()
+        got = compile_fn(fn, CountingBackend())(torch.ones(1))
+        assert (got[1:], list(_LOG)) == (expected[1:], expected_log), _random_program(random.Random(seed))

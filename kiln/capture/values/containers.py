@@ -593,6 +593,8 @@ class DictValue(Value):
             return self.entries[k]
         if name == "pop":
             self._check_mutable(tx, "dict.pop")
+            if not self.entries and self.dict_type is dict and len(args) > 1:
+                return args[1]  # _PyDict_Pop: an empty dict answers without hashing the key
             k = self.key_of(tx, args[0])
             if k in self.entries:
                 return self.entries.pop(k)
