@@ -228,7 +228,7 @@ class Tracer:
         from kiln.capture.values.objects import ClassValue
 
         if isinstance(obj, ClassValue):
-            from kiln.capture.values.objects import note_class_store
+            from kiln.capture.values.class_stores import note_class_store
 
             note_class_store(obj.cls)  # later traces guard the functions they read from it (objects.py)
             unsupported(f"assigning class attribute {obj.cls.__qualname__}.{name}: kiln does not model stores to "

@@ -6,7 +6,7 @@ import torch
 import kiln
 from kiln.capture.sources import ConstantSource, GenericAttrSource, LocalSource
 from kiln.capture.values import binary_dunders, exceptions, hashed_keys
-from kiln.capture.values.objects import class_source
+from kiln.capture.values.class_stores import class_source
 
 
 def setup_function():

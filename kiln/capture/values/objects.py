@@ -4,40 +4,11 @@ from __future__ import annotations
 import collections
 import dataclasses
 import types
-import weakref
 
 from kiln.capture.sources import AttrSource, ConstantSource
 from kiln.capture.values.base import ConstantValue, Value, unsupported
+from kiln.capture.values.class_stores import class_source, stored_into as _stored_into
 from kiln.capture.values.functions import UserFunctionValue, UserMethodValue
-
-
-# Classes compiled code has assigned attributes of (the store runs as Python at a graph break): from then
-# on, functions read from them are guarded by identity too, so a cache entry traced with the old method
-# is not reused once the store has replaced it.
-STORED_CLASSES: "weakref.WeakSet[type]" = weakref.WeakSet()
-
-
-def note_class_store(cls: type) -> None:
-    try:
-        STORED_CLASSES.add(cls)
-    except TypeError:  # (a class that cannot be weakly referenced)
-        pass
-
-
-def _stored_into(cls: type) -> bool:
-    return bool(STORED_CLASSES) and any(k in STORED_CLASSES for k in cls.__mro__)
-
-
-def class_source(cls: type, self_value: Value | None):
-    """Where cls's attributes are read at guard time: `type(obj)` for an object from the frame, else the
-    class itself (held): a class attribute read through an object made while tracing, or through
-    type(obj), is guarded like any attribute, so a store to the class between calls is not read stale."""
-    from kiln.capture.sources import GenericAttrSource
-
-    source = getattr(self_value, "source", None)
-    if source is not None:
-        return GenericAttrSource(source, "__class__")
-    return ConstantSource(cls.__qualname__, cls)
 
 
 def class_attribute(tx, cls: type, name: str, self_value: Value | None) -> Value:
