@@ -15,6 +15,9 @@ true. kiln models exactly that:
   of the same hash as a stored object key, or the reverse (their comparison would call the object's
   reflected `__eq__`), a comparison that changes the dict, and rebuilding such a dict or set after the
   graph (BUILD_MAP would call `__hash__` and `__eq__` again).
+
+Keys hashed by identity (objects keeping object's __hash__, tensors) are taken never to share a hash with a
+user __hash__'s int (their hashes come from addresses kiln does not know while tracing), as for constants.
 """
 from __future__ import annotations
 
