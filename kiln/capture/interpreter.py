@@ -199,7 +199,11 @@ class Tracer:
             obj.setattr(self, name, value)
             return
         from kiln.capture.values.containers import NamedTupleValue
+        from kiln.capture.values.exceptions import ExceptionValue
 
+        if isinstance(obj, ExceptionValue):  # made while tracing: its attributes are all known
+            obj.setattr(self, name, value)
+            return
         if isinstance(obj, NamedTupleValue):  # a namedtuple subclass's instance dict
             if _python_setattr(obj.tuple_type):
                 unsupported(f"assigning attribute {name!r} of a {obj.tuple_type.__name__}, which defines __setattr__")
@@ -224,6 +228,9 @@ class Tracer:
         from kiln.capture.values.objects import ClassValue
 
         if isinstance(obj, ClassValue):
+            from kiln.capture.values.class_stores import note_class_store
+
+            note_class_store(obj.cls)  # later traces guard the functions they read from it (objects.py)
             unsupported(f"assigning class attribute {obj.cls.__qualname__}.{name}: kiln does not model stores to "
                         f"classes (every later read through the class, its subclasses and their instances would "
                         f"have to see it)", hint="the store runs as Python at a graph break; keep counters on an "

@@ -582,7 +582,6 @@ class Vec:
         return self.data[i]
 
 
-@pytest.mark.xfail(not USE_DYNAMO, strict=True, reason="kiln: graph break at `1.0 + obj` (float + user object with __radd__): 3 graphs, dynamo 1")
 def test_dunder_arithmetic_on_user_class():
     def fn(x, y):
         v = Vec(x) + Vec(y) * 2
@@ -592,7 +591,6 @@ def test_dunder_arithmetic_on_user_class():
     check(fn, _t(3), _t(3, seed=1))
 
 
-@pytest.mark.xfail(not USE_DYNAMO, strict=True, reason="kiln: graph break at sum() of user objects (0 + obj via __radd__): 3 graphs, dynamo 1")
 def test_sum_of_user_objects_uses_radd():
     def fn(x):
         vs = [Vec(x), Vec(x * 2), Vec(x * 3)]
@@ -802,7 +800,6 @@ class Key:
         return hash(self.name)
 
 
-@pytest.mark.xfail(not USE_DYNAMO, strict=True, reason="kiln: user class with __hash__/__eq__ as a dict key: whole frame runs eagerly (0 graphs)")
 def test_user_hash_eq_as_dict_key():
     def fn(x):
         d = {Key("a"): x, Key("b"): x * 2}
@@ -879,7 +876,6 @@ class ShapeError(Exception):
         self.dim = dim
 
 
-@pytest.mark.xfail(not USE_DYNAMO, strict=True, reason="kiln: creating an Exception subclass whose __init__ calls super().__init__: whole frame eager (0 graphs)")
 def test_custom_exception_raised_and_caught():
     def validate(t):
         if t.ndim != 1:
@@ -910,7 +906,6 @@ def test_try_except_else():
     check(fn, _t(3), {"scale": 1.5})
 
 
-@pytest.mark.xfail(not USE_DYNAMO, strict=True, reason="kiln: str() of a caught exception breaks; inside try the whole frame runs eagerly (0 graphs, dynamo 1)")
 def test_raise_from_and_chain_attributes():
     def fn(x):
         try:
@@ -1216,9 +1211,6 @@ class ParamStats(torch.nn.Module):
         return self.fc2(self.fc1(x)) * self.running + norm, names, bufs
 
 
-@pytest.mark.xfail(sys.version_info >= (3, 12), strict=False,
-                   reason="kiln: on Python 3.12 with torch 2.11 (GPU machine) the first call gives 2 graphs: a break "
-                          "inside Module.named_parameters (yield from on 3.12 is untested with torch)")
 def test_module_named_parameters_and_buffers():
     check(ParamStats(), _t(2, 3))
 
@@ -1403,3 +1395,24 @@ def test_dynamic_two_dims_view():
     check_recompiles(fn, [(_t(2, 3),), (_t(4, 5),), (_t(3, 7),)], graphs=2)
 
 
+
+
+class SharedParams(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(4)
+        self.a = torch.nn.Linear(2, 2)
+        self.b = self.a  # the same module under two names: its tensors are yielded once
+        self.c = torch.nn.BatchNorm1d(2)
+        self.register_buffer("empty", None)
+
+    def forward(self, x):
+        own = [n for n, _ in self.named_parameters(prefix="top", recurse=False)]
+        names = [n for n, _ in self.c.named_buffers("bn")]
+        total = sum(p.sum() for p in self.parameters())
+        count = len(list(self.buffers(recurse=True)))
+        return x * total + count, own, names
+
+
+def test_module_member_methods_with_arguments_and_shared_modules():
+    check(SharedParams(), _t(3, 2))

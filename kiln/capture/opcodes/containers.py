@@ -4,7 +4,7 @@ from __future__ import annotations
 from kiln.capture.opcodes.registry import handles
 from kiln.capture.values.base import ConstantValue, unsupported
 from kiln.capture.values.scalars import defer, format_value, join_strings
-from kiln.capture.values.containers import DictValue, ListValue, SetValue, SliceValue, TupleValue, dict_key
+from kiln.capture.values.containers import DictValue, ListValue, SetValue, SliceValue, TupleValue, dict_key, set_key
 
 
 @handles()
@@ -19,13 +19,20 @@ def BUILD_LIST(tx, inst):
 
 @handles()
 def BUILD_SET(tx, inst):
-    tx.push(SetValue(tx.popn(inst.arg)))
+    items = tx.popn(inst.arg)
+    made = SetValue([])
+    for item in items:  # PySet_Add one by one: a Python __hash__/__eq__ runs as CPython runs it
+        made._add(set_key(tx, item, made.members), item)
+    tx.push(made)
 
 
 @handles()
 def BUILD_MAP(tx, inst):
     items = tx.popn(2 * inst.arg)
-    tx.push(DictValue({dict_key(tx, items[i]): items[i + 1] for i in range(0, len(items), 2)}))
+    entries: dict = {}
+    for i in range(0, len(items), 2):  # inserted one by one: equal keys keep the first key object
+        entries[dict_key(tx, items[i], entries)] = items[i + 1]
+    tx.push(DictValue(entries))
 
 
 @handles()
@@ -58,6 +65,11 @@ def FORMAT_VALUE(tx, inst):
     deferred = defer(format_value, [value, ConstantValue(flags & 0x03), ConstantValue(spec)])
     if deferred is not None:  # e.g. f"{loss.item():.4f}" of a value handed to a resume function
         tx.push(deferred)
+        return
+    from kiln.capture.values.exceptions import ExceptionValue, format_exception
+
+    if isinstance(value, ExceptionValue):
+        tx.push(format_exception(tx, value, flags & 0x03, spec))
         return
     if not value.is_constant():
         unsupported(f"formatting {value} into a string")

@@ -52,7 +52,7 @@ def MATCH_KEYS(tx, inst):
         entries = subject.entries
         found = []
         for key in keys:
-            k = dict_key(tx, ConstantValue(key))
+            k = dict_key(tx, ConstantValue(key), entries)
             if k not in entries:
                 tx.push(ConstantValue(None))
                 return

@@ -15,6 +15,7 @@ from kiln.capture.values.containers import (
     DictValue, ListValue, NamedTupleValue, SequenceValue, SetValue, SliceValue, TupleValue,
 )
 from kiln.capture.values.tensors import TensorValue
+from kiln.capture.values import containers as _containers
 
 # pure functions that may be evaluated on Python constants at trace time
 PURE_CONSTANT_FUNCTIONS: set = {
@@ -268,7 +269,18 @@ def _tensor_number(kind):
     return handler
 
 
+def _str_or_repr(use_repr: bool):
+    def handler(tx, obj=None, *rest, **kwargs):
+        from kiln.capture.values.exceptions import ExceptionValue, exception_str
+
+        if isinstance(obj, ExceptionValue) and not rest and not kwargs:
+            return exception_str(tx, obj, use_repr)
+        return NotImplemented
+    return handler
+
+
 _HANDLERS: dict = {
+    str: _str_or_repr(False), repr: _str_or_repr(True),
     len: _len, isinstance: _isinstance, issubclass: _issubclass, getattr: _getattr, hasattr: _hasattr,
     setattr: _setattr, delattr: _delattr, vars: _vars, range: _range, print: _print, id: _id, callable: _callable, super: _super, type: _type, int: _tensor_number(int), float: _tensor_number(float), bool: _tensor_number(bool),
 }
@@ -310,6 +322,8 @@ def construct_builtin_type(tx, cls, args, kwargs) -> Value:
                 from kiln.capture.values.iterators import update_from_pairs
 
                 update_from_pairs(tx, entries, src)  # one pair at a time: an iterator is used up
+        for name in kwargs:  # a str key with the hash of an object key would call its __eq__
+            _containers.dict_key(tx, ConstantValue(name), entries)
         entries.update(kwargs)
         return DictValue(entries, dict_type=cls)
     if cls is slice:

@@ -85,7 +85,7 @@ def _popitem(tx, d: DictValue, last: bool) -> Value:
 class OrderedDictValue(CollectionDictValue):
     def call_method(self, tx, name, args, kwargs):
         if name == "move_to_end":
-            key = dict_key(tx, args[0])
+            key = dict_key(tx, args[0], self.entries)
             last = _flag(args[1:], kwargs, "last", True)
             if key not in self.entries:
                 unsupported(f"OrderedDict.move_to_end({key!r}): KeyError")
@@ -126,7 +126,7 @@ class DefaultDictValue(CollectionDictValue):
         return super().getattr(tx, name)
 
     def getitem(self, tx, key: Value) -> Value:
-        k = dict_key(tx, key)
+        k = dict_key(tx, key, self.entries)
         if k in self.entries:
             return self.entries[k]
         if self.factory.is_constant() and self.factory.as_constant() is None:
@@ -172,7 +172,7 @@ class CounterValue(CollectionDictValue):
         self.entries = {k: ConstantValue(v) for k, v in dict(counter).items()}
 
     def getitem(self, tx, key: Value) -> Value:
-        k = dict_key(tx, key)
+        k = dict_key(tx, key, self.entries)
         return self.entries.get(k, ConstantValue(0))  # __missing__ returns 0 and inserts nothing
 
     def call_method(self, tx, name, args, kwargs):
@@ -399,7 +399,9 @@ def _dict_entries(tx, args, kwargs, what: str) -> dict:
         else:
             for pair in tx.items(src):
                 k, v = tx.items(pair)
-                entries[dict_key(tx, k)] = v
+                entries[dict_key(tx, k, entries)] = v
+    for name in kwargs:  # a str key with the hash of an object key would call its __eq__
+        dict_key(tx, ConstantValue(name), entries)
     entries.update(kwargs)
     return entries
 
@@ -447,7 +449,9 @@ def fromkeys(tx, dict_type: type, args, kwargs) -> Value:
     if kwargs or not 1 <= len(args) <= 2:
         unsupported(f"{dict_type.__name__}.fromkeys() with unexpected arguments")
     value = args[1] if len(args) > 1 else ConstantValue(None)
-    entries = {dict_key(tx, k): value for k in tx.items(args[0])}
+    entries = {}
+    for k in tx.items(args[0]):
+        entries[dict_key(tx, k, entries)] = value
     if dict_type is dict:
         return DictValue(entries)
     if dict_type is collections.OrderedDict:

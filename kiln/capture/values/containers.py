@@ -384,19 +384,43 @@ class ObjectKey:
         return f"<{self.value!r}>"
 
 
+class HashedObjectKey(ObjectKey):
+    """A dict key / set member whose class has a Python __hash__: the object (by identity, as ObjectKey)
+    and the hash its __hash__ gave, kept as CPython keeps a stored key's hash (values/hashed_keys.py)."""
+
+    __slots__ = ("user_hash",)
+    made = 0  # how many were ever made: lookups of constant keys skip their scan while none exists
+
+    def __init__(self, value: Value, ident, user_hash: int):
+        super().__init__(value, ident)
+        self.user_hash = user_hash
+        HashedObjectKey.made += 1
+
+    def __hash__(self) -> int:
+        return self.user_hash  # a real set of these keys has the table (and order) CPython's has
+
+
 def key_value(key: Any) -> Value:
     """The symbolic value of a dict key / set member as dict_key stored it."""
     return key.value if isinstance(key, ObjectKey) else ConstantValue(key)
 
 
-def dict_key(tx, key: Value) -> Any:
-    """Dict keys are Python constants (strings, ints, ...), or objects compared by identity."""
+def dict_key(tx, key: Value, entries: dict | None = None) -> Any:
+    """Dict keys are Python constants (strings, ints, ...), or objects compared by identity; objects with a
+    Python __hash__ only where the dict's (or set's) `entries` are given: they are looked up in them with
+    the __hash__ and __eq__ calls CPython makes (values/hashed_keys.py)."""
+    from kiln.capture.values import hashed_keys
     from kiln.capture.values.ops import is_python_object
 
     if is_python_object(key):
+        if entries is not None and tx is not None and hashed_keys.has_python_hash(key.python_type()):
+            return hashed_keys.resolve(tx, key, entries, _object_ident(tx, key))
         return _object_key(tx, key)
     if key.is_constant():
-        return key.as_constant()
+        constant = key.as_constant()
+        if entries:
+            hashed_keys.check_constant_key(constant, entries)
+        return constant
     from kiln.capture.values.tensors import TensorValue
 
     if isinstance(key, TensorValue):
@@ -416,9 +440,15 @@ def _object_key(tx, key: Value) -> ObjectKey:
     if cls.__hash__ is not object.__hash__ or cls.__eq__ is not object.__eq__:
         unsupported(f"a {cls.__name__} as a dict key or set member: its class defines __hash__/__eq__",
                     hint="kiln hashes objects by identity only")
+    return ObjectKey(key, _object_ident(tx, key))
+
+
+def _object_ident(tx, key: Value):
+    """The identity of a Python object used as a key: made while tracing, or from outside (guarded)."""
+    cls = key.python_type()
     real = getattr(key, "obj", None)
     if real is None:
-        return ObjectKey(key, ("new", id(key)))
+        return ("new", id(key))
     if tx is None or key.source is None:
         unsupported(f"a {cls.__name__} from outside as a set member or key kiln cannot guard")
     keyed = tx.output.__dict__.setdefault("_outside_object_keys", {})
@@ -426,7 +456,7 @@ def _object_key(tx, key: Value) -> ObjectKey:
         if other.obj is not real:
             tx.output.guards.not_same(key.source, other.source)
     keyed[id(real)] = key
-    return ObjectKey(key, ("object", id(real)))
+    return ("object", id(real))
 
 
 class TensorKey:
@@ -446,13 +476,14 @@ class TensorKey:
         return isinstance(other, TensorKey) and other.example is self.example
 
 
-def set_key(tx, value: Value) -> Any:
-    """The key of a set member: a constant, or a tensor by identity (TensorKey)."""
+def set_key(tx, value: Value, members: dict | None = None) -> Any:
+    """The key of a set member: a constant, or a tensor by identity (TensorKey); looked up in `members`
+    where given (objects with a Python __hash__)."""
     from kiln.capture.values.tensors import TensorValue
 
     if isinstance(value, TensorValue):
         return TensorKey(value.example)
-    return dict_key(tx, value)
+    return dict_key(tx, value, members)
 
 
 class DictValue(Value):
@@ -483,8 +514,12 @@ class DictValue(Value):
 
         return method_or_unsupported(self, name)
 
+    def key_of(self, tx, key: Value) -> Any:
+        """The entry key `key` looks up (its __hash__ and __eq__ called as CPython calls them)."""
+        return dict_key(tx, key, self.entries)
+
     def getitem(self, tx, key: Value) -> Value:
-        k = dict_key(tx, key)
+        k = self.key_of(tx, key)
         if k not in self.entries:
             if self.dict_type in (dict, collections.OrderedDict):  # no __missing__
                 from kiln.capture.values.exceptions import raise_as_traced
@@ -503,10 +538,10 @@ class DictValue(Value):
 
     def setitem(self, tx, key: Value, value: Value) -> None:
         self._check_mutable(tx, "dict item assignment")
-        self.entries[dict_key(tx, key)] = value
+        self.entries[self.key_of(tx, key)] = value
 
     def delitem(self, tx, key: Value) -> None:
-        k = dict_key(tx, key)
+        k = self.key_of(tx, key)
         if k not in self.entries and self.dict_type in (dict, collections.OrderedDict):
             from kiln.capture.values.exceptions import raise_as_traced
 
@@ -526,13 +561,13 @@ class DictValue(Value):
         if name == "__len__" and not args:
             return ConstantValue(len(self.entries))
         if name == "get":
-            k = dict_key(tx, args[0])
+            k = self.key_of(tx, args[0])
             default = args[1] if len(args) > 1 else ConstantValue(None)
             return self.entries.get(k, default)
         if name == "__getitem__":
             return self.getitem(tx, args[0])
         if name == "__contains__":
-            return ConstantValue(dict_key(tx, args[0]) in self.entries)
+            return ConstantValue(self.key_of(tx, args[0]) in self.entries)
         if name == "copy":
             return DictValue(self.entries, self.dict_type)
         if name == "update":
@@ -540,23 +575,27 @@ class DictValue(Value):
             if args:
                 other = args[0]
                 if isinstance(other, DictValue):
-                    self.entries.update(other.entries)
+                    from kiln.capture.values.hashed_keys import merge
+
+                    merge(tx, self.entries, other.entries)
                 else:
                     from kiln.capture.values.iterators import update_from_pairs
 
                     update_from_pairs(tx, self.entries, other)
             for k, v in kwargs.items():
-                self.entries[k] = v
+                self.entries[self.key_of(tx, ConstantValue(k))] = v
             return ConstantValue(None)
         if name == "setdefault":
             self._check_mutable(tx, "dict.setdefault")
-            k = dict_key(tx, args[0])
+            k = self.key_of(tx, args[0])
             if k not in self.entries:
                 self.entries[k] = args[1] if len(args) > 1 else ConstantValue(None)
             return self.entries[k]
         if name == "pop":
             self._check_mutable(tx, "dict.pop")
-            k = dict_key(tx, args[0])
+            if not self.entries and self.dict_type is dict and len(args) > 1:
+                return args[1]  # _PyDict_Pop: an empty dict answers without hashing the key
+            k = self.key_of(tx, args[0])
             if k in self.entries:
                 return self.entries.pop(k)
             if len(args) > 1:
@@ -568,6 +607,9 @@ class DictValue(Value):
         unsupported(f"dict.{name}")
 
     def reconstruct(self, cg) -> None:
+        from kiln.capture.values.hashed_keys import refuse_rebuild
+
+        refuse_rebuild(self.entries, "dict")
         if self.dict_type is not dict:
             cg.prepare_call(self.dict_type)
         for k, v in self.entries.items():
@@ -624,7 +666,7 @@ class SetValue(Value):
         return any(type(k) in (TensorKey, ObjectKey) for k in self.members)
 
     def is_constant(self) -> bool:
-        return not self.has_identity_members()
+        return not any(isinstance(k, (TensorKey, ObjectKey)) for k in self.members)
 
     def as_constant(self):
         if self.has_tensors():
@@ -672,10 +714,10 @@ class SetValue(Value):
         if name in ("add", "update", "discard", "remove", "clear") and not kwargs:
             self._check_mutable(tx, f"set.{name}")
         if name == "add":
-            self._add(set_key(tx, args[0]), args[0])
+            self._add(set_key(tx, args[0], self.members), args[0])
             return ConstantValue(None)
         if name == "__contains__":
-            return ConstantValue(set_key(tx, args[0]) in self.members)
+            return ConstantValue(set_key(tx, args[0], self.members) in self.members)
         if name == "update":
             if self.order is not None:  # CPython's update depends on the argument's kind (set_order.py)
                 from kiln.capture.values.set_order import real_operand
@@ -683,10 +725,10 @@ class SetValue(Value):
                 self.order.update(*[real_operand(tx, a) for a in args])
             for arg in args:
                 for v in arg.items(tx):
-                    self.members.setdefault(set_key(tx, v), v)
+                    self.members.setdefault(set_key(tx, v, self.members), v)
             return ConstantValue(None)
         if name in ("discard", "remove") and len(args) == 1:
-            key = set_key(tx, args[0])
+            key = set_key(tx, args[0], self.members)
             if key not in self.members and name == "remove":
                 unsupported(f"KeyError: {key!r} (set.remove)")
             self._discard(key)
@@ -709,8 +751,10 @@ class SetValue(Value):
         if not self.created_here and self.source is not None:
             self.source.emit(cg)  # the same object (its new members, if any, are a recorded side effect)
             return
+        from kiln.capture.values.hashed_keys import refuse_rebuild
         from kiln.capture.values.set_order import rebuild_order
 
+        refuse_rebuild(self.members, "set")
         order = rebuild_order(self)
         if self.kind is frozenset:
             cg.prepare_call(frozenset)

@@ -75,7 +75,7 @@ class DictObjectValue(NewObjectValue):
     def raw_setitem(self, tx, key: Value, value: Value) -> None:
         """dict.__setitem__: the item, whatever the class's __setitem__ does."""
         note_mutation(tx, self)
-        self.store.entries[dict_key(tx, key)] = value
+        self.store.entries[dict_key(tx, key, self.store.entries)] = value
 
     def raw_init(self, tx, args: list[Value], kwargs: dict[str, Value]) -> None:
         """dict.__init__ / OrderedDict.__init__(self, mapping_or_pairs=(), **kwargs)."""

@@ -155,6 +155,9 @@ class DictViewValue(Value):
 
     def _as_set(self, tx) -> set:
         """The keys (or (key, value) pairs of constants) as a Python set, for set operations."""
+        from kiln.capture.values.set_order import refuse_hashed_members
+
+        refuse_hashed_members(self.dict_value)
         if self.kind == "keys":
             return set(self.entries())
         if self.kind == "items" and all(v.is_constant() for v in self.entries().values()):
@@ -166,7 +169,7 @@ class DictViewValue(Value):
         from kiln.capture.values.ops import contains_op
 
         if self.kind == "keys":
-            return dict_key(tx, item) in self.entries()
+            return dict_key(tx, item, self.entries()) in self.entries()
         if self.kind == "values":
             from kiln.capture.values.containers import ListValue
 
@@ -174,7 +177,7 @@ class DictViewValue(Value):
         pair = tx.items(item) if _is_pair(item) else None
         if pair is None or len(pair) != 2:
             return False
-        key = dict_key(tx, pair[0])
+        key = dict_key(tx, pair[0], self.entries())
         if key not in self.entries():
             return False
         value = self.entries()[key]

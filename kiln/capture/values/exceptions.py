@@ -31,6 +31,8 @@ class ExceptionValue(Value):
         self.cause: Value | None = None  # raise ... from cause
         self.context: Value | None = None  # the exception being handled where this one was raised
         self.suppress_context = False
+        self.attrs: dict[str, Value] = {}  # instance attributes (a Python __init__'s `self.x = ...`)
+        self.init_ran = False  # a Python __init__ ran: rebuilt without calling it again
 
     def python_type(self) -> type:
         return self.cls
@@ -48,12 +50,46 @@ class ExceptionValue(Value):
             return found if found is not None else ConstantValue(None)
         if name == "__suppress_context__":
             return ConstantValue(self.suppress_context)
-        unsupported(f"attribute {name!r} of a {self.cls.__name__} raised while tracing")
+        if name in self.attrs:
+            return self.attrs[name]
+        for klass in self.cls.__mro__:
+            if klass.__module__ == "builtins":
+                break
+            if name in vars(klass):  # a method or class attribute of a Python exception class
+                from kiln.capture.values.objects import class_attribute
+
+                return class_attribute(tx, self.cls, name, self)
+        unsupported(f"attribute {name!r} of a {self.cls.__name__} made while tracing")
+
+    def setattr(self, tx, name: str, value: Value) -> None:
+        """An attribute store on an exception made while tracing: its state is all known here."""
+        if name == "args":  # BaseException's args setter takes any iterable, as a tuple
+            self.args = list(tx.items(value))
+            return
+        from kiln.capture.values.objects import data_descriptor_of
+
+        if name.startswith("__") or data_descriptor_of(self.cls, name) is not None or \
+                self.cls.__setattr__ is not BaseException.__setattr__:
+            unsupported(f"assigning {name!r} of a {self.cls.__name__}")
+        self.attrs[name] = value
 
     def truth(self, tx) -> bool:
         return True
 
     def reconstruct(self, cg) -> None:
+        if self.attrs or self.init_ran:
+            from kiln.capture.values.containers import TupleValue
+
+            cg.prepare_call(rebuild_exception_state)
+            cg.load_const(self.cls)
+            cg.reconstruct(TupleValue(self.args))
+            cg.load_const(tuple(self.attrs))
+            cg.reconstruct(TupleValue(list(self.attrs.values())))
+            cg.reconstruct(self.cause if self.cause is not None else ConstantValue(None))
+            cg.reconstruct(self.context if self.context is not None else ConstantValue(None))
+            cg.load_const(self.suppress_context)
+            cg.call(7)
+            return
         if self.cause is not None or self.context is not None or self.suppress_context:
             from kiln.capture.values.containers import TupleValue
 
@@ -90,6 +126,17 @@ class ExceptionValue(Value):
 def rebuild_chained_exception(cls, args, cause, context, suppress_context):
     """An exception made while tracing, with the chaining attributes the trace gave it."""
     exc = cls(*args)
+    exc.__cause__, exc.__context__, exc.__suppress_context__ = cause, context, suppress_context
+    return exc
+
+
+def rebuild_exception_state(cls, args, names, values, cause, context, suppress_context):
+    """An exception whose Python __init__ ran while tracing: made without running it again (as
+    BaseException.__new__ does), with the args and attributes the trace left it."""
+    exc = cls.__new__(cls)
+    exc.args = args
+    for name, value in zip(names, values):
+        setattr(exc, name, value)
     exc.__cause__, exc.__context__, exc.__suppress_context__ = cause, context, suppress_context
     return exc
 
@@ -138,10 +185,99 @@ def raise_as_traced(exc: BaseException, what: str):
     raise TracedRaise(ExceptionValue(cls, [ConstantValue(a) for a in exc.args]), str(exc)) from None
 
 
-def make_exception(cls: type, args: list[Value], kwargs: dict[str, Value]) -> ExceptionValue:
-    if kwargs or not is_plain_exception_class(cls):
+# builtin exception classes whose objects are only their args: BaseException's __init__, __str__ (KeyError's
+# repr of its one argument aside) and __repr__, no other fields
+SIMPLE_BUILTIN_EXCEPTIONS = frozenset({
+    BaseException, Exception, ArithmeticError, AssertionError, IndexError, KeyError, LookupError,
+    NotImplementedError, OverflowError, RuntimeError, TypeError, ValueError, ZeroDivisionError,
+})
+# builtin classes with extra fields (name, obj, value) whose str()/repr() are still BaseException's
+_STR_LIKE_BASE_EXCEPTION = SIMPLE_BUILTIN_EXCEPTIONS | {AttributeError, NameError, StopIteration}
+
+
+def builtin_base(cls: type) -> type:
+    """The first builtin class in an exception class's MRO."""
+    return next(k for k in cls.__mro__ if k.__module__ == "builtins")
+
+
+def has_python_init_only(cls) -> bool:
+    """A Python exception class over a simple builtin one (SIMPLE_BUILTIN_EXCEPTIONS) whose Python classes
+    define __init__ (and plain methods) but nothing that changes how objects are made or read."""
+    if not isinstance(cls, type) or not issubclass(cls, BaseException) or type(cls) is not type:
+        return False
+    if builtin_base(cls) not in SIMPLE_BUILTIN_EXCEPTIONS:
+        return False
+    for klass in cls.__mro__:
+        if klass.__module__ == "builtins":
+            break
+        if any(name in vars(klass) for name in ("__new__", "__getattr__", "__setattr__", "__getattribute__",
+                                                 "__init_subclass__", "__delattr__", "__slots__")):
+            return False
+    return True
+
+
+def make_exception(cls: type, args: list[Value], kwargs: dict[str, Value], tx=None) -> ExceptionValue:
+    """cls(*args, **kwargs): BaseException.__new__ keeps args; a Python __init__ runs traced (its
+    super().__init__(...) sets args again, see BaseExceptionInit)."""
+    if not kwargs and is_plain_exception_class(cls):
+        return ExceptionValue(cls, args)
+    if tx is None or not has_python_init_only(cls):
         unsupported(f"creating exception {cls.__name__}")
-    return ExceptionValue(cls, args)
+    from kiln.capture.values.objects import class_attribute, python_slot
+
+    exc = ExceptionValue(cls, args)
+    if python_slot(cls, "__init__") is None:
+        unsupported(f"creating exception {cls.__name__} with keyword arguments")
+    exc.init_ran = True
+    class_attribute(tx, cls, "__init__", exc).call(tx, args, kwargs)
+    return exc
+
+
+class BaseExceptionInit(Value):
+    """`super().__init__(*args)` of a simple builtin exception class on an exception made while tracing."""
+
+    def __init__(self, exc: ExceptionValue):
+        self.exc = exc
+
+    def call(self, tx, args, kwargs) -> Value:
+        if kwargs:
+            raise_traced(TypeError, f"{builtin_base(self.exc.cls).__name__}() takes no keyword arguments")
+        self.exc.args = list(args)
+        return ConstantValue(None)
+
+
+def format_exception(tx, exc: ExceptionValue, conversion: int, spec: str) -> Value:
+    """f"{exc}", f"{exc!s}", f"{exc!r}" (FORMAT_VALUE): str()/repr() as exception_str, then format();
+    without a conversion, object.__format__ (an empty spec only) unless the class has its own."""
+    if conversion == 3 or (conversion == 0 and (spec or exc.cls.__format__ is not object.__format__)):
+        unsupported(f"formatting a {exc.cls.__name__} with conversion {conversion} and spec {spec!r}")
+    text = exception_str(tx, exc, use_repr=conversion == 2)
+    if not text.is_constant() or not isinstance(text.as_constant(), str):
+        unsupported(f"formatting a {exc.cls.__name__}: its str() is not a known string")
+    return ConstantValue(format(text.as_constant(), spec))
+
+
+def exception_str(tx, exc: ExceptionValue, use_repr: bool = False) -> Value:
+    """str(exc) / repr(exc): a Python __str__/__repr__ traced, else BaseException's (KeyError's str)."""
+    from kiln.capture.values.objects import class_attribute, python_slot
+
+    name = "__repr__" if use_repr else "__str__"
+    for klass in exc.cls.__mro__:
+        if klass.__module__ == "builtins":
+            break
+        if name in vars(klass):
+            if python_slot(exc.cls, name) is None:
+                unsupported(f"{exc.cls.__name__}.{name} is not a Python function")
+            return class_attribute(tx, exc.cls, name, exc).call(tx, [], {})
+    base = builtin_base(exc.cls)
+    if base not in _STR_LIKE_BASE_EXCEPTION or not all(a.is_constant() for a in exc.args):
+        unsupported(f"{'repr' if use_repr else 'str'}() of a {exc.cls.__name__} with arguments {exc.args}")
+    args = tuple(a.as_constant() for a in exc.args)
+    if use_repr:
+        return ConstantValue(f"{exc.cls.__name__}({args[0]!r})" if len(args) == 1 else exc.cls.__name__ + repr(args))
+    if base is KeyError and len(args) == 1:
+        return ConstantValue(repr(args[0]))
+    return ConstantValue("" if not args else str(args[0]) if len(args) == 1 else str(args))
 
 
 def raise_attribute_error(cls: type, name: str):
@@ -165,11 +301,16 @@ def exception_to_raise(tx, value: Value) -> ExceptionValue:
 
 def exception_matches(tx, exc: Value, match: Value) -> bool:
     """CHECK_EXC_MATCH: issubclass(type(exc), match) with match a class or a tuple of classes."""
-    if not isinstance(exc, ExceptionValue):
+    real = not isinstance(exc, ExceptionValue) and isinstance(getattr(exc, "obj", None), BaseException) and \
+        getattr(exc, "source", None) is not None  # an exception object from the frame (Opaque, Object)
+    if not isinstance(exc, ExceptionValue) and not real:
         unsupported(f"except clause on {exc}")
     kinds = match.as_constant() if match.is_constant() else tuple(v.as_constant() for v in tx.items(match))
     if not isinstance(kinds, tuple):
         kinds = (kinds,)
     if not all(isinstance(k, type) and issubclass(k, BaseException) for k in kinds):
         unsupported(f"except clause with {kinds}")
+    if real:  # an exception handed in (a resume function starting at a handler): matched by its type
+        tx.output.guards.type(exc.source, exc.obj)
+        return issubclass(type(exc.obj), kinds)
     return issubclass(exc.cls, kinds)

@@ -660,4 +660,4 @@ def update_from_pairs(tx, entries: dict, iterable: Value) -> None:
         kv = tx.items(pair)
         if len(kv) != 2:
             raise_traced(ValueError, f"dictionary update sequence element #{i} has length {len(kv)}; 2 is required")
-        entries[dict_key(tx, kv[0])] = kv[1]
+        entries[dict_key(tx, kv[0], entries)] = kv[1]

@@ -72,6 +72,8 @@ class NNModuleValue(Value):
             return ClassValue(cls)
         if name in _TREE_METHODS and class_attr is getattr(torch.nn.Module, name):
             return ModuleTreeMethodValue(self, name)
+        if name in _MEMBER_METHODS and class_attr is getattr(torch.nn.Module, name):
+            return ModuleMembersMethodValue(self, name)
         if class_attr is not None:
             return class_attribute(tx, cls, name, self)
         unsupported(f"{cls.__name__!r} module has no attribute {name!r}")
@@ -209,6 +211,68 @@ class ModuleTreeMethodValue(Value):
         if self.name.startswith("named_"):
             return ListIteratorValue([TupleValue([ConstantValue(n), v]) for n, v in pairs], kind="generator")
         return ListIteratorValue([v for _, v in pairs], kind="generator")
+
+    def reconstruct(self, cg) -> None:
+        cg.reconstruct(self.module_value)
+        cg.load_attr(self.name)
+
+    def __repr__(self) -> str:
+        return f"Method(Module.{self.name} of {self.module_value!r})"
+
+
+_MEMBER_METHODS = ("parameters", "named_parameters", "buffers", "named_buffers")
+_MEMBER_PARAMETERS = {"parameters": ("recurse",), "buffers": ("recurse",),
+                      "named_parameters": ("prefix", "recurse", "remove_duplicate"),
+                      "named_buffers": ("prefix", "recurse", "remove_duplicate")}
+
+
+class ModuleMembersMethodValue(Value):
+    """`module.parameters` / `named_parameters` / `buffers` / `named_buffers` (nn.Module's own generator
+    methods, in module.py, which kiln does not trace into): called, the tensors `Module._named_members`
+    yields, in its order (modules depth first, each tensor once), as a materialized iterator of graph
+    attributes; the keys of every `_modules` and `_parameters`/`_buffers` dict walked are guarded, and
+    each tensor's identity, as for an attribute read."""
+
+    def __init__(self, module_value: NNModuleValue, name: str):
+        self.module_value = module_value
+        self.name = name
+
+    def _arguments(self, args, kwargs) -> dict:
+        names = _MEMBER_PARAMETERS[self.name]
+        if len(args) > len(names) or set(kwargs) - set(names):
+            unsupported(f"Module.{self.name}() with arguments {args} {sorted(kwargs)}")
+        bound = {"prefix": "", "recurse": True, "remove_duplicate": True}
+        bound.update(zip(names, args))
+        bound.update(kwargs)
+        if any(isinstance(v, Value) and not v.is_constant() for v in bound.values()):
+            unsupported(f"Module.{self.name}() with arguments that are not constants")
+        return {k: v.as_constant() if isinstance(v, Value) else v for k, v in bound.items()}
+
+    def call(self, tx, args, kwargs) -> Value:
+        from kiln.capture.values.containers import ListIteratorValue, TupleValue
+
+        bound = self._arguments(args, kwargs)
+        if not bound["remove_duplicate"]:
+            unsupported(f"Module.{self.name}(remove_duplicate=False)")
+        owner, prefix = self.module_value, bound["prefix"]
+        modules = owner.named_submodules(tx, prefix) if bound["recurse"] else [(prefix, owner)]
+        table = "_parameters" if "parameters" in self.name else "_buffers"
+        seen: set[int] = set()
+        found = []
+        for module_prefix, value in modules:
+            members = value.module.__dict__[table]
+            if value.source is not None:
+                tx.output.guards.dict_keys(AttrSource(value.source, table), members)
+            for key, tensor in members.items():
+                if tensor is None or id(tensor) in seen:
+                    continue
+                seen.add(id(tensor))
+                if value.source is not None:
+                    tx.output.guards.identity(DictEntrySource(value.source, table, key), tensor)
+                item = tx.output.add_attr(tensor, f"{value.qualname}.{key}")
+                name = module_prefix + ("." if module_prefix else "") + key
+                found.append(TupleValue([ConstantValue(name), item]) if self.name.startswith("named_") else item)
+        return ListIteratorValue(found, kind="generator")
 
     def reconstruct(self, cg) -> None:
         cg.reconstruct(self.module_value)

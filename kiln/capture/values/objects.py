@@ -7,6 +7,7 @@ import types
 
 from kiln.capture.sources import AttrSource, ConstantSource
 from kiln.capture.values.base import ConstantValue, Value, unsupported
+from kiln.capture.values.class_stores import class_source, stored_into as _stored_into
 from kiln.capture.values.functions import UserFunctionValue, UserMethodValue
 
 
@@ -32,7 +33,10 @@ def class_attribute(tx, cls: type, name: str, self_value: Value | None) -> Value
             return wrap(tx, attr, src)
         return wrap(tx, attr.fget, src).call(tx, [self_value], {})
     if isinstance(attr, types.FunctionType):
-        fn = UserFunctionValue(attr, src)
+        if _stored_into(cls):
+            fn = wrap(tx, attr, AttrSource(class_source(cls, self_value), name))  # guarded by identity
+        else:
+            fn = UserFunctionValue(attr, src)
         return UserMethodValue(fn, self_value) if self_value is not None else fn
     if self_value is not None and is_once_logging_method(cls, attr):
         return OnceLoggingCall(attr, self_value)
@@ -51,11 +55,9 @@ def class_attribute(tx, cls: type, name: str, self_value: Value | None) -> Value
     if hasattr(attr, "__get__") and not isinstance(attr, (int, float, str, tuple, type(None), bool)) \
             and not isinstance(attr, type):
         unsupported(f"descriptor {type(attr).__name__} for attribute {name!r} of {cls.__name__}")
-    if self_value is not None and self_value.source is not None:
+    if self_value is not None:
         # a plain class attribute (a constant, a tensor, a config object): read and guarded through the class
-        from kiln.capture.sources import GenericAttrSource
-
-        src = AttrSource(GenericAttrSource(self_value.source, "__class__"), name)
+        src = AttrSource(class_source(cls, self_value), name)
     return wrap(tx, attr, src)
 
 
@@ -243,6 +245,11 @@ class ClassValue(Value):
             value = getattr(self.cls, name)
         except AttributeError:
             unsupported(f"type object {self.cls.__name__!r} has no attribute {name!r}")
+        if self.source is None and isinstance(self.cls, type) and self.cls.__module__ != "builtins" and \
+                not isinstance(value, types.FunctionType):  # (functions: identity-guarded once stored into)
+            return wrap(tx, value, AttrSource(ConstantSource(self.cls.__qualname__, self.cls), name))
+        if self.source is None and isinstance(self.cls, type) and _stored_into(self.cls):
+            return wrap(tx, value, AttrSource(ConstantSource(self.cls.__qualname__, self.cls), name))
         return wrap(tx, value, AttrSource(self.source, name) if self.source else ConstantSource(name, value))
 
     def call(self, tx, args, kwargs) -> Value:
@@ -271,7 +278,7 @@ class ClassValue(Value):
         if issubclass(cls, BaseException):
             from kiln.capture.values.exceptions import make_exception
 
-            return make_exception(cls, args, kwargs)
+            return make_exception(cls, args, kwargs, tx)
         from kiln.capture.values.operator_objects import OPERATOR_OBJECT_TYPES, make_operator_object
 
         if cls in OPERATOR_OBJECT_TYPES:
@@ -651,6 +658,11 @@ class SuperValue(Value):
                     return wrap(tx, attr.__func__, src)
                 if attr is object.__init__:
                     return _NoOp()
+                from kiln.capture.values import exceptions
+
+                if name == "__init__" and klass in exceptions.SIMPLE_BUILTIN_EXCEPTIONS and \
+                        isinstance(self.self_value, exceptions.ExceptionValue):
+                    return exceptions.BaseExceptionInit(self.self_value)
                 if attr is object.__new__:
                     return ObjectNew()
                 if attr is object.__getattribute__ and isinstance(self.self_value, (UserObjectValue, NewObjectValue)):

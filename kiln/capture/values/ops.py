@@ -27,6 +27,10 @@ _DUNDER = {
 
 
 def binary_op(tx, op: Callable, a: Value, b: Value) -> Value:
+    from kiln.capture.values import binary_dunders
+
+    if binary_dunders.handles(op, a, b):  # CPython's order of __op__/__rop__/__iop__ (binary_dunders.py)
+        return binary_dunders.python_object_binary(tx, op, a, b)
     if isinstance(a, numpy_values.NDArrayValue) or isinstance(b, numpy_values.NDArrayValue):
         return numpy_values.binary_op(tx, op, a, b)  # NumPy's semantics (values/numpy_values.py)
     if isinstance(a, TensorValue) or isinstance(b, TensorValue):
@@ -79,7 +83,11 @@ def binary_op(tx, op: Callable, a: Value, b: Value) -> Value:
 
         return set_binary(tx, plain, a, b)  # on real sets: the result iterates as eager's (set_order.py)
     if isinstance(a, DictValue) and isinstance(b, DictValue) and plain is operator.or_:
-        return DictValue({**a.entries, **b.entries})
+        from kiln.capture.values.hashed_keys import merge
+
+        entries = dict(a.entries)
+        merge(tx, entries, b.entries)
+        return DictValue(entries)
     if isinstance(a, DictViewValue) or isinstance(b, DictViewValue):
         if plain in (operator.or_, operator.and_, operator.sub, operator.xor, operator.eq, operator.ne,
                      operator.lt, operator.le, operator.gt, operator.ge):
@@ -346,8 +354,8 @@ def contains_op(tx, item: Value, container: Value) -> bool:
             if isinstance(item, TensorValue) and container.has_tensors():
                 check_tensor_identity_guarded(tx, [item, *[m for m in container.members.values()
                                                           if isinstance(m, TensorValue)]])
-            return set_key(tx, item) in container.members  # tensors by identity
-        return dict_key(tx, item) in container.entries
+            return set_key(tx, item, container.members) in container.members  # tensors by identity
+        return dict_key(tx, item, container.entries) in container.entries
     if isinstance(container, TensorValue) or isinstance(item, TensorValue) and not isinstance(container, SequenceValue):
         unsupported("`in` on a tensor depends on its data")
     if container.is_constant() and item.is_constant():

@@ -53,6 +53,7 @@ def set_method(tx, value, name: str, args: list[Value]) -> Value:
     """set.union/intersection/... on real sets (the result's order is the real one's)."""
     from kiln.capture.values.containers import SetValue
 
+    refuse_hashed_members(value)
     real_args = [real_operand(tx, a) for a in args]
     result = getattr(real_set(tx, value, iterating=False), name)(*real_args)
     if isinstance(result, (set, frozenset)):
@@ -75,6 +76,8 @@ def set_binary(tx, op, a, b) -> Value:
     """a | b, a & b, a - b, a ^ b of two sets, computed on real sets."""
     from kiln.capture.values.containers import SetValue
 
+    refuse_hashed_members(a)
+    refuse_hashed_members(b)
     try:
         result = op(real_operand(tx, a), real_operand(tx, b))
     except TypeError as exc:
@@ -87,6 +90,7 @@ def real_operand(tx, v: Value):
     dicts (their update path resizes first), constants as themselves, else the keys in order."""
     from kiln.capture.values.containers import DictValue, SetValue
 
+    refuse_hashed_members(v)
     if isinstance(v, SetValue):
         return real_set(tx, v, iterating=False)
     if isinstance(v, DictValue):
@@ -94,6 +98,17 @@ def real_operand(tx, v: Value):
     if v.is_constant():
         return v.as_constant()
     return [_key(tx, item) for item in tx.items(v)]
+
+
+def refuse_hashed_members(v) -> None:
+    """Real-set operations compare members by identity; CPython calls a Python __eq__ between members of
+    equal hash (values/hashed_keys.py): sets and dicts holding such objects break the graph here."""
+    from kiln.capture.values.containers import DictValue, HashedObjectKey, SetValue
+
+    keys = v.members if isinstance(v, SetValue) else v.entries if isinstance(v, DictValue) else ()
+    if any(type(k) is HashedObjectKey for k in keys):
+        unsupported("a set operation on members with a Python __hash__/__eq__",
+                    hint="kiln runs it as Python")
 
 
 def _key(tx, item: Value):
