@@ -161,7 +161,9 @@ class SymbolicCompositeMode(TorchFunctionMode):
             bound = entry[0](tuple(args), dict(kwargs))
             if bound is not None and all(isinstance(a, torch.Tensor) for a in bound[:2]):
                 with torch._C.DisableTorchFunction():
-                    return entry[1](*bound)
+                    out = entry[1](*bound)
+                if out is not NotImplemented:
+                    return out
         return func(*args, **kwargs)
 
 

@@ -121,11 +121,9 @@ def load_kernels(kernels: dict, buffers: dict, options, interpret: bool) -> str:
                                 None if interpret else path + ".tune.json", options.matmul_choice, interpret,
                                 options.triton_fast_launch, leader=leader)
         else:
-            configs = candidate_configs(k, options.triton_max_block)
-            dynamic = bool(getattr(k, "size_args", None))  # size-generic: the heuristic's config (hint sizes)
-            k.fn = Launcher(fn, k, configs[:1] if dynamic else configs,
-                            path + ".tune.json" if tune and not dynamic else None, fast_launch=options.triton_fast_launch,
-                            leader=leader)
+            configs = candidate_configs(k, options.triton_max_block)  # (size-generic: per size bucket at run time)
+            k.fn = Launcher(fn, k, configs, path + ".tune.json" if tune else None,
+                            fast_launch=options.triton_fast_launch, leader=leader, max_block=options.triton_max_block)
         leaders.setdefault(key, k.fn)
     if fresh and not interpret and options.compile_workers > 0:
         static = [launcher for launcher in leaders.values() if not getattr(launcher.kernel, "size_args", None)]

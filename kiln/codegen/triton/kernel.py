@@ -55,6 +55,7 @@ class TritonKernel:
     ynumel: int = 1  # tiled kernels: the tile loop's size (xnumel: the other loops')
     size_args: list = dataclasses.field(default_factory=list)  # size symbols passed after the pointers
     xnumel_expr: object = None  # xnumel as a size expression (symbolic: the grid is computed per call)
+    rnumel_expr: object = None  # rnumel as a size expression (symbolic: the block sizes are chosen per call)
 
 
 # ------------------------------------------------------------------------------- fusion legality
@@ -412,9 +413,11 @@ def generate_kernel(group: FusedGroup, buffers: dict, index: int, persistent_max
     header += [f"#   {line}" for line in provenance(origins)]
     if group.locals:
         header.append(f"#   kernel-local (registers only): {', '.join(sorted(group.locals))}")
-    src = header + ["@jit", f"def {name}({', '.join(params)}):"] + _indent(body)
+    # size arguments are not specialized (on value 1 or divisibility by 16): one binary for every size
+    jit = f"@jit(do_not_specialize={tuple(str(s) for s in size_args)!r})" if size_args else "@jit"
+    src = header + [jit, f"def {name}({', '.join(params)}):"] + _indent(body)
     return TritonKernel(name, "\n".join(src) + "\n", kctx.params, origins, style, hint(xnumel), hint(rnumel),
-                        ynumel=ynumel, size_args=size_args, xnumel_expr=xnumel)
+                        ynumel=ynumel, size_args=size_args, xnumel_expr=xnumel, rnumel_expr=rnumel)
 
 
 def _tiled_head(sizes, tile: int, xnumel: int, ynumel: int, pid: str) -> list[str]:

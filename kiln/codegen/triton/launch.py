@@ -20,6 +20,7 @@ import os
 import tempfile
 
 TUNE_MIN_ELEMENTS = 1 << 20
+INT32_LIMIT = 1 << 31  # size arguments below this are passed as i32 (Triton's type for the first call's values)
 ALIGNMENT = 16  # Triton specializes pointer arguments on this alignment  # kernels touching fewer elements than this use the heuristic config
 
 
@@ -113,14 +114,24 @@ def candidate_configs(kernel, max_block: int = 0) -> list[LaunchConfig]:
 
 
 class Launcher:
-    """Calls one kernel with buffers: ``launcher(*tensors)`` in the kernel's parameter order."""
+    """Calls one kernel with buffers: ``launcher(*tensors)`` in the kernel's parameter order.
+
+    A size-generic kernel (``kernel.size_args``: the last arguments are the size symbols' values) has
+    its grid computed per call, and its block sizes chosen per size bucket: the powers of two at or
+    above its xnumel and rnumel. Each bucket's config is the heuristic's pick at the bucket's sizes (or,
+    where the static kernel would be timed, the fastest of the candidates on the bucket's first call),
+    kept with its fast launch."""
 
     def __init__(self, fn, kernel, configs: list[LaunchConfig], tune_path: str | None, fast_launch: bool = True,
-                 leader: "Launcher | None" = None):
+                 leader: "Launcher | None" = None, max_block: int = 0):
         self.fn, self.kernel, self.configs, self.tune_path = fn, kernel, configs, tune_path
         self.fast_launch = fast_launch
         self.leader = leader  # an identical kernel earlier in the graph (same binary): its tuning is taken
+        self.max_block = max_block
         self.config: LaunchConfig | None = configs[0] if len(configs) == 1 or tune_path is None else None
+        if getattr(kernel, "size_args", None):
+            self._bind_sized()
+            return
         if self.config is None:
             self.config = _saved_choice(tune_path, kernel.name, configs)
         self._bind()
@@ -130,23 +141,25 @@ class Launcher:
     numel = None  # size-generic kernels: sizes -> xnumel, the grid computed per call
 
     def _bind(self):
-        if self.config is not None and getattr(self.kernel, "size_args", None):
-            self.numel = _numel_function(self.kernel.size_args, self.kernel.xnumel_expr)
-            self.meta = self.config.kwargs()
-            self.fast_launch = False
-            return
         if self.config is not None:
             self.grid = grid(self.kernel, self.config)
             self.launch = self.fn[self.grid]
             self.meta = self.config.kwargs()
             self.constexprs = self.config.constexprs()
 
+    def _bind_sized(self):
+        k = self.kernel
+        self.numel = _numel_function(k.size_args, k.xnumel_expr)
+        symbolic_r = k.rnumel_expr is not None and not sympy_number(k.rnumel_expr)
+        self.rnumel = _numel_function(k.size_args, k.rnumel_expr) if symbolic_r else None
+        self.buckets: dict[tuple[int, int], _Bucket] = {}
+        # (the size arguments are not specialized (``do_not_specialize``): one binary per config serves
+        # every size, launched with the grid of each call; Triton types them i32 when the first call's fit)
+        self.sized_fast_launch, self.fast_launch = self.fast_launch, False
+
     def __call__(self, *args):
-        if self.numel is not None:  # size-generic: the last arguments are the size symbols' values
-            n = self.numel(*args[len(args) - len(self.kernel.size_args):])
-            programs = (n + self.config.XBLOCK - 1) // self.config.XBLOCK
-            if programs > 0:
-                self.fn[(programs,)](*args, **self.meta)
+        if self.numel is not None:
+            self._call_sized(args)
             return
         fast = self.fast
         if fast is not None and fast(args):
@@ -161,20 +174,62 @@ class Launcher:
         if fast is None and self.fast_launch:
             self.fast = FastLaunch.bind(compiled, self.grid, self.constexprs, args)
 
+    def _call_sized(self, args):
+        sizes = args[len(args) - len(self.kernel.size_args):]
+        n = self.numel(*sizes)
+        if n <= 0:
+            return
+        key = (_pow2(n), _pow2(self.rnumel(*sizes)) if self.rnumel is not None else 0)
+        bucket = self.buckets.get(key)
+        if bucket is None:
+            bucket = self.buckets[key] = self._bucket(key, n, args)
+        programs = (n + bucket.config.XBLOCK - 1) // bucket.config.XBLOCK
+        small = max(sizes) < INT32_LIMIT
+        if bucket.fast is not None and small and bucket.fast(args, programs):
+            return
+        compiled = self.fn[(programs,)](*args, **bucket.meta)
+        if bucket.fast is None and self.sized_fast_launch and small:
+            bucket.fast = FastLaunch.bind(compiled, (programs,), bucket.config.constexprs(), args)
+
+    def _bucket(self, key, n: int, args) -> "_Bucket":
+        at_bucket = dataclasses.replace(self.kernel, xnumel=key[0], rnumel=key[1] or self.kernel.rnumel)
+        configs = candidate_configs(at_bucket, self.max_block)
+        name = f"{self.kernel.name}@{key[0]}x{key[1]}"
+        config = configs[0] if len(configs) == 1 or self.tune_path is None else _saved_choice(self.tune_path, name, configs)
+        if config is None:
+            config = self._time(configs, lambda cfg: ((n + cfg.XBLOCK - 1) // cfg.XBLOCK,), args)
+            _save_choice(self.tune_path, name, config)
+        return _Bucket(config, config.kwargs())
+
     def _autotune(self, args) -> LaunchConfig:
+        best = self._time(self.configs, lambda cfg: grid(self.kernel, cfg), args)
+        _save_choice(self.tune_path, self.kernel.name, best)
+        return best
+
+    def _time(self, configs, grid_of, args) -> LaunchConfig:
         from triton.testing import do_bench
 
         timings = []
-        for cfg in self.configs:
-            launch, meta = self.fn[grid(self.kernel, cfg)], cfg.kwargs()
+        for cfg in configs:
+            launch, meta = self.fn[grid_of(cfg)], cfg.kwargs()
             try:
                 ms = do_bench(lambda: launch(*args, **meta), warmup=5, rep=25)
             except Exception:  # a config that does not compile (too many registers) is skipped
                 continue
             timings.append((ms, cfg))
-        best = min(timings, key=lambda t: t[0])[1] if timings else self.configs[0]
-        _save_choice(self.tune_path, self.kernel.name, best)
-        return best
+        return min(timings, key=lambda t: t[0])[1] if timings else configs[0]
+
+
+@dataclasses.dataclass
+class _Bucket:
+    """A size-generic kernel's launch for one size bucket."""
+    config: LaunchConfig
+    meta: dict
+    fast: "FastLaunch | None" = None
+
+
+def sympy_number(expr) -> bool:
+    return isinstance(expr, int) or bool(getattr(expr, "is_number", False))
 
 
 class FastLaunch:
@@ -211,15 +266,18 @@ class FastLaunch:
             device = torch.cuda.current_device() if device is None else device
         except (ImportError, AttributeError):  # another Triton or torch version: keep Triton's path
             return None
-        aligned = [i for i, a in enumerate(args) if a.data_ptr() % ALIGNMENT == 0]
+        aligned = [i for i, a in enumerate(args) if not isinstance(a, int) and a.data_ptr() % ALIGNMENT == 0]
         return cls(c_launch, grid, function, packed, flags, constexprs, device, get_stream, aligned)
 
-    def __call__(self, args) -> bool:
+    def __call__(self, args, programs: int = 0) -> bool:
+        """Launch on ``args``; ``programs`` > 0: that many programs (size-generic kernels), else the grid
+        fixed at bind time."""
         if _HOOKS_ACTIVE[0]:
             return False
         if self.aligned and not _all_aligned(args, self.aligned):
             return False
-        self.c_launch(*self.head, self.get_stream(self.device), self.function, *self.flags, None, None,
+        head = (programs, 1, 1) if programs else self.head
+        self.c_launch(*head, self.get_stream(self.device), self.function, *self.flags, None, None,
                       self.packed_metadata, None, None, None, *args, *self.constexprs)
         return True
 

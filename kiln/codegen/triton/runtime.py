@@ -61,8 +61,8 @@ def _target_names(interpret: bool) -> dict:
 
         _patch_interpreter_index()
 
-        def jit(fn):
-            return InterpretedFunction(fn)
+        def jit(fn=None, **options):  # (the interpreter takes no options: do_not_specialize is for the compiler)
+            return InterpretedFunction(fn) if fn is not None else InterpretedFunction
     else:
         from triton.language.extra import libdevice
 
