@@ -182,6 +182,20 @@ def test_triton_pointwise_and_reductions(monkeypatch):
 
 
 @triton_interpreted
+def test_triton_size_generic_kernels_pick_block_sizes_per_size_bucket(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    b = GraphBuilder()
+    x = b.input(lambda n: torch.randn(3, n), dims=(1,))
+    total = b.op(aten.sum.dim_IntList, b.op(aten.exp.default, x), [-1])
+    cg = run_sizes(b, b.module(total), target="triton-interpreted", sizes=(5, 7, 40, 300))
+    (launcher,) = [k.fn for k in cg.kernels.values()]
+    # rows of 5 and 7 share the 8 bucket; 40 and 300 get buckets (and RBLOCKs) of their own
+    assert sorted(key[1] for key in launcher.buckets) == [8, 64, 512], launcher.buckets
+    assert {key: b.config.RBLOCK for key, b in launcher.buckets.items()}[(4, 8)] == 8
+    assert launcher.kernel.source.count("do_not_specialize") == 1
+
+
+@triton_interpreted
 def test_triton_softmax_symbolic_rows(monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     b = GraphBuilder()

@@ -174,17 +174,24 @@ class Launcher:
         if fast is None and self.fast_launch:
             self.fast = FastLaunch.bind(compiled, self.grid, self.constexprs, args)
 
+    _last_sizes = None  # the sizes of the last call, and its (bucket, programs, sizes fit i32)
+    _last = None
+
     def _call_sized(self, args):
         sizes = args[len(args) - len(self.kernel.size_args):]
-        n = self.numel(*sizes)
-        if n <= 0:
-            return
-        key = (_pow2(n), _pow2(self.rnumel(*sizes)) if self.rnumel is not None else 0)
-        bucket = self.buckets.get(key)
-        if bucket is None:
-            bucket = self.buckets[key] = self._bucket(key, n, args)
-        programs = (n + bucket.config.XBLOCK - 1) // bucket.config.XBLOCK
-        small = max(sizes) < INT32_LIMIT
+        if sizes == self._last_sizes:  # (the common case: the same shape as the last call)
+            bucket, programs, small = self._last
+        else:
+            n = self.numel(*sizes)
+            if n <= 0:
+                return
+            key = (_pow2(n), _pow2(self.rnumel(*sizes)) if self.rnumel is not None else 0)
+            bucket = self.buckets.get(key)
+            if bucket is None:
+                bucket = self.buckets[key] = self._bucket(key, n, args)
+            programs = (n + bucket.config.XBLOCK - 1) // bucket.config.XBLOCK
+            small = max(sizes) < INT32_LIMIT
+            self._last_sizes, self._last = sizes, (bucket, programs, small)
         if bucket.fast is not None and small and bucket.fast(args, programs):
             return
         compiled = self.fn[(programs,)](*args, **bucket.meta)
