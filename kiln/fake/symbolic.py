@@ -441,6 +441,8 @@ class SymNode:
 
     def floordiv(self, other):
         env = self.env
+        if self.pytype is int and other.pytype is int and other.expr == 1:
+            return self  # n // 1 == n for any int (unfold's (s0 - size) // 1 may be negative)
         if self.pytype is int and other.pytype is int and _nonneg(env, self.expr) and \
                 env.static_value(sympy.Gt(other.expr, 0)) is True:
             if env.static_value(sympy.Lt(self.expr, other.expr)) is True:

@@ -128,10 +128,16 @@ def _exact_div(total, known):
 
     import sympy
 
+    if not isinstance(total, torch.SymInt) and not isinstance(known, torch.SymInt):
+        # static sizes of a view with a symbolic offset (x[-10:].view(-1, 2) with s0 > 10)
+        if known == 0 or total % known:
+            raise RuntimeError(f"shape '[-1, ...]' is invalid for input of size {total}")
+        return total // known
     t, k = to_expr(total), to_expr(known)
     q = sympy.cancel(t / k)
     env = next(s.node.env for s in (total, known) if isinstance(s, torch.SymInt))
-    if q.is_integer or q.is_Integer or (q.free_symbols and sympy.fraction(q)[1] == 1):
+    # (together: fraction() of a sum of fractions, 16*s0/7 - 16*Min(..)/7, says denominator 1)
+    if q.is_integer or q.is_Integer or (q.free_symbols and sympy.fraction(sympy.together(q))[1] == 1):
         return env.symint(q)
     if k.is_Integer and int(k) > 0:  # s0 / 4: a guard that it divides (eager raises where it does not)
         divides = env.evaluate(sympy.Eq(ModularIndexing(t, 1, k), 0), env.size_hint(t) % int(k) == 0)
@@ -509,7 +515,16 @@ def nll_loss_forward(func, x, target, weight, reduction, ignore_index):
     return _new_row_major(out_sizes, x.dtype), _new_row_major([], x.dtype)
 
 
+def logsumexp(func, x, dim, keepdim=False):
+    """A reduction over ``dim``: those sizes dropped (or 1 with keepdim); floating result."""
+    dims = {_dim(d, x.dim()) for d in (dim if isinstance(dim, (list, tuple)) else [dim])} or set(range(x.dim()))
+    sizes = [1 if i in dims else n for i, n in enumerate(x.shape)] if keepdim else \
+        [n for i, n in enumerate(x.shape) if i not in dims]
+    return _new_row_major(sizes, x.dtype if x.is_floating_point() else torch.get_default_dtype())
+
+
 RULES.update({
+    aten.logsumexp.default: logsumexp,
     aten._to_copy.default: to_copy,
     aten.constant_pad_nd.default: constant_pad_nd,
     aten.cumsum.default: _same_shape("dtype"),

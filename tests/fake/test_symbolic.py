@@ -116,11 +116,29 @@ def test_unsupported_op_is_reported(monkeypatch):
 @pytest.mark.parametrize("op,shape", [
     (lambda x: torch.stack([x, x], 1), "[s0, 2, 16]"),
     (lambda x: x.unfold(0, 2, 1), "[s0 - 1, 16, 2]"),
+    (lambda x: x.unfold(0, 3, 1), "[s0 - 2, 16, 3]"),
+    (lambda x: torch.logsumexp(x, 0), "[16]"),
+    (lambda x: torch.logsumexp(x, -1, keepdim=True), "[s0, 1]"),  # (s0 - 3) // 1 may be negative: no guard for // 1
     (lambda x: x.diagonal(1), "[Min(15, s0)]"),
 ])
 def test_more_view_rules(op, shape):
     env, x = _env_x()
     assert str(list(op(x).shape)) == shape
+    assert env.guards == []
+
+
+def test_view_minus_one_divides_exactly_or_raises():
+    from kiln.fake.symbolic_meta import _exact_div
+
+    env, x = _env_x()
+    y = x[x.shape[0] - 4:]  # 16 * (s0 - Min(s0, Max(0, s0 - 4))) elements: 64 at every size >= 4
+    assert str(y.view(-1, 8).shape[0]) == "2*s0 - 2*Min(s0, Max(0, s0 - 4))"
+    with pytest.raises(RuntimeError):  # was a size 16*s0/7 - 16*Min(..)/7
+        y.view(-1, 7)
+    # static sizes of a view at a symbolic offset (x[-10:].view(-1, 2) once s0 > 10 is guarded)
+    assert _exact_div(64, 8) == 8
+    with pytest.raises(RuntimeError):
+        _exact_div(64, 7)
 
 
 def test_small_constant_mod_and_floordiv_of_a_size():
