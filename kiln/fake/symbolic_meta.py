@@ -523,7 +523,26 @@ def logsumexp(func, x, dim, keepdim=False):
     return _new_row_major(sizes, x.dtype if x.is_floating_point() else torch.get_default_dtype())
 
 
+def sum_all(func, x, dtype=None):
+    """sum() of every element: a 0-dim result (bool and integer sums are int64, as ATen promotes)."""
+    promoted = x.dtype if (x.is_floating_point() or x.is_complex()) else torch.int64
+    return _new_row_major([], dtype or promoted)
+
+
+def sum_dims(func, x, dim, keepdim=False, dtype=None):
+    """sum over ``dim`` (None or [] is every dim) of a row-major tensor: a row-major result."""
+    if not _is_row_major(x):
+        raise SymbolicShapeUnsupported(func, "a reduction of a tensor that is not row-major")
+    dims = {_dim(d, x.dim()) for d in (dim or [])} or set(range(x.dim()))
+    sizes = [1 if i in dims else n for i, n in enumerate(x.shape)] if keepdim else \
+        [n for i, n in enumerate(x.shape) if i not in dims]
+    promoted = x.dtype if (x.is_floating_point() or x.is_complex()) else torch.int64
+    return _new_row_major(sizes, dtype or promoted)
+
+
 RULES.update({
+    aten.sum.default: sum_all,
+    aten.sum.dim_IntList: sum_dims,
     aten.logsumexp.default: logsumexp,
     aten._to_copy.default: to_copy,
     aten.constant_pad_nd.default: constant_pad_nd,

@@ -38,9 +38,6 @@ def test_avg_pool2d_square_image(backend):
     check(f, lambda n: (torch.randn(1, 2, 2 * n, 2 * n),), backend, sizes=SHORT, graphs=2)
 
 
-@pytest.mark.parametrize("backend", backends(xfail={
-    "aot_eager": "conv2d + mean(dim=(2, 3)) on a symbolic H = W: in the AOT trace aten.sum.dim_IntList hits torch's INTERNAL ASSERT 'dispatch_on_subclass' on symbolic sizes; static fallback for every size (4 graphs)",
-    "kiln": "conv2d + mean(dim=(2, 3)) on a symbolic H = W: in the AOT trace aten.sum.dim_IntList hits torch's INTERNAL ASSERT 'dispatch_on_subclass' on symbolic sizes; static fallback for every size (4 graphs)"}))
 def test_conv_square_image_global_pool(backend):
     m = _seeded(lambda: nn.Sequential(nn.Conv2d(2, 3, 3, padding=1), nn.ReLU()))
 

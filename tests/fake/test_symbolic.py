@@ -118,6 +118,9 @@ def test_unsupported_op_is_reported(monkeypatch):
     (lambda x: x.unfold(0, 2, 1), "[s0 - 1, 16, 2]"),
     (lambda x: x.unfold(0, 3, 1), "[s0 - 2, 16, 3]"),
     (lambda x: torch.logsumexp(x, 0), "[16]"),
+    (lambda x: (x < 0).sum(), "[]"),
+    (lambda x: (x < 0).sum([0, 1]), "[]"),
+    (lambda x: x.sum(0, keepdim=True), "[1, 16]"),
     (lambda x: torch.logsumexp(x, -1, keepdim=True), "[s0, 1]"),  # (s0 - 3) // 1 may be negative: no guard for // 1
     (lambda x: x.diagonal(1), "[Min(15, s0)]"),
 ])
@@ -125,6 +128,11 @@ def test_more_view_rules(op, shape):
     env, x = _env_x()
     assert str(list(op(x).shape)) == shape
     assert env.guards == []
+
+
+def test_sum_of_a_bool_mask_is_int64():
+    env, x = _env_x()
+    assert (x < 0).sum().dtype == torch.int64 and x.sum(dtype=torch.float64).dtype == torch.float64
 
 
 def test_view_minus_one_divides_exactly_or_raises():
