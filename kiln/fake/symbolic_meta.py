@@ -496,10 +496,11 @@ def constant_pad_nd(func, x, pad, value=0):
     return _new_row_major(sizes, x.dtype)
 
 
-def _same_shape(dtype_arg=None):
-    """A rule for ops whose result has the shape of their first argument (row-major inputs only)."""
+def _same_shape(dtype_arg=None, any_layout=False):
+    """A rule for ops whose result has the shape of their first argument (row-major inputs only, or
+    ``any_layout``: ops whose ATen meta kernel makes a row-major result from any input, e.g. softmax's)."""
     def rule(func, x, *args, **kwargs):
-        if not _is_row_major(x):
+        if not any_layout and not _is_row_major(x):
             raise SymbolicShapeUnsupported(func, "an input that is not row-major")
         dtype = kwargs.get("dtype") if dtype_arg == "dtype" else None
         if dtype_arg is not None and dtype_arg != "dtype":
@@ -530,9 +531,8 @@ def sum_all(func, x, dtype=None):
 
 
 def sum_dims(func, x, dim, keepdim=False, dtype=None):
-    """sum over ``dim`` (None or [] is every dim) of a row-major tensor: a row-major result."""
-    if not _is_row_major(x):
-        raise SymbolicShapeUnsupported(func, "a reduction of a tensor that is not row-major")
+    """sum over ``dim`` (None or [] is every dim): a row-major result from any input layout (ATen's
+    resize_reduction makes the output with default strides)."""
     dims = {_dim(d, x.dim()) for d in (dim or [])} or set(range(x.dim()))
     sizes = [1 if i in dims else n for i, n in enumerate(x.shape)] if keepdim else \
         [n for i, n in enumerate(x.shape) if i not in dims]
@@ -540,7 +540,15 @@ def sum_dims(func, x, dim, keepdim=False, dtype=None):
     return _new_row_major(sizes, dtype or promoted)
 
 
+def nll_loss2d_forward(func, x, target, weight, reduction, ignore_index):
+    """(N, C, H, W) scores: the loss per (N, H, W) position (reduction none) or a scalar; the total weight."""
+    out_sizes = [x.shape[0]] + list(x.shape[2:]) if reduction == 0 else []
+    return _new_row_major(out_sizes, x.dtype), _new_row_major([], x.dtype)
+
+
 RULES.update({
+    aten.nll_loss2d_forward.default: nll_loss2d_forward,
+    aten.nll_loss2d_backward.default: lambda func, grad, x, *rest: _new_row_major(x.shape, x.dtype),
     aten.sum.default: sum_all,
     aten.sum.dim_IntList: sum_dims,
     aten.logsumexp.default: logsumexp,
@@ -552,9 +560,9 @@ RULES.update({
     aten.triu.default: _same_shape(),
     aten.masked_fill.Scalar: _same_shape(),
     aten.masked_fill.Tensor: _same_shape(),
-    aten._log_softmax.default: _same_shape(),
-    aten._log_softmax_backward_data.default: _same_shape(3),
-    aten._softmax_backward_data.default: _same_shape(3),
+    aten._log_softmax.default: _same_shape(any_layout=True),  # (cross_entropy(logits.transpose(1, 2)))
+    aten._log_softmax_backward_data.default: _same_shape(3, any_layout=True),
+    aten._softmax_backward_data.default: _same_shape(3, any_layout=True),
     aten.nll_loss_forward.default: nll_loss_forward,
     aten.nll_loss_backward.default: lambda func, grad, x, *rest: _new_row_major(x.shape, x.dtype),
 })

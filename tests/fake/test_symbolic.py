@@ -121,6 +121,9 @@ def test_unsupported_op_is_reported(monkeypatch):
     (lambda x: (x < 0).sum(), "[]"),
     (lambda x: (x < 0).sum([0, 1]), "[]"),
     (lambda x: x.sum(0, keepdim=True), "[1, 16]"),
+    (lambda x: x.t().sum(0), "[s0]"),
+    (lambda x: torch.nn.functional.cross_entropy(x.view(-1, 4, 4, 1), (x.view(-1, 4, 4, 1).sum(1) > 0).long(),
+                                                 reduction="none"), "[s0, 4, 1]"),
     (lambda x: torch.logsumexp(x, -1, keepdim=True), "[s0, 1]"),  # (s0 - 3) // 1 may be negative: no guard for // 1
     (lambda x: x.diagonal(1), "[Min(15, s0)]"),
 ])
@@ -128,6 +131,42 @@ def test_more_view_rules(op, shape):
     env, x = _env_x()
     assert str(list(op(x).shape)) == shape
     assert env.guards == []
+
+
+def test_negative_size_mod_for_padding_to_a_multiple():
+    env, x = _env_x()
+    s0 = x.shape[0]
+    from kiln.fake.symbolic import _py
+
+    pad = (-s0) % 4  # was Eq(s0, 8): a specialization
+    assert isinstance(pad, torch.SymInt) and env.guards == []
+    source = _py(pad.node.expr)
+    assert all(eval(source, {"s0": n}) == (-n) % 4 for n in range(2, 12))
+    ceil = -(-s0 // 4)  # ceil division
+    assert isinstance(ceil, torch.SymInt) and env.guards == []
+    assert all(eval(_py(ceil.node.expr), {"s0": n}) == -(-n // 4) for n in range(2, 12))
+
+
+def test_floor_division_facts_use_both_bounds_of_the_remainder():
+    from kiln.loopir.index import FloorDiv, ModularIndexing
+
+    env, x = _env_x()
+    s0 = x.shape[0].node.expr
+    assert env.static_value(sympy.Gt(FloorDiv(s0 + 1, 2), 0)) is True  # chunk(2)'s chunk size
+    assert env.static_value(sympy.Le(ModularIndexing(s0, 1, 4), 3)) is True
+    assert env.static_value(sympy.Le(ModularIndexing(s0, 1, 4), 2)) is None
+
+
+def test_log_softmax_of_a_transposed_tensor_is_row_major():
+    env, x = _env_x()
+    y = torch.ops.aten._log_softmax(x.t(), 1, False)  # ATen's meta kernel: row-major for any input
+    assert str(list(y.shape)) == "[16, s0]" and str(list(y.stride())) == "[s0, 1]"
+
+
+def test_sum_over_dims_is_row_major_from_any_layout():
+    env, x = _env_x()
+    y = x.view(-1, 4, 4).permute(2, 0, 1).sum(1)  # ATen's resize_reduction: default strides
+    assert str(list(y.shape)) == "[4, 4]" and list(y.stride()) == [4, 1]
 
 
 def test_sum_of_a_bool_mask_is_int64():
