@@ -304,12 +304,23 @@ def _without_divisions(expr, high: bool = False):
         r = sympy.Symbol(f"_r{next(count)}", integer=True, nonnegative=True)
         return c - 1 - r if high and c.is_Integer and int(c) > 0 else r
 
-    if not expr.has(FloorDiv, ModularIndexing):
-        return expr
-    expr = expr.replace(lambda e: isinstance(e, ModularIndexing), lambda e: remainder(e.args[2]))
-    return expr.replace(
-        lambda e: isinstance(e, FloorDiv) and e.args[1].is_Integer and int(e.args[1]) > 0,
-        lambda e: (e.args[0] - remainder(e.args[1])) / e.args[1])
+    done: dict = {}  # one remainder per distinct division, wherever it occurs
+
+    def rewrite(e):
+        if e in done or not e.has(FloorDiv, ModularIndexing):
+            return done.get(e, e)
+        if isinstance(e, ModularIndexing):
+            out = remainder(e.args[2])
+        elif isinstance(e, FloorDiv) and e.args[1].is_Integer and int(e.args[1]) > 0:
+            out = (rewrite(e.args[0]) - remainder(e.args[1])) / e.args[1]
+        elif isinstance(e, (sympy.Min, sympy.Max)):  # (unevaluated: evaluating them again is slow)
+            out = e.func(*[rewrite(a) for a in e.args], evaluate=False)
+        else:
+            out = e.func(*[rewrite(a) for a in e.args])
+        done[e] = out
+        return out
+
+    return rewrite(expr)
 
 
 def _py(expr) -> str:

@@ -211,3 +211,13 @@ def test_guard_or_false_answers_the_default_without_a_guard():
     assert (s0 - 1 == 1).node.guard_or_true() is True
     assert (s0 == 1).node.guard_or_true() is False  # decided for every size: not the default
     assert env.guards == []
+
+
+def test_without_divisions_shares_a_remainder_and_keeps_min_max_unevaluated():
+    from kiln.fake.symbolic import _without_divisions
+    from kiln.loopir.index import FloorDiv
+
+    s0 = sympy.Symbol("s0", integer=True, positive=True)
+    out = _without_divisions(FloorDiv(s0, 2) + sympy.Max(FloorDiv(s0, 2), 3))
+    assert len([s for s in out.free_symbols if s.name.startswith("_r")]) == 1
+    assert out.has(sympy.Max)  # (rebuilt with evaluate=False: evaluating Min/Max again was most of the time)
