@@ -90,13 +90,14 @@ def test_tolist_lengths_loop_of_slices(backend):
           graphs=2)
 
 
+@pytest.mark.parametrize("backend", backends(xfail={"eager": "torch.where(cond)'s rows and cols are views of one nonzero() result: inputs that share memory stay static, so the resume function compiles for every size ('L['___stack0'][1] shares memory with an input traced with dynamic sizes'; 6 graphs; dynamo: 4)"}))
 def test_where_indices_then_dense_update(backend):
     def f(scores):
         rows, cols = torch.where(scores > 0.5)
         out = torch.zeros_like(scores)
         out[rows, cols] = scores[rows, cols] * 10
         return out, rows.shape[0]
-    check(f, lambda n: (torch.rand(n, 4),), backend, sizes=SHORT, graphs=6, dynamo_graphs=4)
+    check(f, lambda n: (torch.rand(n, 4),), backend, sizes=SHORT, graphs=4)
 
 
 def test_bincount_as_histogram_size(backend):
