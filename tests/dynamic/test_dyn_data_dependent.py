@@ -27,11 +27,12 @@ def test_trim_padding_to_longest(backend):
     check(f, make, backend, sizes=SHORT, graphs=4)
 
 
+@pytest.mark.parametrize("backend", backends(xfail={"eager": 'the int from .item() is a constant of the resume function (no symbolic int inputs): x[:n] + arange(n) compiles again for every value (4 graphs; dynamo: 2)'}))
 def test_arange_of_item(backend):
     def f(x, k):
         n = k.item()
         return x[:n] + torch.arange(n)[:, None]
-    check(f, lambda n: (torch.randn(n + 2, 3), torch.tensor(n)), backend, sizes=SHORT, graphs=4, dynamo_graphs=2)
+    check(f, lambda n: (torch.randn(n + 2, 3), torch.tensor(n)), backend, sizes=SHORT, graphs=2)
 
 
 def test_topk_with_k_from_tensor(backend):
@@ -40,6 +41,7 @@ def test_topk_with_k_from_tensor(backend):
     check(f, lambda n: (torch.randn(2, 2 * n), torch.tensor(n)), backend, sizes=SHORT, graphs=0)  # int(k) breaks before any op; topk runs eagerly
 
 
+@pytest.mark.parametrize("backend", backends(xfail={"eager": "nonzero()'s result (k, 1) has strides (1, k), not row-major by kiln's exact stride check, so it stays static in the resume function: one compile per count k (4 graphs; dynamo: 2)"}))
 def test_nonzero_gather_scatter_back(backend):
     # update only the active rows, as sparse-update / MoE dispatch code does
     def f(x, active):
@@ -47,7 +49,7 @@ def test_nonzero_gather_scatter_back(backend):
         out = x.clone()
         out[idx] = torch.tanh(x[idx] * 2)
         return out, idx.numel()
-    check(f, lambda n: (torch.randn(n, 3), torch.arange(n) % 3 == 0), backend, sizes=SHORT, graphs=4, dynamo_graphs=2)
+    check(f, lambda n: (torch.randn(n, 3), torch.arange(n) % 3 == 0), backend, sizes=SHORT, graphs=2)
 
 
 def test_masked_select_mean_loss(backend):
@@ -115,18 +117,20 @@ def test_branch_on_tensor_value(backend):
     check(f, lambda n: (torch.randn(n, 3) + (0.5 if n % 2 else -0.5),), backend, sizes=SHORT, graphs=6, dynamo_graphs=5)  # the condition, then each branch's resume function
 
 
+@pytest.mark.parametrize("backend", backends(xfail={"eager": 'the int from .item() is a constant of the resume function (no symbolic int inputs): x[:k] compiles again for every value (4 graphs; dynamo: 2)'}))
 def test_item_as_slice_then_train(backend):
     lin = torch.nn.Linear(3, 2)
 
     def f(x, n_keep):
         k = int(n_keep.item())
         return F.relu(lin(x[:k])).sum(0)
-    check(f, lambda n: (torch.randn(n, 3), torch.tensor(max(n // 2, 1))), backend, sizes=SHORT, train=True, graphs=4, dynamo_graphs=2)
+    check(f, lambda n: (torch.randn(n, 3), torch.tensor(max(n // 2, 1))), backend, sizes=SHORT, train=True, graphs=2)
 
 
+@pytest.mark.parametrize("backend", backends(xfail={"eager": "argwhere()'s result (k, 2) is column-major (strides (1, k)): non-row-major inputs stay static, so the resume function compiles for every count k (4 graphs; dynamo: 2)"}))
 def test_argwhere_first_true_per_row(backend):
     def f(mask):
         hits = torch.argwhere(mask)
         first = torch.full((mask.size(0),), -1, dtype=torch.long)
         return first.scatter_reduce(0, hits[:, 0], hits[:, 1], reduce="amin", include_self=False)
-    check(f, lambda n: (torch.rand(n, 5) > 0.6,), backend, sizes=SHORT, graphs=4, dynamo_graphs=2)
+    check(f, lambda n: (torch.rand(n, 5) > 0.6,), backend, sizes=SHORT, graphs=2)
