@@ -178,23 +178,11 @@ class ShapeEnv:
         # each symbol is lower + (a nonnegative integer): the sign of lhs - rhs decides many facts
         shift = {s: self.lower[s] + sympy.Symbol(f"_n{i}", integer=True, nonnegative=True)
                  for i, s in enumerate(fact.free_symbols) if s in self.lower}
-        diff = sympy.expand(_without_divisions((fact.lhs - fact.rhs).xreplace(shift)))
-        positive, negative, zero = diff.is_positive, diff.is_negative, diff.is_zero
-        nonneg, nonpos = diff.is_nonnegative, diff.is_nonpositive
-        kind = type(fact)
-        if kind is sympy.Eq:
-            return True if zero else (False if (positive or negative) else None)
-        if kind is sympy.Ne:
-            return False if zero else (True if (positive or negative) else None)
-        if kind is sympy.StrictGreaterThan:
-            return True if positive else (False if nonpos else None)
-        if kind is sympy.GreaterThan:
-            return True if nonneg else (False if negative else None)
-        if kind is sympy.StrictLessThan:
-            return True if negative else (False if nonneg else None)
-        if kind is sympy.LessThan:
-            return True if nonpos else (False if positive else None)
-        return None
+        diff = (fact.lhs - fact.rhs).xreplace(shift)
+        value = _decide(type(fact), sympy.expand(_without_divisions(diff)))
+        if value is None and diff.has(FloorDiv, ModularIndexing):  # the remainders' other bound
+            value = _decide(type(fact), sympy.expand(_without_divisions(diff, high=True)))
+        return value
 
     def evaluate(self, fact, hint: bool) -> bool:
         """The truth of ``fact`` for this compilation: decided statically, or guarded at its hint."""
@@ -339,21 +327,53 @@ class ShapeEnv:
         return "\n".join(rows)
 
 
-def _without_divisions(expr):
-    """``expr`` with each ``FloorDiv(a, c)`` (c a positive int) written ``(a - r) / c`` and each
-    ``ModularIndexing`` written ``r``, for a fresh nonnegative r: a sign proven for every r >= 0 holds
-    for the true remainder too (one-sided, so only ever sound)."""
+def _decide(kind, diff) -> bool | None:
+    """The truth of ``diff <kind> 0`` from the signs sympy can tell, or None."""
+    positive, negative, zero = diff.is_positive, diff.is_negative, diff.is_zero
+    nonneg, nonpos = diff.is_nonnegative, diff.is_nonpositive
+    if kind is sympy.Eq:
+        return True if zero else (False if (positive or negative) else None)
+    if kind is sympy.Ne:
+        return False if zero else (True if (positive or negative) else None)
+    if kind is sympy.StrictGreaterThan:
+        return True if positive else (False if nonpos else None)
+    if kind is sympy.GreaterThan:
+        return True if nonneg else (False if negative else None)
+    if kind is sympy.StrictLessThan:
+        return True if negative else (False if nonneg else None)
+    if kind is sympy.LessThan:
+        return True if nonpos else (False if positive else None)
+    return None
+
+
+def _without_divisions(expr, high: bool = False):
+    """``expr`` with each ``FloorDiv(a, c)`` (c a positive int) written ``(a - m) / c`` and each
+    ``ModularIndexing(a, d, c)`` written ``m``, where the remainder m is a fresh nonnegative r
+    (``high=False``) or, for a constant c, ``c - 1 - r`` (``high=True``: m <= c - 1). Either form holds
+    for the true remainder, so a sign proven for every r >= 0 holds for the true value (only ever sound)."""
     count = iter(range(10 ** 6))
 
-    def remainder():
-        return sympy.Symbol(f"_r{next(count)}", integer=True, nonnegative=True)
+    def remainder(c):
+        r = sympy.Symbol(f"_r{next(count)}", integer=True, nonnegative=True)
+        return c - 1 - r if high and c.is_Integer and int(c) > 0 else r
 
-    if not expr.has(FloorDiv, ModularIndexing):
-        return expr
-    expr = expr.replace(lambda e: isinstance(e, ModularIndexing), lambda e: remainder())
-    return expr.replace(
-        lambda e: isinstance(e, FloorDiv) and e.args[1].is_Integer and int(e.args[1]) > 0,
-        lambda e: (e.args[0] - remainder()) / e.args[1])
+    done: dict = {}  # one remainder per distinct division, wherever it occurs
+
+    def rewrite(e):
+        if e in done or not e.has(FloorDiv, ModularIndexing):
+            return done.get(e, e)
+        if isinstance(e, ModularIndexing):
+            out = remainder(e.args[2])
+        elif isinstance(e, FloorDiv) and e.args[1].is_Integer and int(e.args[1]) > 0:
+            out = (rewrite(e.args[0]) - remainder(e.args[1])) / e.args[1]
+        elif isinstance(e, (sympy.Min, sympy.Max)):  # (unevaluated: evaluating them again is slow)
+            out = e.func(*[rewrite(a) for a in e.args], evaluate=False)
+        else:
+            out = e.func(*[rewrite(a) for a in e.args])
+        done[e] = out
+        return out
+
+    return rewrite(expr)
 
 
 def _py(expr) -> str:
@@ -494,11 +514,18 @@ class SymNode:
 
     def floordiv(self, other):
         env = self.env
+        if self.pytype is int and other.pytype is int and other.expr == 1:
+            return self  # n // 1 == n for any int (unfold's (s0 - size) // 1 may be negative)
         if self.pytype is int and other.pytype is int and _nonneg(env, self.expr) and \
                 env.static_value(sympy.Gt(other.expr, 0)) is True:
             if env.static_value(sympy.Lt(self.expr, other.expr)) is True:
                 return self.wrap_int(0)  # 1 // s0 with s0 >= 2
             return self._new(FloorDiv(self.expr, other.expr), int, _at_hints(operator.floordiv, self.hint, other.hint))
+        if self.pytype is int and other.pytype is int and _nonneg(env, -self.expr) and \
+                env.static_value(sympy.Gt(other.expr, 0)) is True:
+            # -(-n // k), ceil division as Python code writes it: (-n) // k == -((n + k - 1) // k)
+            up = FloorDiv(-self.expr + other.expr - 1, other.expr)
+            return self._new(-up, int, _at_hints(operator.floordiv, self.hint, other.hint))
         return self.wrap_int(self._concrete() // other._concrete())
 
     int_floordiv = floordiv
@@ -510,6 +537,11 @@ class SymNode:
             if env.static_value(sympy.Lt(self.expr, other.expr)) is True:
                 return self  # 1 % s0 with s0 >= 2 (roll's shift)
             return self._new(ModularIndexing(self.expr, 1, other.expr), int, _at_hints(operator.mod, self.hint, other.hint))
+        if self.pytype is int and other.pytype is int and _nonneg(env, -self.expr) and \
+                env.static_value(sympy.Gt(other.expr, 0)) is True:
+            # (-n) % k, padding to a multiple of k: Python's remainder is (k - n % k) % k, k - n % k >= 1
+            up = other.expr - ModularIndexing(-self.expr, 1, other.expr)
+            return self._new(ModularIndexing(up, 1, other.expr), int, _at_hints(operator.mod, self.hint, other.hint))
         return self.wrap_int(self._concrete() % other._concrete())
 
     def pow(self, other):

@@ -128,10 +128,16 @@ def _exact_div(total, known):
 
     import sympy
 
+    if not isinstance(total, torch.SymInt) and not isinstance(known, torch.SymInt):
+        # static sizes of a view with a symbolic offset (x[-10:].view(-1, 2) with s0 > 10)
+        if known == 0 or total % known:
+            raise RuntimeError(f"shape '[-1, ...]' is invalid for input of size {total}")
+        return total // known
     t, k = to_expr(total), to_expr(known)
     q = sympy.cancel(t / k)
     env = next(s.node.env for s in (total, known) if isinstance(s, torch.SymInt))
-    if q.is_integer or q.is_Integer or (q.free_symbols and sympy.fraction(q)[1] == 1):
+    # (together: fraction() of a sum of fractions, 16*s0/7 - 16*Min(..)/7, says denominator 1)
+    if q.is_integer or q.is_Integer or (q.free_symbols and sympy.fraction(sympy.together(q))[1] == 1):
         return env.symint(q)
     if k.is_Integer and int(k) > 0:  # s0 / 4: a guard that it divides (eager raises where it does not)
         divides = env.evaluate(sympy.Eq(ModularIndexing(t, 1, k), 0), env.size_hint(t) % int(k) == 0)
@@ -492,10 +498,11 @@ def constant_pad_nd(func, x, pad, value=0):
     return _new_row_major(sizes, x.dtype)
 
 
-def _same_shape(dtype_arg=None):
-    """A rule for ops whose result has the shape of their first argument (row-major inputs only)."""
+def _same_shape(dtype_arg=None, any_layout=False):
+    """A rule for ops whose result has the shape of their first argument (row-major inputs only, or
+    ``any_layout``: ops whose ATen meta kernel makes a row-major result from any input, e.g. softmax's)."""
     def rule(func, x, *args, **kwargs):
-        if not _is_row_major(x):
+        if not any_layout and not _is_row_major(x):
             raise SymbolicShapeUnsupported(func, "an input that is not row-major")
         dtype = kwargs.get("dtype") if dtype_arg == "dtype" else None
         if dtype_arg is not None and dtype_arg != "dtype":
@@ -511,7 +518,42 @@ def nll_loss_forward(func, x, target, weight, reduction, ignore_index):
     return _new_row_major(out_sizes, x.dtype), _new_row_major([], x.dtype)
 
 
+def logsumexp(func, x, dim, keepdim=False):
+    """A reduction over ``dim``: those sizes dropped (or 1 with keepdim); floating result."""
+    dims = {_dim(d, x.dim()) for d in (dim if isinstance(dim, (list, tuple)) else [dim])} or set(range(x.dim()))
+    sizes = [1 if i in dims else n for i, n in enumerate(x.shape)] if keepdim else \
+        [n for i, n in enumerate(x.shape) if i not in dims]
+    return _new_row_major(sizes, x.dtype if x.is_floating_point() else torch.get_default_dtype())
+
+
+def sum_all(func, x, dtype=None):
+    """sum() of every element: a 0-dim result (bool and integer sums are int64, as ATen promotes)."""
+    promoted = x.dtype if (x.is_floating_point() or x.is_complex()) else torch.int64
+    return _new_row_major([], dtype or promoted)
+
+
+def sum_dims(func, x, dim, keepdim=False, dtype=None):
+    """sum over ``dim`` (None or [] is every dim): a row-major result from any input layout (ATen's
+    resize_reduction makes the output with default strides)."""
+    dims = {_dim(d, x.dim()) for d in (dim or [])} or set(range(x.dim()))
+    sizes = [1 if i in dims else n for i, n in enumerate(x.shape)] if keepdim else \
+        [n for i, n in enumerate(x.shape) if i not in dims]
+    promoted = x.dtype if (x.is_floating_point() or x.is_complex()) else torch.int64
+    return _new_row_major(sizes, dtype or promoted)
+
+
+def nll_loss2d_forward(func, x, target, weight, reduction, ignore_index):
+    """(N, C, H, W) scores: the loss per (N, H, W) position (reduction none) or a scalar; the total weight."""
+    out_sizes = [x.shape[0]] + list(x.shape[2:]) if reduction == 0 else []
+    return _new_row_major(out_sizes, x.dtype), _new_row_major([], x.dtype)
+
+
 RULES.update({
+    aten.nll_loss2d_forward.default: nll_loss2d_forward,
+    aten.nll_loss2d_backward.default: lambda func, grad, x, *rest: _new_row_major(x.shape, x.dtype),
+    aten.sum.default: sum_all,
+    aten.sum.dim_IntList: sum_dims,
+    aten.logsumexp.default: logsumexp,
     aten._to_copy.default: to_copy,
     aten.constant_pad_nd.default: constant_pad_nd,
     aten.cumsum.default: _same_shape("dtype"),
@@ -520,9 +562,9 @@ RULES.update({
     aten.triu.default: _same_shape(),
     aten.masked_fill.Scalar: _same_shape(),
     aten.masked_fill.Tensor: _same_shape(),
-    aten._log_softmax.default: _same_shape(),
-    aten._log_softmax_backward_data.default: _same_shape(3),
-    aten._softmax_backward_data.default: _same_shape(3),
+    aten._log_softmax.default: _same_shape(any_layout=True),  # (cross_entropy(logits.transpose(1, 2)))
+    aten._log_softmax_backward_data.default: _same_shape(3, any_layout=True),
+    aten._softmax_backward_data.default: _same_shape(3, any_layout=True),
     aten.nll_loss_forward.default: nll_loss_forward,
     aten.nll_loss_backward.default: lambda func, grad, x, *rest: _new_row_major(x.shape, x.dtype),
 })

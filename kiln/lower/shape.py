@@ -11,6 +11,7 @@ import sympy
 import torch
 
 from kiln.loopir.sizes import gt, is_symbolic, known, lt, shape_of, strides_of
+from kiln.loopir.sizes import size as size_expr
 from kiln.loopir.nodes import Lazy, TensorValue, numel
 from kiln.lower.common import constant_value, cost_of
 from kiln.lower.graph import fake_val
@@ -118,14 +119,17 @@ def lower_constant_pad_nd(g, node, x, pad, value=0):
         return constant_value(node, value)
     ndim = len(in_size)
     lo, hi = [0] * ndim, [0] * ndim
-    for k in range(len(pad) // 2):
-        lo[ndim - 1 - k], hi[ndim - 1 - k] = int(pad[2 * k]), int(pad[2 * k + 1])
+    for k in range(len(pad) // 2):  # (symbolic pads: F.pad(x, (0, (-n) % 8)))
+        lo[ndim - 1 - k], hi[ndim - 1 - k] = size_expr(pad[2 * k]), size_expr(pad[2 * k + 1])
+    # a bound not known to need no check is checked (a check that always holds costs nothing wrong)
+    check_lo = [not known(sympy.sympify(p) <= 0) for p in lo]
+    check_hi = [not known(sympy.sympify(p) <= 0) for p in hi]
     read = reader(x, val.dtype)
 
     def body(ops, index):
         idx = [index[d] - lo[d] for d in range(ndim)]
-        conds = [index_in_range(ops, idx[d], lo=0 if lo[d] > 0 else None, hi=in_size[d] if hi[d] > 0 else None)
-                 for d in range(ndim) if lo[d] > 0 or hi[d] > 0]
+        conds = [index_in_range(ops, idx[d], lo=0 if check_lo[d] else None, hi=in_size[d] if check_hi[d] else None)
+                 for d in range(ndim) if check_lo[d] or check_hi[d]]
         if not conds:
             return read(ops, idx)
         mask = conds[0]

@@ -132,3 +132,19 @@ def test_delattr_after_the_graph_in_program_order():
 
     out = kiln.compile(fn, backend="eager")(torch.ones(2))
     assert out.tolist() == [2.0, 2.0] and vars(box) == {"c": 2}
+
+
+def test_module_class_attribute_shadowed_later_by_an_instance_attribute():
+    # a module's class attribute read through self: setting the same name on the instance later must
+    # recompile (the guard that the instance __dict__ lacks the name), not return the old value
+    class Scaled(torch.nn.Module):
+        scale = 10
+
+        def forward(self, x):
+            return x * self.scale
+    m = Scaled()
+    c = kiln.compile(m, backend="eager", dynamic=False)
+    x = torch.ones(3)
+    torch.testing.assert_close(c(x), x * 10)
+    m.scale = 4
+    torch.testing.assert_close(c(x), x * 4)

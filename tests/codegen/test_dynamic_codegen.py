@@ -307,3 +307,15 @@ def test_arange_with_symbolic_start_and_slice_scatter_at_symbolic_offsets():
     run_sizes(b, b.module(pos, posf, upper, lower))
     # x's rows (s0) and src's (s1) are separate symbols: only s1 <= s0 is guarded, no size is pinned
     assert [str(g.fact) for g in b.env.guards] == ["s0 >= s1"]
+
+
+def test_constant_pad_by_a_symbolic_amount():
+    # F.pad(x, (1, (-n) % 4)): a pad that is a size expression (it was int(pad): a static fallback)
+    b = GraphBuilder()
+    x = b.input(lambda n: torch.randn(2, n), dims=(1,))
+    n = b.size(x, 1)
+    neg = b.op(operator.neg, n)
+    pad = b.op(operator.mod, neg, 4)
+    y = b.op(aten.constant_pad_nd.default, x, [1, pad], 0.5)
+    run_sizes(b, b.module(y), sizes=(8, 5, 13, 34))
+    assert b.env.guards == []

@@ -61,6 +61,26 @@ def test_branch_on_size_guards_the_condition():
     assert "s0 > 10" in guards or "s0 <= 10" in guards or "10 >= s0" in guards or "s0 < 11" in guards
 
 
+def test_size_with_an_int_attribute_stays_symbolic():
+    # self.max_len / self.heads are ints read from the frame: the size arithmetic with them stays
+    # symbolic (a guard s0 > 10, a view by s0 * heads) and the attributes' values are guarded
+    class M(torch.nn.Module):
+        max_len, heads = 10, 2
+
+        def forward(self, x):
+            if x.size(0) > self.max_len:
+                x = x[-self.max_len:]
+            return x.view(x.size(0) * self.heads, -1).softmax(-1)
+    m = M()
+    c = run_sizes(m, [8, 5, 13, 32, 2], lambda n: (torch.randn(n, 4),))
+    assert compiles(c) == 3
+    assert "s0 <= 10" in config_of(c).compiler.records[1].guards
+    m.max_len = 4  # the attribute's value is guarded: a new entry, still equal to eager
+    x = torch.randn(6, 4)
+    torch.testing.assert_close(c(x), m(x), rtol=0, atol=0)
+    assert compiles(c) == 4
+
+
 def test_size_arithmetic_in_views_and_slices():
     def f(x, y):
         b, n = x.shape

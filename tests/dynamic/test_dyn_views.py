@@ -96,7 +96,6 @@ def test_chunk_static_last_dim(backend):
     check(f, lambda n: (torch.randn(n, 9),), backend, graphs=2)
 
 
-@pytest.mark.parametrize("backend", backends(xfail={"eager": 'slices with computed bounds specialize: Min(s0, FloorDiv(s0 + 1, 2)) is not simplified, guards Eq(..., const)'}))
 def test_chunk_dynamic_dim(backend):
     def f(x):
         a, b = x.chunk(2, dim=0)
@@ -219,7 +218,6 @@ def test_roll_and_flip(backend):
     check(f, lambda n: (torch.randn(n, 3),), backend, graphs=2)
 
 
-@pytest.mark.parametrize("backend", backends(xfail={"eager": 'F.pad (constant_pad_nd) has no symbolic rule: retraces static for every size'}))
 def test_pad_to_multiple_of_eight(backend):
     def f(x):
         pad = (-x.shape[1]) % 8

@@ -116,11 +116,76 @@ def test_unsupported_op_is_reported(monkeypatch):
 @pytest.mark.parametrize("op,shape", [
     (lambda x: torch.stack([x, x], 1), "[s0, 2, 16]"),
     (lambda x: x.unfold(0, 2, 1), "[s0 - 1, 16, 2]"),
+    (lambda x: x.unfold(0, 3, 1), "[s0 - 2, 16, 3]"),
+    (lambda x: torch.logsumexp(x, 0), "[16]"),
+    (lambda x: (x < 0).sum(), "[]"),
+    (lambda x: (x < 0).sum([0, 1]), "[]"),
+    (lambda x: x.sum(0, keepdim=True), "[1, 16]"),
+    (lambda x: x.t().sum(0), "[s0]"),
+    (lambda x: torch.nn.functional.cross_entropy(x.view(-1, 4, 4, 1), (x.view(-1, 4, 4, 1).sum(1) > 0).long(),
+                                                 reduction="none"), "[s0, 4, 1]"),
+    (lambda x: torch.logsumexp(x, -1, keepdim=True), "[s0, 1]"),  # (s0 - 3) // 1 may be negative: no guard for // 1
     (lambda x: x.diagonal(1), "[Min(15, s0)]"),
 ])
 def test_more_view_rules(op, shape):
     env, x = _env_x()
     assert str(list(op(x).shape)) == shape
+    assert env.guards == []
+
+
+def test_negative_size_mod_for_padding_to_a_multiple():
+    env, x = _env_x()
+    s0 = x.shape[0]
+    from kiln.fake.symbolic import _py
+
+    pad = (-s0) % 4  # was Eq(s0, 8): a specialization
+    assert isinstance(pad, torch.SymInt) and env.guards == []
+    source = _py(pad.node.expr)
+    assert all(eval(source, {"s0": n}) == (-n) % 4 for n in range(2, 12))
+    ceil = -(-s0 // 4)  # ceil division
+    assert isinstance(ceil, torch.SymInt) and env.guards == []
+    assert all(eval(_py(ceil.node.expr), {"s0": n}) == -(-n // 4) for n in range(2, 12))
+
+
+def test_floor_division_facts_use_both_bounds_of_the_remainder():
+    from kiln.loopir.index import FloorDiv, ModularIndexing
+
+    env, x = _env_x()
+    s0 = x.shape[0].node.expr
+    assert env.static_value(sympy.Gt(FloorDiv(s0 + 1, 2), 0)) is True  # chunk(2)'s chunk size
+    assert env.static_value(sympy.Le(ModularIndexing(s0, 1, 4), 3)) is True
+    assert env.static_value(sympy.Le(ModularIndexing(s0, 1, 4), 2)) is None
+
+
+def test_log_softmax_of_a_transposed_tensor_is_row_major():
+    env, x = _env_x()
+    y = torch.ops.aten._log_softmax(x.t(), 1, False)  # ATen's meta kernel: row-major for any input
+    assert str(list(y.shape)) == "[16, s0]" and str(list(y.stride())) == "[s0, 1]"
+
+
+def test_sum_over_dims_is_row_major_from_any_layout():
+    env, x = _env_x()
+    y = x.view(-1, 4, 4).permute(2, 0, 1).sum(1)  # ATen's resize_reduction: default strides
+    assert str(list(y.shape)) == "[4, 4]" and list(y.stride()) == [4, 1]
+
+
+def test_sum_of_a_bool_mask_is_int64():
+    env, x = _env_x()
+    assert (x < 0).sum().dtype == torch.int64 and x.sum(dtype=torch.float64).dtype == torch.float64
+
+
+def test_view_minus_one_divides_exactly_or_raises():
+    from kiln.fake.symbolic_meta import _exact_div
+
+    env, x = _env_x()
+    y = x[x.shape[0] - 4:]  # 16 * (s0 - Min(s0, Max(0, s0 - 4))) elements: 64 at every size >= 4
+    assert str(y.view(-1, 8).shape[0]) == "2*s0 - 2*Min(s0, Max(0, s0 - 4))"
+    with pytest.raises(RuntimeError):  # was a size 16*s0/7 - 16*Min(..)/7
+        y.view(-1, 7)
+    # static sizes of a view at a symbolic offset (x[-10:].view(-1, 2) once s0 > 10 is guarded)
+    assert _exact_div(64, 8) == 8
+    with pytest.raises(RuntimeError):
+        _exact_div(64, 7)
 
 
 def test_small_constant_mod_and_floordiv_of_a_size():
@@ -146,3 +211,13 @@ def test_guard_or_false_answers_the_default_without_a_guard():
     assert (s0 - 1 == 1).node.guard_or_true() is True
     assert (s0 == 1).node.guard_or_true() is False  # decided for every size: not the default
     assert env.guards == []
+
+
+def test_without_divisions_shares_a_remainder_and_keeps_min_max_unevaluated():
+    from kiln.fake.symbolic import _without_divisions
+    from kiln.loopir.index import FloorDiv
+
+    s0 = sympy.Symbol("s0", integer=True, positive=True)
+    out = _without_divisions(FloorDiv(s0, 2) + sympy.Max(FloorDiv(s0, 2), 3))
+    assert len([s for s in out.free_symbols if s.name.startswith("_r")]) == 1
+    assert out.has(sympy.Max)  # (rebuilt with evaluate=False: evaluating Min/Max again was most of the time)

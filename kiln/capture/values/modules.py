@@ -75,6 +75,9 @@ class NNModuleValue(Value):
         if name in _MEMBER_METHODS and class_attr is getattr(torch.nn.Module, name):
             return ModuleMembersMethodValue(self, name)
         if class_attr is not None:
+            if self.source is not None and not hasattr(type(class_attr), "__set__"):
+                # an instance attribute set later (m.max_len = 4) would shadow the class attribute
+                tx.output.guards.contains(AttrSource(self.source, "__dict__"), name, False)
             return class_attribute(tx, cls, name, self)
         unsupported(f"{cls.__name__!r} module has no attribute {name!r}")
 

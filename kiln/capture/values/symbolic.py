@@ -20,6 +20,7 @@ import torch
 
 from kiln.capture.values.base import ConstantValue, Value
 from kiln.capture.values.containers import TupleValue
+from kiln.capture.values.scalars import _KnownScalar
 from kiln.fake.symbolic import SYMBOLIC_SCALARS, is_symbolic
 
 # operators that keep a size symbolic (others, such as true division, specialize their operands)
@@ -72,6 +73,10 @@ def is_symbolic_value(v: Value) -> bool:
 
 
 def _plain_number(v: Value) -> bool:
+    """An int or bool constant: a literal, or one read from the frame (``self.max_len``; its value is
+    then guarded, as any constant that takes part in a size is)."""
+    if isinstance(v, _KnownScalar):
+        return v.python_type() in (int, bool)
     return type(v) is ConstantValue and type(v.value) in (int, bool)
 
 
