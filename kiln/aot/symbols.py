@@ -253,6 +253,8 @@ def freeze_sizes(tree):
     if isinstance(tree, (list, tuple)):
         return type(tree)(freeze_sizes(x) for x in tree)
     if isinstance(tree, torch.SymInt):
+        if is_symbolic(tree) and tree.node.env.is_unbacked(tree.node.expr):  # (not computable from input sizes)
+            raise SymbolicShapeUnsupported("output view", f"a view argument with a data-dependent size: {tree}")
         return SizeArg(to_expr(tree)) if is_symbolic(tree) else int(tree)
     if isinstance(tree, (torch.SymFloat, torch.SymBool)):
         raise SymbolicShapeUnsupported("output view", f"a view argument computed from sizes: {tree}")
