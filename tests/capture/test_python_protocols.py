@@ -201,3 +201,13 @@ def test_user_hash_result_as_cpython_converts_it():
         return len(d)
 
     assert any("has the hash of an object key" in r for r in _report(collides, torch.ones(2))[1])
+
+
+def test_a_set_computed_at_trace_time_keeps_the_real_iteration_order():
+    from kiln.capture.values.builder import wrap_constant_result
+    from kiln.capture.values.containers import SetValue
+
+    real = {"w", "b", "zz", "c"} & {"b", "c", "zz"}
+    value = wrap_constant_result(real)
+    assert isinstance(value, SetValue)
+    assert [m.value for m in value.members.values()] == list(real)

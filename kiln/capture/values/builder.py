@@ -431,6 +431,10 @@ def wrap_constant_result(value: Any) -> Value:
         return BuiltinValue(value)
     if isinstance(value, type):
         return ClassValue(value)
+    if type(value) in (set, frozenset) and all(is_constant_literal(v) for v in value):
+        from kiln.capture.values.containers import SetValue
+
+        return SetValue.from_real(value)  # (computed by the real operation: its iteration order is the real one)
     unsupported(f"a {type(value).__name__} computed at trace time")
 
 
