@@ -219,8 +219,9 @@ def simplify_with_ranges(expr: sympy.Expr, ranges: Mapping[sympy.Symbol, int]) -
 
 
 def _has_sizes(expr, ranges) -> bool:
-    """Whether ``expr`` or an extent in ``ranges`` names a size symbol (a dynamic graph)."""
-    if expr.free_symbols - set(ranges):
+    """Whether ``expr`` or an extent in ``ranges`` names a size symbol (a dynamic graph: sizes are
+    positive symbols; loop variables and loaded indices are nonnegative ones)."""
+    if any(s.is_positive for s in expr.free_symbols - set(ranges)):
         return True
     return any(isinstance(n, sympy.Basic) and not n.is_number for n in ranges.values())
 
