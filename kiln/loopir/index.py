@@ -172,9 +172,14 @@ def _drop_small_terms(a: sympy.Expr, b: int, ranges):
 
 
 def simplify_with_ranges(expr: sympy.Expr, ranges: Mapping[sympy.Symbol, int]) -> sympy.Expr:
-    """Rewrite FloorDiv / ModularIndexing away where the variables' extents allow."""
+    """Rewrite FloorDiv / ModularIndexing away where the variables' extents allow (size expressions as
+    extents, coefficients or divisors: ``index_symbolic.simplify_symbolic``)."""
     if not expr.has(FloorDiv, ModularIndexing):
         return expr
+    if _has_sizes(expr, ranges):
+        from kiln.loopir.index_symbolic import simplify_symbolic
+
+        return simplify_symbolic(expr, ranges)
 
     def visit(e):
         if not e.args:
@@ -211,6 +216,14 @@ def simplify_with_ranges(expr: sympy.Expr, ranges: Mapping[sympy.Symbol, int]) -
         return e.func(*args)
 
     return _recombine(sympy.expand(visit(expr)))
+
+
+def _has_sizes(expr, ranges) -> bool:
+    """Whether ``expr`` or an extent in ``ranges`` names a size symbol (a dynamic graph: sizes are
+    positive symbols; loop variables and loaded indices are nonnegative ones)."""
+    if any(s.is_positive for s in expr.free_symbols - set(ranges)):
+        return True
+    return any(isinstance(n, sympy.Basic) and not n.is_number for n in ranges.values())
 
 
 def _recombine(expr: sympy.Expr) -> sympy.Expr:

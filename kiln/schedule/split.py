@@ -30,8 +30,8 @@ def refine(ranges: list[int], outer: list[int]) -> list[list[int]] | None:
                 n = 1
                 i += 1
                 break
-            if is_symbolic(n) or is_symbolic(o):  # split only where it holds for every size: 16*s0 by 16
-                if not is_symbolic(o) and divides(o, n):
+            if is_symbolic(n) or is_symbolic(o):  # split only where it holds for every size: 16*s0 by 16, 4*s0 by s0
+                if divides(o, n) and _is_size_product(sympy.expand(n / o)):
                     fs.append(o)
                     n = sympy.expand(n / o)
                     i += 1
@@ -51,6 +51,12 @@ def refine(ranges: list[int], outer: list[int]) -> list[list[int]] | None:
     if _prefix(new, outer) <= _prefix(ranges, outer):
         return None
     return factors
+
+
+def _is_size_product(q) -> bool:
+    """A positive integer for every size: an integer times size symbols (a loop extent)."""
+    coeff, rest = sympy.sympify(q).as_coeff_Mul()
+    return coeff.is_Integer and coeff > 0 and all(f.is_positive and f.is_integer for f in sympy.Mul.make_args(rest))
 
 
 def _prefix(a, b) -> int:

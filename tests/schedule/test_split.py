@@ -16,6 +16,17 @@ def test_refine_splits_to_match_a_prefix():
     assert refine([8, 6], [8, 2, 3]) == [[8], [2, 3]]
 
 
+def test_refine_splits_symbolic_sizes_only_where_it_holds_for_every_size():
+    import sympy
+
+    s0, s1 = sympy.symbols("s0 s1", integer=True, positive=True)
+    # BERT's softmax: the output loops over [4*s0 heads, s1, s1], its statistics over [s0, 4, s1]
+    assert refine([4 * s0, s1, s1], [s0, 4, s1]) == [[s0, 4], [s1], [s1]]
+    assert refine([s0 * s1, 8], [s0, s1]) == [[s0, s1], [8]]
+    assert refine([s0 + 1, 8], [s0, 8]) is None  # s0 does not divide s0 + 1
+    assert refine([2 * s0, 8], [4, 8]) is None  # 4 divides 2*s0 only for even s0
+
+
 def test_split_buffer_computes_the_same_elements():
     src = torch.randn(32 * 5)
 

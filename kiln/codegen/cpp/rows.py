@@ -24,7 +24,7 @@ from kiln.codegen.cpp.loops import csize, rindex_linear
 from kiln.codegen.cpp.ops import CTYPE, CppOps
 from kiln.loopir.handlers import run_body
 from kiln.loopir.index import var
-from kiln.loopir.sizes import any_symbolic, prod
+from kiln.loopir.sizes import any_symbolic, prod, static_prod
 
 ROW_CACHE_BYTES = 65536  # largest row (per cached value) kept in a per-thread array
 
@@ -60,6 +60,14 @@ def _row_shape(member, k: int):
     return tuple(inner), subs, " + ".join(terms)
 
 
+def _row_decl(ctype: str, name: str, row) -> list[str]:
+    """A per-thread row array: on the stack for a static row, on the heap (sized per call) for a symbolic one."""
+    if not any_symbolic(row):
+        return [f"{ctype} {name}[{math.prod(row)}];"]
+    return [f"std::unique_ptr<{ctype}[]> {name}_owner(new {ctype}[{csize(prod(row))}]);",
+            f"{ctype}* {name} = {name}_owner.get();"]
+
+
 def plan_rows(ctx, members, buffers) -> tuple[list[MemberRows | None], list[str]]:
     """Each member's row-cache state for generation, and the declarations of the row arrays."""
     shapes = [_row_shape(m, ctx.k) for m in members]
@@ -79,11 +87,11 @@ def plan_rows(ctx, members, buffers) -> tuple[list[MemberRows | None], list[str]
             if v not in st.sinks and all(u in matched for u in st.users.get(v, ())):
                 continue  # only used to compute other cached values
             dtype = st.computed[v]
-            if any_symbolic(shapes[i][0]) or math.prod(shapes[i][0]) * dtype.itemsize > ROW_CACHE_BYTES:
-                continue
+            if static_prod(shapes[i][0]) * dtype.itemsize > ROW_CACHE_BYTES:
+                continue  # (a symbolic row: judged at the hints, a speed choice; the array fits any size)
             if v not in arrays:
                 arrays[v] = f"row{len(arrays)}"
-                decls.append(f"{CTYPE[dtype]} {arrays[v]}[{math.prod(shapes[i][0])}];")
+                decls += _row_decl(CTYPE[dtype], arrays[v], shapes[i][0])
                 states[first[v]].stores[v] = arrays[v]
             st.loads[v] = arrays[v]
         for v in st.computed:
