@@ -542,6 +542,13 @@ def sum_dims(func, x, dim, keepdim=False, dtype=None):
     return _new_row_major(sizes, dtype or promoted)
 
 
+def mean_dims(func, x, dim=None, keepdim=False, dtype=None):
+    """mean over ``dim``: as sum_dims; a floating (or complex) input or ``dtype`` only (else ATen raises)."""
+    if dtype is None and not (x.is_floating_point() or x.is_complex()):
+        raise SymbolicShapeUnsupported(func, "mean of a non-floating tensor (ATen raises)")
+    return sum_dims(func, x, dim, keepdim, dtype)
+
+
 def nll_loss2d_forward(func, x, target, weight, reduction, ignore_index):
     """(N, C, H, W) scores: the loss per (N, H, W) position (reduction none) or a scalar; the total weight."""
     out_sizes = [x.shape[0]] + list(x.shape[2:]) if reduction == 0 else []
@@ -553,6 +560,8 @@ RULES.update({
     aten.nll_loss2d_backward.default: lambda func, grad, x, *rest: _new_row_major(x.shape, x.dtype),
     aten.sum.default: sum_all,
     aten.sum.dim_IntList: sum_dims,
+    aten.mean.dim: mean_dims,  # (torch 2.11's Python meta of mean asserts on CUDA fakes with symbolic sizes)
+    aten.mean.default: lambda func, x, dtype=None: mean_dims(func, x, None, False, dtype),
     aten.logsumexp.default: logsumexp,
     aten._to_copy.default: to_copy,
     aten.constant_pad_nd.default: constant_pad_nd,

@@ -58,3 +58,14 @@ def test_matmul_and_linear_on_symbolic_fakes():
         assert str(tuple(F.linear(x, w).shape)) == "(2, s0, 6)"
         assert str(tuple(x.matmul(x.transpose(1, 2)).shape)) == "(2, s0, s0)"
     assert env.failed is None
+
+
+def test_mean_over_symbolic_dims_of_a_channels_last_tensor():
+    env = ShapeEnv()
+    x = symbolic_fake(torch.randn(4, 8, 6, 6), env, "L['x']", {0, 2, 3})
+    with FakeTensorMode():
+        y = x.contiguous(memory_format=torch.channels_last)
+        pooled = y.mean((2, 3), keepdim=True)
+        assert str(tuple(pooled.shape)) == "(s0, 8, 1, 1)" and pooled.stride()[:2] == (8, 1)
+        assert str(tuple(y.mean(1).shape)) == "(s0, s1, s1)"
+    assert env.failed is None
