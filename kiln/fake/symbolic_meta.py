@@ -203,15 +203,15 @@ def slice_(func, x, dim=0, start=None, end=None, step=1):
     end = n if end is None else end
     if step <= 0:
         raise RuntimeError("slice step must be positive")
-    if isinstance(start, int) and start < 0:
+    if start < 0:  # (a symbolic bound, -n of an int argument n: decided statically or guarded)
         start = start + n
-    if isinstance(end, int) and end < 0:
+    if end < 0:
         end = end + n
     if isinstance(end, int) and end >= 2 ** 62:
         end = n
     start = _clamp(start, 0, n)
     end = _clamp(end, start, n)
-    length = (end - start + step - 1) // step
+    length = end - start if isinstance(step, int) and step == 1 else (end - start + step - 1) // step
     sizes, strides = list(x.shape), list(x.stride())
     sizes[dim] = length
     strides[dim] = strides[dim] * step
@@ -224,7 +224,7 @@ def narrow(func, x, dim, start, length):
 
 def select(func, x, dim, index):
     dim = _dim(dim, x.dim())
-    if isinstance(index, int) and index < 0:
+    if index < 0:  # (symbolic: decided statically or guarded)
         index = index + x.shape[dim]
     sizes, strides = list(x.shape), list(x.stride())
     offset = x.storage_offset() + index * strides[dim]
@@ -377,7 +377,7 @@ def arange(func, *args, dtype=None, layout=None, device=None, pin_memory=None):
     if any(isinstance(v, (float, torch.SymFloat)) for v in numbers):
         raise SymbolicShapeUnsupported(func, "arange with float bounds")
     if isinstance(step, int) and step > 0:
-        length = (end - start + step - 1) // step
+        length = end - start if isinstance(step, int) and step == 1 else (end - start + step - 1) // step
     else:
         raise SymbolicShapeUnsupported(func, f"arange with step {step}")
     length = torch.sym_max(length, 0)

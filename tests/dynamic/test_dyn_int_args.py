@@ -29,8 +29,11 @@ def check(f, make_args, backend, values=(4, 7, 9, 12), graphs=2, graphs_dynamic=
     """dynamic=None gives ``graphs`` graphs over ``values``, dynamic=True ``graphs_dynamic``."""
     c = run(f, make_args, values, backend)
     assert compiles(c) == graphs, f"dynamic=None: {compiles(c)} graphs, fallbacks {dict(stats.dynamic_fallbacks)}"
+    before = stats.dynamic_graphs
     c = run(f, make_args, values, backend, dynamic=True)
     assert compiles(c) == graphs_dynamic, f"dynamic=True: {compiles(c)} graphs"
+    if backend != "eager":  # the backend compiled size-generic code (no static fallback)
+        assert stats.dynamic_graphs > before, dict(stats.dynamic_fallbacks)
 
 
 X = torch.randn(24, 6)
@@ -49,6 +52,12 @@ def test_slice_from_end_and_narrow(backend):
     def f(x, n):
         return x[-n:].sum(0) + x.narrow(0, 1, n).sum(0)
     check(f, lambda n: (X, n), backend)
+
+
+def test_negative_slice_bounds_past_the_size(backend):
+    def f(x, n):
+        return x[-n:].sum(0) + x[:-n].sum(0) + x[n:-2].sum(0)
+    check(f, lambda n: (X, n), backend, values=(4, 30, 7, 23, 40))
 
 
 def test_view(backend):
