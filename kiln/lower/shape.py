@@ -10,7 +10,7 @@ from __future__ import annotations
 import sympy
 import torch
 
-from kiln.loopir.sizes import gt, is_symbolic, known, lt, shape_of, strides_of
+from kiln.loopir.sizes import gt, is_symbolic, known, lt, shape_of, size, strides_of
 from kiln.loopir.nodes import Lazy, TensorValue, numel
 from kiln.lower.common import constant_value, cost_of
 from kiln.lower.graph import fake_val
@@ -119,13 +119,15 @@ def lower_constant_pad_nd(g, node, x, pad, value=0):
     ndim = len(in_size)
     lo, hi = [0] * ndim, [0] * ndim
     for k in range(len(pad) // 2):
-        lo[ndim - 1 - k], hi[ndim - 1 - k] = int(pad[2 * k]), int(pad[2 * k + 1])
+        lo[ndim - 1 - k], hi[ndim - 1 - k] = size(pad[2 * k]), size(pad[2 * k + 1])  # (symbols: int arguments)
     read = reader(x, val.dtype)
+    pads_lo = [gt(lo[d], 0) for d in range(ndim)]  # (a guard where a pad's sign depends on the sizes)
+    pads_hi = [gt(hi[d], 0) for d in range(ndim)]
 
     def body(ops, index):
         idx = [index[d] - lo[d] for d in range(ndim)]
-        conds = [index_in_range(ops, idx[d], lo=0 if lo[d] > 0 else None, hi=in_size[d] if hi[d] > 0 else None)
-                 for d in range(ndim) if lo[d] > 0 or hi[d] > 0]
+        conds = [index_in_range(ops, idx[d], lo=0 if pads_lo[d] else None, hi=in_size[d] if pads_hi[d] else None)
+                 for d in range(ndim) if pads_lo[d] or pads_hi[d]]
         if not conds:
             return read(ops, idx)
         mask = conds[0]

@@ -83,7 +83,7 @@ def test_arange(backend):
 
 def test_pad(backend):
     def f(x, n):
-        return F.pad(x, (0, n)) + 1
+        return F.pad(x, (0, n)) + 1, F.pad(x, (n, 1, 0, n), value=2.0)[1:]
     check(f, lambda n: (X, n), backend)
 
 
