@@ -394,9 +394,7 @@ def arange(func, *args, dtype=None, layout=None, device=None, pin_memory=None):
     if any(isinstance(v, (float, torch.SymFloat)) for v in numbers):
         raise SymbolicShapeUnsupported(func, "arange with float bounds")
     if isinstance(step, int) and step > 0:
-        length = end - start
-    if not (isinstance(step, int) and step == 1) or _unbacked(length):  # (step 1: no floordiv, which
-        length = (end - start + step - 1) // step  # specializes a Min/Max length; unbacked: as before)
+        length = (end - start + step - 1) // step
     else:
         raise SymbolicShapeUnsupported(func, f"arange with step {step}")
     length = torch.sym_max(length, 0)
