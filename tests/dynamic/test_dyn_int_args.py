@@ -151,3 +151,27 @@ def test_bool_and_float_stay_constants(backend):
         return x * scale if flag else x - scale
     c = run(f, lambda v: (X, v % 2 == 0, float(v)), (4, 7, 9), backend, dynamic=True)
     assert compiles(c) == 3
+
+
+def test_int_attribute_of_module(backend):
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.n = 2
+
+        def forward(self, x):
+            return x[: self.n] * self.n
+    m = M()
+    c = kiln.compile(m, backend=backend, options=ON)
+    for n in (4, 7, 9, 12):
+        m.n = n
+        torch.testing.assert_close(c(X), X[:n] * n)
+    assert compiles(c) == 2
+
+
+def test_int_used_as_dim_specializes(backend):
+    def f(x, d):
+        return x.sum(d) * d
+    x = torch.randn(2, 3, 4, 5)
+    c = run(f, lambda d: (x, d), (2, 3, 2, 3), backend, dynamic=True)
+    assert compiles(c) == 2  # a dim must be a constant: Eq(s, 2), then Eq(s, 3)
