@@ -101,6 +101,7 @@ class Options:
     compile_workers: int = 0
     conv_channels_last: bool | None = None
     gemm_padding: str = "auto"
+    dynamic_ints: bool = False
 
     def __post_init__(self):
         if self.gemm_padding not in ("auto", "always", "off"):
@@ -150,6 +151,7 @@ def _read_environment() -> Options:
         matmul_choice=_env_choice("KILN_MATMUL_CHOICE", MATMUL_CHOICES, "autotune"),
         compile_workers=_env_int("KILN_COMPILE_WORKERS", _default_workers()),
         conv_channels_last=_env_flag("KILN_CONV_CHANNELS_LAST"),
+        dynamic_ints=_env_int("KILN_DYNAMIC_INTS", 0) != 0,
     )
 
 

@@ -83,7 +83,13 @@ class SizeNodes:
         self._cache: dict = {}
 
     def bind(self, placeholder: fx.Node, val) -> None:
-        """Symbols that are whole sizes of ``val`` (the placeholder's fake) are read from it."""
+        """Symbols that are whole sizes of ``val`` (the placeholder's fake) are read from it; an int input
+        that is a symbol (``Options.dynamic_ints``) is that symbol's node itself."""
+        if isinstance(val, torch.SymInt) and is_symbolic(val):
+            expr = to_expr(val)
+            if expr.is_Symbol and expr not in self.bindings and expr not in self.scalars:
+                self.scalars[expr] = placeholder
+            return
         if not isinstance(val, torch.Tensor):
             return
         for d, size in enumerate(val.shape):
@@ -277,14 +283,16 @@ def has_size_args(tree) -> bool:
 class SizeReader:
     """Reads the symbols' values from a call's flat inputs: symbol -> (input index, dim)."""
 
-    where: tuple  # ((symbol, input index, dim), ...)
+    where: tuple  # ((symbol, input index, dim), ...); dim None: the input is the int itself
 
     def read(self, flat) -> dict:
-        return {s: flat[i].size(d) for s, i, d in self.where}
+        return {s: flat[i] if d is None else flat[i].size(d) for s, i, d in self.where}
 
 
 def size_reader(sizes: SizeNodes | None, placeholders: list) -> SizeReader:
     if sizes is None:
         return SizeReader(())
     index = {node: i for i, node in enumerate(placeholders)}
-    return SizeReader(tuple((s, index[node], d) for s, (node, d) in sizes.bindings.items() if node in index))
+    where = [(s, index[node], d) for s, (node, d) in sizes.bindings.items() if node in index]
+    where += [(s, index[node], None) for s, node in sizes.scalars.items() if node in index]  # int inputs
+    return SizeReader(tuple(where))

@@ -85,6 +85,11 @@ def symbolic_inputs(gm: fx.GraphModule, example_inputs: Sequence, placeholders: 
             if key in storages:  # symbolic fakes do not share storage: aliasing inputs trace statically
                 raise SymbolicShapeUnsupported("trace", "graph inputs that share memory")
             storages.add(key)
+        if isinstance(fake, torch.SymInt) and has_symbols(fake):  # an int argument (Options.dynamic_ints)
+            if type(x) is not int:
+                raise SymbolicShapeUnsupported("trace", f"input {node.name} is not the int its symbol stands for")
+            fakes.append(fake)
+            continue
         if not (isinstance(fake, torch.Tensor) and has_symbols(fake)):
             fakes.append(None)
             continue

@@ -70,6 +70,9 @@ class AtenTracer(DispatchMode):
         index = len(self.inputs)
         self.inputs.append((kind, name, real if kind != "user" else None))
         if not isinstance(real, torch.Tensor):
+            if isinstance(symbolic, torch.SymInt):  # an int traced as a symbol: bound to this input
+                self.b.placeholder(name, symbolic)
+                return symbolic
             self.b.placeholder(name, real)
             return real
         if symbolic is not None:

@@ -121,6 +121,8 @@ def compile_graph(gm, options: Options, target: str = "cpp") -> CompiledGraph:
 def _has_symbolic_inputs(gm) -> bool:
     for node in gm.graph.nodes:
         val = node.meta.get("val")
+        if node.op == "placeholder" and isinstance(val, torch.SymInt) and is_symbolic(val):
+            return True  # an int argument traced as a symbol (Options.dynamic_ints)
         if node.op == "placeholder" and isinstance(val, torch.Tensor):
             if any(is_symbolic(s) for s in (*val.shape, *val.stride())):
                 return True

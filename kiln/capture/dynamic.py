@@ -58,15 +58,18 @@ class FrameShapes:
     dynamic: dict = dataclasses.field(default_factory=dict)  # place -> dims traced as symbols
     static_reason: str | None = None  # why this code is compiled with static sizes from now on
     no_unbacked: str | None = None  # why data-dependent sizes break the graph in this code from now on
+    ints: dict = dataclasses.field(default_factory=dict)  # place -> int argument's value at the last compile
+    dynamic_ints: set = dataclasses.field(default_factory=set)  # int places traced as symbols
 
 
 class DynamicPolicy:
     """Answers, for one trace, which dims of an input become symbols."""
 
-    def __init__(self, mode: bool | None, shapes: FrameShapes | None, enabled: bool):
+    def __init__(self, mode: bool | None, shapes: FrameShapes | None, enabled: bool, ints: bool = False):
         self.mode = mode
         self.shapes = shapes
         self.enabled = enabled and mode is not False and (shapes is None or shapes.static_reason is None)
+        self.ints = ints  # Options.dynamic_ints: int arguments may become symbols too
         # data-dependent sizes (nonzero, x[mask], .item()) as unbacked symbols in one graph (fake/unbacked.py)
         self.unbacked = enabled and (shapes is None or shapes.no_unbacked is None)
 
@@ -94,3 +97,24 @@ class DynamicPolicy:
         if self.shapes is not None and dims:
             self.shapes.dynamic[place] = self.shapes.dynamic.get(place, set()) | dims
         return dims, {d: marked[d] for d in dims if d in marked}
+
+    def int_is_dynamic(self, place: str, value: int) -> bool:
+        """Whether the int argument at ``place`` (``L['n']``) is traced as a symbol: under ``dynamic=True``
+        always, under automatic dynamic once an earlier compile saw another value there. Values below
+        ``ShapeEnv.MIN_SIZE`` (0, 1, negatives) stay constants, as sizes 0 and 1 do."""
+        if not self.ints:
+            return False
+        previous = None
+        if self.shapes is not None:
+            previous = self.shapes.ints.get(place)
+            self.shapes.ints[place] = value
+        if not self.enabled:
+            return False
+        if self.mode is True:
+            dynamic = True
+        else:
+            dynamic = self.shapes is not None and (
+                place in self.shapes.dynamic_ints or (previous is not None and previous != value))
+        if dynamic and self.shapes is not None:
+            self.shapes.dynamic_ints.add(place)
+        return dynamic and value >= 2

@@ -72,6 +72,11 @@ class GuardSet:
         self.add(GuardKind.DYNAMIC_TENSOR, source, t)
         self.dynamic_inputs.append(source)
 
+    def dynamic_int(self, source: Source, value: int) -> None:
+        """An int argument traced as a symbol: its type here, its value by the ShapeEnv's function."""
+        self.type(source, value)
+        self.dynamic_inputs.append(source)
+
     def held_tensor(self, label: str, t: torch.Tensor) -> None:
         """The metadata of a tensor the graph holds itself (a parameter or buffer): the compiled code
         assumes its dtype, device, size, strides and requires_grad, and ``p.data = ...`` (what

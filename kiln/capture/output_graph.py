@@ -89,6 +89,34 @@ class OutputGraph:
         self._input_values.append(value)
         return value
 
+    def add_int_input(self, source: Source, value: int) -> Value | None:
+        """An int argument traced as a symbol (``Options.dynamic_ints``): a graph input whose example value
+        is the SymInt, bound in the ShapeEnv so the guards read the symbol from it. None where the policy
+        keeps it a constant."""
+        if self.dynamic is None or not self.dynamic.int_is_dynamic(source.name(), value):
+            return None
+        if self.shape_env is None:
+            self.shape_env = ShapeEnv()
+            self.shape_env.where = self._user_line
+            self.guards.shape_env = self.shape_env
+        name = _clean_name(source.name().replace("L[", "").replace("G[", "g_"))
+        if self._placeholders:
+            where = self.graph.inserting_after(self._placeholders[-1])
+        else:
+            where = self.graph.inserting_before(next(iter(self.graph.nodes), None))
+        with where:
+            node = self.graph.placeholder(self._unique(name))
+        self._placeholders.append(node)
+        self.input_sources.append(source)
+        self.example_inputs.append(value)
+        symint = self.shape_env.int_symbol(value, source.name())
+        self.shape_env.bind_scalar(source.name(), symint.node.expr)
+        self.guards.dynamic_int(source, value)
+        node.meta["example_value"] = symint
+        result = SymbolicInt(node, symint, self)
+        self._input_values.append(result)
+        return result
+
     def _dynamic_fake(self, source: Source, real: torch.Tensor):
         """A fake with symbolic sizes where the dynamic policy asks for some (None: static sizes)."""
         if self.dynamic is None:

@@ -85,6 +85,10 @@ class WrapperGen:
     def _bind_symbols(self, args) -> tuple[list[str], set]:
         """``s0 = arg0.size(0)`` for each size symbol that is a dim of an input, once."""
         lines, bound = [], set()
+        for name, n in self.lg.int_inputs.items():  # int arguments that are symbols: ``s0 = arg_n``
+            if isinstance(n, sympy.Symbol) and n not in bound:
+                bound.add(n)
+                lines.append(f"{n.name} = {name}")
         for b in self.lg.inputs:
             for d, n in enumerate(b.size):
                 if isinstance(n, sympy.Symbol) and n not in bound:
@@ -108,7 +112,7 @@ class WrapperGen:
         return f"{b.name}.as_strided({self.sizes(v.size)}, {self.sizes(v.stride)}, {off})"
 
     def generate(self) -> Wrapper:
-        args = [b.name for b in self.lg.inputs]
+        args = list(self.lg.arg_names) or [b.name for b in self.lg.inputs]
         for c in self.lg.constants:
             self.ns[c.name] = c.value
         last_use, extern_inputs = self._last_uses()

@@ -52,6 +52,7 @@ class InputBinding:
     name: str  # the place the guards read it from, e.g. L['x']
     sizes: tuple  # sympy expressions
     strides: tuple  # sympy expressions
+    scalar: sympy.Symbol | None = None  # an int argument (Options.dynamic_ints): the input is this symbol
 
 
 class ShapeEnv:
@@ -260,6 +261,15 @@ class ShapeEnv:
         self.inputs.append(InputBinding(name, tuple(sympy.sympify(s) for s in sizes),
                                         tuple(sympy.sympify(s) for s in strides)))
 
+    def bind_scalar(self, name: str, symbol: sympy.Symbol) -> None:
+        """An int graph input (``L['n']``) that is the symbol itself: read as ``s3 = n`` at run time."""
+        self.inputs.append(InputBinding(name, (), (), scalar=symbol))
+
+    def int_symbol(self, value: int, origin: str) -> torch.SymInt:
+        """A symbol for an int argument that was ``value`` while compiling (``value >= MIN_SIZE``: 0, 1 and
+        negative values stay constants). Never duck-sized: equal to a tensor size is no reason to share."""
+        return self.symint(self.create_symbol(value, origin, duck=False))
+
     def check_source(self) -> str:
         """``check_shapes(t0, t1, ...)`` over the bound inputs: None when every size, stride and fact holds,
         else the text of the first that fails."""
@@ -267,6 +277,13 @@ class ShapeEnv:
         bound: dict[sympy.Symbol, str] = {}
         checks: list[tuple[str, str]] = []
         for i, inp in enumerate(self.inputs):
+            if inp.scalar is not None:  # an int argument: the symbol itself (its type is guarded apart)
+                if inp.scalar in bound:
+                    checks.append((f"ts[{i}] == {inp.scalar}", f"{inp.name} == {inp.scalar}"))
+                else:
+                    bound[inp.scalar] = f"{inp.scalar}"
+                    lines.append(f"    {inp.scalar} = ts[{i}]")
+                continue
             lines.append(f"    sz{i} = ts[{i}].size()")
             lines.append(f"    st{i} = ts[{i}].stride()")
             lines.append(f"    if len(sz{i}) != {len(inp.sizes)}: return {inp.name + '.dim() == ' + str(len(inp.sizes))!r}")
@@ -301,6 +318,10 @@ class ShapeEnv:
         needed = set(expr.free_symbols)
         lines, used = ["def size_expr(*ts):"], []
         for i, inp in enumerate(self.inputs):
+            if inp.scalar is not None and inp.scalar in needed:
+                used.append(i)
+                lines.append(f"    {inp.scalar} = ts[{used.index(i)}]")
+                needed.discard(inp.scalar)
             for d, size in enumerate(inp.sizes):
                 if size.is_Symbol and size in needed:
                     if i not in used:

@@ -202,6 +202,21 @@ def _clamp(v, lo, hi):
     return torch.sym_min(torch.sym_max(v, lo), hi)
 
 
+def _negative(v) -> bool:
+    """``v < 0`` for a slice bound or index: decided statically or guarded where it is backed by hints;
+    an unbacked one (``.item()``) is taken as nonnegative here, as before (its clamps then decide)."""
+    if isinstance(v, int) or not isinstance(v, torch.SymInt):
+        return v < 0
+    if _unbacked(v):
+        return False
+    return bool(v < 0)
+
+
+def _unbacked(v) -> bool:
+    env = getattr(getattr(v, "node", None), "env", None)
+    return isinstance(v, torch.SymInt) and env is not None and env.is_unbacked(v.node.expr)
+
+
 def slice_(func, x, dim=0, start=None, end=None, step=1):
     dim = _dim(dim, x.dim())
     n = x.shape[dim]
@@ -209,15 +224,17 @@ def slice_(func, x, dim=0, start=None, end=None, step=1):
     end = n if end is None else end
     if step <= 0:
         raise RuntimeError("slice step must be positive")
-    if isinstance(start, int) and start < 0:
+    if _negative(start):  # (a symbolic bound, -n of an int argument n: decided statically or guarded)
         start = start + n
-    if isinstance(end, int) and end < 0:
+    if _negative(end):
         end = end + n
     if isinstance(end, int) and end >= 2 ** 62:
         end = n
     start = _clamp(start, 0, n)
     end = _clamp(end, start, n)
-    length = (end - start + step - 1) // step
+    length = end - start
+    if not (isinstance(step, int) and step == 1) or _unbacked(length):  # (step 1: no floordiv, which
+        length = (end - start + step - 1) // step  # specializes a Min/Max length; unbacked: as before)
     sizes, strides = list(x.shape), list(x.stride())
     sizes[dim] = length
     strides[dim] = strides[dim] * step
@@ -230,7 +247,7 @@ def narrow(func, x, dim, start, length):
 
 def select(func, x, dim, index):
     dim = _dim(dim, x.dim())
-    if isinstance(index, int) and index < 0:
+    if _negative(index):  # (symbolic: decided statically or guarded)
         index = index + x.shape[dim]
     sizes, strides = list(x.shape), list(x.stride())
     offset = x.storage_offset() + index * strides[dim]

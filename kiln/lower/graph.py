@@ -38,6 +38,10 @@ class LoweredGraph:
     outputs: list[Any]  # per graph output: Stored, or a Python value
     fallbacks: dict  # op name -> reason (ops run through ATen)
     constants: list = dataclasses.field(default_factory=list)  # ConstantBuffers (get_attr tensors)
+    # the wrapper's parameters in placeholder order: tensor inputs' buffer names and int inputs' names
+    # (Options.dynamic_ints); int_inputs: name -> its size (a symbol, or an int in a static compile)
+    arg_names: list = dataclasses.field(default_factory=list)
+    int_inputs: dict = dataclasses.field(default_factory=dict)
 
     def buffers(self) -> dict[str, Buffer]:
         out = {b.name: b for b in self.inputs}
@@ -83,6 +87,8 @@ class GraphLowering:
         self.env: dict[fx.Node, Any] = {}
         self.fallbacks: dict[str, str] = {}
         self.constants: list[ConstantBuffer] = []
+        self.arg_names: list[str] = []
+        self.int_inputs: dict[str, Any] = {}
         self._count = 0
         self.current: fx.Node | None = None
         # id(Lazy) -> (the Lazy, kept alive so its id is not reused; the node whose lowering returned it):
@@ -200,12 +206,20 @@ class GraphLowering:
                 outputs = [self._output(v) for v in tree_flatten(node.args[0])[0]]
             else:
                 raise Unlowerable(f"FX node kind {node.op!r}")
-        return LoweredGraph(self.inputs, self.nodes, outputs, self.fallbacks, self.constants)
+        return LoweredGraph(self.inputs, self.nodes, outputs, self.fallbacks, self.constants,
+                            self.arg_names, self.int_inputs)
 
     def _input(self, node):
         val = fake_val(node)
+        if isinstance(val, (int, torch.SymInt)) and not isinstance(val, bool):
+            # an int argument (Options.dynamic_ints): its value is a size (a symbol the wrapper reads)
+            name = f"arg_{node.name}"
+            self.arg_names.append(name)
+            self.int_inputs[name] = size(val)
+            return self.int_inputs[name]
         if not isinstance(val, torch.Tensor):
             raise Unlowerable(f"graph input {node.name} is not a tensor ({type(val).__name__})")
+        self.arg_names.append(node.name)
         buf = InputBuffer(node.name, val.dtype, val.device, shape_of(val), strides_of(val), (node,),
                           position=len(self.inputs))
         self.inputs.append(buf)

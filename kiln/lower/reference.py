@@ -25,6 +25,8 @@ def tensor_of(value: Stored, flats: dict) -> torch.Tensor:
 
 def run_reference(lg: LoweredGraph, args) -> list:
     flats: dict[str, torch.Tensor] = {}
+    if lg.arg_names:  # (int arguments among them: Options.dynamic_ints)
+        args = [a for name, a in zip(lg.arg_names, args) if name not in lg.int_inputs]
     for buf, arg in zip(lg.inputs, args):
         flats[buf.name] = arg.as_strided((_storage_numel(arg.shape, arg.stride()),), (1,))
     for buf in lg.constants:

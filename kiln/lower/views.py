@@ -10,7 +10,7 @@ from __future__ import annotations
 import sympy
 import torch
 
-from kiln.loopir.sizes import shape_of, size, strides_of
+from kiln.loopir.sizes import lt, shape_of, size, strides_of
 from kiln.loopir.index import FloorDiv, ModularIndexing
 from kiln.loopir.nodes import Lazy, Stored
 from kiln.loopir.nodes import is_dense
@@ -144,8 +144,8 @@ def _slice_index(node, in_size, out_size, dim=0, start=None, end=None, step=1):
     dim = dim % len(in_size)
     n = in_size[dim]
     start = 0 if start is None else start
-    start = start + n if start < 0 else start
-    start = min(max(start, 0), n)
+    start = start + n if lt(start, 0) else start  # (sizes.lt: static, or a guard for symbolic bounds)
+    start = 0 if lt(start, 0) else (n if lt(n, start) else start)
 
     def mapping(index):
         out = list(index)
@@ -157,7 +157,7 @@ def _slice_index(node, in_size, out_size, dim=0, start=None, end=None, step=1):
 
 def _select_index(node, in_size, out_size, dim, idx):
     dim = dim % len(in_size)
-    idx = idx + in_size[dim] if idx < 0 else idx
+    idx = idx + in_size[dim] if lt(idx, 0) else idx
 
     def mapping(index):
         return list(index[:dim]) + [sympy.Integer(idx)] + list(index[dim:])

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from kiln.capture.guards import GuardKind
-from kiln.capture.sources import AttrSource, ConstantSource, GetItemSource, Source
+from kiln.capture.sources import AttrSource, ClosureSource, ConstantSource, GetItemSource, LocalSource, Source
 from kiln.capture.values.base import ConstantValue, Value, is_constant_literal, unsupported
 from kiln.capture.values.builtins import BuiltinValue
 from kiln.capture.values.containers import DictValue, ListValue, NamedTupleValue, SetValue, TupleValue
@@ -48,6 +48,14 @@ def wrap(tx, value: Any, source: Source | None, qualname: str | None = None) -> 
     return result
 
 
+def _int_place(source: Source | None) -> bool:
+    """Where an int may be traced as a symbol: a local or closure variable of the frame, or an
+    attribute (chain) of one (``L['n']``, ``L['self'].n``)."""
+    while isinstance(source, AttrSource):
+        source = source.base
+    return isinstance(source, (LocalSource, ClosureSource))
+
+
 def _wrap(tx, value, source, qualname) -> Value:
     guards = tx.output.guards
     if isinstance(value, torch.Tensor):
@@ -63,6 +71,10 @@ def _wrap(tx, value, source, qualname) -> Value:
         v.tensor_type = type(value)
         return v
     if is_constant_literal(value):
+        if type(value) is int and _int_place(source):
+            symbolic = tx.output.add_int_input(source, value)  # Options.dynamic_ints (None: a constant)
+            if symbolic is not None:
+                return symbolic
         if type(value) in SCALAR_TYPES and source is not None and not isinstance(source, ConstantSource):
             guards.type(source, value)  # its value is guarded where it is used (values/scalars.py)
             return UnguardedScalar(value, source, guards)
