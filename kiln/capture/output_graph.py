@@ -67,16 +67,7 @@ class OutputGraph:
             if known is real:  # the same object under another name: one input, guarded to stay so
                 self.guards.add(GuardKind.IDENTITY_OF_SOURCE, source, self.input_sources[i])
                 return self._input_values[i]
-        name = _clean_name(source.name().replace("L[", "").replace("G[", "g_"))
-        if self._placeholders:
-            where = self.graph.inserting_after(self._placeholders[-1])
-        else:
-            where = self.graph.inserting_before(next(iter(self.graph.nodes), None))
-        with where:
-            node = self.graph.placeholder(self._unique(name))
-        self._placeholders.append(node)
-        self.input_sources.append(source)
-        self.example_inputs.append(real)
+        node = self._placeholder(source, real)
         fake = self._dynamic_fake(source, real)
         if fake is None:
             self.guards.tensor(source, real)
@@ -89,6 +80,20 @@ class OutputGraph:
         self._input_values.append(value)
         return value
 
+    def _placeholder(self, source: Source, example) -> fx.Node:
+        """A new graph input after the others, for ``source`` (its example: a tensor or an int)."""
+        name = _clean_name(source.name().replace("L[", "").replace("G[", "g_"))
+        if self._placeholders:
+            where = self.graph.inserting_after(self._placeholders[-1])
+        else:
+            where = self.graph.inserting_before(next(iter(self.graph.nodes), None))
+        with where:
+            node = self.graph.placeholder(self._unique(name))
+        self._placeholders.append(node)
+        self.input_sources.append(source)
+        self.example_inputs.append(example)
+        return node
+
     def add_int_input(self, source: Source, value: int) -> Value | None:
         """An int argument traced as a symbol (``Options.dynamic_ints``): a graph input whose example value
         is the SymInt, bound in the ShapeEnv so the guards read the symbol from it. None where the policy
@@ -99,16 +104,7 @@ class OutputGraph:
             self.shape_env = ShapeEnv()
             self.shape_env.where = self._user_line
             self.guards.shape_env = self.shape_env
-        name = _clean_name(source.name().replace("L[", "").replace("G[", "g_"))
-        if self._placeholders:
-            where = self.graph.inserting_after(self._placeholders[-1])
-        else:
-            where = self.graph.inserting_before(next(iter(self.graph.nodes), None))
-        with where:
-            node = self.graph.placeholder(self._unique(name))
-        self._placeholders.append(node)
-        self.input_sources.append(source)
-        self.example_inputs.append(value)
+        node = self._placeholder(source, value)
         symint = self.shape_env.int_symbol(value, source.name())
         self.shape_env.bind_scalar(source.name(), symint.node.expr)
         self.guards.dynamic_int(source, value)
