@@ -117,6 +117,61 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     return aten.add(out, bias) if bias is not None else out
 
 
+_MATH, _FLASH, _EFFICIENT, _CUDNN = 0, 1, 2, 3  # torch.nn.attention.SDPBackend values of _fused_sdp_choice
+
+
+def scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+                                 enable_gqa=False):
+    """``F.scaled_dot_product_attention`` on CUDA as ATen's composite runs it for the flash, cuDNN,
+    memory-efficient and math paths (torch 2.11's body reads plain sizes when it pads the mask, and its
+    math body calls its own matmul); NotImplemented for what it does not cover (the op then runs as it is)."""
+    if q.device.type != "cuda" or enable_gqa or q.shape[-1] % 8 or v.shape[-1] % 8:
+        return NotImplemented
+    choice = aten._fused_sdp_choice(q, k, v, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)
+    grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
+    if choice == _FLASH and attn_mask is None:
+        return aten._scaled_dot_product_flash_attention(q, k, v, dropout_p, is_causal, False, scale=scale)[0]
+    if choice == _CUDNN and attn_mask is None:
+        return aten._scaled_dot_product_cudnn_attention(q, k, v, None, grad, dropout_p, is_causal, False,
+                                                         scale=scale)[0]
+    if choice == _MATH and dropout_p == 0.0:
+        # ATen's math body is kiln's own decomposition of it (the one the AOT stage applies to the op)
+        from kiln.decomp.attention import sdpa_math
+
+        return sdpa_math(q, k, v, attn_mask, 0.0, is_causal, scale=scale)[0]
+    if choice != _EFFICIENT:
+        return NotImplemented
+    bias = efficient_bias(attn_mask, q, k) if attn_mask is not None else None
+    return aten._scaled_dot_product_efficient_attention(q, k, v, bias, grad, dropout_p, is_causal, scale=scale)[0]
+
+
+def efficient_bias(mask, q, k):
+    """ATen's mask preparation for the memory-efficient kernel: a boolean mask as 0 / -inf in q's dtype;
+    the last dim padded to a multiple of 16 elements and sliced back (always: ATen pads only an unaligned
+    mask, a fact about the sizes that would be a guard; the values are the same); expanded to
+    (batch, heads, queries, keys)."""
+    if mask.dtype == torch.bool:
+        zero = aten.scalar_tensor(0.0, dtype=q.dtype, device=q.device)
+        mask = aten.where.ScalarSelf(aten.logical_not(mask), float("-inf"), zero)
+    n = mask.shape[-1]
+    padded = aten.constant_pad_nd(mask, [0, 16 - n % 16])
+    sliced = aten.slice.Tensor(padded, -1, 0, n)
+    return aten.expand(sliced, [q.shape[0], q.shape[1], q.shape[2], k.shape[2]])
+
+
+def _sdpa_args(args, kwargs):
+    names = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")
+    if len(args) > len(names) or set(kwargs) - set(names):
+        return None
+    bound = dict(zip(names, args))
+    for name, value in kwargs.items():
+        if name in bound:
+            return None
+        bound[name] = value
+    defaults = (None, None, None, None, 0.0, False, None, False)
+    return [bound.get(name, d) for name, d in zip(names, defaults)]
+
+
 def _matmul_args(args, kwargs):
     if kwargs or len(args) != 2:
         return None
@@ -143,6 +198,7 @@ FUNCTION_RULES = {
     torch.Tensor.matmul: (_matmul_args, matmul),
     torch.Tensor.__matmul__: (_matmul_args, matmul),
     torch._C._nn.linear: (_linear_args, linear),
+    torch._C._nn.scaled_dot_product_attention: (_sdpa_args, scaled_dot_product_attention),
 }
 # the same ops where they reach a dispatch mode (AOT tracing) as ATen ops
 ATEN_RULES = {aten.matmul.default: matmul, aten.linear.default: linear}
@@ -160,7 +216,7 @@ class SymbolicCompositeMode(TorchFunctionMode):
         if entry is not None and has_symbolic_tensor(args):
             bound = entry[0](tuple(args), dict(kwargs))
             if bound is not None and all(isinstance(a, torch.Tensor) for a in bound[:2]):
-                with torch._C.DisableTorchFunction():
+                with self:  # (a rule's own torch calls come here too: sdpa's math body calls matmul)
                     out = entry[1](*bound)
                 if out is not NotImplemented:
                     return out

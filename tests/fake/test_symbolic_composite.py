@@ -6,6 +6,7 @@ import torch.nn.functional as F
 
 from kiln.fake import FakeTensorMode
 from kiln.fake.symbolic import ShapeEnv, symbolic_fake
+from kiln.fake.shapes import to_expr
 from kiln.fake.symbolic_composite import SymbolicCompositeMode, linear, matmul
 
 SHAPES = [
@@ -69,3 +70,29 @@ def test_mean_over_symbolic_dims_of_a_channels_last_tensor():
         assert str(tuple(pooled.shape)) == "(s0, 8, 1, 1)" and pooled.stride()[:2] == (8, 1)
         assert str(tuple(y.mean(1).shape)) == "(s0, s1, s1)"
     assert env.failed is None
+
+
+@pytest.mark.parametrize("seen", [77, 64])
+def test_efficient_attention_bias_is_padded_without_guards(seen):
+    """The mask the memory-efficient kernel gets: 16-aligned rows whatever the length, no size guard."""
+    from kiln.fake.symbolic_composite import efficient_bias
+
+    env = ShapeEnv()
+    mode = FakeTensorMode()
+    mask = symbolic_fake(torch.ones(2, 1, 1, seen, dtype=torch.bool), env, "L['m']", {3})
+    q = symbolic_fake(torch.randn(2, 4, seen, 32), env, "L['q']", {2})
+    with mode:
+        bias = efficient_bias(mask, q, q)
+    assert str(tuple(bias.shape)) == "(2, 4, s0, s0)" and bias.dtype == torch.float32
+    row = bias.stride()[0]
+    for n in (5, 16, 77, 512):  # the row stride is a multiple of 16 at every length
+        expr = to_expr(row)
+        assert int(expr.subs({s: n for s in expr.free_symbols})) % 16 == 0
+    assert env.guards == [] and env.failed is None
+
+
+def test_sdpa_rule_keeps_out_of_cpu_calls():
+    from kiln.fake.symbolic_composite import scaled_dot_product_attention
+
+    q = torch.randn(1, 2, 5, 8)
+    assert scaled_dot_product_attention(q, q, q) is NotImplemented
