@@ -212,6 +212,15 @@ def _negative(v) -> bool:
     return bool(v < 0)
 
 
+def _refuse_unbacked(*bounds) -> None:
+    """A slice or arange bound from tensor data (``.item()``): its sign and clamping are facts about a
+    value nothing bounds, and a guess would give a wrong size: the frame is traced again with the graph
+    broken at ``item()``."""
+    for v in bounds:
+        if _unbacked(v):
+            raise v.node.env.unbacked_error(f"a slice or arange bound ({v})")
+
+
 def _unbacked(v) -> bool:
     env = getattr(getattr(v, "node", None), "env", None)
     return isinstance(v, torch.SymInt) and env is not None and env.is_unbacked(v.node.expr)
@@ -224,6 +233,7 @@ def slice_(func, x, dim=0, start=None, end=None, step=1):
     end = n if end is None else end
     if step <= 0:
         raise RuntimeError("slice step must be positive")
+    _refuse_unbacked(start, end)
     if _negative(start):  # (a symbolic bound, -n of an int argument n: decided statically or guarded)
         start = start + n
     if _negative(end):
@@ -247,6 +257,7 @@ def narrow(func, x, dim, start, length):
 
 def select(func, x, dim, index):
     dim = _dim(dim, x.dim())
+    _refuse_unbacked(index)
     if _negative(index):  # (symbolic: decided statically or guarded)
         index = index + x.shape[dim]
     sizes, strides = list(x.shape), list(x.stride())
@@ -399,6 +410,7 @@ def arange(func, *args, dtype=None, layout=None, device=None, pin_memory=None):
     numbers = (start, end, step)
     if any(isinstance(v, (float, torch.SymFloat)) for v in numbers):
         raise SymbolicShapeUnsupported(func, "arange with float bounds")
+    _refuse_unbacked(*numbers)
     if isinstance(step, int) and step > 0:
         length = (end - start + step - 1) // step
     else:

@@ -111,3 +111,20 @@ def test_returned_unbacked_size_breaks(backend):
         (a, n), (b, m) = g(x), f(x)
         torch.testing.assert_close(a, b)
         assert n == m
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("use", ["slice", "negative_slice", "arange", "select", "narrow"])
+def test_item_as_a_bound_gives_eager_sizes(backend, use):
+    """A bound read from tensor data (``.item()``) must never be guessed: the kiln backend once fixed
+    ``x[:n.item()]`` at size 0 (a wrong result); now the frame breaks at ``item()``."""
+    fns = {"slice": lambda x, n: x[:n.item()] * 2, "negative_slice": lambda x, n: x[-n.item():] * 2,
+           "arange": lambda x, n: torch.arange(n.item()).float() + x.sum(),
+           "select": lambda x, n: x[n.item()] + 1, "narrow": lambda x, n: x.narrow(0, 0, n.item()) * 2}
+    f = fns[use]
+    compiled = kiln.compile(f, backend=backend)
+    for k in (3, 5, 1, 7):
+        x, n = torch.randn(12, 3), torch.tensor(k)
+        got, expected = compiled(x, n), f(x, n)
+        assert got.shape == expected.shape
+        torch.testing.assert_close(got, expected)
