@@ -29,6 +29,8 @@ def _eval(e, env):
         for a in args:
             out *= a
         return out
+    if isinstance(e, sympy.Pow):
+        return args[0] ** args[1]
     if isinstance(e, FloorDiv):
         return args[0] // args[1]
     if isinstance(e, ModularIndexing):

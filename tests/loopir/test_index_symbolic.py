@@ -8,30 +8,10 @@ import sympy
 from kiln.loopir.index import FloorDiv, ModularIndexing, simplify_with_ranges, vars_for
 from kiln.loopir.index_symbolic import bounds, provably_nonneg
 
+from .test_index_simplify import _eval
+
 x0, x1, x2 = vars_for("x", 3)
 s0, s1 = sympy.symbols("s0 s1", integer=True, positive=True)
-
-
-def _eval(e, env):
-    if e.is_Integer:
-        return int(e)
-    if e.is_Symbol:
-        return env[e]
-    args = [_eval(a, env) for a in e.args]
-    if isinstance(e, sympy.Add):
-        return sum(args)
-    if isinstance(e, sympy.Mul):
-        out = 1
-        for a in args:
-            out *= a
-        return out
-    if isinstance(e, sympy.Pow):
-        return args[0] ** args[1]
-    if isinstance(e, FloorDiv):
-        return args[0] // args[1]
-    if isinstance(e, ModularIndexing):
-        return (args[0] // args[1]) % args[2]
-    raise NotImplementedError(e)
 
 
 def same_for_sizes(a, b, ranges, sizes=((2, 2), (3, 5), (1, 7), (4, 3))):
