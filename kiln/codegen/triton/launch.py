@@ -150,8 +150,9 @@ class Launcher:
     def _bind_sized(self):
         k = self.kernel
         self.numel = _numel_function(k.size_args, k.xnumel_expr)
-        symbolic_r = k.rnumel_expr is not None and not sympy_number(k.rnumel_expr)
-        self.rnumel = _numel_function(k.size_args, k.rnumel_expr) if symbolic_r else None
+        from kiln.loopir.sizes import is_symbolic
+
+        self.rnumel = _numel_function(k.size_args, k.rnumel_expr) if is_symbolic(k.rnumel_expr) else None
         self.buckets: dict[tuple[int, int], _Bucket] = {}
         # (the size arguments are not specialized (``do_not_specialize``): one binary per config serves
         # every size, launched with the grid of each call; Triton types them i32 when the first call's fit)
@@ -233,10 +234,6 @@ class _Bucket:
     config: LaunchConfig
     meta: dict
     fast: "FastLaunch | None" = None
-
-
-def sympy_number(expr) -> bool:
-    return isinstance(expr, int) or bool(getattr(expr, "is_number", False))
 
 
 class FastLaunch:
