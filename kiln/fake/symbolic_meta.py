@@ -203,12 +203,10 @@ def _clamp(v, lo, hi):
 
 
 def _negative(v) -> bool:
-    """``v < 0`` for a slice bound or index: decided statically or guarded where it is backed by hints;
-    an unbacked one (``.item()``) is taken as nonnegative here, as before (its clamps then decide)."""
+    """``v < 0`` for a slice bound or index: decided statically or guarded (callers refuse unbacked bounds
+    first, ``_refuse_unbacked``)."""
     if isinstance(v, int) or not isinstance(v, torch.SymInt):
         return v < 0
-    if _unbacked(v):
-        return False
     return bool(v < 0)
 
 
