@@ -153,8 +153,10 @@ def eliminate_common_subexpressions(graph: fx.Graph) -> int:
     """Merge nodes that compute the same value (same op, same arguments): one node per value. A graph
     traced from per-layer code repeats work (each layer of HF GPT-2 turns the same causal mask into an
     attention bias). Not merged: impure ops, fresh allocations (``empty*``), values an in-place op
-    writes, and values the caller gets (an output, or a view an output is made of): two outputs of
-    eager are two tensors, and mutating one must not change the other."""
+    writes, values the caller gets (an output, or a view an output is made of): two outputs of
+    eager are two tensors, and mutating one must not change the other; and data-dependent results
+    (``x[mask]``, ``nonzero``, ``item``): each has an unbacked size symbol of its own that later nodes'
+    metadata names, and merging two would leave the second's symbol bound nowhere."""
     protected = _output_aliases(graph)
     for node in graph.nodes:
         if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload) \
@@ -164,7 +166,8 @@ def eliminate_common_subexpressions(graph: fx.Graph) -> int:
     merged = 0
     for node in list(graph.nodes):
         if node.op != "call_function" or is_impure(node) or node in protected or _allocates(node.target) \
-                or not (isinstance(node.target, torch._ops.OpOverload) or node.target is operator.getitem):
+                or not (isinstance(node.target, torch._ops.OpOverload) or node.target is operator.getitem) \
+                or _makes_symbols(node):
             continue
         try:
             key = (node.target, _cse_key(node.args), _cse_key(node.kwargs))
@@ -177,6 +180,25 @@ def eliminate_common_subexpressions(graph: fx.Graph) -> int:
             graph.erase_node(node)
             merged += 1
     return merged
+
+
+def _makes_symbols(node: fx.Node) -> bool:
+    """The node's result has size symbols none of its inputs has (an unbacked size: data-dependent)."""
+    made = _symbols_of(node.meta.get("val"))
+    if not made:
+        return False
+    for a in node.all_input_nodes:
+        made -= _symbols_of(a.meta.get("val"))
+    return bool(made)
+
+
+def _symbols_of(v) -> set:
+    if isinstance(v, torch.Tensor):
+        return set().union(*(_symbols_of(s) for s in (*v.shape, *v.stride(), v.storage_offset())))
+    if isinstance(v, (list, tuple)):
+        return set().union(*(_symbols_of(x) for x in v)) if v else set()
+    expr = getattr(getattr(v, "node", None), "expr", None)
+    return set(getattr(expr, "free_symbols", ()))
 
 
 def _output_aliases(graph: fx.Graph) -> set:

@@ -56,3 +56,28 @@ def test_random_values_and_fresh_allocations_are_not_merged():
     random = [n for n in compiled.aten_graph.gm.graph.nodes if n.op == "call_function" and is_random(n.target)]
     assert len(random) == 2, compiled.aten_graph.gm.graph
     assert torch.equal(filled, torch.full((64,), 3.0))
+
+
+
+def test_data_dependent_results_are_not_merged():
+    # two nonzero(x) have unbacked sizes u0 and u1 that later metadata names: kept apart; abs(x) merged
+    from kiln.aot.graph import eliminate_common_subexpressions
+    from kiln.fake.symbolic import ShapeEnv
+    from kiln.fake.unbacked import nonzero
+
+    env = ShapeEnv()
+    graph = fx.Graph()
+    x = graph.placeholder("x")
+    x.meta["val"] = torch.empty(8, device="meta")
+    outs = []
+    for _ in range(2):
+        nz = graph.call_function(aten.nonzero.default, (x,))
+        nz.meta["val"] = nonzero(env, x.meta["val"])
+        ab = graph.call_function(aten.abs.default, (x,))
+        ab.meta["val"] = x.meta["val"]
+        outs.append(graph.call_function(aten.sum.default, (nz,)))
+        outs.append(graph.call_function(aten.sum.default, (ab,)))
+    graph.output(tuple(outs))
+    assert eliminate_common_subexpressions(graph) == 1
+    assert len([n for n in graph.nodes if n.target is aten.nonzero.default]) == 2
+    assert len([n for n in graph.nodes if n.target is aten.abs.default]) == 1

@@ -128,3 +128,12 @@ def test_item_as_a_bound_gives_eager_sizes(backend, use):
         got, expected = compiled(x, n), f(x, n)
         assert got.shape == expected.shape
         torch.testing.assert_close(got, expected)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_same_mask_indexing_twice(backend):
+    # Each x[mask] has its own unbacked size: the AOT stage's CSE must not merge them (it did, and the kiln
+    # wrapper was left with a symbol bound nowhere: DynamicUnsupported, then 8 graphs of static retraces).
+    def f(x):
+        return x[x > 0].sum(), x[x > 0] * 2
+    one_graph(run(f, lambda: (torch.randn(16),), backend))
