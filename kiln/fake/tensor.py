@@ -270,6 +270,8 @@ def run_on_fakes(func, args, kwargs):
             return map_leaves(lambda x: FakeTensor(x, device) if isinstance(x, torch.Tensor) else x, out)
         if func in DATA_DEPENDENT:
             raise UnsupportedFakeOp(func, "its output shape or value depends on tensor data")
+        raise UnsupportedFakeOp(func, "indexing with a boolean mask gives a result whose size depends on the mask's "
+                                      "data (kept in the graph only where its size can stay a run-time size)")
     kernel_args = map_leaves(_as_kernel_arg, args)
     kernel_kwargs = map_leaves(_as_kernel_arg, kwargs)
     if "device" in kernel_kwargs:
