@@ -16,6 +16,7 @@ from torch.utils._pytree import TreeSpec
 
 from kiln.aot.functionalize import ViewStep
 from kiln.aot.schema import is_random
+from kiln.aot.symbols import size_symbols
 
 _DTYPE_ABBR = {
     torch.float32: "f32", torch.float64: "f64", torch.float16: "f16", torch.bfloat16: "bf16",
@@ -184,21 +185,12 @@ def eliminate_common_subexpressions(graph: fx.Graph) -> int:
 
 def _makes_symbols(node: fx.Node) -> bool:
     """The node's result has size symbols none of its inputs has (an unbacked size: data-dependent)."""
-    made = _symbols_of(node.meta.get("val"))
+    made = size_symbols(node.meta.get("val"))
     if not made:
         return False
     for a in node.all_input_nodes:
-        made -= _symbols_of(a.meta.get("val"))
+        made -= size_symbols(a.meta.get("val"))
     return bool(made)
-
-
-def _symbols_of(v) -> set:
-    if isinstance(v, torch.Tensor):
-        return set().union(*(_symbols_of(s) for s in (*v.shape, *v.stride(), v.storage_offset())))
-    if isinstance(v, (list, tuple)):
-        return set().union(*(_symbols_of(x) for x in v)) if v else set()
-    expr = getattr(getattr(v, "node", None), "expr", None)
-    return set(getattr(expr, "free_symbols", ()))
 
 
 def _output_aliases(graph: fx.Graph) -> set:

@@ -28,7 +28,7 @@ from kiln.aot.graph import describe_val, format_graph, is_impure
 from kiln.aot.joint import JointGraph, JointUnsupported
 from kiln.aot.maxflow import FlowNetwork, Unbounded
 from kiln.aot.schema import is_random, is_view
-from kiln.aot.symbols import SizeNodes, is_size_node, size_hint
+from kiln.aot.symbols import SizeNodes, is_size_node, size_hint, size_symbols
 from kiln.fake.shapes import to_expr
 from kiln.decomp.core_ops import op_kind
 
@@ -281,9 +281,12 @@ def _shape_env(graph: fx.Graph):
 
 def _size_sources(joint_gm, primals, saved, tangents, bwd_nodes) -> list:
     """Primals to save only for their sizes: the backward uses a size symbol that none of its other
-    inputs (saved values, tangents) has as a whole dim. A graph input kept alive costs nothing."""
+    inputs (saved values, tangents) has as a whole dim: in a size argument, or in the sizes of a value
+    (a saved pooled view of the input is [FloorDiv(s1 - 2, 2) + 1, ...]: s1 is no whole dim of it, and
+    the backward's kernels are written over s1). A graph input kept alive costs nothing."""
     needed: set = set()
-    for node in bwd_nodes:
+    for node in list(bwd_nodes) + list(saved):
+        needed |= size_symbols(node.meta.get("val"))
         for a in node.all_input_nodes:
             if is_size_node(a):
                 needed |= to_expr(a.meta["val"]).free_symbols

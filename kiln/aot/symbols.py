@@ -71,6 +71,16 @@ def has_symbols(x) -> bool:
     return is_symbolic(x)
 
 
+def size_symbols(v) -> set:
+    """The size symbols in a value's metadata: a tensor's sizes, strides and offset, a SymInt, or
+    lists and tuples of them."""
+    if isinstance(v, torch.Tensor):
+        return set().union(*(size_symbols(s) for s in (*v.shape, *v.stride(), v.storage_offset())))
+    if isinstance(v, (list, tuple)):
+        return set().union(*(size_symbols(x) for x in v)) if v else set()
+    return set(to_expr(v).free_symbols) if is_symbolic(v) else set()
+
+
 class SizeNodes:
     """Makes the FX nodes for SymInt arguments in ``graph``, binding symbols to placeholder dims."""
 

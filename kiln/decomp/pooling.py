@@ -34,7 +34,13 @@ def _windows(x, n, kernel, stride, padding, dilation, ceil_mode, pad_value):
         dim = x.dim() - n + i
         o = _out_size(x.shape[dim], kernel[i], stride[i], padding[i], dilation[i], ceil_mode)
         needed = (o - 1) * stride[i] + dilation[i] * (kernel[i] - 1) + 1
-        after = max(needed - x.shape[dim] - padding[i], 0)
+        extra = needed - x.shape[dim] - padding[i]  # how far the last window reads past the end
+        if not ceil_mode and padding[i] == 0:
+            after = 0  # (o - 1) * s + span <= length: never past the end (no guard on symbolic sizes)
+        elif not ceil_mode and isinstance(extra, torch.SymInt):
+            after = padding[i]  # extra <= padding, and padding p gives the same o windows: no guard
+        else:
+            after = max(extra, 0)
         pads.append((padding[i], after))
         outs.append(o)
     flat_pad = [v for before, after in reversed(pads) for v in (before, after)]
@@ -140,6 +146,23 @@ def _divisors(length, k, s, p, out, count_include_pad):
     return values
 
 
+def _symbolic_divisors(length, k, s, p, out, count_include_pad, ceil_mode, dtype, device):
+    """``_divisors`` for a symbolic length as a tensor computed from ``arange(out)`` (a list needs the
+    number of windows as an int: every size compiled again)."""
+    if count_include_pad and not ceil_mode:
+        # the last window ends at (out - 1) * s - p + k <= length + p: every window counts k taps
+        return torch.tensor(float(k), dtype=dtype, device=device)
+    start = aten.sub.Scalar(aten.mul.Scalar(aten.arange.start_step(0, out, 1, dtype=torch.int64, device=device), s), p)
+    end = aten.minimum.default(aten.add.Scalar(start, k), aten.add.Scalar(aten.scalar_tensor.default(
+        length, dtype=torch.int64, device=device), p))
+    if count_include_pad:
+        count = aten.sub.Tensor(end, start)
+    else:
+        inside_end = aten.minimum.default(end, aten.scalar_tensor.default(length, dtype=torch.int64, device=device))
+        count = aten.sub.Tensor(inside_end, aten.clamp_min.default(start, 0))
+    return to_dtype(count, dtype)
+
+
 def _avg_pool(x, n, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override):
     if not x.is_floating_point() or x.numel() == 0:
         return NotImplemented
@@ -153,9 +176,13 @@ def _avg_pool(x, n, kernel_size, stride, padding, ceil_mode, count_include_pad, 
     divisor = None
     for i in range(n):
         length = x.shape[x.dim() - n + i]
-        values = _divisors(length, kernel[i], stride[i], padding[i], outs[i], count_include_pad)
-        d = torch.tensor(values, dtype=total.dtype, device=x.device)
-        d = aten.view.default(d, [outs[i]] + [1] * (n - 1 - i))
+        if isinstance(length, torch.SymInt) or isinstance(outs[i], torch.SymInt):
+            d = _symbolic_divisors(length, kernel[i], stride[i], padding[i], outs[i], count_include_pad, ceil_mode,
+                                   total.dtype, x.device)
+        else:
+            values = _divisors(length, kernel[i], stride[i], padding[i], outs[i], count_include_pad)
+            d = torch.tensor(values, dtype=total.dtype, device=x.device)
+        d = aten.view.default(d, [outs[i]] + [1] * (n - 1 - i)) if d.dim() else d
         divisor = d if divisor is None else aten.mul.Tensor(divisor, d)
     return to_dtype(aten.div.Tensor(total, divisor), x.dtype)
 
@@ -177,6 +204,12 @@ def _adaptive_avg_1d(x, dim, out):
         k = length // out
         shape = list(x.shape[:dim]) + [out, k] + list(x.shape[dim + 1:])
         return aten.mean.dim(aten.reshape.default(x, shape), [dim + 1])
+    if isinstance(length, torch.SymInt):
+        index_t, mask_t, counts = _symbolic_adaptive_windows(length, out, x.dtype, x.device)
+        moved = aten.movedim.int(x, dim, -1)
+        gathered = aten.index.Tensor(moved, [None] * (moved.dim() - 1) + [index_t])  # (..., out, width)
+        summed = aten.sum.dim_IntList(aten.mul.Tensor(gathered, mask_t), [-1])
+        return aten.movedim.int(aten.div.Tensor(summed, counts), -1, dim)
     starts = [(i * length) // out for i in range(out)]
     ends = [-((-(i + 1) * length) // out) for i in range(out)]
     width = max(e - s for s, e in zip(starts, ends))
@@ -189,6 +222,21 @@ def _adaptive_avg_1d(x, dim, out):
     gathered = aten.index.Tensor(moved, [None] * (moved.dim() - 1) + [index_t])  # (..., out, width)
     summed = aten.sum.dim_IntList(aten.mul.Tensor(gathered, mask_t), [-1])
     return aten.movedim.int(aten.div.Tensor(summed, counts), -1, dim)
+
+
+def _symbolic_adaptive_windows(length, out, dtype, device):
+    """The windows of ``_adaptive_avg_1d`` for a symbolic length, as tensors computed from aranges
+    (their lists need the length as an int: every size compiled again). Windows are padded to
+    ``ceil(length / out) + 1`` taps, at least the widest one; the mask drops the padding."""
+    i = aten.arange.start_step(0, out, 1, dtype=torch.int64, device=device)
+    starts = aten.floor_divide.default(aten.mul.Scalar(i, length), out)
+    ends = aten.floor_divide.default(aten.add.Scalar(aten.mul.Scalar(aten.add.Scalar(i, 1), length), out - 1), out)
+    width = (length + out - 1) // out + 1
+    taps = aten.add.Tensor(aten.unsqueeze.default(starts, 1),
+                           aten.arange.start_step(0, width, 1, dtype=torch.int64, device=device))  # (out, width)
+    index = aten.clamp_max.default(taps, length - 1)
+    mask = to_dtype(aten.lt.Tensor(taps, aten.unsqueeze.default(ends, 1)), dtype)
+    return index, mask, to_dtype(aten.sub.Tensor(ends, starts), dtype)
 
 
 def _adaptive_avg(x, output_size, n):

@@ -537,29 +537,42 @@ class SymNode:
         env = self.env
         if self.pytype is int and other.pytype is int and other.expr == 1:
             return self  # n // 1 == n for any int (unfold's (s0 - size) // 1 may be negative)
-        if self.pytype is int and other.pytype is int and _nonneg(env, self.expr) and \
-                env.static_value(sympy.Gt(other.expr, 0)) is True:
+        sign = self._sign_for_division(other)
+        if sign is True:
             if env.static_value(sympy.Lt(self.expr, other.expr)) is True:
                 return self.wrap_int(0)  # 1 // s0 with s0 >= 2
             return self._new(FloorDiv(self.expr, other.expr), int, _at_hints(operator.floordiv, self.hint, other.hint))
-        if self.pytype is int and other.pytype is int and _nonneg(env, -self.expr) and \
-                env.static_value(sympy.Gt(other.expr, 0)) is True:
+        if sign is False:
             # -(-n // k), ceil division as Python code writes it: (-n) // k == -((n + k - 1) // k)
             up = FloorDiv(-self.expr + other.expr - 1, other.expr)
             return self._new(-up, int, _at_hints(operator.floordiv, self.hint, other.hint))
         return self.wrap_int(self._concrete() // other._concrete())
 
+    def _sign_for_division(self, other) -> bool | None:
+        """For ``self // other`` and ``self % other`` with ints and ``other > 0``: True if self >= 0, False
+        if self <= 0, decided for all sizes where possible, else by a guard on the sign at the hint (a
+        conv's output size over a pooled size: ``(s0 // 2 - 2) // 2``; pinning the dividend's value
+        recompiled every size). None where neither holds (the caller specializes)."""
+        env = self.env
+        if self.pytype is not int or other.pytype is not int or env.static_value(sympy.Gt(other.expr, 0)) is not True:
+            return None
+        if _nonneg(env, self.expr):
+            return True
+        if _nonneg(env, -self.expr):
+            return False
+        if self.hint is None or env.is_unbacked(self.expr) or not other.expr.is_Integer:
+            return None
+        return env.evaluate(sympy.Ge(self.expr, 0), self.hint >= 0)
+
     int_floordiv = floordiv
 
     def mod(self, other):
-        env = self.env
-        if self.pytype is int and other.pytype is int and _nonneg(env, self.expr) and \
-                env.static_value(sympy.Gt(other.expr, 0)) is True:
-            if env.static_value(sympy.Lt(self.expr, other.expr)) is True:
+        sign = self._sign_for_division(other)
+        if sign is True:
+            if self.env.static_value(sympy.Lt(self.expr, other.expr)) is True:
                 return self  # 1 % s0 with s0 >= 2 (roll's shift)
             return self._new(ModularIndexing(self.expr, 1, other.expr), int, _at_hints(operator.mod, self.hint, other.hint))
-        if self.pytype is int and other.pytype is int and _nonneg(env, -self.expr) and \
-                env.static_value(sympy.Gt(other.expr, 0)) is True:
+        if sign is False:
             # (-n) % k, padding to a multiple of k: Python's remainder is (k - n % k) % k, k - n % k >= 1
             up = other.expr - ModularIndexing(-self.expr, 1, other.expr)
             return self._new(ModularIndexing(up, 1, other.expr), int, _at_hints(operator.mod, self.hint, other.hint))

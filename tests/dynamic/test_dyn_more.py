@@ -29,13 +29,27 @@ def test_max_pool1d_over_sequence(backend):
     check(f, lambda n: (torch.randn(2, 2 * n, 3),), backend, sizes=SHORT, graphs=4)
 
 
-@pytest.mark.parametrize("backend", backends(xfail={
-    "aot_eager": "avg_pool2d on a symbolic H = W: the AOT trace guards the output size equal to its hint (Eq(FloorDiv(s0 - 2, 2) + 1, 5)), so every size compiles again (4 graphs; capture alone: 2)",
-    "kiln": "avg_pool2d on a symbolic H = W: the AOT trace guards the output size equal to its hint (Eq(FloorDiv(s0 - 2, 2) + 1, 5)), so every size compiles again (4 graphs; capture alone: 2)"}))
 def test_avg_pool2d_square_image(backend):
     def f(x):
         return F.avg_pool2d(torch.relu(x), 2) + 1
     check(f, lambda n: (torch.randn(1, 2, 2 * n, 2 * n),), backend, sizes=SHORT, graphs=2)
+
+
+def test_max_pool_then_strided_conv_any_parity(backend):
+    # the conv's output size over the pooled size, (s0 // 2 - 2) // 2: its dividend's sign is guarded,
+    # not its value (each size compiled again, silently); odd and even sizes share the entry
+    m = _seeded(lambda: nn.Sequential(nn.MaxPool2d(2), nn.Conv2d(2, 3, 3, stride=2)))
+    check(m, lambda n: (torch.randn(1, 2, 2 * n + n % 2, 2 * n + n % 2),), backend, sizes=SHORT, graphs=2)
+
+
+@pytest.mark.parametrize("pool", [
+    nn.AvgPool2d(3, 2, 1), nn.AvgPool2d(3, 2, 1, count_include_pad=False), nn.MaxPool2d(3, 2, 1),
+    nn.AdaptiveAvgPool2d(3)], ids=["avg_pad", "avg_pad_nocount", "max_pad", "adaptive3"])
+def test_pools_of_odd_sizes(backend, pool):
+    # windows and divisors computed from the symbolic length (arange), not from a list of ints;
+    # adaptive pooling to 3 of 5, 13, 32: none divisible, one entry (the divisible case is another)
+    check(lambda x: pool(x) * 2, lambda n: (torch.randn(1, 2, n + 3, n + 3),), backend, sizes=(8, 5, 13, 32),
+          graphs=2)
 
 
 def test_conv_square_image_global_pool(backend):

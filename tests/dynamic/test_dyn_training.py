@@ -122,7 +122,6 @@ def test_train_attention_with_padding_mask(backend):
           sizes=SEQS, train=True, steps=sgd(0.05), graphs=2)
 
 
-@pytest.mark.parametrize("backend", backends(xfail={"aot_eager": "AdaptiveAvgPool2d(2) on a symbolic odd H = W: the AOT trace guards the window size equal to its hint (Eq(FloorDiv(s0 + 1, 2), 3)), so each odd size compiles again (3 graphs; capture alone: 2)", "kiln": "AdaptiveAvgPool2d(2) on a symbolic odd H = W: the AOT trace guards the window size equal to its hint (Eq(FloorDiv(s0 + 1, 2), 3)), so each odd size compiles again (3 graphs; capture alone: 2)"}))
 def test_train_conv_square_images_changing_size(backend):
     m = _seeded(lambda: nn.Sequential(nn.Conv2d(1, 3, 3, padding=1), nn.Tanh(), nn.AdaptiveAvgPool2d(2),
                                       nn.Flatten(), nn.Linear(12, 2)))
