@@ -78,6 +78,9 @@ class Options:
         not a multiple of 16 bytes, e.g. GPT-2's 50257-word LM head) are computed on zero-padded operands
         where that is worth it ("auto"; ``kiln/lower/gemm_padding.py``), "always" (every misaligned
         product, any device and dtype: tests) or "off" (KILN_GEMM_PADDING).
+    choose_faster: time each inference graph's generated code against the captured graph run by eager
+        PyTorch on its first calls and keep the faster (``kiln/backends/choose_faster.py``;
+        KILN_CHOOSE_FASTER=0 turns it off: the generated code always runs).
     matmul_choice: how a matmul template's path is picked: "autotune" (time the template's configs
         and the library path on the first call on the GPU, keep the fastest; the interpreter takes
         the template), "template" or "library" (force one path; KILN_MATMUL_CHOICE).
@@ -102,6 +105,7 @@ class Options:
     conv_channels_last: bool | None = None
     gemm_padding: str = "auto"
     dynamic_ints: bool = False
+    choose_faster: bool = True
 
     def __post_init__(self):
         if self.gemm_padding not in ("auto", "always", "off"):
@@ -152,6 +156,7 @@ def _read_environment() -> Options:
         compile_workers=_env_int("KILN_COMPILE_WORKERS", _default_workers()),
         conv_channels_last=_env_flag("KILN_CONV_CHANNELS_LAST"),
         dynamic_ints=_env_int("KILN_DYNAMIC_INTS", 0) != 0,
+        choose_faster=_env_int("KILN_CHOOSE_FASTER", 1) != 0,
     )
 
 

@@ -22,6 +22,7 @@ from kiln.aot.channels_last import use_channels_last
 from kiln.aot.graph import format_graph
 from kiln.aot.joint import JointUnsupported, needs_joint_graph
 from kiln.aot.symbols import shape_env_of
+from kiln.backends.choose_faster import race
 from kiln.backends.aot_eager import compile_aot_eager, explain_aten_graph, run_graph_module
 from kiln.backends.registry import register_backend
 from kiln.codegen.cpp.build import load_library
@@ -415,5 +416,5 @@ def _kiln_backend(gm, example_inputs, options=None):
         cg = runtime.compiled_graph
         if options.cudagraphs:
             runtime.run = cg.cudagraphs = CudaGraphRunner(runtime.run, n_state=len(runtime.aten_graph.state))
-        return GpuBuildCheck(runtime, gm, options)
-    return runtime
+        return race(gm, example_inputs, GpuBuildCheck(runtime, gm, options), options)
+    return race(gm, example_inputs, runtime, options)

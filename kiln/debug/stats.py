@@ -22,6 +22,8 @@ class Stats:
     matmul_choices: matmul templates by the path picked ("template" or "library"; max-autotune).
     dynamic_graphs / dynamic_fallbacks: graphs with symbolic sizes compiled into size-generic code / compiled
     for the sizes seen instead (by reason; the backend then specialized every size symbol).
+    speed_choices: inference graphs by what runs them after timing both on the first calls ("kiln": the
+    generated code, "eager": the captured graph run by eager PyTorch; Options.choose_faster).
     seconds: time spent per stage.
     """
 
@@ -47,6 +49,7 @@ class Stats:
         self.cudagraph_recordings = 0  # CUDA graphs recorded (mode="reduce-overhead"; time in seconds["cudagraph_record"])
         self.dynamic_graphs = 0  # graphs compiled once into size-generic code
         self.dynamic_fallbacks: collections.Counter[str] = collections.Counter()  # compiled static instead, by reason
+        self.speed_choices: collections.Counter[str] = collections.Counter()
         self.seconds: collections.Counter[str] = collections.Counter()
 
     @contextlib.contextmanager
@@ -74,6 +77,7 @@ class Stats:
             "cudagraph_recordings": self.cudagraph_recordings,
             "dynamic_graphs": self.dynamic_graphs,
             "dynamic_fallbacks": dict(self.dynamic_fallbacks),
+            "speed_choices": dict(self.speed_choices),
             "kernel_compiles": self.kernel_compiles,
             "kernel_cache_hits": self.kernel_cache_hits,
             "triton_precompiled": self.triton_precompiled,
