@@ -226,7 +226,13 @@ class Tracer:
             self.output.side_effects.store_attr(obj, name, value)
             return
         from kiln.capture.values.objects import ClassValue
+        from kiln.capture.values.tensors import TensorValue
 
+        if isinstance(obj, TensorValue) and name == "grad":
+            from kiln.capture.values.tensor_grad import store_grad
+
+            store_grad(self, obj, value)
+            return
         if isinstance(obj, ClassValue):
             from kiln.capture.values.class_stores import note_class_store
 

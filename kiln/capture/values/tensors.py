@@ -70,7 +70,11 @@ class TensorValue(Value):
             return ConstantValue(getattr(ex, name))
         if name in _TENSOR_ATTRS:
             return tx.output.call("call_function", getattr, [self, ConstantValue(name)], {})
-        if name in ("grad", "grad_fn", "data", "_version", "_base"):
+        if name == "grad":
+            from kiln.capture.values.tensor_grad import read_grad
+
+            return read_grad(tx, self)
+        if name in ("grad_fn", "data", "_version", "_base"):
             unsupported(f"Tensor.{name} inside a compiled function",
                         hint="autograd state is not captured yet; read it outside the compiled function")
         if name in _DATA_METHODS:
