@@ -4,10 +4,7 @@ A gather is a pointwise body over the output: it loads the index tensors at the 
 turns each loaded value into an index with ``ops.indirect_indexing`` (negative values count from the
 end where ATen allows it; out-of-bounds values raise IndexError as in eager), and loads the source.
 
-Scatters (``scatter``, ``scatter_add``, ``scatter_reduce``, ``index_put``) stay ATen fallbacks: they
-write a copy of their input at data-dependent positions, which needs a loop-IR node that mutates
-another node's buffer (and, for duplicate indices, ATen's accumulation order). The scheduler models
-one writer per buffer, so until such a node exists they run through ATen, which is exact.
+Scatters (``scatter``, ``scatter_add``, ``scatter_reduce``, ``index_put``) are in ``scatter.py``.
 """
 from __future__ import annotations
 
