@@ -189,3 +189,32 @@ def test_empty_index_is_a_copy():
     x = torch.randn(3, 4)
     check(lambda x, i, s: [x.scatter_add(1, i, s), x.index_put((i[0],), s[0, :, None], accumulate=True)],
           x, torch.zeros(3, 0, dtype=torch.int64), torch.zeros(3, 0))
+
+
+def test_kiln_compile_embedding_training_and_scatter_in_one_graph():
+    """End to end through capture: an embedding's backward (index_put with accumulate) and a
+    scatter_add run as generated kernels, one graph, no ATen fallback for them."""
+    import kiln
+    from kiln.debug.stats import stats
+
+    emb = torch.nn.Embedding(20, 8)
+    tokens = torch.tensor([[1, 5, 5, 19], [0, 1, 1, 1]])
+    bins = torch.tensor([0, 2, 2, 1, 0, 2, 1, 1])
+
+    def step(tokens, bins):
+        h = emb(tokens).relu()
+        pooled = torch.zeros(3, 8).scatter_add(0, bins[:, None].expand(8, 8), h.reshape(8, 8))
+        return pooled.square().sum()
+
+    kiln.reset()
+    stats.reset()
+    loss = kiln.compile(step)(tokens, bins)
+    loss.backward()
+    got = emb.weight.grad.clone()
+    emb.weight.grad = None
+    want = step(tokens, bins)
+    want.backward()
+    torch.testing.assert_close(loss, want)
+    torch.testing.assert_close(got, emb.weight.grad)
+    assert stats.graphs == 1 and stats.joint_graphs == 1 and stats.kernels_generated >= 4, stats.__dict__
+    assert not [k for k in stats.aten_fallbacks if "scatter" in k or "index_put" in k], dict(stats.aten_fallbacks)
