@@ -173,12 +173,16 @@ def test_scatter_out_of_range_raises():
         (lambda x, i: x.scatter(0, i, 1.0), torch.tensor([[4, 0, 0]]), torch.tensor([[3, 0, 1]])),
         (lambda x, i: x.scatter(0, i, 1.0), torch.tensor([[-1, 0, 0]]), torch.tensor([[0, 0, 1]])),
         (lambda x, i: x.index_put((i,), torch.tensor(1.0), accumulate=True), torch.tensor([4]), torch.tensor([-4])),
+        # ops that reject negative indices, though they decompose to index / index_put (which wrap them)
+        (lambda x, i: x.index_add(0, i, x[:1]), torch.tensor([-1]), torch.tensor([3])),
+        (lambda x, i: x.index_copy(0, i, x[:1] * 2), torch.tensor([-1]), torch.tensor([3])),
+        (lambda x, i: x.index_select(0, i) + 1, torch.tensor([-1]), torch.tensor([3])),
     ]:
         ag = trace(fn, (x, bad))
         lg = lower_graph(ag.gm)
         assert not lg.fallbacks, lg.fallbacks
         with pytest.raises(IndexError):
-            run_reference(lg, [x, bad])
+            run_reference(lg, [x.clone(), bad])
         compiled = AtenRuntime(ag, run=compile_graph(ag.gm, default_options()).wrapper.compile())
         with pytest.raises(IndexError):
             compiled(x, bad)
