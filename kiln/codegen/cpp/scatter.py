@@ -10,6 +10,8 @@ still sees its values in order.
 """
 from __future__ import annotations
 
+import re
+
 from kiln.codegen.common import kernel_name, provenance
 from kiln.codegen.cpp.kernel import PARALLEL_THRESHOLD, CppKernel, KernelContext
 from kiln.codegen.cpp.loops import block, csize, loop
@@ -74,10 +76,15 @@ def generate_scatter_kernel(group, buffers: dict, index: int) -> CppKernel:
                f"const int64_t kiln_lo = {n} * kiln_t / kiln_nt, kiln_hi = {n} * (kiln_t + 1) / kiln_nt;"]
         loops[p] = f"for (int64_t x{p} = kiln_lo; x{p} < kiln_hi; ++x{p})"
     body = list(ops.lines)
+    hoisted = []
+    if ranges:  # the index loads of a row (index_put / index_add over slices) run once per row
+        hoisted, body = hoist_invariants(body, f"x{len(ranges) - 1}")
     for d in reversed(range(len(loops))):
         # the innermost loop vectorizes when its iterations write distinct positions
         simd = d == len(loops) - 1 and _is_parallel_loop(node, d)
         body = (["#pragma omp simd"] if simd else []) + [loops[d]] + block(body)
+        if d == len(loops) - 1 and hoisted:
+            body = hoisted + body
     if parallel:
         cond = f" if({csize(work)} >= {PARALLEL_THRESHOLD})" if is_symbolic(work) else ""
         body = [f"#pragma omp parallel{cond}"] + block(pre + body)
@@ -93,6 +100,26 @@ def generate_scatter_kernel(group, buffers: dict, index: int) -> CppKernel:
     params += [f"int64_t {s}" for s in size_args]
     src = header + [f'extern "C" void {name}({", ".join(params)})'] + block(body)
     return CppKernel(name, "\n".join(src), ctx.params, origins, hint(work), ctx.checks_bounds, size_args)
+
+
+_DEF = re.compile(r"^[A-Za-z_][\w:<>]* (tmp\d+) = .*;$")
+_TMP = re.compile(r"\btmp\d+\b")
+
+
+def hoist_invariants(lines: list[str], var: str) -> tuple[list[str], list[str]]:
+    """Split a loop body into the definitions that do not depend on loop variable ``var`` (moved
+    before the loop) and the rest, in order. Only one-line temporaries move; anything else (stores,
+    ``masked`` lambdas) and whatever uses a temporary that stays, stays."""
+    uses_var = re.compile(rf"\b{var}\b")
+    before, inside, staying = [], [], set()
+    for line in lines:
+        m = _DEF.match(line)
+        if m and not uses_var.search(line) and not (set(_TMP.findall(line)) - {m.group(1)}) & staying:
+            before.append(line)
+            continue
+        inside.append(line)
+        staying |= set(_TMP.findall(line))
+    return before, inside
 
 
 def _is_parallel_loop(node, eff_dim: int) -> bool:
