@@ -24,8 +24,9 @@ from kiln.loopir.nodes import Lazy, Stored, TensorValue, numel
 from kiln.loopir.ops import reduction_identity
 from kiln.loopir.scatter import Scatter, ScatterBuffer
 from kiln.loopir.sizes import broadcast_shapes
-from kiln.lower.common import broadcast_index, origins_of, value_loader
+from kiln.lower.common import origins_of, value_loader
 from kiln.lower.graph import fake_val
+from kiln.lower.indexing import advanced_position, index_plan
 from kiln.lower.registry import Unlowerable, lowering
 from kiln.lower.shape import reader
 
@@ -157,27 +158,6 @@ def _scatter_mean(g, node, x, dim, index, src, include_self):
 # ----------------------------------------------------------------------------------------- index_put
 
 
-def _index_put_plan(x, indices):
-    """(iteration sizes, first, nb, broadcast index shape, positions) of ``x[indices] = v``: the
-    iteration space is the shape ``x[indices]`` has (the broadcast index dims at ``first`` when the
-    index tensors are adjacent, else in front)."""
-    indices = list(indices) + [None] * (len(x.size) - len(indices))
-    positions = [d for d, t in enumerate(indices) if t is not None]
-    if not positions:
-        raise Unlowerable("index_put without index tensors")
-    for d in positions:
-        if indices[d].dtype in (torch.bool, torch.uint8):
-            raise Unlowerable("boolean mask index (its positions depend on the data)")
-        if indices[d].dtype not in _INDEX_DTYPES + (torch.int16, torch.int8):
-            raise Unlowerable(f"index tensor of dtype {indices[d].dtype}")
-    bshape = broadcast_shapes(*[tuple(indices[d].size) for d in positions])
-    adjacent = positions == list(range(positions[0], positions[-1] + 1))
-    first = positions[0] if adjacent else 0
-    plain = [x.size[d] for d in range(len(x.size)) if indices[d] is None]
-    sizes = plain[:first] + list(bshape) + plain[first:]
-    return indices, tuple(sizes), first, len(bshape), bshape
-
-
 @lowering(aten.index_put.default)
 def lower_index_put(g, node, x, indices, values, accumulate=False):
     mode = "add" if accumulate else "store"
@@ -185,7 +165,8 @@ def lower_index_put(g, node, x, indices, values, accumulate=False):
         raise Unlowerable("index_put into a 0-dim tensor")
     _check_target(x, mode)
     dtype = fake_val(node).dtype
-    indices, sizes, first, nb, bshape = _index_put_plan(x, indices)
+    indices, _, bshape, first, sizes = index_plan(x, indices, "index_put")
+    nb = len(bshape)
     if len(values.size) > len(sizes) or tuple(broadcast_shapes(tuple(values.size), sizes)) != sizes:
         raise Unlowerable(f"index_put: values of size {list(values.size)} do not broadcast to {list(sizes)}")
     out = fresh_copy(g, node, x, dtype)
@@ -195,18 +176,7 @@ def lower_index_put(g, node, x, indices, values, accumulate=False):
     load_values = value_loader(values, dtype, sizes)
 
     def body(ops, i):
-        bidx = list(i[first:first + nb])
-        rest = list(i[:first]) + list(i[first + nb:])
-        position, k = [], 0
-        for d in range(len(x.size)):
-            if indices[d] is None:
-                position.append(rest[k])
-                k += 1
-                continue
-            t = indices[d]
-            v = loaders[d](ops, broadcast_index(tuple(t.size), bshape, bidx))
-            position.append(ops.indirect_indexing(v, x.size[d], True))
-        return position, load_values(ops, i)
+        return advanced_position(ops, i, x.size, indices, loaders, first, bshape), load_values(ops, i)
 
     plain_loops = [d for d in range(len(sizes)) if not first <= d < first + nb]
     add_scatter(g, node, out, sizes, body, mode, plain_loops)
