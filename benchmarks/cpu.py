@@ -97,6 +97,41 @@ def _micro_cases(size: str):
     }
 
 
+def _scatter_cases(size: str):
+    """Scatters and gathers (kiln/lower/scatter.py, indexing.py): random positions, duplicates where the
+    op combines them."""
+    import torch
+
+    n, (b, t, h), _ = SIZES[size]
+    g = torch.Generator().manual_seed(0)
+
+    def r(*shape):
+        return torch.randn(*shape, generator=g)
+
+    def ri(high, *shape):
+        return torch.randint(0, high, shape, generator=g)
+
+    def rows_perm(rows, k, high):  # distinct positions per row (overwrite scatters are deterministic)
+        return torch.argsort(torch.rand(rows, high, generator=g), dim=1)[:, :k].contiguous()
+
+    q = n // 4
+    return {
+        "scatter_add_dim1": lambda: (lambda x, i, s: x.scatter_add(1, i, s), (r(n, q), ri(q, n, n), r(n, n)),
+                                     f"[{n},{q}] += [{n},{n}] along 1"),
+        "scatter_add_dim0": lambda: (lambda x, i, s: x.scatter_add(0, i, s), (r(q, n), ri(q, n, n), r(n, n)),
+                                     f"[{q},{n}] += [{n},{n}] along 0"),
+        "scatter_src_relu": lambda: (lambda x, i, s: x.scatter(1, i, s.relu()) * 2, (r(n, n), rows_perm(n, n // 2, n), r(n, n // 2)),
+                                     f"[{n},{n}] <- relu([{n},{n // 2}]), *2"),
+        "scatter_amax": lambda: (lambda x, i, s: x.scatter_reduce(1, i, s, "amax", include_self=False),
+                                 (r(n, q), ri(q, n, n), r(n, n)), f"[{n},{q}] amax [{n},{n}] along 1"),
+        "embedding_backward": lambda: (lambda w, i, gr: torch.ops.aten.embedding_dense_backward(gr, i, w.shape[0], -1, False),
+                                       (r(4 * q, h), ri(4 * q, b, t), r(b, t, h)), f"[{b},{t},{h}] into [{4 * q},{h}]"),
+        "index_add": lambda: (lambda x, i, s: x.index_add(0, i, s), (r(q, n), ri(q, n), r(n, n)), f"[{q},{n}] += [{n},{n}]"),
+        "gather_dim1": lambda: (lambda x, i: torch.gather(x, 1, i), (r(n, n), ri(n, n, n // 2)), f"[{n},{n}] -> [{n},{n // 2}]"),
+        "index_select": lambda: (lambda x, i: x.index_select(0, i), (r(n, n), ri(n, n // 2)), f"[{n},{n}] rows -> [{n // 2},{n}]"),
+    }
+
+
 def _model_cases(size: str):
     import torch
 
@@ -168,6 +203,7 @@ def _LastHidden(model):
 def all_cases(size: str) -> dict:
     """name -> (kind, builder); a builder returns (callable, args, description)."""
     out = {name: ("micro", fn) for name, fn in _micro_cases(size).items()}
+    out.update({name: ("micro", fn) for name, fn in _scatter_cases(size).items()})
     out.update({name: ("model", fn) for name, fn in _model_cases(size).items()})
     return out
 

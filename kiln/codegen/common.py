@@ -110,3 +110,12 @@ def kernel_params(reads, writes) -> tuple[list[tuple[str, str]], dict[str, str]]
         pointers[name] = f"out_ptr{len(pointers) - n_in}"
         params.append((name, "out"))
     return params, pointers
+
+
+def mark_updated_in_place(params, members) -> list[tuple[str, str]]:
+    """``params`` with the buffers that update members (scatters, ``loopir/scatter.py``) write marked
+    ``"inout"``: the wrapper passes the buffer their copy wrote instead of allocating one."""
+    from kiln.loopir.scatter import is_update
+
+    updated = {m.node.name for m in members if is_update(m.node)}
+    return [(name, "inout" if name in updated else kind) for name, kind in params]

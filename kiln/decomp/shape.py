@@ -264,10 +264,19 @@ def _index_at(x, dim, index):
     return aten.index.Tensor(x, [None] * (dim % max(x.dim(), 1)) + [index])
 
 
+def _no_negative(index, size):
+    """For ops that reject negative indices (index_select, embedding, index_add, index_copy) decomposed to
+    ``index``/``index_put``, which count them from the end: a negative index becomes ``size``, out of
+    bounds, so it raises as in eager instead of reading or writing from the end."""
+    big = aten.scalar_tensor.default(size, dtype=index.dtype, device=index.device)
+    return aten.where.self(aten.lt.Scalar(index, 0), big, index)
+
+
 @decomposition(aten.index_select.default)
 def index_select(x, dim, index):
     if x.dim() == 0:
         return NotImplemented
+    index = _no_negative(index, x.shape[dim])
     return _index_at(x, dim, aten.view.default(index, [-1]) if index.dim() == 0 else index)
 
 
@@ -275,7 +284,7 @@ def index_select(x, dim, index):
 def embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
     if weight.dim() != 2:
         return NotImplemented
-    return aten.index.Tensor(weight, [indices])
+    return aten.index.Tensor(weight, [_no_negative(indices, weight.shape[0])])
 
 
 @decomposition(aten.index_add.default)
@@ -287,7 +296,7 @@ def index_add(x, dim, index, source, *, alpha=1):
     dim = dim % x.dim()
     source = aten.movedim.int(source, dim, 0) if source.dim() else source
     target = aten.movedim.int(x, dim, 0)
-    out = aten.index_put.default(target, [index], source, True)
+    out = aten.index_put.default(target, [_no_negative(index, x.shape[dim])], source, True)
     return aten.movedim.int(out, 0, dim)
 
 
@@ -297,7 +306,7 @@ def index_copy(x, dim, index, source):
         return NotImplemented
     dim = dim % x.dim()
     source = aten.movedim.int(source, dim, 0) if source.dim() else source
-    out = aten.index_put.default(aten.movedim.int(x, dim, 0), [index], source, False)
+    out = aten.index_put.default(aten.movedim.int(x, dim, 0), [_no_negative(index, x.shape[dim])], source, False)
     return aten.movedim.int(out, 0, dim)
 
 

@@ -89,6 +89,9 @@ class SimplifiedIndices:
     def store_reduction(self, name, index, value):
         return self._ops.store_reduction(name, self._simplify(index), value)
 
+    def scatter_store(self, name, index, value, mode):
+        return self._ops.scatter_store(name, self._simplify(index), value, mode)
+
     def index_expr(self, expr, dtype):
         return self._ops.index_expr(self._simplify(expr), dtype)
 
@@ -140,6 +143,9 @@ class _Symbolic(OpsHandler):
         self.lines.append(f"store({name}, {index}, {value})")
 
     store_reduction = store
+
+    def scatter_store(self, name, index, value, mode):
+        self.lines.append(f"scatter_store({name}, {index}, {value}, {mode})")
 
     def constant(self, value, dtype):
         return self._emit(f"constant({value!r}, {_short(dtype)})", dtype)
@@ -205,6 +211,11 @@ class ReadsWrites(_Symbolic):
 
     store_reduction = store
 
+    def scatter_store(self, name, index, value, mode):
+        # an update reads the buffer it writes: it runs after the buffer's earlier writers
+        self.reads.append((name, sympy.sympify(index)))
+        self.writes.append((name, sympy.sympify(index)))
+
 
 class Printer(_Symbolic):
     """A readable listing of a body, one op per line."""
@@ -217,6 +228,8 @@ def format_buffer(buf: ComputedBuffer, dtypes: Mapping[str, torch.dtype]) -> str
     head = f"{buf.describe()} = "
     if isinstance(data, Pointwise):
         head += f"pointwise over {list(data.ranges)}"
+    elif hasattr(data, "describe"):  # kiln/loopir/scatter.py
+        head += data.describe()
     else:
         head += f"reduction {data.kind} over {list(data.ranges)} x {list(data.reduction_ranges)}"
     return "\n".join([head] + ["    " + line for line in p.lines])
@@ -323,6 +336,20 @@ class Evaluator(OpsHandler):
         flat[idx.reshape(-1)] = value.reshape(-1).to(flat.dtype)
 
     store_reduction = store
+
+    def scatter_store(self, name, index, value, mode):
+        """All elements at once: ``add`` accumulates duplicates, ``mul/max/min`` reduce them (NaN
+        propagating), ``store`` keeps one of them (tests use distinct positions there)."""
+        flat = self.buffers[name]
+        idx = torch.as_tensor(eval_index(sympy.sympify(index), self.env))
+        idx, value = torch.broadcast_tensors(idx, torch.as_tensor(value).to(flat.dtype))
+        idx, value = idx.reshape(-1), value.reshape(-1)
+        if mode == "store":
+            flat[idx] = value
+        elif mode == "add":
+            flat.index_put_((idx,), value, accumulate=True)
+        else:
+            flat.scatter_reduce_(0, idx, value, {"mul": "prod", "max": "amax", "min": "amin"}[mode])
 
     def constant(self, value, dtype):
         return torch.tensor(value, dtype=dtype)

@@ -59,8 +59,13 @@ REDUCTION_TYPES = ("sum", "prod", "max", "min", "argmax", "argmin", "any", "all"
 #                                        C++ sets the library's error flag, which the wrapper turns into
 #                                        IndexError, and reads element 0 instead of out of bounds).
 #                                        Under ``masked`` the check applies only where the mask holds.
+#   scatter_store(name, index, value, mode)
+#                                        combine ``value`` into buffer ``name`` at ``index`` (which may hold
+#                                        indirect symbols): mode ``store`` overwrites, ``add mul max min``
+#                                        read-modify-write (atomic on GPU); only ``ScatterBuffer`` bodies
+#                                        (kiln/loopir/scatter.py) call it. The buffer is also read.
 SPECIAL = ("load", "store", "constant", "index_expr", "to_dtype", "where", "reduction", "store_reduction",
-           "masked", "indirect_indexing")
+           "masked", "indirect_indexing", "scatter_store")
 
 ALL_OPS = frozenset(UNARY) | frozenset(BINARY) | frozenset(SPECIAL)
 

@@ -50,7 +50,7 @@ class LoweredGraph:
             if isinstance(n, ExternKernel):
                 out.update({o.name: o for o in n.outputs})
             else:
-                out[n.name] = n
+                out.setdefault(n.name, n)  # a scatter update (loopir/scatter.py) keeps its copy's name
         return out
 
     def format(self) -> str:

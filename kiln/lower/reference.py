@@ -9,6 +9,7 @@ from torch.utils._pytree import tree_map
 
 from kiln.loopir.handlers import evaluate_buffer
 from kiln.loopir.nodes import ComputedBuffer, ExternKernel, Stored
+from kiln.loopir.scatter import is_update
 from kiln.lower.graph import LoweredGraph
 
 
@@ -45,6 +46,7 @@ def run_reference(lg: LoweredGraph, args) -> list:
                 flats[out.name] = t.as_strided((_storage_numel(out.size, out.stride),), (1,))
             continue
         assert isinstance(node, ComputedBuffer)
-        flats[node.name] = torch.zeros(_storage_numel(node.size, node.stride), dtype=node.dtype)
+        if not is_update(node):  # a scatter updates its copy's buffer in place
+            flats[node.name] = torch.zeros(_storage_numel(node.size, node.stride), dtype=node.dtype)
         evaluate_buffer(node, flats)
     return [tensor_of(o, flats) if isinstance(o, Stored) else o for o in lg.outputs]

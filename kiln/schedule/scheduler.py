@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 
 from kiln.loopir.nodes import ExternKernel
+from kiln.loopir.scatter import is_update
 from kiln.schedule.fusion import common_prefix, group_legal, score
 from kiln.schedule.nodes import SchedulerNode, make_node, make_scheduler_nodes
 from kiln.schedule.split import adopt, refine, split_buffer
@@ -102,8 +103,10 @@ def _best_group(sn: SchedulerNode, steps, group_of, nbytes, dtypes, can_fuse=Non
     is tried too, and kept if it fuses.
     """
     best, best_score, best_moves, best_split = None, 0, [], None
+    if is_update(sn.node):
+        return None  # a scatter (kiln/loopir/scatter.py) is a kernel of its own
     for step in steps:
-        if not isinstance(step, FusedGroup):
+        if not isinstance(step, FusedGroup) or any(is_update(m.node) for m in step.members):
             continue
         s = score(step.reads, step.writes, sn, nbytes)
         if s == 0 or s < best_score:

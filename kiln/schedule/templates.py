@@ -30,6 +30,7 @@ from kiln.loopir.index import linear_index, var
 from kiln.loopir.sizes import any_symbolic
 from kiln.loopir.nodes import Stored, contiguous_strides
 from kiln.schedule.scheduler import ExternStep, FusedGroup, Schedule
+from kiln.loopir.scatter import is_update
 
 aten = torch.ops.aten
 
@@ -202,7 +203,7 @@ def epilogue_split(group: FusedGroup, out: str, out_buf) -> int | None:
     the result's epilogue; else None."""
     members = group.members
     ranges = members[0].ranges
-    if any(m.is_reduction or m.ranges != ranges for m in members) or group.depth != len(ranges):
+    if any(m.is_reduction or m.ranges != ranges or is_update(m.node) for m in members) or group.depth != len(ranges):
         return None
     if len(out_buf.size) != 2:
         return None

@@ -31,7 +31,7 @@ import dataclasses
 
 import torch
 
-from kiln.codegen.common import kernel_name, kernel_params, provenance
+from kiln.codegen.common import kernel_name, kernel_params, mark_updated_in_place, provenance
 from kiln.codegen.cpp.loops import (
     TILE, block, csize, loop, merge_loops, omp_if, reduction_loops, tiled_pointwise, tiled_reduction,
     wants_tiling,
@@ -40,6 +40,7 @@ from kiln.codegen.cpp.ops import CTYPE, CppOps, accumulator_decls
 from kiln.codegen.cpp.rows import plan_rows
 from kiln.loopir.handlers import ReadsWrites, run_body
 from kiln.loopir.nodes import Reduction
+from kiln.loopir.scatter import is_update
 from kiln.loopir.sizes import hint, is_symbolic, prod, used_size_symbols
 from kiln.schedule.fusion import block_of, split_outer
 from kiln.schedule.scheduler import FusedGroup
@@ -74,6 +75,7 @@ class KernelContext:
         writes = [w for m in group.members for w in m.writes if w not in group.locals]
         reads = [r for m in group.members for r, _ in m.reads if r not in group.locals and r not in writes]
         self.params, self.pointers = kernel_params(reads, writes)
+        self.params = mark_updated_in_place(self.params, group.members)
         self.local_blocks: dict[str, int] = {}
         producers = {w: m for m in group.members for w in m.writes}
         for name in sorted(group.locals):  # sorted: the source (and its cache key) must not depend on set order
@@ -173,6 +175,10 @@ def _local_decls(ctx: KernelContext, buffers) -> tuple[list[str], list[str]]:
 
 
 def generate_kernel(group: FusedGroup, buffers: dict, index: int) -> CppKernel:
+    if is_update(group.members[0].node):
+        from kiln.codegen.cpp.scatter import generate_scatter_kernel
+
+        return generate_scatter_kernel(group, buffers, index)
     ctx = KernelContext(group, buffers)
     origins = tuple(o for m in group.members for o in m.node.origins if o is not None)
     name = kernel_name("cpp", origins, index)

@@ -229,6 +229,15 @@ class CppOps(OpsHandler):
 
     store_reduction = store
 
+    def scatter_store(self, name, index, value, mode):
+        """``buf[index] (op)= value`` (codegen/cpp/scatter.py runs the loop in order: no atomics)."""
+        from kiln.codegen.cpp.scatter import combine_statement
+
+        dtype = self.ctx.dtype_of(name)
+        target = f"{self.ctx.pointer(name)}[{print_index_c(self.ctx.rename(sympy.sympify(index)))}]"
+        half = dtype in (torch.float16, torch.bfloat16)
+        self.out.append(combine_statement(mode, target, value.name, CTYPE[dtype], half, dtype == torch.bool))
+
     # ------------------------------------------------------------------------------- values
 
     def constant(self, value, dtype):

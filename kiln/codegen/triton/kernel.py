@@ -26,7 +26,7 @@ import math
 
 import sympy
 
-from kiln.codegen.common import kernel_name, kernel_params, print_index_py, provenance
+from kiln.codegen.common import kernel_name, kernel_params, mark_updated_in_place, print_index_py, provenance
 from kiln.codegen.triton.online import OnlineMaxSumOps, online_pairs
 from kiln.codegen.triton.ops import TritonOps
 from kiln.loopir.handlers import iteration_vars, run_body
@@ -196,6 +196,7 @@ class KernelContext:
         produced = {w for m in group.members for w in m.writes}
         reads = [r for m in group.members for r, _ in m.reads if r not in produced]
         self.params, self.pointers = kernel_params(reads, writes)
+        self.params = mark_updated_in_place(self.params, group.members)
         self.producers = {w: m for m in group.members for w in m.writes}
         self.registers: dict[str, object] = {}
         self.count = 0
@@ -373,7 +374,8 @@ def generate_kernel(group: FusedGroup, buffers: dict, index: int, persistent_max
         raise NotImplementedError(f"Triton cannot generate group {[m.name for m in group.members]} at depth {k}")
     wide = _index_dtype_is_64(group, buffers)
     pid = "tl.program_id(0).to(tl.int64)" if wide else "tl.program_id(0)"
-    kctx.tile = tile_dim(group, buffers) if not row else None
+    updates = any(kind == "inout" for _, kind in kctx.params)  # a scatter: 1-D blocks over its source
+    kctx.tile = tile_dim(group, buffers) if not row and not updates else None
     ynumel = 1
     if kctx.tile is not None:
         style, ynumel = "tiled", int(group.outer[kctx.tile])

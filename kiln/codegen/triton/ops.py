@@ -218,6 +218,37 @@ class TritonOps(OpsHandler):
 
     store_reduction = store
 
+    def scatter_store(self, name, index, value, mode):
+        """A scatter's store (kiln/loopir/scatter.py): ``tl.store`` (duplicates: any one wins, as ATen's
+        CUDA kernels) or an atomic ``add``/``max``/``min`` (integer max/min only: float atomics would not
+        propagate NaN as ATen does; ``mul`` has no atomic). Indices were clamped into the buffer."""
+        fn = {"store": "tl.store", "add": "tl.atomic_add"}.get(mode)
+        target = self.ctx.dtype_of(name)
+        if mode in ("max", "min") and not target.is_floating_point and target != torch.bool:
+            fn = f"tl.atomic_{mode}"
+        if fn is None:
+            raise NotImplementedError(f"Triton: scatter {mode} into {target} (no exact atomic)")
+        if value.dtype != target:
+            raise NotImplementedError(f"scatter of {value.dtype} into {name} of {target}")
+        kctx = getattr(self.ctx, "kctx", None)
+        if mode != "store" and target.itemsize == 2 and kctx is not None and \
+                kctx.buffers[name].device.type != "cuda":
+            raise NotImplementedError(f"Triton's interpreter has no {target} atomics")
+        ptr = self.ctx.pointer(name)
+        idx, axes = self.ctx.index(index)
+        want = axes | value.axes | {"x"}
+        if want != axes:
+            idx = f"({idx}) + tl.full({self.ctx.shape(want)}, 0, tl.int32)"
+            axes = frozenset(want)
+        mask = self.ctx.mask(axes)
+        v = value.name
+        if value.axes != axes:  # a value of fewer axes (a constant): one per pointer, as atomics want
+            # (an arithmetic broadcast: Triton's interpreter mis-adds broadcast_to views atomically)
+            op = "|" if target == torch.bool else "+"
+            v = f"({v} {op} tl.full({self.ctx.shape(axes)}, 0, {TL_DTYPE[target]}))"
+        sem = ", sem='relaxed'" if fn != "tl.store" else ""
+        self.out.append(f"{fn}({ptr} + ({idx}), {v}" + (f", {mask}" if mask else "") + f"{sem})")
+
     # ------------------------------------------------------------------------------- values
 
     def constant(self, value, dtype):
