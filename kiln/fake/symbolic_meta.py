@@ -582,7 +582,44 @@ def nll_loss2d_forward(func, x, target, weight, reduction, ignore_index):
     return _new_row_major(out_sizes, x.dtype), _new_row_major([], x.dtype)
 
 
+def _pool_sizes(x, n, kernel_size, stride, padding, dilation, ceil_mode):
+    """The output sizes of an n-d pooling over x's last n dims, as ATen's pooling_output_shape with floor
+    division (its div_rtn asks whether the remainder is nonzero: a parity guard on symbolic sizes;
+    the dividend is >= 0 for every valid size, where floor and div_rtn agree)."""
+    def tup(v):
+        v = [v] * n if isinstance(v, int) else list(v)
+        return v * n if len(v) == 1 else v
+    kernel = tup(kernel_size)
+    stride = tup(stride) if stride else kernel
+    padding, dilation = tup(padding), tup(dilation)
+    sizes = list(x.shape[:-n])
+    for i in range(n):
+        length = x.shape[x.dim() - n + i]
+        span = dilation[i] * (kernel[i] - 1) + 1
+        out = (length + 2 * padding[i] - span + ((stride[i] - 1) if ceil_mode else 0)) // stride[i] + 1
+        if ceil_mode and (out - 1) * stride[i] >= length + padding[i]:
+            out = out - 1
+        if out < 1:
+            raise RuntimeError(f"Given input size {tuple(x.shape)}, calculated output size is too small")
+        sizes.append(out)
+    return sizes
+
+
+def _pool_rule(n, with_indices):
+    def rule(func, x, kernel_size, stride=(), padding=0, *rest, **kwargs):
+        if not _is_row_major(x) or x.dim() not in (n + 1, n + 2):
+            return None  # (torch's meta kernel decides: channels-last layouts, wrong ranks)
+        dilation, ceil_mode = (rest[0] if rest else 1, rest[1] if len(rest) > 1 else False) if with_indices \
+            else (1, rest[0] if rest else False)
+        sizes = _pool_sizes(x, n, kernel_size, stride, padding, dilation, ceil_mode)
+        out = _new_row_major(sizes, x.dtype)
+        return (out, _new_row_major(sizes, torch.int64)) if with_indices else out
+    return rule
+
+
 RULES.update({
+    aten.max_pool2d_with_indices.default: _pool_rule(2, True),
+    aten.avg_pool2d.default: _pool_rule(2, False),
     aten.nll_loss2d_forward.default: nll_loss2d_forward,
     aten.nll_loss2d_backward.default: lambda func, grad, x, *rest: _new_row_major(x.shape, x.dtype),
     aten.sum.default: sum_all,
