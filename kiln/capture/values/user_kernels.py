@@ -1,0 +1,196 @@
+"""User kernels in graphs: custom ops (``torch.library.custom_op`` / ``torch.library.Library``) and user
+Triton kernels (``kernel[grid](...)``), each call one node of the graph.
+
+- A ``CustomOpDef`` (what ``@torch.library.custom_op`` makes) is its dispatcher op; ops of other
+  namespaces than aten/prims (``torch.ops.mylib.foo``) are recorded like ATen ops. Their fake (Meta)
+  implementation gives the output metadata; an op without one breaks the graph, saying so.
+- A Triton kernel object (``@triton.jit``, ``@triton.autotune``, ``@triton.heuristics``) subscripted with
+  a grid and called becomes ``kiln_user.triton_launch`` (``capture/triton_launch.py``), recording the
+  tensors the kernel writes (``capture/triton_stores.py``). kiln never looks inside Triton's launcher.
+"""
+from __future__ import annotations
+
+import sys
+import types
+
+import torch
+
+from kiln.capture.values.base import ConstantValue, KnownFunctionValue, Value, unsupported
+from kiln.errors import Unsupported
+from kiln.capture.values.tensors import TensorValue
+from kiln.capture.values.torch_functions import TorchFunctionValue
+
+_BUILTIN_NAMESPACES = ("aten", "prims", "prim", "kiln_user", "kiln_functional")
+
+
+def is_custom_op(obj) -> bool:
+    """A user-defined dispatcher op: a CustomOpDef, or an op (packet) of a namespace torch does not own."""
+    if type(obj).__name__ == "CustomOpDef" and type(obj).__module__ == "torch._library.custom_ops":
+        return True
+    if isinstance(obj, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+        return getattr(obj, "namespace", "aten") not in _BUILTIN_NAMESPACES and not obj.__module__.startswith("torch.ops.aten")
+    return False
+
+
+def wrap_user_kernel(tx, value, source) -> Value | None:
+    """The value for a custom op or a Triton kernel object, or None for anything else."""
+    if is_custom_op(value):
+        if source is not None and type(source).__name__ != "ConstantSource":
+            tx.output.guards.identity(source, value)
+        op = value._opoverload if type(value).__name__ == "CustomOpDef" else value
+        return CustomOpValue(op, source)
+    if "triton" in sys.modules and value in _triton_helpers():
+        return TritonHelperValue(value, None)
+    if "triton" in sys.modules and _is_triton_kernel(value):
+        if source is not None and type(source).__name__ != "ConstantSource":
+            tx.output.guards.identity(source, value)
+        return TritonKernelValue(value, source)
+    return None
+
+
+def _is_triton_kernel(value) -> bool:
+    from triton.runtime.jit import KernelInterface
+
+    return isinstance(value, KernelInterface)
+
+
+def _triton_helpers() -> tuple:
+    """Triton's pure integer helpers (``triton.cdiv``, ``triton.next_power_of_2``): grids use them."""
+    import triton
+
+    return tuple(f for f in (getattr(triton, "cdiv", None), getattr(triton, "next_power_of_2", None)) if f is not None)
+
+
+class TritonHelperValue(KnownFunctionValue):
+    """``triton.cdiv(n, 64)`` on constant ints: computed while tracing."""
+
+    def call(self, tx, args, kwargs) -> Value:
+        values = [a.as_constant() if a.is_constant() else None for a in args]
+        if kwargs or not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+            unsupported(f"triton.{getattr(self.fn, '__name__', 'helper')} of arguments that are not constant ints")
+        return ConstantValue(self.fn(*values))
+
+    def __repr__(self) -> str:
+        return f"TritonHelper({self.fn})"
+
+
+class CustomOpValue(TorchFunctionValue):
+    """A custom op: one node of the graph, its outputs from its fake (Meta) implementation."""
+
+    def call(self, tx, args, kwargs) -> Value:
+        try:
+            return super().call(tx, args, kwargs)
+        except Unsupported as exc:
+            text = str(exc)
+            if "no fake impl" in text or "'Meta' backend" in text or "Meta backend" in text:
+                unsupported(f"custom op {self._name()} has no fake (meta) implementation, so kiln cannot know "
+                            f"the shapes of its results without running it",
+                            hint="register one with @op.register_fake (torch.library.register_fake), "
+                                 "or an impl for the 'Meta' key of a torch.library.Library")
+            raise
+
+    def getattr(self, tx, name: str) -> Value:
+        if isinstance(self.fn, torch._ops.OpOverloadPacket):
+            return super().getattr(tx, name)
+        unsupported(f"attribute {name!r} of custom op {self._name()}")
+
+    def _name(self) -> str:
+        schema = getattr(self.fn, "_schema", None)
+        return schema.name if schema is not None else str(self.fn)
+
+    def __repr__(self) -> str:
+        return f"CustomOp({self._name()})"
+
+
+class TritonKernelValue(Value):
+    """A user Triton kernel object; ``kernel[grid]`` is a launcher."""
+
+    def __init__(self, kernel, source=None):
+        self.kernel = kernel
+        self.source = source
+
+    def python_type(self) -> type:
+        return type(self.kernel)
+
+    def getitem(self, tx, grid: Value) -> Value:
+        return TritonLaunchValue(self, grid_of(grid))
+
+    def call(self, tx, args, kwargs) -> Value:
+        unsupported(f"calling Triton kernel {_kernel_name(self.kernel)} without a grid",
+                    hint="launch it as kernel[grid](...)")
+
+    def getattr(self, tx, name: str) -> Value:
+        unsupported(f"attribute {name!r} of Triton kernel {_kernel_name(self.kernel)}",
+                    hint="kiln records kernel[grid](...) launches only")
+
+    def reconstruct(self, cg) -> None:
+        if self.source is None:
+            unsupported("handing back a Triton kernel kiln cannot locate")
+        self.source.emit(cg)
+
+    def __repr__(self) -> str:
+        return f"TritonKernel({_kernel_name(self.kernel)})"
+
+
+class TritonLaunchValue(Value):
+    """``kernel[grid]``: calling it records one ``kiln_user.triton_launch`` node."""
+
+    def __init__(self, kernel: TritonKernelValue, grid):
+        self.kernel = kernel
+        self.grid = grid
+
+    def call(self, tx, args, kwargs) -> Value:
+        from kiln.capture.triton_launch_record import record_launch
+
+        record_launch(tx, self.kernel.kernel, self.grid, args, kwargs)
+        return ConstantValue(None)  # Triton's launch returns a handle only on GPU; kiln hands back None
+
+    def __repr__(self) -> str:
+        return f"TritonLaunch({_kernel_name(self.kernel.kernel)})"
+
+
+def _kernel_name(kernel) -> str:
+    from kiln.capture.triton_stores import python_function
+
+    fn = python_function(kernel)
+    return fn.__qualname__ if fn is not None else type(kernel).__name__
+
+
+def grid_of(grid: Value):
+    """The real grid: a tuple of ints, or a function of the meta-parameters that Triton calls at launch
+    (a function made in the traced frame is rebuilt from its code when everything it closes over is a
+    constant)."""
+    from kiln.capture.values.functions import NestedFunctionValue, UserFunctionValue
+
+    if grid.is_constant() and not isinstance(grid, (UserFunctionValue, NestedFunctionValue)):
+        value = grid.as_constant()
+        if isinstance(value, int) and not isinstance(value, bool):
+            return (value,)
+        if isinstance(value, (tuple, list)) and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+            return tuple(value)
+        unsupported(f"a Triton grid {value!r} that is not a tuple of ints")
+    if hasattr(grid, "elements"):
+        parts = [e.as_constant() if e.is_constant() else None for e in grid.elements]
+        if all(isinstance(p, int) and not isinstance(p, bool) for p in parts):
+            return tuple(parts)
+        unsupported("a Triton grid with entries that are not constant ints (dynamic sizes or tensors)")
+    if isinstance(grid, UserFunctionValue):
+        return grid.fn  # guarded by identity when read
+    if isinstance(grid, NestedFunctionValue):
+        return _rebuild_function(grid)
+    unsupported(f"a Triton grid given as {grid}", hint="use a tuple of ints or a lambda over the meta-parameters")
+
+
+def _rebuild_function(fn) -> types.FunctionType:
+    cells = []
+    for cell in fn.closure:
+        content = cell.contents
+        if content is None or not content.is_constant() or isinstance(content, TensorValue):
+            unsupported(f"a Triton grid function {fn.qualname} that closes over {content}",
+                        hint="compute sizes outside the lambda (n = x.numel()) so it closes over ints only")
+        cells.append(types.CellType(content.as_constant()))
+    defaults = tuple(d.as_constant() if d.is_constant() else unsupported("a grid function with non-constant "
+                                                                         "defaults") for d in fn.default_values or ())
+    rebuilt = types.FunctionType(fn.code, fn.f_globals, fn.code.co_name, defaults or None, tuple(cells) or None)
+    rebuilt.__qualname__ = fn.qualname
+    return rebuilt
