@@ -27,8 +27,10 @@ def is_custom_op(obj) -> bool:
     """A user-defined dispatcher op: a CustomOpDef, or an op (packet) of a namespace torch does not own."""
     if type(obj).__name__ == "CustomOpDef" and type(obj).__module__ == "torch._library.custom_ops":
         return True
-    if isinstance(obj, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
-        return getattr(obj, "namespace", "aten") not in _BUILTIN_NAMESPACES and not obj.__module__.startswith("torch.ops.aten")
+    if isinstance(obj, torch._ops.OpOverloadPacket):
+        return obj._qualified_op_name.split("::")[0] not in _BUILTIN_NAMESPACES
+    if isinstance(obj, torch._ops.OpOverload):
+        return obj.namespace not in _BUILTIN_NAMESPACES
     return False
 
 
@@ -37,8 +39,9 @@ def wrap_user_kernel(tx, value, source) -> Value | None:
     if is_custom_op(value):
         if source is not None and type(source).__name__ != "ConstantSource":
             tx.output.guards.identity(source, value)
-        op = value._opoverload if type(value).__name__ == "CustomOpDef" else value
-        return CustomOpValue(op, source)
+        if type(value).__name__ == "CustomOpDef":
+            return CustomOpValue(value._opoverload, source, differentiable=value._backward_fn is not None)
+        return CustomOpValue(value, source, differentiable=_has_autograd_kernel(value))
     if "triton" in sys.modules and value in _triton_helpers():
         return TritonHelperValue(value, None)
     if "triton" in sys.modules and _is_triton_kernel(value):
@@ -74,10 +77,25 @@ class TritonHelperValue(KnownFunctionValue):
         return f"TritonHelper({self.fn})"
 
 
+def _has_autograd_kernel(op) -> bool:
+    """Whether autograd knows a formula for ``op`` (a packet: for every overload)."""
+    ops = [getattr(op, name) for name in op.overloads()] if isinstance(op, torch._ops.OpOverloadPacket) else [op]
+    return all(any(torch._C._dispatch_has_kernel_for_dispatch_key(o.name(), key)
+                   for key in ("Autograd", "AutogradCPU", "AutogradCUDA", "CompositeImplicitAutograd")) for o in ops)
+
+
 class CustomOpValue(TorchFunctionValue):
     """A custom op: one node of the graph, its outputs from its fake (Meta) implementation."""
 
+    def __init__(self, fn, source=None, differentiable: bool = True):
+        super().__init__(fn, source)
+        self.differentiable = differentiable
+
     def call(self, tx, args, kwargs) -> Value:
+        if not self.differentiable and tx.output.grad_enabled and _any_requires_grad(args, kwargs):
+            unsupported(f"custom op {self._name()} has no autograd formula and an argument requires grad",
+                        hint="register one with op.register_autograd (torch.library.register_autograd), "
+                             "or call it under torch.no_grad(); kiln runs the call as Python, as eager does")
         try:
             return super().call(tx, args, kwargs)
         except Unsupported as exc:
@@ -147,6 +165,18 @@ class TritonLaunchValue(Value):
 
     def __repr__(self) -> str:
         return f"TritonLaunch({_kernel_name(self.kernel.kernel)})"
+
+
+def _any_requires_grad(args, kwargs) -> bool:
+    from kiln.fake.tree import leaves
+    from kiln.capture.output_graph import to_fx
+
+    for value in list(args) + list(kwargs.values()):
+        for item in leaves(to_fx(value)):
+            example = item.meta.get("example_value") if hasattr(item, "meta") else None
+            if isinstance(example, torch.Tensor) and example.requires_grad:
+                return True
+    return False
 
 
 def _kernel_name(kernel) -> str:
