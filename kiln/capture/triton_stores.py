@@ -166,3 +166,19 @@ class _Walker(ast.NodeVisitor):
 
     def _not_sure(self, why: str) -> None:
         self.unsure = self.unsure or why
+
+
+def is_kernel_code(code: types.CodeType, f_globals: dict) -> bool:
+    """Whether a frame about to run is the body of a Triton kernel (Triton's interpreter runs kernels as
+    Python, also when a launch runs as Python at a graph break): such frames are never traced."""
+    import sys
+
+    if "triton" not in sys.modules:
+        return False
+    obj = f_globals.get(code.co_name)
+    from triton.runtime.jit import KernelInterface, JITFunction
+
+    if not isinstance(obj, (KernelInterface, JITFunction)):
+        return False
+    fn = python_function(obj)
+    return fn is not None and fn.__code__.co_filename == code.co_filename

@@ -163,6 +163,12 @@ class TritonLaunchValue(Value):
         record_launch(tx, self.kernel.kernel, self.grid, args, kwargs)
         return ConstantValue(None)  # Triton's launch returns a handle only on GPU; kiln hands back None
 
+    def reconstruct(self, cg) -> None:
+        # a graph break at the launch (a refused argument): the launch runs as Python after the graph
+        self.kernel.reconstruct(cg)
+        cg.load_const(self.grid)
+        cg.binary_subscr()
+
     def __repr__(self) -> str:
         return f"TritonLaunch({_kernel_name(self.kernel.kernel)})"
 
