@@ -1,9 +1,19 @@
+"""User Triton kernels and functions launching them. Import with TRITON_INTERPRET=1 set (the
+``kernels`` fixture of test_triton_kernels.py does): kernels then run on CPU tensors."""
 import time
-import torch, triton, triton.language as tl, kiln
 
-def _bench(fn, quantiles=None, **kw):
-    t = time.perf_counter(); fn(); d = time.perf_counter() - t
-    return [d, d, d] if quantiles else d
+import torch
+import triton
+import triton.language as tl
+
+
+def _bench(fn, quantiles=None, **kwargs):
+    """Autotuning's timer on CPU (Triton's own needs a GPU driver)."""
+    start = time.perf_counter()
+    fn()
+    took = time.perf_counter() - start
+    return [took, took, took] if quantiles else took
+
 
 @triton.jit
 def add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
@@ -11,12 +21,14 @@ def add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
     m = offs < n
     tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=m) + tl.load(y_ptr + offs, mask=m), mask=m)
 
+
 @triton.autotune(configs=[triton.Config({"BLOCK": 16}), triton.Config({"BLOCK": 64})], key=["n"], do_bench=_bench)
 @triton.jit
 def scale_kernel(x_ptr, out_ptr, n, scale, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     m = offs < n
     tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=m) * scale, mask=m)
+
 
 @triton.heuristics({"BLOCK": lambda args: triton.next_power_of_2(args["n"])})
 @triton.jit
@@ -26,9 +38,11 @@ def neg_inplace(x_ptr, n, BLOCK: tl.constexpr):
     ptrs = x_ptr + offs
     tl.store(ptrs, -tl.load(ptrs, mask=m), mask=m)
 
+
 @triton.jit
 def _store_helper(p, v, m):
     tl.store(p, v, mask=m)
+
 
 @triton.jit
 def via_helper(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
@@ -36,53 +50,104 @@ def via_helper(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
     m = offs < n
     _store_helper(out_ptr + offs, tl.load(x_ptr + offs, mask=m) + 1, m)
 
-def f_add(x, y):
+
+@triton.jit
+def count_kernel(x_ptr, counts_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    idx = tl.load(x_ptr + offs, mask=m, other=0)
+    tl.atomic_add(counts_ptr + idx, 1, mask=m)
+
+
+@triton.jit
+def block_ptr_copy(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    src = tl.make_block_ptr(x_ptr, (n,), (1,), (0,), (BLOCK,), (0,))
+    dst = tl.make_block_ptr(out_ptr, (n,), (1,), (0,), (BLOCK,), (0,))
+    tl.store(dst, tl.load(src))
+
+
+def add_then_relu(x, y):  # the issue's example
     out = torch.empty_like(x)
     n = x.numel()
     add_kernel[(triton.cdiv(n, 64),)](x, y, out, n, BLOCK=64)
     return out.relu() * 2
 
-def f_inplace_input(x, y):
+
+def add_into_input(x, y):
     n = x.numel()
     add_kernel[lambda meta: (triton.cdiv(n, meta["BLOCK"]),)](x, y, x, n, BLOCK=32)
     return x.sin() + y
 
-def f_autotune(x):
+
+def autotuned(x):
     out = torch.empty_like(x)
     n = x.numel()
     scale_kernel[lambda meta: (triton.cdiv(n, meta["BLOCK"]),)](x, out, n, 0.5)
     return out + x
 
-def f_heuristics(x):
+
+def heuristic_block(x):
     y = x * 2
     neg_inplace[(1,)](y, y.numel())
     return y + 1, y.sum()
 
-def f_read_after(x):
-    y = x + 1
-    a = y * 3             # read before the kernel writes y
-    add_kernel[(2,)](x, x, y, x.numel(), BLOCK=64)
-    return a, y * 1       # reads the kernel's result
 
-def f_helper(x):
+def read_before_and_after(x):
+    y = x + 1
+    before = y * 3  # read before the kernel overwrites y
+    add_kernel[(2,)](x, x, y, x.numel(), BLOCK=64)
+    return before, y * 1  # reads the kernel's result
+
+
+def through_a_helper(x):
     out = torch.zeros_like(x)
     via_helper[(2,)](x, out, x.numel(), BLOCK=64)
     return out - x
 
-def f_train(x):
+
+def atomic_counts(idx):
+    counts = torch.zeros(8, dtype=torch.int32)
+    count_kernel[(triton.cdiv(idx.numel(), 32),)](idx, counts, idx.numel(), BLOCK=32)
+    return counts * 2
+
+
+def needs_grad(x):
     out = torch.empty_like(x)
     add_kernel[(2,)](x, x, out, x.numel(), BLOCK=64)
     return out * x
 
-@torch.library.custom_op("uktri::double", mutates_args=())
-def tri_double(x: torch.Tensor) -> torch.Tensor:
+
+def not_dense(x):
+    v = x[:, :4]
+    add_kernel[(1,)](v, v, v, 16, BLOCK=16)
+    return x + 1
+
+
+def overlapping_views(x):
+    add_kernel[(1,)](x[:8], x[:8], x[8:], 8, BLOCK=8)
+    return x + 1
+
+
+def grid_over_a_tensor(x, y):
+    out = torch.empty_like(x)
+    add_kernel[lambda meta: (triton.cdiv(x.numel(), meta["BLOCK"]),)](x, y, out, x.numel(), BLOCK=64)
+    return out
+
+
+@torch.library.custom_op("kiln_test::triton_double", mutates_args=())
+def triton_double(x: torch.Tensor) -> torch.Tensor:
     out = torch.empty_like(x)
     add_kernel[(triton.cdiv(x.numel(), 64),)](x, x, out, x.numel(), BLOCK=64)
     return out
-@tri_double.register_fake
+
+
+@triton_double.register_fake
 def _(x):
     return torch.empty_like(x)
-tri_double.register_autograd(lambda ctx, g: g * 2)
 
-def f_wrapped(x):
-    return tri_double(x.sin()) * x
+
+triton_double.register_autograd(lambda ctx, grad: grad * 2)
+
+
+def wrapped_in_custom_op(x):
+    return triton_double(x.sin()) * x

@@ -42,7 +42,7 @@ def wrap_user_kernel(tx, value, source) -> Value | None:
         if type(value).__name__ == "CustomOpDef":
             return CustomOpValue(value._opoverload, source, differentiable=value._backward_fn is not None)
         return CustomOpValue(value, source, differentiable=_has_autograd_kernel(value))
-    if "triton" in sys.modules and value in _triton_helpers():
+    if "triton" in sys.modules and any(value is f for f in _triton_helpers()):
         return TritonHelperValue(value, None)
     if "triton" in sys.modules and _is_triton_kernel(value):
         if source is not None and type(source).__name__ != "ConstantSource":
@@ -69,9 +69,15 @@ class TritonHelperValue(KnownFunctionValue):
 
     def call(self, tx, args, kwargs) -> Value:
         values = [a.as_constant() if a.is_constant() else None for a in args]
-        if kwargs or not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
-            unsupported(f"triton.{getattr(self.fn, '__name__', 'helper')} of arguments that are not constant ints")
-        return ConstantValue(self.fn(*values))
+        name = self.fn.fn.__name__ if hasattr(self.fn, "fn") else getattr(self.fn, "__name__", "helper")
+        if kwargs or not all(isinstance(v, int) and not isinstance(v, bool) for v in values) or \
+                len(values) != (2 if name == "cdiv" else 1):
+            unsupported(f"triton.{name} of arguments that are not constant ints")
+        # computed here, not by calling Triton (its interpreter patches these while it runs a launch)
+        if name == "cdiv":
+            return ConstantValue(-(-values[0] // values[1]))
+        n = values[0]
+        return ConstantValue(1 << (n - 1).bit_length() if n > 0 else 0)
 
     def __repr__(self) -> str:
         return f"TritonHelper({self.fn})"
@@ -131,7 +137,7 @@ class TritonKernelValue(Value):
         return type(self.kernel)
 
     def getitem(self, tx, grid: Value) -> Value:
-        return TritonLaunchValue(self, grid_of(grid))
+        return TritonLaunchValue(self, grid)
 
     def call(self, tx, args, kwargs) -> Value:
         unsupported(f"calling Triton kernel {_kernel_name(self.kernel)} without a grid",
@@ -153,20 +159,20 @@ class TritonKernelValue(Value):
 class TritonLaunchValue(Value):
     """``kernel[grid]``: calling it records one ``kiln_user.triton_launch`` node."""
 
-    def __init__(self, kernel: TritonKernelValue, grid):
+    def __init__(self, kernel: TritonKernelValue, grid: Value):
         self.kernel = kernel
         self.grid = grid
 
     def call(self, tx, args, kwargs) -> Value:
         from kiln.capture.triton_launch_record import record_launch
 
-        record_launch(tx, self.kernel.kernel, self.grid, args, kwargs)
+        record_launch(tx, self.kernel.kernel, grid_of(self.grid), args, kwargs)
         return ConstantValue(None)  # Triton's launch returns a handle only on GPU; kiln hands back None
 
     def reconstruct(self, cg) -> None:
         # a graph break at the launch (a refused argument): the launch runs as Python after the graph
         self.kernel.reconstruct(cg)
-        cg.load_const(self.grid)
+        cg.reconstruct(self.grid)
         cg.binary_subscr()
 
     def __repr__(self) -> str:
