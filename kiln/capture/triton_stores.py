@@ -173,12 +173,9 @@ def is_kernel_code(code: types.CodeType, f_globals: dict) -> bool:
     Python, also when a launch runs as Python at a graph break): such frames are never traced."""
     import sys
 
-    if "triton" not in sys.modules:
-        return False
+    interface = getattr(sys.modules.get("triton.runtime.jit"), "KernelInterface", None)
     obj = f_globals.get(code.co_name)
-    from triton.runtime.jit import KernelInterface, JITFunction
-
-    if not isinstance(obj, (KernelInterface, JITFunction)):
+    if interface is None or obj is None or not isinstance(obj, interface):
         return False
     fn = python_function(obj)
     return fn is not None and fn.__code__.co_filename == code.co_filename

@@ -20,7 +20,8 @@ def check(fn, make_args, backend, graphs=1, breaks=0):
     torch.testing.assert_close(out, ref)
     for a, b in zip(compiled_args, eager_args):
         torch.testing.assert_close(a, b)
-    assert (after[0] - before[0], after[1] - before[1]) == (graphs, breaks), kiln.stats.snapshot()["graph_breaks"]
+    got = (after[0] - before[0], after[1] - before[1])
+    assert got == (graphs, breaks), (got, kiln.stats.snapshot()["graph_breaks"])
     return out
 
 

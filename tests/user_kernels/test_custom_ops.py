@@ -140,3 +140,13 @@ def test_kiln_backend_runs_custom_ops_as_extern_calls():
     assert re.search(r"extern0 = aten_0\(x\)  # custom op kiln_test::mysin", text), text
     assert re.search(r"= aten_1\(acc, buf1\)  # custom op kiln_test__add_into", text), text
     assert dict(kiln.stats.snapshot()["aten_fallbacks"]) == fallbacks  # user kernels are not ATen fallbacks
+
+
+def test_mutated_argument_sharing_memory_with_another_breaks():
+    def fn(x):
+        ops.add_into(x[:4], x[4:])  # disjoint views of one storage: kiln cannot tell the op's reads apart
+        return x * 2
+
+    # graphs: before the call, the op's own Python body (run at the break, offered to kiln), after the call
+    check(fn, lambda: (torch.randn(8),), "aot_eager", graphs=3, breaks=1)
+    assert any("'out', which it mutates, shares memory with 'x'" in r for r in kiln.stats.snapshot()["graph_breaks"])

@@ -52,15 +52,14 @@ def wrap_user_kernel(tx, value, source) -> Value | None:
 
 
 def _is_triton_kernel(value) -> bool:
-    from triton.runtime.jit import KernelInterface
-
-    return isinstance(value, KernelInterface)
+    # (no import here: a frame may be traced while triton itself is half imported)
+    interface = getattr(sys.modules.get("triton.runtime.jit"), "KernelInterface", None)
+    return interface is not None and isinstance(value, interface)
 
 
 def _triton_helpers() -> tuple:
     """Triton's pure integer helpers (``triton.cdiv``, ``triton.next_power_of_2``): grids use them."""
-    import triton
-
+    triton = sys.modules.get("triton")
     return tuple(f for f in (getattr(triton, "cdiv", None), getattr(triton, "next_power_of_2", None)) if f is not None)
 
 
@@ -102,6 +101,7 @@ class CustomOpValue(TorchFunctionValue):
             unsupported(f"custom op {self._name()} has no autograd formula and an argument requires grad",
                         hint="register one with op.register_autograd (torch.library.register_autograd), "
                              "or call it under torch.no_grad(); kiln runs the call as Python, as eager does")
+        _refuse_aliased_mutation(self.fn, self._name(), args, kwargs)
         try:
             return super().call(tx, args, kwargs)
         except Unsupported as exc:
@@ -189,6 +189,30 @@ def _any_requires_grad(args, kwargs) -> bool:
             if isinstance(example, torch.Tensor) and example.requires_grad:
                 return True
     return False
+
+
+def _refuse_aliased_mutation(op, name: str, args, kwargs) -> None:
+    """A mutated argument sharing memory with another argument: the functional form (a copy of the
+    mutated one) would not see the op's writes through the other, so the call breaks and runs as Python."""
+    from kiln.capture.output_graph import to_fx
+    from kiln.fake.tree import leaves
+
+    schema = getattr(op, "_schema", None)
+    if schema is None or not schema.is_mutable:
+        return
+    written, others = [], []
+    for i, arg in enumerate(schema.arguments):
+        value = args[i] if i < len(args) and not arg.kwarg_only else kwargs.get(arg.name)
+        if value is None:
+            continue
+        fakes = [n.meta.get("example_value") for n in leaves(to_fx(value)) if hasattr(n, "meta")]
+        keys = [t.untyped_storage()._cdata for t in fakes if isinstance(t, torch.Tensor)]
+        (written if arg.alias_info is not None and arg.alias_info.is_write else others).append((arg.name, keys))
+    for wname, wkeys in written:
+        for oname, okeys in written + others:
+            if oname != wname and set(wkeys) & set(okeys):
+                unsupported(f"custom op {name}: argument {wname!r}, which it mutates, shares memory with {oname!r}",
+                            hint="pass tensors that do not overlap (clone one of them)")
 
 
 def _kernel_name(kernel) -> str:
