@@ -19,6 +19,7 @@ from kiln.aot.schema import FunctionalVariant, bind_arguments, mutated_arguments
 NAMESPACE = "kiln_functional"
 _LIB = torch.library.Library(NAMESPACE, "FRAGMENT")
 _TWINS: dict = {}
+_ORIGINALS: dict = {}  # twin op -> (the mutating op, names of the arguments it mutates)
 _ALIAS = re.compile(r"\(\w+!?\)")
 
 
@@ -89,5 +90,11 @@ def _define(func, name: str, schema: str) -> FunctionalVariant:
     _LIB.define(schema)
     _LIB.impl(name, twin, "CompositeExplicitAutograd")
     op = getattr(getattr(torch.ops, NAMESPACE), name).default
+    _ORIGINALS[op] = (func, tuple(mutated))
     return FunctionalVariant(op, (), {arg: n_plain + i for i, arg in enumerate(mutated)},
                              {i: i for i in range(n_plain)})
+
+
+def original_of(twin_op) -> tuple | None:
+    """(the mutating op, the names of its mutated arguments) behind a functional twin, else None."""
+    return _ORIGINALS.get(twin_op)

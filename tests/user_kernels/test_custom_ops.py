@@ -150,3 +150,15 @@ def test_mutated_argument_sharing_memory_with_another_breaks():
     # graphs: before the call, the op's own Python body (run at the break, offered to kiln), after the call
     check(fn, lambda: (torch.randn(8),), "aot_eager", graphs=3, breaks=1)
     assert any("'out', which it mutates, shares memory with 'x'" in r for r in kiln.stats.snapshot()["graph_breaks"])
+
+
+def test_kiln_backend_hands_an_unread_empty_tensor_to_the_op_without_copying():
+    def fn(x):
+        y = torch.empty(8)
+        torch.ops.kiln_test_lib.fill_(y, 2.0)
+        return y * x
+
+    check(fn, lambda: (torch.randn(8),), "kiln")
+    text = str(kiln.explain(fn)(torch.randn(8)))
+    assert "InPlaceCall(kiln_test_lib.fill_.default, fresh=[('x', None)])" in text
+    assert "= aten_0(None, 2.0)" in text, text

@@ -1,6 +1,8 @@
 """User Triton kernels launched inside compiled code (Triton's interpreter, CPU tensors): one graph node per
 launch that records what the kernel writes, functionalized into a copy-and-launch twin, launched by the
 wrapper in order; what kiln cannot model exactly is a graph break with its reason."""
+import re
+
 import pytest
 import torch
 
@@ -121,7 +123,15 @@ def test_aot_graph_holds_the_functional_launch(kernels):
 def test_kiln_wrapper_launches_the_user_kernel(kernels):
     text = str(kiln.explain(kernels.read_before_and_after)(torch.randn(100)))
     assert "user Triton kernel add_kernel, writes out_ptr" in text
-    assert "aten_fallbacks" not in text
+    # y = x + 1 is computed, read (y * 3), copied for the kernel to overwrite, then read again
+    assert re.search(r"= aten_\d+\(\d+, \[buf\d+\], \[x\]\)  # user Triton kernel add_kernel", text), text
+
+
+def test_kiln_wrapper_gives_an_empty_output_to_the_kernel_without_filling_or_copying_it(kernels):
+    text = str(kiln.explain(kernels.add_then_relu)(torch.randn(100), torch.randn(100)))
+    assert re.search(r"= aten_\d+\(\d+, \[None\], \[x, y\]\)  # user Triton kernel add_kernel, writes out_ptr; "
+                     r"writes new tensors", text), text
+    assert "empty" not in text.split("wrapper:")[1].split("guards")[0].replace("empty_strided", "")
 
 
 def test_launch_hands_the_kernel_the_traced_layout(kernels):
