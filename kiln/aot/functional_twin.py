@@ -72,19 +72,31 @@ def functional_twin(func) -> FunctionalVariant | None:
     return variant
 
 
+def call_on_new_tensors(func, mutated, args, kwargs, new_tensor):
+    """Run the mutating op ``func`` with each tensor of a mutated argument replaced by
+    ``new_tensor((name, index or None), tensor)``; returns what its twin returns: the op's results, then
+    the mutated arguments' new values."""
+    bound = bind_arguments(func, args, kwargs)
+    for arg in mutated:
+        value = bound[arg]
+        if isinstance(value, (list, tuple)):
+            bound[arg] = [new_tensor((arg, i), t) for i, t in enumerate(value)]
+        else:
+            bound[arg] = new_tensor((arg, None), value)
+    margs, mkwargs = unbind_arguments(func, bound)
+    out = func(*margs, **mkwargs)
+    n_plain = len(func._schema.returns)
+    plain = [] if n_plain == 0 else [out] if n_plain == 1 else list(out)
+    results = plain + [bound[arg] for arg in mutated]
+    return results[0] if len(results) == 1 else tuple(results)
+
+
 def _define(func, name: str, schema: str) -> FunctionalVariant:
     mutated = mutated_arguments(func)
     n_plain = len(func._schema.returns)
 
     def twin(*args, **kwargs):
-        bound = bind_arguments(func, args, kwargs)
-        for arg in mutated:
-            bound[arg] = fresh_copy(bound[arg])
-        margs, mkwargs = unbind_arguments(func, bound)
-        out = func(*margs, **mkwargs)
-        plain = [] if n_plain == 0 else [out] if n_plain == 1 else list(out)
-        results = plain + [bound[arg] for arg in mutated]
-        return results[0] if len(results) == 1 else tuple(results)
+        return call_on_new_tensors(func, mutated, args, kwargs, lambda key, t: fresh_copy(t))
 
     twin.__name__ = name
     _LIB.define(schema)

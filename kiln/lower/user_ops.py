@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from kiln.aot.functional_twin import fresh_copy, original_of
+from kiln.aot.functional_twin import call_on_new_tensors, fresh_copy, original_of
 from kiln.aot.schema import bind_arguments, unbind_arguments
 
 _TORCH_NAMESPACES = (None, "aten", "prims", "prim")
@@ -73,19 +73,7 @@ class InPlaceCall:
         return fresh_copy(given)
 
     def __call__(self, *args, **kwargs):
-        bound = bind_arguments(self.func, args, kwargs)
-        for name in self.mutated:
-            value = bound[name]
-            if isinstance(value, (list, tuple)):
-                bound[name] = [self._new((name, i), v) for i, v in enumerate(value)]
-            else:
-                bound[name] = self._new((name, None), value)
-        margs, mkwargs = unbind_arguments(self.func, bound)
-        out = self.func(*margs, **mkwargs)
-        n_plain = len(self.func._schema.returns)
-        plain = [] if n_plain == 0 else [out] if n_plain == 1 else list(out)
-        results = plain + [bound[name] for name in self.mutated]
-        return results[0] if len(results) == 1 else tuple(results)
+        return call_on_new_tensors(self.func, self.mutated, args, kwargs, self._new)
 
     def __repr__(self) -> str:
         return f"InPlaceCall({self.func}, fresh={sorted(self.fresh)})"
