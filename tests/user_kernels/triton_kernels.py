@@ -151,3 +151,15 @@ triton_double.register_autograd(lambda ctx, grad: grad * 2)
 
 def wrapped_in_custom_op(x):
     return triton_double(x.sin()) * x
+
+
+@torch.library.triton_op("kiln_test::triton_add", mutates_args={})
+def triton_add(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    out = torch.empty_like(x)
+    n = x.numel()
+    torch.library.wrap_triton(add_kernel)[(triton.cdiv(n, 64),)](x, y, out, n, BLOCK=64)
+    return out
+
+
+def calls_a_triton_op(x, y):
+    return triton_add(x, y).relu() * 2

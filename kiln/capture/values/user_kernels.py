@@ -40,8 +40,17 @@ def wrap_user_kernel(tx, value, source) -> Value | None:
         if source is not None and type(source).__name__ != "ConstantSource":
             tx.output.guards.identity(source, value)
         if type(value).__name__ == "CustomOpDef":
+            body = triton_op_body(value)
+            if body is not None and value._backward_fn is None:
+                # torch.library.triton_op: its body is traced (it launches wrap_triton(kernel)[grid](...)),
+                # as its fake implementation is the body itself
+                from kiln.capture.values.functions import UserFunctionValue
+
+                return UserFunctionValue(body, None)
             return CustomOpValue(value._opoverload, source, differentiable=value._backward_fn is not None)
         return CustomOpValue(value, source, differentiable=_has_autograd_kernel(value))
+    if getattr(value, "__name__", None) == "wrap_triton" and getattr(value, "__module__", "").startswith("torch"):
+        return WrapTritonValue(value, None)
     if "triton" in sys.modules and any(value is f for f in _triton_helpers()):
         return TritonHelperValue(value, None)
     if "triton" in sys.modules and _is_triton_kernel(value):
@@ -49,6 +58,25 @@ def wrap_user_kernel(tx, value, source) -> Value | None:
             tx.output.guards.identity(source, value)
         return TritonKernelValue(value, source)
     return None
+
+
+def triton_op_body(op) -> types.FunctionType | None:
+    """The user's function behind a ``torch.library.triton_op`` (its backend function closes over it)."""
+    init = getattr(op, "_init_fn", None)
+    code = getattr(init, "__code__", None)
+    if code is None or not init.__qualname__.startswith("triton_op.") or code.co_freevars != ("fn",):
+        return None
+    body = init.__closure__[0].cell_contents
+    return body if isinstance(body, types.FunctionType) else None
+
+
+class WrapTritonValue(KnownFunctionValue):
+    """``torch.library.wrap_triton(kernel)``: the kernel itself (its launches are recorded as usual)."""
+
+    def call(self, tx, args, kwargs) -> Value:
+        if len(args) != 1 or kwargs or not isinstance(args[0], TritonKernelValue):
+            unsupported("torch.library.wrap_triton of something other than a Triton kernel")
+        return args[0]
 
 
 def _is_triton_kernel(value) -> bool:
