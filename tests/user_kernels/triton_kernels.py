@@ -163,3 +163,17 @@ def triton_add(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
 def calls_a_triton_op(x, y):
     return triton_add(x, y).relu() * 2
+
+
+@triton.jit
+def cast_kernel(x_ptr, out_ptr, n, OUT_DTYPE: tl.constexpr, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=m).to(OUT_DTYPE), mask=m)
+
+
+def dtype_argument(x):
+    out = torch.empty(x.shape, dtype=torch.float16)
+    n = x.numel()
+    cast_kernel[lambda meta, n=n: (triton.cdiv(n, meta["BLOCK"]),)](x, out, n, OUT_DTYPE=tl.float16, BLOCK=32)
+    return out.float() + 1

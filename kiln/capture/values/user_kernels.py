@@ -53,6 +53,10 @@ def wrap_user_kernel(tx, value, source) -> Value | None:
         return WrapTritonValue(value, None)
     if "triton" in sys.modules and any(value is f for f in _triton_helpers()):
         return TritonHelperValue(value, None)
+    if _is_triton_constant(value):  # tl.float16, tl.constexpr(4): kernel arguments, fixed objects
+        if source is not None and type(source).__name__ != "ConstantSource":
+            tx.output.guards.identity(source, value)
+        return ConstantValue(value)
     if "triton" in sys.modules and _is_triton_kernel(value):
         if source is not None and type(source).__name__ != "ConstantSource":
             tx.output.guards.identity(source, value)
@@ -77,6 +81,12 @@ class WrapTritonValue(KnownFunctionValue):
         if len(args) != 1 or kwargs or not isinstance(args[0], TritonKernelValue):
             unsupported("torch.library.wrap_triton of something other than a Triton kernel")
         return args[0]
+
+
+def _is_triton_constant(value) -> bool:
+    language = sys.modules.get("triton.language")
+    kinds = tuple(k for k in (getattr(language, "dtype", None), getattr(language, "constexpr", None)) if k is not None)
+    return bool(kinds) and isinstance(value, kinds)
 
 
 def _is_triton_kernel(value) -> bool:
@@ -287,4 +297,7 @@ def _rebuild_function(fn) -> types.FunctionType:
                                                                          "defaults") for d in fn.default_values or ())
     rebuilt = types.FunctionType(fn.code, fn.f_globals, fn.code.co_name, defaults or None, tuple(cells) or None)
     rebuilt.__qualname__ = fn.qualname
+    if fn.kwdefault_values:
+        rebuilt.__kwdefaults__ = {k: v.as_constant() if v.is_constant() else unsupported(
+            "a grid function with non-constant keyword defaults") for k, v in fn.kwdefault_values.items()}
     return rebuilt
