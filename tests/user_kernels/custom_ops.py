@@ -67,3 +67,13 @@ lib.impl("twice", lambda x: torch.empty_like(x), "Meta")
 lib.define("fill_(Tensor(a!) x, float v) -> ()")
 lib.impl("fill_", lambda x, v: (x.fill_(v), None)[1], "CPU")
 lib.impl("fill_", lambda x, v: None, "Meta")
+
+
+@torch.library.custom_op("kiln_test::count_positive", mutates_args=())
+def count_positive(x: torch.Tensor) -> int:
+    return int((x > 0).sum())
+
+
+@count_positive.register_fake
+def _(x):
+    return 0  # a number the fake cannot know: the call must break, not bake 0 into the graph

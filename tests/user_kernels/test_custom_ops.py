@@ -162,3 +162,12 @@ def test_kiln_backend_hands_an_unread_empty_tensor_to_the_op_without_copying():
     text = str(kiln.explain(fn)(torch.randn(8)))
     assert "InPlaceCall(kiln_test_lib.fill_.default, fresh=[('x', None)])" in text
     assert "= aten_0(None, 2.0)" in text, text
+
+
+def test_op_returning_a_number_breaks():
+    def fn(x):
+        return x * ops.count_positive(x)
+
+    # (the op's own body, run as Python at the break, is offered to kiln too: a graph and a break of its own)
+    check(fn, lambda: (torch.ones(4),), "eager", graphs=2, breaks=2)
+    assert any("count_positive returns a int" in r for r in kiln.stats.snapshot()["graph_breaks"])

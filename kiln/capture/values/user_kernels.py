@@ -139,6 +139,7 @@ class CustomOpValue(TorchFunctionValue):
             unsupported(f"custom op {self._name()} has no autograd formula and an argument requires grad",
                         hint="register one with op.register_autograd (torch.library.register_autograd), "
                              "or call it under torch.no_grad(); kiln runs the call as Python, as eager does")
+        _refuse_non_tensor_results(self.fn, self._name())
         _refuse_aliased_mutation(self.fn, self._name(), args, kwargs)
         try:
             return super().call(tx, args, kwargs)
@@ -227,6 +228,19 @@ def _any_requires_grad(args, kwargs) -> bool:
             if isinstance(example, torch.Tensor) and example.requires_grad:
                 return True
     return False
+
+
+_TENSOR_RESULTS = ("Tensor", "Optional[Tensor]", "List[Tensor]", "Tensor?", "Tensor[]")
+
+
+def _refuse_non_tensor_results(op, name: str) -> None:
+    """A result that is a number (``-> int``) would be the fake implementation's value, fixed in the graph."""
+    ops = [getattr(op, o) for o in op.overloads()] if isinstance(op, torch._ops.OpOverloadPacket) else [op]
+    for overload in ops:
+        for ret in overload._schema.returns:
+            if str(ret.type) not in _TENSOR_RESULTS:
+                unsupported(f"custom op {name} returns a {ret.type}, which its fake implementation cannot know",
+                            hint="kiln runs the call as Python; return tensors only to keep it in the graph")
 
 
 def _refuse_aliased_mutation(op, name: str, args, kwargs) -> None:
