@@ -171,3 +171,12 @@ def test_op_returning_a_number_breaks():
     # (the op's own body, run as Python at the break, is offered to kiln too: a graph and a break of its own)
     check(fn, lambda: (torch.ones(4),), "eager", graphs=2, breaks=2)
     assert any("count_positive returns a int" in r for r in kiln.stats.snapshot()["graph_breaks"])
+
+
+def test_an_overload_read_from_the_packet_keeps_the_checks():
+    def fn(x):
+        return torch.ops.kiln_test_lib.twice.default(x) + 1
+
+    x = torch.randn(4, requires_grad=True)
+    kiln.compile(fn, backend="eager")(x)
+    assert any("kiln_test_lib::twice has no autograd formula" in r for r in kiln.stats.snapshot()["graph_breaks"])

@@ -154,7 +154,10 @@ class CustomOpValue(TorchFunctionValue):
 
     def getattr(self, tx, name: str) -> Value:
         if isinstance(self.fn, torch._ops.OpOverloadPacket):
-            return super().getattr(tx, name)
+            found = super().getattr(tx, name)  # torch.ops.ns.op.overload: the same checks apply to it
+            if isinstance(found, TorchFunctionValue) and isinstance(found.fn, torch._ops.OpOverload):
+                return CustomOpValue(found.fn, None, differentiable=self.differentiable)
+            return found
         unsupported(f"attribute {name!r} of custom op {self._name()}")
 
     def _name(self) -> str:
