@@ -15,6 +15,7 @@ import types
 
 import torch
 
+from kiln.capture.sources import ConstantSource
 from kiln.capture.values.base import ConstantValue, KnownFunctionValue, Value, unsupported
 from kiln.errors import Unsupported
 from kiln.capture.values.tensors import TensorValue
@@ -37,8 +38,7 @@ def is_custom_op(obj) -> bool:
 def wrap_user_kernel(tx, value, source) -> Value | None:
     """The value for a custom op or a Triton kernel object, or None for anything else."""
     if is_custom_op(value):
-        if source is not None and type(source).__name__ != "ConstantSource":
-            tx.output.guards.identity(source, value)
+        _guard_identity(tx, source, value)
         if type(value).__name__ == "CustomOpDef":
             body = triton_op_body(value)
             if body is not None and value._backward_fn is None:
@@ -54,14 +54,17 @@ def wrap_user_kernel(tx, value, source) -> Value | None:
     if "triton" in sys.modules and any(value is f for f in _triton_helpers()):
         return TritonHelperValue(value, None)
     if _is_triton_constant(value):  # tl.float16, tl.constexpr(4): kernel arguments, fixed objects
-        if source is not None and type(source).__name__ != "ConstantSource":
-            tx.output.guards.identity(source, value)
+        _guard_identity(tx, source, value)
         return ConstantValue(value)
     if "triton" in sys.modules and _is_triton_kernel(value):
-        if source is not None and type(source).__name__ != "ConstantSource":
-            tx.output.guards.identity(source, value)
+        _guard_identity(tx, source, value)
         return TritonKernelValue(value, source)
     return None
+
+
+def _guard_identity(tx, source, value) -> None:
+    if source is not None and not isinstance(source, ConstantSource):
+        tx.output.guards.identity(source, value)
 
 
 def triton_op_body(op) -> types.FunctionType | None:
