@@ -40,10 +40,10 @@ def test_issue_example_is_one_graph(kernels, backend):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("name", ["add_into_input", "autotuned", "heuristic_block", "read_before_and_after",
-                                  "through_a_helper", "calls_a_triton_op", "dtype_argument"])
+                                  "through_a_helper", "calls_a_triton_op", "dtype_argument", "writes_a_row"])
 def test_launches_match_eager(kernels, backend, name):
     fn = getattr(kernels, name)
-    check(fn, _two() if name in ("add_into_input", "calls_a_triton_op") else _one(), backend)
+    check(fn, _two() if name in ("add_into_input", "calls_a_triton_op", "writes_a_row") else _one(), backend)
 
 
 @pytest.mark.parametrize("backend", ["eager", "kiln"])

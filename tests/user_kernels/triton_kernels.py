@@ -177,3 +177,10 @@ def dtype_argument(x):
     n = x.numel()
     cast_kernel[lambda meta, n=n: (triton.cdiv(n, meta["BLOCK"]),)](x, out, n, OUT_DTYPE=tl.float16, BLOCK=32)
     return out.float() + 1
+
+
+def writes_a_row(x, y):
+    out = torch.zeros(3, 100)
+    add_kernel[(2,)](x, y, out[1], 100, BLOCK=64)  # a view with an offset: written back into out
+    add_kernel[(1,)](x[:50], x[:50], y[50:], 50, BLOCK=64)  # writes half of an input, in place
+    return out.sum(0), y * 1
