@@ -180,3 +180,17 @@ def test_an_overload_read_from_the_packet_keeps_the_checks():
     x = torch.randn(4, requires_grad=True)
     kiln.compile(fn, backend="eager")(x)
     assert any("kiln_test_lib::twice has no autograd formula" in r for r in kiln.stats.snapshot()["graph_breaks"])
+
+
+def test_op_without_autograd_and_integer_results_stays_in_the_graph_under_grad():
+    def fn(x):
+        return x[torch.arange(3), torch.ops.kiln_test_lib.argmax_rows(x)] * 2
+
+    x = torch.randn(3, 5, requires_grad=True)
+    xr = x.detach().clone().requires_grad_()
+    breaks = sum(kiln.stats.snapshot()["graph_breaks"].values())
+    out = kiln.compile(fn, backend="aot_eager")(x)
+    out.sum().backward()
+    fn(xr).sum().backward()
+    torch.testing.assert_close(x.grad, xr.grad)
+    assert sum(kiln.stats.snapshot()["graph_breaks"].values()) == breaks

@@ -138,7 +138,8 @@ class CustomOpValue(TorchFunctionValue):
         self.differentiable = differentiable
 
     def call(self, tx, args, kwargs) -> Value:
-        if not self.differentiable and tx.output.grad_enabled and _any_requires_grad(args, kwargs):
+        if not self.differentiable and tx.output.grad_enabled and _any_requires_grad(args, kwargs) and \
+                _differentiable_results(tx, self.fn, args, kwargs):
             unsupported(f"custom op {self._name()} has no autograd formula and an argument requires grad",
                         hint="register one with op.register_autograd (torch.library.register_autograd), "
                              "or call it under torch.no_grad(); kiln runs the call as Python, as eager does")
@@ -271,6 +272,16 @@ def _refuse_aliased_mutation(op, name: str, args, kwargs) -> None:
             if oname != wname and set(wkeys) & set(okeys):
                 unsupported(f"custom op {name}: argument {wname!r}, which it mutates, shares memory with {oname!r}",
                             hint="pass tensors that do not overlap (clone one of them)")
+
+
+def _differentiable_results(tx, op, args, kwargs) -> bool:
+    """Whether the op makes floating or complex tensors (integer results, like indices, carry no gradient)."""
+    from kiln.capture.output_graph import to_fx
+    from kiln.fake.tree import leaves
+
+    example = tx.output._run_on_fakes("call_function", op, tuple(to_fx(a) for a in args),
+                                      {k: to_fx(v) for k, v in kwargs.items()})
+    return any(isinstance(t, torch.Tensor) and (t.is_floating_point() or t.is_complex()) for t in leaves(example))
 
 
 def _kernel_name(kernel) -> str:
