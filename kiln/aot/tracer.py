@@ -13,6 +13,7 @@ import torch
 import torch.fx as fx
 
 from kiln.aot.builder import GraphBuilder
+from kiln.aot.functional_twin import functional_twin
 from kiln.aot.functionalize import Functionalizer, Storage, Value, ViewStep
 from kiln.aot.schema import (
     bind_arguments,
@@ -233,14 +234,17 @@ class AtenTracer(DispatchMode):
         node_args = {k: self._nodes(v) for k, v in bound.items()}
         out = run_on_fakes(func, args, kwargs)
         variant = functional_variant(func)
-        if variant is not None and all(i is None for _, i, _ in targets):
+        twin = functional_twin(func) if variant is None else None  # a user op's (functional_twin.py)
+        if twin is not None or (variant is not None and all(i is None for _, i, _ in targets)):
+            variant = variant or twin
             # the functional op goes through the tracer again, so decompositions apply to it
             fargs, fkwargs = unbind_arguments(variant.op, bound, drop=variant.drop)
             with self:
                 fout = variant.op(*fargs, **fkwargs)
-            results = fout if isinstance(fout, (tuple, list)) else (fout,)
-            for name, _, fake in targets:
-                self._write(fake, self.node_of(results[variant.new_values[name]]))
+            results = (fout,) if len(variant.op._schema.returns) == 1 else fout
+            for name, i, fake in targets:
+                new = results[variant.new_values[name]]
+                self._write(fake, self.node_of(new if i is None else new[i]))
             outs = out if isinstance(out, (tuple, list)) else (out,)
             for orig, fidx in variant.results.items():
                 if isinstance(outs[orig], FakeTensor):

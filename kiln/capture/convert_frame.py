@@ -16,6 +16,7 @@ import torch
 import torch.fx as fx
 
 from kiln.capture import hook
+from kiln.capture.triton_stores import is_kernel_code
 from kiln.capture.codegen import collect_tensors, transformed_code
 from kiln.capture.dynamic import DYNAMIC_BACKENDS, DynamicPolicy, FrameShapes
 from kiln.capture.frame_filter import SKIP_AFTER, may_use_tensors
@@ -103,7 +104,7 @@ class FrameCompiler:
                                       "as explicit device=/dtype= arguments")
             stats.eager_fallbacks["a TorchFunctionMode is active"] += 1
             return None
-        if not should_offer(code):
+        if not should_offer(code) or is_kernel_code(code, f_globals):
             hook.mark_skip(code)
             _SKIPPED_CODES.add(code)
             return None

@@ -372,6 +372,11 @@ def written_tensors(kind: str, target, args, kwargs) -> list:
         written.append(args[0] if args else None)
     elif kind == "call_function" and (target in INPLACE_TO_PLAIN or target is operator.setitem):
         written.append(args[0] if args else None)
+    elif kind == "call_function" and isinstance(target, torch._ops.OpOverload) and target._schema.is_mutable:
+        for i, arg in enumerate(target._schema.arguments):  # torch.ops.<ns>.<op>: its (a!) arguments
+            if arg.alias_info is not None and arg.alias_info.is_write:
+                value = args[i] if i < len(args) and not arg.kwarg_only else kwargs.get(arg.name)
+                written.extend(value if isinstance(value, (tuple, list)) else [value])
     out = kwargs.get("out")
     written.extend(out if isinstance(out, (tuple, list)) else [out])
     return written

@@ -19,6 +19,7 @@ from kiln.loopir.nodes import (
     Buffer, ComputedBuffer, ConstantBuffer, ExternKernel, ExternOutput, InputBuffer, Lazy, Pointwise, Reduction,
     Stored, TensorValue, contiguous_strides, is_dense,
 )
+from kiln.lower.user_ops import lower_user_op, user_op_reason
 from kiln.lower.bias_fold import fold_bias_into_matmul
 from kiln.lower.gemm_padding import pad_misaligned_matmuls
 from kiln.lower.registry import Unlowerable, lowerings
@@ -257,6 +258,9 @@ class GraphLowering:
             fresh = self.realize(Lazy(tuple(x.size), x.dtype, x.device, x.loader(), 1, (node,)))
             return self.add_extern(node.target, (fresh, *args[1:]), kwargs, "random op (ATen's generator)", node)
         fn = table.get(node.target)
+        user_reason = user_op_reason(node) if fn is None else None  # custom ops, user Triton kernels
+        if user_reason is not None:
+            return lower_user_op(self, node, args, kwargs, user_reason)
         if fn is None:
             reason = "no lowering"
         else:

@@ -29,7 +29,7 @@ _USER_TRITON_KERNEL = textwrap.dedent('''
     for _ in range(3):
         torch.testing.assert_close(compiled(x, y), f(x, y))
     stats = kiln.stats.snapshot()
-    assert stats["graphs"] <= 3, stats  # before the launch, after it (not hundreds inside Triton)
+    assert stats["graphs"] == 1 and not stats["graph_breaks"], stats  # the launch is a node of the graph
     print("OK", stats["graphs"])
 ''')
 
@@ -42,7 +42,8 @@ def test_triton_package_is_not_traced_into():
 
 def test_user_triton_kernel_launch_gives_eager_result():
     """A user @triton.jit kernel launched in compiled code (Triton's interpreter on CPU) writes the tensor the
-    graph reads afterwards; kiln once traced into Triton's launcher and returned garbage."""
+    graph reads afterwards; kiln once traced into Triton's launcher and returned garbage. The launch is now
+    one node of one graph (tests/user_kernels/ has the rest)."""
     pytest.importorskip("triton")
     env = dict(os.environ, TRITON_INTERPRET="1")
     done = subprocess.run([sys.executable, "-c", _USER_TRITON_KERNEL], env=env, capture_output=True, text=True,

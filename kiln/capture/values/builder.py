@@ -125,6 +125,11 @@ def _wrap(tx, value, source, qualname) -> Value:
         if source is not None and not isinstance(source, ConstantSource):
             guards.identity(source, value)
         return PythonModuleValue(value, source)
+    from kiln.capture.values.user_kernels import wrap_user_kernel
+
+    user_kernel = wrap_user_kernel(tx, value, source)  # custom ops, user Triton kernels
+    if user_kernel is not None:
+        return user_kernel
     if is_torch_function(value):
         if source is not None and not isinstance(source, ConstantSource):
             guards.identity(source, value)
