@@ -157,6 +157,11 @@ class _Symbolic(OpsHandler):
         out = torch.int64 if kind in ("argmax", "argmin") else dtype
         return self._emit(f"reduction({kind}, {value})", out)
 
+    def scan(self, kind, value, dim):
+        from kiln.loopir.scan import scan_result_dtype
+
+        return self._emit(f"scan({kind}, {value}, dim={dim})", scan_result_dtype(kind, value.dtype))
+
     def masked(self, mask, body, other):
         start = len(self.lines)
         value = body()
@@ -217,6 +222,8 @@ def format_buffer(buf: ComputedBuffer, dtypes: Mapping[str, torch.dtype]) -> str
     head = f"{buf.describe()} = "
     if isinstance(data, Pointwise):
         head += f"pointwise over {list(data.ranges)}"
+    elif hasattr(data, "describe"):
+        head += data.describe()
     else:
         head += f"reduction {data.kind} over {list(data.ranges)} x {list(data.reduction_ranges)}"
     return "\n".join([head] + ["    " + line for line in p.lines])
@@ -335,6 +342,11 @@ class Evaluator(OpsHandler):
 
     def where(self, c, a, b):
         return torch.where(c, a, b)
+
+    def scan(self, kind, value, dim):
+        from kiln.loopir.scan import evaluate_scan
+
+        return evaluate_scan(kind, torch.as_tensor(value).expand(self.env_shape), dim)
 
     def reduction(self, kind, value, dtype):
         value = torch.as_tensor(value).to(dtype)

@@ -40,6 +40,7 @@ from kiln.codegen.cpp.ops import CTYPE, CppOps, accumulator_decls
 from kiln.codegen.cpp.rows import plan_rows
 from kiln.loopir.handlers import ReadsWrites, run_body
 from kiln.loopir.nodes import Reduction
+from kiln.loopir.scan import is_scan
 from kiln.loopir.sizes import hint, is_symbolic, prod, used_size_symbols
 from kiln.schedule.fusion import block_of, split_outer
 from kiln.schedule.scheduler import FusedGroup
@@ -173,6 +174,10 @@ def _local_decls(ctx: KernelContext, buffers) -> tuple[list[str], list[str]]:
 
 
 def generate_kernel(group: FusedGroup, buffers: dict, index: int) -> CppKernel:
+    if any(is_scan(m) for m in group.members):
+        from kiln.codegen.cpp.scan import generate_scan_kernel
+
+        return generate_scan_kernel(group, buffers, index)
     ctx = KernelContext(group, buffers)
     origins = tuple(o for m in group.members for o in m.node.origins if o is not None)
     name = kernel_name("cpp", origins, index)

@@ -1,0 +1,164 @@
+"""C++ for a group with scans (``loopir/scan.py``; which nodes share the group: ``schedule/scan_rules.py``).
+
+Every member runs over the same loops ``outer x n x inner`` (``n``: the scanned dim). Shape::
+
+    #pragma omp parallel for collapse(..)        (outer loops and inner tiles, above a work threshold)
+    for x0 .. x{s-1}:                            outer loops
+      for xt in tiles of inner (TILE wide):      only when there are inner dims
+        accumulators[TILE], one per scan member
+        for x{s} in 0..n:                        sequential along the scan
+          #pragma omp simd                       across the tile: independent rows, vectorized
+          for xi in tile:
+            member 1 (pointwise: its body; scan: load, combine into the accumulator, store) ...
+
+A scan along the last dim has no inner tile: one accumulator per row, rows in parallel.
+"""
+from __future__ import annotations
+
+import torch
+
+from kiln.codegen.common import kernel_name, provenance
+from kiln.codegen.cpp.kernel import PARALLEL_THRESHOLD, CppKernel, KernelContext
+from kiln.codegen.cpp.loops import TILE, block, loop
+from kiln.codegen.cpp.ops import CTYPE, CppOps, CppVal, c_literal
+from kiln.loopir.handlers import SimplifiedIndices, iteration_vars, run_body, var_ranges
+from kiln.loopir.index import linear_index
+from kiln.loopir.ops import reduction_identity
+from kiln.loopir.scan import is_scan, scan_loop
+from kiln.loopir.sizes import prod
+from kiln.schedule.scheduler import FusedGroup
+
+SCAN_IDENTITY = {"sum": 0, "prod": 1, "logsumexp": float("-inf")}
+
+
+def cast(expr: str, src: torch.dtype, dst: torch.dtype) -> str:
+    """C conversion of ``expr`` from ``src`` to ``dst`` (as CppOps.to_dtype)."""
+    if src == dst:
+        return expr
+    if src == torch.bfloat16:
+        expr = f"static_cast<float>({expr})"
+    if dst == torch.bfloat16:
+        return f"kiln_bf16(static_cast<float>({expr}))"
+    return f"static_cast<{CTYPE[dst]}>({expr})"
+
+
+def _identity(data) -> str:
+    if data.kind in SCAN_IDENTITY:
+        return c_literal(SCAN_IDENTITY[data.kind], data.acc_dtype)
+    base = data.kind.replace("arg", "")
+    return c_literal(reduction_identity(base, data.acc_dtype), data.acc_dtype)
+
+
+def _take_condition(data, v: str, acc: str) -> str:
+    """When a cummax/cummin step takes the new element ``v`` (ATen: NaN sticks, ties take the later)."""
+    cmp = ">=" if data.kind in ("max", "argmax") else "<="
+    if not data.acc_dtype.is_floating_point:
+        return f"({v} {cmp} {acc})"
+    return f"(std::isnan({v}) || (!std::isnan({acc}) && {v} {cmp} {acc}))"
+
+
+def scan_step(data, v: str, acc: str, idx: str, position: str, take: str = "take") -> tuple[list[str], str]:
+    """C statements folding element ``v`` (at scan position ``position``) into the accumulator ``acc``
+    (and the index accumulator ``idx`` of argmax/argmin), and the C expression of the stored result."""
+    A = data.acc_dtype
+    av = cast(v, data.value_dtype, A)
+    if data.kind == "sum":
+        return [f"{acc} = {acc} + {av};"], acc
+    if data.kind == "prod":
+        return [f"{acc} = {acc} * {av};"], acc
+    if data.kind == "logsumexp":
+        return [f"{acc} = kiln_log_add_exp({av}, {acc});"], acc
+    lines = [f"const bool {take} = {_take_condition(data, av, acc)};", f"{acc} = {take} ? {av} : {acc};"]
+    if data.kind in ("argmax", "argmin"):
+        return lines + [f"{idx} = {take} ? {position} : {idx};"], idx
+    return lines, acc
+
+
+def _member_lines(ctx, member, acc_ref, position: str) -> list[str]:
+    """One member's statements for one element."""
+    node = member.node
+    ops = CppOps(ctx)
+    if not is_scan(member):
+        run_body(node, ops)
+        return [f"// {node.name}"] + block(ops.lines)
+    data = node.data
+    xs, _ = iteration_vars(node)
+    sops = SimplifiedIndices(ops, var_ranges(node))
+    value = data.body(sops, xs)
+    acc, idx = acc_ref(f"acc_{node.name}"), acc_ref(f"idx_{node.name}")
+    step, result = scan_step(data, value.name, acc, idx, position, f"take_{node.name}")
+    ops.lines += step
+    src = torch.int64 if data.kind in ("argmax", "argmin") else data.acc_dtype
+    sops.store(node.name, linear_index(xs, node.stride), CppVal(cast(result, src, data.dtype), data.dtype))
+    return [f"// {node.name}: {data.describe()}"] + block(ops.lines)
+
+
+def _acc_decls(scans, tiled: bool) -> list[str]:
+    lines = []
+    for m in scans:
+        data, name = m.node.data, m.node.name
+        A = CTYPE[data.acc_dtype]
+        arrays = [(f"acc_{name}", A, _identity(data))]
+        if data.kind in ("argmax", "argmin"):
+            arrays.append((f"idx_{name}", "int64_t", "0"))
+        for var, T, init in arrays:
+            if tiled:
+                lines += [f"{T} {var}[{TILE}];", f"for (int64_t xi = 0; xi < {TILE}; ++xi) {var}[xi] = {init};"]
+            else:
+                lines.append(f"{T} {var} = {init};")
+    return lines
+
+
+def _inner_defs(inner, first: int) -> list[str]:
+    """The inner loop variables ``x{first}..`` from the flat inner position ``xt + xi`` (row-major)."""
+    if len(inner) == 1:
+        return [f"const int64_t x{first} = xt + xi;"]
+    lines = ["const int64_t xf = xt + xi;"]
+    for d, n in enumerate(inner):
+        below = prod(inner[d + 1:])
+        expr = "xf" if below == 1 else f"(xf / {below})"
+        lines.append(f"const int64_t x{first + d} = {expr}{f' % {n}' if d > 0 else ''};")
+    return lines
+
+
+def generate_scan_kernel(group: FusedGroup, buffers: dict, index: int) -> CppKernel:
+    ctx = KernelContext(group, buffers)
+    origins = tuple(o for m in group.members for o in m.node.origins if o is not None)
+    name = kernel_name("cpp", origins, index)
+    ranges = [int(n) for n in group.members[0].ranges]
+    scans = [m for m in group.members if is_scan(m)]
+    s = scan_loop(scans[0].node.data)
+    outer, n, inner = ranges[:s], ranges[s], ranges[s + 1:]
+    tiled = bool(inner)
+    acc_ref = (lambda a: f"{a}[xi]") if tiled else (lambda a: a)
+    scalars = [f"{CTYPE[buffers[b].dtype]} local_{b};" for b in sorted(ctx.local_blocks)]
+    element = list(scalars)
+    for m in group.members:
+        element += _member_lines(ctx, m, acc_ref, f"x{s}")
+    work = prod(ranges)
+    parallel = work >= PARALLEL_THRESHOLD and (outer or prod(inner) > TILE)
+    loops = [loop(f"x{d}", outer[d]) for d in range(len(outer))]
+    if tiled:
+        count = prod(inner)
+        loops.append(f"for (int64_t xt = 0; xt < {count}; xt += {TILE})")
+        scan = [loop(f"x{s}", n)] + block(["#pragma omp simd", f"for (int64_t xi = 0; xi < xn; ++xi)"]
+                                          + block(_inner_defs(inner, s + 1) + element))
+        row = [f"const int64_t xn = std::min<int64_t>({TILE}, {count} - xt);"] + _acc_decls(scans, True) + scan
+    else:
+        row = _acc_decls(scans, False) + [loop(f"x{s}", n)] + block(element)
+    body = row
+    for head in reversed(loops):
+        body = [head] + block(body)
+    if parallel:
+        body = [f"#pragma omp parallel for{f' collapse({len(loops)})' if len(loops) > 1 else ''}"] + body
+    params = []
+    for buf_name, kind in ctx.params:
+        T = CTYPE[buffers[buf_name].dtype]
+        ptr = ctx.pointers[buf_name]
+        params.append(f"const {T}* __restrict__ {ptr}" if kind == "in" else f"{T}* __restrict__ {ptr}")
+    header = [f"// {name}: {', '.join(m.name for m in group.members)}  (scan along loop x{s})"]
+    header += [f"//   {line}" for line in provenance(origins)]
+    if group.locals:
+        header.append(f"//   kernel-local (never allocated): {', '.join(sorted(group.locals))}")
+    src = header + [f'extern "C" void {name}({", ".join(params)})'] + block(body)
+    return CppKernel(name, "\n".join(src), ctx.params, origins, work, ctx.checks_bounds, [])
