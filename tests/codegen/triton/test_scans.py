@@ -1,0 +1,60 @@
+"""Scans through the Triton generator (Triton's interpreter on CPU): persistent rows (one
+tl.associative_scan per row block) and looped rows (blocks with a carried prefix), fused producers and
+consumers, NaN/inf/ties, integer and low-precision dtypes."""
+import pytest
+import torch
+
+from tests.codegen.triton.helpers import check
+
+NAN = float("nan")
+
+
+def _nans_and_ties(shape, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = (torch.rand(shape, generator=g) * 8 - 4).round()
+    flat = x.view(-1)
+    flat[3::11] = NAN
+    flat[5::13] = float("inf")
+    flat[7::17] = float("-inf")
+    return x
+
+
+def _all_scans(x):
+    a, b = torch.cummax(x, 0), torch.cummin(x, 1)
+    return torch.cumsum(x, 1), torch.cumprod(x * 0.25, 0), torch.logcumsumexp(x, -1), a[0], a[1], b[0], b[1]
+
+
+@pytest.mark.parametrize("looped", [False, True])
+def test_scans_persistent_and_looped(looped):
+    changes = {"triton_persistent_max": 4, "triton_max_block": 8} if looped else {}
+    cg = check(_all_scans, _nans_and_ties((37, 29)), **changes)
+    assert ("for roffset" in cg.source) == looped
+    assert "tl.associative_scan" in cg.source
+
+
+def test_fused_producer_and_consumer_one_kernel():
+    def f(x, y):
+        return torch.cumsum(torch.relu(x) * y, 1).sigmoid() + 1
+
+    cg = check(f, torch.randn(16, 50), torch.randn(16, 50), kernels=1)
+    assert "kernel-local" in cg.source
+
+
+def test_integer_bool_and_half_scans():
+    def f(a, b, h):
+        m = torch.cummax(b, 1)
+        return torch.cumsum(a, 0), torch.cumprod(a, 1), m[0], m[1], torch.cumsum(b, 1), torch.cumsum(h, 1)
+
+    g = torch.Generator().manual_seed(1)
+    a = torch.randint(-3, 4, (9, 33), generator=g, dtype=torch.int32)
+    b = torch.randint(0, 2, (9, 33), generator=g).bool()
+    h = torch.randn(9, 33, generator=g).half()
+    check(f, a, b, h, atol=1e-2, rtol=1e-2, triton_persistent_max=16, triton_max_block=16)
+
+
+def test_scan_middle_dim_of_3d():
+    def f(x):
+        m = torch.cummin(x, 1)
+        return torch.cumsum(x, 1), m[0], m[1]
+
+    check(f, _nans_and_ties((3, 41, 5)), triton_persistent_max=16, triton_max_block=16)
