@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import torch
 
-from kiln.loopir.nodes import ComputedBuffer, Lazy, Stored, contiguous_strides
+from kiln.loopir.nodes import ComputedBuffer, Lazy, Stored, contiguous_strides, is_dense
 from kiln.loopir.scan import Scan
-from kiln.loopir.sizes import any_symbolic
+from kiln.loopir.sizes import any_symbolic, shape_of, strides_of
 from kiln.lower.common import LOW_PRECISION, origins_of, upcast
 from kiln.lower.graph import fake_val
 from kiln.lower.registry import Unlowerable, lowering
@@ -67,8 +67,17 @@ def _trivial(x, node, kind: str, source: torch.dtype, result: torch.dtype):
     return Lazy(tuple(x.size), result, x.device, body, 2, origins_of(node, x))
 
 
-def add_scan(g, node, x, dim: int, kind: str, out_dtype: torch.dtype) -> Stored | Lazy:
-    """A buffer holding the scan of ``x`` (a TensorValue) along ``dim`` (already normalized)."""
+def eager_strides(val, size) -> tuple:
+    """The strides eager gives a result (``val``: its fake tensor) when dense, else row-major: a result
+    read or returned in eager's layout needs no copy."""
+    if isinstance(val, torch.Tensor) and shape_of(val) == tuple(size) and is_dense(size, strides_of(val)):
+        return strides_of(val)
+    return contiguous_strides(size)
+
+
+def add_scan(g, node, x, dim: int, kind: str, out_dtype: torch.dtype, val=None) -> Stored | Lazy:
+    """A buffer holding the scan of ``x`` (a TensorValue) along ``dim`` (already normalized); ``val``:
+    the result's fake tensor (its layout is the buffer's when dense)."""
     size = tuple(x.size)
     numel = 1
     for n in size:
@@ -80,7 +89,7 @@ def add_scan(g, node, x, dim: int, kind: str, out_dtype: torch.dtype) -> Stored 
         return _trivial(x, node, kind, source, result)
     value_dtype = upcast(source)
     data = Scan(size, dim, _converted(x, source), kind, result, acc_dtype(kind, source, x.device), value_dtype)
-    stride = contiguous_strides(size)
+    stride = eager_strides(val, size)
     buf = ComputedBuffer(g.new_name(), result, x.device, size, stride, origins_of(node, x), data=data)
     g.nodes.append(buf)
     return Stored(buf, size, stride, 0)
@@ -89,7 +98,7 @@ def add_scan(g, node, x, dim: int, kind: str, out_dtype: torch.dtype) -> Stored 
 def _sum_like(kind):
     def lower(g, node, x, dim, *, dtype=None):
         d = _check(x, dim)
-        return add_scan(g, node, x, d, kind, fake_val(node).dtype)
+        return add_scan(g, node, x, d, kind, fake_val(node).dtype, fake_val(node))
 
     lower.__name__ = f"lower_cum{kind}"
     return lower
@@ -102,14 +111,15 @@ lowering(aten.cumprod.default)(_sum_like("prod"))
 @lowering(aten.logcumsumexp.default)
 def lower_logcumsumexp(g, node, x, dim):
     d = _check(x, dim)
-    return add_scan(g, node, x, d, "logsumexp", fake_val(node).dtype)
+    return add_scan(g, node, x, d, "logsumexp", fake_val(node).dtype, fake_val(node))
 
 
 def _extreme(kind):
     def lower(g, node, x, dim):
         d = _check(x, dim)
-        values = add_scan(g, node, x, d, kind, x.dtype)
-        indices = add_scan(g, node, x, d, f"arg{kind}", x.dtype)
+        vals = fake_val(node)
+        values = add_scan(g, node, x, d, kind, x.dtype, vals[0])
+        indices = add_scan(g, node, x, d, f"arg{kind}", x.dtype, vals[1])
         return values, indices
 
     lower.__name__ = f"lower_cum{kind}"

@@ -1,4 +1,7 @@
-"""Fusion rules for groups with scans (``loopir/scan.py``).
+"""Fusion rules for groups with scans (``loopir/scan.py``) and row sorts (``loopir/sort.py``).
+
+A row sort's group holds only the results (values, indices) of one ``SortSpec``: one kernel sorts each
+row once and writes both.
 
 A scan kernel walks its rows element by element along the scanned dim (C++) or in blocks of a row
 (Triton), so a group holding a scan may only hold nodes over the same loops: other scans along the same
@@ -13,6 +16,7 @@ import sympy
 from kiln.loopir.handlers import iteration_vars
 from kiln.loopir.index import linear_index
 from kiln.loopir.scan import is_scan, scan_loop
+from kiln.loopir.sort import is_row_sort
 
 
 def _store_index(member):
@@ -24,6 +28,9 @@ def scan_group_ok(members, cand) -> bool | None:
     """None when neither the group nor ``cand`` has a scan (the usual rules decide); else whether
     ``cand`` may join the group of ``members``."""
     group = list(members) + [cand]
+    sorts = [m for m in group if is_row_sort(m)]
+    if sorts:
+        return len(sorts) == len(group) and len({id(m.node.data.spec) for m in sorts}) == 1
     scans = [m for m in group if is_scan(m)]
     if not scans:
         return None

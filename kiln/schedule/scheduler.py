@@ -14,6 +14,7 @@ from kiln.loopir.nodes import ExternKernel
 from kiln.schedule.fusion import common_prefix, group_legal, score
 from kiln.schedule.nodes import SchedulerNode, make_node, make_scheduler_nodes
 from kiln.loopir.scan import is_scan
+from kiln.loopir.sort import is_row_sort
 from kiln.schedule.scan_rules import scan_group_ok
 from kiln.schedule.split import adopt, refine, split_buffer
 
@@ -140,7 +141,7 @@ def _candidates(sn: SchedulerNode, step, dtypes):
     """``sn`` as it is, then (lazily) ``sn`` with its loop dims split into the group's outer sizes."""
     yield sn
     k = common_prefix(step.outer, sn.ranges)
-    if k >= len(step.outer) or sn.is_extern or is_scan(sn):  # (a scan's dim would move)
+    if k >= len(step.outer) or sn.is_extern or is_scan(sn) or is_row_sort(sn):  # (a scan's dim would move)
         return
     factors = refine(sn.ranges, step.outer)
     if factors is not None:

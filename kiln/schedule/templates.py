@@ -30,6 +30,7 @@ from kiln.loopir.index import linear_index, var
 from kiln.loopir.sizes import any_symbolic
 from kiln.loopir.nodes import Stored, contiguous_strides
 from kiln.loopir.scan import is_scan
+from kiln.loopir.sort import is_row_sort
 from kiln.schedule.scheduler import ExternStep, FusedGroup, Schedule
 
 aten = torch.ops.aten
@@ -203,7 +204,7 @@ def epilogue_split(group: FusedGroup, out: str, out_buf) -> int | None:
     the result's epilogue; else None."""
     members = group.members
     ranges = members[0].ranges
-    if any(m.is_reduction or is_scan(m) or m.ranges != ranges for m in members) or group.depth != len(ranges):
+    if any(m.is_reduction or is_scan(m) or is_row_sort(m) or m.ranges != ranges for m in members) or group.depth != len(ranges):
         return None
     if len(out_buf.size) != 2:
         return None

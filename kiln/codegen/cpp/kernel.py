@@ -41,6 +41,7 @@ from kiln.codegen.cpp.rows import plan_rows
 from kiln.loopir.handlers import ReadsWrites, run_body
 from kiln.loopir.nodes import Reduction
 from kiln.loopir.scan import is_scan
+from kiln.loopir.sort import is_row_sort
 from kiln.loopir.sizes import hint, is_symbolic, prod, used_size_symbols
 from kiln.schedule.fusion import block_of, split_outer
 from kiln.schedule.scheduler import FusedGroup
@@ -178,6 +179,10 @@ def generate_kernel(group: FusedGroup, buffers: dict, index: int) -> CppKernel:
         from kiln.codegen.cpp.scan import generate_scan_kernel
 
         return generate_scan_kernel(group, buffers, index)
+    if any(is_row_sort(m) for m in group.members):
+        from kiln.codegen.cpp.sort import generate_sort_kernel
+
+        return generate_sort_kernel(group, buffers, index)
     ctx = KernelContext(group, buffers)
     origins = tuple(o for m in group.members for o in m.node.origins if o is not None)
     name = kernel_name("cpp", origins, index)

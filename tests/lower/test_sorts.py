@@ -1,0 +1,73 @@
+"""The sort family on CPU (sort, argsort, msort, topk, kthvalue, median, mode): generated C++ running
+ATen's CPU algorithms, checked against eager -- values and the indices of equal elements and NaN --
+and through the loop-IR reference evaluator."""
+import pytest
+import torch
+
+from kiln.loopir.sort import is_row_sort
+from kiln.lower.graph import lower_graph
+from tests.lower.helpers import check, sample, trace
+
+NAN = float("nan")
+
+
+def _dups(shape, dtype=torch.float32, seed=0, nans=True):
+    """Few distinct values (many ties), NaN and infinities in some rows."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randint(-2, 3, shape, generator=g).to(dtype)
+    if dtype.is_floating_point and nans:
+        flat = x.view(-1)
+        flat[3::11] = NAN
+        flat[4::29] = float("inf")
+        flat[6::31] = float("-inf")
+    return x
+
+
+def _family(x):
+    a, b = torch.sort(x, 1), torch.sort(x, dim=0, descending=True, stable=True)
+    c, d = torch.topk(x, 3, 1), torch.topk(x, x.shape[1] - 2, 1, largest=False)
+    e, m, mo = torch.kthvalue(x, 7, 1), torch.median(x, 1), torch.mode(x, 0)
+    return (*a, *b, *c, *d, *e, *m, *mo, torch.median(x), torch.argsort(x, 1, descending=True), torch.msort(x))
+
+
+@pytest.mark.parametrize("shape", [(6, 300), (13, 17)])
+def test_family_with_ties_and_nans_matches_eager_indices(shape):
+    cg = check(_family, _dups(shape))
+    assert "extern" not in cg.sched.format()
+
+
+def test_integer_bool_and_half_inputs():
+    def f(i, b, h):
+        s, si = torch.sort(i, 1)
+        t = torch.topk(i, 4, 1, largest=False)
+        k = torch.kthvalue(b.to(torch.uint8), 3, 1, keepdim=True)
+        m = torch.mode(h, 1)
+        return s, si, *t, *k, *m, torch.sort(b, dim=1, stable=True)[1], *torch.median(h, 0, keepdim=True)
+
+    check(f, _dups((5, 70), torch.int64), _dups((5, 70), torch.bool), _dups((5, 70), torch.float16, nans=False))
+
+
+def test_sort_along_middle_dim_of_transposed_input_with_producer_inlined():
+    def f(x):
+        return torch.sort((x.transpose(0, 2) * 2).relu(), 1, descending=True)
+
+    cg = check(f, _dups((4, 9, 5)), kernels=1)
+    check(lambda x: torch.topk(x.transpose(0, 2), 2, 1, sorted=False), _dups((4, 9, 5)), kernels=1)
+    assert all(is_row_sort(m) for g in cg.sched.groups() for m in g.members)
+
+
+def test_unused_result_is_not_computed_and_one_sort_per_call():
+    cg = check(lambda x: (torch.argsort(x, 1), torch.msort(x)), _dups((8, 40)), kernels=2)
+    assert all(len(g.members) == 1 for g in cg.sched.groups())
+
+
+def test_lowering_prints_the_sort():
+    ag = trace(lambda x: torch.topk(x * 2, 3, 1), [torch.randn(4, 50)])
+    text = lower_graph(ag.gm).format()
+    assert "values of topk along dim 1 of [4, 50] (k=3, largest)" in text
+    assert "indices of topk" in text
+
+
+def test_empty_and_zero_k_stay_library_calls():
+    cg = check(lambda x: torch.topk(x, 0, 1), torch.randn(3, 4))
+    assert "extern" in cg.sched.format()
