@@ -27,7 +27,7 @@ LIBRARY = "sort (library kernel)"
 
 
 def _check(g, x) -> None:
-    if x.device.type != "cpu":
+    if x.device.type != "cpu" or g.codegen != "cpp":
         raise Unlowerable(f"{LIBRARY}: generated sort kernels are C++ (CPU) only")
     if x.dtype.is_complex:
         raise Unlowerable(f"{LIBRARY}: complex dtype")

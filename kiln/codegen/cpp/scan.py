@@ -21,6 +21,7 @@ from kiln.codegen.common import kernel_name, provenance
 from kiln.codegen.cpp.kernel import PARALLEL_THRESHOLD, CppKernel, KernelContext
 from kiln.codegen.cpp.loops import TILE, block, loop
 from kiln.codegen.cpp.ops import CTYPE, CppOps, CppVal, c_literal
+from kiln.codegen.cpp.scan_rows import row_passes
 from kiln.loopir.handlers import SimplifiedIndices, iteration_vars, run_body, var_ranges
 from kiln.loopir.index import linear_index
 from kiln.loopir.ops import reduction_identity
@@ -54,10 +55,11 @@ def _take_condition(data, v: str, acc: str) -> str:
     cmp = ">=" if data.kind in ("max", "argmax") else "<="
     if not data.acc_dtype.is_floating_point:
         return f"({v} {cmp} {acc})"
-    return f"(std::isnan({v}) || (!std::isnan({acc}) && {v} {cmp} {acc}))"
+    return f"(std::isnan({v}) | (!std::isnan({acc}) & ({v} {cmp} {acc})))"  # (no short-circuit branches)
 
 
-def scan_step(data, v: str, acc: str, idx: str, position: str, take: str = "take") -> tuple[list[str], str]:
+def scan_step(data, v: str, acc: str, idx: str, position: str, take: str = "take",
+              branch: bool = False) -> tuple[list[str], str]:
     """C statements folding element ``v`` (at scan position ``position``) into the accumulator ``acc``
     (and the index accumulator ``idx`` of argmax/argmin), and the C expression of the stored result."""
     A = data.acc_dtype
@@ -68,10 +70,19 @@ def scan_step(data, v: str, acc: str, idx: str, position: str, take: str = "take
         return [f"{acc} = {acc} * {av};"], acc
     if data.kind == "logsumexp":
         return [f"{acc} = kiln_log_add_exp({av}, {acc});"], acc
-    lines = [f"const bool {take} = {_take_condition(data, av, acc)};", f"{acc} = {take} ? {av} : {acc};"]
-    if data.kind in ("argmax", "argmin"):
-        return lines + [f"{idx} = {take} ? {position} : {idx};"], idx
-    return lines, acc
+    if not branch:
+        lines = [f"const bool {take} = {_take_condition(data, av, acc)};"]
+        lines.append(f"{acc} = {take} ? {av} : {acc};")
+        if data.kind in ("argmax", "argmin"):
+            return lines + [f"{idx} = {take} ? {position} : {idx};"], idx
+        return lines, acc
+    # sequential: a new extreme is rare in most data, and a predicted branch does not put the select
+    # on the accumulator's dependency chain (as ATen's kernel, which branches)
+    # (the usual element is no new extreme: one comparison; NaN either side goes to the full test)
+    update = [f"{acc} = {av};"] + ([f"{idx} = {position};"] if data.kind in ("argmax", "argmin") else [])
+    beaten = "<" if data.kind in ("max", "argmax") else ">"
+    lines = [f"if (__builtin_expect(!({av} {beaten} {acc}), 0) && {_take_condition(data, av, acc)})"] + block(update)
+    return lines, (idx if data.kind in ("argmax", "argmin") else acc)
 
 
 def _member_lines(ctx, member, acc_ref, position: str) -> list[str]:
@@ -138,19 +149,26 @@ def generate_scan_kernel(group: FusedGroup, buffers: dict, index: int) -> CppKer
     work = prod(ranges)
     parallel = work >= PARALLEL_THRESHOLD and (outer or prod(inner) > TILE)
     loops = [loop(f"x{d}", outer[d]) for d in range(len(outer))]
+    rows = None if tiled else row_passes(group, buffers, s, scan_step, cast)
     if tiled:
         count = prod(inner)
         loops.append(f"for (int64_t xt = 0; xt < {count}; xt += {TILE})")
         scan = [loop(f"x{s}", n)] + block(["#pragma omp simd", f"for (int64_t xi = 0; xi < xn; ++xi)"]
                                           + block(_inner_defs(inner, s + 1) + element))
         row = [f"const int64_t xn = std::min<int64_t>({TILE}, {count} - xt);"] + _acc_decls(scans, True) + scan
+    elif rows is not None:  # scan along the last loop: vectorized passes around the sequential one
+        ctx, decls, accs, row = rows
+        row = _acc_decls(accs, False) + row
     else:
         row = _acc_decls(scans, False) + [loop(f"x{s}", n)] + block(element)
     body = row
     for head in reversed(loops):
         body = [head] + block(body)
     if parallel:
-        body = [f"#pragma omp parallel for{f' collapse({len(loops)})' if len(loops) > 1 else ''}"] + body
+        body = [f"#pragma omp for{f' collapse({len(loops)})' if len(loops) > 1 else ''}"] + body
+    body = (rows[1] if rows is not None else []) + body
+    if parallel:
+        body = ["#pragma omp parallel"] + block(body)
     params = []
     for buf_name, kind in ctx.params:
         T = CTYPE[buffers[buf_name].dtype]

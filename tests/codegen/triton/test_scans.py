@@ -58,3 +58,12 @@ def test_scan_middle_dim_of_3d():
         return torch.cumsum(x, 1), m[0], m[1]
 
     check(f, _nans_and_ties((3, 41, 5)), triton_persistent_max=16, triton_max_block=16)
+
+
+def test_sort_stays_a_library_call_under_triton():
+    def f(x):
+        a = torch.sort(x, 1)
+        return a[0], a[1]
+
+    cg = check(f, torch.randn(4, 8))
+    assert "generated sort kernels are C++ (CPU) only" in cg.lg.format()
