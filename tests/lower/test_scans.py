@@ -23,7 +23,7 @@ def _with_nans_and_ties(shape, dtype=torch.float32, seed=0):
 
 def _cum_all(x):
     return (torch.cumsum(x, 1), torch.cumprod(x * 0.25, 0), torch.logcumsumexp(x, -1),
-            *torch.cummax(x, 0), *torch.cummin(x, 1))
+            *torch.cummax(x, 0), *torch.cummin(x, 1), *torch.cummax(x.abs(), 1), torch.cummin(x, 0)[1])
 
 
 def test_scans_along_each_dim_with_nans_infs_and_ties():
@@ -75,6 +75,11 @@ def test_fused_producer_and_consumer_one_kernel():
     cg = check(f, sample((64, 300), torch.float32), sample((64, 300), torch.float32), kernels=1)
     (group,) = cg.sched.groups()
     assert any(is_scan(m) for m in group.members) and group.locals
+
+
+def test_scan_of_a_scan_in_one_kernel_keeps_one_loop():
+    cg = check(lambda x: torch.cumsum(torch.cumsum(x, 1) * 2, 1) + 1, sample((20, 70), torch.float32), kernels=1)
+    assert "#pragma omp simd" not in cg.source.split("cpp_fused")[-1]  # (no vectorized passes)
 
 
 def test_cummax_values_and_indices_share_one_kernel():
