@@ -75,6 +75,13 @@ def scan_loop(data: Scan) -> int:
     return sum(1 for n in data.ranges[: data.dim] if n != 1)
 
 
+def scan_group_shape(group) -> tuple[tuple, list[int], list, int]:
+    """(source ops, loop sizes, scan members, scanned loop) of a fused group holding scans."""
+    origins = tuple(o for m in group.members for o in m.node.origins if o is not None)
+    scans = [m for m in group.members if is_scan(m)]
+    return origins, [int(n) for n in group.members[0].ranges], scans, scan_loop(scans[0].node.data)
+
+
 def scan_result_dtype(kind: str, value_dtype: torch.dtype) -> torch.dtype:
     return torch.int64 if kind in ("argmax", "argmin") else value_dtype
 

@@ -5,20 +5,8 @@ import torch
 
 from kiln.loopir.scan import is_scan
 from kiln.lower.graph import lower_graph
-from tests.lower.helpers import check, sample, trace
+from tests.lower.helpers import check, sample, trace, ties_nans_infs
 
-NAN = float("nan")
-
-
-def _with_nans_and_ties(shape, dtype=torch.float32, seed=0):
-    x = sample(shape, dtype, seed=seed)
-    if dtype.is_floating_point:
-        x = x.round()  # many equal values: index ties
-        flat = x.view(-1)
-        flat[3::11] = NAN
-        flat[5::13] = float("inf")
-        flat[7::17] = float("-inf")
-    return x
 
 
 def _cum_all(x):
@@ -27,7 +15,7 @@ def _cum_all(x):
 
 
 def test_scans_along_each_dim_with_nans_infs_and_ties():
-    x = _with_nans_and_ties((37, 29))
+    x = ties_nans_infs((37, 29))
     cg = check(_cum_all, x)
     assert all(not name.startswith("extern") for name in cg.sched.format().split())
 
@@ -83,7 +71,7 @@ def test_scan_of_a_scan_in_one_kernel_keeps_one_loop():
 
 
 def test_cummax_values_and_indices_share_one_kernel():
-    cg = check(lambda x: torch.cummax(x.exp(), 0), _with_nans_and_ties((50, 20)), kernels=1)
+    cg = check(lambda x: torch.cummax(x.exp(), 0), ties_nans_infs((50, 20)), kernels=1)
     assert "scan along loop x0" in cg.source
 
 

@@ -6,21 +6,8 @@ import torch
 
 from kiln.loopir.sort import is_row_sort
 from kiln.lower.graph import lower_graph
-from tests.lower.helpers import check, sample, trace
+from tests.lower.helpers import check, sample, trace, ties_nans_infs
 
-NAN = float("nan")
-
-
-def _dups(shape, dtype=torch.float32, seed=0, nans=True):
-    """Few distinct values (many ties), NaN and infinities in some rows."""
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randint(-2, 3, shape, generator=g).to(dtype)
-    if dtype.is_floating_point and nans:
-        flat = x.view(-1)
-        flat[3::11] = NAN
-        flat[4::29] = float("inf")
-        flat[6::31] = float("-inf")
-    return x
 
 
 def _family(x):
@@ -32,7 +19,7 @@ def _family(x):
 
 @pytest.mark.parametrize("shape", [(6, 300), (13, 17)])
 def test_family_with_ties_and_nans_matches_eager_indices(shape):
-    cg = check(_family, _dups(shape))
+    cg = check(_family, ties_nans_infs(shape))
     assert "extern" not in cg.sched.format()
 
 
@@ -44,20 +31,20 @@ def test_integer_bool_and_half_inputs():
         m = torch.mode(h, 1)
         return s, si, *t, *k, *m, torch.sort(b, dim=1, stable=True)[1], *torch.median(h, 0, keepdim=True)
 
-    check(f, _dups((5, 70), torch.int64), _dups((5, 70), torch.bool), _dups((5, 70), torch.float16, nans=False))
+    check(f, ties_nans_infs((5, 70), torch.int64), ties_nans_infs((5, 70), torch.bool), ties_nans_infs((5, 70), torch.float16, specials=False))
 
 
 def test_sort_along_middle_dim_of_transposed_input_with_producer_inlined():
     def f(x):
         return torch.sort((x.transpose(0, 2) * 2).relu(), 1, descending=True)
 
-    cg = check(f, _dups((4, 9, 5)), kernels=1)
-    check(lambda x: torch.topk(x.transpose(0, 2), 2, 1, sorted=False), _dups((4, 9, 5)), kernels=1)
+    cg = check(f, ties_nans_infs((4, 9, 5)), kernels=1)
+    check(lambda x: torch.topk(x.transpose(0, 2), 2, 1, sorted=False), ties_nans_infs((4, 9, 5)), kernels=1)
     assert all(is_row_sort(m) for g in cg.sched.groups() for m in g.members)
 
 
 def test_unused_result_is_not_computed_and_one_sort_per_call():
-    cg = check(lambda x: (torch.argsort(x, 1), torch.msort(x)), _dups((8, 40)), kernels=2)
+    cg = check(lambda x: (torch.argsort(x, 1), torch.msort(x)), ties_nans_infs((8, 40)), kernels=2)
     assert all(len(g.members) == 1 for g in cg.sched.groups())
 
 

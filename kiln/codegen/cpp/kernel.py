@@ -223,19 +223,31 @@ def generate_kernel(group: FusedGroup, buffers: dict, index: int) -> CppKernel:
         region = arrays + pre + loops + block(nest)
         body = ([f"#pragma omp parallel{omp_if(parallel)}"] if parallel else []) + block(region)
 
+    params = pointer_params(ctx, buffers)
+    header = kernel_header(name, group, origins)
+    size_args = used_size_symbols("\n".join(body))
+    params += [f"int64_t {s}" for s in size_args]
+    src = header + [f'extern "C" void {name}({", ".join(params)})'] + block(body)
+    return CppKernel(name, "\n".join(src), ctx.params, origins, hint(work), ctx.checks_bounds, size_args)
+
+
+def pointer_params(ctx: KernelContext, buffers) -> list[str]:
+    """The C parameters of the kernel's buffers (``const T* __restrict__ in_ptrN``, ``T* ... out_ptrN``)."""
     params = []
     for buf_name, kind in ctx.params:
         T = CTYPE[buffers[buf_name].dtype]
         ptr = ctx.pointers[buf_name]
         params.append(f"const {T}* __restrict__ {ptr}" if kind == "in" else f"{T}* __restrict__ {ptr}")
-    header = [f"// {name}: {', '.join(m.name for m in group.members)}"]
+    return params
+
+
+def kernel_header(name: str, group: FusedGroup, origins, how: str = "") -> list[str]:
+    """The comment above a kernel: its members (and ``how``), the source ops, the kernel-local buffers."""
+    header = [f"// {name}: {', '.join(m.name for m in group.members)}{f'  ({how})' if how else ''}"]
     header += [f"//   {line}" for line in provenance(origins)]
     if group.locals:
         header.append(f"//   kernel-local (never allocated): {', '.join(sorted(group.locals))}")
-    size_args = used_size_symbols("\n".join(body))
-    params += [f"int64_t {s}" for s in size_args]
-    src = header + [f'extern "C" void {name}({", ".join(params)})'] + block(body)
-    return CppKernel(name, "\n".join(src), ctx.params, origins, hint(work), ctx.checks_bounds, size_args)
+    return header
 
 
 def _flat_nest(ranges, body, parallel) -> list[str]:

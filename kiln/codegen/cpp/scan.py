@@ -17,15 +17,15 @@ from __future__ import annotations
 
 import torch
 
-from kiln.codegen.common import kernel_name, provenance
-from kiln.codegen.cpp.kernel import PARALLEL_THRESHOLD, CppKernel, KernelContext
+from kiln.codegen.common import kernel_name
+from kiln.codegen.cpp.kernel import PARALLEL_THRESHOLD, CppKernel, KernelContext, kernel_header, pointer_params
 from kiln.codegen.cpp.loops import TILE, block, loop
 from kiln.codegen.cpp.ops import CTYPE, CppOps, CppVal, c_literal
 from kiln.codegen.cpp.scan_rows import row_passes
 from kiln.loopir.handlers import SimplifiedIndices, iteration_vars, run_body, var_ranges
 from kiln.loopir.index import linear_index
 from kiln.loopir.ops import reduction_identity
-from kiln.loopir.scan import is_scan, scan_loop
+from kiln.loopir.scan import is_scan, scan_group_shape
 from kiln.loopir.sizes import prod
 from kiln.schedule.scheduler import FusedGroup
 
@@ -134,11 +134,8 @@ def _inner_defs(inner, first: int) -> list[str]:
 
 def generate_scan_kernel(group: FusedGroup, buffers: dict, index: int) -> CppKernel:
     ctx = KernelContext(group, buffers)
-    origins = tuple(o for m in group.members for o in m.node.origins if o is not None)
+    origins, ranges, scans, s = scan_group_shape(group)
     name = kernel_name("cpp", origins, index)
-    ranges = [int(n) for n in group.members[0].ranges]
-    scans = [m for m in group.members if is_scan(m)]
-    s = scan_loop(scans[0].node.data)
     outer, n, inner = ranges[:s], ranges[s], ranges[s + 1:]
     tiled = bool(inner)
     acc_ref = (lambda a: f"{a}[xi]") if tiled else (lambda a: a)
@@ -169,14 +166,7 @@ def generate_scan_kernel(group: FusedGroup, buffers: dict, index: int) -> CppKer
     body = (rows[1] if rows is not None else []) + body
     if parallel:
         body = ["#pragma omp parallel"] + block(body)
-    params = []
-    for buf_name, kind in ctx.params:
-        T = CTYPE[buffers[buf_name].dtype]
-        ptr = ctx.pointers[buf_name]
-        params.append(f"const {T}* __restrict__ {ptr}" if kind == "in" else f"{T}* __restrict__ {ptr}")
-    header = [f"// {name}: {', '.join(m.name for m in group.members)}  (scan along loop x{s})"]
-    header += [f"//   {line}" for line in provenance(origins)]
-    if group.locals:
-        header.append(f"//   kernel-local (never allocated): {', '.join(sorted(group.locals))}")
+    params = pointer_params(ctx, buffers)
+    header = kernel_header(name, group, origins, f"scan along loop x{s}")
     src = header + [f'extern "C" void {name}({", ".join(params)})'] + block(body)
     return CppKernel(name, "\n".join(src), ctx.params, origins, work, ctx.checks_bounds, [])

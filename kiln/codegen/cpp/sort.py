@@ -20,8 +20,8 @@ from __future__ import annotations
 import sympy
 import torch
 
-from kiln.codegen.common import kernel_name, print_index_c, provenance
-from kiln.codegen.cpp.kernel import PARALLEL_THRESHOLD, CppKernel, KernelContext
+from kiln.codegen.common import kernel_name, print_index_c
+from kiln.codegen.cpp.kernel import PARALLEL_THRESHOLD, CppKernel, KernelContext, kernel_header, pointer_params
 from kiln.codegen.cpp.loops import block, loop
 from kiln.codegen.cpp.ops import CTYPE, CppOps
 from kiln.codegen.cpp.scan import cast
@@ -179,12 +179,7 @@ def generate_sort_kernel(group: FusedGroup, buffers: dict, index: int) -> CppKer
               + [loop("xr", rows)] + block(per_row))
     body = [f"using T = {T};", "using P = std::pair<T, int64_t>;"]
     body += (["#pragma omp parallel"] if parallel else []) + block(region)
-    params = []
-    for buf_name, kind in ctx.params:
-        C = CTYPE[buffers[buf_name].dtype]
-        ptr = ctx.pointers[buf_name]
-        params.append(f"const {C}* __restrict__ {ptr}" if kind == "in" else f"{C}* __restrict__ {ptr}")
-    header = [f"// {name}: {', '.join(m.name for m in group.members)}  ({spec.describe()}, ATen's CPU algorithm)"]
-    header += [f"//   {line}" for line in provenance(origins)]
+    params = pointer_params(ctx, buffers)
+    header = kernel_header(name, group, origins, f"{spec.describe()}, ATen's CPU algorithm")
     src = [HELPERS] + header + [f'extern "C" void {name}({", ".join(params)})'] + block(body)
     return CppKernel(name, "\n".join(src), ctx.params, origins, rows * n, ctx.checks_bounds, [])

@@ -21,7 +21,7 @@ from kiln.codegen.triton.ops import TL_DTYPE, TritonOps, TVal, literal
 from kiln.loopir.handlers import SimplifiedIndices, iteration_vars, run_body, var_ranges
 from kiln.loopir.index import linear_index, simplify_with_ranges, var
 from kiln.loopir.ops import reduction_identity
-from kiln.loopir.scan import is_scan, scan_loop
+from kiln.loopir.scan import is_scan, scan_group_shape
 from kiln.loopir.sizes import prod
 from kiln.schedule.scheduler import FusedGroup
 
@@ -126,11 +126,8 @@ def _member_lines(kctx, m, loops, s, cse, looped: bool) -> list[str]:
 def generate_scan_kernel(group: FusedGroup, buffers: dict, index: int,
                          persistent_max: int = PERSISTENT_MAX) -> TritonKernel:
     kctx = KernelContext(group, buffers)
-    origins = tuple(o for m in group.members for o in m.node.origins if o is not None)
+    origins, loops, scans, s = scan_group_shape(group)
     name = kernel_name("triton", origins, index)
-    loops = [int(n) for n in group.members[0].ranges]
-    scans = [m for m in group.members if is_scan(m)]
-    s = scan_loop(scans[0].node.data)
     rows = [n for d, n in enumerate(loops) if d != s]
     xnumel, rnumel = prod(rows), loops[s]
     looped = rnumel > persistent_max

@@ -5,18 +5,8 @@ import pytest
 import torch
 
 from tests.codegen.triton.helpers import check
+from tests.lower.helpers import ties_nans_infs
 
-NAN = float("nan")
-
-
-def _nans_and_ties(shape, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    x = (torch.rand(shape, generator=g) * 8 - 4).round()
-    flat = x.view(-1)
-    flat[3::11] = NAN
-    flat[5::13] = float("inf")
-    flat[7::17] = float("-inf")
-    return x
 
 
 def _all_scans(x):
@@ -27,7 +17,7 @@ def _all_scans(x):
 @pytest.mark.parametrize("looped", [False, True])
 def test_scans_persistent_and_looped(looped):
     changes = {"triton_persistent_max": 4, "triton_max_block": 8} if looped else {}
-    cg = check(_all_scans, _nans_and_ties((37, 29)), **changes)
+    cg = check(_all_scans, ties_nans_infs((37, 29)), **changes)
     assert ("for roffset" in cg.source) == looped
     assert "tl.associative_scan" in cg.source
 
@@ -57,7 +47,7 @@ def test_scan_middle_dim_of_3d():
         m = torch.cummin(x, 1)
         return torch.cumsum(x, 1), m[0], m[1]
 
-    check(f, _nans_and_ties((3, 41, 5)), triton_persistent_max=16, triton_max_block=16)
+    check(f, ties_nans_infs((3, 41, 5)), triton_persistent_max=16, triton_max_block=16)
 
 
 def test_sort_stays_a_library_call_under_triton():
