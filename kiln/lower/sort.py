@@ -56,9 +56,28 @@ def _used_results(node) -> set[int] | None:
     return {u.args[1] for u in node.users}
 
 
+def _scalar_results(node, x, whats):
+    """A 0-dim input's results: the value itself, index 0."""
+    val = fake_val(node)
+    vals = val if isinstance(val, (tuple, list)) else (val,)
+    load = x.loader()
+    out = []
+    for which, v in zip(whats, vals):
+        def body(ops, index, which=which, dtype=v.dtype):
+            if which == "indices":
+                return ops.constant(0, torch.int64)
+            value = load(ops, [])
+            return value if value.dtype == dtype else ops.to_dtype(value, dtype)
+
+        out.append(Lazy((), v.dtype, v.device, body, 1, origins_of(node, x)))
+    return tuple(out) if isinstance(val, (tuple, list)) else out[0]
+
+
 def _outputs(g, node, spec: SortSpec, x, whats=("values", "indices")):
     """The buffers of ``spec``'s results (shapes and dtypes from the node's fake values); a result no
     one reads (argsort's values, msort's indices) is not computed (None)."""
+    if not x.size:
+        return _scalar_results(node, x, whats)
     val = fake_val(node)
     vals = val if isinstance(val, (tuple, list)) else (val,)
     used = _used_results(node) if isinstance(val, (tuple, list)) else None

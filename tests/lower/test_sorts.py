@@ -55,6 +55,14 @@ def test_lowering_prints_the_sort():
     assert "indices of topk" in text
 
 
+def test_zero_dim_inputs():
+    def f(x):
+        return (*torch.sort(x), *torch.topk(x, 1), *torch.kthvalue(x, 1), *torch.median(x, 0), *torch.mode(x),
+                torch.median(x))
+
+    check(f, torch.tensor(1.5))
+
+
 def test_empty_and_zero_k_stay_library_calls():
     cg = check(lambda x: torch.topk(x, 0, 1), torch.randn(3, 4))
     assert "extern" in cg.sched.format()
