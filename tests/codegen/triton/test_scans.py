@@ -57,3 +57,25 @@ def test_sort_stays_a_library_call_under_triton():
 
     cg = check(f, torch.randn(4, 8))
     assert "generated sort kernels are C++ (CPU) only" in cg.lg.format()
+
+
+def test_scan_kernels_compile_for_sm90():
+    from tests.codegen.triton.test_offline import needs_ptxas
+
+    if needs_ptxas.args[0]:
+        pytest.skip("Triton's NVIDIA backend (ptxas) is not installed")
+    from kiln.codegen.triton.offline import compile_for_gpu
+    from tests.codegen.triton.helpers import compile_fn
+
+    def f(x, b, i):
+        m = torch.cummax(x, 1)
+        return (torch.cumsum(x.float(), 1).sigmoid(), torch.logcumsumexp(x.float(), 0), m[0], m[1],
+                torch.cummin(b, 1)[1], torch.cumprod(i, 0))
+
+    x = torch.randn(8, 40).bfloat16()
+    b = torch.randn(8, 40) > 0
+    i = torch.randint(-3, 4, (8, 40), dtype=torch.int32)
+    for persistent_max in (4096, 16):
+        _, cg = compile_fn(f, [x, b, i], triton_persistent_max=persistent_max)
+        errors = compile_for_gpu(cg)
+        assert errors and all(e is None for e in errors.values()), errors
