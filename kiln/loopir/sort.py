@@ -10,7 +10,8 @@ comparators, and ATen's quickselect), so values *and* the indices of equal eleme
 * ``sort``: NaN after every number (before, descending); ``stable`` keeps equal elements in index order.
 * ``topk``: ATen's ``topk_impl_loop`` (partial sort when ``k * 64 <= n``, else nth_element then sort).
 * ``kthvalue``: ATen's ``quick_select_template``; ``median(dim)``: the ``(n - 1) // 2``-th element in
-  (value, index) order, or the first NaN; ``median()``: that value over all elements.
+  (value, index) order, or the first NaN; ``median()``: that value over all elements; ``nanmedian``:
+  ATen's ``nth_element`` with NaN last at the middle of the non-NaN elements.
 * ``mode``: ``std::sort`` by value, then the first longest run (its last element's index).
 
 The store body that analysis handlers run reads the row (the sorted dim indexed by the symbol ``r0``)
@@ -27,7 +28,7 @@ import torch
 
 from kiln.loopir.index import linear_index, var
 
-SORT_OPS = ("sort", "topk", "kthvalue", "median", "mode")
+SORT_OPS = ("sort", "topk", "kthvalue", "median", "nanmedian", "mode")
 
 
 @dataclasses.dataclass(eq=False)
@@ -130,6 +131,8 @@ def reference_result(spec: SortSpec, x: torch.Tensor):
         return torch.kthvalue(x, spec.k, spec.dim, keepdim=spec.keepdim)
     if spec.op == "median":
         return torch.median(x, spec.dim, keepdim=spec.keepdim)
+    if spec.op == "nanmedian":
+        return torch.nanmedian(x, spec.dim, keepdim=spec.keepdim)
     return torch.mode(x, spec.dim, keepdim=spec.keepdim)
 
 

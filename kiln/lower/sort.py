@@ -157,6 +157,22 @@ def lower_median_dim(g, node, x, dim, keepdim=False):
     return _outputs(g, node, _spec(x, "median", dim, keepdim=bool(keepdim)), x)
 
 
+@lowering(aten.nanmedian.dim)
+def lower_nanmedian_dim(g, node, x, dim, keepdim=False):
+    _check(g, x)
+    if _empty_or_trivial(x):
+        raise Unlowerable(f"{LIBRARY}: empty input")
+    return _outputs(g, node, _spec(x, "nanmedian", dim, keepdim=bool(keepdim)), x)
+
+
+@lowering(aten.nanmedian.default)
+def lower_nanmedian(g, node, x):
+    _check(g, x)
+    if _empty_or_trivial(x):
+        raise Unlowerable(f"{LIBRARY}: empty input")
+    return _outputs(g, node, _spec(_flattened(x), "nanmedian", 0), x, whats=("values",))
+
+
 @lowering(aten.mode.default)
 def lower_mode(g, node, x, dim=-1, keepdim=False):
     _check(g, x)

@@ -55,10 +55,21 @@ def test_lowering_prints_the_sort():
     assert "indices of topk" in text
 
 
+def test_nanmedian_with_all_nan_rows():
+    x = ties_nans_infs((7, 30))
+    x[2] = float("nan")
+    x[4, ::2] = float("nan")
+
+    def f(x):
+        return *torch.nanmedian(x, 1), *torch.nanmedian(x, 0, keepdim=True), torch.nanmedian(x)
+
+    check(f, x)
+
+
 def test_zero_dim_inputs():
     def f(x):
         return (*torch.sort(x), *torch.topk(x, 1), *torch.kthvalue(x, 1), *torch.median(x, 0), *torch.mode(x),
-                torch.median(x))
+                torch.median(x), *torch.nanmedian(x, 0), torch.nanmedian(x))
 
     check(f, torch.tensor(1.5))
 

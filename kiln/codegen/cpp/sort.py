@@ -75,6 +75,8 @@ def _comparators(dtype: torch.dtype) -> dict[str, str]:
         "desc": f"[](const P& a, const P& b) {{ return ({isnan('a.first')} && !{isnan('b.first')}) || a.first > b.first; }}",
         "gt_or_nan": f"[](T x, T y) {{ return ({isnan('x')} && !{isnan('y')}) || x > y; }}",
         "total": "[](const P& a, const P& b) { return a.first < b.first || (a.first == b.first && a.second < b.second); }",
+        "total_nan_last": "[](const P& a, const P& b) { return a.first < b.first || (a.first == b.first && "
+                          f"a.second < b.second) || ({isnan('b.first')} && !{isnan('a.first')}); }}",
         "by_value": "[](const P& a, const P& b) { return a.first < b.first; }",
         "isnan": isnan("p.first"),
     }
@@ -104,6 +106,11 @@ def _algorithm(spec) -> list[str]:
                 f"    nth = row.begin() + {(n - 1) // 2};",
                 f"    std::nth_element(row.begin(), nth, row.end(), {c['total']});",
                 "}", "const T res_v = nth->first;", "const int64_t res_i = nth->second;"]
+    if spec.op == "nanmedian":  # NaN last; the ((non-NaN count) - 1) / 2-th (C division), as ATen
+        return [f"const int64_t nans = std::count_if(row.begin(), row.end(), [](const P& p) {{ return {c['isnan']}; }});",
+                f"auto nth = row.begin() + ({n} - nans - 1) / 2;",
+                f"std::nth_element(row.begin(), nth, row.end(), {c['total_nan_last']});",
+                "const T res_v = nth->first;", "const int64_t res_i = nth->second;"]
     # mode: ATen's mode kernel: sort by value, the first longest run wins (its last element's index)
     return [f"std::sort(row.begin(), row.end(), {c['by_value']});",
             "T res_v = 0; int64_t res_i = 0, run = 0, best = 0;",
