@@ -76,10 +76,11 @@ def scan_loop(data: Scan) -> int:
 
 
 def scan_group_shape(group) -> tuple[tuple, list[int], list, int]:
-    """(source ops, loop sizes, scan members, scanned loop) of a fused group holding scans."""
+    """(source ops, loop sizes (ints or size expressions), scan members, scanned loop) of a fused group
+    holding scans."""
     origins = tuple(o for m in group.members for o in m.node.origins if o is not None)
     scans = [m for m in group.members if is_scan(m)]
-    return origins, [int(n) for n in group.members[0].ranges], scans, scan_loop(scans[0].node.data)
+    return origins, list(group.members[0].ranges), scans, scan_loop(scans[0].node.data)
 
 
 def scan_result_dtype(kind: str, value_dtype: torch.dtype) -> torch.dtype:

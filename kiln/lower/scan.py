@@ -11,7 +11,7 @@ import torch
 
 from kiln.loopir.nodes import ComputedBuffer, Lazy, Stored, contiguous_strides, is_dense
 from kiln.loopir.scan import Scan
-from kiln.loopir.sizes import any_symbolic, shape_of, strides_of
+from kiln.loopir.sizes import any_symbolic, is_symbolic, shape_of, strides_of
 from kiln.lower.common import LOW_PRECISION, origins_of, upcast
 from kiln.lower.graph import fake_val
 from kiln.lower.registry import Unlowerable, lowering
@@ -32,11 +32,11 @@ def acc_dtype(kind: str, dtype: torch.dtype, device: torch.device) -> torch.dtyp
     return torch.int64
 
 
-def _check(x, dim):
+def _check(g, x, dim):
     if x.dtype.is_complex:
         raise Unlowerable("complex dtype")
-    if any_symbolic(x.size):
-        raise Unlowerable("scan over symbolic sizes (size-generic scan kernels are not written yet)")
+    if any_symbolic(x.size) and g.codegen != "cpp":
+        raise Unlowerable("scan over symbolic sizes (size-generic Triton scan kernels are not written yet)")
     ndim = len(x.size)
     return dim % ndim if ndim else 0
 
@@ -79,13 +79,11 @@ def add_scan(g, node, x, dim: int, kind: str, out_dtype: torch.dtype, val=None) 
     """A buffer holding the scan of ``x`` (a TensorValue) along ``dim`` (already normalized); ``val``:
     the result's fake tensor (its layout is the buffer's when dense)."""
     size = tuple(x.size)
-    numel = 1
-    for n in size:
-        numel *= int(n)
+    empty = any(not is_symbolic(n) and int(n) == 0 for n in size)  # (a size symbol is >= 2)
     arg = kind in ("argmax", "argmin")
     result = torch.int64 if arg else out_dtype
     source = x.dtype if arg else out_dtype  # what the input is converted to (ATen: the result dtype)
-    if not size or int(size[dim]) <= 1 or numel == 0:
+    if not size or (not is_symbolic(size[dim]) and int(size[dim]) <= 1) or empty:
         return _trivial(x, node, kind, source, result)
     value_dtype = upcast(source)
     data = Scan(size, dim, _converted(x, source), kind, result, acc_dtype(kind, source, x.device), value_dtype)
@@ -97,7 +95,7 @@ def add_scan(g, node, x, dim: int, kind: str, out_dtype: torch.dtype, val=None) 
 
 def _sum_like(kind):
     def lower(g, node, x, dim, *, dtype=None):
-        d = _check(x, dim)
+        d = _check(g, x, dim)
         return add_scan(g, node, x, d, kind, fake_val(node).dtype, fake_val(node))
 
     lower.__name__ = f"lower_cum{kind}"
@@ -110,13 +108,13 @@ lowering(aten.cumprod.default)(_sum_like("prod"))
 
 @lowering(aten.logcumsumexp.default)
 def lower_logcumsumexp(g, node, x, dim):
-    d = _check(x, dim)
+    d = _check(g, x, dim)
     return add_scan(g, node, x, d, "logsumexp", fake_val(node).dtype, fake_val(node))
 
 
 def _extreme(kind):
     def lower(g, node, x, dim):
-        d = _check(x, dim)
+        d = _check(g, x, dim)
         vals = fake_val(node)
         values = add_scan(g, node, x, d, kind, x.dtype, vals[0])
         indices = add_scan(g, node, x, d, f"arg{kind}", x.dtype, vals[1])

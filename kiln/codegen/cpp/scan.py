@@ -19,14 +19,14 @@ import torch
 
 from kiln.codegen.common import kernel_name
 from kiln.codegen.cpp.kernel import PARALLEL_THRESHOLD, CppKernel, KernelContext, kernel_header, pointer_params
-from kiln.codegen.cpp.loops import TILE, block, loop
+from kiln.codegen.cpp.loops import TILE, block, csize, loop, omp_if
 from kiln.codegen.cpp.ops import CTYPE, CppOps, CppVal, c_literal
 from kiln.codegen.cpp.scan_rows import row_passes
 from kiln.loopir.handlers import SimplifiedIndices, iteration_vars, run_body, var_ranges
 from kiln.loopir.index import linear_index
 from kiln.loopir.ops import reduction_identity
 from kiln.loopir.scan import is_scan, scan_group_shape
-from kiln.loopir.sizes import prod
+from kiln.loopir.sizes import hint, is_symbolic, prod, used_size_symbols
 from kiln.schedule.scheduler import FusedGroup
 
 SCAN_IDENTITY = {"sum": 0, "prod": 1, "logsumexp": float("-inf")}
@@ -127,8 +127,8 @@ def _inner_defs(inner, first: int) -> list[str]:
     lines = ["const int64_t xf = xt + xi;"]
     for d, n in enumerate(inner):
         below = prod(inner[d + 1:])
-        expr = "xf" if below == 1 else f"(xf / {below})"
-        lines.append(f"const int64_t x{first + d} = {expr}{f' % {n}' if d > 0 else ''};")
+        expr = "xf" if below == 1 else f"(xf / {csize(below)})"
+        lines.append(f"const int64_t x{first + d} = {expr}{f' % {csize(n)}' if d > 0 else ''};")
     return lines
 
 
@@ -144,11 +144,13 @@ def generate_scan_kernel(group: FusedGroup, buffers: dict, index: int) -> CppKer
     for m in group.members:
         element += _member_lines(ctx, m, acc_ref, f"x{s}")
     work = prod(ranges)
-    parallel = work >= PARALLEL_THRESHOLD and (outer or prod(inner) > TILE)
+    parallel = hint(work) >= PARALLEL_THRESHOLD and bool(outer or hint(prod(inner)) > TILE)
+    if parallel and is_symbolic(work):  # symbolic sizes: the region decides at run time
+        parallel = f"{csize(work)} >= {PARALLEL_THRESHOLD}"
     loops = [loop(f"x{d}", outer[d]) for d in range(len(outer))]
     rows = None if tiled else row_passes(group, buffers, s, scan_step, cast)
     if tiled:
-        count = prod(inner)
+        count = csize(prod(inner))
         loops.append(f"for (int64_t xt = 0; xt < {count}; xt += {TILE})")
         scan = [loop(f"x{s}", n)] + block(["#pragma omp simd", f"for (int64_t xi = 0; xi < xn; ++xi)"]
                                           + block(_inner_defs(inner, s + 1) + element))
@@ -165,8 +167,10 @@ def generate_scan_kernel(group: FusedGroup, buffers: dict, index: int) -> CppKer
         body = [f"#pragma omp for{f' collapse({len(loops)})' if len(loops) > 1 else ''}"] + body
     body = (rows[1] if rows is not None else []) + body
     if parallel:
-        body = ["#pragma omp parallel"] + block(body)
+        body = [f"#pragma omp parallel{omp_if(parallel)}"] + block(body)
     params = pointer_params(ctx, buffers)
     header = kernel_header(name, group, origins, f"scan along loop x{s}")
+    size_args = used_size_symbols("\n".join(body))
+    params += [f"int64_t {a}" for a in size_args]
     src = header + [f'extern "C" void {name}({", ".join(params)})'] + block(body)
-    return CppKernel(name, "\n".join(src), ctx.params, origins, work, ctx.checks_bounds, [])
+    return CppKernel(name, "\n".join(src), ctx.params, origins, hint(work), ctx.checks_bounds, size_args)

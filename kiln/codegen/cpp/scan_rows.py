@@ -21,7 +21,7 @@ from __future__ import annotations
 import torch
 
 from kiln.codegen.cpp.kernel import KernelContext
-from kiln.codegen.cpp.loops import block, loop
+from kiln.codegen.cpp.loops import block, csize, loop
 from kiln.codegen.cpp.ops import CTYPE, CppOps, CppVal
 from kiln.loopir.handlers import SimplifiedIndices, iteration_vars, run_body, var_ranges
 from kiln.loopir.index import linear_index
@@ -70,7 +70,7 @@ def row_passes(group, buffers, s: int, scan_step, cast):
         return None
     xs_var = f"x{s}"
     ctx = RowContext(group, buffers, xs_var)
-    n = int(group.members[0].ranges[s])
+    n = csize(group.members[0].ranges[s])
     decls = [f"std::unique_ptr<{CTYPE[buffers[b].dtype]}[]> local_{b}(new {CTYPE[buffers[b].dtype]}[{n}]);"
              for b in sorted(ctx.local_blocks)]
     before, after, twins, scans = [], [], {}, []
@@ -112,8 +112,9 @@ def row_passes(group, buffers, s: int, scan_step, cast):
         SimplifiedIndices(ops, var_ranges(m.node)).store(
             m.name, linear_index(xs, m.node.stride), CppVal(cast(result, src, data.dtype), data.dtype))
         stores += ops.lines
-    row = ["#pragma omp simd", loop(xs_var, n)] + block(before) if before else []
-    row += [loop(xs_var, n)] + block(steps + stores)
+    extent = group.members[0].ranges[s]
+    row = ["#pragma omp simd", loop(xs_var, extent)] + block(before) if before else []
+    row += [loop(xs_var, extent)] + block(steps + stores)
     if after:
-        row += ["#pragma omp simd", loop(xs_var, n)] + block(after)
+        row += ["#pragma omp simd", loop(xs_var, extent)] + block(after)
     return ctx, decls, accs, row
