@@ -50,18 +50,20 @@ class Scan:
             raise ValueError(f"unknown scan kind {self.kind!r}")
 
     def store_body(self, buf):
-        name, stride = buf.name, buf.stride
-
         def body(ops, index):
-            value = ops.scan(self.kind, self.body(ops, index), self.dim)
-            if value.dtype != self.dtype:
-                value = ops.to_dtype(value, self.dtype)
-            ops.store(name, linear_index(index, stride), value)
+            store_as(ops, buf, index, ops.scan(self.kind, self.body(ops, index), self.dim))
 
         return body
 
     def describe(self) -> str:
         return f"scan {self.kind} along dim {self.dim} of {list(self.ranges)}"
+
+
+def store_as(ops, buf, index, value) -> None:
+    """Store ``value`` (converted to the buffer's dtype) at ``index`` of ``buf``."""
+    if value.dtype != buf.dtype:
+        value = ops.to_dtype(value, buf.dtype)
+    ops.store(buf.name, linear_index(index, buf.stride), value)
 
 
 def is_scan(node) -> bool:

@@ -26,7 +26,8 @@ from typing import Any, Callable, Sequence
 import sympy
 import torch
 
-from kiln.loopir.index import linear_index, var
+from kiln.loopir.index import var
+from kiln.loopir.scan import store_as
 
 SORT_OPS = ("sort", "topk", "kthvalue", "median", "nanmedian", "mode")
 
@@ -87,15 +88,11 @@ class RowSort:
         return full
 
     def store_body(self, buf):
-        name, stride = buf.name, buf.stride
-
         def body(ops, index):
             value = self.spec.body(ops, self.row_index(index))
             if self.which == "indices":
                 value = ops.index_expr(var("r", 0), torch.int64)
-            elif value.dtype != self.dtype:
-                value = ops.to_dtype(value, self.dtype)
-            ops.store(name, linear_index(index, stride), value)
+            store_as(ops, buf, index, value)
 
         return body
 

@@ -125,70 +125,58 @@ def lower_sort_stable(g, node, x, *, stable=None, dim=-1, descending=False):
     return _sort(g, node, x, dim, descending, bool(stable))
 
 
-def _sort(g, node, x, dim, descending, stable):
+def _checked(g, x, k=None) -> None:
     _check(g, x)
-    if _empty_or_trivial(x):
-        raise Unlowerable(f"{LIBRARY}: empty input")
+    if _empty_or_trivial(x) or k == 0:
+        raise Unlowerable(f"{LIBRARY}: empty input or k == 0")
+
+
+def _sort(g, node, x, dim, descending, stable):
+    _checked(g, x)
     return _outputs(g, node, _spec(x, "sort", dim, descending=bool(descending), stable=stable), x)
 
 
 @lowering(aten.topk.default)
 @_library_otherwise
 def lower_topk(g, node, x, k, dim=-1, largest=True, sorted=True):
-    _check(g, x)
-    if _empty_or_trivial(x) or int(k) == 0:
-        raise Unlowerable(f"{LIBRARY}: empty input or k == 0")
+    _checked(g, x, int(k))
     return _outputs(g, node, _spec(x, "topk", dim, descending=bool(largest), k=int(k), sorted=bool(sorted)), x)
 
 
 @lowering(aten.kthvalue.default)
 def lower_kthvalue(g, node, x, k, dim=-1, keepdim=False):
-    _check(g, x)
-    if _empty_or_trivial(x):
-        raise Unlowerable(f"{LIBRARY}: empty input")
+    _checked(g, x)
     return _outputs(g, node, _spec(x, "kthvalue", dim, k=int(k), keepdim=bool(keepdim)), x)
 
 
-@lowering(aten.median.dim)
-def lower_median_dim(g, node, x, dim, keepdim=False):
-    _check(g, x)
-    if _empty_or_trivial(x):
-        raise Unlowerable(f"{LIBRARY}: empty input")
-    return _outputs(g, node, _spec(x, "median", dim, keepdim=bool(keepdim)), x)
+def _along_dim(op: str):
+    """The lowering of ``op(x, dim, keepdim)`` (median.dim, nanmedian.dim, mode)."""
+
+    def lower(g, node, x, dim=-1, keepdim=False):
+        _checked(g, x)
+        return _outputs(g, node, _spec(x, op, dim, keepdim=bool(keepdim)), x)
+
+    lower.__name__ = f"lower_{op}_dim"
+    return lower
 
 
-@lowering(aten.nanmedian.dim)
-def lower_nanmedian_dim(g, node, x, dim, keepdim=False):
-    _check(g, x)
-    if _empty_or_trivial(x):
-        raise Unlowerable(f"{LIBRARY}: empty input")
-    return _outputs(g, node, _spec(x, "nanmedian", dim, keepdim=bool(keepdim)), x)
+def _of_all(op: str):
+    """The lowering of ``op(x)`` over all elements (median, nanmedian): ``op`` of the flattened input
+    along its only dim, the value only."""
+
+    def lower(g, node, x):
+        _checked(g, x)
+        return _outputs(g, node, _spec(_flattened(x), op, 0), x, whats=("values",))
+
+    lower.__name__ = f"lower_{op}"
+    return lower
 
 
-@lowering(aten.nanmedian.default)
-def lower_nanmedian(g, node, x):
-    _check(g, x)
-    if _empty_or_trivial(x):
-        raise Unlowerable(f"{LIBRARY}: empty input")
-    return _outputs(g, node, _spec(_flattened(x), "nanmedian", 0), x, whats=("values",))
-
-
-@lowering(aten.mode.default)
-def lower_mode(g, node, x, dim=-1, keepdim=False):
-    _check(g, x)
-    if _empty_or_trivial(x):
-        raise Unlowerable(f"{LIBRARY}: empty input")
-    return _outputs(g, node, _spec(x, "mode", dim, keepdim=bool(keepdim)), x)
-
-
-@lowering(aten.median.default)
-def lower_median(g, node, x):
-    """The median of all elements: ``median(dim=0)`` of the flattened input, its value only."""
-    _check(g, x)
-    if _empty_or_trivial(x):
-        raise Unlowerable(f"{LIBRARY}: empty input")
-    flat = _flattened(x)
-    return _outputs(g, node, _spec(flat, "median", 0), x, whats=("values",))
+lowering(aten.median.dim)(_along_dim("median"))
+lowering(aten.nanmedian.dim)(_along_dim("nanmedian"))
+lowering(aten.mode.default)(_along_dim("mode"))
+lowering(aten.median.default)(_of_all("median"))
+lowering(aten.nanmedian.default)(_of_all("nanmedian"))
 
 
 def _flattened(x) -> Lazy:
