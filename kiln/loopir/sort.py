@@ -46,8 +46,9 @@ class SortSpec:
     sorted: bool = True  # topk
 
     @property
-    def n(self) -> int:
-        return int(self.in_size[self.dim])
+    def n(self):
+        """The row length: an int, or a size expression."""
+        return self.in_size[self.dim]
 
     @property
     def keeps_dim(self) -> bool:

@@ -15,7 +15,7 @@ import torch
 
 from kiln.loopir.index import FloorDiv, ModularIndexing
 from kiln.loopir.nodes import ComputedBuffer, Lazy, Stored
-from kiln.loopir.sizes import any_symbolic, shape_of
+from kiln.loopir.sizes import any_symbolic, is_symbolic, shape_of
 from kiln.loopir.sort import RowSort, SortSpec
 from kiln.lower.common import origins_of, upcast
 from kiln.lower.graph import fake_val
@@ -31,14 +31,14 @@ def _check(g, x) -> None:
         raise Unlowerable(f"{LIBRARY}: generated sort kernels are C++ (CPU) only")
     if x.dtype.is_complex:
         raise Unlowerable(f"{LIBRARY}: complex dtype")
-    if any_symbolic(x.size):
+    if any_symbolic(x.size) and g.codegen != "cpp":
         raise Unlowerable(f"{LIBRARY}: symbolic sizes")
 
 
 def _spec(x, op: str, dim: int, **kw) -> SortSpec:
     ndim = len(x.size)
     d = dim % ndim if ndim else 0
-    size = tuple(int(n) for n in x.size) if ndim else (1,)
+    size = tuple(x.size) if ndim else (1,)
     load = x.loader()
     cdtype = upcast(x.dtype)
 
@@ -97,7 +97,7 @@ def _outputs(g, node, spec: SortSpec, x, whats=("values", "indices")):
 
 
 def _empty_or_trivial(x) -> bool:
-    return any(int(n) == 0 for n in x.size)
+    return any(not is_symbolic(n) and int(n) == 0 for n in x.size)  # (a size symbol is >= 2)
 
 
 def _library_otherwise(fn):
@@ -127,6 +127,8 @@ def lower_sort_stable(g, node, x, *, stable=None, dim=-1, descending=False):
 
 def _checked(g, x, k=None) -> None:
     _check(g, x)
+    if is_symbolic(k):
+        raise Unlowerable(f"{LIBRARY}: k is a symbolic size")
     if _empty_or_trivial(x) or k == 0:
         raise Unlowerable(f"{LIBRARY}: empty input or k == 0")
 
@@ -139,13 +141,13 @@ def _sort(g, node, x, dim, descending, stable):
 @lowering(aten.topk.default)
 @_library_otherwise
 def lower_topk(g, node, x, k, dim=-1, largest=True, sorted=True):
-    _checked(g, x, int(k))
+    _checked(g, x, k)
     return _outputs(g, node, _spec(x, "topk", dim, descending=bool(largest), k=int(k), sorted=bool(sorted)), x)
 
 
 @lowering(aten.kthvalue.default)
 def lower_kthvalue(g, node, x, k, dim=-1, keepdim=False):
-    _checked(g, x)
+    _checked(g, x, k)
     return _outputs(g, node, _spec(x, "kthvalue", dim, k=int(k), keepdim=bool(keepdim)), x)
 
 
@@ -166,6 +168,8 @@ def _of_all(op: str):
 
     def lower(g, node, x):
         _checked(g, x)
+        if any_symbolic(x.size):
+            raise Unlowerable(f"{LIBRARY}: {op} of all elements over symbolic sizes")
         return _outputs(g, node, _spec(_flattened(x), op, 0), x, whats=("values",))
 
     lower.__name__ = f"lower_{op}"

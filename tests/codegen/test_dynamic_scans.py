@@ -1,4 +1,4 @@
-"""Scans in size-generic C++ (symbolic sizes): one compile serves every size (test_dynamic_codegen's
+"""Scans and sorts in size-generic C++ (symbolic sizes): one compile serves every size (test_dynamic_codegen.s
 harness); under Triton a symbolic scan stays ATen's."""
 import torch
 
@@ -29,3 +29,17 @@ def test_symbolic_scan_under_triton_stays_aten():
     c = b.op(aten.cumsum.default, b.op(aten.relu.default, x), 0)
     cg = run_sizes(b, b.module(c), target="triton-interpreted", sizes=(8, 5))
     assert "Triton scan kernels are not written" in str(cg.lg.fallbacks)
+
+
+def test_sorts_with_symbolic_rows_and_row_length():
+    b = GraphBuilder()
+    x = b.input(lambda n: torch.randint(0, 4, (n, 12)).float())  # ties: ATen's order of equal elements
+    y = b.input(lambda n: torch.randint(0, 3, (3, n)).float(), dims=(1,))
+    get = __import__("operator").getitem
+    s = b.op(aten.sort.stable, x, stable=True, dim=1, descending=True)
+    t = b.op(aten.topk.default, y, 2, 1)  # k * 64 <= n decided at run time
+    m = b.op(aten.median.dim, y, 1)
+    mo = b.op(aten.mode.default, y, 1)
+    outs = [b.op(get, v, i) for v in (s, t, m, mo) for i in (0, 1)]
+    cg = run_sizes(b, b.module(*outs), sizes=(8, 5, 13, 200))
+    assert not cg.lg.fallbacks and "extern" not in cg.sched.format(), cg.sched.format()

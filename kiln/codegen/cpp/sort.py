@@ -22,11 +22,12 @@ import torch
 
 from kiln.codegen.common import kernel_name, print_index_c
 from kiln.codegen.cpp.kernel import PARALLEL_THRESHOLD, CppKernel, KernelContext, kernel_header, pointer_params
-from kiln.codegen.cpp.loops import block, loop
+from kiln.codegen.cpp.loops import block, csize, loop, omp_if
 from kiln.codegen.cpp.ops import CTYPE, CppOps
 from kiln.codegen.cpp.scan import cast
 from kiln.loopir.handlers import SimplifiedIndices
 from kiln.loopir.index import linear_index, var
+from kiln.loopir.sizes import hint, is_symbolic, prod, used_size_symbols
 from kiln.schedule.scheduler import FusedGroup
 
 # ATen's quick_select_template (aten/src/ATen/native/SortingUtils.h), on the (value, index) pairs
@@ -85,38 +86,39 @@ def _comparators(dtype: torch.dtype) -> dict[str, str]:
 def _algorithm(spec) -> list[str]:
     """Statements leaving the results in ``row`` (sort, topk) or in ``res_v``/``res_i``."""
     c = _comparators(spec.value_dtype)
-    n, k = spec.n, spec.k
+    n, k, cn = spec.n, spec.k, csize(spec.n)
     if spec.op == "sort":
         fn = "std::stable_sort" if spec.stable else "std::sort"
         return [f"{fn}(row.begin(), row.end(), {c['desc' if spec.descending else 'asc']});"]
     if spec.op == "topk":  # ATen's topk_impl_loop
         cmp = c["desc" if spec.descending else "asc"]
-        if k * 64 <= n:
-            return [f"std::partial_sort(row.begin(), row.begin() + {k}, row.end(), {cmp});"]
-        lines = [f"std::nth_element(row.begin(), row.begin() + {k - 1}, row.end(), {cmp});"]
+        partial = [f"std::partial_sort(row.begin(), row.begin() + {k}, row.end(), {cmp});"]
+        select = [f"std::nth_element(row.begin(), row.begin() + {k - 1}, row.end(), {cmp});"]
         if spec.sorted:
-            lines.append(f"std::sort(row.begin(), row.begin() + {k - 1}, {cmp});")
-        return lines
+            select.append(f"std::sort(row.begin(), row.begin() + {k - 1}, {cmp});")
+        if is_symbolic(n):  # ATen's choice at run time
+            return [f"if ({k * 64} <= {csize(n)})"] + block(partial) + ["else"] + block(select)
+        return partial if k * 64 <= n else select
     if spec.op == "kthvalue":
         return [f"kiln_quick_select(row, {k - 1}, {c['gt_or_nan']});",
                 f"const T res_v = row[{k - 1}].first;", f"const int64_t res_i = row[{k - 1}].second;"]
     if spec.op == "median":  # the first NaN, else the (n-1)/2-th in (value, index) order
         return [f"auto nth = std::find_if(row.begin(), row.end(), [](const P& p) {{ return {c['isnan']}; }});",
                 "if (nth == row.end()) {",
-                f"    nth = row.begin() + {(n - 1) // 2};",
+                f"    nth = row.begin() + ({cn} - 1) / 2;",
                 f"    std::nth_element(row.begin(), nth, row.end(), {c['total']});",
                 "}", "const T res_v = nth->first;", "const int64_t res_i = nth->second;"]
     if spec.op == "nanmedian":  # NaN last; the ((non-NaN count) - 1) / 2-th (C division), as ATen
         return [f"const int64_t nans = std::count_if(row.begin(), row.end(), [](const P& p) {{ return {c['isnan']}; }});",
-                f"auto nth = row.begin() + ({n} - nans - 1) / 2;",
+                f"auto nth = row.begin() + ({cn} - nans - 1) / 2;",
                 f"std::nth_element(row.begin(), nth, row.end(), {c['total_nan_last']});",
                 "const T res_v = nth->first;", "const int64_t res_i = nth->second;"]
     # mode: ATen's mode kernel: sort by value, the first longest run wins (its last element's index)
     return [f"std::sort(row.begin(), row.end(), {c['by_value']});",
             "T res_v = 0; int64_t res_i = 0, run = 0, best = 0;",
-            f"for (int64_t i = 0; i < {n}; ++i) {{",
+            f"for (int64_t i = 0; i < {cn}; ++i) {{",
             "    run++;",
-            f"    if (i == {n - 1} || row[i].first != row[i + 1].first) {{",
+            f"    if (i == {cn} - 1 || row[i].first != row[i + 1].first) {{",
             "        if (run > best) { res_v = row[i].first; res_i = row[i].second; best = run; }",
             "        run = 0;",
             "    }", "}"]
@@ -128,10 +130,10 @@ def _row_coords(spec) -> tuple[list[str], list]:
     lines, index = [], []
     below = 1
     for d in reversed(dims):
-        n = int(spec.in_size[d])
-        expr = "xr" if below == 1 else f"(xr / {below})"
-        lines.insert(0, f"const int64_t a{d} = {expr} % {n};")
-        below *= n
+        n = spec.in_size[d]
+        expr = "xr" if below == 1 else f"(xr / {csize(below)})"
+        lines.insert(0, f"const int64_t a{d} = {expr} % {csize(n)};")
+        below = below * n
     for d in range(len(spec.in_size)):
         if d == spec.dim:
             index.append(var("r", 0))
@@ -170,23 +172,25 @@ def generate_sort_kernel(group: FusedGroup, buffers: dict, index: int) -> CppKer
     name = kernel_name("cpp", origins, index)
     spec = group.members[0].node.data.spec
     n = spec.n
-    rows = 1
-    for d, s in enumerate(spec.in_size):
-        rows *= int(s) if d != spec.dim else 1
+    rows = prod([s for d, s in enumerate(spec.in_size) if d != spec.dim])
     coords, in_index = _row_coords(spec)
     ops = CppOps(ctx)
-    ranges = {e: int(spec.in_size[d]) for d, e in enumerate(in_index) if isinstance(e, sympy.Symbol)}
+    ranges = {e: spec.in_size[d] for d, e in enumerate(in_index) if isinstance(e, sympy.Symbol)}
     value = spec.body(SimplifiedIndices(ops, ranges), in_index)
     gather = [loop("r0", n)] + block(ops.lines + [f"row[r0] = P({value}, r0);"])
     stores = [line for m in group.members for line in _stores(ctx, m, in_index)]
     per_row = coords + gather + _algorithm(spec) + stores
     T = CTYPE[spec.value_dtype]
-    parallel = rows > 1 and rows * n >= PARALLEL_THRESHOLD
-    region = ([f"std::vector<P> row({n});"] + (["#pragma omp for"] if parallel else [])
+    parallel = hint(rows) > 1 and hint(rows * n) >= PARALLEL_THRESHOLD
+    if parallel and is_symbolic(rows * n):  # the region decides at run time
+        parallel = f"{csize(rows * n)} >= {PARALLEL_THRESHOLD}"
+    region = ([f"std::vector<P> row({csize(n)});"] + (["#pragma omp for"] if parallel else [])
               + [loop("xr", rows)] + block(per_row))
     body = [f"using T = {T};", "using P = std::pair<T, int64_t>;"]
-    body += (["#pragma omp parallel"] if parallel else []) + block(region)
+    body += ([f"#pragma omp parallel{omp_if(parallel)}"] if parallel else []) + block(region)
     params = pointer_params(ctx, buffers)
     header = kernel_header(name, group, origins, f"{spec.describe()}, ATen's CPU algorithm")
+    size_args = used_size_symbols("\n".join(body))
+    params += [f"int64_t {a}" for a in size_args]
     src = [HELPERS] + header + [f'extern "C" void {name}({", ".join(params)})'] + block(body)
-    return CppKernel(name, "\n".join(src), ctx.params, origins, rows * n, ctx.checks_bounds, [])
+    return CppKernel(name, "\n".join(src), ctx.params, origins, hint(rows * n), ctx.checks_bounds, size_args)
