@@ -15,7 +15,7 @@ import torch
 
 from kiln.loopir.index import FloorDiv, ModularIndexing
 from kiln.loopir.nodes import ComputedBuffer, Lazy, Stored
-from kiln.loopir.sizes import any_symbolic, is_symbolic, shape_of
+from kiln.loopir.sizes import any_symbolic, is_symbolic, known, shape_of
 from kiln.loopir.sort import RowSort, SortSpec
 from kiln.lower.common import origins_of, upcast
 from kiln.lower.graph import fake_val
@@ -125,10 +125,16 @@ def lower_sort_stable(g, node, x, *, stable=None, dim=-1, descending=False):
     return _sort(g, node, x, dim, descending, bool(stable))
 
 
-def _checked(g, x, k=None) -> None:
+def _checked(g, x, k=None, dim=None, low=0) -> None:
+    """Refuse (Unlowerable) what the kernels do not do; a ``k`` outside ``[low, n]`` is the user's error,
+    which ATen's kernel raises."""
     _check(g, x)
     if is_symbolic(k):
         raise Unlowerable(f"{LIBRARY}: k is a symbolic size")
+    if k is not None:
+        n = x.size[dim % len(x.size)] if x.size else 1
+        if known(sympy.sympify(int(k) >= low)) is not True or known(sympy.sympify(int(k) <= n)) is not True:
+            raise Unlowerable(f"{LIBRARY}: k={int(k)} is not known to be in [{low}, {n}] (ATen checks it)")
     if _empty_or_trivial(x) or k == 0:
         raise Unlowerable(f"{LIBRARY}: empty input or k == 0")
 
@@ -141,13 +147,13 @@ def _sort(g, node, x, dim, descending, stable):
 @lowering(aten.topk.default)
 @_library_otherwise
 def lower_topk(g, node, x, k, dim=-1, largest=True, sorted=True):
-    _checked(g, x, k)
+    _checked(g, x, k, dim)
     return _outputs(g, node, _spec(x, "topk", dim, descending=bool(largest), k=int(k), sorted=bool(sorted)), x)
 
 
 @lowering(aten.kthvalue.default)
 def lower_kthvalue(g, node, x, k, dim=-1, keepdim=False):
-    _checked(g, x, k)
+    _checked(g, x, k, dim, low=1)
     return _outputs(g, node, _spec(x, "kthvalue", dim, k=int(k), keepdim=bool(keepdim)), x)
 
 

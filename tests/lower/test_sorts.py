@@ -77,3 +77,18 @@ def test_zero_dim_inputs():
 def test_empty_and_zero_k_stay_library_calls():
     cg = check(lambda x: torch.topk(x, 0, 1), torch.randn(3, 4))
     assert "extern" in cg.sched.format()
+
+
+def test_k_out_of_range_is_never_lowered():
+    from kiln.lower.registry import Unlowerable
+    from kiln.lower.sort import _checked
+    from kiln.loopir.nodes import Lazy
+
+    class G:
+        codegen = "cpp"
+
+    x = Lazy((3, 5), torch.float32, torch.device("cpu"), None)
+    _checked(G(), x, 5, 1)  # k == n: fine
+    for k, low in ((6, 0), (0, 1), (-1, 0)):
+        with pytest.raises(Unlowerable, match="ATen checks it"):
+            _checked(G(), x, k, 1, low=low)
