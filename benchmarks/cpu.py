@@ -94,6 +94,7 @@ def _micro_cases(size: str):
         "sum_dim1": lambda: (sum_dim1, (r(n, n),), f"[{n},{n}]"),
         "sum_all": lambda: (sum_all, (r(n, n),), f"[{n},{n}]"),
         "amax_dim1": lambda: (amax_dim1, (r(n, n),), f"[{n},{n}]"),
+        **_scan_sort_cases(n, r),
     }
 
 
@@ -130,6 +131,31 @@ def _scatter_cases(size: str):
         "gather_dim1": lambda: (lambda x, i: torch.gather(x, 1, i), (r(n, n), ri(n, n, n // 2)), f"[{n},{n}] -> [{n},{n // 2}]"),
         "index_select": lambda: (lambda x, i: x.index_select(0, i), (r(n, n), ri(n, n // 2)), f"[{n},{n}] rows -> [{n // 2},{n}]"),
     }
+
+
+def _scan_sort_cases(n, r):
+    """Scans and sorts (``--cases`` with these names; ``copy`` is the bandwidth yardstick)."""
+    import torch
+
+    m = max(n // 4, 1)  # rows of the sort cases: a sort costs n log n per row
+    cases = {
+        "copy": lambda: (lambda x: x * 1.0, (r(n, n),), f"[{n},{n}] x * 1.0"),
+        "cumsum_dim1": lambda: (lambda x: torch.cumsum(x, 1), (r(n, n),), f"[{n},{n}]"),
+        "cumsum_dim0": lambda: (lambda x: torch.cumsum(x, 0), (r(n, n),), f"[{n},{n}]"),
+        "cumsum_fused": lambda: (lambda x: torch.cumsum(torch.relu(x) * 2, 1) + 1, (r(n, n),), f"[{n},{n}] relu,mul,cumsum,add"),
+        "cummax_dim1": lambda: (lambda x: torch.cummax(x, 1), (r(n, n),), f"[{n},{n}] values+indices"),
+        "logcumsumexp_dim1": lambda: (lambda x: torch.logcumsumexp(x, 1), (r(n, n),), f"[{n},{n}]"),
+        "cumprod_dim0": lambda: (lambda x: torch.cumprod(x, 0), (r(n, n),), f"[{n},{n}]"),
+        "sort_dim1": lambda: (lambda x: torch.sort(x, 1), (r(m, n),), f"[{m},{n}] values+indices"),
+        "argsort_stable": lambda: (lambda x: torch.argsort(x, dim=1, stable=True), (r(m, n),), f"[{m},{n}]"),
+        "topk_dim1": lambda: (lambda x: torch.topk(x, 16, 1), (r(m, n),), f"[{m},{n}] k=16"),
+        "median_dim1": lambda: (lambda x: torch.median(x, 1), (r(m, n),), f"[{m},{n}]"),
+    }
+    return cases
+
+
+SCAN_SORT_CASES = ("copy", "cumsum_dim1", "cumsum_dim0", "cumsum_fused", "cummax_dim1", "logcumsumexp_dim1",
+                   "cumprod_dim0", "sort_dim1", "argsort_stable", "topk_dim1", "median_dim1")
 
 
 def _model_cases(size: str):
@@ -331,6 +357,7 @@ def run_case(name: str, size: str, backends, iters: int, min_time: float, interl
     row = {"case": name, "kind": kind, "shape": desc, "ms": {}, "errors": {}}
     with torch.no_grad():
         expected = f(*args)
+        row["bytes"] = sum(t.nbytes for t in _tensors(list(args)) + _tensors(expected))
         timed = {}
         for backend in backends:
             try:
@@ -416,6 +443,26 @@ def _fmt_ms(v):
     return f"{v:9.3f}" if v is not None else "        -"
 
 
+def _bandwidth_lines(rows, backends) -> list[str]:
+    """GB/s (bytes read and written once / time) of the scan and sort cases, and the share of the
+    ``copy`` case's bandwidth for the same backend."""
+    chosen = [r for r in rows if r["case"] in SCAN_SORT_CASES and r.get("bytes")]
+    if not chosen:
+        return []
+    copy = next((r for r in chosen if r["case"] == "copy"), None)
+    lines = ["", f"{'bandwidth':<18} " + "".join(f" {b + ' GB/s (copy%)':>24}" for b in backends)]
+    for r in chosen:
+        cells = []
+        for b in backends:
+            ms = r["ms"].get(b)
+            gbs = r["bytes"] / (ms * 1e6) if ms else None
+            ref = copy["bytes"] / (copy["ms"][b] * 1e6) if copy and copy["ms"].get(b) else None
+            share = f" ({100 * gbs / ref:3.0f}%)" if gbs and ref else ""
+            cells.append(f"{gbs:8.2f}{share}" if gbs else "-")
+        lines.append(f"{r['case']:<18} " + "".join(f" {c:>24}" for c in cells))
+    return lines
+
+
 def format_table(rows, backends) -> str:
     head = f"{'case':<18} {'shape':<34}" + "".join(f" {b + ' ms':>11}" for b in backends)
     head += f" {'eager/kiln':>10} {'ind/kiln':>9} {'kern':>5}"
@@ -429,6 +476,7 @@ def format_table(rows, backends) -> str:
         lines.append(line)
         for b, err in r["errors"].items():
             lines.append(f"    !! {b}: {err}")
+    lines += _bandwidth_lines(rows, backends)
     compile_rows = [r for r in rows if r.get("compile")]
     if compile_rows:
         lines += ["", f"{'compile time (s)':<18} " + "".join(f" {b + ' cold':>14} {b + ' warm':>14}" for b in ("kiln", "inductor"))]

@@ -152,7 +152,7 @@ def _where(exc: BaseException) -> str:
 
 def _compile_graph(gm, options: Options, target: str) -> CompiledGraph:
     with stats.timed("lower"):
-        lg = lower_graph(gm, options.gemm_padding)
+        lg = lower_graph(gm, options.gemm_padding, codegen=target)
     buffers = lg.buffers()
     device = "cuda" if target == "triton" else "cpu"
     elsewhere = sorted({str(b.device) for b in buffers.values() if b.device.type != device})

@@ -118,7 +118,7 @@ class Reduction:
 
 @dataclasses.dataclass(eq=False)
 class ComputedBuffer(Buffer):
-    data: Pointwise | Reduction | None = None
+    data: Pointwise | Reduction | None = None  # (or loopir.scan.Scan, which builds its own store body)
     # (size, stride) of the value when its loops run in another order than its dims: a dense layout
     # computed in memory order (``size``/``stride`` are then the loops' row-major ones). The tensor is
     # allocated with this view, so readers of the value get it without an ``as_strided``.
@@ -130,6 +130,8 @@ class ComputedBuffer(Buffer):
     def store_body(self):
         """The full loop body: (ops, index[, rindex]) -> None, storing into this buffer."""
         data, name, stride = self.data, self.name, self.stride
+        if hasattr(data, "store_body"):  # a node kind defined in its own module (loopir/scan.py)
+            return data.store_body(self)
         # iteration dims of size 1 are dropped by the scheduler; here index has one entry per dim
         if isinstance(data, Pointwise):
 

@@ -40,6 +40,8 @@ REDUCTION_TYPES = ("sum", "prod", "max", "min", "argmax", "argmin", "any", "all"
 #   reduction(kind, value, dtype)        the running reduction of ``value`` over the reduction loop;
 #                                        returns the reduced value (argmax/argmin: an int64 index)
 #   store_reduction(name, index, value)  write a reduced value
+#   scan(kind, value, dim)               the running scan of ``value`` along loop-IR dim ``dim`` of a Scan
+#                                        node (loopir/scan.py says the kinds and their exact semantics)
 #   masked(mask, body, other)            ``body()`` where the bool value ``mask`` is true, else the Python
 #                                        scalar ``other`` (as ``body()``'s dtype). ``body`` is a function
 #                                        of no arguments that calls ops on this same handler; its loads
@@ -65,7 +67,7 @@ REDUCTION_TYPES = ("sum", "prod", "max", "min", "argmax", "argmin", "any", "all"
 #                                        read-modify-write (atomic on GPU); only ``ScatterBuffer`` bodies
 #                                        (kiln/loopir/scatter.py) call it. The buffer is also read.
 SPECIAL = ("load", "store", "constant", "index_expr", "to_dtype", "where", "reduction", "store_reduction",
-           "masked", "indirect_indexing", "scatter_store")
+           "masked", "indirect_indexing", "scatter_store", "scan")
 
 ALL_OPS = frozenset(UNARY) | frozenset(BINARY) | frozenset(SPECIAL)
 

@@ -80,8 +80,9 @@ def fake_val(node) -> Any:
 
 
 class GraphLowering:
-    def __init__(self, gm: fx.GraphModule, gemm_padding: str = "auto"):
+    def __init__(self, gm: fx.GraphModule, gemm_padding: str = "auto", codegen: str = "cpp"):
         self.gemm_padding = gemm_padding
+        self.codegen = codegen  # the code generator's target ("cpp", "triton", ...): some lowerings are for one
         self.gm = gm
         self.nodes: list = []
         self.inputs: list[InputBuffer] = []
@@ -402,5 +403,5 @@ def _unpermuted(body, order):
     return permuted_body
 
 
-def lower_graph(gm: fx.GraphModule, gemm_padding: str = "auto") -> LoweredGraph:
-    return GraphLowering(gm, gemm_padding).run()
+def lower_graph(gm: fx.GraphModule, gemm_padding: str = "auto", codegen: str = "cpp") -> LoweredGraph:
+    return GraphLowering(gm, gemm_padding, codegen).run()

@@ -14,7 +14,7 @@ from typing import Callable
 import torch
 
 _LOWERINGS: dict = {}
-_FAMILIES = ("pointwise", "reduction", "views", "misc", "shape", "indexing", "scatter", "extern")
+_FAMILIES = ("pointwise", "reduction", "views", "misc", "shape", "indexing", "scatter", "extern", "scan", "sort")
 _loaded = False
 
 

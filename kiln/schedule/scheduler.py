@@ -14,6 +14,9 @@ from kiln.loopir.nodes import ExternKernel
 from kiln.loopir.scatter import is_update
 from kiln.schedule.fusion import common_prefix, group_legal, score
 from kiln.schedule.nodes import SchedulerNode, make_node, make_scheduler_nodes
+from kiln.loopir.scan import is_scan
+from kiln.loopir.sort import is_row_sort
+from kiln.schedule.scan_rules import scan_group_ok
 from kiln.schedule.split import adopt, refine, split_buffer
 
 
@@ -116,6 +119,8 @@ def _best_group(sn: SchedulerNode, steps, group_of, nbytes, dtypes, can_fuse=Non
             continue
         for cand in _candidates(sn, step, dtypes):
             k = common_prefix(step.outer, cand.ranges)
+            if scan_group_ok(step.members, cand) is False:
+                continue
             if cand.is_reduction and any(m.is_reduction for m in step.members) and k < 1:
                 continue
             if can_fuse is not None and not can_fuse(step.members + [cand], k):
@@ -139,7 +144,7 @@ def _candidates(sn: SchedulerNode, step, dtypes):
     """``sn`` as it is, then (lazily) ``sn`` with its loop dims split into the group's outer sizes."""
     yield sn
     k = common_prefix(step.outer, sn.ranges)
-    if k >= len(step.outer) or sn.is_extern:
+    if k >= len(step.outer) or sn.is_extern or is_scan(sn) or is_row_sort(sn):  # (a scan's dim would move)
         return
     factors = refine(sn.ranges, step.outer)
     if factors is not None:

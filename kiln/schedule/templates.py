@@ -29,8 +29,10 @@ import torch
 from kiln.loopir.index import linear_index, var
 from kiln.loopir.sizes import any_symbolic
 from kiln.loopir.nodes import Stored, contiguous_strides
-from kiln.schedule.scheduler import ExternStep, FusedGroup, Schedule
+from kiln.loopir.scan import is_scan
 from kiln.loopir.scatter import is_update
+from kiln.loopir.sort import is_row_sort
+from kiln.schedule.scheduler import ExternStep, FusedGroup, Schedule
 
 aten = torch.ops.aten
 
@@ -203,7 +205,8 @@ def epilogue_split(group: FusedGroup, out: str, out_buf) -> int | None:
     the result's epilogue; else None."""
     members = group.members
     ranges = members[0].ranges
-    if any(m.is_reduction or m.ranges != ranges or is_update(m.node) for m in members) or group.depth != len(ranges):
+    if any(m.is_reduction or is_scan(m) or is_row_sort(m) or m.ranges != ranges or is_update(m.node) for m in members) \
+            or group.depth != len(ranges):
         return None
     if len(out_buf.size) != 2:
         return None

@@ -69,3 +69,16 @@ def sample(shape, dtype, *, low=-4, high=4, seed=0):
     if dtype.is_floating_point:
         return (torch.rand(shape, generator=g, dtype=torch.float64) * (high - low) + low).to(dtype)
     return torch.randint(low, high, shape, generator=g).to(dtype)
+
+
+def ties_nans_infs(shape, dtype=torch.float32, seed=0, specials=True):
+    """Few distinct small integers (many ties) of ``dtype``; floats get NaN and both infinities at
+    scattered places too (scans, sorts: ATen's NaN and tie rules)."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randint(-2, 3, shape, generator=g).to(dtype)
+    if dtype.is_floating_point and specials:
+        flat = x.view(-1)
+        flat[3::11] = float("nan")
+        flat[5::13] = float("inf")
+        flat[7::17] = float("-inf")
+    return x

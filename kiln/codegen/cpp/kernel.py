@@ -41,6 +41,8 @@ from kiln.codegen.cpp.rows import plan_rows
 from kiln.loopir.handlers import ReadsWrites, run_body
 from kiln.loopir.nodes import Reduction
 from kiln.loopir.scatter import is_update
+from kiln.loopir.scan import is_scan
+from kiln.loopir.sort import is_row_sort
 from kiln.loopir.sizes import hint, is_symbolic, prod, used_size_symbols
 from kiln.schedule.fusion import block_of, split_outer
 from kiln.schedule.scheduler import FusedGroup
@@ -179,6 +181,14 @@ def generate_kernel(group: FusedGroup, buffers: dict, index: int) -> CppKernel:
         from kiln.codegen.cpp.scatter import generate_scatter_kernel
 
         return generate_scatter_kernel(group, buffers, index)
+    if any(is_scan(m) for m in group.members):
+        from kiln.codegen.cpp.scan import generate_scan_kernel
+
+        return generate_scan_kernel(group, buffers, index)
+    if any(is_row_sort(m) for m in group.members):
+        from kiln.codegen.cpp.sort import generate_sort_kernel
+
+        return generate_sort_kernel(group, buffers, index)
     ctx = KernelContext(group, buffers)
     origins = tuple(o for m in group.members for o in m.node.origins if o is not None)
     name = kernel_name("cpp", origins, index)
@@ -219,19 +229,31 @@ def generate_kernel(group: FusedGroup, buffers: dict, index: int) -> CppKernel:
         region = arrays + pre + loops + block(nest)
         body = ([f"#pragma omp parallel{omp_if(parallel)}"] if parallel else []) + block(region)
 
+    params = pointer_params(ctx, buffers)
+    header = kernel_header(name, group, origins)
+    size_args = used_size_symbols("\n".join(body))
+    params += [f"int64_t {s}" for s in size_args]
+    src = header + [f'extern "C" void {name}({", ".join(params)})'] + block(body)
+    return CppKernel(name, "\n".join(src), ctx.params, origins, hint(work), ctx.checks_bounds, size_args)
+
+
+def pointer_params(ctx: KernelContext, buffers) -> list[str]:
+    """The C parameters of the kernel's buffers (``const T* __restrict__ in_ptrN``, ``T* ... out_ptrN``)."""
     params = []
     for buf_name, kind in ctx.params:
         T = CTYPE[buffers[buf_name].dtype]
         ptr = ctx.pointers[buf_name]
         params.append(f"const {T}* __restrict__ {ptr}" if kind == "in" else f"{T}* __restrict__ {ptr}")
-    header = [f"// {name}: {', '.join(m.name for m in group.members)}"]
+    return params
+
+
+def kernel_header(name: str, group: FusedGroup, origins, how: str = "") -> list[str]:
+    """The comment above a kernel: its members (and ``how``), the source ops, the kernel-local buffers."""
+    header = [f"// {name}: {', '.join(m.name for m in group.members)}{f'  ({how})' if how else ''}"]
     header += [f"//   {line}" for line in provenance(origins)]
     if group.locals:
         header.append(f"//   kernel-local (never allocated): {', '.join(sorted(group.locals))}")
-    size_args = used_size_symbols("\n".join(body))
-    params += [f"int64_t {s}" for s in size_args]
-    src = header + [f'extern "C" void {name}({", ".join(params)})'] + block(body)
-    return CppKernel(name, "\n".join(src), ctx.params, origins, hint(work), ctx.checks_bounds, size_args)
+    return header
 
 
 def _flat_nest(ranges, body, parallel) -> list[str]:

@@ -99,6 +99,13 @@ template <typename T> static inline T kiln_min(T a, T b) {
   if constexpr (std::is_floating_point_v<T>) return (b < a || b != b) ? b : a;
   else return b < a ? b : a;
 }
+// logcumsumexp's step, ATen's _log_add_exp_helper exactly (equal infinities stay, NaN propagates)
+template <typename T> static inline T kiln_log_add_exp(T x, T y) {
+  T mn = std::isnan(y) ? y : std::min(x, y);
+  T mx = std::isnan(y) ? y : std::max(x, y);
+  if (mn != mx || std::isfinite(mn)) return std::log1p(std::exp(mn - mx)) + mx;
+  return x;
+}
 // OpenMP reductions for them; each private copy starts from the original value (max/min are idempotent)
 #pragma omp declare reduction(kiln_max : float, double, int64_t, int32_t, int16_t, int8_t, uint8_t : \
     omp_out = kiln_max(omp_out, omp_in)) initializer(omp_priv = omp_orig)

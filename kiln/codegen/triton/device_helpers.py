@@ -168,3 +168,39 @@ def sigmoid(a):
 @jit
 def sign(a):
     return (a > 0).to(a.dtype) - (a < 0).to(a.dtype)
+
+
+# ------------------------------------------------------------------------------ scans (codegen/triton/scan.py)
+
+@jit
+def cummax_value(a, b):
+    """ATen's cummax step, ``b`` the later element: it wins when NaN, or when ``a`` is not and b >= a."""
+    return tl.where((b != b) | ((a == a) & (b >= a)), b, a)
+
+
+@jit
+def cummin_value(a, b):
+    return tl.where((b != b) | ((a == a) & (b <= a)), b, a)
+
+
+@jit
+def cummax_combine(a, ia, b, ib):
+    """(value, index) pairs of cummax: the later pair wins on ties (ATen: the last index), NaN sticks."""
+    take_b = (b != b) | ((a == a) & (b >= a))
+    return tl.where(take_b, b, a), tl.where(take_b, ib, ia)
+
+
+@jit
+def cummin_combine(a, ia, b, ib):
+    take_b = (b != b) | ((a == a) & (b <= a))
+    return tl.where(take_b, b, a), tl.where(take_b, ib, ia)
+
+
+@jit
+def log_add_exp(a, b):
+    """logcumsumexp's combine (ATen's _log_add_exp_helper): equal infinities stay, NaN propagates."""
+    mn = tl.where(a < b, a, b)
+    mx = tl.where(a < b, b, a)
+    finite = (mn != mx) | (tl.abs(mn) < float("inf"))
+    out = tl.where(finite, libdevice.log1p(tl.exp(mn - mx)) + mx, a)
+    return tl.where((a != a) | (b != b), a + b, out)

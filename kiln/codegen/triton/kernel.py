@@ -32,6 +32,7 @@ from kiln.codegen.triton.ops import TritonOps
 from kiln.loopir.handlers import iteration_vars, run_body
 from kiln.loopir.index import ModularIndexing, linear_index, simplify_with_ranges, var
 from kiln.loopir.nodes import Reduction
+from kiln.loopir.scan import is_scan
 from kiln.loopir.sizes import any_symbolic, hint, is_size_symbol, is_symbolic, prod, size, used_size_symbols
 from kiln.schedule.fusion import block_of, split_outer
 from kiln.schedule.scheduler import FusedGroup
@@ -360,6 +361,10 @@ def _index_dtype_is_64(group, buffers) -> bool:
 
 
 def generate_kernel(group: FusedGroup, buffers: dict, index: int, persistent_max: int = PERSISTENT_MAX) -> TritonKernel:
+    if any(is_scan(m) for m in group.members):
+        from kiln.codegen.triton.scan import generate_scan_kernel
+
+        return generate_scan_kernel(group, buffers, index, persistent_max)
     kctx = KernelContext(group, buffers)
     origins = tuple(o for m in group.members for o in m.node.origins if o is not None)
     name = kernel_name("triton", origins, index)
