@@ -81,6 +81,9 @@ class Options:
     matmul_choice: how a matmul template's path is picked: "autotune" (time the template's configs
         and the library path on the first call on the GPU, keep the fastest; the interpreter takes
         the template), "template" or "library" (force one path; KILN_MATMUL_CHOICE).
+    ddp_split: a graph compiled inside a DistributedDataParallel forward is split at DDP's gradient
+        bucket boundaries, so each bucket's all-reduce starts while the rest of the backward runs
+        (KILN_DDP_SPLIT; docs/distributed.md).
     """
 
     recompile_limit: int = 8
@@ -102,6 +105,7 @@ class Options:
     conv_channels_last: bool | None = None
     gemm_padding: str = "auto"
     dynamic_ints: bool = False
+    ddp_split: bool = True
 
     def __post_init__(self):
         if self.gemm_padding not in ("auto", "always", "off"):
@@ -152,6 +156,7 @@ def _read_environment() -> Options:
         compile_workers=_env_int("KILN_COMPILE_WORKERS", _default_workers()),
         conv_channels_last=_env_flag("KILN_CONV_CHANNELS_LAST"),
         dynamic_ints=_env_int("KILN_DYNAMIC_INTS", 0) != 0,
+        ddp_split=_env_int("KILN_DDP_SPLIT", 1) != 0,
     )
 
 

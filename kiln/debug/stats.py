@@ -47,6 +47,7 @@ class Stats:
         self.cudagraph_recordings = 0  # CUDA graphs recorded (mode="reduce-overhead"; time in seconds["cudagraph_record"])
         self.dynamic_graphs = 0  # graphs compiled once into size-generic code
         self.dynamic_fallbacks: collections.Counter[str] = collections.Counter()  # compiled static instead, by reason
+        self.ddp_pieces = 0  # pieces of graphs split at DDP bucket boundaries (kiln/distributed/)
         self.seconds: collections.Counter[str] = collections.Counter()
 
     @contextlib.contextmanager
@@ -74,6 +75,7 @@ class Stats:
             "cudagraph_recordings": self.cudagraph_recordings,
             "dynamic_graphs": self.dynamic_graphs,
             "dynamic_fallbacks": dict(self.dynamic_fallbacks),
+            "ddp_pieces": self.ddp_pieces,
             "kernel_compiles": self.kernel_compiles,
             "kernel_cache_hits": self.kernel_cache_hits,
             "triton_precompiled": self.triton_precompiled,

@@ -1,0 +1,53 @@
+"""kiln.compile(DDP(m)) and DDP(kiln.compile(m)) on 2 CPU processes (gloo) against eager DDP."""
+import pytest
+
+from tests.distributed.ddp_workers import SCENARIOS, run_scenarios
+from tests.distributed.harness import run_ranks
+
+pytestmark = pytest.mark.distributed
+
+
+@pytest.fixture(scope="module")
+def results():
+    per_rank = run_ranks(run_scenarios, names=list(SCENARIOS))
+    return {name: [r[name] for r in per_rank] for name in SCENARIOS}
+
+
+def check_matches_eager(runs, tol=1e-6):
+    for rank, run in enumerate(runs):
+        assert run["param_diff"] <= tol, (rank, run)
+        assert run["loss_diff"] <= tol, (rank, run)
+        assert not run["fallbacks"], (rank, run)
+
+
+def test_default_buckets_one_graph(results):
+    runs = results["outer_sgd_default_buckets"]
+    check_matches_eager(runs)
+    assert all(r["pieces"] == 0 and r["functions"] == 1 for r in runs)  # 25 MB: one bucket, no split
+
+
+@pytest.mark.parametrize("name", ["inner_adamw_small_buckets", "outer_small_buckets", "outer_static_graph"])
+def test_split_at_buckets(results, name):
+    runs = results[name]
+    check_matches_eager(runs)
+    for run in runs:
+        assert run["pieces"] >= 3 and run["functions"] >= 3, run
+        assert run["head_first"], run
+
+
+def test_find_unused_parameters(results):
+    runs = results["outer_find_unused"]
+    check_matches_eager(runs)
+    assert all(r["functions"] >= 3 for r in runs)
+
+
+def test_no_sync_accumulation(results):
+    runs = results["inner_no_sync"]
+    check_matches_eager(runs)
+    assert all(r["functions"] >= 3 for r in runs)
+
+
+def test_kiln_backend(results):
+    runs = results["outer_kiln_backend"]
+    check_matches_eager(runs, tol=1e-5)
+    assert all(r["functions"] >= 3 and r["head_first"] for r in runs)
