@@ -1,0 +1,164 @@
+"""Unit tests of the DDP graph split (kiln/distributed/ddp_split.py, ddp_backend.py), one process."""
+import types
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import kiln
+from kiln.distributed.ddp_backend import compile_split, ddp_aware, SplitGraph
+from kiln.distributed.ddp_split import CutChecker, body_nodes, place_cuts, plan_buckets, split_graph
+from kiln.backends.aot_eager import compile_aot_eager
+from tests.distributed.ddp_workers import Net, compiled_functions_in_backward
+
+
+def capture(fn, *args):
+    """The FX graph kiln captures for fn(*args)."""
+    graphs = []
+
+    def record(gm, example_inputs):
+        graphs.append(gm)
+        return gm
+
+    kiln.compile(fn, backend=record)(*args)
+    assert len(graphs) == 1
+    return graphs[0]
+
+
+def stub_ddp(module, cap_bytes):
+    """What compile_split reads from a DDP module, without a process group."""
+    return types.SimpleNamespace(bucket_bytes_cap=cap_bytes, module=module, parameters_to_ignore=set(),
+                                 _bucket_config=None)
+
+
+def test_buckets_in_reverse_order_of_use():
+    net = Net()
+    gm = capture(net, torch.randn(2, 32))
+    buckets = plan_buckets(gm, 4000, 4000, lambda p: True)
+    names = [b.params for b in buckets]
+    # graph order: layers 0..3 then the head; from the end: head + layer 3 fill the first bucket
+    assert len(buckets) == 4
+    assert any("head" in n for n in names[-1]) and any("layers_3" in n for n in names[-1])
+    assert any("layers_0" in n for n in names[0])
+    assert sum(b.nbytes for b in buckets) == sum(p.numel() * 4 for p in net.parameters())
+    # a big cap: one bucket
+    assert len(plan_buckets(gm, 10**9, 10**9, lambda p: True)) == 1
+    # parameters DDP does not reduce do not count
+    assert len(plan_buckets(gm, 4000, 4000, lambda p: False)) == 1
+
+
+def test_split_runs_like_the_graph():
+    net = Net()
+    x = torch.randn(3, 32)
+    gm = capture(net, x)
+    split = compile_split(compile_aot_eager, gm, [x], stub_ddp(net, 4000))
+    assert isinstance(split, SplitGraph) and len(split.pieces) == 4
+    (out,) = split(x)
+    expected = net(x)
+    torch.testing.assert_close(out, expected)
+    functions = compiled_functions_in_backward(out)
+    assert len(functions) == 4
+    assert {id(p) for p in net.head.parameters()} <= functions[0]
+    out.sum().backward()
+    grads = [p.grad.clone() for p in net.parameters()]
+    net.zero_grad()
+    expected.sum().backward()
+    for got, want in zip(grads, [p.grad for p in net.parameters()]):
+        torch.testing.assert_close(got, want)
+    assert "4 piece(s)" in split.kiln_explain()
+
+
+def test_no_active_ddp_no_split():
+    calls = []
+
+    def backend(gm, example_inputs):
+        calls.append(gm)
+        return gm
+
+    wrapped = ddp_aware(backend, kiln.Options())
+    net = Net()
+    gm = capture(net, torch.randn(2, 32))
+    assert wrapped(gm, [torch.randn(2, 32)]) is gm and calls == [gm]
+
+
+def test_no_cut_inside_autocast_or_no_grad():
+    lin = torch.nn.Linear(8, 8)
+
+    def f(x):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            y = lin(x)
+            y = lin(y)
+        with torch.no_grad():
+            z = y * 2
+        return y.float() + z.float()
+
+    gm = capture(f, torch.randn(2, 8))
+    checker = CutChecker(gm, True)
+    nodes = body_nodes(gm)
+    enter = next(i for i, n in enumerate(nodes) if getattr(n.target, "__name__", "") == "_enter_autocast")
+    exit_ = next(i for i, n in enumerate(nodes) if getattr(n.target, "__name__", "") == "_exit_autocast")
+    for p in range(enter + 1, exit_ + 1):
+        assert checker.cut_problem(p) == "inside an autocast block"
+    grad_off = next(i for i, n in enumerate(nodes) if n.target is torch._C._set_grad_enabled)
+    assert "grad mode" in checker.cut_problem(grad_off + 1)
+
+
+def test_no_cut_between_a_value_and_its_in_place_write():
+    a, b = torch.nn.Linear(8, 8), torch.nn.Linear(8, 8)
+
+    def f(x):
+        y = a(x)
+        z = b(x)
+        y.mul_(2)  # y crosses any cut between its definition and here
+        return y + z
+
+    gm = capture(f, torch.randn(2, 8))
+    nodes = body_nodes(gm)
+    checker = CutChecker(gm, True)
+    y = next(i for i, n in enumerate(nodes) if n.name == "linear")
+    write = next(i for i, n in enumerate(nodes) if n.target == "mul_")
+    for p in range(y + 1, write + 1):
+        assert checker.cut_problem(p) is not None and "in place" in checker.cut_problem(p)
+    assert checker.cut_problem(write + 1) is None
+    # a planned cut there moves to before y's definition, and the split still computes f
+    buckets = plan_buckets(gm, 1, 1, lambda p: True)
+    cuts, notes = place_cuts(buckets, checker)
+    assert all(not (y < c <= write) for c in cuts)
+    x = torch.randn(2, 8)
+    pieces = split_graph(gm, cuts)
+    split = SplitGraph(gm, pieces, compile_aot_eager, "", [])
+    torch.testing.assert_close(split(x)[0], f(x))
+
+
+def test_no_cut_where_a_view_of_an_input_crosses():
+    lin = torch.nn.Linear(8, 8)
+
+    def f(x):
+        v = x[0]  # a view of the input
+        y = lin(x)
+        return y + v
+
+    gm = capture(f, torch.randn(2, 8))
+    checker = CutChecker(gm, True)
+    nodes = body_nodes(gm)
+    view = next(i for i, n in enumerate(nodes) if n.name.startswith("getitem"))
+    assert "views an input" in checker.cut_problem(view + 1)
+
+
+def test_backend_failure_in_a_piece_runs_it_as_its_graph():
+    net = Net()
+    x = torch.randn(3, 32)
+    gm = capture(net, x)
+    seen = []
+
+    def flaky(gm, example_inputs):
+        seen.append(gm)
+        if len(seen) == 2:
+            raise RuntimeError("injected")
+        return compile_aot_eager(gm, example_inputs)
+
+    split = compile_split(flaky, gm, [x], stub_ddp(net, 4000))
+    with pytest.warns(UserWarning, match="injected"):
+        (out,) = split(x)
+    torch.testing.assert_close(out, net(x))
+    assert split.compiled[1] is split.pieces[1].gm
