@@ -16,6 +16,7 @@ import torch
 import torch.fx as fx
 
 from kiln.debug.stats import stats
+from kiln.distributed.consistency import compile_or_eager
 from kiln.distributed.ddp_split import CutChecker, Piece, body_nodes, place_cuts, plan_buckets, split_graph
 
 
@@ -65,8 +66,8 @@ def ddp_aware(backend: Callable, options) -> Callable:
     def compile_graph(gm, example_inputs):
         ddp = active_ddp_module() if options.ddp_split else None
         if ddp is None:
-            return backend(gm, example_inputs)
-        return compile_split(backend, gm, example_inputs, ddp)
+            return compile_or_eager(backend, gm, example_inputs, options)
+        return compile_split(backend, gm, example_inputs, ddp, options)
 
     compile_graph.__name__ = getattr(backend, "__name__", "backend")
     compile_graph.kiln_dynamic = getattr(backend, "kiln_dynamic", False)
@@ -74,7 +75,7 @@ def ddp_aware(backend: Callable, options) -> Callable:
     return compile_graph
 
 
-def compile_split(backend: Callable, gm: fx.GraphModule, example_inputs, ddp) -> Callable:
+def compile_split(backend: Callable, gm: fx.GraphModule, example_inputs, ddp, options=None) -> Callable:
     """Plan and split; a SplitGraph, or the backend's own result where no cut is made."""
     reason = why_not_split(ddp, gm)
     notes: list[str] = []
@@ -89,9 +90,9 @@ def compile_split(backend: Callable, gm: fx.GraphModule, example_inputs, ddp) ->
     else:
         header = f"DDP split: not split ({reason})"
     if len(pieces) <= 1:
-        return Noted(backend(gm, example_inputs), header, notes)
+        return Noted(compile_or_eager(backend, gm, example_inputs, options), header, notes)
     stats.ddp_pieces += len(pieces)
-    return SplitGraph(gm, pieces, backend, header, notes)
+    return SplitGraph(gm, pieces, backend, header, notes, options)
 
 
 class Noted:
@@ -113,8 +114,10 @@ class SplitGraph:
     call. A piece the backend fails on runs as its FX graph (exact; a warning says why), on this rank,
     so no rank stops while the others wait in a collective."""
 
-    def __init__(self, gm: fx.GraphModule, pieces: list[Piece], backend: Callable, header: str, notes: list[str]):
+    def __init__(self, gm: fx.GraphModule, pieces: list[Piece], backend: Callable, header: str, notes: list[str],
+                 options=None):
         self.gm = gm
+        self.options = options
         self.pieces = pieces
         self.backend = backend
         self.header = header
@@ -144,7 +147,7 @@ class SplitGraph:
     def _compile(self, i: int, inputs: list) -> Callable:
         piece = self.pieces[i]
         try:
-            fn = self.backend(piece.gm, inputs)
+            fn = compile_or_eager(self.backend, piece.gm, inputs, self.options, what=f"DDP piece {i}")
         except Exception as exc:  # noqa: BLE001 - run this piece as its graph: exact, and no rank stops
             reason = f"DDP piece {i}: backend failed: {type(exc).__name__}: {str(exc)[:200]}"
             stats.eager_fallbacks[reason] += 1
