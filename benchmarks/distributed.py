@@ -71,6 +71,8 @@ class GPT2(nn.Module):
         self.ln_f = nn.LayerNorm(dim)
         self.lm_head = nn.Linear(dim, vocab, bias=False)
         self.lm_head.weight = self.wte.weight  # tied, as GPT-2
+        nn.init.normal_(self.wte.weight, std=0.02)
+        nn.init.normal_(self.wpe.weight, std=0.01)
 
     def forward(self, ids):
         x = self.wte(ids) + self.wpe(torch.arange(ids.shape[1], device=ids.device))
@@ -121,6 +123,7 @@ class Llama(nn.Module):
         self.blocks = nn.ModuleList(LlamaBlock(dim, heads, hidden) for _ in range(layers))
         self.norm = RMSNorm(dim)
         self.lm_head = nn.Linear(dim, vocab, bias=False)
+        nn.init.normal_(self.embed.weight, std=0.02)
         head_dim = dim // heads
         inv = 1.0 / (10000 ** (torch.arange(0, head_dim, 2).float() / head_dim))
         freqs = torch.outer(torch.arange(max_seq).float(), inv)
