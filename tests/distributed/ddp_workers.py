@@ -38,6 +38,8 @@ def make_net(extra=False):
 
 
 def wrap(model, how, backend, ddp_kwargs):
+    if next(model.parameters()).is_cuda:
+        ddp_kwargs = {**ddp_kwargs, "device_ids": [torch.cuda.current_device()]}
     if how == "eager":
         return DDP(model, **ddp_kwargs)
     if how == "outer":  # kiln.compile(DDP(m))
@@ -47,11 +49,12 @@ def wrap(model, how, backend, ddp_kwargs):
 
 def train(model, rank, steps, optimizer="sgd", accumulate=1, unused_every=0):
     params = list(model.parameters())
+    device = params[0].device
     opt = torch.optim.SGD(params, lr=0.05) if optimizer == "sgd" else torch.optim.AdamW(params, lr=0.01)
     g = torch.Generator().manual_seed(100 + rank)
     losses = []
     for step in range(steps):
-        x, y = torch.randn(6, 32, generator=g), torch.randn(6, 4, generator=g)
+        x, y = torch.randn(6, 32, generator=g).to(device), torch.randn(6, 4, generator=g).to(device)
         use_extra = bool(unused_every) and step % unused_every == 0
         if accumulate > 1 and step % accumulate != accumulate - 1:
             with model.no_sync():
@@ -80,17 +83,17 @@ def compiled_functions_in_backward(output) -> list[set[int]]:
     return found
 
 
-def scenario(rank, how, backend="aot_eager", steps=6, ddp_kwargs=None, **train_kwargs):
+def scenario(rank, how, backend="aot_eager", steps=6, ddp_kwargs=None, device="cpu", **train_kwargs):
     ddp_kwargs = ddp_kwargs or {}
     kiln.reset()
     kiln.stats.reset()
     extra = bool(train_kwargs.get("unused_every"))
-    ref = make_net(extra)
+    ref = make_net(extra).to(device)
     ref_losses = train(wrap(ref, "eager", backend, ddp_kwargs), rank, steps, **train_kwargs)
-    net = make_net(extra)
+    net = make_net(extra).to(device)
     model = wrap(net, how, backend, ddp_kwargs)
     losses = train(model, rank, steps, **train_kwargs)
-    out = model(torch.randn(6, 32))
+    out = model(torch.randn(6, 32, device=device))
     functions = compiled_functions_in_backward(out)
     head = {id(p) for p in net.head.parameters()}
     first = {id(p) for p in net.layers[0].parameters()}
@@ -117,10 +120,10 @@ SCENARIOS = {
 }
 
 
-def run_scenarios(rank, world_size, names):
+def run_scenarios(rank, world_size, names, device="cpu"):
     results = {}
     for name in names:
         start = time.perf_counter()
-        results[name] = scenario(rank, **SCENARIOS[name])
+        results[name] = scenario(rank, device=device if device == "cpu" else f"cuda:{rank}", **SCENARIOS[name])
         results[name]["seconds"] = time.perf_counter() - start
     return results

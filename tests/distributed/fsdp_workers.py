@@ -30,11 +30,11 @@ class Net(torch.nn.Module):
         return self.head(x)
 
 
-def make(how, backend, mixed_precision):
+def make(how, backend, mixed_precision, device="cpu"):
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     torch.manual_seed(0)
-    model = Net()
+    model = Net().to(device)
     kwargs = {}
     if mixed_precision:
         kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
@@ -49,12 +49,12 @@ def make(how, backend, mixed_precision):
     return model, model
 
 
-def train(model, rank, steps=4):
+def train(model, rank, steps=4, device="cpu"):
     opt = torch.optim.AdamW(model.parameters(), lr=0.01)
     g = torch.Generator().manual_seed(100 + rank)
     losses = []
     for _ in range(steps):
-        x, y = torch.randn(6, 16, generator=g), torch.randn(6, 4, generator=g)
+        x, y = torch.randn(6, 16, generator=g).to(device), torch.randn(6, 4, generator=g).to(device)
         loss = F.mse_loss(model(x).float(), y)
         loss.backward()
         opt.step()
@@ -63,13 +63,13 @@ def train(model, rank, steps=4):
     return losses
 
 
-def scenario(rank, how, backend="aot_eager", mixed_precision=False):
+def scenario(rank, how, backend="aot_eager", mixed_precision=False, device="cpu"):
     kiln.reset()
     kiln.stats.reset()
-    ref, _ = make("eager", backend, mixed_precision)
-    ref_losses = train(ref, rank)
-    params, model = make(how, backend, mixed_precision)
-    losses = train(model, rank)
+    ref, _ = make("eager", backend, mixed_precision, device)
+    ref_losses = train(ref, rank, device=device)
+    params, model = make(how, backend, mixed_precision, device)
+    losses = train(model, rank, device=device)
     diffs = [(a.full_tensor() - b.full_tensor()).abs().max().item() for a, b in zip(ref.parameters(), params.parameters())]
     return {"param_diff": max(diffs), "loss_diff": max(abs(a - b) for a, b in zip(ref_losses, losses)),
             "graphs": kiln.stats.graphs, "breaks": dict(kiln.stats.graph_breaks)}
@@ -84,5 +84,6 @@ SCENARIOS = {
 }
 
 
-def run_scenarios(rank, world_size, names):
-    return {name: scenario(rank, **SCENARIOS[name]) for name in names}
+def run_scenarios(rank, world_size, names, device="cpu"):
+    device = device if device == "cpu" else f"cuda:{rank}"
+    return {name: scenario(rank, device=device, **SCENARIOS[name]) for name in names}

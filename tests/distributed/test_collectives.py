@@ -2,8 +2,7 @@
 import pytest
 import torch
 
-from tests.distributed.collective_workers import run
-from tests.distributed.harness import run_ranks
+from tests.distributed.harness import section
 
 pytestmark = pytest.mark.distributed
 
@@ -12,8 +11,8 @@ BACKENDS = ["aot_eager", "kiln"]
 
 
 @pytest.fixture(scope="module")
-def all_results():
-    return run_ranks(run, backends=BACKENDS)
+def all_results(cpu_ranks):
+    return section(cpu_ranks, "collectives")
 
 
 @pytest.fixture(params=BACKENDS)

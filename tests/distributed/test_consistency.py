@@ -2,15 +2,14 @@
 ``distributed_agreement_timeout`` the ranks agree: the same graphs on all ranks, or eager on all."""
 import pytest
 
-from tests.distributed.consistency_workers import run
-from tests.distributed.harness import run_ranks
+from tests.distributed.harness import section
 
 pytestmark = pytest.mark.distributed
 
 
 @pytest.fixture(scope="module")
-def results():
-    return run_ranks(run, timeout=180)  # a hang fails with RanksHung
+def results(cpu_ranks):
+    return section(cpu_ranks, "consistency")  # a hang fails cpu_ranks with RanksHung
 
 
 def test_failing_rank_runs_eagerly_alone(results):

@@ -1,15 +1,15 @@
 """kiln.compile(DDP(m)) and DDP(kiln.compile(m)) on 2 CPU processes (gloo) against eager DDP."""
 import pytest
 
-from tests.distributed.ddp_workers import SCENARIOS, run_scenarios
-from tests.distributed.harness import run_ranks
+from tests.distributed.harness import section
+from tests.distributed.ddp_workers import SCENARIOS
 
 pytestmark = pytest.mark.distributed
 
 
 @pytest.fixture(scope="module")
-def results():
-    per_rank = run_ranks(run_scenarios, names=list(SCENARIOS))
+def results(cpu_ranks):
+    per_rank = section(cpu_ranks, "ddp")
     return {name: [r[name] for r in per_rank] for name in SCENARIOS}
 
 

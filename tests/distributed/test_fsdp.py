@@ -1,15 +1,15 @@
 """FSDP2 (fully_shard) with kiln on 2 CPU processes (gloo) against eager FSDP2."""
 import pytest
 
-from tests.distributed.fsdp_workers import SCENARIOS, run_scenarios
-from tests.distributed.harness import run_ranks
+from tests.distributed.harness import section
+from tests.distributed.fsdp_workers import SCENARIOS
 
 pytestmark = pytest.mark.distributed
 
 
 @pytest.fixture(scope="module")
-def results():
-    per_rank = run_ranks(run_scenarios, names=list(SCENARIOS))
+def results(cpu_ranks):
+    per_rank = section(cpu_ranks, "fsdp")
     return {name: [r[name] for r in per_rank] for name in SCENARIOS}
 
 
