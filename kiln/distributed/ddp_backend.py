@@ -17,7 +17,7 @@ import torch.fx as fx
 
 from kiln.debug.stats import stats
 from kiln.distributed.consistency import compile_or_eager
-from kiln.distributed.ddp_split import CutChecker, Piece, body_nodes, place_cuts, plan_buckets, split_graph
+from kiln.distributed.ddp_split import CutChecker, Piece, _attr, body_nodes, place_cuts, plan_buckets, split_graph
 
 
 def active_ddp_module():
@@ -53,6 +53,8 @@ def why_not_split(ddp, gm: fx.GraphModule) -> str | None:
         return "DDP uses its Python reducer (compiled autograd)"
     if getattr(ddp, "_delay_all_reduce_all_params", False):
         return "DDP delays the all-reduce of all parameters to the end of the backward"
+    if not torch.is_grad_enabled():
+        return "grad mode is off (no backward to overlap)"
     if gm.meta.get("kiln_shape_env") is not None:
         return "the graph has symbolic sizes"
     if any(n.op == "call_module" for n in gm.graph.nodes):
@@ -142,7 +144,7 @@ class SplitGraph:
             env.update(zip(piece.outputs, results))
             for node in self.drop_after[i]:
                 env.pop(node, None)
-        return tuple(fx.map_arg(self.output.args[0], lambda n: env[n]))
+        return tuple(fx.map_arg(self.output.args[0], lambda n: env[n] if n in env else _attr(self.gm, n.target)))
 
     def _compile(self, i: int, inputs: list) -> Callable:
         piece = self.pieces[i]

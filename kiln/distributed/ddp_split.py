@@ -7,9 +7,9 @@ the backward of the last piece finishes first, its parameters' gradients are rea
 their all-reduce while the backward of the earlier pieces runs (TorchDynamo's DDPOptimizer does the
 same).
 
-Buckets: parameters are bucketed in reverse order of use (the order their gradients become ready),
-walking the graph from its end and closing a bucket once it holds ``bucket_bytes_cap`` bytes (the
-first bucket, the last parameters, ``first_bucket_bytes_cap``). Each bucket's nodes are a contiguous
+Buckets: parameters are bucketed in reverse order of their first use (the order their gradients become
+ready in the backward), walking the graph from its end and closing a bucket once it holds
+``bucket_bytes_cap`` bytes (the first bucket, the last parameters, ``first_bucket_bytes_cap``). Each bucket's nodes are a contiguous
 range of the graph, so a piece is a contiguous range too.
 
 A cut is only made where it cannot change a result (``cut_problem`` says why not):
@@ -75,25 +75,38 @@ def plan_buckets(gm: fx.GraphModule, bucket_cap: int, first_cap: int,
                  is_reduced: Callable[[torch.Tensor], bool]) -> list[Bucket]:
     """Buckets of parameters in reverse order of use; returned in graph order (first piece first)."""
     nodes = body_nodes(gm)
+    first_use = _first_uses(gm, nodes, is_reduced)
     buckets = [Bucket(len(nodes), len(nodes), [], 0)]  # buckets[0]: the one being filled
-    seen: set[int] = set()
     for index in range(len(nodes) - 1, -1, -1):
         node = nodes[index]
         cap = first_cap if len(buckets) == 1 else bucket_cap
         if buckets[0].params and buckets[0].nbytes >= max(cap, 1):
             buckets.insert(0, Bucket(index + 1, index + 1, [], 0))
         buckets[0].start = index
-        if node.op == "get_attr":
-            value = _attr(gm, node.target)
-            if isinstance(value, torch.Tensor) and value.requires_grad and is_reduced(value) \
-                    and id(value) not in seen:
-                seen.add(id(value))
-                buckets[0].params.append(node.target)
-                buckets[0].nbytes += value.numel() * value.element_size()
+        value = first_use.get(index)
+        if value is not None:
+            buckets[0].params.append(node.target)
+            buckets[0].nbytes += value.numel() * value.element_size()
     if len(buckets) > 1 and not buckets[0].params:  # nodes before the first parameter: a prelude
         prelude = buckets.pop(0)
         buckets[0].start = prelude.start
     return buckets
+
+
+def _first_uses(gm, nodes, is_reduced) -> dict[int, torch.Tensor]:
+    """For each parameter DDP reduces: the index of its first read that an op uses -> the parameter.
+    Its gradient is complete only once the backward of that first use has run (a tied weight used
+    again at the end is ready last), and a read that is only returned produces no gradient."""
+    found: dict[int, torch.Tensor] = {}
+    seen: set[int] = set()
+    for index, node in enumerate(nodes):
+        if node.op != "get_attr" or all(user.op == "output" for user in node.users):
+            continue
+        value = _attr(gm, node.target)
+        if isinstance(value, torch.Tensor) and value.requires_grad and is_reduced(value) and id(value) not in seen:
+            seen.add(id(value))
+            found[index] = value
+    return found
 
 
 def _example(node) -> object:
