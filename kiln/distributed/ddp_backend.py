@@ -164,7 +164,7 @@ class SplitGraph:
             for i, piece in enumerate(self.pieces):
                 nodes = body_nodes(piece.gm)
                 lines.append(f"  piece {i}: {len(nodes)} nodes, {len(piece.inputs)} inputs, "
-                             f"{len(piece.outputs)} outputs to later pieces; bucket of {len(piece.params)} "
+                             f"{len(piece.outputs)} outputs; bucket of {len(piece.params)} "
                              f"parameter(s), {piece.nbytes} bytes: {', '.join(piece.params) or '-'}")
         lines += ["  " + note for note in self.notes]
         for i, fn in enumerate(self.compiled):

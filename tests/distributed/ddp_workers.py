@@ -95,6 +95,12 @@ def scenario(rank, how, backend="aot_eager", steps=6, ddp_kwargs=None, device="c
     losses = train(model, rank, steps, **train_kwargs)
     out = model(torch.randn(6, 32, device=device))
     functions = compiled_functions_in_backward(out)
+    out.sum().backward()
+    explained = ""
+    if how == "outer":  # explain compiles DDP(net) again and shows the split
+        report = kiln.explain(model)(torch.randn(6, 32, device=device))
+        report.result.sum().backward()
+        explained = str(report)
     head = {id(p) for p in net.head.parameters()}
     first = {id(p) for p in net.layers[0].parameters()}
     return {
@@ -105,6 +111,7 @@ def scenario(rank, how, backend="aot_eager", steps=6, ddp_kwargs=None, device="c
         # the Function nearest the output (its backward runs first) holds the head, not the first layer
         "head_first": bool(functions) and head <= functions[0] and not (first & functions[0]),
         "fallbacks": dict(kiln.stats.eager_fallbacks),
+        "explain": explained,
     }
 
 

@@ -51,3 +51,9 @@ def test_kiln_backend(results):
     runs = results["outer_kiln_backend"]
     check_matches_eager(runs, tol=1e-5)
     assert all(r["functions"] >= 3 and r["head_first"] for r in runs)
+
+
+def test_explain_shows_the_split(results):
+    text = results["outer_small_buckets"][0]["explain"]
+    assert "DDP split (bucket_bytes_cap=4194" in text and "4 piece(s)" in text, text
+    assert "piece 0:" in text and "piece 3:" in text
