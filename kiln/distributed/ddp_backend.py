@@ -118,12 +118,8 @@ class SplitGraph:
 
     def __init__(self, gm: fx.GraphModule, pieces: list[Piece], backend: Callable, header: str, notes: list[str],
                  options=None):
-        self.gm = gm
-        self.options = options
-        self.pieces = pieces
-        self.backend = backend
-        self.header = header
-        self.notes = notes
+        self.gm, self.pieces, self.backend, self.options = gm, pieces, backend, options
+        self.header, self.notes = header, notes
         self.compiled: list[Callable | None] = [None] * len(pieces)
         self.placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
         self.output = next(n for n in gm.graph.nodes if n.op == "output")
