@@ -17,24 +17,27 @@ SMALL_BUCKET_MB = 0.004  # 4194 bytes: one 32x32 Linear (4224 bytes) per bucket
 class Net(torch.nn.Module):
     """Five Linear layers (with in-place ReLUs) and a branch used only when asked."""
 
-    def __init__(self, width=32, extra=False):
+    def __init__(self, width=32, extra=False, break_after=None):
         super().__init__()
+        self.break_after = break_after
         self.layers = torch.nn.ModuleList(torch.nn.Linear(width, width) for _ in range(4))
         self.head = torch.nn.Linear(width, 4)
         self.extra = torch.nn.Linear(4, 4) if extra else None
 
     def forward(self, x, use_extra=False):
-        for layer in self.layers:
+        for i, layer in enumerate(self.layers):
             x = F.relu(layer(x), inplace=True)
+            if i == self.break_after:
+                kiln.graph_break()  # two graphs, each split at its buckets
         y = self.head(x)
         if use_extra:
             y = self.extra(y)
         return y
 
 
-def make_net(extra=False):
+def make_net(extra=False, break_after=None):
     torch.manual_seed(0)
-    return Net(extra=extra)
+    return Net(extra=extra, break_after=break_after)
 
 
 def wrap(model, how, backend, ddp_kwargs):
@@ -83,14 +86,15 @@ def compiled_functions_in_backward(output) -> list[set[int]]:
     return found
 
 
-def scenario(rank, how, backend="aot_eager", steps=6, ddp_kwargs=None, device="cpu", **train_kwargs):
+def scenario(rank, how, backend="aot_eager", steps=6, ddp_kwargs=None, device="cpu", break_after=None,
+             **train_kwargs):
     ddp_kwargs = ddp_kwargs or {}
     kiln.reset()
     kiln.stats.reset()
     extra = bool(train_kwargs.get("unused_every"))
-    ref = make_net(extra).to(device)
+    ref = make_net(extra, break_after).to(device)
     ref_losses = train(wrap(ref, "eager", backend, ddp_kwargs), rank, steps, **train_kwargs)
-    net = make_net(extra).to(device)
+    net = make_net(extra, break_after).to(device)
     model = wrap(net, how, backend, ddp_kwargs)
     losses = train(model, rank, steps, **train_kwargs)
     out = model(torch.randn(6, 32, device=device))
@@ -111,6 +115,7 @@ def scenario(rank, how, backend="aot_eager", steps=6, ddp_kwargs=None, device="c
         # the Function nearest the output (its backward runs first) holds the head, not the first layer
         "head_first": bool(functions) and head <= functions[0] and not (first & functions[0]),
         "fallbacks": dict(kiln.stats.eager_fallbacks),
+        "breaks": sum(kiln.stats.graph_breaks.values()),
         "explain": explained,
     }
 
@@ -123,6 +128,7 @@ SCENARIOS = {
                               ddp_kwargs={"bucket_cap_mb": SMALL_BUCKET_MB, "find_unused_parameters": True}),
     "inner_no_sync": dict(how="inner", accumulate=2, steps=8, ddp_kwargs={"bucket_cap_mb": SMALL_BUCKET_MB}),
     "outer_static_graph": dict(how="outer", ddp_kwargs={"bucket_cap_mb": SMALL_BUCKET_MB, "static_graph": True}),
+    "inner_graph_break": dict(how="inner", break_after=1, ddp_kwargs={"bucket_cap_mb": SMALL_BUCKET_MB}),
     "outer_kiln_backend": dict(how="outer", backend="kiln", steps=3, ddp_kwargs={"bucket_cap_mb": SMALL_BUCKET_MB}),
 }
 

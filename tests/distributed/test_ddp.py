@@ -57,3 +57,11 @@ def test_explain_shows_the_split(results):
     text = results["outer_small_buckets"][0]["explain"]
     assert "DDP split (bucket_bytes_cap=4194" in text and "4 piece(s)" in text, text
     assert "piece 0:" in text and "piece 3:" in text
+
+
+def test_graph_break_inside_the_model(results):
+    runs = results["inner_graph_break"]
+    check_matches_eager(runs)
+    for run in runs:
+        # layers 0-1 | break | layers 2-3 and the head: 2 pieces + 2 pieces (head with layer 3)
+        assert run["breaks"] >= 1 and run["functions"] == 4 and run["pieces"] == 4, run
