@@ -27,6 +27,14 @@ def gather_and_scatter(x):
 def in_place_all_reduce(x):
     y = x * 2
     dist.all_reduce(y)
+    dist.all_reduce(y, op=dist.ReduceOp.MAX, group=dist.group.WORLD)
+    return y + 1
+
+
+def async_all_reduce(x):
+    y = x * 2
+    work = dist.all_reduce(y, async_op=True)  # a Work object: the graph breaks here
+    work.wait()
     return y + 1
 
 
@@ -42,6 +50,7 @@ def run_backend(rank, backend):
         ("reduce_twice", reduce_twice, (x, w_compiled), (x, w_eager)),
         ("gather_and_scatter", gather_and_scatter, (x,), (x,)),
         ("in_place_all_reduce", in_place_all_reduce, (x,), (x,)),
+        ("async_all_reduce", async_all_reduce, (x,), (x,)),
     ]:
         kiln.stats.reset()
         got = kiln.compile(fn, backend=backend)(*args)

@@ -20,8 +20,8 @@ def results(all_results, request):
     return [per_rank[request.param] for per_rank in all_results]
 
 
-@pytest.mark.parametrize("name", ["reduce_twice", "gather_and_scatter"])
-def test_functional_collectives_are_graph_ops(results, name):
+@pytest.mark.parametrize("name", ["reduce_twice", "gather_and_scatter", "in_place_all_reduce"])
+def test_collectives_are_graph_ops(results, name):
     for rank_results in results:
         r = rank_results[name]
         assert r["graphs"] == 1 and not r["breaks"] and not r["fallbacks"], r
@@ -30,8 +30,8 @@ def test_functional_collectives_are_graph_ops(results, name):
             torch.testing.assert_close(got, want)
 
 
-def test_in_place_all_reduce_breaks_the_graph(results):
+def test_async_all_reduce_breaks_the_graph(results):
     for rank_results in results:
-        r = rank_results["in_place_all_reduce"]
-        assert any("distributed_c10d.all_reduce" in reason for reason in r["breaks"]), r
+        r = rank_results["async_all_reduce"]
+        assert any("async_op=True" in reason for reason in r["breaks"]), r
         torch.testing.assert_close(r["got"][0], r["want"][0])

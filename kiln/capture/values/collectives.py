@@ -12,7 +12,9 @@ The group is resolved while tracing (``_resolve_group_name``, the library's own 
 object) into the name the ops take, a constant of the graph; the group object is guarded by identity
 (a different group recompiles). Groups kiln cannot read as one object (a rank list, a DeviceMesh) break
 the graph as before, and so does everything not listed here (all_to_all, broadcast, the *_autograd
-variants, the coalesced forms): the call runs as Python, which is exact.
+variants, the coalesced forms): the call runs as Python, which is exact. The in-place
+``torch.distributed.all_reduce(t)`` is captured as the functional op, its wait and ``t.copy_``
+where that is exact (synchronous, ``t`` contiguous and not requiring grad).
 """
 from __future__ import annotations
 
@@ -133,8 +135,50 @@ HANDLERS = {
 }
 
 
+_REDUCE_OPS = ("SUM", "AVG", "PRODUCT", "MIN", "MAX")
+
+
+def in_place_all_reduce(tx, args, kwargs) -> Value:
+    """``torch.distributed.all_reduce(t)`` (synchronous, a ProcessGroup or the default group): the
+    functional all_reduce and its wait, copied back into ``t``. Exact where ``t`` does not require
+    grad and is contiguous (eager's in-place collective is invisible to autograd and refuses
+    non-contiguous tensors); anything else breaks the graph at the call, as before."""
+    import torch.distributed as dist
+
+    tensor, op, group, async_op = _bind(args, kwargs, ["tensor", "op", "group", "async_op"],
+                                        {"op": None, "group": None, "async_op": None})
+    if async_op is not None and not (async_op.is_constant() and async_op.as_constant() is False):
+        unsupported("torch.distributed.all_reduce(async_op=True) hands back a Work object")
+    example = getattr(tensor, "example", None)
+    if not isinstance(example, torch.Tensor) or example.requires_grad or not example.is_contiguous():
+        unsupported("torch.distributed.all_reduce of a tensor that requires grad or is not contiguous")
+    reduce_op = "sum"
+    if op is not None:
+        real = op.as_constant() if op.is_constant() else getattr(op, "obj", None)
+        names = [n for n in _REDUCE_OPS if real is getattr(dist.ReduceOp, n) or real == getattr(dist.ReduceOp, n)]
+        if not names or (not op.is_constant() and getattr(op, "source", None) is None):
+            unsupported("torch.distributed.all_reduce with a reduce op kiln cannot read")
+        if not op.is_constant():
+            tx.output.guards.identity(op.source, real)
+        reduce_op = names[0].lower()
+    if group is None or (group.is_constant() and group.as_constant() is None):
+        name = dist.distributed_c10d._get_default_group().group_name
+    else:
+        name = _group_name(tx, group, None)
+    out = _call(tx, torch.ops._c10d_functional.all_reduce.default, tensor, ConstantValue(reduce_op),
+                ConstantValue(name))
+    tx.output.call("call_method", "copy_", [tensor, _wait(tx, out)], {})
+    return ConstantValue(None)
+
+
 def functional_collective_handler(fn):
-    """The handler for a function of torch.distributed._functional_collectives, or None."""
+    """The handler for a function of torch.distributed._functional_collectives (or the in-place
+    torch.distributed.all_reduce), or None."""
+    if getattr(fn, "__module__", None) == "torch.distributed.distributed_c10d" and \
+            getattr(fn, "__name__", "") == "all_reduce":
+        import torch.distributed as dist
+
+        return in_place_all_reduce if fn is dist.all_reduce else None
     if getattr(fn, "__module__", None) != MODULE:
         return None
     handler = HANDLERS.get(getattr(fn, "__name__", ""))
