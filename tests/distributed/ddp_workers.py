@@ -50,7 +50,7 @@ def wrap(model, how, backend, ddp_kwargs):
     return DDP(kiln.compile(model, backend=backend), **ddp_kwargs)  # DDP(kiln.compile(m))
 
 
-def train(model, rank, steps, optimizer="sgd", accumulate=1, unused_every=0):
+def train(model, rank, steps, optimizer="sgd", accumulate=1, unused_every=0, bf16=False):
     params = list(model.parameters())
     device = params[0].device
     opt = torch.optim.SGD(params, lr=0.05) if optimizer == "sgd" else torch.optim.AdamW(params, lr=0.01)
@@ -63,7 +63,9 @@ def train(model, rank, steps, optimizer="sgd", accumulate=1, unused_every=0):
             with model.no_sync():
                 F.mse_loss(model(x, use_extra), y).backward()
             continue
-        loss = F.mse_loss(model(x, use_extra), y)
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):  # around the compiled call
+            out = model(x, use_extra)
+        loss = F.mse_loss(out.float(), y)
         loss.backward()
         opt.step()
         opt.zero_grad()
@@ -128,6 +130,7 @@ SCENARIOS = {
                               ddp_kwargs={"bucket_cap_mb": SMALL_BUCKET_MB, "find_unused_parameters": True}),
     "inner_no_sync": dict(how="inner", accumulate=2, steps=8, ddp_kwargs={"bucket_cap_mb": SMALL_BUCKET_MB}),
     "outer_static_graph": dict(how="outer", ddp_kwargs={"bucket_cap_mb": SMALL_BUCKET_MB, "static_graph": True}),
+    "outer_autocast_bf16": dict(how="outer", bf16=True, ddp_kwargs={"bucket_cap_mb": SMALL_BUCKET_MB}),
     "inner_graph_break": dict(how="inner", break_after=1, ddp_kwargs={"bucket_cap_mb": SMALL_BUCKET_MB}),
     "outer_kiln_backend": dict(how="outer", backend="kiln", steps=3, ddp_kwargs={"bucket_cap_mb": SMALL_BUCKET_MB}),
 }

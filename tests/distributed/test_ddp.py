@@ -65,3 +65,9 @@ def test_graph_break_inside_the_model(results):
     for run in runs:
         # layers 0-1 | break | layers 2-3 and the head: 2 pieces + 2 pieces (head with layer 3)
         assert run["breaks"] >= 1 and run["functions"] == 4 and run["pieces"] == 4, run
+
+
+def test_autocast_around_the_compiled_model(results):
+    runs = results["outer_autocast_bf16"]
+    check_matches_eager(runs, tol=1e-3)  # bf16 matmuls: kiln's casts are autocast's, sums may differ
+    assert all(r["functions"] >= 3 and r["head_first"] for r in runs)
