@@ -24,6 +24,7 @@ A planned cut that is not allowed moves to the nearest earlier position that is,
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import operator
 from typing import Callable, Iterable
 
@@ -135,8 +136,26 @@ def may_write_in_place(node: fx.Node) -> bool:
         name = getattr(node.target, "__name__", "")
         if name.endswith("_") and not name.startswith("__"):
             return True
-        return bool(node.kwargs.get("inplace")) or node.kwargs.get("out") is not None
+        return bool(_bound_argument(node, "inplace")) or node.kwargs.get("out") is not None
     return node.op == "call_module"  # a submodule call: unknown
+
+
+def _bound_argument(node: fx.Node, name: str):
+    """The value of parameter ``name`` in the call (``F.relu(x, True)`` binds inplace positionally);
+    True where the call cannot be bound (unknown: assume the worst)."""
+    if name in node.kwargs:
+        return node.kwargs[name]
+    try:
+        signature = inspect.signature(node.target)
+    except (TypeError, ValueError):
+        return None  # a builtin without a signature: no ``inplace`` parameter to bind
+    if name not in signature.parameters:
+        return None
+    try:
+        bound = signature.bind(*node.args, **node.kwargs)
+    except TypeError:
+        return True
+    return bound.arguments.get(name)
 
 
 def _tensor_args(node: fx.Node) -> Iterable[fx.Node]:

@@ -238,3 +238,20 @@ def test_tied_weight_counts_at_its_first_use():
     split = compile_split(compile_aot_eager, gm, [ids], stub_ddp(model, 1000))
     (out,) = split(ids)
     torch.testing.assert_close(out, model(ids))
+
+
+def test_in_place_flag_given_positionally():
+    a, b = torch.nn.Linear(8, 8), torch.nn.Linear(8, 8)
+
+    def f(x):
+        y = a(x)
+        z = b(x)
+        y = F.relu(y, True)  # inplace=True, positionally
+        return y + z
+
+    gm = capture(f, torch.randn(2, 8))
+    nodes = body_nodes(gm)
+    checker = CutChecker(gm, True)
+    y = next(i for i, n in enumerate(nodes) if n.name == "linear")
+    relu = next(i for i, n in enumerate(nodes) if n.name == "relu")
+    assert all(checker.cut_problem(p) is not None for p in range(y + 1, relu + 1))
