@@ -22,6 +22,7 @@ class Stats:
     matmul_choices: matmul templates by the path picked ("template" or "library"; max-autotune).
     dynamic_graphs / dynamic_fallbacks: graphs with symbolic sizes compiled into size-generic code / compiled
     for the sizes seen instead (by reason; the backend then specialized every size symbol).
+    ddp_pieces: pieces of graphs split at DDP gradient bucket boundaries (docs/distributed.md).
     seconds: time spent per stage.
     """
 

@@ -17,7 +17,8 @@ import torch.fx as fx
 
 from kiln.debug.stats import stats
 from kiln.distributed.consistency import compile_or_eager
-from kiln.distributed.ddp_split import CutChecker, Piece, _attr, body_nodes, place_cuts, plan_buckets, split_graph
+from kiln.distributed.ddp_split import (CutChecker, Piece, body_nodes, place_cuts, plan_buckets, read_attr,
+                                       split_graph)
 
 
 def active_ddp_module():
@@ -140,7 +141,7 @@ class SplitGraph:
             env.update(zip(piece.outputs, results))
             for node in self.drop_after[i]:
                 env.pop(node, None)
-        return tuple(fx.map_arg(self.output.args[0], lambda n: env[n] if n in env else _attr(self.gm, n.target)))
+        return tuple(fx.map_arg(self.output.args[0], lambda n: env[n] if n in env else read_attr(self.gm, n.target)))
 
     def _compile(self, i: int, inputs: list) -> Callable:
         piece = self.pieces[i]

@@ -9,8 +9,8 @@ same).
 
 Buckets: parameters are bucketed in reverse order of their first use (the order their gradients become
 ready in the backward), walking the graph from its end and closing a bucket once it holds
-``bucket_bytes_cap`` bytes (the first bucket, the last parameters, ``first_bucket_bytes_cap``). Each bucket's nodes are a contiguous
-range of the graph, so a piece is a contiguous range too.
+``bucket_bytes_cap`` bytes (the first bucket, the last parameters, ``first_bucket_bytes_cap``). Each
+bucket's nodes are a contiguous range of the graph, so a piece is a contiguous range too.
 
 A cut is only made where it cannot change a result (``cut_problem`` says why not):
 - no autocast block is open and grad mode is what it was at the graph's start (a piece runs as its
@@ -65,7 +65,7 @@ def body_nodes(gm: fx.GraphModule) -> list[fx.Node]:
     return [n for n in gm.graph.nodes if n.op not in ("placeholder", "output")]
 
 
-def _attr(gm: fx.GraphModule, target: str):
+def read_attr(gm: fx.GraphModule, target: str):
     obj = gm
     for part in target.split("."):
         obj = getattr(obj, part)
@@ -103,7 +103,7 @@ def _first_uses(gm, nodes, is_reduced) -> dict[int, torch.Tensor]:
     for index, node in enumerate(nodes):
         if node.op != "get_attr" or all(user.op == "output" for user in node.users):
             continue
-        value = _attr(gm, node.target)
+        value = read_attr(gm, node.target)
         if isinstance(value, torch.Tensor) and value.requires_grad and is_reduced(value) and id(value) not in seen:
             seen.add(id(value))
             found[index] = value
@@ -263,7 +263,7 @@ def split_graph(gm: fx.GraphModule, cuts: list[int], buckets: list[Bucket] | Non
     pieces = []
     for k in range(len(bounds) - 1):
         body = nodes[bounds[k]:bounds[k + 1]]
-        pieces.append(_build_piece(gm, body, k, piece_of, needed_later))
+        pieces.append(_build_piece(gm, body, k, needed_later))
         if buckets is not None:
             own = [b for b in buckets if bounds[k] <= b.start < bounds[k + 1]]
             pieces[-1].params = [p for b in own for p in b.params]
@@ -271,7 +271,7 @@ def split_graph(gm: fx.GraphModule, cuts: list[int], buckets: list[Bucket] | Non
     return pieces
 
 
-def _build_piece(gm, body, k, piece_of, needed_later) -> Piece:
+def _build_piece(gm, body, k, needed_later) -> Piece:
     graph = fx.Graph()
     env: dict[fx.Node, fx.Node] = {}
     members = set(body)

@@ -70,7 +70,8 @@ def scenario(rank, how, backend="aot_eager", mixed_precision=False, device="cpu"
     ref_losses = train(ref, rank, device=device)
     params, model = make(how, backend, mixed_precision, device)
     losses = train(model, rank, device=device)
-    diffs = [(a.full_tensor() - b.full_tensor()).abs().max().item() for a, b in zip(ref.parameters(), params.parameters())]
+    diffs = [(a.full_tensor() - b.full_tensor()).abs().max().item()
+             for a, b in zip(ref.parameters(), params.parameters())]
     return {"param_diff": max(diffs), "loss_diff": max(abs(a - b) for a, b in zip(ref_losses, losses)),
             "graphs": kiln.stats.graphs, "breaks": dict(kiln.stats.graph_breaks)}
 
