@@ -26,7 +26,6 @@ import torch
 from kiln.debug.stats import stats
 from kiln.errors import Unsupported
 from kiln.fake.symbolic import SpecializationError
-from kiln.fake.symbolic_meta import SymbolicShapeUnsupported
 
 _POSTED: dict[str, int] = {}  # graph digest -> graphs with that code this process has agreed on
 
@@ -47,8 +46,8 @@ def compile_or_eager(backend: Callable, gm, example_inputs, options, what: str =
     failure = None
     try:
         compiled = backend(gm, example_inputs)
-    except (Unsupported, SpecializationError, SymbolicShapeUnsupported):
-        raise  # capture's own control flow (eager frame, user error, static retrace), as on one process
+    except (Unsupported, SpecializationError):
+        raise  # the frame runs eagerly / the user's error (a dim marked dynamic), as on one process
     except Exception as exc:  # noqa: BLE001 - never stop one rank alone
         failure = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
     timeout = getattr(options, "distributed_agreement_timeout", 0.0)
