@@ -103,20 +103,25 @@ def test_no_cut_inside_autocast_or_no_grad():
     assert "grad mode" in checker.cut_problem(grad_off + 1)
 
 
-def test_no_cut_between_a_value_and_its_in_place_write():
+def checker_around_write(write, write_node):
+    """f(x) = write(a(x)) + b(x): the CutChecker, the body, and the positions of a(x) and the write."""
     a, b = torch.nn.Linear(8, 8), torch.nn.Linear(8, 8)
 
     def f(x):
         y = a(x)
         z = b(x)
-        y.mul_(2)  # y crosses any cut between its definition and here
+        y = write(y)  # y crosses any cut between its definition and here
         return y + z
 
     gm = capture(f, torch.randn(2, 8))
     nodes = body_nodes(gm)
-    checker = CutChecker(gm, True)
     y = next(i for i, n in enumerate(nodes) if n.name == "linear")
-    write = next(i for i, n in enumerate(nodes) if n.target == "mul_")
+    where = next(i for i, n in enumerate(nodes) if n.name == write_node or n.target == write_node)
+    return f, gm, CutChecker(gm, True), y, where
+
+
+def test_no_cut_between_a_value_and_its_in_place_write():
+    f, gm, checker, y, write = checker_around_write(lambda y: y.mul_(2), "mul_")
     for p in range(y + 1, write + 1):
         assert checker.cut_problem(p) is not None and "in place" in checker.cut_problem(p)
     assert checker.cut_problem(write + 1) is None
@@ -241,17 +246,5 @@ def test_tied_weight_counts_at_its_first_use():
 
 
 def test_in_place_flag_given_positionally():
-    a, b = torch.nn.Linear(8, 8), torch.nn.Linear(8, 8)
-
-    def f(x):
-        y = a(x)
-        z = b(x)
-        y = F.relu(y, True)  # inplace=True, positionally
-        return y + z
-
-    gm = capture(f, torch.randn(2, 8))
-    nodes = body_nodes(gm)
-    checker = CutChecker(gm, True)
-    y = next(i for i, n in enumerate(nodes) if n.name == "linear")
-    relu = next(i for i, n in enumerate(nodes) if n.name == "relu")
+    _, _, checker, y, relu = checker_around_write(lambda y: F.relu(y, True), "relu")  # inplace=True
     assert all(checker.cut_problem(p) is not None for p in range(y + 1, relu + 1))
