@@ -10,6 +10,7 @@ import torch
 from kiln.backends.registry import list_backends, lookup_backend
 from kiln.capture import hook
 from kiln.capture.convert_frame import FrameCompiler, reset_all
+from kiln.distributed.ddp_backend import ddp_aware
 from kiln.errors import KilnError
 from kiln.options import Options
 
@@ -43,7 +44,7 @@ def compile(model: Callable | None = None, *, backend: str | Callable = "kiln", 
     def make(target):
         if not callable(target):
             raise TypeError(f"kiln.compile expects a function or an nn.Module, not {type(target).__name__}")
-        compiler = FrameCompiler(backend_name, backend_fn, fullgraph, opts, dynamic)
+        compiler = FrameCompiler(backend_name, ddp_aware(backend_fn, opts), fullgraph, opts, dynamic)
         config = CompileConfig(backend_name, mode, fullgraph, dynamic, opts, compiler)
         if isinstance(target, torch.nn.Module):
             return _compiled_module(target, config)

@@ -84,6 +84,12 @@ class Options:
     matmul_choice: how a matmul template's path is picked: "autotune" (time the template's configs
         and the library path on the first call on the GPU, keep the fastest; the interpreter takes
         the template), "template" or "library" (force one path; KILN_MATMUL_CHOICE).
+    ddp_split: a graph compiled inside a DistributedDataParallel forward is split at DDP's gradient
+        bucket boundaries, so each bucket's all-reduce starts while the rest of the backward runs
+        (KILN_DDP_SPLIT; docs/distributed.md).
+    distributed_agreement_timeout: seconds ranks wait for each other to agree, graph by graph, that
+        every rank compiled it (else all run it eagerly); 0: off, a rank whose compile fails runs that
+        graph eagerly alone (KILN_DIST_AGREEMENT_TIMEOUT; kiln/distributed/consistency.py).
     """
 
     recompile_limit: int = 8
@@ -106,6 +112,8 @@ class Options:
     gemm_padding: str = "auto"
     dynamic_ints: bool = False
     choose_faster: bool = True
+    ddp_split: bool = True
+    distributed_agreement_timeout: float = 0.0
 
     def __post_init__(self):
         if self.gemm_padding not in ("auto", "always", "off"):
@@ -157,6 +165,8 @@ def _read_environment() -> Options:
         conv_channels_last=_env_flag("KILN_CONV_CHANNELS_LAST"),
         dynamic_ints=_env_int("KILN_DYNAMIC_INTS", 0) != 0,
         choose_faster=_env_int("KILN_CHOOSE_FASTER", 1) != 0,
+        ddp_split=_env_int("KILN_DDP_SPLIT", 1) != 0,
+        distributed_agreement_timeout=float(_env_str("KILN_DIST_AGREEMENT_TIMEOUT") or 0.0),
     )
 
 

@@ -137,8 +137,17 @@ def is_impure(node: fx.Node) -> bool:
     if node.op != "call_function":
         return node.op in ("placeholder", "output")
     if isinstance(target, torch._ops.OpOverload):
-        return target._schema.is_mutable or is_random(target)
+        return target._schema.is_mutable or is_random(target) or is_collective(target)
     return target is torch._C._set_grad_enabled
+
+
+COLLECTIVE_NAMESPACES = ("_c10d_functional", "_c10d_functional_autograd", "c10d")
+
+
+def is_collective(target) -> bool:
+    """A torch.distributed collective (or its wait): every rank must run it, once, in program order,
+    so it is never removed as dead code nor merged with an equal one."""
+    return getattr(target, "namespace", None) in COLLECTIVE_NAMESPACES
 
 
 def eliminate_dead_code(graph: fx.Graph) -> int:

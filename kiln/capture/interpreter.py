@@ -463,6 +463,11 @@ def _call_library_function(tx, fn_value, args, kwargs) -> Value:
     special = LIBRARY_CALLS.get(fn)
     if special is not None:
         return special(tx, args, kwargs)
+    from kiln.capture.values.collectives import functional_collective_handler  # graph ops with their wait
+
+    special = functional_collective_handler(fn)
+    if special is not None:
+        return special(tx, args, kwargs)
     from kiln.capture.values.stdlib import LIBRARY_CODES  # @contextlib.contextmanager's helper
 
     special = LIBRARY_CODES.get(fn.__code__)

@@ -24,6 +24,7 @@ class Stats:
     for the sizes seen instead (by reason; the backend then specialized every size symbol).
     speed_choices: inference graphs by what runs them after timing both on the first calls ("kiln": the
     generated code, "eager": the captured graph run by eager PyTorch; Options.choose_faster).
+    ddp_pieces: pieces of graphs split at DDP gradient bucket boundaries (docs/distributed.md).
     seconds: time spent per stage.
     """
 
@@ -50,6 +51,7 @@ class Stats:
         self.dynamic_graphs = 0  # graphs compiled once into size-generic code
         self.dynamic_fallbacks: collections.Counter[str] = collections.Counter()  # compiled static instead, by reason
         self.speed_choices: collections.Counter[str] = collections.Counter()
+        self.ddp_pieces = 0  # pieces of graphs split at DDP bucket boundaries (kiln/distributed/)
         self.seconds: collections.Counter[str] = collections.Counter()
 
     @contextlib.contextmanager
@@ -78,6 +80,7 @@ class Stats:
             "dynamic_graphs": self.dynamic_graphs,
             "dynamic_fallbacks": dict(self.dynamic_fallbacks),
             "speed_choices": dict(self.speed_choices),
+            "ddp_pieces": self.ddp_pieces,
             "kernel_compiles": self.kernel_compiles,
             "kernel_cache_hits": self.kernel_cache_hits,
             "triton_precompiled": self.triton_precompiled,

@@ -1,0 +1,87 @@
+"""No rank stops while the others wait: compile failures under torch.distributed.
+
+On one process a backend failure is raised (BackendError). With several ranks that would stop one rank
+while the others wait for it in their next collective, until the process group's timeout. So where a
+process group of more than one rank is initialized, ``compile_or_eager`` answers a failed compile with
+the captured FX graph itself, which runs op by op as eager would, issuing the same collectives in the
+same order (a warning and ``kiln.stats.eager_fallbacks`` say so): every rank goes on, and results are
+eager's.
+
+With ``Options.distributed_agreement_timeout`` > 0 the ranks also agree, graph by graph, through the
+process group's store: each posts whether its compile succeeded under a key made from the graph's code
+and how many graphs with that code it compiled before, then waits (up to the timeout) for the others'.
+If any failed, or did not post in time (it compiled something else), this rank runs the graph eagerly
+too: the same graphs on all ranks, or eager on all. It is off by default: a rank that alone compiles a
+graph (an evaluation only rank 0 runs) would wait the whole timeout.
+"""
+from __future__ import annotations
+
+import datetime
+import hashlib
+import warnings
+from typing import Callable
+
+import torch
+
+from kiln.debug.stats import stats
+from kiln.errors import Unsupported
+from kiln.fake.symbolic import SpecializationError
+
+_POSTED: dict[str, int] = {}  # graph digest -> graphs with that code this process has agreed on
+
+
+def world_size() -> int:
+    """The default process group's size; 1 without one."""
+    dist = torch.distributed
+    if not dist.is_available() or not dist.is_initialized():
+        return 1
+    return dist.get_world_size()
+
+
+def compile_or_eager(backend: Callable, gm, example_inputs, options, what: str = "graph") -> Callable:
+    """``backend(gm, example_inputs)``, or ``gm`` itself (eager) where it fails on this rank (or, with
+    agreement on, on any rank). Without a multi-rank process group, failures are raised as before."""
+    if world_size() <= 1:
+        return backend(gm, example_inputs)
+    failure = None
+    try:
+        compiled = backend(gm, example_inputs)
+    except (Unsupported, SpecializationError):
+        raise  # the frame runs eagerly / the user's error (a dim marked dynamic), as on one process
+    except Exception as exc:  # noqa: BLE001 - never stop one rank alone
+        failure = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+    timeout = getattr(options, "distributed_agreement_timeout", 0.0)
+    if timeout > 0:
+        agreed = agree(_digest(gm), failure is None, timeout)
+        if failure is None and not agreed:
+            failure = "another rank did not compile the same graph"
+    if failure is None:
+        return compiled
+    reason = f"distributed: {what} runs eagerly on this rank: {failure}"
+    stats.eager_fallbacks[reason] += 1
+    warnings.warn(f"kiln: {reason}", stacklevel=3)
+    return gm
+
+
+def _digest(gm) -> str:
+    return hashlib.sha256(gm.code.encode()).hexdigest()[:20]
+
+
+def agree(digest: str, ok: bool, timeout: float) -> bool:
+    """Post this rank's result for the graph and wait for every rank's: True only if all succeeded."""
+    from torch.distributed import distributed_c10d as c10d
+
+    dist = torch.distributed
+    count = _POSTED.get(digest, 0)
+    _POSTED[digest] = count + 1
+    store = c10d._get_default_store()
+    rank, size = dist.get_rank(), dist.get_world_size()
+    prefix = f"kiln/agree/{digest}/{count}/"
+    store.set(prefix + str(rank), b"1" if ok else b"0")
+    others = [prefix + str(r) for r in range(size) if r != rank]
+    try:
+        store.wait(others, datetime.timedelta(seconds=timeout))
+    except Exception:  # noqa: BLE001 - a rank that did not post in time: eager here
+        store.set(prefix + str(rank), b"0")  # a late rank then sees the failure and goes eager too
+        return False
+    return ok and all(store.get(key) == b"1" for key in others)
