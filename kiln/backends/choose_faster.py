@@ -17,6 +17,7 @@ the choice changes speed only. It is made once per compiled graph, counted in
 Not raced (the generated code always runs): training graphs (autograd functions: their backward cannot
 be timed from the forward call), graphs with symbolic sizes (the faster one may differ by size),
 graphs with random ops (the two draw different numbers; switching mid-run would change the stream),
+graphs with collectives (ranks could choose differently),
 and CUDA-graph runners (mode="reduce-overhead": replay is the fast path).
 """
 from __future__ import annotations
@@ -26,6 +27,7 @@ import time
 
 import torch
 
+from kiln.aot.graph import is_collective
 from kiln.aot.schema import is_random
 from kiln.aot.symbols import has_symbols
 from kiln.debug.stats import stats
@@ -50,6 +52,8 @@ def should_race(gm, example_inputs, runtime, options) -> str | None:
     if any(n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload) and is_random(n.target)
            for n in nodes):
         return "random ops"
+    if any(n.op == "call_function" and is_collective(n.target) for n in nodes):
+        return "collectives (every rank must run the same code: a choice by timing may differ per rank)"
     return None
 
 
