@@ -31,11 +31,14 @@ class Net(torch.nn.Module):
 
 
 def make(how, backend, mixed_precision, device="cpu"):
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     torch.manual_seed(0)
     model = Net().to(device)
-    kwargs = {}
+    # the mesh names the device type: without it fully_shard picks CUDA whenever a GPU exists
+    kwargs = {"mesh": init_device_mesh("cpu" if device == "cpu" else "cuda", (dist.get_world_size(),))}
     if mixed_precision:
         kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
     for block in model.blocks:
