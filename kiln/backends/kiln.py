@@ -31,7 +31,7 @@ from kiln.codegen.triton import build as triton_build
 from kiln.codegen.triton.precompile import warm_pool
 from kiln.codegen.triton.runtime import triton_available
 from kiln.codegen.wrapper import WrapperGen, tensor_call
-from kiln.debug.stats import stats
+from kiln.debug.stats import stats, time_first_call
 from kiln.decomp import decomposition_table
 from kiln.errors import KernelBuildError
 from kiln.fake import UnsupportedFakeOp
@@ -175,15 +175,19 @@ def _compile_graph(gm, options: Options, target: str) -> CompiledGraph:
                 k = generate_kernel(step, buffers, i)
                 step.name = k.name
                 kernels[k.name] = k
-    if triton:
-        source = triton_build.load_kernels(kernels, buffers, options, interpret=target == "triton-interpreted")
-        from kiln.codegen.triton.launch import refresh_launch_hooks
+    with stats.timed("kernel_load"):
+        if triton:
+            source = triton_build.load_kernels(kernels, buffers, options, interpret=target == "triton-interpreted")
+        else:
+            source = _load_cpp(kernels, options)
+    with stats.timed("codegen"):
+        if triton:
+            from kiln.codegen.triton.launch import refresh_launch_hooks
 
-        wrapper = WrapperGen(lg, sched, kernels, buffers, kernel_call=tensor_call,
-                             prologue=refresh_launch_hooks).generate()
-    else:
-        source = _load_cpp(kernels, options)
-        wrapper = WrapperGen(lg, sched, kernels, buffers).generate()
+            wrapper = WrapperGen(lg, sched, kernels, buffers, kernel_call=tensor_call,
+                                 prologue=refresh_launch_hooks).generate()
+        else:
+            wrapper = WrapperGen(lg, sched, kernels, buffers).generate()
     stats.kernels_generated += len(kernels)
     for op, reason in lg.fallbacks.items():
         stats.aten_fallbacks[f"{op}: {reason}"] += 1
@@ -415,5 +419,7 @@ def _kiln_backend(gm, example_inputs, options=None):
         cg = runtime.compiled_graph
         if options.cudagraphs:
             runtime.run = cg.cudagraphs = CudaGraphRunner(runtime.run, n_state=len(runtime.aten_graph.state))
+        time_first_call(runtime)
         return GpuBuildCheck(runtime, gm, options)
+    time_first_call(runtime)
     return runtime
