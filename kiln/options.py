@@ -81,6 +81,8 @@ class Options:
     matmul_choice: how a matmul template's path is picked: "autotune" (time the template's configs
         and the library path on the first call on the GPU, keep the fastest; the interpreter takes
         the template), "template" or "library" (force one path; KILN_MATMUL_CHOICE).
+    warm_cache: keep what the backend made of each captured graph under ``cache_dir`` and reuse it in
+        later processes (no tracing, lowering or code generation; docs/caching.md; KILN_WARM_CACHE=0 off).
     """
 
     recompile_limit: int = 8
@@ -102,6 +104,7 @@ class Options:
     conv_channels_last: bool | None = None
     gemm_padding: str = "auto"
     dynamic_ints: bool = False
+    warm_cache: bool = True
 
     def __post_init__(self):
         if self.gemm_padding not in ("auto", "always", "off"):
@@ -152,6 +155,7 @@ def _read_environment() -> Options:
         compile_workers=_env_int("KILN_COMPILE_WORKERS", _default_workers()),
         conv_channels_last=_env_flag("KILN_CONV_CHANNELS_LAST"),
         dynamic_ints=_env_int("KILN_DYNAMIC_INTS", 0) != 0,
+        warm_cache=_env_int("KILN_WARM_CACHE", 1) != 0,
     )
 
 

@@ -24,6 +24,7 @@ from kiln.aot.joint import JointUnsupported, needs_joint_graph
 from kiln.aot.symbols import shape_env_of
 from kiln.backends.aot_eager import compile_aot_eager, explain_aten_graph, run_graph_module
 from kiln.backends.registry import register_backend
+from kiln.backends.warm_cache import WarmStart
 from kiln.codegen.cpp.build import load_library
 from kiln.codegen.cpp.kernel import generate_kernel
 from kiln.codegen.cudagraphs import CudaGraphRunner
@@ -388,6 +389,11 @@ def _kiln_backend(gm, example_inputs, options=None):
         inner = getattr(fn, "kiln_explain", lambda: "")
         fn.kiln_explain = lambda: f"kiln ran this graph with ATen kernels: {reason}\n{inner()}"
         return fn
+    warm = WarmStart(gm, example_inputs, options, target)
+    runtime = warm.lookup()
+    if runtime is not None:
+        time_first_call(runtime)
+        return runtime
     if target == "triton":
         warm_pool(options.compile_workers)  # the compile workers start while the graph is traced and lowered
     layout_note = ""
@@ -421,5 +427,6 @@ def _kiln_backend(gm, example_inputs, options=None):
             runtime.run = cg.cudagraphs = CudaGraphRunner(runtime.run, n_state=len(runtime.aten_graph.state))
         time_first_call(runtime)
         return GpuBuildCheck(runtime, gm, options)
+    warm.store(runtime, compiler)
     time_first_call(runtime)
     return runtime

@@ -1,0 +1,334 @@
+"""Warm start: a persistent whole-graph cache, so that a new process that captures a graph it compiled
+before skips ATen tracing, decompositions, lowering, scheduling and code generation (docs/caching.md).
+
+An entry holds what the ``kiln`` backend made of one captured graph: the runtime's view of the ATen
+graph's inputs and outputs (which state tensors, by name; mutated inputs; output views), the wrapper's
+source and what its namespace held (kernels, ATen ops, constants), and the kernels: the C++ library's
+source and binary. Capture and guards still run in every process: the key (``warm_key.py``) is computed
+from the captured graph, so a graph that differs in anything the generated code depends on has
+another key.
+
+Files: ``<cache_dir>/graphs/<key[:2]>/<key>.kgraph``: a header line, the payload's SHA-256, then the
+pickled entry. Written to a temporary file and renamed (atomic); a file whose checksum, header or
+key does not match, or that fails to load, is removed and the graph compiled again: a bad entry costs
+one compile, never a failure or wrong code.
+
+Cached today: inference graphs whose code kiln generated whole for C++ (CPU). Training graphs,
+Triton kernels, graphs with symbolic sizes and graphs with ATen-kernel fallbacks compile as before
+(``stats.warm_cache`` counts why).
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import pickle
+import tempfile
+
+import torch
+from torch.utils._pytree import treespec_dumps, treespec_loads
+
+from kiln.aot.graph import AtenGraph, InputSpec
+from kiln.aot.runtime import AtenRuntime
+from kiln.codegen.wrapper import Wrapper, ensure_layout
+from kiln.debug.stats import stats
+
+MAGIC = b"KILN-GRAPH-1\n"
+ENTRY_FORMAT = 1
+_HELPERS = {"empty_strided": torch.empty_strided, "ensure_layout": ensure_layout, "torch": torch}
+_VALUE_TYPES = (int, float, complex, bool, str, type(None), torch.dtype, torch.device, torch.layout,
+                torch.memory_format, torch.Size, torch.Tensor)
+
+# Entries this process made or loaded, and those an artifact brought (``kiln.load``), by key.
+ENTRIES: dict[str, dict] = {}
+
+
+class NotStorable(Exception):
+    """Why a compiled graph gets no entry."""
+
+
+# -- making an entry ------------------------------------------------------------------------------
+
+
+def make_entry(key: str, runtime, cg, explain_text: str, options) -> dict:
+    """The entry of an inference ``AtenRuntime`` whose one graph ``cg`` has C++ code; raises NotStorable."""
+    from kiln.codegen.cpp.build import library_path
+
+    if cg.target != "cpp":
+        raise NotStorable(f"{cg.target} kernels are not cached yet")
+    namespace = _namespace_entry(cg)
+    binary = b""
+    if cg.kernels:
+        with open(library_path(cg.source, options), "rb") as f:
+            binary = f.read()
+    ag = runtime.aten_graph
+    entry = {
+        "format": ENTRY_FORMAT, "key": key, "target": cg.target,
+        "inputs": [(s.kind, s.name, s.mutated) for s in ag.inputs],
+        "mutated": list(ag.mutated_inputs), "outputs": list(ag.outputs), "out_spec": _dump_spec(ag.out_spec),
+        "sizes": ag.sizes,
+        "wrapper": cg.wrapper.source, "namespace": namespace,
+        "kernels": {k.name: (len(k.params), len(k.size_args), bool(getattr(k, "checks_bounds", False)))
+                    for k in cg.kernels.values()},
+        "library_source": cg.source if cg.kernels else "", "library_binary": binary,
+        "explain": explain_text,
+    }
+    try:
+        pickle.dumps(entry, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception as exc:  # noqa: BLE001 -- whatever cannot be pickled: no entry
+        raise NotStorable(f"not picklable: {type(exc).__name__}: {exc}") from None
+    return entry
+
+
+def _namespace_entry(cg) -> dict:
+    kernels = {id(k.fn): k.name for k in cg.kernels.values()}
+    errors = {id(getattr(k, "take_error", None)) for k in cg.kernels.values()}
+    ops = {}
+    from kiln.schedule.scheduler import ExternStep
+
+    for step in cg.sched.steps:
+        if isinstance(step, ExternStep):
+            op = step.node.node.op
+            ops[id(getattr(op, "_op", op))] = op
+    out = {}
+    for name, value in cg.wrapper.namespace.items():
+        if name in _HELPERS and value is _HELPERS[name]:
+            out[name] = ("helper", name)
+        elif id(value) in kernels:
+            out[name] = ("kernel", kernels[id(value)])
+        elif id(value) in errors and value is not None:
+            out[name] = ("take_error",)
+        elif id(value) in ops:
+            out[name] = ("aten",) + _op_name(ops[id(value)])
+        elif _plain_value(value):
+            out[name] = ("value", value)
+        else:
+            raise NotStorable(f"the wrapper holds a {type(value).__name__} ({name})")
+    return out
+
+
+def _dump_spec(spec) -> str:
+    try:
+        return treespec_dumps(spec)
+    except Exception as exc:  # noqa: BLE001 -- a container pytree cannot serialize
+        raise NotStorable(f"output structure: {type(exc).__name__}: {exc}") from None
+
+
+def _op_name(op) -> tuple[str, str, str]:
+    if not isinstance(op, torch._ops.OpOverload):
+        raise NotStorable(f"an extern call of {op!r}, not an ATen op overload")
+    namespace, name = op._schema.name.split("::")
+    return namespace, name, op._overloadname
+
+
+def _plain_value(value) -> bool:
+    if isinstance(value, (list, tuple)):
+        return all(_plain_value(v) for v in value)
+    return type(value) in _VALUE_TYPES or type(value) is torch.nn.Parameter
+
+
+# -- rebuilding a runtime -------------------------------------------------------------------------
+
+
+def build_runtime(entry: dict, gm, options) -> AtenRuntime:
+    """The runtime an entry describes, bound to the parameters and buffers of ``gm`` (this process's
+    captured graph); raises on anything that does not fit (the caller compiles instead)."""
+    from kiln.aot.trace import state_tensors
+
+    state_by_name = state_tensors(gm)
+    inputs = [InputSpec(kind, name, mutated) for kind, name, mutated in entry["inputs"]]
+    state = []
+    for spec in inputs:
+        if spec.kind == "user":
+            continue
+        tensor, kind = state_by_name[spec.name]
+        if kind != spec.kind:
+            raise ValueError(f"state {spec.name} is a {kind}, the entry has a {spec.kind}")
+        state.append(tensor)
+    lib = _load_library(entry, options)
+    namespace = {name: _namespace_value(spec, entry, lib) for name, spec in entry["namespace"].items()}
+    run = Wrapper(entry["wrapper"], namespace).compile()
+    out_spec = treespec_loads(entry["out_spec"])
+    ag = AtenGraph(None, inputs, state, entry["mutated"], entry["outputs"], out_spec, entry["sizes"])
+    runtime = AtenRuntime(ag, run=run)
+    runtime.aten_graph = ag
+    text = entry["explain"]
+    runtime.kiln_explain = lambda: "loaded from kiln's warm cache (no tracing, lowering or code generation " \
+                                   "in this process)\n" + text
+    runtime.compiled_graph, runtime.compiled_graphs, runtime.codegen_complete = None, [], True
+    runtime.warm_key = entry["key"]
+    return runtime
+
+
+def _load_library(entry: dict, options):
+    if not entry["kernels"]:
+        return None
+    from kiln.codegen.cpp.build import install_library, load_library
+
+    install_library(entry["library_source"], entry["library_binary"], options)
+    lib = load_library(entry["library_source"], options)
+    for name, (n_params, n_sizes, _) in entry["kernels"].items():
+        fn = getattr(lib, name)
+        fn.argtypes = [ctypes.c_void_p] * n_params + [ctypes.c_int64] * n_sizes
+        fn.restype = None
+    lib.kiln_take_error.restype = ctypes.c_int
+    return lib
+
+
+def _namespace_value(spec: tuple, entry: dict, lib):
+    kind = spec[0]
+    if kind == "helper":
+        return _HELPERS[spec[1]]
+    if kind == "kernel":
+        return getattr(lib, spec[1])
+    if kind == "take_error":
+        return lib.kiln_take_error
+    if kind == "aten":
+        op = getattr(getattr(getattr(torch.ops, spec[1]), spec[2]), spec[3])
+        return getattr(op, "_op", op)
+    if kind == "value":
+        return spec[1]
+    raise ValueError(f"unknown namespace entry {spec!r}")
+
+
+# -- files ------------------------------------------------------------------------------------------
+
+
+def entry_path(key: str, options) -> str:
+    return os.path.join(options.cache_dir, "graphs", key[:2], f"{key}.kgraph")
+
+
+def encode(payload: object, magic: bytes = MAGIC) -> bytes:
+    data = pickle.dumps(payload, protocol=pickle.HIGHEST_PROTOCOL)
+    return magic + hashlib.sha256(data).hexdigest().encode() + b"\n" + data
+
+
+def decode(blob: bytes, magic: bytes = MAGIC):
+    """The payload of ``encode``; raises ValueError for a file that is not one, damaged or cut short."""
+    if not blob.startswith(magic):
+        raise ValueError("not a kiln file of this format (header differs)")
+    digest, sep, data = blob[len(magic):].partition(b"\n")
+    if not sep or hashlib.sha256(data).hexdigest().encode() != digest:
+        raise ValueError("checksum mismatch (the file is damaged or cut short)")
+    return pickle.loads(data)
+
+
+def write_atomically(path: str, blob: bytes) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    fd, tmp = tempfile.mkstemp(suffix=".tmp", dir=os.path.dirname(path))
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(blob)
+        os.replace(tmp, path)  # a reader sees the whole file or none
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def store(entry: dict, options) -> None:
+    ENTRIES[entry["key"]] = entry
+    try:
+        write_atomically(entry_path(entry["key"], options), encode(entry))
+        stats.warm_cache["stored"] += 1
+    except OSError as exc:  # a full disk or a read-only cache: this process keeps its compiled code
+        stats.warm_cache[f"not written: {type(exc).__name__}"] += 1
+
+
+def read(key: str, options) -> dict | None:
+    """The entry for ``key`` (from an artifact or the disk), or None; a bad file is removed."""
+    entry = ENTRIES.get(key)
+    if entry is not None:
+        return entry
+    path = entry_path(key, options)
+    try:
+        with open(path, "rb") as f:
+            blob = f.read()
+    except OSError:
+        return None
+    try:
+        entry = decode(blob)
+        if not isinstance(entry, dict) or entry.get("format") != ENTRY_FORMAT or entry.get("key") != key:
+            raise ValueError("entry of another format or key")
+    except Exception as exc:  # noqa: BLE001 -- any damage: removed, compiled again
+        discard(key, options, f"bad file: {exc}")
+        return None
+    return entry
+
+
+def discard(key: str, options, why: str) -> None:
+    ENTRIES.pop(key, None)
+    stats.warm_cache[f"refused: {why}"[:120]] += 1
+    try:
+        os.unlink(entry_path(key, options))
+    except OSError:
+        pass
+
+
+# -- the backend's side ----------------------------------------------------------------------------
+
+
+class WarmStart:
+    """One captured graph's trip through the warm cache: ``lookup()`` returns a runtime built from an
+    entry, or None (``self.key`` is then set where the graph may be stored); ``store(runtime, compiler)``
+    after the compile. Why a graph is not cached is counted in ``stats.warm_cache``."""
+
+    def __init__(self, gm, example_inputs, options, target: str):
+        self.gm, self.example_inputs, self.options, self.target = gm, example_inputs, options, target
+        self.key: str | None = None
+
+    def lookup(self):
+        from kiln.aot.joint import needs_joint_graph
+        from kiln.aot.symbols import shape_env_of
+        from kiln.backends.warm_key import graph_key
+
+        if not self.options.warm_cache:
+            return None
+        with stats.timed("warm_cache"):
+            if self.target != "cpp":
+                why = f"{self.target} kernels are not cached yet"
+            elif shape_env_of(self.gm) is not None:
+                why = "symbolic sizes"
+            elif needs_joint_graph(self.gm, self.example_inputs):
+                why = "training graphs are not cached yet"
+            else:
+                self.key, why = graph_key(self.gm, self.example_inputs, self.options, self.target)
+            if self.key is None:
+                stats.warm_cache[f"uncacheable: {why}"[:120]] += 1
+                return None
+            entry = read(self.key, self.options)
+            if entry is None:
+                stats.warm_cache["misses"] += 1
+                return None
+            try:
+                runtime = build_runtime(entry, self.gm, self.options)
+            except Exception as exc:  # noqa: BLE001 -- an entry that does not fit: compiled again
+                discard(self.key, self.options, f"{type(exc).__name__}: {exc}")
+                return None
+            ENTRIES[self.key] = entry
+            stats.warm_cache["hits"] += 1
+            self.gm.meta["kiln_warm_key"] = self.key
+            return runtime
+
+    def store(self, runtime, compiler) -> None:
+        """Keep ``runtime`` (what the backend made of the graph) where it is complete generated code."""
+        if self.key is None:
+            return
+        with stats.timed("warm_cache"):
+            graphs = compiler.compiled
+            if getattr(runtime, "plan", None) is not None or len(graphs) != 1 or graphs[0][1] is None:
+                stats.warm_cache["not stored: not one whole generated graph"] += 1
+                return
+            cg = graphs[0][1]
+            try:
+                from kiln.backends.aot_eager import explain_aten_graph
+
+                text = explain_aten_graph(runtime.aten_graph) + "\n\n" + compiler.explain()
+                entry = make_entry(self.key, runtime, cg, text, self.options)
+            except NotStorable as exc:
+                stats.warm_cache[f"not stored: {exc}"[:120]] += 1
+                return
+            store(entry, self.options)
+            self.gm.meta["kiln_warm_key"] = self.key
