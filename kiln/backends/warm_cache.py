@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import io
 import os
 import pickle
 import tempfile
@@ -74,7 +75,7 @@ def make_entry(key: str, runtime, cg, explain_text: str, options) -> dict:
         "explain": explain_text,
     }
     try:
-        pickle.dumps(entry, protocol=pickle.HIGHEST_PROTOCOL)
+        dumps(entry)
     except Exception as exc:  # noqa: BLE001 -- whatever cannot be pickled: no entry
         raise NotStorable(f"not picklable: {type(exc).__name__}: {exc}") from None
     return entry
@@ -184,7 +185,7 @@ def _namespace_value(spec: tuple, entry: dict, lib):
     if kind == "take_error":
         return lib.kiln_take_error
     if kind == "aten":
-        op = getattr(getattr(getattr(torch.ops, spec[1]), spec[2]), spec[3])
+        op = load_op(*spec[1:])
         return getattr(op, "_op", op)
     if kind == "value":
         return spec[1]
@@ -198,8 +199,27 @@ def entry_path(key: str, options) -> str:
     return os.path.join(options.cache_dir, "graphs", key[:2], f"{key}.kgraph")
 
 
+class _Pickler(pickle.Pickler):
+    """Pickles ATen op overloads (view steps of outputs hold them) by name."""
+
+    def reducer_override(self, obj):
+        if isinstance(obj, torch._ops.OpOverload):
+            return load_op, _op_name(obj)
+        return NotImplemented
+
+
+def load_op(namespace: str, name: str, overload: str):
+    return getattr(getattr(getattr(torch.ops, namespace), name), overload)
+
+
+def dumps(payload: object) -> bytes:
+    buf = io.BytesIO()
+    _Pickler(buf, protocol=pickle.HIGHEST_PROTOCOL).dump(payload)
+    return buf.getvalue()
+
+
 def encode(payload: object, magic: bytes = MAGIC) -> bytes:
-    data = pickle.dumps(payload, protocol=pickle.HIGHEST_PROTOCOL)
+    data = dumps(payload)
     return magic + hashlib.sha256(data).hexdigest().encode() + b"\n" + data
 
 
