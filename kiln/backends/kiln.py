@@ -392,8 +392,7 @@ def _kiln_backend(gm, example_inputs, options=None):
     warm = WarmStart(gm, example_inputs, options, target)
     runtime = warm.lookup()
     if runtime is not None:
-        time_first_call(runtime)
-        return runtime
+        return _gpu_runtime(runtime, gm, options) if target == "triton" else _timed(runtime)
     if target == "triton":
         warm_pool(options.compile_workers)  # the compile workers start while the graph is traced and lowered
     layout_note = ""
@@ -421,12 +420,23 @@ def _kiln_backend(gm, example_inputs, options=None):
     runtime.compiled_graph = graphs[0] if len(compiler.compiled) == 1 and graphs else None
     runtime.compiled_graphs = graphs
     runtime.codegen_complete = bool(graphs) and len(graphs) == len(compiler.compiled)
-    if target == "triton" and plan is None and runtime.compiled_graph is not None:
-        cg = runtime.compiled_graph
-        if options.cudagraphs:
-            runtime.run = cg.cudagraphs = CudaGraphRunner(runtime.run, n_state=len(runtime.aten_graph.state))
-        time_first_call(runtime)
-        return GpuBuildCheck(runtime, gm, options)
     warm.store(runtime, compiler)
+    if target == "triton" and plan is None and runtime.compiled_graph is not None:
+        return _gpu_runtime(runtime, gm, options)
+    return _timed(runtime)
+
+
+def _timed(runtime):
     time_first_call(runtime)
     return runtime
+
+
+def _gpu_runtime(runtime, gm, options):
+    """An inference graph's runtime on the GPU: CUDA graphs (mode="reduce-overhead"), the first call
+    timed, and a kernel that fails to build for this GPU sends the graph to ATen kernels."""
+    if options.cudagraphs:
+        runtime.run = CudaGraphRunner(runtime.run, n_state=len(runtime.aten_graph.state))
+        if runtime.compiled_graph is not None:
+            runtime.compiled_graph.cudagraphs = runtime.run
+    time_first_call(runtime)
+    return GpuBuildCheck(runtime, gm, options)

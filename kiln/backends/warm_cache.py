@@ -20,6 +20,7 @@ Triton kernels, graphs with symbolic sizes and graphs with ATen-kernel fallbacks
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import hashlib
 import io
 import os
@@ -52,16 +53,9 @@ class NotStorable(Exception):
 
 
 def make_entry(key: str, runtime, cg, explain_text: str, options) -> dict:
-    """The entry of an inference ``AtenRuntime`` whose one graph ``cg`` has C++ code; raises NotStorable."""
-    from kiln.codegen.cpp.build import library_path
-
-    if cg.target != "cpp":
-        raise NotStorable(f"{cg.target} kernels are not cached yet")
+    """The entry of an inference ``AtenRuntime`` whose one graph ``cg`` has generated code; raises
+    NotStorable."""
     namespace = _namespace_entry(cg)
-    binary = b""
-    if cg.kernels:
-        with open(library_path(cg.source, options), "rb") as f:
-            binary = f.read()
     ag = runtime.aten_graph
     entry = {
         "format": ENTRY_FORMAT, "key": key, "target": cg.target,
@@ -69,16 +63,40 @@ def make_entry(key: str, runtime, cg, explain_text: str, options) -> dict:
         "mutated": list(ag.mutated_inputs), "outputs": list(ag.outputs), "out_spec": _dump_spec(ag.out_spec),
         "sizes": ag.sizes,
         "wrapper": cg.wrapper.source, "namespace": namespace,
-        "kernels": {k.name: (len(k.params), len(k.size_args), bool(getattr(k, "checks_bounds", False)))
-                    for k in cg.kernels.values()},
-        "library_source": cg.source if cg.kernels else "", "library_binary": binary,
         "explain": explain_text,
     }
+    entry.update(_cpp_kernels(cg, options) if cg.target == "cpp" else _triton_kernels(cg))
     try:
         dumps(entry)
     except Exception as exc:  # noqa: BLE001 -- whatever cannot be pickled: no entry
         raise NotStorable(f"not picklable: {type(exc).__name__}: {exc}") from None
     return entry
+
+
+def _cpp_kernels(cg, options) -> dict:
+    from kiln.codegen.cpp.build import library_path
+
+    binary = b""
+    if cg.kernels:
+        with open(library_path(cg.source, options), "rb") as f:
+            binary = f.read()
+    return {"kernels": {k.name: (len(k.params), len(k.size_args), bool(getattr(k, "checks_bounds", False)))
+                        for k in cg.kernels.values()},
+            "library_source": cg.source if cg.kernels else "", "library_binary": binary}
+
+
+def _triton_kernels(cg) -> dict:
+    """The Triton kernels without their launchers (made again at load), and their parameters' dtypes.
+    Autotune choices stay in the tune files beside the module in the cache directory."""
+    from kiln.codegen.triton.kernel import TritonKernel
+
+    kernels = {}
+    for k in cg.kernels.values():
+        if type(k) is not TritonKernel:
+            raise NotStorable(f"a {type(k).__name__} (matmul templates are not cached yet)")
+        kernels[k.name] = dataclasses.replace(k, fn=None, origins=tuple(str(o) for o in k.origins))
+    dtypes = {name: cg.lg.buffers()[name].dtype for k in kernels.values() for name, _ in k.params}
+    return {"kernels": kernels, "library_source": cg.source, "param_dtypes": dtypes}
 
 
 def _namespace_entry(cg) -> dict:
@@ -92,9 +110,12 @@ def _namespace_entry(cg) -> dict:
             op = step.node.node.op
             ops[id(getattr(op, "_op", op))] = op
     out = {}
+    helpers = _helpers(cg.target != "cpp")
     for name, value in cg.wrapper.namespace.items():
-        if name in _HELPERS and value is _HELPERS[name]:
+        if name in helpers and value is helpers[name]:
             out[name] = ("helper", name)
+        elif getattr(value, "__name__", None) in helpers and value is helpers[value.__name__]:
+            out[name] = ("helper", value.__name__)
         elif id(value) in kernels:
             out[name] = ("kernel", kernels[id(value)])
         elif id(value) in errors and value is not None:
@@ -146,8 +167,11 @@ def build_runtime(entry: dict, gm, options) -> AtenRuntime:
         if kind != spec.kind:
             raise ValueError(f"state {spec.name} is a {kind}, the entry has a {spec.kind}")
         state.append(tensor)
-    lib = _load_library(entry, options)
-    namespace = {name: _namespace_value(spec, entry, lib) for name, spec in entry["namespace"].items()}
+    if entry["target"] == "cpp":
+        kernels = _load_library(entry, options)
+    else:
+        kernels = _load_triton(entry, options)
+    namespace = {name: _namespace_value(spec, kernels) for name, spec in entry["namespace"].items()}
     run = Wrapper(entry["wrapper"], namespace).compile()
     out_spec = treespec_loads(entry["out_spec"])
     ag = AtenGraph(None, inputs, state, entry["mutated"], entry["outputs"], out_spec, entry["sizes"])
@@ -161,29 +185,58 @@ def build_runtime(entry: dict, gm, options) -> AtenRuntime:
     return runtime
 
 
-def _load_library(entry: dict, options):
+def _load_library(entry: dict, options) -> dict:
+    """Kernel name -> its C++ function (and "take_error": the library's error flag)."""
     if not entry["kernels"]:
-        return None
+        return {}
     from kiln.codegen.cpp.build import install_library, load_library
 
     install_library(entry["library_source"], entry["library_binary"], options)
     lib = load_library(entry["library_source"], options)
+    fns = {}
     for name, (n_params, n_sizes, _) in entry["kernels"].items():
-        fn = getattr(lib, name)
+        fn = fns[name] = getattr(lib, name)
         fn.argtypes = [ctypes.c_void_p] * n_params + [ctypes.c_int64] * n_sizes
         fn.restype = None
     lib.kiln_take_error.restype = ctypes.c_int
-    return lib
+    fns["take_error"] = lib.kiln_take_error
+    return fns
 
 
-def _namespace_value(spec: tuple, entry: dict, lib):
+class _Dtype:
+    def __init__(self, dtype):
+        self.dtype = dtype
+
+
+def _load_triton(entry: dict, options) -> dict:
+    """Kernel name -> its launcher, made as ``load_kernels`` makes them for a fresh compile."""
+    from kiln.codegen.triton import build as triton_build
+
+    kernels = {name: dataclasses.replace(k) for name, k in entry["kernels"].items()}
+    buffers = {name: _Dtype(dtype) for name, dtype in entry["param_dtypes"].items()}
+    interpret = entry["target"] == "triton-interpreted"
+    source = triton_build.load_kernels(kernels, buffers, options, interpret=interpret)
+    if source != entry["library_source"]:
+        raise ValueError("the Triton module's source differs from the entry's")
+    return {name: k.fn for name, k in kernels.items()}
+
+
+def _helpers(triton: bool = True) -> dict:
+    if not triton:
+        return _HELPERS
+    from kiln.codegen.triton.launch import refresh_launch_hooks
+
+    return {**_HELPERS, "refresh_launch_hooks": refresh_launch_hooks}
+
+
+def _namespace_value(spec: tuple, kernels: dict):
     kind = spec[0]
     if kind == "helper":
-        return _HELPERS[spec[1]]
+        return _helpers()[spec[1]]
     if kind == "kernel":
-        return getattr(lib, spec[1])
+        return kernels[spec[1]]
     if kind == "take_error":
-        return lib.kiln_take_error
+        return kernels["take_error"]
     if kind == "aten":
         op = load_op(*spec[1:])
         return getattr(op, "_op", op)
@@ -307,9 +360,7 @@ class WarmStart:
         if not self.options.warm_cache:
             return None
         with stats.timed("warm_cache"):
-            if self.target != "cpp":
-                why = f"{self.target} kernels are not cached yet"
-            elif shape_env_of(self.gm) is not None:
+            if shape_env_of(self.gm) is not None:
                 why = "symbolic sizes"
             elif needs_joint_graph(self.gm, self.example_inputs):
                 why = "training graphs are not cached yet"

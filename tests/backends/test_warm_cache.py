@@ -12,6 +12,7 @@ import torch
 import kiln
 from kiln.backends import warm_cache
 from kiln.backends.warm_key import graph_key
+from kiln.codegen.triton.runtime import triton_available
 
 
 @pytest.fixture
@@ -35,7 +36,11 @@ def _compile_again(fn, opts, forget_memory=True):
     return kiln.compile(fn, options=opts)
 
 
-def test_second_compile_loads_the_entry(opts):
+@pytest.mark.parametrize("codegen", ["cpp", "triton"])
+def test_second_compile_loads_the_entry(opts, codegen):
+    if codegen == "triton" and triton_available() is not None:
+        pytest.skip(triton_available())
+    opts = opts.replace(cpu_codegen=codegen)  # "triton": Triton kernels run by Triton's interpreter
     m, x = _model(), torch.randn(3, 8)
     with torch.no_grad():
         first = kiln.compile(m, options=opts)(x)
