@@ -392,7 +392,8 @@ def _kiln_backend(gm, example_inputs, options=None):
     warm = WarmStart(gm, example_inputs, options, target)
     runtime = warm.lookup()
     if runtime is not None:
-        return _gpu_runtime(runtime, gm, options) if target == "triton" else _timed(runtime)
+        inference = getattr(runtime, "aten_graph", None) is not None
+        return _gpu_runtime(runtime, gm, options) if target == "triton" and inference else _timed(runtime)
     if target == "triton":
         warm_pool(options.compile_workers)  # the compile workers start while the graph is traced and lowered
     layout_note = ""

@@ -26,17 +26,19 @@ import io
 import os
 import pickle
 import tempfile
+import types
 
 import torch
 from torch.utils._pytree import treespec_dumps, treespec_loads
 
 from kiln.aot.graph import AtenGraph, InputSpec
 from kiln.aot.runtime import AtenRuntime
+from kiln.aot.training import TrainingRuntime
 from kiln.codegen.wrapper import Wrapper, ensure_layout
 from kiln.debug.stats import stats
 
 MAGIC = b"KILN-GRAPH-1\n"
-ENTRY_FORMAT = 1
+ENTRY_FORMAT = 2
 _HELPERS = {"empty_strided": torch.empty_strided, "ensure_layout": ensure_layout, "torch": torch}
 _VALUE_TYPES = (int, float, complex, bool, str, type(None), torch.dtype, torch.device, torch.layout,
                 torch.memory_format, torch.Size, torch.Tensor)
@@ -52,25 +54,34 @@ class NotStorable(Exception):
 # -- making an entry ------------------------------------------------------------------------------
 
 
-def make_entry(key: str, runtime, cg, explain_text: str, options) -> dict:
-    """The entry of an inference ``AtenRuntime`` whose one graph ``cg`` has generated code; raises
-    NotStorable."""
-    namespace = _namespace_entry(cg)
-    ag = runtime.aten_graph
+def make_entry(key: str, runtime, graphs: list, explain_text: str, options) -> dict:
+    """The entry of a runtime whose graphs (``[(role, CompiledGraph)]``: one for inference, forward and
+    backward for training) all have generated code; raises NotStorable."""
+    plan = getattr(runtime, "plan", None)
+    if len({cg.target for _, cg in graphs}) != 1 or len(graphs) != (1 if plan is None else 2):
+        raise NotStorable("not one inference graph or one forward and one backward graph")
+    spec = plan.joint if plan is not None else runtime.aten_graph
     entry = {
-        "format": ENTRY_FORMAT, "key": key, "target": cg.target,
-        "inputs": [(s.kind, s.name, s.mutated) for s in ag.inputs],
-        "mutated": list(ag.mutated_inputs), "outputs": list(ag.outputs), "out_spec": _dump_spec(ag.out_spec),
-        "sizes": ag.sizes,
-        "wrapper": cg.wrapper.source, "namespace": namespace,
-        "explain": explain_text,
+        "format": ENTRY_FORMAT, "key": key, "target": graphs[0][1].target,
+        "kind": "inference" if plan is None else "training",
+        "inputs": [(s.kind, s.name, s.mutated) for s in spec.inputs],
+        "mutated": list(spec.mutated_inputs), "outputs": list(spec.outputs), "out_spec": _dump_spec(spec.out_spec),
+        "sizes": spec.sizes, "explain": explain_text, "graphs": [_graph_part(role, cg, options) for role, cg in graphs],
     }
-    entry.update(_cpp_kernels(cg, options) if cg.target == "cpp" else _triton_kernels(cg))
+    if plan is not None:
+        entry.update(num_fwd_outputs=spec.num_fwd_outputs, differentiable=list(spec.differentiable),
+                     grad_inputs=list(spec.grad_inputs), grad_mode_after=spec.grad_mode_after)
     try:
         dumps(entry)
     except Exception as exc:  # noqa: BLE001 -- whatever cannot be pickled: no entry
         raise NotStorable(f"not picklable: {type(exc).__name__}: {exc}") from None
     return entry
+
+
+def _graph_part(role: str, cg, options) -> dict:
+    part = {"role": role, "wrapper": cg.wrapper.source, "namespace": _namespace_entry(cg)}
+    part.update(_cpp_kernels(cg, options) if cg.target == "cpp" else _triton_kernels(cg))
+    return part
 
 
 def _cpp_kernels(cg, options) -> dict:
@@ -152,7 +163,7 @@ def _plain_value(value) -> bool:
 # -- rebuilding a runtime -------------------------------------------------------------------------
 
 
-def build_runtime(entry: dict, gm, options) -> AtenRuntime:
+def build_runtime(entry: dict, gm, options):
     """The runtime an entry describes, bound to the parameters and buffers of ``gm`` (this process's
     captured graph); raises on anything that does not fit (the caller compiles instead)."""
     from kiln.aot.trace import state_tensors
@@ -167,22 +178,31 @@ def build_runtime(entry: dict, gm, options) -> AtenRuntime:
         if kind != spec.kind:
             raise ValueError(f"state {spec.name} is a {kind}, the entry has a {spec.kind}")
         state.append(tensor)
-    if entry["target"] == "cpp":
-        kernels = _load_library(entry, options)
-    else:
-        kernels = _load_triton(entry, options)
-    namespace = {name: _namespace_value(spec, kernels) for name, spec in entry["namespace"].items()}
-    run = Wrapper(entry["wrapper"], namespace).compile()
+    runs = [_load_graph(part, entry["target"], options) for part in entry["graphs"]]
     out_spec = treespec_loads(entry["out_spec"])
-    ag = AtenGraph(None, inputs, state, entry["mutated"], entry["outputs"], out_spec, entry["sizes"])
-    runtime = AtenRuntime(ag, run=run)
-    runtime.aten_graph = ag
+    if entry["kind"] == "training":
+        joint = types.SimpleNamespace(
+            inputs=inputs, state=state, mutated_inputs=entry["mutated"], outputs=entry["outputs"], out_spec=out_spec,
+            sizes=entry["sizes"], num_fwd_outputs=entry["num_fwd_outputs"], differentiable=entry["differentiable"],
+            grad_inputs=entry["grad_inputs"], grad_mode_after=entry["grad_mode_after"])
+        runtime = TrainingRuntime(joint, *runs)
+    else:
+        ag = AtenGraph(None, inputs, state, entry["mutated"], entry["outputs"], out_spec, entry["sizes"])
+        runtime = AtenRuntime(ag, run=runs[0])
+        runtime.aten_graph = ag
     text = entry["explain"]
     runtime.kiln_explain = lambda: "loaded from kiln's warm cache (no tracing, lowering or code generation " \
                                    "in this process)\n" + text
     runtime.compiled_graph, runtime.compiled_graphs, runtime.codegen_complete = None, [], True
     runtime.warm_key = entry["key"]
     return runtime
+
+
+def _load_graph(part: dict, target: str, options):
+    """One graph's wrapper function, with its kernels loaded."""
+    kernels = _load_library(part, options) if target == "cpp" else _load_triton(part, target, options)
+    namespace = {name: _namespace_value(spec, kernels) for name, spec in part["namespace"].items()}
+    return Wrapper(part["wrapper"], namespace).compile()
 
 
 def _load_library(entry: dict, options) -> dict:
@@ -208,13 +228,13 @@ class _Dtype:
         self.dtype = dtype
 
 
-def _load_triton(entry: dict, options) -> dict:
+def _load_triton(entry: dict, target: str, options) -> dict:
     """Kernel name -> its launcher, made as ``load_kernels`` makes them for a fresh compile."""
     from kiln.codegen.triton import build as triton_build
 
     kernels = {name: dataclasses.replace(k) for name, k in entry["kernels"].items()}
     buffers = {name: _Dtype(dtype) for name, dtype in entry["param_dtypes"].items()}
-    interpret = entry["target"] == "triton-interpreted"
+    interpret = target == "triton-interpreted"
     source = triton_build.load_kernels(kernels, buffers, options, interpret=interpret)
     if source != entry["library_source"]:
         raise ValueError("the Triton module's source differs from the entry's")
@@ -353,7 +373,6 @@ class WarmStart:
         self.key: str | None = None
 
     def lookup(self):
-        from kiln.aot.joint import needs_joint_graph
         from kiln.aot.symbols import shape_env_of
         from kiln.backends.warm_key import graph_key
 
@@ -362,8 +381,6 @@ class WarmStart:
         with stats.timed("warm_cache"):
             if shape_env_of(self.gm) is not None:
                 why = "symbolic sizes"
-            elif needs_joint_graph(self.gm, self.example_inputs):
-                why = "training graphs are not cached yet"
             else:
                 self.key, why = graph_key(self.gm, self.example_inputs, self.options, self.target)
             if self.key is None:
@@ -388,16 +405,12 @@ class WarmStart:
         if self.key is None:
             return
         with stats.timed("warm_cache"):
-            graphs = compiler.compiled
-            if getattr(runtime, "plan", None) is not None or len(graphs) != 1 or graphs[0][1] is None:
-                stats.warm_cache["not stored: not one whole generated graph"] += 1
+            graphs = [(role, cg) for role, cg, _ in compiler.compiled]
+            if not graphs or any(cg is None for _, cg in graphs):
+                stats.warm_cache["not stored: a graph runs with ATen kernels"] += 1
                 return
-            cg = graphs[0][1]
             try:
-                from kiln.backends.aot_eager import explain_aten_graph
-
-                text = explain_aten_graph(runtime.aten_graph) + "\n\n" + compiler.explain()
-                entry = make_entry(self.key, runtime, cg, text, self.options)
+                entry = make_entry(self.key, runtime, graphs, compiler.explain(), self.options)
             except NotStorable as exc:
                 stats.warm_cache[f"not stored: {exc}"[:120]] += 1
                 return

@@ -195,3 +195,28 @@ def test_graph_whose_code_does_not_say_everything_is_not_cached(what):
     plain = torch.fx.Graph()
     plain.output(plain.call_function(torch.relu, (plain.placeholder("x"),)))
     assert graph_key(torch.fx.GraphModule(root, plain), [torch.randn(3)], kiln.Options(), "cpp")[0] is not None
+
+
+def test_training_graphs_are_cached(opts):
+    def make():
+        torch.manual_seed(0)
+        return torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.BatchNorm1d(8), torch.nn.Tanh(),
+                                   torch.nn.Linear(8, 2)).train()
+
+    x = torch.randn(5, 6)
+
+    def step(model, fn):
+        out = fn(x)
+        out.square().sum().backward()
+        return out, [p.grad for p in model.parameters()], model[1].running_mean.clone()
+
+    eager = make()
+    want = step(eager, eager)
+    first = make()
+    step(first, kiln.compile(first, options=opts))
+    assert kiln.stats.warm_cache["stored"] == 1
+    kiln.stats.reset()
+    second = make()
+    got = step(second, _compile_again(second, opts))
+    assert kiln.stats.warm_cache["hits"] == 1 and "partition" not in kiln.stats.stages
+    torch.testing.assert_close(got, want)
