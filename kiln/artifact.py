@@ -57,9 +57,9 @@ def save(compiled, path: str) -> int:
         warnings.warn(f"kiln.save: {len(graphs) - len(entries)} of {len(graphs)} graph(s) could not be cached "
                       f"and will compile when the file is loaded ({dict(kiln_stats_warm())})", ArtifactWarning,
                       stacklevel=2)
-    targets = sorted({e["target"] for e in entries.values()})
+    places = sorted({(e["target"], e.get("device")) for e in entries.values()}, key=str)
     payload = {"format": ARTIFACT_FORMAT, "entries": entries, "options": options_key(config.options),
-               "environment": {t: environment(t, config.options) for t in targets}}
+               "environment": [(t, d, environment(t, config.options, d)) for t, d in places]}
     warm_cache.write_atomically(os.path.abspath(path), warm_cache.encode(payload, ARTIFACT_MAGIC))
     return len(entries)
 
@@ -99,8 +99,8 @@ def _install(path: str, options) -> str | None:
     if not isinstance(payload, dict) or payload.get("format") != ARTIFACT_FORMAT:
         return "it has another artifact format"
     differences = []
-    for target, saved in payload["environment"].items():
-        here = environment(target, options)
+    for target, device, saved in payload["environment"]:
+        here = environment(target, options, device)
         differences += [f"{name} {saved.get(name)!r} (here {here.get(name)!r})"
                         for name in sorted(set(saved) | set(here)) if saved.get(name) != here.get(name)]
     if differences:

@@ -35,6 +35,7 @@ from kiln.aot.graph import AtenGraph, InputSpec
 from kiln.aot.runtime import AtenRuntime
 from kiln.aot.training import TrainingRuntime
 from kiln.codegen.wrapper import Wrapper, ensure_layout
+from kiln.backends.warm_key import graph_device
 from kiln.debug.stats import stats
 
 MAGIC = b"KILN-GRAPH-1\n"
@@ -411,6 +412,7 @@ class WarmStart:
                 return
             try:
                 entry = make_entry(self.key, runtime, graphs, compiler.explain(), self.options)
+                entry["device"] = graph_device(self.example_inputs)
             except NotStorable as exc:
                 stats.warm_cache[f"not stored: {exc}"[:120]] += 1
                 return

@@ -55,6 +55,9 @@ def kiln_source_hash() -> str:
 
 
 def _version(package: str) -> str:
+    module = sys.modules.get(package)
+    if getattr(module, "__version__", None):
+        return module.__version__
     try:
         return importlib.metadata.version(package)
     except importlib.metadata.PackageNotFoundError:
@@ -75,18 +78,26 @@ def _cpu_identity() -> str:
 
 def environment(target: str, options, device: torch.device | None = None) -> dict:
     """Versions and the machine the code is built for: part of every key, and checked by artifacts."""
+    return dict(_environment(target, options.cpp_compiler if target == "cpp" else "",
+                             str(device) if target == "triton" and device is not None else ""))
+
+
+@functools.lru_cache(maxsize=None)
+def _environment(target: str, cpp_compiler: str, device: str) -> tuple:
     env = {"format": KEY_FORMAT, "kiln": kiln_source_hash(), "torch": torch.__version__,
-           "triton": _version("triton"), "python": sys.version.split()[0], "target": target}
+           "python": sys.version.split()[0], "target": target}
     if target == "cpp":
         from kiln.codegen.cpp.build import build_flags, compiler_version
 
         env["cpu"] = _cpu_identity()
-        env["cxx"] = compiler_version(options.cpp_compiler)
-        env["cxx_flags"] = " ".join(build_flags(options.cpp_compiler))
-    elif target == "triton" and device is not None and torch.cuda.is_available():
+        env["cxx"] = compiler_version(cpp_compiler)
+        env["cxx_flags"] = " ".join(build_flags(cpp_compiler))
+    else:
+        env["triton"] = _version("triton")
+    if target == "triton" and device and torch.cuda.is_available():
         env["gpu"] = torch.cuda.get_device_name(device)
         env["gpu_capability"] = ".".join(map(str, torch.cuda.get_device_capability(device)))
-    return env
+    return tuple(env.items())
 
 
 def _global_modes() -> tuple:
@@ -147,6 +158,12 @@ def _check_graph(gm: fx.GraphModule) -> None:
                 raise Uncacheable(f"a {type(leaf).__name__} argument of {node.name}")
 
 
+def graph_device(example_inputs) -> str | None:
+    """The device of the first tensor input (the device part of the environment)."""
+    devices = [x.device for x in example_inputs if isinstance(x, torch.Tensor)]
+    return str(devices[0]) if devices else None
+
+
 def options_key(options) -> tuple:
     return tuple((f.name, getattr(options, f.name)) for f in dataclasses.fields(options)
                  if f.name not in _OPTIONS_NOT_IN_KEY)
@@ -161,7 +178,6 @@ def graph_key(gm: fx.GraphModule, example_inputs, options, target: str) -> tuple
         metas = _input_metas(example_inputs, state_tensors(gm))
     except Uncacheable as exc:
         return None, str(exc)
-    devices = [x.device for x in example_inputs if isinstance(x, torch.Tensor)]
-    env = environment(target, options, devices[0] if devices else None)
+    env = environment(target, options, graph_device(example_inputs))
     material = repr((env, gm.code, metas, options_key(options), _global_modes()))
     return hashlib.sha256(material.encode()).hexdigest(), None

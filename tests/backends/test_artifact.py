@@ -68,6 +68,7 @@ def test_artifact_round_trip_across_processes(tmp_path):
 
 
 def _save(fresh, tmp_path):
+    torch.manual_seed(0)
     m = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Tanh()).eval()
     x = torch.randn(2, 4)
     with torch.no_grad():
@@ -113,7 +114,7 @@ def _rewrite(path, change):
 
 def test_stale_artifact_says_what_differs(fresh, tmp_path):
     m, x, path = _save(fresh, tmp_path)
-    _rewrite(path, lambda p: p["environment"]["cpp"].update(torch="1.0", kiln="old"))
+    _rewrite(path, lambda p: p["environment"][0][2].update(torch="1.0", kiln="old"))
     with pytest.warns(ArtifactWarning, match=r"another environment: kiln 'old'.*torch '1.0' \(here"):
         c = kiln.load(path, m, options=fresh)
     with torch.no_grad():
@@ -144,3 +145,16 @@ def test_save_refuses_what_it_cannot_save(fresh):
     c = kiln.compile(lambda x: x + 1, options=fresh)
     with pytest.raises(ValueError, match="nothing was compiled yet"):
         kiln.save(c, "/nonexistent")
+
+
+def test_artifact_with_triton_kernels(fresh, tmp_path):
+    from kiln.codegen.triton.runtime import triton_available
+
+    if triton_available() is not None:
+        pytest.skip(triton_available())
+    fresh = fresh.replace(cpu_codegen="triton")  # Triton kernels run by Triton's interpreter on CPU tensors
+    m, x, path = _save(fresh, tmp_path)
+    c = kiln.load(path, m, options=fresh, strict=True)
+    with torch.no_grad():
+        torch.testing.assert_close(c(x), m(x))
+    assert kiln.stats.warm_cache["hits"] == 1 and "lower" not in kiln.stats.stages
