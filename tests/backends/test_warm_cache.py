@@ -220,3 +220,35 @@ def test_training_graphs_are_cached(opts):
     got = step(second, _compile_again(second, opts))
     assert kiln.stats.warm_cache["hits"] == 1 and "partition" not in kiln.stats.stages
     torch.testing.assert_close(got, want)
+
+
+def test_full_disk_keeps_the_compiled_code(opts, monkeypatch):
+    import errno
+
+    def full(path, blob):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(warm_cache, "write_atomically", full)
+    x = torch.randn(6)
+    out = kiln.compile(lambda x: x.sin() + 1, options=opts)(x)
+    torch.testing.assert_close(out, x.sin() + 1)
+    assert kiln.stats.warm_cache["not written: OSError"] == 1
+
+
+def test_concurrent_writers_leave_a_good_entry(tmp_path):
+    script = textwrap.dedent(f"""
+        import torch, kiln
+        x = torch.arange(12.0).reshape(3, 4)
+        opts = kiln.Options(cache_dir={str(tmp_path)!r}, warm_cache=True)
+        out = kiln.compile(lambda x: (x * 2).softmax(-1), options=opts)(x)
+        torch.testing.assert_close(out, (x * 2).softmax(-1))
+        print(dict(kiln.stats.warm_cache))
+    """)
+    env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(kiln.__file__))}
+    procs = [subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, env=env) for _ in range(3)]
+    for p in procs:
+        out, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err
+    after = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
+    assert after.returncode == 0 and "'hits': 1" in after.stdout, after.stderr
