@@ -18,6 +18,7 @@ Like any pickle, load only files you trust.
 """
 from __future__ import annotations
 
+import json
 import os
 import warnings
 
@@ -59,9 +60,44 @@ def save(compiled, path: str) -> int:
                       stacklevel=2)
     places = sorted({(e["target"], e.get("device")) for e in entries.values()}, key=str)
     payload = {"format": ARTIFACT_FORMAT, "entries": entries, "options": options_key(config.options),
-               "environment": [(t, d, environment(t, config.options, d)) for t, d in places]}
+               "environment": [(t, d, environment(t, config.options, d)) for t, d in places],
+               "tune": _tune_choices(entries.values(), config.options)}
     warm_cache.write_atomically(os.path.abspath(path), warm_cache.encode(payload, ARTIFACT_MAGIC))
     return len(entries)
+
+
+def _tune_path(source: str, options) -> str:
+    from kiln.codegen.triton.runtime import module_path
+
+    return module_path(source, options) + ".tune.json"
+
+
+def _tune_choices(entries, options) -> dict:
+    """Module source -> its tune file's choices (launch configs and matmul paths picked on the GPU)."""
+    choices = {}
+    for entry in entries:
+        if entry["target"] != "triton":
+            continue
+        for part in entry["graphs"]:
+            try:
+                with open(_tune_path(part["library_source"], options)) as f:
+                    data = json.load(f)
+            except (OSError, ValueError):
+                continue
+            if isinstance(data, dict):
+                choices[part["library_source"]] = data
+    return choices
+
+
+def _install_tune_choices(choices: dict, options) -> None:
+    """Tune files for modules that have none here (one that exists holds this machine's own choices)."""
+    for source, data in choices.items():
+        path = _tune_path(source, options)
+        if not os.path.exists(path):
+            try:
+                warm_cache.write_atomically(path, json.dumps(data).encode())
+            except OSError:
+                pass  # (a read-only cache: the first call tunes again)
 
 
 def kiln_stats_warm():
@@ -111,4 +147,5 @@ def _install(path: str, options) -> str | None:
     if changed:
         return "it was made with other options: " + ", ".join(changed)
     warm_cache.ENTRIES.update(payload["entries"])
+    _install_tune_choices(payload.get("tune", {}), options)
     return None

@@ -158,3 +158,24 @@ def test_artifact_with_triton_kernels(fresh, tmp_path):
     with torch.no_grad():
         torch.testing.assert_close(c(x), m(x))
     assert kiln.stats.warm_cache["hits"] == 1 and "lower" not in kiln.stats.stages
+
+
+def test_tune_choices_travel_with_the_artifact(tmp_path):
+    pytest.importorskip("triton")
+    from kiln.artifact import _install_tune_choices, _tune_choices, _tune_path
+
+    here, there = kiln.Options(cache_dir=str(tmp_path / "a")), kiln.Options(cache_dir=str(tmp_path / "b"))
+    source = "# a Triton module\n"
+    entry = {"target": "triton", "graphs": [{"library_source": source}]}
+    os.makedirs(os.path.dirname(_tune_path(source, here)))
+    with open(_tune_path(source, here), "w") as f:
+        f.write('{"triton_k_0": [128, 0, 4, 2]}')
+    choices = _tune_choices([entry, {"target": "cpp"}], here)
+    assert choices == {source: {"triton_k_0": [128, 0, 4, 2]}}
+    _install_tune_choices(choices, there)
+    with open(_tune_path(source, there)) as f:
+        assert f.read() == '{"triton_k_0": [128, 0, 4, 2]}'
+    with open(_tune_path(source, there), "w") as f:
+        f.write("{}")  # this machine's own choices are kept
+    _install_tune_choices(choices, there)
+    assert open(_tune_path(source, there)).read() == "{}"
