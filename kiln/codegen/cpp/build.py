@@ -83,14 +83,7 @@ def install_library(source: str, binary: bytes, options) -> None:
         return
     _remove(path)
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    fd, tmp = tempfile.mkstemp(suffix=".so", dir=os.path.dirname(path))
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(binary)
-        os.replace(tmp, path)
-    except BaseException:
-        _remove(tmp)
-        raise
+    _write_atomically(path, binary, ".so")
     _write_atomically(path + ".sha256", hashlib.sha256(binary).hexdigest(), ".sha256")
 
 
@@ -117,10 +110,10 @@ def _remove(path: str) -> None:
             pass
 
 
-def _write_atomically(path: str, text: str, suffix: str) -> None:
+def _write_atomically(path: str, text: str | bytes, suffix: str) -> None:
     fd, tmp = tempfile.mkstemp(suffix=suffix, dir=os.path.dirname(path))
     try:
-        with os.fdopen(fd, "w") as f:
+        with os.fdopen(fd, "wb" if isinstance(text, bytes) else "w") as f:
             f.write(text)
         os.replace(tmp, path)
     except BaseException:
