@@ -72,10 +72,6 @@ def make_entry(key: str, runtime, graphs: list, explain_text: str, options) -> d
     if plan is not None:
         entry.update(num_fwd_outputs=spec.num_fwd_outputs, differentiable=list(spec.differentiable),
                      grad_inputs=list(spec.grad_inputs), grad_mode_after=spec.grad_mode_after)
-    try:
-        dumps(entry)
-    except Exception as exc:  # noqa: BLE001 -- whatever cannot be pickled: no entry
-        raise NotStorable(f"not picklable: {type(exc).__name__}: {exc}") from None
     return entry
 
 
@@ -323,9 +319,14 @@ def write_atomically(path: str, blob: bytes) -> None:
 
 
 def store(entry: dict, options) -> None:
+    """Keep ``entry`` in this process and on disk; raises NotStorable for one that cannot be pickled."""
+    try:
+        blob = encode(entry)
+    except Exception as exc:  # noqa: BLE001 -- whatever cannot be pickled: no entry
+        raise NotStorable(f"not picklable: {type(exc).__name__}: {exc}") from None
     ENTRIES[entry["key"]] = entry
     try:
-        write_atomically(entry_path(entry["key"], options), encode(entry))
+        write_atomically(entry_path(entry["key"], options), blob)
         stats.warm_cache["stored"] += 1
     except OSError as exc:  # a full disk or a read-only cache: this process keeps its compiled code
         stats.warm_cache[f"not written: {type(exc).__name__}"] += 1
@@ -413,8 +414,8 @@ class WarmStart:
             try:
                 entry = make_entry(self.key, runtime, graphs, compiler.explain(), self.options)
                 entry["device"] = graph_device(self.example_inputs)
+                store(entry, self.options)
             except NotStorable as exc:
                 stats.warm_cache[f"not stored: {exc}"[:120]] += 1
                 return
-            store(entry, self.options)
             self.gm.meta["kiln_warm_key"] = self.key

@@ -252,3 +252,14 @@ def test_concurrent_writers_leave_a_good_entry(tmp_path):
         assert p.returncode == 0, err
     after = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
     assert after.returncode == 0 and "'hits': 1" in after.stdout, after.stderr
+
+
+def test_explain_says_the_code_came_from_the_cache(opts):
+    f = lambda x: torch.cos(x) * 2  # noqa: E731
+    x = torch.randn(4)
+    kiln.compile(f, options=opts)(x)
+    kiln.reset()
+    warm_cache.ENTRIES.clear()
+    report = kiln.explain(f, options=opts)(x)
+    assert "loaded from kiln's warm cache" in str(report) and "warm_cache" in report.stages
+    torch.testing.assert_close(report.result, f(x))
