@@ -124,10 +124,10 @@ def _input_metas(example_inputs, state: dict) -> list:
     tensors += [(kind, name, t) for name, (t, kind) in state.items()]
     for kind, name, x in tensors:
         if isinstance(x, torch.Tensor):
+            if x.is_meta or type(x) not in _PLAIN_TENSORS or x.layout != torch.strided:
+                raise Uncacheable(f"a {type(x).__name__} input ({x.layout}{', meta' if x.is_meta else ''})")
             if any(not isinstance(s, int) for s in (*x.shape, *x.stride())):
                 raise Uncacheable("symbolic sizes")
-            if x.is_meta or type(x) not in _PLAIN_TENSORS:
-                raise Uncacheable(f"a {type(x).__name__} input")
             storage = (x.untyped_storage().data_ptr(), x.device) if x.untyped_storage().nbytes() else id(x)
             alias = storages.setdefault(storage, len(storages))
             metas.append((kind, name, _tensor_meta(x, alias)))
