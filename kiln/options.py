@@ -90,6 +90,8 @@ class Options:
     distributed_agreement_timeout: seconds ranks wait for each other to agree, graph by graph, that
         every rank compiled it (else all run it eagerly); 0: off, a rank whose compile fails runs that
         graph eagerly alone (KILN_DIST_AGREEMENT_TIMEOUT; kiln/distributed/consistency.py).
+    warm_cache: keep what the backend made of each captured graph under ``cache_dir`` and reuse it in
+        later processes (no tracing, lowering or code generation; docs/caching.md; KILN_WARM_CACHE=0 off).
     """
 
     recompile_limit: int = 8
@@ -114,6 +116,7 @@ class Options:
     choose_faster: bool = True
     ddp_split: bool = True
     distributed_agreement_timeout: float = 0.0
+    warm_cache: bool = True
 
     def __post_init__(self):
         if self.gemm_padding not in ("auto", "always", "off"):
@@ -167,6 +170,7 @@ def _read_environment() -> Options:
         choose_faster=_env_int("KILN_CHOOSE_FASTER", 1) != 0,
         ddp_split=_env_int("KILN_DDP_SPLIT", 1) != 0,
         distributed_agreement_timeout=float(_env_str("KILN_DIST_AGREEMENT_TIMEOUT") or 0.0),
+        warm_cache=_env_int("KILN_WARM_CACHE", 1) != 0,
     )
 
 

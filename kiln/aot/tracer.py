@@ -25,6 +25,7 @@ from kiln.aot.schema import (
     mutated_arguments,
     unbind_arguments,
 )
+from kiln.debug.stats import stats
 from kiln.fake.mode import DispatchMode
 from kiln.fake import FakeTensor, UnsupportedFakeOp, fake_from_real, meta_alias, run_on_fakes
 from kiln.fake.symbolic_composite import ATEN_RULES, SymbolicCompositeMode
@@ -56,6 +57,7 @@ class AtenTracer(DispatchMode):
         self.b = GraphBuilder()
         self.fn = Functionalizer(self.b)
         self.decompositions = dict(decompositions or {})
+        self._in_decomposition = 0  # depth of decompositions running (for stats' stage times)
         self._values: dict[int, tuple[FakeTensor, Value]] = {}
         self._reals: dict[int, tuple[torch.Tensor, FakeTensor]] = {}  # lifted real tensor -> its fake
         self._state: dict[int, tuple[torch.Tensor, str, str]] = {}  # candidate state: (real, name, kind)
@@ -160,10 +162,20 @@ class AtenTracer(DispatchMode):
                 return aten._native_batch_norm_legit.no_stats(*args[:3], *args[5:], **kwargs)
         decomposition = self.decompositions.get(func)
         if decomposition is not None:
-            with self:
-                out = decomposition(*args, **kwargs)
+            self._in_decomposition += 1
+            try:
+                with self, stats.timed("decompositions"):
+                    out = decomposition(*args, **kwargs)
+            finally:
+                self._in_decomposition -= 1
             if out is not NotImplemented:
                 return out
+        if self._in_decomposition:  # an op a decomposition made: its tracing counts as tracing
+            with stats.timed("aot"):
+                return self._trace_op(func, args, kwargs)
+        return self._trace_op(func, args, kwargs)
+
+    def _trace_op(self, func, args, kwargs):
         if func in ATEN_RULES and has_symbolic_tensor(args):  # (its C++ body may not take symbolic sizes)
             with self:
                 return ATEN_RULES[func](*args, **kwargs)

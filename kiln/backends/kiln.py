@@ -25,6 +25,7 @@ from kiln.aot.symbols import shape_env_of
 from kiln.backends.choose_faster import race
 from kiln.backends.aot_eager import compile_aot_eager, explain_aten_graph, run_graph_module
 from kiln.backends.registry import register_backend
+from kiln.backends.warm_cache import WarmStart
 from kiln.codegen.cpp.build import load_library
 from kiln.codegen.cpp.kernel import generate_kernel
 from kiln.codegen.cudagraphs import CudaGraphRunner
@@ -32,7 +33,7 @@ from kiln.codegen.triton import build as triton_build
 from kiln.codegen.triton.precompile import warm_pool
 from kiln.codegen.triton.runtime import triton_available
 from kiln.codegen.wrapper import WrapperGen, tensor_call
-from kiln.debug.stats import stats
+from kiln.debug.stats import stats, time_first_call
 from kiln.decomp import decomposition_table
 from kiln.errors import KernelBuildError
 from kiln.fake import UnsupportedFakeOp
@@ -176,15 +177,19 @@ def _compile_graph(gm, options: Options, target: str) -> CompiledGraph:
                 k = generate_kernel(step, buffers, i)
                 step.name = k.name
                 kernels[k.name] = k
-    if triton:
-        source = triton_build.load_kernels(kernels, buffers, options, interpret=target == "triton-interpreted")
-        from kiln.codegen.triton.launch import refresh_launch_hooks
+    with stats.timed("kernel_load"):
+        if triton:
+            source = triton_build.load_kernels(kernels, buffers, options, interpret=target == "triton-interpreted")
+        else:
+            source = _load_cpp(kernels, options)
+    with stats.timed("codegen"):
+        if triton:
+            from kiln.codegen.triton.launch import refresh_launch_hooks
 
-        wrapper = WrapperGen(lg, sched, kernels, buffers, kernel_call=tensor_call,
-                             prologue=refresh_launch_hooks).generate()
-    else:
-        source = _load_cpp(kernels, options)
-        wrapper = WrapperGen(lg, sched, kernels, buffers).generate()
+            wrapper = WrapperGen(lg, sched, kernels, buffers, kernel_call=tensor_call,
+                                 prologue=refresh_launch_hooks).generate()
+        else:
+            wrapper = WrapperGen(lg, sched, kernels, buffers).generate()
     stats.kernels_generated += len(kernels)
     for op, reason in lg.fallbacks.items():
         stats.aten_fallbacks[f"{op}: {reason}"] += 1
@@ -385,6 +390,12 @@ def _kiln_backend(gm, example_inputs, options=None):
         inner = getattr(fn, "kiln_explain", lambda: "")
         fn.kiln_explain = lambda: f"kiln ran this graph with ATen kernels: {reason}\n{inner()}"
         return fn
+    warm = WarmStart(gm, example_inputs, options, target)
+    runtime = warm.lookup()
+    if runtime is not None:
+        inference = getattr(runtime, "aten_graph", None) is not None
+        loaded = _gpu_runtime(runtime, gm, options) if target == "triton" and inference else _timed(runtime)
+        return race(gm, example_inputs, loaded, options)
     if target == "triton":
         warm_pool(options.compile_workers)  # the compile workers start while the graph is traced and lowered
     layout_note = ""
@@ -412,9 +423,23 @@ def _kiln_backend(gm, example_inputs, options=None):
     runtime.compiled_graph = graphs[0] if len(compiler.compiled) == 1 and graphs else None
     runtime.compiled_graphs = graphs
     runtime.codegen_complete = bool(graphs) and len(graphs) == len(compiler.compiled)
+    warm.store(runtime, compiler)
     if target == "triton" and plan is None and runtime.compiled_graph is not None:
-        cg = runtime.compiled_graph
-        if options.cudagraphs:
-            runtime.run = cg.cudagraphs = CudaGraphRunner(runtime.run, n_state=len(runtime.aten_graph.state))
-        return race(gm, example_inputs, GpuBuildCheck(runtime, gm, options), options)
-    return race(gm, example_inputs, runtime, options)
+        return race(gm, example_inputs, _gpu_runtime(runtime, gm, options), options)
+    return race(gm, example_inputs, _timed(runtime), options)
+
+
+def _timed(runtime):
+    time_first_call(runtime)
+    return runtime
+
+
+def _gpu_runtime(runtime, gm, options):
+    """An inference graph's runtime on the GPU: CUDA graphs (mode="reduce-overhead"), the first call
+    timed, and a kernel that fails to build for this GPU sends the graph to ATen kernels."""
+    if options.cudagraphs:
+        runtime.run = CudaGraphRunner(runtime.run, n_state=len(runtime.aten_graph.state))
+        if runtime.compiled_graph is not None:
+            runtime.compiled_graph.cudagraphs = runtime.run
+    time_first_call(runtime)
+    return GpuBuildCheck(runtime, gm, options)

@@ -188,7 +188,8 @@ class FrameCompiler:
             warnings.warn(f"kiln: {reason} (at {code.co_filename}:{tracer.lineno}); "
                           f"{code.co_qualname} runs eagerly", stacklevel=2)
             return None
-        guards = tracer.output.guards.compile()
+        with stats.timed("guards"):
+            guards = tracer.output.guards.compile()
         entry = CacheEntry(guards, new_code, gm, tracer.output.op_count)
         self.cache.setdefault(code, []).append(entry)
         record.graph = gm
@@ -226,7 +227,8 @@ class FrameCompiler:
                           f"{exc.where()}: {type(bug).__name__}: {bug}; the frame runs eagerly", stacklevel=2)
             exc.hint = (exc.hint + "; " if exc.hint else "") + f"graph break failed: {type(bug).__name__}: {bug}"
             return None
-        guards = tracer.output.guards.compile()
+        with stats.timed("guards"):
+            guards = tracer.output.guards.compile()
         self.cache.setdefault(code, []).append(CacheEntry(guards, new_code, gm, tracer.output.op_count))
         record.graph = gm
         record.guards = guards.source_code

@@ -6,6 +6,7 @@ cells (C) and builtins (B). `GuardSet.source_code()` prints it for a person.
 """
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import enum
 import re
@@ -210,22 +211,72 @@ def _one_checks(exprs: list[tuple[str, str]], names: "_Namer") -> list[tuple[str
     return checks
 
 
+_NOT_NAME_CHAR = re.compile(r"[^A-Za-z0-9_]")
+
+
+class _PlaceIndex:
+    """Finds the shared places (printed sources) a text reads, as ``re.search(place + r"(?![A-Za-z0-9_])")``
+    would, without trying every place: a place starts where one of the places' first three characters
+    are, ends where no name character follows, and is grown from a start one cut at a time while the
+    text so far begins some place (``prefixes``: each place cut where no name character follows)."""
+
+    def __init__(self, places: set[str]):
+        self.places = places
+        heads = sorted({re.escape(p[:3]) for p in places}) if all(len(p) >= 3 for p in places) else [""]
+        self.starts = re.compile(f"(?=(?:{'|'.join(heads)}))")  # (a lookahead: overlapping starts too)
+        self.prefixes = set(places)
+        for p in places:
+            self.prefixes.update(p[: m.start()] for m in _NOT_NAME_CHAR.finditer(p))
+
+    def candidates(self, text: str) -> set[str]:
+        found: set[str] = set()
+        if not self.places:
+            return found
+        ends = [m.start() for m in _NOT_NAME_CHAR.finditer(text)] + [len(text)]
+        for i in (m.start() for m in self.starts.finditer(text)):
+            for j in ends[bisect.bisect_right(ends, i):]:
+                piece = text[i:j]
+                if piece not in self.prefixes:
+                    break  # (no place goes on from here)
+                if piece in self.places:
+                    found.add(piece)
+        return found
+
+    @staticmethod
+    def replace(text: str, place: str, name: str) -> str:
+        """``re.sub(re.escape(place) + r"(?![A-Za-z0-9_])", name, text)``, without compiling a pattern."""
+        out, k = [], 0
+        while (i := text.find(place, k)) >= 0:
+            j = i + len(place)
+            if j < len(text) and _NOT_NAME_CHAR.match(text, j) is None:  # part of a longer name: go on
+                out.append(text[k: i + 1])
+                k = i + 1
+                continue
+            out += [text[k:i], name]
+            k = j
+        out.append(text[k:])
+        return "".join(out)
+
+
 def _check_function_source(exprs: list[tuple[str, str]], shared: set[str]) -> str:
     """The text of `check(L, G, C, B)`: guards in order, each shared place read once into a local.
 
     Any exception (a missing attribute or key) means the frame is not the one the entry was made for.
+    The places a text reads are found through ``_PlaceIndex`` (linear in the text, not in the number of
+    places: a 12-layer model has thousands of both).
     """
-    patterns = {p: re.compile(re.escape(p) + r"(?![A-Za-z0-9_])") for p in shared}
+    index = _PlaceIndex(shared)
     assigned: dict[str, str] = {}
 
     def substitute(text: str) -> str:
-        for place in sorted((p for p in assigned if p in text), key=len, reverse=True):
-            text = patterns[place].sub(assigned[place], text)
+        found = [p for p in index.candidates(text) if p in assigned]
+        for place in sorted(found, key=lambda p: (-len(p), int(assigned[p][1:]))):  # (v<n>: n-th assigned)
+            text = index.replace(text, place, assigned[place])
         return text
 
     lines = []
     for expr, what in exprs:
-        for place in sorted((p for p in shared if p in expr and patterns[p].search(expr)), key=len):
+        for place in sorted(index.candidates(expr), key=lambda p: (len(p), p)):
             if place not in assigned:
                 rhs = substitute(place)
                 assigned[place] = f"v{len(assigned)}"

@@ -33,6 +33,7 @@ class ExplainReport:
     eager_frames: list[str]
     backend_reports: list[str] = dataclasses.field(default_factory=list)
     result: Any = None
+    stages: dict = dataclasses.field(default_factory=dict)  # compile seconds by stage (exclusive) of this run
 
     def __str__(self) -> str:
         lines = [
@@ -52,6 +53,11 @@ class ExplainReport:
                 lines.extend("    " + line for line in self.backend_reports[i].rstrip().splitlines())
             lines.append(f"  guards of graph {i}:")
             lines.extend("    " + line for line in guards.rstrip().splitlines())
+        if self.stages:
+            from kiln.debug.stats import stats
+
+            lines.append("  time by stage (exclusive; first call included):")
+            lines.extend("  " + line for line in stats.format_stages(self.stages).splitlines())
         return "\n".join(lines)
 
 
@@ -71,8 +77,12 @@ def explain(fn: Callable, *, backend=None, **compile_kwargs):
         compile_kwargs.setdefault("dynamic", config.dynamic)
 
     def run(*args, **kwargs) -> ExplainReport:
+        from kiln.debug.stats import stats
+
+        before = dict(stats.stages)
         compiled = kiln_compile(target, backend=backend, **compile_kwargs)
         result = compiled(*args, **kwargs)
+        stages = {k: v - before.get(k, 0.0) for k, v in stats.stages.items() if v - before.get(k, 0.0) > 0}
         compiler = config_of(compiled).compiler
         records = compiler.records
         graphs = [r.graph for r in records if r.graph is not None]
@@ -93,6 +103,7 @@ def explain(fn: Callable, *, backend=None, **compile_kwargs):
             eager_frames=[f"{r.code_name} ({r.filename}:{r.lineno})" for r in records if r.fallback_reason],
             backend_reports=[g.meta.get("kiln_backend_report", "") for g in graphs],
             result=result,
+            stages=stages,
         )
 
     return run

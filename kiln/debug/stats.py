@@ -3,8 +3,30 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import threading
 import time
 from typing import Iterator
+
+# The compile stages ``stats.stages`` reports, in pipeline order, with what each measures (exclusive time:
+# a stage nested in another is not counted in the outer one). Stages not listed here still appear.
+STAGES = {
+    "capture": "bytecode interpretation into an FX graph (capture/)",
+    "guards": "building the guard function of a captured graph",
+    "backend": "the backend's own glue (what no stage below claims)",
+    "warm_cache": "warm start: whole-graph cache key, lookup, load and store (backends/warm_cache.py)",
+    "aot": "ATen tracing on fake tensors, functionalization (aot/)",
+    "decompositions": "decompositions applied while tracing (decomp/)",
+    "partition": "min-cut split of a joint graph (training)",
+    "lower": "lowering to loop IR (lower/)",
+    "schedule": "scheduling and fusion (schedule/)",
+    "codegen": "C++/Triton kernel and wrapper source generation (codegen/)",
+    "kernel_load": "loading built kernels (cache lookups, dlopen, Triton launchers), less builds",
+    "cpp_compile": "kernel builds by the C++ compiler (g++)",
+    "triton compile (workers)": "Triton compiles (ptxas included) in the worker pool",
+    "triton load": "loading precompiled Triton binaries",
+    "autotune": "timing launch configs / matmul paths on the first call",
+    "first_run": "a compiled graph's first call (Triton compiles at launch included), less nested stages",
+}
 
 
 class Stats:
@@ -25,7 +47,9 @@ class Stats:
     speed_choices: inference graphs by what runs them after timing both on the first calls ("kiln": the
     generated code, "eager": the captured graph run by eager PyTorch; Options.choose_faster).
     ddp_pieces: pieces of graphs split at DDP gradient bucket boundaries (docs/distributed.md).
-    seconds: time spent per stage.
+    seconds: time spent per stage, inclusive (a stage's time includes the stages nested in it).
+    stages: time spent per stage, exclusive (each second counted once: the values add up to the
+    compile time); ``STAGES`` says what each stage is; ``format_stages`` prints them.
     """
 
     def __init__(self) -> None:
@@ -53,14 +77,37 @@ class Stats:
         self.speed_choices: collections.Counter[str] = collections.Counter()
         self.ddp_pieces = 0  # pieces of graphs split at DDP bucket boundaries (kiln/distributed/)
         self.seconds: collections.Counter[str] = collections.Counter()
+        self.stages: collections.Counter[str] = collections.Counter()
+        self.warm_cache: collections.Counter[str] = collections.Counter()  # hits, misses, stored, refused
+        self._local = threading.local()
 
     @contextlib.contextmanager
     def timed(self, stage: str) -> Iterator[None]:
+        """Time a stage: ``seconds[stage]`` inclusive (counted once when the stage nests in itself),
+        ``stages[stage]`` exclusive of the stages nested in it."""
+        stack = self._local.__dict__.setdefault("stack", [])
+        frame = [stage, 0.0]  # (stage, seconds of the stages nested in it)
+        outer_same = any(f[0] == stage for f in stack)
+        stack.append(frame)
         start = time.perf_counter()
         try:
             yield
         finally:
-            self.seconds[stage] += time.perf_counter() - start
+            elapsed = time.perf_counter() - start
+            stack.pop()
+            if not outer_same:
+                self.seconds[stage] += elapsed
+            self.stages[stage] += elapsed - frame[1]
+            if stack:
+                stack[-1][1] += elapsed
+
+    def format_stages(self, stages: dict | None = None) -> str:
+        """One line per stage (exclusive seconds), in pipeline order, with the total."""
+        stages = dict(self.stages if stages is None else stages)
+        order = [s for s in STAGES if s in stages] + sorted(s for s in stages if s not in STAGES)
+        lines = [f"  {s:<26} {1000 * stages[s]:9.1f} ms  {STAGES.get(s, '')}" for s in order]
+        lines.append(f"  {'total':<26} {1000 * sum(stages.values()):9.1f} ms")
+        return "\n".join(lines)
 
     def snapshot(self) -> dict:
         return {
@@ -85,10 +132,36 @@ class Stats:
             "kernel_cache_hits": self.kernel_cache_hits,
             "triton_precompiled": self.triton_precompiled,
             "seconds": {k: round(v, 6) for k, v in self.seconds.items()},
+            "stages": {k: round(v, 6) for k, v in self.stages.items()},
+            "warm_cache": dict(self.warm_cache),
         }
 
     def __repr__(self) -> str:
         return f"kiln.stats({self.snapshot()})"
+
+
+class FirstCall:
+    """Stands in for ``owner.<attr>`` (a compiled graph's runner) until its first call, which it times
+    as stage "first_run" and after which it puts the runner back: later calls pay nothing."""
+
+    def __init__(self, owner, attr: str):
+        self.owner, self.attr, self.inner = owner, attr, getattr(owner, attr)
+
+    def __call__(self, *args):
+        setattr(self.owner, self.attr, self.inner)
+        with stats.timed("first_run"):
+            return self.inner(*args)
+
+    def __getattr__(self, name):
+        return getattr(self.__dict__["inner"], name)
+
+
+def time_first_call(runtime) -> None:
+    """Time the first call of a runtime's runner (``run``, or ``fwd`` of a training runtime)."""
+    for attr in ("run", "fwd"):
+        if callable(getattr(runtime, attr, None)) and not isinstance(getattr(runtime, attr), FirstCall):
+            setattr(runtime, attr, FirstCall(runtime, attr))
+            return
 
 
 stats = Stats()

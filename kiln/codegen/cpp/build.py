@@ -75,6 +75,18 @@ def load_library(source: str, options, what: str = "C++ kernels") -> ctypes.CDLL
     return lib
 
 
+def install_library(source: str, binary: bytes, options) -> None:
+    """Put a library built elsewhere (a warm-cache entry or an artifact, built for this machine: its
+    key says so) into the cache for ``source``, unless an intact one is there already."""
+    path = library_path(source, options)
+    if path in _LOADED or _intact(path):
+        return
+    _remove(path)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    _write_atomically(path, binary, ".so")
+    _write_atomically(path + ".sha256", hashlib.sha256(binary).hexdigest(), ".sha256")
+
+
 def _checksum(path: str) -> str:
     with open(path, "rb") as f:
         return hashlib.sha256(f.read()).hexdigest()
@@ -98,10 +110,10 @@ def _remove(path: str) -> None:
             pass
 
 
-def _write_atomically(path: str, text: str, suffix: str) -> None:
+def _write_atomically(path: str, text: str | bytes, suffix: str) -> None:
     fd, tmp = tempfile.mkstemp(suffix=suffix, dir=os.path.dirname(path))
     try:
-        with os.fdopen(fd, "w") as f:
+        with os.fdopen(fd, "wb" if isinstance(text, bytes) else "w") as f:
             f.write(text)
         os.replace(tmp, path)
     except BaseException:

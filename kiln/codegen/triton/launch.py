@@ -19,6 +19,8 @@ import json
 import os
 import tempfile
 
+from kiln.debug.stats import stats
+
 TUNE_MIN_ELEMENTS = 1 << 20
 INT32_LIMIT = 1 << 31  # size arguments below this are passed as i32 (Triton's type for the first call's values)
 ALIGNMENT = 16  # Triton specializes pointer arguments on this alignment  # kernels touching fewer elements than this use the heuristic config
@@ -217,6 +219,11 @@ class Launcher:
     def _time(self, configs, grid_of, args) -> LaunchConfig:
         from triton.testing import do_bench
 
+        with stats.timed("autotune"):
+            timings = self._time_configs(configs, grid_of, args, do_bench)
+        return min(timings, key=lambda t: t[0])[1] if timings else configs[0]
+
+    def _time_configs(self, configs, grid_of, args, do_bench) -> list:
         timings = []
         for cfg in configs:
             launch, meta = self.fn[grid_of(cfg)], cfg.kwargs()
@@ -225,7 +232,7 @@ class Launcher:
             except Exception:  # a config that does not compile (too many registers) is skipped
                 continue
             timings.append((ms, cfg))
-        return min(timings, key=lambda t: t[0])[1] if timings else configs[0]
+        return timings
 
 
 @dataclasses.dataclass

@@ -190,6 +190,10 @@ class MatmulChoice:
         return True
 
     def _autotune(self, args) -> None:
+        with stats.timed("autotune"):
+            self._autotune_paths(args)
+
+    def _autotune_paths(self, args) -> None:
         from triton.testing import do_bench
 
         timings, paths = {}, {}

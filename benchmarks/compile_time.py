@@ -1,0 +1,182 @@
+"""Compile time per model: first call cold and warm, ms/call of calls 2..20, and kiln's time by stage.
+
+    python benchmarks/compile_time.py                 # CUDA if there is a GPU (bf16, full-size models)
+    python benchmarks/compile_time.py --device cpu    # CPU, small configs and inputs (runs on 2 cores)
+    python benchmarks/compile_time.py --models hf_bert,hf_gpt2 --compilers eager,kiln --json out.json
+
+Each (model, compiler, phase) runs in a process of its own. "cold": empty cache directories (kiln's
+KILN_CACHE_DIR, torch.compile's TORCHINDUCTOR_CACHE_DIR and TRITON_CACHE_DIR: a fresh temporary
+directory per model and compiler); "warm": a second process with the same directories. The first
+call is timed from the compile call (``kiln.compile`` / ``torch.compile``, with the import of the
+compiler) to the result; the compilers' processes make one eager call of the model first, so that
+CUDA/cuBLAS/cuDNN start-up is not charged to them; "eager" is the eager model's first call in a fresh
+process (start-up included). Calls 2..20 are timed one by one (synchronized): the median is
+steady state, and call 2 and 3 show how soon it is reached. kiln's per-stage seconds are
+``kiln.stats.stages`` (exclusive; docs/caching.md lists the stages).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+MODELS = ("hf_bert", "hf_gpt2", "llama_block", "timm_resnet50")
+COMPILERS = ("eager", "kiln", "torch.compile")
+
+
+def build(name: str, device: str, small: bool):
+    """(model, args) on ``device``; raises ImportError where the model's package is missing."""
+    import torch
+
+    torch.manual_seed(0)
+    if name.startswith("hf_"):
+        import transformers
+
+        batch, seq = (2, 64) if small else ((16, 256) if name == "hf_bert" else (8, 512))
+        layers = dict(num_hidden_layers=2, hidden_size=128, num_attention_heads=4, intermediate_size=512) if small else {}
+        if name == "hf_bert":
+            cfg = transformers.BertConfig(**layers)
+            model = transformers.BertModel(cfg)
+        else:
+            small_gpt = dict(n_layer=2, n_embd=128, n_head=4) if small else {}
+            cfg = transformers.GPT2Config(**small_gpt)
+            model = transformers.GPT2Model(cfg)
+        args = (torch.randint(0, cfg.vocab_size, (batch, seq)),)
+    elif name == "llama_block":
+        import transformers
+
+        width, layers = (128, 2) if small else (1024, 8)
+        cfg = transformers.LlamaConfig(hidden_size=width, intermediate_size=width * 11 // 4, num_hidden_layers=layers,
+                                       num_attention_heads=max(4, width // 64), num_key_value_heads=max(1, width // 256),
+                                       vocab_size=32000)
+        model = transformers.LlamaModel(cfg)
+        args = (torch.randint(0, cfg.vocab_size, (2, 64) if small else (8, 512)),)
+    elif name == "timm_resnet50":
+        import timm
+
+        model = timm.create_model("resnet50", pretrained=False)
+        args = (torch.randn(2, 3, 64, 64) if small else torch.randn(32, 3, 224, 224),)
+    else:
+        raise ValueError(f"unknown model {name}")
+    model = model.eval().to(device)
+    if device == "cuda":
+        model = model.to(torch.bfloat16)
+        args = tuple(a.to(device, torch.bfloat16) if a.is_floating_point() else a.to(device) for a in args)
+    return model, args
+
+
+def child(name: str, compiler: str, device: str, small: bool, calls: int) -> dict:
+    """One measurement in this process: first-call seconds, then each later call's milliseconds."""
+    import torch
+
+    def sync():
+        if device == "cuda":
+            torch.cuda.synchronize()
+
+    model, args = build(name, device, small)
+    with torch.no_grad():
+        if compiler != "eager":
+            model(*args)  # start-up of the device and its libraries: not the compiler's time
+            sync()
+        t0 = time.perf_counter()
+        if compiler == "kiln":
+            import kiln
+
+            fn = kiln.compile(model)
+        elif compiler == "torch.compile":
+            fn = torch.compile(model)
+        else:
+            fn = model
+        fn(*args)
+        sync()
+        first = time.perf_counter() - t0
+        later = []
+        for _ in range(calls - 1):
+            t = time.perf_counter()
+            fn(*args)
+            sync()
+            later.append(1000 * (time.perf_counter() - t))
+    out = {"first_s": round(first, 3), "calls_ms": [round(v, 3) for v in later]}
+    if compiler == "kiln":
+        import kiln
+
+        out["stages_s"] = {k: round(v, 4) for k, v in kiln.stats.stages.items()}
+        out["warm_cache"] = dict(kiln.stats.warm_cache)
+        out["graphs"] = kiln.stats.graphs
+    return out
+
+
+def run(name: str, compiler: str, phase: str, cache: str, args) -> dict:
+    env = dict(os.environ, KILN_CACHE_DIR=os.path.join(cache, "kiln"), KILN_WARM_CACHE="1",
+               TORCHINDUCTOR_CACHE_DIR=os.path.join(cache, "inductor"), TRITON_CACHE_DIR=os.path.join(cache, "triton"))
+    cmd = [sys.executable, os.path.abspath(__file__), "--child", name, "--compilers", compiler,
+           "--device", args.device, "--calls", str(args.calls)] + (["--small"] if args.small else [])
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout)
+    lines = [ln for ln in done.stdout.splitlines() if ln.startswith("RESULT ")]
+    if not lines:
+        tail = (done.stderr or done.stdout)[-400:]
+        return {"error": "skipped (not installed)" if "ModuleNotFoundError" in tail else tail}
+    return json.loads(lines[-1][7:])
+
+
+def summary(r: dict) -> str:
+    if "error" in r:
+        return r["error"].strip().splitlines()[-1][:60] if r["error"].strip() else "error"
+    later = r["calls_ms"]
+    med = statistics.median(later) if later else float("nan")
+    head = " ".join(f"{v:.2f}" for v in later[:2])
+    return f"{r['first_s']:7.2f} s  {med:8.2f} ms  (calls 2,3: {head})"
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--device", default=None, choices=("cpu", "cuda"))
+    p.add_argument("--models", default=",".join(MODELS))
+    p.add_argument("--compilers", default=",".join(COMPILERS))
+    p.add_argument("--small", action="store_true", help="small configs and inputs (the default on CPU)")
+    p.add_argument("--calls", type=int, default=20)
+    p.add_argument("--timeout", type=int, default=1800)
+    p.add_argument("--json", default=None)
+    p.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.device is None:
+        import torch
+
+        args.device = "cuda" if torch.cuda.is_available() else "cpu"
+    args.small = args.small or args.device == "cpu"
+    if args.child:
+        print("RESULT " + json.dumps(child(args.child, args.compilers, args.device, args.small, args.calls)))
+        return 0
+    rows = []
+    print(f"device {args.device}{' (small configs)' if args.small else ''}; first call (s), median ms/call of calls "
+          f"2..{args.calls}")
+    for name in args.models.split(","):
+        for compiler in args.compilers.split(","):
+            cache = tempfile.mkdtemp(prefix="kiln-compile-time-")
+            try:
+                phases = ("cold",) if compiler == "eager" else ("cold", "warm")
+                for phase in phases:
+                    r = run(name, compiler, phase, cache, args)
+                    rows.append({"model": name, "compiler": compiler, "phase": phase, **r})
+                    print(f"{name:<14} {compiler:<14} {phase:<5} {summary(r)}", flush=True)
+                    if "stages_s" in r:
+                        stages = ", ".join(f"{k} {v:.3f}" for k, v in sorted(r["stages_s"].items(), key=lambda kv: -kv[1]))
+                        print(f"{'':<35} kiln stages (s): {stages}; warm cache {r.get('warm_cache')}", flush=True)
+                    if "error" in r and phase == "cold":
+                        break
+            finally:
+                shutil.rmtree(cache, ignore_errors=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"device": args.device, "small": args.small, "rows": rows}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
