@@ -47,8 +47,10 @@ def should_race(gm, example_inputs, runtime, options) -> str | None:
     if any(has_symbols(getattr(n, "meta", {}).get("val")) for n in gm.graph.nodes if n.op == "placeholder") \
             or has_symbols(list(example_inputs)):
         return "symbolic sizes"
-    aten = getattr(runtime, "aten_graph", None)
-    nodes = list(gm.graph.nodes) + (list(aten.gm.graph.nodes) if aten is not None else [])
+    aten_gm = getattr(getattr(runtime, "aten_graph", None), "gm", None)
+    if aten_gm is None:
+        return "no ATen graph to check for random ops (loaded from the warm cache)"
+    nodes = list(gm.graph.nodes) + list(aten_gm.graph.nodes)
     if any(n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload) and is_random(n.target)
            for n in nodes):
         return "random ops"

@@ -82,8 +82,14 @@ def test_should_race_reasons():
     class Training:
         plan = object()
 
+    class Inference:
+        class aten_graph:
+            pass
+
+    Inference.aten_graph.gm = gm
     opts = kiln.Options(choose_faster=True)
     assert choose_faster.should_race(gm, [torch.ones(2)], Training(), opts) == "a training graph (its backward is not timed)"
-    assert choose_faster.should_race(gm, [torch.ones(2)], object(), opts.replace(cudagraphs=True)) == "CUDA graphs replay it"
-    assert choose_faster.should_race(gm, [torch.ones(2)], object(), opts.replace(choose_faster=False))
-    assert choose_faster.should_race(gm, [torch.ones(2)], object(), opts) is None
+    assert choose_faster.should_race(gm, [torch.ones(2)], Inference(), opts.replace(cudagraphs=True)) == "CUDA graphs replay it"
+    assert choose_faster.should_race(gm, [torch.ones(2)], Inference(), opts.replace(choose_faster=False))
+    assert "warm cache" in choose_faster.should_race(gm, [torch.ones(2)], object(), opts)
+    assert choose_faster.should_race(gm, [torch.ones(2)], Inference(), opts) is None
