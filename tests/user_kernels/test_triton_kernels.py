@@ -42,6 +42,8 @@ def test_issue_example_is_one_graph(kernels, backend):
 @pytest.mark.parametrize("name", ["add_into_input", "autotuned", "heuristic_block", "read_before_and_after",
                                   "through_a_helper", "calls_a_triton_op", "dtype_argument", "writes_a_row"])
 def test_launches_match_eager(kernels, backend, name):
+    if name == "calls_a_triton_op" and tuple(int(v) for v in torch.__version__.split(".")[:2]) < (2, 12):
+        pytest.skip("torch 2.11's wrap_triton rejects kernels run by Triton's interpreter (eager fails too)")
     fn = getattr(kernels, name)
     check(fn, _two() if name in ("add_into_input", "calls_a_triton_op", "writes_a_row") else _one(), backend)
 
