@@ -173,9 +173,42 @@ def _sdpa_args(args, kwargs):
 
 
 def _matmul_args(args, kwargs):
-    if kwargs or len(args) != 2:
+    if kwargs or len(args) != 2 or not all(isinstance(a, torch.Tensor) for a in args):
         return None
     return args
+
+
+def max_pool1d(x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
+    """``torch.max_pool1d`` as ATen's ``max_pool1d_with_indices`` computes it: a 2-D pooling over a
+    height-1 view (its C++ composite takes int sizes: every length compiled again)."""
+    def one(v):
+        return v if isinstance(v, int) else v[0]
+    k = one(kernel_size)
+    s = one(stride) if stride not in ((), [], None) else k
+    out = torch.max_pool2d(x.unsqueeze(-2), [1, k], [1, s], [0, one(padding)], [1, one(dilation)], ceil_mode)
+    return out.squeeze(-2)
+
+
+def _max_pool1d_args(args, kwargs, names=("input", "kernel_size", "stride", "padding", "dilation", "ceil_mode")):
+    bound = dict(zip(names, args))
+    if len(args) > len(names) or set(kwargs) - set(names) or set(kwargs) & set(bound):
+        return None
+    bound.update(kwargs)
+    if not isinstance(bound.get("input"), torch.Tensor) or bound["input"].dim() not in (2, 3) or "kernel_size" not in bound:
+        return None
+    if bound.pop("return_indices", False):
+        return None
+    if bound.get("stride") is None:
+        bound["stride"] = ()
+    defaults = (None, None, (), 0, 1, False)
+    return [bound.get(name, d) for name, d in zip(names[:6], defaults)]
+
+
+def _functional_max_pool1d_args(args, kwargs):
+    """``F.max_pool1d`` (a boolean dispatch on return_indices: the mode sees it, not the torch.max_pool1d
+    its body calls with the mode off)."""
+    return _max_pool1d_args(args, kwargs, ("input", "kernel_size", "stride", "padding", "dilation", "ceil_mode",
+                                           "return_indices"))
 
 
 def _linear_args(args, kwargs):
@@ -186,7 +219,7 @@ def _linear_args(args, kwargs):
             if i != len(args):
                 return None
             args.append(kwargs[name])
-    if len(args) < 2 or len(args) > 3 or set(kwargs) - set(names):
+    if len(args) < 2 or len(args) > 3 or set(kwargs) - set(names) or not isinstance(args[1], torch.Tensor):
         return None
     return args
 
@@ -199,9 +232,11 @@ FUNCTION_RULES = {
     torch.Tensor.__matmul__: (_matmul_args, matmul),
     torch._C._nn.linear: (_linear_args, linear),
     torch._C._nn.scaled_dot_product_attention: (_sdpa_args, scaled_dot_product_attention),
+    torch.max_pool1d: (_max_pool1d_args, max_pool1d),
+    torch.nn.functional.max_pool1d: (_functional_max_pool1d_args, max_pool1d),
 }
 # the same ops where they reach a dispatch mode (AOT tracing) as ATen ops
-ATEN_RULES = {aten.matmul.default: matmul, aten.linear.default: linear}
+ATEN_RULES = {aten.matmul.default: matmul, aten.linear.default: linear, aten.max_pool1d.default: max_pool1d}
 
 
 class SymbolicCompositeMode(TorchFunctionMode):
@@ -215,7 +250,7 @@ class SymbolicCompositeMode(TorchFunctionMode):
         entry = FUNCTION_RULES.get(func) if _hashable(func) else None
         if entry is not None and has_symbolic_tensor(args):
             bound = entry[0](tuple(args), dict(kwargs))
-            if bound is not None and all(isinstance(a, torch.Tensor) for a in bound[:2]):
+            if bound is not None and isinstance(bound[0], torch.Tensor):
                 with self:  # (a rule's own torch calls come here too: sdpa's math body calls matmul)
                     out = entry[1](*bound)
                 if out is not NotImplemented:

@@ -25,8 +25,11 @@ def _seeded(module_fn):
 def test_max_pool1d_over_sequence(backend):
     def f(x):
         return F.max_pool1d(x.transpose(1, 2), kernel_size=2).transpose(1, 2)
-    # ATen's max_pool1d (C++, int sizes) specializes the length: one entry per size (dynamo: 4 too)
-    check(f, lambda n: (torch.randn(2, 2 * n, 3),), backend, sizes=SHORT, graphs=4)
+    # ATen's max_pool1d (C++, int sizes) would specialize the length (dynamo: 4 entries); kiln runs it as
+    # a 2-D pooling of a height-1 view (fake/symbolic_composite.py): one dynamic entry
+    # (torch 2.11's max_pool2d meta on the transposed view guards the parity: one more entry)
+    two_13 = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 13)
+    check(f, lambda n: (torch.randn(2, 2 * n + n % 2, 3),), backend, sizes=SHORT, graphs=2 if two_13 else 3)
 
 
 def test_avg_pool2d_square_image(backend):

@@ -96,3 +96,15 @@ def test_sdpa_rule_keeps_out_of_cpu_calls():
 
     q = torch.randn(1, 2, 5, 8)
     assert scaled_dot_product_attention(q, q, q) is NotImplemented
+
+
+@pytest.mark.parametrize("args", [(2,), (3, 2, 1), (3, 2, 1, 2, True), (4, None, 0, 1, True)])
+@pytest.mark.parametrize("shape", [(2, 3, 11), (3, 10)])
+def test_max_pool1d_body_equals_aten(args, shape):
+    from kiln.fake.symbolic_composite import _functional_max_pool1d_args, max_pool1d
+
+    x = torch.randn(*shape)
+    x.view(-1)[4] = float("nan")
+    bound = _functional_max_pool1d_args((x, *args), {})
+    torch.testing.assert_close(max_pool1d(*bound), torch.nn.functional.max_pool1d(x, *args), equal_nan=True)
+    assert _functional_max_pool1d_args((x, 2), {"return_indices": True}) is None
