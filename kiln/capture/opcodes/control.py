@@ -83,7 +83,12 @@ def RAISE_VARARGS(tx, inst):
             cause = None
         raise TracedRaise(exc.raised(tx, cause, with_cause=True))
     if inst.arg == 0 and tx.handled_exceptions:  # a bare `raise` inside an except block
-        raise TracedRaise(tx.handled_exceptions[-1])
+        from kiln.capture.values.exceptions import ExceptionValue
+
+        handled = tx.handled_exceptions[-1]
+        if not isinstance(handled, ExceptionValue):  # a real exception object handed in (a resume function)
+            unsupported("re-raising an exception caught before a graph break", hint="kiln runs the raise as Python")
+        raise TracedRaise(handled)
     unsupported("raise with no exception being handled (RuntimeError)", hint="kiln runs the raise as Python")
 
 
