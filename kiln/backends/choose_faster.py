@@ -44,8 +44,8 @@ def should_race(gm, example_inputs, runtime, options) -> str | None:
         return "a training graph (its backward is not timed)"
     if options.cudagraphs:
         return "CUDA graphs replay it"
-    if any(has_symbols(getattr(n, "meta", {}).get("val")) for n in gm.graph.nodes if n.op == "placeholder") \
-            or has_symbols(list(example_inputs)):
+    # (the captured graph's inputs carry their fakes as example_value; the example inputs are real)
+    if any(has_symbols(n.meta.get("example_value", n.meta.get("val"))) for n in gm.graph.nodes if n.op == "placeholder"):
         return "symbolic sizes"
     aten_gm = getattr(getattr(runtime, "aten_graph", None), "gm", None)
     if aten_gm is None:

@@ -73,6 +73,11 @@ def test_not_raced_training_random_and_off():
     k = kiln.compile(lambda x: x.relu() + 1, options={"choose_faster": False})
     for _ in range(3 + 2 * TRIALS):
         k(x)
+    d = kiln.compile(lambda x: x.relu() * 3, options=ON)  # the second size: a size-generic graph
+    d(torch.randn(8))
+    for _ in range(3 + 2 * TRIALS):
+        d(torch.randn(9))
+    assert stats.dynamic_graphs == 1
     assert not stats.speed_choices, stats.speed_choices
 
 
