@@ -61,7 +61,7 @@ def read_grad(tx, t) -> Value:
 
 
 def store_grad(tx, t, value: Value) -> None:
-    from kiln.capture.values.tensors import TensorValue
+    from kiln.capture.values.tensors import TensorValue, _device_of
 
     real, source = _real_input(tx, t)
     if real is None:
@@ -73,8 +73,6 @@ def store_grad(tx, t, value: Value) -> None:
     if not isinstance(value, TensorValue):
         unsupported(f"assigning Tensor.grad a {value.python_type().__name__} (eager raises TypeError)")
     new, ex = value.example, t.example
-    new_device = getattr(new, "fake_device", new.device)
-    ex_device = getattr(ex, "fake_device", ex.device)
-    if new.dtype != ex.dtype or new_device != ex_device or tuple(new.shape) != tuple(ex.shape):
+    if new.dtype != ex.dtype or _device_of(new) != _device_of(ex) or tuple(new.shape) != tuple(ex.shape):
         unsupported("assigning Tensor.grad a tensor of another dtype, device or size (eager raises RuntimeError)")
     tx.output.side_effects.store_attr(owner, "grad", value)
