@@ -8,23 +8,9 @@ import torch
 
 from kiln.decomp.registry import decomposition
 from kiln.decomp.utils import to_dtype, upcast
+from kiln.fake.symbolic_meta import pool_out_size, pool_tuple
 
 aten = torch.ops.aten
-
-
-def _tuple(v, n):
-    if isinstance(v, int):
-        return [v] * n
-    v = list(v)
-    return v * n if len(v) == 1 else v
-
-
-def _out_size(length, k, s, p, d, ceil_mode):
-    span = d * (k - 1) + 1
-    out = (length + 2 * p - span + ((s - 1) if ceil_mode else 0)) // s + 1
-    if ceil_mode and (out - 1) * s >= length + p:
-        out -= 1
-    return out
 
 
 def _windows(x, n, kernel, stride, padding, dilation, ceil_mode, pad_value):
@@ -32,7 +18,7 @@ def _windows(x, n, kernel, stride, padding, dilation, ceil_mode, pad_value):
     pads, outs = [], []
     for i in range(n):
         dim = x.dim() - n + i
-        o = _out_size(x.shape[dim], kernel[i], stride[i], padding[i], dilation[i], ceil_mode)
+        o = pool_out_size(x.shape[dim], kernel[i], stride[i], padding[i], dilation[i], ceil_mode)
         needed = (o - 1) * stride[i] + dilation[i] * (kernel[i] - 1) + 1
         extra = needed - x.shape[dim] - padding[i]  # how far the last window reads past the end
         if not ceil_mode and padding[i] == 0:
@@ -89,9 +75,9 @@ def _pool_memory_format(x):
 def _max_pool(x, n, kernel_size, stride, padding, dilation, ceil_mode):
     if not x.is_floating_point() or x.numel() == 0:
         return NotImplemented
-    kernel = _tuple(kernel_size, n)
-    stride = _tuple(stride, n) if stride else kernel
-    padding, dilation = _tuple(padding, n), _tuple(dilation, n)
+    kernel = pool_tuple(kernel_size, n)
+    stride = pool_tuple(stride, n) if stride else kernel
+    padding, dilation = pool_tuple(padding, n), pool_tuple(dilation, n)
     windows, outs = _windows(x, n, kernel, stride, padding, dilation, ceil_mode, float("-inf"))
     batch = list(windows.shape[: windows.dim() - 2 * n])
     flat = aten.reshape.default(windows, batch + outs + [-1])
@@ -166,9 +152,9 @@ def _symbolic_divisors(length, k, s, p, out, count_include_pad, ceil_mode, dtype
 def _avg_pool(x, n, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override):
     if not x.is_floating_point() or x.numel() == 0:
         return NotImplemented
-    kernel = _tuple(kernel_size, n)
-    stride = _tuple(stride, n) if stride else kernel
-    padding = _tuple(padding, n)
+    kernel = pool_tuple(kernel_size, n)
+    stride = pool_tuple(stride, n) if stride else kernel
+    padding = pool_tuple(padding, n)
     windows, outs = _windows(upcast(x), n, kernel, stride, padding, [1] * n, ceil_mode, 0.0)
     total = aten.sum.dim_IntList(windows, list(range(-n, 0)))
     if divisor_override:
@@ -243,7 +229,7 @@ def _adaptive_avg(x, output_size, n):
     if not x.is_floating_point() or x.numel() == 0:
         return NotImplemented
     out = upcast(x)
-    for i, size in enumerate(_tuple(output_size, n)):
+    for i, size in enumerate(pool_tuple(output_size, n)):
         out = _adaptive_avg_1d(out, x.dim() - n + i, size)
     return to_dtype(out, x.dtype)
 

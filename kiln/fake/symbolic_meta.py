@@ -582,23 +582,33 @@ def nll_loss2d_forward(func, x, target, weight, reduction, ignore_index):
     return _new_row_major(out_sizes, x.dtype), _new_row_major([], x.dtype)
 
 
+def pool_tuple(v, n: int) -> list:
+    """A pooling argument (an int, or a list of 1 or n) as n values."""
+    if isinstance(v, int):
+        return [v] * n
+    v = list(v)
+    return v * n if len(v) == 1 else v
+
+
+def pool_out_size(length, k, s, p, d, ceil_mode):
+    """One dim's pooling output size, as ATen's pooling_output_shape with floor division (its div_rtn
+    asks whether the remainder is nonzero: a parity guard on symbolic sizes; the dividend is >= 0 for
+    every valid size, where floor and div_rtn agree). Also used by the pooling decompositions."""
+    span = d * (k - 1) + 1
+    out = (length + 2 * p - span + ((s - 1) if ceil_mode else 0)) // s + 1
+    if ceil_mode and (out - 1) * s >= length + p:
+        out = out - 1
+    return out
+
+
 def _pool_sizes(x, n, kernel_size, stride, padding, dilation, ceil_mode):
-    """The output sizes of an n-d pooling over x's last n dims, as ATen's pooling_output_shape with floor
-    division (its div_rtn asks whether the remainder is nonzero: a parity guard on symbolic sizes;
-    the dividend is >= 0 for every valid size, where floor and div_rtn agree)."""
-    def tup(v):
-        v = [v] * n if isinstance(v, int) else list(v)
-        return v * n if len(v) == 1 else v
-    kernel = tup(kernel_size)
-    stride = tup(stride) if stride else kernel
-    padding, dilation = tup(padding), tup(dilation)
+    """The output sizes of an n-d pooling over x's last n dims."""
+    kernel = pool_tuple(kernel_size, n)
+    stride = pool_tuple(stride, n) if stride else kernel
+    padding, dilation = pool_tuple(padding, n), pool_tuple(dilation, n)
     sizes = list(x.shape[:-n])
     for i in range(n):
-        length = x.shape[x.dim() - n + i]
-        span = dilation[i] * (kernel[i] - 1) + 1
-        out = (length + 2 * padding[i] - span + ((stride[i] - 1) if ceil_mode else 0)) // stride[i] + 1
-        if ceil_mode and (out - 1) * stride[i] >= length + padding[i]:
-            out = out - 1
+        out = pool_out_size(x.shape[x.dim() - n + i], kernel[i], stride[i], padding[i], dilation[i], ceil_mode)
         if out < 1:
             raise RuntimeError(f"Given input size {tuple(x.shape)}, calculated output size is too small")
         sizes.append(out)
