@@ -159,15 +159,21 @@ def efficient_bias(mask, q, k):
     return aten.expand(sliced, [q.shape[0], q.shape[1], q.shape[2], k.shape[2]])
 
 
+def _bind(args, kwargs, names) -> dict | None:
+    """Positional and keyword arguments by parameter name; None for a call Python would refuse (too
+    many arguments, an unknown keyword, a parameter given twice)."""
+    bound = dict(zip(names, args))
+    if len(args) > len(names) or set(kwargs) - set(names) or set(kwargs) & set(bound):
+        return None
+    bound.update(kwargs)
+    return bound
+
+
 def _sdpa_args(args, kwargs):
     names = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")
-    if len(args) > len(names) or set(kwargs) - set(names):
+    bound = _bind(args, kwargs, names)
+    if bound is None:
         return None
-    bound = dict(zip(names, args))
-    for name, value in kwargs.items():
-        if name in bound:
-            return None
-        bound[name] = value
     defaults = (None, None, None, None, 0.0, False, None, False)
     return [bound.get(name, d) for name, d in zip(names, defaults)]
 
@@ -184,22 +190,17 @@ def max_pool1d(x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False
     def one(v):
         return v if isinstance(v, int) else v[0]
     k = one(kernel_size)
-    s = one(stride) if stride not in ((), [], None) else k
+    s = one(stride) if stride else k  # (an empty or None stride is the kernel size)
     out = torch.max_pool2d(x.unsqueeze(-2), [1, k], [1, s], [0, one(padding)], [1, one(dilation)], ceil_mode)
     return out.squeeze(-2)
 
 
 def _max_pool1d_args(args, kwargs, names=("input", "kernel_size", "stride", "padding", "dilation", "ceil_mode")):
-    bound = dict(zip(names, args))
-    if len(args) > len(names) or set(kwargs) - set(names) or set(kwargs) & set(bound):
+    bound = _bind(args, kwargs, names)
+    if bound is None or "kernel_size" not in bound or bound.pop("return_indices", False):
         return None
-    bound.update(kwargs)
-    if not isinstance(bound.get("input"), torch.Tensor) or bound["input"].dim() not in (2, 3) or "kernel_size" not in bound:
+    if not isinstance(bound.get("input"), torch.Tensor) or bound["input"].dim() not in (2, 3):
         return None
-    if bound.pop("return_indices", False):
-        return None
-    if bound.get("stride") is None:
-        bound["stride"] = ()
     defaults = (None, None, (), 0, 1, False)
     return [bound.get(name, d) for name, d in zip(names[:6], defaults)]
 
