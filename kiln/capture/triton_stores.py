@@ -103,17 +103,11 @@ class _Walker(ast.NodeVisitor):
         self._assign(node.targets, node.value)
         self.generic_visit(node)
 
-    def visit_AnnAssign(self, node):
+    def _visit_single_target(self, node):  # x: T = v, x += v, (x := v)
         self._assign([node.target], node.value)
         self.generic_visit(node)
 
-    def visit_AugAssign(self, node):
-        self._assign([node.target], node.value)
-        self.generic_visit(node)
-
-    def visit_NamedExpr(self, node):
-        self._assign([node.target], node.value)
-        self.generic_visit(node)
+    visit_AnnAssign = visit_AugAssign = visit_NamedExpr = _visit_single_target
 
     def visit_For(self, node):
         self._assign([node.target], node.iter)
