@@ -92,6 +92,9 @@ class Options:
         graph eagerly alone (KILN_DIST_AGREEMENT_TIMEOUT; kiln/distributed/consistency.py).
     warm_cache: keep what the backend made of each captured graph under ``cache_dir`` and reuse it in
         later processes (no tracing, lowering or code generation; docs/caching.md; KILN_WARM_CACHE=0 off).
+    inplace_stores: a kernel that computes the new value of an input the graph mutates stores it into the
+        input's memory where nothing reads the old contents afterwards, instead of the runtime copying
+        it back (``kiln/schedule/inplace.py``; KILN_INPLACE_STORES=0 off).
     """
 
     recompile_limit: int = 8
@@ -117,6 +120,7 @@ class Options:
     ddp_split: bool = True
     distributed_agreement_timeout: float = 0.0
     warm_cache: bool = True
+    inplace_stores: bool = True
 
     def __post_init__(self):
         if self.gemm_padding not in ("auto", "always", "off"):
@@ -171,6 +175,7 @@ def _read_environment() -> Options:
         ddp_split=_env_int("KILN_DDP_SPLIT", 1) != 0,
         distributed_agreement_timeout=float(_env_str("KILN_DIST_AGREEMENT_TIMEOUT") or 0.0),
         warm_cache=_env_int("KILN_WARM_CACHE", 1) != 0,
+        inplace_stores=_env_int("KILN_INPLACE_STORES", 1) != 0,
     )
 
 

@@ -29,6 +29,8 @@ class FusedGroup:
     index: int
     locals: set[str] = dataclasses.field(default_factory=set)  # buffers that never leave the kernel
     name: str = ""
+    # buffers that share memory in this kernel: a value stored into the input it replaces (schedule/inplace.py)
+    aliased: set[str] = dataclasses.field(default_factory=set)
 
     @property
     def outer(self) -> list[int]:
