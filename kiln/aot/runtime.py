@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import torch
+from torch.autograd.graph import increment_version
 from torch.utils._pytree import tree_unflatten
 
 from kiln.aot.graph import AtenGraph
@@ -9,7 +10,8 @@ from kiln.aot.graph import AtenGraph
 
 def write_back(target: torch.Tensor, new: torch.Tensor) -> None:
     """Give ``target`` (a caller's tensor) the value the graph computed for it, as eager's mutation did."""
-    if new is target:
+    if new is target:  # a kernel stored it in place (schedule/inplace.py): count the change as eager does
+        increment_version(target)
         return
     if target.is_leaf and target.requires_grad:
         # eager could only have mutated it under no_grad (else tracing would have failed)

@@ -125,3 +125,24 @@ def test_planner_unit_keeps_a_value_read_by_a_later_kernel_out_of_place():
     # the sum reads the new value from the buffer written in place: the input itself
     out = cg.wrapper.compile()(x.clone())
     assert out[0] is not None
+
+
+def test_in_place_store_counts_as_a_change_for_autograd():
+    """A tensor saved for backward and then updated in place makes backward raise, as in eager."""
+    def step(x, g):
+        x.add_(g)
+        return None
+
+    kiln.reset()
+    stats.reset()
+    compiled = kiln.compile(step, options=kiln.Options(**OPTIONS))
+    w = torch.randn(4, requires_grad=True)
+    for fn in (step, compiled):
+        x = torch.randn(4)
+        loss = (w * x).sum()  # saves x
+        before = x._version
+        fn(x, torch.ones(4))
+        assert x._version > before
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            loss.backward()
+    assert stats.inplace_stores == 1
