@@ -134,8 +134,9 @@ class FusedOptimizerStep:
         gm = build_update_graph(rule, works)
         from kiln.backends.kiln import kiln_backend
 
+        # (not raced against the graph run op by op: that is not eager's step, which is what it replaces)
         with torch.no_grad():
-            run = kiln_backend(gm, [*flat, scalars], self.options)
+            run = kiln_backend(gm, [*flat, scalars], self.options.replace(choose_faster=False))
         stats.optimizer_graphs += 1
         return _Compiled(run, sum(len(w.tensors) for w in works))
 

@@ -202,3 +202,24 @@ def test_compile_of_optimizer_step_and_other_backends():
     stats.reset()
     kiln.compile(train_step, backend="eager")(m, opt, torch.randn(2, 6))
     assert not stats.optimizer_steps  # backend "eager": eager's step, as written
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("name", ["adamw", "sgd_momentum"])
+def test_fused_step_on_the_gpu_matches_eager_foreach(name, dtype):
+    m1 = _model().to("cuda", dtype)
+    m2 = copy.deepcopy(m1)
+    o1, o2 = CONFIGS[name](m1.parameters()), CONFIGS[name](m2.parameters())
+    step = fused_step_for(o2, OPTIONS)
+    tol = dict(rtol=1e-5, atol=1e-6) if dtype == torch.float32 else dict(rtol=2e-2, atol=1e-2)
+    for i in range(4):
+        _grads(m1, i), _grads(m2, i)
+        for m in (m1, m2):
+            for p in m.parameters():
+                p.grad = p.grad.to("cuda", dtype)
+        o1.step(), step()
+        for p, q in zip(m1.parameters(), m2.parameters()):
+            torch.testing.assert_close(q, p, **tol)
+    assert step.last_reason is None
