@@ -40,6 +40,8 @@ def params_of(name: str, device: str) -> list[torch.nn.Parameter]:
     return [p.detach().to(device).requires_grad_() for p in model.parameters()]
 
 
+PROFILE = False
+
 OPTIMIZERS = {
     "adamw": lambda ps: torch.optim.AdamW(ps, lr=1e-4, weight_decay=0.01),
     "adam": lambda ps: torch.optim.Adam(ps, lr=1e-4),
@@ -71,7 +73,7 @@ def run(variant: str, params, make_opt, device, steps, warmup):
             opt.step()
     else:
         kiln.reset()
-        step = kiln.compile(opt.step)
+        step = kiln.compile(opt.step, options=kiln.Options(fused_optimizer="all"))
     _sync(device)
     start = time.perf_counter()
     step()  # the first step makes the state (eagerly, in every variant but torch.compile's)
@@ -80,6 +82,15 @@ def run(variant: str, params, make_opt, device, steps, warmup):
     first = time.perf_counter() - start
     for _ in range(warmup):
         step()
+    if PROFILE and variant == "kiln":
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            for _ in range(3):
+                step()
+            _sync(device)
+        print(prof.key_averages().table(sort_by="self_cuda_time_total" if device == "cuda" else "self_cpu_time_total",
+                                        row_limit=12))
     times = []
     for _ in range(steps):
         _sync(device)
@@ -98,7 +109,10 @@ def main(argv=None) -> int:
     parser.add_argument("--variants", default="eager,torch.compile,kiln")
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--profile", action="store_true", help="print the profiler's top ops of kiln's step")
     args = parser.parse_args(argv)
+    global PROFILE
+    PROFILE = args.profile
     variants = args.variants.split(",")
     print(f"{'model':6} {'opt':6} {'params':>8} " + " ".join(f"{v + ' ms':>16}" for v in variants)
           + " " + " ".join(f"{v + ' first s':>18}" for v in variants[1:]) + "  max |diff| vs eager")

@@ -35,8 +35,16 @@ def fused_step_for(opt: torch.optim.Optimizer, options: Options | None = None) -
     return step
 
 
-def unsupported_reason(opt) -> str | None:
+def unsupported_reason(opt, options: Options | None = None) -> str | None:
     """Why ``opt.step()`` cannot run fused right now (None: it can)."""
+    where = (options or default_options()).fused_optimizer
+    if where == "off":
+        return "Options.fused_optimizer is 'off'"
+    if where == "cpu" and any(p.device.type != "cpu" for g in opt.param_groups for p in g["params"][:1]):
+        # measured on an H100 (benchmarks/optimizer.py): one kernel per parameter loses to eager's
+        # multi-tensor kernels there, and compiling it takes minutes for a 124M-parameter model
+        return "parameters off the CPU, where kiln's fused step is not yet faster than eager's multi-tensor " \
+               "step (Options.fused_optimizer='all' turns it on)"
     cls = type(opt)
     rule = RULES.get(cls)
     if rule is None:
@@ -92,7 +100,7 @@ class FusedOptimizerStep:
 
     def __call__(self, closure=None):
         opt = self.opt_ref()
-        reason = "a closure was passed" if closure is not None else unsupported_reason(opt)
+        reason = "a closure was passed" if closure is not None else unsupported_reason(opt, self.options)
         if reason is None:
             reason = self._fused(opt)
         self.last_reason = reason

@@ -212,7 +212,7 @@ def test_fused_step_on_the_gpu_matches_eager_foreach(name, dtype):
     m1 = _model().to("cuda", dtype)
     m2 = copy.deepcopy(m1)
     o1, o2 = CONFIGS[name](m1.parameters()), CONFIGS[name](m2.parameters())
-    step = fused_step_for(o2, OPTIONS)
+    step = fused_step_for(o2, OPTIONS.replace(fused_optimizer="all"))
     tol = dict(rtol=1e-5, atol=1e-6) if dtype == torch.float32 else dict(rtol=2e-2, atol=1e-2)
     for i in range(4):
         _grads(m1, i), _grads(m2, i)
@@ -220,3 +220,12 @@ def test_fused_step_on_the_gpu_matches_eager_foreach(name, dtype):
         for p, q in zip(m1.parameters(), m2.parameters()):
             torch.testing.assert_close(q, p, **tol)
     assert step.last_reason is None
+
+
+def test_option_keeps_eager_step():
+    m = _model()
+    opt = CONFIGS["sgd"](m.parameters())
+    _grads(m, 0)
+    step = fused_step_for(opt, OPTIONS.replace(fused_optimizer="off"))
+    step()
+    assert "fused_optimizer" in step.last_reason

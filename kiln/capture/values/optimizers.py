@@ -54,7 +54,7 @@ class OptimizerStepValue(OpaqueAttrValue):
     def call(self, tx, args, kwargs):
         from kiln.optim import unsupported_reason
 
-        why = unsupported_reason(self.obj.obj)
+        why = unsupported_reason(self.obj.obj, self.options)
         how = "kiln's fused optimizer step (kiln/optim)" if why is None else f"eager's step ({why})"
         unsupported(f"{type(self.obj.obj).__qualname__}.step() runs between graphs, as {how}",
                     hint="kiln runs it between two graphs")
