@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import copy
 import os
-import statistics
 import sys
 import time
 
@@ -21,6 +20,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import torch  # noqa: E402
 
 import kiln  # noqa: E402
+from benchmarks.train import _sync, median_ms  # noqa: E402
 
 
 def params_of(name: str, device: str) -> list[torch.nn.Parameter]:
@@ -47,11 +47,6 @@ OPTIMIZERS = {
     "adam": lambda ps: torch.optim.Adam(ps, lr=1e-4),
     "sgd": lambda ps: torch.optim.SGD(ps, lr=1e-2, momentum=0.9),
 }
-
-
-def _sync(device):
-    if device == "cuda":
-        torch.cuda.synchronize()
 
 
 def run(variant: str, params, make_opt, device, steps, warmup):
@@ -91,14 +86,7 @@ def run(variant: str, params, make_opt, device, steps, warmup):
             _sync(device)
         print(prof.key_averages().table(sort_by="self_cuda_time_total" if device == "cuda" else "self_cpu_time_total",
                                         row_limit=12))
-    times = []
-    for _ in range(steps):
-        _sync(device)
-        start = time.perf_counter()
-        step()
-        _sync(device)
-        times.append(time.perf_counter() - start)
-    return 1e3 * statistics.median(times), first, params
+    return median_ms(step, steps, device), first, params
 
 
 def main(argv=None) -> int:

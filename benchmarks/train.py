@@ -120,6 +120,18 @@ def _sync(device):
         torch.cuda.synchronize()
 
 
+def median_ms(fn, steps: int, device: str) -> float:
+    """The median wall time of ``steps`` calls of ``fn``, in ms (the device synchronized around each)."""
+    times = []
+    for _ in range(steps):
+        _sync(device)
+        start = time.perf_counter()
+        fn()
+        _sync(device)
+        times.append(time.perf_counter() - start)
+    return 1e3 * statistics.median(times)
+
+
 def saved_bytes(step: Step) -> int:
     """Bytes autograd holds for backward after one forward (unique storages, not params/inputs)."""
     exclude = {p.untyped_storage().data_ptr() for p in step.model.parameters()}
@@ -209,14 +221,7 @@ def measure(name, make, runner_factory, device, dtype, steps, warmup):
     first = time.perf_counter() - start
     for _ in range(warmup):
         step()
-    times = []
-    for _ in range(steps):
-        _sync(device)
-        start = time.perf_counter()
-        step()
-        _sync(device)
-        times.append(time.perf_counter() - start)
-    return {"first_s": first, "step_ms": 1e3 * statistics.median(times), "saved_bytes": saved_bytes(step),
+    return {"first_s": first, "step_ms": median_ms(step, steps, device), "saved_bytes": saved_bytes(step),
             "peak_bytes": peak_bytes(step, device)}
 
 
