@@ -84,6 +84,8 @@ def run(variant: str, params, make_opt, device, steps, warmup):
             for _ in range(3):
                 step()
             _sync(device)
+        print("kiln compile stages (s):", {k: round(v, 2) for k, v in sorted(kiln.stats.stages.items(), key=lambda kv: -kv[1])},
+              "kernels generated:", kiln.stats.kernels_generated)
         print(prof.key_averages().table(sort_by="self_cuda_time_total" if device == "cuda" else "self_cpu_time_total",
                                         row_limit=12))
     return median_ms(step, steps, device), first, params
