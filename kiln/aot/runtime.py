@@ -10,7 +10,8 @@ from kiln.aot.graph import AtenGraph
 
 def write_back(target: torch.Tensor, new: torch.Tensor) -> None:
     """Give ``target`` (a caller's tensor) the value the graph computed for it, as eager's mutation did."""
-    if new is target:  # a kernel stored it in place (schedule/inplace.py): count the change as eager does
+    if new is target or _same_memory(new, target):
+        # a kernel stored it in place (schedule/inplace.py): count the change as eager does
         increment_version(target)
         return
     if target.is_leaf and target.requires_grad:
@@ -19,6 +20,13 @@ def write_back(target: torch.Tensor, new: torch.Tensor) -> None:
             target.copy_(new)
     else:
         target.copy_(new)  # records the mutation in autograd history where eager would
+
+
+def _same_memory(new: torch.Tensor, target: torch.Tensor) -> bool:
+    """``new`` is a view of ``target``'s own elements in ``target``'s layout (an in-place store returned
+    through a view of the buffer)."""
+    return (new.data_ptr() == target.data_ptr() and new.dtype == target.dtype and new.shape == target.shape
+            and new.stride() == target.stride() and new.device == target.device)
 
 
 def run_as_traced(fn, *args):

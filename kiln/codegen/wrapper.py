@@ -168,7 +168,11 @@ class WrapperGen:
             size, stride = b.allocation()
             dtype = f"torch.{str(b.dtype).replace('torch.', '')}"
             fresh = f"empty_strided({self.sizes(size)}, {self.sizes(stride)}, dtype={dtype}, device='{b.device}')"
-            return f"{b.name} = {self.inplace[b.name]} if {INPLACE_FLAG} else {fresh}  # in place"
+            target = self.inplace[b.name]
+            (inp,) = [i for i in self.lg.inputs if i.name == target]
+            if tuple(inp.size) != tuple(size):  # the same row-major memory with split loops
+                target = f"{target}.view({self.sizes(size)})"
+            return f"{b.name} = {target} if {INPLACE_FLAG} else {fresh}  # in place"
         key = _pool_key(b)
         free = pool.get(key)
         dtype = f"torch.{str(b.dtype).replace('torch.', '')}"

@@ -18,6 +18,7 @@ from typing import Callable
 import torch
 
 RULES: dict[type, "OptimizerRule"] = {}
+_ONE = torch.tensor(1.0)
 
 
 def optimizer_rule(*classes):
@@ -91,8 +92,9 @@ class AdamRule(OptimizerRule):
         steps = [s["step"] for s in states]
         if any(s.device.type != "cpu" or s.dim() != 0 for s in steps):
             return None
-        # eager: ``step_t += 1`` per parameter, then ``step = step_t.item()`` (a float32 counter)
-        torch._foreach_add_(steps, 1)
+        # eager: ``step_t += 1`` per parameter (its multi-tensor path adds a CPU tensor 1.0, the cheaper
+        # call for CPU counters), then ``step = step_t.item()`` (a float32 counter)
+        torch._foreach_add_(steps, _ONE)
         values = torch.stack(steps).tolist() if len(steps) > 1 else [s.item() for s in steps]
         beta1, beta2 = group["betas"]
         lr, wd, eps = group["lr"], group["weight_decay"], group["eps"]

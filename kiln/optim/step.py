@@ -142,9 +142,11 @@ class FusedOptimizerStep:
         gm = build_update_graph(rule, works)
         from kiln.backends.kiln import kiln_backend
 
-        # (not raced against the graph run op by op: that is not eager's step, which is what it replaces)
+        # not raced against the graph run op by op (that is not eager's step, which is what it replaces);
+        # Triton block sizes by rule, not timed: the kernels are plain memory-bound loops, and timing the
+        # configs of a whole model's parameter updates took minutes (GPT-2 on an H100)
         with torch.no_grad():
-            run = kiln_backend(gm, [*flat, scalars], self.options.replace(choose_faster=False))
+            run = kiln_backend(gm, [*flat, scalars], self.options.replace(choose_faster=False, triton_autotune=False))
         stats.optimizer_graphs += 1
         return _Compiled(run, sum(len(w.tensors) for w in works))
 

@@ -8,7 +8,7 @@ it into the input's memory instead, and the copy is skipped (the graph returns t
 
 Safe means nothing can read the input's old contents after they are overwritten:
   - the value is a computed (pointwise) buffer with the input's dtype, device and layout, returned
-    whole;
+    whole (or row-major like the input, its loops split by the scheduler, returned as the input's view);
   - in its kernel, every load of the input is at the index the value is stored to, by a member at or
     before the value's own (so each element is read before it is written, by the same iteration);
   - no later kernel or ATen call reads the input, and no other graph output is the input.
@@ -20,7 +20,7 @@ from __future__ import annotations
 import sympy
 
 from kiln.loopir.handlers import ReadsWrites, run_body
-from kiln.loopir.nodes import ComputedBuffer, InputBuffer, Pointwise, Stored
+from kiln.loopir.nodes import ComputedBuffer, InputBuffer, Pointwise, Stored, contiguous_strides, numel
 from kiln.schedule.scheduler import ExternStep, FusedGroup, Schedule
 
 
@@ -37,20 +37,31 @@ def plan_inplace_stores(lg, sched: Schedule, buffers: dict, mutated: list[int]) 
         if position >= len(names) or k >= len(lg.outputs):
             continue
         inp, out = inputs.get(names[position]), lg.outputs[k]
-        if inp is None or not isinstance(out, Stored) or not out.is_whole_buffer():
+        if inp is None or not isinstance(out, Stored):
             continue
         buf = out.buffer
         if buf.name in plan or inp.name in plan.values() or inp.name in other_outputs:
             continue
-        if _compatible(buf, inp) and _reads_are_safe(sched, buf, inp.name, buffers):
+        if _compatible(buf, out, inp) and _reads_are_safe(sched, buf, inp.name, buffers):
             plan[buf.name] = inp.name
             _group_of(sched, buf.name)[0].aliased |= {buf.name, inp.name}
     return plan
 
 
-def _compatible(buf, inp: InputBuffer) -> bool:
-    return (isinstance(buf, ComputedBuffer) and isinstance(buf.data, Pointwise) and buf.dtype == inp.dtype
-            and buf.device == inp.device and _same(buf.allocation(), (tuple(inp.size), tuple(inp.stride))))
+def _compatible(buf, out: Stored, inp: InputBuffer) -> bool:
+    """The buffer covers exactly the input's memory, element for element: it has the input's layout and
+    is returned whole, or (its loops split by the scheduler, schedule/split.py) both are row-major with
+    the same number of elements and the graph returns the buffer viewed with the input's layout."""
+    if not (isinstance(buf, ComputedBuffer) and isinstance(buf.data, Pointwise) and buf.dtype == inp.dtype
+            and buf.device == inp.device):
+        return False
+    layout = (tuple(inp.size), tuple(inp.stride))
+    if out.is_whole_buffer():
+        return _same(buf.allocation(), layout)
+    size, stride = buf.allocation()
+    return (out.offset == 0 and _same((tuple(out.size), tuple(out.stride)), layout)
+            and _same(layout, (layout[0], contiguous_strides(layout[0])))
+            and _same((size, stride), (size, contiguous_strides(size))) and sympy.expand(numel(size) - numel(inp.size)) == 0)
 
 
 def _same(a, b) -> bool:
