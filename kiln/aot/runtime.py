@@ -8,11 +8,17 @@ from torch.utils._pytree import tree_unflatten
 from kiln.aot.graph import AtenGraph
 
 
-def write_back(target: torch.Tensor, new: torch.Tensor) -> None:
-    """Give ``target`` (a caller's tensor) the value the graph computed for it, as eager's mutation did."""
+def write_back(target: torch.Tensor, new: torch.Tensor, stored_in_place: list | None = None) -> None:
+    """Give ``target`` (a caller's tensor) the value the graph computed for it, as eager's mutation did.
+
+    A value a kernel already stored into ``target`` (schedule/inplace.py) only counts as a change of
+    ``target`` (its version counter, as eager's in-place op bumps it): now, or by the caller, once for
+    all, when it passes ``stored_in_place`` to collect them in."""
     if new is target or _same_memory(new, target):
-        # a kernel stored it in place (schedule/inplace.py): count the change as eager does
-        increment_version(target)
+        if stored_in_place is None:
+            increment_version(target)
+        else:
+            stored_in_place.append(target)
         return
     if target.is_leaf and target.requires_grad:
         # eager could only have mutated it under no_grad (else tracing would have failed)
@@ -55,8 +61,12 @@ class AtenRuntime:
     def __call__(self, *args):
         flat = [*args, *self.state]
         results = run_as_traced(self.run, *flat)
-        for k, index in enumerate(self.mutated):
-            write_back(flat[index], results[k])
+        if self.n_mut:
+            stored: list = []
+            for k, index in enumerate(self.mutated):
+                write_back(flat[index], results[k], stored)
+            if stored:
+                increment_version(stored)
         outs = []
         for spec in self.outputs:
             if spec.kind == "constant":

@@ -124,7 +124,7 @@ class FusedOptimizerStep:
         if not flat:
             return None  # no parameter has a gradient: nothing to do, as in eager
         key = (type(opt), tuple((w.flags, len(w.tensors), len(w.tensors[0]) if w.tensors else 0) for w in works),
-               tuple((t.shape, t.stride(), t.dtype, t.device) for t in flat))
+               *map(_layout, flat))
         devices = {t.device for t in flat}
         if len(devices) > 1:
             return "parameters on several devices"
@@ -149,6 +149,11 @@ class FusedOptimizerStep:
             run = kiln_backend(gm, [*flat, scalars], self.options.replace(choose_faster=False, triton_autotune=False))
         stats.optimizer_graphs += 1
         return _Compiled(run, sum(len(w.tensors) for w in works))
+
+
+def _layout(t: torch.Tensor) -> tuple:
+    """What the compiled step assumes about a tensor it is passed (part of its cache key)."""
+    return t.shape, t.stride(), t.dtype, t.device
 
 
 def build_update_graph(rule, works) -> fx.GraphModule:

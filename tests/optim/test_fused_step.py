@@ -255,3 +255,20 @@ def _grads_of(params, seed):
     g = torch.Generator().manual_seed(seed)
     for p in params:
         p.grad = torch.randn(p.shape, generator=g)
+
+
+def test_many_small_parameters_split_into_kernels_of_bounded_size():
+    """300 parameters of one shape: one kernel would take 1200 buffers (ctypes calls take at most 1024
+    arguments); the scheduler caps a kernel's buffers (schedule/scheduler.MAX_KERNEL_BUFFERS)."""
+    params = [torch.nn.Parameter(torch.randn(4)) for _ in range(300)]
+    ref = [torch.nn.Parameter(p.detach().clone()) for p in params]
+    opt, opt_ref = torch.optim.AdamW(params, lr=1e-2), torch.optim.AdamW(ref, lr=1e-2)
+    kiln.reset()
+    stats.reset()
+    step = fused_step_for(opt, OPTIONS)
+    for i in range(3):
+        _grads_of(params, i), _grads_of(ref, i)
+        step(), opt_ref.step()
+    assert step.last_reason is None and stats.kernels_generated > 1
+    for p, q in zip(params, ref):
+        torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
