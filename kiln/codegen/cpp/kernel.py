@@ -32,6 +32,7 @@ import dataclasses
 import torch
 
 from kiln.codegen.common import kernel_name, kernel_params, mark_updated_in_place, provenance
+from kiln.codegen.cpp.hoist import hoist_invariants
 from kiln.codegen.cpp.loops import (
     TILE, block, csize, loop, merge_loops, omp_if, reduction_loops, tiled_pointwise, tiled_reduction,
     wants_tiling,
@@ -217,7 +218,8 @@ def generate_kernel(group: FusedGroup, buffers: dict, index: int) -> CppKernel:
     if ctx.k == 0:
         body = _scalar_group(group, ctx, member_code, parallel)
     elif flat:
-        body = _flat_nest(outer, scalars + member_code, parallel)
+        aliased = {ctx.pointers[name] for name in ctx.group.aliased if name in ctx.pointers}
+        body = _flat_nest(outer, scalars + member_code, parallel, aliased)
     else:
         loops = [loop(f"x{d}", outer[d]) for d in range(ctx.k)]
         nest = scalars + member_code
@@ -258,14 +260,17 @@ def kernel_header(name: str, group: FusedGroup, origins, how: str = "") -> list[
     return header
 
 
-def _flat_nest(ranges, body, parallel) -> list[str]:
-    """Pointwise members over the same loops: the innermost loop vectorized, the outer ones parallel."""
+def _flat_nest(ranges, body, parallel, aliased=frozenset()) -> list[str]:
+    """Pointwise members over the same loops: the innermost loop vectorized, the outer ones parallel;
+    values that do not change along the innermost loop are computed before it (``hoist.py``)."""
     k = len(ranges)
     loops = [loop(f"x{d}", ranges[d]) for d in range(k)]
     if k == 1:
         return [f"#pragma omp {'parallel for simd' if parallel else 'simd'}{omp_if(parallel)}"] + loops + block(body)
     pre = [f"#pragma omp parallel for{f' collapse({k - 1})' if k > 2 else ''}{omp_if(parallel)}"] if parallel else []
-    return pre + loops[:-1] + ["#pragma omp simd", loops[-1]] + block(body)
+    hoisted, body = hoist_invariants(body, f"x{k - 1}", set(aliased))
+    inner = ["#pragma omp simd", loops[-1]] + block(body)
+    return pre + loops[:-1] + (block(hoisted + inner) if hoisted else inner)
 
 
 def _scalar_group(group, ctx, member_code, parallel) -> list[str]:
