@@ -310,3 +310,53 @@ def test_enumerate_index_across_a_break_in_the_loop_body():
         return x + len(_SEEN), list(_SEEN)
 
     check(fn, _t(2), _t(2), [5, 6, 7], graphs=(1, 2, 3, 4, 5, 6, 7, 8), dynamo_graphs=(0, 1, 2, 3, 4, 5, 6, 7, 8))
+
+
+# ---- user generator functions that raise after some items (found by the fresh batch 3 probes) ----
+
+def test_generator_raising_after_items_keeps_the_items():
+    def fn(x):
+        def g():
+            yield x * 2
+            raise ValueError("inner")
+        out = []
+        try:
+            for v in g():
+                out.append(v)
+        except ValueError as e:
+            out.append(str(e))
+        return out
+
+    check(fn, torch.randn(3))
+
+
+def test_generator_raising_caught_by_consumer_after_partial_list():
+    def fn(x):
+        def g(n):
+            for i in range(n):
+                yield x * i
+            raise KeyError(n)
+        it = g(3)
+        first = next(it)
+        try:
+            rest = list(it)
+        except KeyError as e:
+            rest = [e.args[0]]
+        return first, rest, next(it, "finished")
+
+    check(fn, torch.randn(3))
+
+
+@dynamo_bug("the RuntimeError of PEP 479 has no __cause__")
+def test_generator_raising_stop_iteration_is_runtime_error():
+    def fn(x):
+        def g():
+            yield x + 1
+            raise StopIteration
+        try:
+            out = list(g())
+        except RuntimeError as e:
+            out = [type(e.__cause__).__name__]
+        return out, x * 2
+
+    check(fn, torch.randn(3))

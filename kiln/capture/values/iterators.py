@@ -601,6 +601,8 @@ class ListIteratorValue(IteratorValue):
     """An iterator over items computed ahead: a generator run to its end, nn.Module's iterators, a
     ResumeIterator handed to a resume function. Rebuilt as a ResumeIterator over what is left."""
 
+    pending_raise = None  # a generator whose body ended by raising: the ExceptionValue after the items
+
     def __init__(self, items: list[Value], kind: str = "iterator", iter_type: type | None = None):
         self.remaining = list(items)
         self.kind = kind
@@ -608,6 +610,11 @@ class ListIteratorValue(IteratorValue):
 
     def _next(self, tx=None):
         if not self.remaining:
+            if self.pending_raise is not None:  # raised once; a finished generator then stops
+                from kiln.capture.values.exceptions import TracedRaise
+
+                exc, self.pending_raise = self.pending_raise, None
+                raise TracedRaise(exc)
             return None
         return self.remaining.pop(0)
 
@@ -615,6 +622,9 @@ class ListIteratorValue(IteratorValue):
         return list(self.remaining)
 
     def reconstruct(self, cg) -> None:
+        if self.pending_raise is not None:
+            unsupported(f"a generator that raises {self.pending_raise.cls.__name__} after its items, kept "
+                        f"after the graph")
         cg.prepare_call(ResumeIterator)
         for v in self.remaining:
             cg.reconstruct(v)
