@@ -1371,7 +1371,6 @@ def test_numpy_where_sum_arange():
     check(fn, np.linspace(-1.0, 1.0, 5))
 
 
-@kiln_gap("EXTRA BREAKS: float(np.float32) breaks (3 graphs)")
 def test_numpy_float32_scalar_with_tensor():
     def fn(x):
         s = np.float32(0.5)

@@ -265,6 +265,10 @@ def _tensor_number(kind):
         if isinstance(obj, TensorValue):
             unsupported(f"{kind.__name__}() of a tensor needs its data",
                         hint="keep the value as a tensor, or read it outside the compiled function")
+        from kiln.capture.values.numpy_values import NDArrayValue
+
+        if isinstance(obj, NDArrayValue) and obj.known is not None and not rest:
+            return ConstantValue(kind(obj.known))  # a NumPy scalar known while tracing
         return NotImplemented
     return handler
 
