@@ -482,7 +482,6 @@ def test_functools_wraps_decorator():
     check(fn, _t(3))
 
 
-@kiln_gap("EXTRA BREAKS: graph break on the functools.cached_property descriptor")
 def test_functools_cached_property():
     class Stats:
         def __init__(self, t):

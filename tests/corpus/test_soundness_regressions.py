@@ -9,6 +9,7 @@ and the entry's code called `member(0, 64)`, the constant it was traced with: `0
 `a + b`. The kernel then stored through wrong pointers (nan or garbage instead of eager's values).
 """
 import contextlib
+import functools
 import io
 import warnings
 
@@ -360,3 +361,41 @@ def test_generator_raising_stop_iteration_is_runtime_error():
         return out, x * 2
 
     check(fn, torch.randn(3))
+
+
+# ---- functools.cached_property (fresh batch 3) ----------------------------------------------------
+
+class _CachedStats:
+    def __init__(self, t):
+        self.t = t
+        self.computed = 0
+
+    @functools.cached_property
+    def total(self):
+        self.computed += 1
+        return self.t.sum() * 2
+
+
+class _CachedWithSetattr(_CachedStats):
+    def __setattr__(self, name, value):  # a cached value is written to __dict__ directly, not through here
+        object.__setattr__(self, name, value)
+        object.__setattr__(self, "log", getattr(self, "log", ()) + (name,))
+
+
+def test_cached_property_of_an_object_made_inside():
+    def fn(x):
+        s = _CachedWithSetattr(x)
+        a = s.total
+        b = s.total
+        return a + b, s.computed, sorted(vars(s)), s.log
+
+    check(fn, torch.randn(3), dynamo_graphs=0)
+
+
+def test_cached_property_of_an_object_passed_in_is_cached_on_it():
+    def fn(x, s):
+        first = s.total
+        return x * first + s.total, s.computed, "total" in vars(s)
+
+    check_recompiles(fn, [(torch.randn(3), _CachedStats(torch.ones(2)))] * 2, graphs=1,
+                     dynamo_graphs=0)

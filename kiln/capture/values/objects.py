@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import types
 
 from kiln.capture.sources import AttrSource, ConstantSource
@@ -52,6 +53,9 @@ def class_attribute(tx, cls: type, name: str, self_value: Value | None) -> Value
         except AttributeError:
             unsupported(f"slot {name!r} of a {cls.__name__} is not set")
         return wrap(tx, found, AttrSource(self_value.source, name) if self_value.source is not None else None)
+    if type(attr) is functools.cached_property and self_value is not None:
+        return _cached_property_get(tx, cls, name, attr, self_value,
+                                    ConstantSource(f"{cls.__qualname__}.{name}", attr.func))
     if hasattr(attr, "__get__") and not isinstance(attr, (int, float, str, tuple, type(None), bool)) \
             and not isinstance(attr, type):
         unsupported(f"descriptor {type(attr).__name__} for attribute {name!r} of {cls.__name__}")
@@ -59,6 +63,29 @@ def class_attribute(tx, cls: type, name: str, self_value: Value | None) -> Value
         # a plain class attribute (a constant, a tensor, a config object): read and guarded through the class
         src = AttrSource(class_source(cls, self_value), name)
     return wrap(tx, attr, src)
+
+
+def _cached_property_get(tx, cls: type, name: str, prop, obj: Value, src) -> Value:
+    """functools.cached_property.__get__, reached when the instance dict lacks the name (a non-data
+    descriptor: once cached, the dict entry wins): calls prop.func(obj) and writes the result into
+    obj.__dict__ directly (no __setattr__ runs), as CPython's does."""
+    from kiln.capture.values.base import note_mutation
+    from kiln.capture.values.builder import wrap
+
+    if prop.attrname != name or python_slot(cls, "__getattribute__") is not None:
+        unsupported(f"cached_property {name!r} of {cls.__name__} stored under another name, or read through "
+                    f"a Python __getattribute__")
+    if isinstance(obj, NewObjectValue) and cls.__dictoffset__:
+        value = wrap(tx, prop.func, src).call(tx, [obj], {})
+        note_mutation(tx, obj)
+        obj.attrs[name] = value
+        return value
+    if isinstance(obj, UserObjectValue) and hasattr(obj.obj, "__dict__"):
+        value = wrap(tx, prop.func, src).call(tx, [obj], {})
+        note_mutation(tx, obj)
+        tx.output.side_effects.store_attr(obj, name, value, raw=True)
+        return value
+    unsupported(f"cached_property {name!r} of a {cls.__name__} object kiln does not model as a plain object")
 
 
 # object's C methods an attribute read may reach (copy's protocol looks them up on the instance)
