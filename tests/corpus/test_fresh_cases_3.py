@@ -1066,7 +1066,6 @@ def test_nullcontext_and_conditional_cm():
     check(fn, _t(3))
 
 
-@kiln_gap("WHOLE FRAME EAGER: does not trace into contextlib.ExitStack")
 def test_exitstack_callbacks_order():
     def fn(x):
         order = []
