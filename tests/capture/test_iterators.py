@@ -229,3 +229,14 @@ def test_generator_run_ahead_raises_after_its_items_once():
     gen.pending_raise = ExceptionValue(ValueError, [])
     with pytest.raises(Unsupported):  # cannot be rebuilt as a plain iterator: it would not raise
         gen.reconstruct(None)
+
+
+def test_generator_run_ahead_refuses_generator_methods_for_the_whole_frame():
+    from kiln.capture.values.iterators import ListIteratorValue
+
+    gen = ListIteratorValue(consts([1]), kind="generator")
+    for name in ("throw", "send", "close", "gi_frame"):
+        with pytest.raises(Unsupported) as info:
+            gen.getattr(TX, name)
+        assert info.value.root_index == -1  # no graph break: a ResumeIterator has none of these
+    assert gen.getattr(TX, "__next__") is not None

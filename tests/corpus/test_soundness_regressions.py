@@ -399,3 +399,25 @@ def test_cached_property_of_an_object_passed_in_is_cached_on_it():
 
     check_recompiles(fn, [(torch.randn(3), _CachedStats(torch.ones(2)))] * 2, graphs=1,
                      dynamo_graphs=0)
+
+
+def test_exception_object_made_inside_is_returned():
+    def fn(x):
+        e = ValueError("bad", 2)
+        return x + 1, e, KeyError("k")
+
+    check(fn, torch.randn(3))
+
+
+def test_throw_into_a_user_generator_runs_eagerly_not_wrong():
+    def fn(x):
+        def g():
+            try:
+                yield 1
+            except KeyError:
+                yield 99
+        it = g()
+        next(it)
+        return x * it.throw(KeyError("k"))
+
+    check(fn, torch.randn(3), graphs=0, dynamo_graphs=1)

@@ -618,6 +618,18 @@ class ListIteratorValue(IteratorValue):
             return None
         return self.remaining.pop(0)
 
+    def getattr(self, tx, name: str) -> Value:
+        if self.kind == "generator" and name not in ("__next__", "__iter__", "__class__"):
+            # throw/send/close/gi_frame...: a generator run ahead has no frame left to throw into or
+            # send to, and a graph break here would hand on a ResumeIterator: the frame runs eagerly
+            from kiln.errors import Unsupported
+
+            exc = Unsupported(f"generator.{name} of a generator kiln ran ahead of its consumer",
+                              hint="no graph break possible: kiln cannot hand on a generator it ran ahead")
+            exc.root_index = -1
+            raise exc
+        return super().getattr(tx, name)
+
     def children(self) -> list[Value]:
         return list(self.remaining)
 
