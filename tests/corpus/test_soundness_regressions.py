@@ -8,6 +8,7 @@ Triton tensors with `0` and `64`: their `__eq__` answers with a tensor, truthy, 
 and the entry's code called `member(0, 64)`, the constant it was traced with: `0 + 64` instead of
 `a + b`. The kernel then stored through wrong pointers (nan or garbage instead of eager's values).
 """
+import collections
 import contextlib
 import functools
 import io
@@ -421,3 +422,17 @@ def test_throw_into_a_user_generator_runs_eagerly_not_wrong():
         return x * it.throw(KeyError("k"))
 
     check(fn, torch.randn(3), graphs=0, dynamo_graphs=1)
+
+
+def test_ordered_dict_popitem_gives_the_object_key_itself():
+    class Key:
+        pass
+
+    def fn(x):
+        k = Key()
+        od = collections.OrderedDict([(k, 2), ("s", 3)])
+        first, v = od.popitem(last=False)
+        last, w = od.popitem()
+        return x * v + w, first is k, last
+
+    check(fn, torch.randn(3))

@@ -79,7 +79,9 @@ def _popitem(tx, d: DictValue, last: bool) -> Value:
 
         raise_traced(KeyError, "dictionary is empty")
     key = next(reversed(d.entries)) if last else next(iter(d.entries))
-    return TupleValue([ConstantValue(key), d.entries.pop(key)])
+    from kiln.capture.values.containers import key_value
+
+    return TupleValue([key_value(key), d.entries.pop(key)])  # an object key is the object itself
 
 
 class OrderedDictValue(CollectionDictValue):
