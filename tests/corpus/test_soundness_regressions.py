@@ -14,6 +14,7 @@ import functools
 import io
 import warnings
 
+import pytest
 import torch
 
 from .harness import CountingBackend, check, check_recompiles, compile_fn, dynamo_bug, reset
@@ -436,3 +437,28 @@ def test_ordered_dict_popitem_gives_the_object_key_itself():
         return x * v + w, first is k, last
 
     check(fn, torch.randn(3))
+
+
+@pytest.mark.xfail(strict=True, reason="PEP 523 keeps call arguments alive until the call returns: a generator a "
+                                      "loop breaks out of (in a resume function) is closed later than in eager "
+                                      "(docs/capture.md, Known gaps); TorchDynamo alike")
+def test_generator_closed_when_the_loop_breaks():
+    def fn(x):
+        log = []
+
+        def gen():
+            try:
+                for i in range(5):
+                    yield x * i
+            finally:
+                log.append("closed")
+
+        out = []
+        for v in gen():
+            out.append(v)
+            if len(out) == 2:
+                break
+        log.append("after")
+        return out, log
+
+    check(fn, torch.randn(3), graphs=(0, 1, 2))
