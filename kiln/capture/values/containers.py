@@ -423,8 +423,14 @@ def dict_key(tx, key: Value, entries: dict | None = None) -> Any:
         return constant
     from kiln.capture.values.tensors import TensorValue
 
-    if isinstance(key, TensorValue):
-        unsupported("tensors as dict keys")
+    if isinstance(key, TensorValue):  # by identity, as tensors hash (compared with the other tensor keys:
+        if tx is not None and entries:  # an input and a tensor a module holds may be one object later)
+            from kiln.capture.values.ops import check_tensor_identity_guarded
+
+            others = [k.value for k in entries if type(k) is TensorKey]
+            if others:
+                check_tensor_identity_guarded(tx, [key, *others])
+        return TensorKey(key.example, key)
     unsupported(f"dict key {key}")
 
 
@@ -459,14 +465,16 @@ def _object_ident(tx, key: Value):
     return ("object", id(real))
 
 
-class TensorKey:
-    """A tensor as a set member: hashed and compared by identity, as tensors are. Two values stand for
-    the same tensor object exactly when they share their fake tensor (inputs of one object are one
-    input, held tensors are memoized, in-place ops return their input's fake)."""
+class TensorKey(ObjectKey):
+    """A tensor as a set member or dict key: hashed and compared by identity, as tensors are. Two values
+    stand for the same tensor object exactly when they share their fake tensor (inputs of one object are
+    one input, held tensors are memoized, in-place ops return their input's fake). `value` is the
+    TensorValue (an object key like any other: iterated, rebuilt and copied as itself)."""
 
     __slots__ = ("example",)
 
-    def __init__(self, example):
+    def __init__(self, example, value: Value | None = None):
+        super().__init__(value, None)
         self.example = example
 
     def __hash__(self) -> int:
@@ -482,7 +490,7 @@ def set_key(tx, value: Value, members: dict | None = None) -> Any:
     from kiln.capture.values.tensors import TensorValue
 
     if isinstance(value, TensorValue):
-        return TensorKey(value.example)
+        return TensorKey(value.example, value)
     return dict_key(tx, value, members)
 
 
