@@ -356,6 +356,7 @@ class Tracer:
 
         generator = ListIteratorValue(child.yielded, kind="generator")
         generator.return_value = returned  # what `yield from` this generator gives once it is exhausted
+        generator.remake = (fn_value, list(args), dict(kwargs))  # not started: called again, it runs lazily
         if raised is not None:
             generator.pending_raise = _deferred_raise(self, name, raised)
         return generator

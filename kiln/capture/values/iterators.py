@@ -579,6 +579,11 @@ def user_iterator(tx, value: Value) -> IteratorValue | None:
     if isinstance(result, (NewObjectValue, UserObjectValue)) and \
             isinstance(getattr(result.python_type(), "__next__", None), types.FunctionType):
         return UserIteratorValue(result)
+    result_type = result.python_type()
+    if not callable(getattr(result_type, "__next__", None)):  # CPython's PyIter_Check on the result
+        from kiln.capture.values.exceptions import raise_traced
+
+        raise_traced(TypeError, f"iter() returned non-iterator of type '{result_type.__name__}'")
     return ListIteratorValue(tx.items(result))
 
 
@@ -602,6 +607,8 @@ class ListIteratorValue(IteratorValue):
     ResumeIterator handed to a resume function. Rebuilt as a ResumeIterator over what is left."""
 
     pending_raise = None  # a generator whose body ended by raising: the ExceptionValue after the items
+    remake = None  # (callable, args, kwargs) giving a new one, not started: a generator function, Module.parameters
+    taken = 0  # items taken so far
 
     def __init__(self, items: list[Value], kind: str = "iterator", iter_type: type | None = None):
         self.remaining = list(items)
@@ -616,6 +623,7 @@ class ListIteratorValue(IteratorValue):
                 exc, self.pending_raise = self.pending_raise, None
                 raise TracedRaise(exc)
             return None
+        self.taken += 1
         return self.remaining.pop(0)
 
     def getattr(self, tx, name: str) -> Value:
@@ -633,10 +641,35 @@ class ListIteratorValue(IteratorValue):
     def children(self) -> list[Value]:
         return list(self.remaining)
 
+    loop_only = False  # set by graph_break for a for loop's own iterator, which no code can see
+
     def reconstruct(self, cg) -> None:
+        """Where code can see the object, it is made as eager has it: a generator not started yet by
+        calling its function again (it then runs lazily, as eager's), a finished one as an exhausted
+        generator. Only a for loop's own iterator, which no code can see, becomes a ResumeIterator."""
+        if not self.loop_only and self.kind == "generator" and self.taken == 0 and self.remake is not None:
+            from kiln.capture import bytecode as bc
+
+            fn, args, kwargs = self.remake
+            cg.extend(bc.push_null())
+            cg.reconstruct(fn)
+            for arg in list(args) + list(kwargs.values()):
+                cg.reconstruct(arg)
+            cg.extend(bc.call_kw(len(args) + len(kwargs), tuple(kwargs)))
+            return
         if self.pending_raise is not None:
             unsupported(f"a generator that raises {self.pending_raise.cls.__name__} after its items, kept "
                         f"after the graph")
+        if not self.loop_only and self.kind == "generator" and not self.remaining:
+            from kiln.capture.values.generator_expressions import exhausted_generator
+
+            cg.prepare_call(exhausted_generator)
+            cg.call(0)
+            return
+        if not self.loop_only:  # a ResumeIterator has neither the type nor the methods of the original
+            unsupported(f"a {self.iter_type.__name__} kiln computed ahead, kept after the graph where code "
+                        f"can see it (its type, a generator's send/throw)",
+                        hint="only the iterator of a for loop split by a graph break is handed on")
         cg.prepare_call(ResumeIterator)
         for v in self.remaining:
             cg.reconstruct(v)
