@@ -527,3 +527,23 @@ def test_iter_returning_a_non_iterator_raises_type_error():
         return out, x + 1
 
     check(fn, torch.randn(3))
+
+
+@dynamo_bug("iter(deque) is a list_iterator")
+def test_iterator_types_of_module_containers_deques_and_dict_subclasses():
+    class D(dict):
+        pass
+
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = torch.nn.ModuleList([torch.nn.Linear(2, 2)])
+            self.seq = torch.nn.Sequential(torch.nn.ReLU())
+            self.plist = torch.nn.ParameterList([torch.nn.Parameter(torch.ones(2))])
+
+        def forward(self, x):
+            its = [iter(self.layers), iter(self.seq), iter(self.plist), iter(collections.deque([1])),
+                   iter(D(a=1))]
+            return x + 1, [type(it).__name__ for it in its]
+
+    check(M(), torch.randn(2))

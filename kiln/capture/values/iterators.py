@@ -543,7 +543,43 @@ def make_iterator(tx, value: Value) -> IteratorValue:
     user = user_iterator(tx, value)
     if user is not None:
         return user
-    return ListIteratorValue(tx.items(value))
+    from kiln.capture.values.dict_objects import DictObjectValue, python_override
+
+    if isinstance(value, DictObjectValue) and python_override(value.cls, "__iter__") is not None:
+        from kiln.capture.values.objects import class_attribute
+
+        result = class_attribute(tx, value.cls, "__iter__", value).call(tx, [], {})
+        if isinstance(result, IteratorValue):  # a dict subclass's own __iter__: what it returns
+            return result
+        unsupported(f"iter() of a {value.cls.__name__} whose __iter__ returns {result}")
+    return ListIteratorValue(tx.items(value), iter_type=_real_iter_type(value))
+
+
+def _real_iter_type(value: Value) -> type | None:
+    """The type iter() gives for a value kiln iterates by its items: nn.Module containers (a
+    dict_valueiterator for ModuleList/Sequential, ...; iter() of the real module makes nothing run),
+    deques, arrays, dict subclasses and instance dicts. None (a list_iterator) for others."""
+    import torch
+
+    from kiln.capture.values.collections_values import DequeValue
+    from kiln.capture.values.dict_objects import AttrsView, DictObjectValue
+    from kiln.capture.values.modules import NNModuleValue
+    from kiln.capture.values.numpy_values import NDArrayValue, numpy_module
+
+    if isinstance(value, NNModuleValue):
+        containers = (torch.nn.ModuleList, torch.nn.Sequential, torch.nn.ModuleDict, torch.nn.ParameterList,
+                      torch.nn.ParameterDict)
+        cls = type(value.module)
+        if any(cls.__iter__ is base.__iter__ for base in containers):
+            return type(iter(value.module))
+        return None
+    if isinstance(value, DequeValue):
+        return type(iter(collections.deque()))
+    if isinstance(value, NDArrayValue):
+        return type(iter(numpy_module().empty(1)))
+    if isinstance(value, (DictObjectValue, AttrsView)):
+        return type(iter({}))
+    return None
 
 
 def _constant_iterator(value: Value) -> IteratorValue | None:
