@@ -81,3 +81,22 @@ def test_exit_stack_value_unwinds_last_first_once_and_refuses_to_be_rebuilt_half
     assert calls == [(2,), (1,)]
     with pytest.raises(Unsupported):
         stack.call_method(tx, "pop_all", [], {})
+
+
+def test_opaque_object_attribute_reads_deferred_only_where_they_cannot_run_code():
+    import types
+
+    import numpy as np
+
+    from kiln.capture.guards import GuardSet
+    from kiln.capture.sources import LocalSource
+    from kiln.capture.values.builder import OpaqueAttrValue, OpaqueObjectValue
+    from kiln.errors import Unsupported
+
+    tx = types.SimpleNamespace(output=types.SimpleNamespace(guards=GuardSet()))
+    rng = OpaqueObjectValue(np.random.default_rng(0), LocalSource("rng"))
+    assert isinstance(rng.getattr(tx, "standard_normal"), OpaqueAttrValue)  # a method: binding runs nothing
+    with pytest.raises(Unsupported):
+        rng.getattr(tx, "bit_generator")  # a C property: read as Python at the break
+    with pytest.raises(Unsupported):
+        OpaqueObjectValue(object(), LocalSource("o")).getattr(tx, "missing")  # AttributeError, where eager raises it

@@ -547,3 +547,17 @@ def test_iterator_types_of_module_containers_deques_and_dict_subclasses():
             return x + 1, [type(it).__name__ for it in its]
 
     check(M(), torch.randn(2))
+
+
+# ---- attributes of objects kiln does not look into (fresh batch 3 probes) -------------------------------
+
+def test_missing_attribute_of_an_opaque_object_is_caught_where_eager_catches_it():
+    def fn(x):
+        try:
+            r = ("ok", object().x)
+        except AttributeError as e:
+            r = ("caught", str(e))
+        return r, x + 1
+
+    check(fn, torch.randn(3), graphs=(0, 1, 2))
+

@@ -125,7 +125,12 @@ def _len(tx, obj, **kw):
 
     if isinstance(obj, NNModuleValue):
         return ConstantValue(len(obj.module))
-    return obj.call_method(tx, "__len__", [], {})
+    from kiln.capture.values.objects import NewObjectValue, UserObjectValue, checked_len
+
+    result = obj.call_method(tx, "__len__", [], {})
+    if isinstance(obj, (NewObjectValue, UserObjectValue)):  # a Python __len__: len() checks what it gives
+        return ConstantValue(checked_len(result))
+    return result
 
 
 def _isinstance(tx, obj, classes):

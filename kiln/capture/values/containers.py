@@ -136,12 +136,15 @@ class ListValue(SequenceValue):
                     self.elements.append(item)
             return ConstantValue(None)
         if name == "insert":
+            idx = args[0].as_constant()
+            self._probe(lambda probe: probe.insert(idx, None), "list.insert(...)")  # (a non-int index)
             self._check_mutable(tx, "list.insert")
-            self.elements.insert(args[0].as_constant(), args[1])
+            self.elements.insert(idx, args[1])
             return ConstantValue(None)
         if name == "pop":
-            self._check_mutable(tx, "list.pop")
             idx = args[0].as_constant() if args else -1
+            self._probe(lambda probe: probe.pop(idx), "list.pop(...)")  # empty, out of range: IndexError
+            self._check_mutable(tx, "list.pop")
             return self.elements.pop(idx)
         if name == "clear":
             self._check_mutable(tx, "list.clear")
@@ -154,7 +157,12 @@ class ListValue(SequenceValue):
         if name == "copy":
             return ListValue(list(self.elements))
         if name in ("index", "count") and self.is_constant() and all(a.is_constant() for a in args):
-            return wrap_constant_result(getattr(self.as_constant(), name)(*[a.as_constant() for a in args]))
+            from kiln.capture.values.exceptions import raise_as_traced
+
+            try:
+                return wrap_constant_result(getattr(self.as_constant(), name)(*[a.as_constant() for a in args]))
+            except (ValueError, TypeError) as exc:  # `x not in list`: the program's own ValueError
+                raise_as_traced(exc, f"list.{name}(...)")
         if name in ("index", "count") and len(args) == 1 and not kwargs:
             return search_sequence(tx, self, name, args[0])
         if name == "remove" and len(args) == 1 and not kwargs:

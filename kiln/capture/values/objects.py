@@ -543,7 +543,7 @@ class UserObjectValue(Value):
         cls = type(self.obj)
         if not hasattr(cls, "__bool__") and not hasattr(cls, "__len__"):
             return True
-        unsupported(f"truth value of a {cls.__name__} object")
+        unsupported(f"truth value of a {cls.__name__} object")  # (its __bool__ may read what is not guarded)
 
     def __repr__(self) -> str:
         return f"Object({type(self.obj).__name__})"
@@ -628,9 +628,7 @@ class NewObjectValue(Value):
         return tx.items(class_attribute(tx, self.cls, "__iter__", self).call(tx, [], {}))
 
     def truth(self, tx) -> bool:
-        if not hasattr(self.cls, "__bool__") and not hasattr(self.cls, "__len__"):
-            return True
-        return tx.truth(class_attribute(tx, self.cls, "__bool__", self).call(tx, [], {}))
+        return python_truth(tx, self, self.cls)
 
     def reconstruct(self, cg) -> None:
         from kiln.capture.values.containers import DictValue
@@ -642,6 +640,39 @@ class NewObjectValue(Value):
 
     def __repr__(self) -> str:
         return f"NewObject({self.cls.__name__})"
+
+
+def python_truth(tx, obj: Value, cls: type) -> bool:
+    """CPython's slot_nb_bool: a Python __bool__ (it must return a bool: TypeError otherwise), else a
+    Python __len__ (len() != 0, with len()'s checks), else True."""
+    from kiln.capture.values.exceptions import raise_traced
+
+    if hasattr(cls, "__bool__"):
+        result = class_attribute(tx, cls, "__bool__", obj).call(tx, [], {})
+        if not (result.is_constant() and type(result.as_constant()) is bool):
+            if result.is_constant():
+                raise_traced(TypeError, f"__bool__ should return bool, returned {type(result.as_constant()).__name__}")
+            unsupported(f"__bool__ of a {cls.__name__} returned {result}")
+        return result.as_constant()
+    if hasattr(cls, "__len__"):
+        return checked_len(class_attribute(tx, cls, "__len__", obj).call(tx, [], {})) != 0
+    return True
+
+
+def checked_len(result: Value) -> int:
+    """What len() makes of a Python __len__'s result (PyNumber_AsSsize_t, then the sign check)."""
+    from kiln.capture.values.exceptions import raise_traced
+
+    if not result.is_constant():
+        unsupported(f"__len__ returned {result} (len() reads it through __index__)")
+    value = result.as_constant()
+    if not isinstance(value, int):  # (an object with __index__ would be asked: not modelled)
+        if hasattr(type(value), "__index__"):
+            unsupported(f"__len__ returned a {type(value).__name__} (len() calls its __index__)")
+        raise_traced(TypeError, f"'{type(value).__name__}' object cannot be interpreted as an integer")
+    if value < 0:
+        raise_traced(ValueError, "__len__() should return >= 0")
+    return int(value)
 
 
 def rebuild_object(cls, attrs: dict):
