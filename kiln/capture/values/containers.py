@@ -46,6 +46,7 @@ class SequenceValue(Value):
     def getitem(self, tx, index: Value) -> Value:
         idx = index.as_constant() if index.is_constant() else unsupported(f"indexing a {self.python_kind.__name__} with {index}")
         if isinstance(idx, slice):
+            self._probe(lambda probe: probe[idx], f"{self.python_kind.__name__}[{idx!r}]")  # (a zero step)
             return type(self)(self.elements[idx]) if type(self) in (TupleValue, ListValue) else TupleValue(self.elements[idx])
         try:
             return self.elements[idx]
@@ -426,6 +427,12 @@ def dict_key(tx, key: Value, entries: dict | None = None) -> Any:
         return _object_key(tx, key)
     if key.is_constant():
         constant = key.as_constant()
+        try:
+            hash(constant)
+        except TypeError as exc:  # a list or dict as a key: the program's own "unhashable type"
+            from kiln.capture.values.exceptions import raise_as_traced
+
+            raise_as_traced(exc, "hash()")
         if entries:
             hashed_keys.check_constant_key(constant, entries)
         return constant

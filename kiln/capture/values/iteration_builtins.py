@@ -151,7 +151,10 @@ def _minmax(fn):
         if not items:
             if default is not None:
                 return default
-            raise_traced(ValueError, f"{fn.__name__}() iterable argument is empty")
+            try:
+                fn([])  # the message is this Python's own (3.11: "max() arg is an empty sequence")
+            except ValueError as exc:
+                raise_traced(ValueError, str(exc))
         keys = [key.call(tx, [v], {}) for v in items] if key is not None and not \
             (key.is_constant() and key.as_constant() is None) else items
         if all(k.is_constant() for k in keys):
