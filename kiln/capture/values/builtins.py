@@ -28,6 +28,11 @@ PURE_CONSTANT_FUNCTIONS: set = {
                    "itemgetter", "methodcaller")}
 
 
+# the builtin types whose objects cannot change: their methods, called on constants, are folded
+_IMMUTABLE_TYPES = (str, bytes, int, float, complex, bool, tuple, frozenset, range)
+_IMMUTABLE_TYPE_METHODS: set = set()  # the ones met so far (str.upper, str.maketrans, int.from_bytes, ...)
+
+
 class BuiltinValue(KnownFunctionValue):
     """A builtin function or type (len, isinstance, tuple, ...)."""
 
@@ -46,6 +51,12 @@ class BuiltinValue(KnownFunctionValue):
             from kiln.capture.values.collections_values import FromKeysValue
 
             return FromKeysValue(dict)
+        if self.fn in _IMMUTABLE_TYPES:  # str.upper, str.maketrans, int.from_bytes: folded on constants
+            real = getattr(self.fn, name, None)
+            if callable(real) and not isinstance(real, type) and name not in ("__new__", "__init__",
+                                                                              "__init_subclass__"):
+                _IMMUTABLE_TYPE_METHODS.add(real)
+                return BuiltinValue(real)
         return super().getattr(tx, name)
 
     def call(self, tx, args: list[Value], kwargs: dict[str, Value]) -> Value:
@@ -75,7 +86,7 @@ class BuiltinValue(KnownFunctionValue):
             from kiln.capture.values.ops import unary_op
 
             return unary_op(tx, fn, args[0])
-        if fn in PURE_CONSTANT_FUNCTIONS and all(a.is_constant() for a in args) \
+        if (fn in PURE_CONSTANT_FUNCTIONS or fn in _IMMUTABLE_TYPE_METHODS) and all(a.is_constant() for a in args) \
                 and all(v.is_constant() for v in kwargs.values()):
             return _fold(fn, args, kwargs)
         if any(isinstance(a, TensorValue) for a in args) and fn in (abs, pow, round, divmod, operator.getitem):
