@@ -8,7 +8,9 @@
 
 ``check`` resets kiln, runs ``fn`` eagerly and compiled (each call on fresh deep copies of the
 arguments, and of ``fn`` itself when it is an ``nn.Module``), compares outputs, the arguments after
-each call (mutation) and module state, and asserts how many FX graphs the backend was handed. The
+each call (mutation) and module state, and asserts how many FX graphs the backend was handed. A kiln
+internal error (kiln then runs the frame eagerly, with a warning) fails the case: a graph may have
+reached the backend before it, so the count alone would not show it. The
 compiled function is called ``calls`` times; calls after the first must hit the cache (no new graph).
 
 Reference engine: ``KILN_CORPUS_ENGINE=dynamo python -m pytest tests/corpus`` runs every case under
