@@ -16,6 +16,7 @@ Memory:
     python benchmarks/train.py --models mlp,gpt2 --steps 5 --json train.json
     python benchmarks/train.py --device cuda --dtype bfloat16    # autocast to bfloat16 on the GPU
     python benchmarks/train.py --size base                       # BERT-base / GPT-2 small (124M) configs
+    python benchmarks/train.py --whole-step                      # compile the step function, optimizer included
 
 Before timing, the first step's gradients are compared with eager's (max abs difference printed).
 """
@@ -89,9 +90,13 @@ def _loss(out, kwargs):
 
 class Step:
     def __init__(self, model, runner, args, kwargs, device, dtype):
+        wrap_step = None
+        if isinstance(runner, tuple):  # --whole-step: (the model, a compiler for the whole step function)
+            runner, wrap_step = runner
         self.model, self.runner, self.args, self.kwargs = model, runner, args, kwargs
         self.opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
         self.device, self.dtype = device, dtype
+        self.body = wrap_step(self._body) if wrap_step is not None else self._body
 
     def forward_loss(self):
         if self.dtype is None:
@@ -100,16 +105,31 @@ class Step:
             return _loss(self.runner(*self.args, **self.kwargs), self.kwargs)
 
     def __call__(self):
+        return self.body()
+
+    def _body(self):
         self.opt.zero_grad(set_to_none=True)
         loss = self.forward_loss()
         loss.backward()
         self.opt.step()
-        return loss
+        return loss.detach()
 
 
 def _sync(device):
     if device == "cuda":
         torch.cuda.synchronize()
+
+
+def median_ms(fn, steps: int, device: str) -> float:
+    """The median wall time of ``steps`` calls of ``fn``, in ms (the device synchronized around each)."""
+    times = []
+    for _ in range(steps):
+        _sync(device)
+        start = time.perf_counter()
+        fn()
+        _sync(device)
+        times.append(time.perf_counter() - start)
+    return 1e3 * statistics.median(times)
 
 
 def saved_bytes(step: Step) -> int:
@@ -201,14 +221,7 @@ def measure(name, make, runner_factory, device, dtype, steps, warmup):
     first = time.perf_counter() - start
     for _ in range(warmup):
         step()
-    times = []
-    for _ in range(steps):
-        _sync(device)
-        start = time.perf_counter()
-        step()
-        _sync(device)
-        times.append(time.perf_counter() - start)
-    return {"first_s": first, "step_ms": 1e3 * statistics.median(times), "saved_bytes": saved_bytes(step),
+    return {"first_s": first, "step_ms": median_ms(step, steps, device), "saved_bytes": saved_bytes(step),
             "peak_bytes": peak_bytes(step, device)}
 
 
@@ -220,10 +233,14 @@ def runners(args):
         import torch._dynamo
 
         torch._dynamo.reset()
+        if args.whole_step:
+            return model, lambda fn: torch.compile(fn, backend=args.torch_backend)
         return torch.compile(model, backend=args.torch_backend)
 
     def kiln_compiled(model):
         kiln.reset()
+        if args.whole_step:
+            return model, lambda fn: kiln.compile(fn, backend=args.backend)
         return kiln.compile(model, backend=args.backend)
 
     return {"eager": eager, "torch.compile": torch_compiled, "kiln": kiln_compiled}
@@ -246,6 +263,10 @@ def main(argv=None) -> int:
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: leave as is)")
+    parser.add_argument("--whole-step", action="store_true",
+                        help="compile the whole step function (zero_grad, forward, loss, backward, optimizer "
+                             "step), not only the model: kiln runs AdamW as its fused step (docs/optimizers.md)")
+    parser.add_argument("--models-only", dest="whole_step", action="store_false")
     parser.add_argument("--json", default="")
     args = parser.parse_args(argv)
     if args.torch_backend is None:

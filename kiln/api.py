@@ -48,11 +48,20 @@ def compile(model: Callable | None = None, *, backend: str | Callable = "kiln", 
         config = CompileConfig(backend_name, mode, fullgraph, dynamic, opts, compiler)
         if isinstance(target, torch.nn.Module):
             return _compiled_module(target, config)
+        if _is_optimizer_step(target) and backend_name == "kiln":
+            from kiln.optim import fused_step_for
+
+            return fused_step_for(target.__self__, opts)  # kiln.compile(optimizer.step): kiln/optim
         return CompiledFunction(target, config)
 
     if model is None:
         return make
     return make(model)
+
+
+def _is_optimizer_step(target) -> bool:
+    return isinstance(getattr(target, "__self__", None), torch.optim.Optimizer) and \
+        getattr(target, "__name__", None) == "step"
 
 
 def options_for_mode(mode: str | None, opts: Options) -> Options:

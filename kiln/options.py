@@ -40,6 +40,7 @@ def _env_choice(name: str, choices: tuple[str, ...], default: str) -> str:
 
 
 MATMUL_CHOICES = ("autotune", "template", "library")
+FUSED_OPTIMIZER_CHOICES = ("cpu", "all", "off")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,6 +93,12 @@ class Options:
         graph eagerly alone (KILN_DIST_AGREEMENT_TIMEOUT; kiln/distributed/consistency.py).
     warm_cache: keep what the backend made of each captured graph under ``cache_dir`` and reuse it in
         later processes (no tracing, lowering or code generation; docs/caching.md; KILN_WARM_CACHE=0 off).
+    fused_optimizer: where ``optimizer.step()`` of Adam/AdamW/SGD runs as kiln's fused step (kiln/optim,
+        docs/optimizers.md): "cpu" (default: parameters on the CPU), "all" (also CUDA, where it is not
+        yet faster than eager's multi-tensor step) or "off" (KILN_FUSED_OPTIMIZER).
+    inplace_stores: a kernel that computes the new value of an input the graph mutates stores it into the
+        input's memory where nothing reads the old contents afterwards, instead of the runtime copying
+        it back (``kiln/schedule/inplace.py``; KILN_INPLACE_STORES=0 off).
     """
 
     recompile_limit: int = 8
@@ -117,10 +124,14 @@ class Options:
     ddp_split: bool = True
     distributed_agreement_timeout: float = 0.0
     warm_cache: bool = True
+    inplace_stores: bool = True
+    fused_optimizer: str = "cpu"
 
     def __post_init__(self):
         if self.gemm_padding not in ("auto", "always", "off"):
             raise ValueError(f"Options.gemm_padding must be 'auto', 'always' or 'off', not {self.gemm_padding!r}")
+        if self.fused_optimizer not in FUSED_OPTIMIZER_CHOICES:
+            raise ValueError(f"Options.fused_optimizer must be one of {FUSED_OPTIMIZER_CHOICES}, not {self.fused_optimizer!r}")
         if self.cpu_codegen not in ("cpp", "triton"):
             raise ValueError(f"Options.cpu_codegen must be 'cpp' or 'triton', not {self.cpu_codegen!r}")
         if self.matmul_choice not in MATMUL_CHOICES:
@@ -171,6 +182,8 @@ def _read_environment() -> Options:
         ddp_split=_env_int("KILN_DDP_SPLIT", 1) != 0,
         distributed_agreement_timeout=float(_env_str("KILN_DIST_AGREEMENT_TIMEOUT") or 0.0),
         warm_cache=_env_int("KILN_WARM_CACHE", 1) != 0,
+        inplace_stores=_env_int("KILN_INPLACE_STORES", 1) != 0,
+        fused_optimizer=_env_choice("KILN_FUSED_OPTIMIZER", FUSED_OPTIMIZER_CHOICES, "cpu"),
     )
 
 

@@ -64,6 +64,9 @@ def aot_compile(
     if not training:
         with stats.timed("aot"):
             ag = aot_trace(gm, example_inputs, decompositions=decompositions, options=options)
+        # the graph's first outputs are the new values of these inputs (placeholder positions): a code
+        # generator may store them in place (schedule/inplace.py)
+        ag.gm.meta["kiln_mutated_inputs"] = list(ag.mutated_inputs)
         runtime = AtenRuntime(ag, run=compile_fwd(ag.gm, [*example_inputs, *ag.state]))
         runtime.aten_graph = ag
         return runtime

@@ -2,14 +2,23 @@
 from __future__ import annotations
 
 import torch
+from torch.autograd.graph import increment_version
 from torch.utils._pytree import tree_unflatten
 
 from kiln.aot.graph import AtenGraph
 
 
-def write_back(target: torch.Tensor, new: torch.Tensor) -> None:
-    """Give ``target`` (a caller's tensor) the value the graph computed for it, as eager's mutation did."""
-    if new is target:
+def write_back(target: torch.Tensor, new: torch.Tensor, stored_in_place: list | None = None) -> None:
+    """Give ``target`` (a caller's tensor) the value the graph computed for it, as eager's mutation did.
+
+    A value a kernel already stored into ``target`` (schedule/inplace.py) only counts as a change of
+    ``target`` (its version counter, as eager's in-place op bumps it): now, or by the caller, once for
+    all, when it passes ``stored_in_place`` to collect them in."""
+    if new is target or _same_memory(new, target):
+        if stored_in_place is None:
+            increment_version(target)
+        else:
+            stored_in_place.append(target)
         return
     if target.is_leaf and target.requires_grad:
         # eager could only have mutated it under no_grad (else tracing would have failed)
@@ -17,6 +26,13 @@ def write_back(target: torch.Tensor, new: torch.Tensor) -> None:
             target.copy_(new)
     else:
         target.copy_(new)  # records the mutation in autograd history where eager would
+
+
+def _same_memory(new: torch.Tensor, target: torch.Tensor) -> bool:
+    """``new`` is a view of ``target``'s own elements in ``target``'s layout (an in-place store returned
+    through a view of the buffer)."""
+    return (new.data_ptr() == target.data_ptr() and new.dtype == target.dtype and new.shape == target.shape
+            and new.stride() == target.stride() and new.device == target.device)
 
 
 def run_as_traced(fn, *args):
@@ -45,8 +61,12 @@ class AtenRuntime:
     def __call__(self, *args):
         flat = [*args, *self.state]
         results = run_as_traced(self.run, *flat)
-        for k, index in enumerate(self.mutated):
-            write_back(flat[index], results[k])
+        if self.n_mut:
+            stored: list = []
+            for k, index in enumerate(self.mutated):
+                write_back(flat[index], results[k], stored)
+            if stored:
+                increment_version(stored)
         outs = []
         for spec in self.outputs:
             if spec.kind == "constant":

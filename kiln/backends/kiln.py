@@ -32,7 +32,7 @@ from kiln.codegen.cudagraphs import CudaGraphRunner
 from kiln.codegen.triton import build as triton_build
 from kiln.codegen.triton.precompile import warm_pool
 from kiln.codegen.triton.runtime import triton_available
-from kiln.codegen.wrapper import WrapperGen, tensor_call
+from kiln.codegen.wrapper import INPLACE_FLAG, WrapperGen, tensor_call
 from kiln.debug.stats import stats, time_first_call
 from kiln.decomp import decomposition_table
 from kiln.errors import KernelBuildError
@@ -42,6 +42,7 @@ from kiln.loopir.sizes import size_context
 from kiln.lower.graph import lower_graph
 from kiln.lower.registry import Unlowerable
 from kiln.options import Options, default_options
+from kiln.schedule.inplace import plan_inplace_stores
 from kiln.schedule.scheduler import ExternStep, schedule
 from kiln.schedule.templates import fuse_matmul_templates, template_steps
 
@@ -166,6 +167,9 @@ def _compile_graph(gm, options: Options, target: str) -> CompiledGraph:
         sched = schedule(lg.nodes, buffers, output_names, fuse=options.fusion, can_fuse=can_fuse)
         if triton and options.matmul_templates:
             sched = fuse_matmul_templates(sched, buffers, output_names)
+    mutated = gm.meta.get("kiln_mutated_inputs", ())
+    inplace = plan_inplace_stores(lg, sched, buffers, list(mutated)) if mutated and options.inplace_stores else {}
+    stats.inplace_stores += len(inplace)
     with stats.timed("codegen"):
         if triton:
             kernels = triton_build.generate_kernels(sched.groups(), buffers, options)
@@ -183,13 +187,16 @@ def _compile_graph(gm, options: Options, target: str) -> CompiledGraph:
         else:
             source = _load_cpp(kernels, options)
     with stats.timed("codegen"):
+        # on the GPU a kernel builds at its first launch, and a failed build sends the graph to ATen
+        # kernels (GpuBuildCheck): the first call stores nothing into the inputs (enable_inplace_stores)
+        at_once = target != "triton"
         if triton:
             from kiln.codegen.triton.launch import refresh_launch_hooks
 
-            wrapper = WrapperGen(lg, sched, kernels, buffers, kernel_call=tensor_call,
-                                 prologue=refresh_launch_hooks).generate()
+            wrapper = WrapperGen(lg, sched, kernels, buffers, kernel_call=tensor_call, prologue=refresh_launch_hooks,
+                                 inplace=inplace, inplace_at_once=at_once).generate()
         else:
-            wrapper = WrapperGen(lg, sched, kernels, buffers).generate()
+            wrapper = WrapperGen(lg, sched, kernels, buffers, inplace=inplace, inplace_at_once=at_once).generate()
     stats.kernels_generated += len(kernels)
     for op, reason in lg.fallbacks.items():
         stats.aten_fallbacks[f"{op}: {reason}"] += 1
@@ -330,12 +337,24 @@ class GpuBuildCheck:
             self.compiled_graph = None
             self.kiln_explain = lambda: f"kiln ran this graph with ATen kernels: {reason}"
             out = self.run(*args)
+        else:
+            if not self.options.cudagraphs:
+                enable_inplace_stores(self.run)
         self.first = False
         return out
 
 
     def __getattr__(self, name):
         return getattr(self.__dict__["run"], name)
+
+
+def enable_inplace_stores(runtime) -> None:
+    """From now on the runtime's generated wrapper stores mutated inputs' new values in place (its kernels
+    have all been built; codegen/wrapper.py, schedule/inplace.py)."""
+    fn = getattr(runtime, "run", None)
+    namespace = getattr(fn, "__globals__", None)
+    if namespace is not None and INPLACE_FLAG in namespace:
+        namespace[INPLACE_FLAG] = True
 
 
 def _is_triton_error(exc: BaseException) -> bool:

@@ -19,6 +19,7 @@ from kiln.capture import hook
 from kiln.capture.triton_stores import is_kernel_code
 from kiln.capture.codegen import collect_tensors, transformed_code
 from kiln.capture.dynamic import DYNAMIC_BACKENDS, DynamicPolicy, FrameShapes
+from kiln.capture.values.optimizers import compiling_for
 from kiln.capture.frame_filter import SKIP_AFTER, may_use_tensors
 from kiln.capture.graph_break import compile_with_break
 from kiln.capture.guards import CompiledGuards
@@ -130,7 +131,7 @@ class FrameCompiler:
                     stacklevel=2,
                 )
                 return None
-        with stats.timed("capture"):
+        with stats.timed("capture"), compiling_for(self.backend_name):
             while True:
                 try:
                     return self._compile(code, f_locals, f_globals, f_builtins, closure)

@@ -24,7 +24,8 @@ _DEPTH = 4  # container items and object attributes followed this many levels do
 
 def may_use_tensors(code: types.CodeType, f_locals: dict, f_globals: dict, closure) -> bool:
     """True unless the frame surely cannot reach a tensor (when unsure: True)."""
-    tensor_like = (torch.Tensor, torch.nn.Module, *_array_types())
+    # (an optimizer: its step() runs as kiln's fused step at a graph break, capture/values/optimizers.py)
+    tensor_like = (torch.Tensor, torch.nn.Module, torch.optim.Optimizer, *_array_types())
     for name in code.co_names:
         value = f_globals.get(name)
         if value is not None and _is_torchy_global(value, tensor_like):

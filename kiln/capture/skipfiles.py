@@ -13,6 +13,7 @@ import torch
 
 _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
 _KILN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+_KILN_POLYFILLS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "polyfills.py")
 _STDLIB_DIRS = tuple(
     {os.path.abspath(p) + os.sep for p in (sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["platstdlib"])}
 )
@@ -54,6 +55,8 @@ def _is_skipped_file(filename: str) -> bool:
     if filename.startswith(_SKIPPED_PREFIXES) or filename.endswith(_SKIPPED_NAMES):
         return True
     path = os.path.abspath(filename) if not filename.startswith("<") else filename
+    if path == _KILN_POLYFILLS:  # kiln's Python versions of library functions, traced in their place
+        return False
     if path.startswith(_KILN_DIR) or path.startswith(_SKIPPED_PACKAGES):
         return True
     if path.startswith(_TORCH_DIR):

@@ -57,15 +57,27 @@ def tensor_call(fn: str, names: list[str], sizes=()) -> str:
     return f"{fn}({', '.join(list(names) + list(sizes))})"
 
 
-class WrapperGen:
-    """``kernel_call(fn, buffer names)`` writes one kernel call: the per-backend hook."""
+# the wrapper's global that turns its in-place stores on (WrapperGen's ``inplace``)
+INPLACE_FLAG = "_INPLACE"
 
-    def __init__(self, lg, sched: Schedule, kernels: dict, buffers: dict, kernel_call=pointer_call, prologue=None):
+
+class WrapperGen:
+    """``kernel_call(fn, buffer names)`` writes one kernel call: the per-backend hook.
+
+    ``inplace`` maps buffers to the inputs whose memory they are computed into (the new values of
+    mutated inputs, ``schedule/inplace.py``) while the wrapper's ``_INPLACE`` global is true; it starts as
+    ``inplace_at_once`` (the backend turns it on after a first call whose kernels all built)."""
+
+    def __init__(self, lg, sched: Schedule, kernels: dict, buffers: dict, kernel_call=pointer_call, prologue=None,
+                 inplace: dict | None = None, inplace_at_once: bool = True):
         self.lg, self.sched, self.kernels, self.buffers = lg, sched, kernels, buffers
         self.kernel_call = kernel_call
         self.prologue = prologue  # a function the wrapper calls first when it launches kernels
+        self.inplace = dict(inplace or {})
         self.lines: list[str] = []
         self.ns: dict = {"empty_strided": torch.empty_strided, "ensure_layout": ensure_layout, "torch": torch}
+        if self.inplace:
+            self.ns[INPLACE_FLAG] = inplace_at_once
         self._consts = 0
         self.symbols: set = set()  # size symbols printed into the code
         self.unbacked_bound: set = set()  # unbacked sizes read from extern results (_bind_unbacked)
@@ -152,6 +164,15 @@ class WrapperGen:
         return Wrapper("\n".join(src) + "\n", self.ns, set(self.symbols), bound | self.unbacked_bound)
 
     def _alloc(self, b: ComputedBuffer, pool) -> str:
+        if b.name in self.inplace:
+            size, stride = b.allocation()
+            dtype = f"torch.{str(b.dtype).replace('torch.', '')}"
+            fresh = f"empty_strided({self.sizes(size)}, {self.sizes(stride)}, dtype={dtype}, device='{b.device}')"
+            target = self.inplace[b.name]
+            (inp,) = [i for i in self.lg.inputs if i.name == target]
+            if tuple(inp.size) != tuple(size):  # the same row-major memory with split loops
+                target = f"{target}.view({self.sizes(size)})"
+            return f"{b.name} = {target} if {INPLACE_FLAG} else {fresh}  # in place"
         key = _pool_key(b)
         free = pool.get(key)
         dtype = f"torch.{str(b.dtype).replace('torch.', '')}"

@@ -47,6 +47,9 @@ class Stats:
     speed_choices: inference graphs by what runs them after timing both on the first calls ("kiln": the
     generated code, "eager": the captured graph run by eager PyTorch; Options.choose_faster).
     ddp_pieces: pieces of graphs split at DDP gradient bucket boundaries (docs/distributed.md).
+    optimizer_steps: optimizer.step() calls run by kiln's fused step ("fused") or by eager's (why);
+    optimizer_graphs: fused-step graphs compiled (kiln/optim).
+    inplace_stores: mutated inputs whose new value a generated kernel stores in place (schedule/inplace.py).
     seconds: time spent per stage, inclusive (a stage's time includes the stages nested in it).
     stages: time spent per stage, exclusive (each second counted once: the values add up to the
     compile time); ``STAGES`` says what each stage is; ``format_stages`` prints them.
@@ -66,6 +69,9 @@ class Stats:
         self.recompilations: collections.Counter[str] = collections.Counter()
         self.eager_fallbacks: collections.Counter[str] = collections.Counter()
         self.kernels_generated = 0
+        self.inplace_stores = 0
+        self.optimizer_steps: collections.Counter[str] = collections.Counter()
+        self.optimizer_graphs = 0
         self.aten_fallbacks: collections.Counter[str] = collections.Counter()
         self.kernel_compiles = 0
         self.kernel_cache_hits = 0
@@ -121,6 +127,9 @@ class Stats:
             "recompilations": dict(self.recompilations),
             "eager_fallbacks": dict(self.eager_fallbacks),
             "kernels_generated": self.kernels_generated,
+            "inplace_stores": self.inplace_stores,
+            "optimizer_steps": dict(self.optimizer_steps),
+            "optimizer_graphs": self.optimizer_graphs,
             "aten_fallbacks": dict(self.aten_fallbacks),
             "matmul_choices": dict(self.matmul_choices),
             "cudagraph_recordings": self.cudagraph_recordings,

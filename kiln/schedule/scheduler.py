@@ -20,6 +20,11 @@ from kiln.schedule.scan_rules import scan_group_ok
 from kiln.schedule.split import adopt, refine, split_buffer
 
 
+# buffers one kernel may touch: each is a kernel argument (ctypes takes at most 1024 per call; Triton's
+# launch cost and compile time grow with them). A group that would exceed it is not joined.
+MAX_KERNEL_BUFFERS = 256
+
+
 @dataclasses.dataclass(eq=False)
 class FusedGroup:
     """Nodes that become one generated kernel, sharing ``depth`` outer loops of sizes ``outer``."""
@@ -29,6 +34,8 @@ class FusedGroup:
     index: int
     locals: set[str] = dataclasses.field(default_factory=set)  # buffers that never leave the kernel
     name: str = ""
+    # buffers that share memory in this kernel: a value stored into the input it replaces (schedule/inplace.py)
+    aliased: set[str] = dataclasses.field(default_factory=set)
 
     @property
     def outer(self) -> list[int]:
@@ -113,6 +120,8 @@ def _best_group(sn: SchedulerNode, steps, group_of, nbytes, dtypes, can_fuse=Non
             continue
         s = score(step.reads, step.writes, sn, nbytes)
         if s == 0 or s < best_score:
+            continue
+        if len(step.reads | step.writes | sn.read_names | set(sn.writes)) > MAX_KERNEL_BUFFERS:
             continue
         later = {group_of[d] for d in sn.deps if group_of[d] is not step and group_of[d].index >= step.index}
         if not all(_can_move_before(h, step, steps, group_of) for h in later):

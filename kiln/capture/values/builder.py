@@ -247,6 +247,11 @@ def _wrap(tx, value, source, qualname) -> Value:
             return found
     if source is None:
         unsupported(f"object of type {type(value).__name__} without a place in the frame")
+    if isinstance(value, torch.optim.Optimizer):
+        from kiln.capture.values.optimizers import OptimizerValue
+
+        guards.type(source, value)
+        return OptimizerValue(value, source)
     if type(value).__module__ in ("builtins",) or type(value).__module__.startswith("torch") or \
             not hasattr(value, "__dict__") and not hasattr(type(value), "__slots__"):
         # an object kiln does not model (an optimizer, a numpy array, a file, an iterator): it can be

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 
+from kiln.capture import polyfills, refuse
 from kiln.capture.values import collections_values, exit_stacks, functools_values, generator_contexts
 
 BUILTIN_CALLS: dict = {**functools_values.BUILTIN_HANDLERS, **collections_values.BUILTIN_HANDLERS}
@@ -17,6 +18,27 @@ CLASS_CALLS: dict = {**collections_values.CLASS_HANDLERS,
                      contextlib.ExitStack: exit_stacks.make_exit_stack}
 LIBRARY_CALLS: dict = {**functools_values.LIBRARY_FUNCTION_HANDLERS,
                        contextlib.contextmanager: generator_contexts.contextmanager_handler}
+
+
+def _polyfill_handler(polyfill):
+    def call(tx, args, kwargs):
+        from kiln.capture.sources import ConstantSource
+        from kiln.capture.values.functions import UserFunctionValue
+
+        return tx.inline_user_function(UserFunctionValue(polyfill, ConstantSource(polyfill.__qualname__, polyfill)),
+                                       list(args), dict(kwargs))
+    return call
+
+
+def _refuse(tx, args, kwargs):
+    from kiln.capture.values.base import unsupported
+
+    unsupported(args[0].as_constant(), hint="the library's own function runs at a graph break")
+
+
+# library functions kiln traces its own Python version of (capture/polyfills.py)
+LIBRARY_CALLS.update({fn: _polyfill_handler(polyfill) for fn, polyfill in polyfills.POLYFILLS.items()})
+LIBRARY_CALLS[refuse.refuse] = _refuse
 # Python functions of skipped files recognized by code object (a new function per decoration), called
 # with (tx, fn_value, args, kwargs)
 LIBRARY_CODES: dict = {generator_contexts.HELPER_CODE: generator_contexts.call_contextmanager_helper}

@@ -243,7 +243,9 @@ def pointer_params(ctx: KernelContext, buffers) -> list[str]:
     for buf_name, kind in ctx.params:
         T = CTYPE[buffers[buf_name].dtype]
         ptr = ctx.pointers[buf_name]
-        params.append(f"const {T}* __restrict__ {ptr}" if kind == "in" else f"{T}* __restrict__ {ptr}")
+        # a value stored in place into an input it reads: the two pointers alias (no __restrict__)
+        restrict = "" if buf_name in ctx.group.aliased else " __restrict__"
+        params.append(f"const {T}*{restrict} {ptr}" if kind == "in" else f"{T}*{restrict} {ptr}")
     return params
 
 

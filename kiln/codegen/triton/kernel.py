@@ -116,8 +116,12 @@ def fusable(members, k: int, persistent_max: int = PERSISTENT_MAX) -> bool:
         # over (batch, kv-head)): the fusion only shares reads, while the kernel runs one program per
         # few rows and walks each row's inner space. Few rows, or long rows (a loop), cost far more
         # than the shared reads save: separate pointwise kernels are flat and fully parallel.
+        # A program walks every member's row in turn: the rows together stay within what one program
+        # holds (an optimizer step's parameters sharing a first dim made one kernel of ~100 members that
+        # ran 2x slower than separate kernels, and took minutes to compile).
         rows = hint(prod(members[0].ranges[:k]))
-        return inner <= persistent_max and rows >= SIDE_BY_SIDE_MIN_ROWS and \
+        row_work = sum(hint(prod(inner_sizes(m, k))) for m in members)
+        return inner <= persistent_max and row_work <= persistent_max and rows >= SIDE_BY_SIDE_MIN_ROWS and \
             not any(any_symbolic(inner_sizes(m, k)) for m in members)
     return True
 

@@ -1,0 +1,60 @@
+"""Python versions of library functions kiln traces instead of the library's own code.
+
+The library's function lives in a skipped file (torch internals, which kiln does not trace into: they
+call C helpers such as ``_group_tensors_by_device_and_dtype`` and multi-tensor ops). Each function here
+computes what the library's computes, with ops kiln traces, and is inlined where the user's code calls
+the library function (``values/stdlib.py``'s ``LIBRARY_CALLS``). Where it cannot match the library
+exactly it calls ``refuse``: the graph then breaks at the user's call, which runs the library's own
+function.
+"""
+from __future__ import annotations
+
+import types
+
+import torch
+
+from kiln.capture.refuse import refuse
+
+
+def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=False, foreach=None):
+    """torch.nn.utils.clip_grad_norm_ (torch 2.11-2.13): the norm of all gradients together, then every
+    gradient scaled in place by ``min(1, max_norm / (norm + 1e-6))``; returns the norm."""
+    if isinstance(parameters, types.GeneratorType):
+        parameters = list(parameters)
+        if len(parameters) == 0:
+            refuse("clip_grad_norm_ of an empty generator (torch warns)")
+    elif isinstance(parameters, torch.Tensor):
+        parameters = [parameters]
+    else:
+        parameters = list(parameters)
+    with torch.no_grad():
+        grads = [p.grad for p in parameters if p.grad is not None]
+        norm_type = float(norm_type)
+        if len(grads) == 0:
+            return torch.tensor(0.0)
+        first_device = grads[0].device
+        norms = [torch.linalg.vector_norm(g, norm_type) for g in grads]
+        total_norm = torch.linalg.vector_norm(torch.stack([n.to(first_device) for n in norms]), norm_type)
+        if error_if_nonfinite:
+            refuse("clip_grad_norm_(error_if_nonfinite=True) tests the norm's value")
+        clip_coef = float(max_norm) / (total_norm + 1e-6)
+        clip_coef_clamped = torch.clamp(clip_coef, max=1.0)
+        for g in grads:
+            g.mul_(clip_coef_clamped.to(g.device))
+        return total_norm
+
+
+def clip_grad_value_(parameters, clip_value, foreach=None):
+    """torch.nn.utils.clip_grad_value_: every gradient clamped in place to [-clip_value, clip_value]."""
+    if isinstance(parameters, torch.Tensor):
+        parameters = [parameters]
+    clip_value = float(clip_value)
+    with torch.no_grad():
+        for p in parameters:
+            if p.grad is not None:
+                p.grad.clamp_(min=-clip_value, max=clip_value)
+    return None
+
+
+# library function -> its version here
+POLYFILLS = {torch.nn.utils.clip_grad_norm_: clip_grad_norm_, torch.nn.utils.clip_grad_value_: clip_grad_value_}
