@@ -263,19 +263,25 @@ def _has_identity(value: Value) -> bool:
 
 def collect_tensors(value: Value, out: list[TensorValue], seen: set[int]) -> None:
     """The tensors (graph values) inside a value the transformed code must rebuild, in a stable order."""
-    from kiln.capture.values.base import BoundMethodValue
-    from kiln.capture.values.containers import DictValue, SequenceValue, SetValue
-    from kiln.capture.values.functions import UserMethodValue
-    from kiln.capture.values.dict_views import DictViewValue
-    from kiln.capture.values.iterators import IteratorValue
-    from kiln.capture.values.objects import NewObjectValue
-    from kiln.capture.values.tensors import TensorMethodValue
-
     if isinstance(value, TensorValue):
         if id(value.node) not in seen:
             seen.add(id(value.node))
             out.append(value)
         return
+    for child in child_values_of(value):
+        collect_tensors(child, out, seen)
+
+
+def child_values_of(value: Value) -> list:
+    """The values a value holds that are rebuilt with it (container items, attributes, bound selves)."""
+    from kiln.capture.values.base import BoundMethodValue
+    from kiln.capture.values.containers import DictValue, SequenceValue, SetValue
+    from kiln.capture.values.dict_views import DictViewValue
+    from kiln.capture.values.functions import UserMethodValue
+    from kiln.capture.values.iterators import IteratorValue
+    from kiln.capture.values.objects import NewObjectValue
+    from kiln.capture.values.tensors import TensorMethodValue
+
     if isinstance(value, SequenceValue):
         children = value.elements
     elif isinstance(value, DictValue):
@@ -300,8 +306,7 @@ def collect_tensors(value: Value, out: list[TensorValue], seen: set[int]) -> Non
         children = value.child_values()
     else:
         children = []
-    for child in children:
-        collect_tensors(child, out, seen)
+    return list(children)
 
 
 def _prologue_and_graph_call(original: types.CodeType, graph_call, graph_outputs) -> "PyCodegen":

@@ -24,7 +24,7 @@ from kiln.capture.frame_filter import SKIP_AFTER, may_use_tensors
 from kiln.capture.graph_break import compile_with_break
 from kiln.capture.guards import CompiledGuards
 from kiln.capture.interpreter import RootTracer
-from kiln.capture.skipfiles import should_offer
+from kiln.capture.skipfiles import is_namedtuple_new, should_offer
 from kiln.debug.stats import stats
 from kiln.fake.symbolic import SpecializationError
 from kiln.fake.symbolic_meta import SymbolicShapeUnsupported
@@ -105,7 +105,7 @@ class FrameCompiler:
                                       "as explicit device=/dtype= arguments")
             stats.eager_fallbacks["a TorchFunctionMode is active"] += 1
             return None
-        if not should_offer(code) or is_kernel_code(code, f_globals):
+        if not should_offer(code) or is_kernel_code(code, f_globals) or is_namedtuple_new(code, f_globals):
             hook.mark_skip(code)
             _SKIPPED_CODES.add(code)
             return None

@@ -82,6 +82,65 @@ def _cell_written_around_break(code, instructions, break_index: int, name: str) 
     return any(i.opname in writes and i.argval == name for i in instructions[loop_start:])
 
 
+def _mark_loop_iterators(tracer, break_index: int, stack: list, locals_values: dict) -> None:
+    """Iterators kiln computed ahead (ListIteratorValue: user generators, module iterators) are handed
+    on as a ResumeIterator, which is exact only where no code can see the object: as (or wrapped by
+    enumerate/zip/map/... into) the iterator of a for loop the break splits (the stack slot FOR_ITER
+    reads), and held nowhere else (a live local, another stack value, a side effect, an item). Those are
+    marked `loop_only`; any other rebuild of one refuses."""
+    from kiln.capture.bytecode.stack import stack_depths
+    from kiln.capture.values.iterators import IteratorValue, ListIteratorValue
+
+    if not any(isinstance(v, IteratorValue) for v in stack):
+        return
+    instructions = tracer.instructions
+    depths = stack_depths(instructions)
+    position = {id(inst): index for index, inst in enumerate(instructions)}
+    loop_slots = set()
+    for index, inst in enumerate(instructions[:break_index]):
+        if inst.opname == "FOR_ITER" and index < break_index < position[id(inst.target)]:
+            loop_slots.add(depths[inst] - 1)  # FOR_ITER reads the iterator on top of the stack
+    seen: set = set()  # ids of the values code can reach
+    candidates = []
+    for i, v in enumerate(stack):
+        if i not in loop_slots or not isinstance(v, IteratorValue):
+            _reachable_iterators(v, seen)
+            continue
+        chain = [v]  # the loop's iterator and the iterators it wraps
+        while chain:
+            it = chain.pop()
+            if isinstance(it, ListIteratorValue):
+                candidates.append(it)
+                for item in it.children():  # what it will yield reaches the loop body
+                    _reachable_iterators(item, seen)
+                continue
+            for child in it.children():
+                if isinstance(child, IteratorValue) and child.source is None:
+                    chain.append(child)
+                else:
+                    _reachable_iterators(child, seen)
+    for v in locals_values.values():
+        _reachable_iterators(v, seen)
+    for v in tracer.output.side_effects.values():
+        _reachable_iterators(v, seen)
+    for v in candidates:
+        if id(v) not in seen:
+            v.loop_only = True
+
+
+def _reachable_iterators(value, seen: set) -> None:
+    """Add the ids of every value reachable from `value` (as codegen.collect_tensors walks them)."""
+    from kiln.capture.codegen import child_values_of
+
+    pending = [value]
+    while pending:
+        v = pending.pop()
+        if v is None or id(v) in seen:
+            continue
+        seen.add(id(v))
+        pending.extend(child_values_of(v))
+
+
 def _popped(inst, tracer) -> tuple[int, int]:
     """(values the instruction pops, values it pushes) for the instructions kiln can break at."""
     name, arg = inst.opname, inst.arg
@@ -176,6 +235,7 @@ def compile_with_break(code, f_locals, f_globals, f_builtins, closure, options, 
     continuations = [(t, [n for n in live if n in locals_values]) for t, live in continuations]
     handler_live = [n for n in handler_live if n in locals_values]
 
+    _mark_loop_iterators(tracer, break_index, stack, locals_values)
     tensors: list = []
     seen: set = set()
     for v in stack:

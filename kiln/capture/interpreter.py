@@ -337,10 +337,13 @@ class Tracer:
         nodes_before = set(output.graph.nodes)
         floor = output.generator_floor
         output.generator_floor = ConstantValue(None).serial  # values older than this belong to the caller
+        raised = None
         try:
             child = GeneratorTracer(code, f_globals, self.f_builtins, output, self, self.options, name)
             child.bind_arguments(fn_value, args, kwargs)
             returned = child.run()
+        except TracedRaise as exc:  # raised by the body after its items: the consumer's next() raises it
+            raised, returned = exc, None
         finally:
             output.generator_floor = floor
         if output.side_effects.write_count != effects_before:
@@ -353,7 +356,31 @@ class Tracer:
 
         generator = ListIteratorValue(child.yielded, kind="generator")
         generator.return_value = returned  # what `yield from` this generator gives once it is exhausted
+        generator.remake = (fn_value, list(args), dict(kwargs))  # not started: called again, it runs lazily
+        if raised is not None:
+            generator.pending_raise = _deferred_raise(self, name, raised)
         return generator
+
+
+def _deferred_raise(tx, name: str, raised) -> Value:
+    """A generator run ahead that ends by raising: its consumer's next() after the last item raises the
+    exception (a StopIteration as PEP 479's RuntimeError, made as CPython's gen_send_ex2 makes it). Exact
+    only if the exception does not depend on when it is raised: no exception may be handled around the
+    call, as CPython would take __context__ from the consumer's state at that later next()."""
+    frame = tx
+    while frame is not None:
+        if getattr(frame, "handled_exceptions", None):
+            unsupported(f"generator function {name} raises while an exception is being handled: its "
+                        f"__context__ depends on where the consumer takes the item")
+        frame = frame.parent
+    exc = raised.exc_value
+    if raised.matches(StopIteration):
+        from kiln.capture.values.exceptions import ExceptionValue
+
+        stop, exc = exc, ExceptionValue(RuntimeError, [ConstantValue("generator raised StopIteration")])
+        exc.cause = exc.context = stop
+        exc.suppress_context = True
+    return exc
 
 
 def _python_setattr(cls: type) -> bool:

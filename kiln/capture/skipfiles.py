@@ -80,6 +80,14 @@ def should_offer(code: types.CodeType) -> bool:
     return not is_skipped_file(code.co_filename) and code.co_filename not in _INLINABLE_STDLIB
 
 
+def is_namedtuple_new(code: types.CodeType, f_globals: dict) -> bool:
+    """collections.namedtuple's generated `__new__` (a lambda eval'ed from "<string>" in a namespace
+    named namedtuple_<typename>): run as it is when called (kiln models namedtuple construction itself;
+    offered, it was traced and gave up on `tuple.__new__`, a frame run eagerly on every rebuild)."""
+    return code.co_filename == "<string>" and code.co_name == "<lambda>" and \
+        str(f_globals.get("__name__", "")).startswith("namedtuple_")
+
+
 def _library_codes() -> frozenset:
     """Standard-library and torch functions traced like user code, though their files are skipped."""
     import contextlib

@@ -113,3 +113,25 @@ def test_hot_tensor_free_function_is_no_longer_offered():
     assert hook.is_skipped(pure.__code__)
     kiln.reset()
     assert not hook.is_skipped(pure.__code__)
+
+
+def test_namedtuple_generated_new_is_not_offered():
+    import collections
+
+    import torch
+
+    import kiln
+    from kiln.capture.skipfiles import is_namedtuple_new
+
+    class P(collections.namedtuple("PBase", ["u", "v"])):  # no __slots__: objects get a __dict__
+        pass
+
+    new = P.__new__
+    assert is_namedtuple_new(new.__code__, new.__globals__)
+    assert not is_namedtuple_new(test_namedtuple_generated_new_is_not_offered.__code__, globals())
+
+    def fn(x):
+        return [P(x.neg(), 2), 1]  # rebuilt after the graph by calling P(...): its __new__ just runs
+
+    report = kiln.explain(fn, backend="eager")(torch.ones(2))
+    assert report.graph_count == 1 and not report.eager_frames and not report.break_reasons

@@ -50,3 +50,53 @@ def test_user_triton_kernel_launch_gives_eager_result():
                           timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "OK" in done.stdout
+
+
+def test_exit_stack_value_unwinds_last_first_once_and_refuses_to_be_rebuilt_half_used():
+    import types
+
+    from kiln.capture.values.base import ConstantValue
+    from kiln.capture.values.exit_stacks import ExitStackValue
+    from kiln.errors import Unsupported
+
+    calls = []
+
+    class Recorder:
+        def is_constant(self):
+            return False
+
+        def call(self, tx, args, kwargs):
+            calls.append(tuple(a.as_constant() for a in args))
+            return ConstantValue(None)
+
+    tx = types.SimpleNamespace(output=types.SimpleNamespace(generator_floor=None))
+    stack = ExitStackValue()
+    fn = Recorder()
+    assert stack.call_method(tx, "callback", [fn, ConstantValue(1)], {}) is fn  # returns the callback
+    stack.call_method(tx, "callback", [fn, ConstantValue(2)], {})
+    with pytest.raises(Unsupported):
+        stack.reconstruct(None)  # callbacks registered: an empty ExitStack() would lose them
+    stack.call_method(tx, "close", [], {})
+    stack.call_method(tx, "close", [], {})
+    assert calls == [(2,), (1,)]
+    with pytest.raises(Unsupported):
+        stack.call_method(tx, "pop_all", [], {})
+
+
+def test_opaque_object_attribute_reads_deferred_only_where_they_cannot_run_code():
+    import types
+
+    import numpy as np
+
+    from kiln.capture.guards import GuardSet
+    from kiln.capture.sources import LocalSource
+    from kiln.capture.values.builder import OpaqueAttrValue, OpaqueObjectValue
+    from kiln.errors import Unsupported
+
+    tx = types.SimpleNamespace(output=types.SimpleNamespace(guards=GuardSet()))
+    rng = OpaqueObjectValue(np.random.default_rng(0), LocalSource("rng"))
+    assert isinstance(rng.getattr(tx, "standard_normal"), OpaqueAttrValue)  # a method: binding runs nothing
+    with pytest.raises(Unsupported):
+        rng.getattr(tx, "bit_generator")  # a C property: read as Python at the break
+    with pytest.raises(Unsupported):
+        OpaqueObjectValue(object(), LocalSource("o")).getattr(tx, "missing")  # AttributeError, where eager raises it

@@ -100,3 +100,28 @@ def test_matches_numpy(body, left, right, seed):
     _same(actual, expected)
     _same(c_args, args, "arguments after")
     assert len(graphs) == 1 or _breaks_by_design(body, left, right), f"{body!r} on {np.dtype(left)}, {np.dtype(right)}: {len(graphs)} graphs"
+
+
+_KNOWN_SCALAR_CASES = [
+    lambda: float(np.float32(0.1) * 3), lambda: int(np.int8(100) + np.int8(100)),
+    lambda: bool(np.float64(0.0)), lambda: (np.float16(2.5) / 3).item(),
+    lambda: float(np.sqrt(np.float32(2))), lambda: int(np.uint8(3) - 5),
+]
+
+
+@pytest.mark.parametrize("case", range(len(_KNOWN_SCALAR_CASES)))
+def test_known_numpy_scalars_are_constants(case):
+    """NumPy scalars known while tracing (made from constants, ufuncs of them) are computed by NumPy
+    itself: float()/int()/bool()/item() of them give NumPy's exact answer with no graph break."""
+    scalar = _KNOWN_SCALAR_CASES[case]
+
+    def fn(x):
+        return x + 1, scalar()
+
+    x = torch.ones(2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        expected = fn(x)
+        report = kiln.explain(fn, backend="eager")(x)
+    assert report.graph_break_count == 0, report.break_reasons
+    assert report.result[1] == expected[1] and type(report.result[1]) is type(expected[1])

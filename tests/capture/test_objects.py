@@ -148,3 +148,41 @@ def test_module_class_attribute_shadowed_later_by_an_instance_attribute():
     torch.testing.assert_close(c(x), x * 10)
     m.scale = 4
     torch.testing.assert_close(c(x), x * 4)
+
+
+def test_cached_property_traced_and_refused_where_cpython_differs():
+    import functools
+
+    class Slots:
+        __slots__ = ("t",)
+
+        def __init__(self, t):
+            self.t = t
+
+        def _double(self):
+            return self.t * 2
+
+        double = functools.cached_property(_double)  # no __dict__: CPython raises TypeError on read
+
+    class Plain:
+        def __init__(self, t):
+            self.t = t
+
+        @functools.cached_property
+        def double(self):
+            return self.t * 2
+
+    def plain(x):
+        p = Plain(x)
+        return p.double + p.double
+
+    def slotted(x):
+        return Slots(x).double
+
+    assert _reasons(plain, torch.ones(2)) == (1, [])
+    try:
+        kiln.compile(slotted, backend="eager")(torch.ones(2))
+    except TypeError:
+        pass  # as in eager (the frame ran as Python at the read)
+    else:
+        raise AssertionError("a cached_property of a __slots__ object must raise TypeError as in eager")

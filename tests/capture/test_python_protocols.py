@@ -211,3 +211,20 @@ def test_a_set_computed_at_trace_time_keeps_the_real_iteration_order():
     value = wrap_constant_result(real)
     assert isinstance(value, SetValue)
     assert [m.value for m in value.members.values()] == list(real)
+
+
+def test_tensor_dict_keys_are_identity_keys_holding_their_value():
+    from kiln.capture.values.containers import ObjectKey, TensorKey, dict_key, key_value, set_key
+    from kiln.capture.values.tensors import TensorValue
+
+    class Fake(TensorValue):  # only what dict_key reads
+        def __init__(self, example):
+            self.example = example
+
+    a, b = torch.ones(1), torch.ones(1)
+    va, va2, vb = Fake(a), Fake(a), Fake(b)
+    ka = dict_key(None, va)
+    assert isinstance(ka, TensorKey) and isinstance(ka, ObjectKey) and key_value(ka) is va
+    assert ka == dict_key(None, va2) and hash(ka) == hash(dict_key(None, va2))  # one tensor, one key
+    assert ka != dict_key(None, vb)  # equal data, other object: another key (tensors hash by identity)
+    assert ka == set_key(None, va2)  # dicts and sets agree (keys views & sets)

@@ -8,7 +8,9 @@
 
 ``check`` resets kiln, runs ``fn`` eagerly and compiled (each call on fresh deep copies of the
 arguments, and of ``fn`` itself when it is an ``nn.Module``), compares outputs, the arguments after
-each call (mutation) and module state, and asserts how many FX graphs the backend was handed. The
+each call (mutation) and module state, and asserts how many FX graphs the backend was handed. A kiln
+internal error (kiln then runs the frame eagerly, with a warning) fails the case: a graph may have
+reached the backend before it, so the count alone would not show it. The
 compiled function is called ``calls`` times; calls after the first must hit the cache (no new graph).
 
 Reference engine: ``KILN_CORPUS_ENGINE=dynamo python -m pytest tests/corpus`` runs every case under
@@ -26,6 +28,7 @@ import inspect
 import math
 import os
 import types
+import warnings
 from typing import Any, Callable, Iterable, Sequence
 
 import torch
@@ -298,6 +301,28 @@ def check(
     eager_mods: dict = {}
     comp_mods: dict = {}
     counts = []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _run_calls(calls, eager_fn, compiled, original, eager_mods, comp_mods, counter, counts, inputs_mutated,
+                   rtol, atol)
+    internal = [str(w.message) for w in caught if "kiln: internal error" in str(w.message)]
+    assert not internal, f"kiln hit an internal error (and ran the frame eagerly): {internal[0]}"
+    if isinstance(fn, torch.nn.Module):
+        assert_same(comp_target, eager_fn, rtol=rtol, atol=atol, path="module after calls")
+
+    expected = _expected_graphs(graphs, dynamo_graphs)
+    assert counts[0] in expected, (
+        f"first call produced {counts[0]} graph(s), expected {' or '.join(map(str, expected))}"
+        + _graph_dump(counter))
+    assert counts[-1] == counts[0], (
+        f"later calls compiled again: graph counts per call {counts} (a call with the same inputs "
+        f"must hit the cache)" + _graph_dump(counter))
+    return counter
+
+
+def _run_calls(calls, eager_fn, compiled, original, eager_mods, comp_mods, counter, counts, inputs_mutated,
+               rtol, atol) -> None:
+    """check's calls: eager then compiled, comparing outputs and the arguments after each."""
     for i in range(calls):
         e_args, e_kwargs = clone_args(original, eager_mods)
         e_out = eager_fn(*e_args, **e_kwargs)
@@ -313,18 +338,6 @@ def check(
         counts.append(len(counter.graphs))
         assert_same(c_out, e_out, rtol=rtol, atol=atol, path=f"call {i}: output")
         assert_same((c_args, c_kwargs), (e_args, e_kwargs), rtol=rtol, atol=atol, path=f"call {i}: arguments after")
-
-    if isinstance(fn, torch.nn.Module):
-        assert_same(comp_target, eager_fn, rtol=rtol, atol=atol, path="module after calls")
-
-    expected = _expected_graphs(graphs, dynamo_graphs)
-    assert counts[0] in expected, (
-        f"first call produced {counts[0]} graph(s), expected {' or '.join(map(str, expected))}"
-        + _graph_dump(counter))
-    assert counts[-1] == counts[0], (
-        f"later calls compiled again: graph counts per call {counts} (a call with the same inputs "
-        f"must hit the cache)" + _graph_dump(counter))
-    return counter
 
 
 def check_recompiles(

@@ -152,3 +152,56 @@ def test_tensor_method_called_on_a_size_raises_as_in_eager():
         warnings.simplefilter("error")
         with pytest.raises(TypeError):
             compile_fn(fn, "eager")(_t(2), {"a": _t(3)})
+
+
+# ---- errors on constants that were kiln's internal errors, wrong results or missing errors (fresh batch 3) --
+
+import collections as _collections  # noqa: E402
+import math as _math  # noqa: E402
+
+_DYNAMO_GETS_WRONG = {"[1].insert('a', 1)", "[1, 2].index(9)", "max([])", "frozenset().union(1)",
+                      "collections.deque(maxlen=-1)", "range(1.5)", "kw(**{1: 2})", "len(BadLen())"}
+_ERROR_EXPRESSIONS = [
+    pytest.param(e, marks=dynamo_bug("a wrong or missing error, or an internal error", strict=False))
+    if e in _DYNAMO_GETS_WRONG else e
+    for e in ["[].pop()", "[1].insert('a', 1)", "[1, 2].index(9)", "max([])", "[1, 2][::0]", "[1] * 1.5",
+              "{[1]: 2}", "{[1]}", "frozenset().union(1)", "collections.deque(maxlen=-1)",
+              "collections.Counter(5)", "issubclass(1, int)", "range(1.5)", "kw(**{1: 2})", "len(BadLen())",
+              "bool(BadBool())"]
+]
+
+
+def _kw(**kwargs):
+    return kwargs
+
+
+class BadLen:
+    def __len__(self):
+        return "3"
+
+
+class BadBool:
+    def __bool__(self):
+        return 1
+
+
+@pytest.mark.parametrize("expr", _ERROR_EXPRESSIONS)
+def test_error_on_constants_is_the_programs_own(expr):
+    code = (f"def fn(x):\n    try:\n        r = ('no error', {expr})\n    except Exception as e:\n"
+            f"        r = (type(e).__name__, str(e))\n    return r, x + 1\n")
+    scope = {"collections": _collections, "math": _math, "kw": _kw, "BadLen": BadLen, "BadBool": BadBool}
+    exec(code, scope)
+    check(scope["fn"], _t(2))
+
+
+def test_list_repeat_in_place_keeps_the_list():
+    def fn(x):
+        a = [x]
+        b = a
+        a *= 2
+        t = (1,)
+        u = t
+        t *= 2
+        return len(b), a is b, len(u), t is u
+
+    check(fn, _t(2), graphs=0)

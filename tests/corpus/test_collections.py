@@ -516,3 +516,20 @@ def test_list_sort_tensors_by_key_in_place():
         return order, names
 
     one_graph(fn, [_t(1), _t(3, seed=1), _t(2, seed=2)], _t(4), inputs_mutated=True)
+
+
+
+def test_sorted_set_changed_after_a_graph_break():
+    def fn(x):
+        s = {3, 2, 7}
+        names = {"b", "a"}
+        y = x * 2
+        print("", end="")  # a graph break: the resume function gets the sets from its frame
+        s.add(10)
+        s.discard(2)
+        names.add("zeta")
+        a = y + 1
+        ordered = sorted(s)  # no break: the order of distinct ints does not depend on the set's
+        return a * len(ordered), ordered, sorted(names, reverse=True), sorted({2.5, 1, -3})
+
+    check(fn, torch.randn(2), graphs=2, dynamo_graphs=(1, 2))

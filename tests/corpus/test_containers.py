@@ -301,3 +301,33 @@ def test_in_on_an_iterator_consumes_up_to_the_match():
         return x * found, rest, missing
 
     check(fn, _t(2))
+
+
+# ---- tensors as dict keys (by identity, as tensors hash) ----------------------------------------------
+
+def test_tensors_as_dict_keys():
+    def fn(x, y):
+        d = {x: "x", y: "y"}
+        counts = {}
+        for t in (x, y, x):
+            counts[t] = counts.get(t, 0) + 1
+        z = x + 1
+        d[z] = "z"
+        first = next(iter(d))
+        return d[x], d.get(y), z in d, len(d), first is x, [k * v for k, v in counts.items()], d.pop(z)
+
+    check(fn, torch.randn(3), torch.randn(3))
+
+
+def test_tensor_key_of_an_input_and_a_parameter_runs_eagerly():
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.ones(2))
+
+        def forward(self, x):
+            d = {self.w: "w"}
+            d[x] = "x"  # the same object later? not guarded: the frame runs as Python
+            return len(d), x * 2
+
+    check(M(), torch.randn(2), graphs=0, dynamo_graphs=1)

@@ -291,3 +291,64 @@ def test_inference_mode_decorated_helper():
         return y, y.is_inference(), y.requires_grad
 
     check(fn, _t(3).requires_grad_(), graphs=1, dynamo_graphs=1)
+
+
+# ---- contextlib.ExitStack made inside (values/exit_stacks.py) ----------------------------------------
+
+class _LoggingCM:
+    def __init__(self, log, name):
+        self.log, self.name = log, name
+
+    def __enter__(self):
+        self.log.append("enter " + self.name)
+        return self.name
+
+    def __exit__(self, *exc):
+        self.log.append("exit " + self.name)
+
+
+def test_exit_stack_runs_callbacks_and_contexts_last_first():
+    def fn(x):
+        order = []
+        with contextlib.ExitStack() as stack:
+            stack.callback(order.append, "first")
+            name = stack.enter_context(_LoggingCM(order, "cm"))
+            stack.callback(order.append, "second")
+            order.append("body")
+            y = x + 1
+        return y, order, name
+
+    one_graph(fn, _t(3))
+
+
+def test_exit_stack_in_a_helper_and_close_twice():
+    def helper(x, order):
+        with contextlib.ExitStack() as s:
+            s.callback(order.append, len(order))
+            return x * 2
+
+    def fn(x):
+        order = []
+        st = contextlib.ExitStack()
+        st.callback(order.append, "closed")
+        y = helper(helper(x, order), order)
+        st.close()
+        st.close()
+        return y, order
+
+    one_graph(fn, _t(3))
+
+
+def test_exit_stack_with_an_exception_in_the_block():
+    def fn(x):
+        order = []
+        try:
+            with contextlib.ExitStack() as stack:
+                stack.callback(order.append, "cb")
+                y = x + 1
+                raise ValueError("boom")
+        except ValueError:
+            y = x * 3
+        return y, order
+
+    check(fn, _t(3), graphs=(0, 1, 2))

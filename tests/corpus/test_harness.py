@@ -44,3 +44,21 @@ def test_assert_same_accepts_equal_structures():
 def test_marker_line():
     assert marker_line(__file__, "HARNESS:marker") == test_marker_line.__code__.co_firstlineno + 2
     # HARNESS:marker
+
+
+def test_check_fails_on_a_kiln_internal_error(monkeypatch):
+    """kiln recovers from its own bugs by running the frame eagerly (a warning): results are right, but
+    the case must still fail, as the fuzzer counts such a fallback as a failure."""
+    import warnings
+
+    from . import harness
+
+    def compile_with_internal_error(fn, backend, **kwargs):
+        def run(*args, **kw):
+            warnings.warn("kiln: internal error in kiln: BytecodeError: ...; fn runs eagerly")
+            return fn(*args, **kw)
+        return run
+
+    monkeypatch.setattr(harness, "compile_fn", compile_with_internal_error)
+    with pytest.raises(AssertionError, match="internal error"):
+        harness.check(lambda x: x + 1, torch.ones(2), graphs=0)

@@ -1,7 +1,7 @@
 """Strings: f-strings as dict keys, str methods on constants, `in` on strings and dicts, %-format."""
 import torch
 
-from .harness import check
+from .harness import check, dynamo_bug
 
 
 def _t(*shape, seed=0):
@@ -108,3 +108,13 @@ def test_string_module_attribute_key():
             return {f"{self.name}.out": self.proj(x), self.name.title(): x}
 
     check(Block(), _t(2, 3))
+
+
+@dynamo_bug("int.__add__(1, 2) gives NotImplemented")
+def test_methods_of_builtin_types_called_on_constants():
+    def fn(x):
+        table = str.maketrans("ab", "xy")
+        return (x + 1, "abc".translate(table), str.upper("q"), int.from_bytes(b"\x01\x00", "little"),
+                float.fromhex("0x1p-2"), int.__add__(1, 2), tuple.count((1, 1, 2), 1))
+
+    check(fn, torch.randn(2))

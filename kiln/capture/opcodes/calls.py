@@ -47,6 +47,12 @@ def CALL_FUNCTION_EX(tx, inst):
         if not isinstance(kwargs_value, DictValue):
             unsupported(f"**{kwargs_value} in a call")
         kwargs = dict(kwargs_value.entries)
+        if not all(type(k) is str for k in kwargs):  # (str subclasses too, but kiln keeps those exact)
+            from kiln.capture.values.exceptions import raise_traced
+
+            if any(not isinstance(k, str) for k in kwargs):
+                raise_traced(TypeError, "keywords must be strings")
+            unsupported("** with keys of a str subclass")
     tx.push(tx.call(fn, args, kwargs))
 
 

@@ -322,7 +322,30 @@ class OpaqueObjectValue(Value):
         return type(self.obj)
 
     def getattr(self, tx, name: str) -> Value:
-        return OpaqueAttrValue(self, name)
+        """The read is done by the transformed code after the graph (OpaqueAttrValue): exact only where it
+        cannot raise nor run code, guarded so on later calls: an instance-dict entry (no data descriptor
+        of that name on the type), or a method found on the type (a bound method is made). Anything else
+        (properties, C getsets, __getattr__, a missing attribute) breaks the graph at the read."""
+        real, cls = self.obj, type(self.obj)
+        if self.source is None or cls.__getattribute__ is not object.__getattribute__:
+            unsupported(f"attribute {name!r} of a {cls.__qualname__} object, which kiln does not trace")
+        class_attr = next((vars(k)[name] for k in cls.__mro__ if name in vars(k)), None)
+        try:
+            inst_dict = object.__getattribute__(real, "__dict__")
+        except AttributeError:
+            inst_dict = None
+        guards = tx.output.guards
+        if inst_dict is not None and name in inst_dict and not hasattr(type(class_attr), "__set__"):
+            guards.type(self.source, real)
+            guards.contains(AttrSource(self.source, "__dict__"), name, True)
+            return OpaqueAttrValue(self, name)
+        if _is_plain_method(class_attr):
+            guards.type(self.source, real)
+            if inst_dict is not None:
+                guards.contains(AttrSource(self.source, "__dict__"), name, False)
+            return OpaqueAttrValue(self, name)
+        unsupported(f"attribute {name!r} of a {cls.__qualname__} object: reading it may run code or raise "
+                    f"(a property, a C attribute, __getattr__, or none), so it runs as Python")
 
     def call(self, tx, args, kwargs) -> Value:
         unsupported(f"calling a {type(self.obj).__qualname__} object, which kiln does not trace")
@@ -332,6 +355,20 @@ class OpaqueObjectValue(Value):
 
     def __repr__(self) -> str:
         return f"Opaque({type(self.obj).__qualname__})"
+
+
+_PLAIN_METHODS = (types.FunctionType, types.BuiltinFunctionType, types.MethodDescriptorType,
+                  types.WrapperDescriptorType, types.ClassMethodDescriptorType, classmethod, staticmethod)
+
+
+def _is_plain_method(attr) -> bool:
+    """A class attribute whose read on an instance only binds it (no code of the program runs, nothing
+    raises): functions, C method descriptors, and callables with a C __get__ (Cython functions)."""
+    if isinstance(attr, _PLAIN_METHODS):
+        return True
+    getter = getattr(type(attr), "__get__", None)
+    return callable(attr) and not hasattr(type(attr), "__set__") and getter is not None and \
+        not isinstance(getter, types.FunctionType)
 
 
 class OpaqueAttrValue(Value):

@@ -28,6 +28,11 @@ PURE_CONSTANT_FUNCTIONS: set = {
                    "itemgetter", "methodcaller")}
 
 
+# the builtin types whose objects cannot change: their methods, called on constants, are folded
+_IMMUTABLE_TYPES = (str, bytes, int, float, complex, bool, tuple, frozenset, range)
+_IMMUTABLE_TYPE_METHODS: set = set()  # the ones met so far (str.upper, str.maketrans, int.from_bytes, ...)
+
+
 class BuiltinValue(KnownFunctionValue):
     """A builtin function or type (len, isinstance, tuple, ...)."""
 
@@ -46,6 +51,12 @@ class BuiltinValue(KnownFunctionValue):
             from kiln.capture.values.collections_values import FromKeysValue
 
             return FromKeysValue(dict)
+        if self.fn in _IMMUTABLE_TYPES:  # str.upper, str.maketrans, int.from_bytes: folded on constants
+            real = getattr(self.fn, name, None)
+            if callable(real) and not isinstance(real, type) and name not in ("__new__", "__init__",
+                                                                              "__init_subclass__"):
+                _IMMUTABLE_TYPE_METHODS.add(real)
+                return BuiltinValue(real)
         return super().getattr(tx, name)
 
     def call(self, tx, args: list[Value], kwargs: dict[str, Value]) -> Value:
@@ -75,7 +86,7 @@ class BuiltinValue(KnownFunctionValue):
             from kiln.capture.values.ops import unary_op
 
             return unary_op(tx, fn, args[0])
-        if fn in PURE_CONSTANT_FUNCTIONS and all(a.is_constant() for a in args) \
+        if (fn in PURE_CONSTANT_FUNCTIONS or fn in _IMMUTABLE_TYPE_METHODS) and all(a.is_constant() for a in args) \
                 and all(v.is_constant() for v in kwargs.values()):
             return _fold(fn, args, kwargs)
         if any(isinstance(a, TensorValue) for a in args) and fn in (abs, pow, round, divmod, operator.getitem):
@@ -125,7 +136,12 @@ def _len(tx, obj, **kw):
 
     if isinstance(obj, NNModuleValue):
         return ConstantValue(len(obj.module))
-    return obj.call_method(tx, "__len__", [], {})
+    from kiln.capture.values.objects import NewObjectValue, UserObjectValue, checked_len
+
+    result = obj.call_method(tx, "__len__", [], {})
+    if isinstance(obj, (NewObjectValue, UserObjectValue)):  # a Python __len__: len() checks what it gives
+        return ConstantValue(checked_len(result))
+    return result
 
 
 def _isinstance(tx, obj, classes):
@@ -142,7 +158,7 @@ def _isinstance(tx, obj, classes):
 
 
 def _issubclass(tx, a, b):
-    return ConstantValue(issubclass(a.as_constant(), b.as_constant()))
+    return _fold(issubclass, [a, b], {})  # (issubclass(1, int): the program's own TypeError)
 
 
 def _getattr(tx, obj, name, default=None):
@@ -224,14 +240,16 @@ def _vars(tx, obj=None):
     return tx.getattr(obj, "__dict__")  # PyObject_GetAttr(obj, "__dict__"), as vars() does
 
 
-def _type(tx, obj):
+def _type(tx, obj, *rest, **kwargs):
     from kiln.capture.values.objects import ClassValue
 
+    if rest or kwargs:
+        unsupported("type(name, bases, dict): making a class inside compiled code")
     return ClassValue(obj.python_type())
 
 
 def _range(tx, *args):
-    return ConstantValue(range(*[a.as_constant() for a in args]))
+    return _fold(range, list(args), {})  # (range(1.5), range(0, 5, 0): the program's own errors)
 
 
 def _print(tx, *args, **kwargs):
@@ -265,6 +283,10 @@ def _tensor_number(kind):
         if isinstance(obj, TensorValue):
             unsupported(f"{kind.__name__}() of a tensor needs its data",
                         hint="keep the value as a tensor, or read it outside the compiled function")
+        from kiln.capture.values.numpy_values import NDArrayValue
+
+        if isinstance(obj, NDArrayValue) and obj.known is not None and not rest:
+            return ConstantValue(kind(obj.known))  # a NumPy scalar known while tracing
         return NotImplemented
     return handler
 

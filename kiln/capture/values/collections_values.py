@@ -79,7 +79,9 @@ def _popitem(tx, d: DictValue, last: bool) -> Value:
 
         raise_traced(KeyError, "dictionary is empty")
     key = next(reversed(d.entries)) if last else next(iter(d.entries))
-    return TupleValue([ConstantValue(key), d.entries.pop(key)])
+    from kiln.capture.values.containers import key_value
+
+    return TupleValue([key_value(key), d.entries.pop(key)])  # an object key is the object itself
 
 
 class OrderedDictValue(CollectionDictValue):
@@ -184,8 +186,8 @@ class CounterValue(CollectionDictValue):
         if name in ("update", "subtract", "clear", "popitem"):
             self._check_mutable(tx, f"Counter.{name}")
             real = self.real()
-            result = getattr(real, name)(*[_counter_arg(tx, a) for a in args],
-                                         **{k: _constant(v) for k, v in kwargs.items()})
+            result = _on_real(f"Counter.{name}()", getattr(real, name), *[_counter_arg(tx, a) for a in args],
+                              **{k: _constant(v) for k, v in kwargs.items()})
             self.set_from(real)
             return _wrap(result)
         if name in ("most_common", "elements", "total"):
@@ -425,10 +427,20 @@ def make_counter(tx, args, kwargs) -> Value:
         unsupported("Counter() with more than one positional argument")
     real = collections.Counter()
     if args:
-        real.update(_counter_arg(tx, args[0]))
+        _on_real("Counter()", real.update, _counter_arg(tx, args[0]))
     if kwargs:
         real.update({k: _constant(v) for k, v in kwargs.items()})
     return _wrap(real)
+
+
+def _on_real(what: str, fn, *args, **kwargs):
+    """fn(*args) on real constants: CPython's own errors (Counter(5), deque(maxlen=-1)) are the program's."""
+    try:
+        return fn(*args, **kwargs)
+    except (TypeError, ValueError, KeyError, IndexError) as exc:
+        from kiln.capture.values.exceptions import raise_as_traced
+
+        raise_as_traced(exc, what)
 
 
 def make_deque(tx, args, kwargs) -> Value:
@@ -437,10 +449,11 @@ def make_deque(tx, args, kwargs) -> Value:
     bound.update(kwargs)
     if set(bound) - set(names) or len(args) > 2:
         unsupported("deque() with unexpected arguments")
-    items = tx.items(bound["iterable"]) if "iterable" in bound else []
     maxlen = bound.get("maxlen", ConstantValue(None))
     if not maxlen.is_constant():
         unsupported("deque(maxlen=...) not known while tracing")
+    _on_real("deque()", collections.deque, (), maxlen.as_constant())  # checked before the items are read
+    items = tx.items(bound["iterable"]) if "iterable" in bound else []
     return DequeValue(items, maxlen.as_constant())
 
 

@@ -46,6 +46,7 @@ class SequenceValue(Value):
     def getitem(self, tx, index: Value) -> Value:
         idx = index.as_constant() if index.is_constant() else unsupported(f"indexing a {self.python_kind.__name__} with {index}")
         if isinstance(idx, slice):
+            self._probe(lambda probe: probe[idx], f"{self.python_kind.__name__}[{idx!r}]")  # (a zero step)
             return type(self)(self.elements[idx]) if type(self) in (TupleValue, ListValue) else TupleValue(self.elements[idx])
         try:
             return self.elements[idx]
@@ -136,12 +137,15 @@ class ListValue(SequenceValue):
                     self.elements.append(item)
             return ConstantValue(None)
         if name == "insert":
+            idx = args[0].as_constant()
+            self._probe(lambda probe: probe.insert(idx, None), "list.insert(...)")  # (a non-int index)
             self._check_mutable(tx, "list.insert")
-            self.elements.insert(args[0].as_constant(), args[1])
+            self.elements.insert(idx, args[1])
             return ConstantValue(None)
         if name == "pop":
-            self._check_mutable(tx, "list.pop")
             idx = args[0].as_constant() if args else -1
+            self._probe(lambda probe: probe.pop(idx), "list.pop(...)")  # empty, out of range: IndexError
+            self._check_mutable(tx, "list.pop")
             return self.elements.pop(idx)
         if name == "clear":
             self._check_mutable(tx, "list.clear")
@@ -154,7 +158,12 @@ class ListValue(SequenceValue):
         if name == "copy":
             return ListValue(list(self.elements))
         if name in ("index", "count") and self.is_constant() and all(a.is_constant() for a in args):
-            return wrap_constant_result(getattr(self.as_constant(), name)(*[a.as_constant() for a in args]))
+            from kiln.capture.values.exceptions import raise_as_traced
+
+            try:
+                return wrap_constant_result(getattr(self.as_constant(), name)(*[a.as_constant() for a in args]))
+            except (ValueError, TypeError) as exc:  # `x not in list`: the program's own ValueError
+                raise_as_traced(exc, f"list.{name}(...)")
         if name in ("index", "count") and len(args) == 1 and not kwargs:
             return search_sequence(tx, self, name, args[0])
         if name == "remove" and len(args) == 1 and not kwargs:
@@ -418,13 +427,25 @@ def dict_key(tx, key: Value, entries: dict | None = None) -> Any:
         return _object_key(tx, key)
     if key.is_constant():
         constant = key.as_constant()
+        try:
+            hash(constant)
+        except TypeError as exc:  # a list or dict as a key: the program's own "unhashable type"
+            from kiln.capture.values.exceptions import raise_as_traced
+
+            raise_as_traced(exc, "hash()")
         if entries:
             hashed_keys.check_constant_key(constant, entries)
         return constant
     from kiln.capture.values.tensors import TensorValue
 
-    if isinstance(key, TensorValue):
-        unsupported("tensors as dict keys")
+    if isinstance(key, TensorValue):  # by identity, as tensors hash (compared with the other tensor keys:
+        if tx is not None and entries:  # an input and a tensor a module holds may be one object later)
+            from kiln.capture.values.ops import check_tensor_identity_guarded
+
+            others = [k.value for k in entries if type(k) is TensorKey]
+            if others:
+                check_tensor_identity_guarded(tx, [key, *others])
+        return TensorKey(key.example, key)
     unsupported(f"dict key {key}")
 
 
@@ -459,14 +480,16 @@ def _object_ident(tx, key: Value):
     return ("object", id(real))
 
 
-class TensorKey:
-    """A tensor as a set member: hashed and compared by identity, as tensors are. Two values stand for
-    the same tensor object exactly when they share their fake tensor (inputs of one object are one
-    input, held tensors are memoized, in-place ops return their input's fake)."""
+class TensorKey(ObjectKey):
+    """A tensor as a set member or dict key: hashed and compared by identity, as tensors are. Two values
+    stand for the same tensor object exactly when they share their fake tensor (inputs of one object are
+    one input, held tensors are memoized, in-place ops return their input's fake). `value` is the
+    TensorValue (an object key like any other: iterated, rebuilt and copied as itself)."""
 
     __slots__ = ("example",)
 
-    def __init__(self, example):
+    def __init__(self, example, value: Value | None = None):
+        super().__init__(value, None)
         self.example = example
 
     def __hash__(self) -> int:
@@ -482,7 +505,7 @@ def set_key(tx, value: Value, members: dict | None = None) -> Any:
     from kiln.capture.values.tensors import TensorValue
 
     if isinstance(value, TensorValue):
-        return TensorKey(value.example)
+        return TensorKey(value.example, value)
     return dict_key(tx, value, members)
 
 

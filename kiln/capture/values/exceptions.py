@@ -101,7 +101,7 @@ class ExceptionValue(Value):
             cg.load_const(self.suppress_context)
             cg.call(5)
             return
-        cg.load_const(self.cls)
+        cg.prepare_call(self.cls)
         for arg in self.args:
             cg.reconstruct(arg)
         cg.call(len(self.args))

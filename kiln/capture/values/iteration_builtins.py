@@ -151,7 +151,10 @@ def _minmax(fn):
         if not items:
             if default is not None:
                 return default
-            raise_traced(ValueError, f"{fn.__name__}() iterable argument is empty")
+            try:
+                fn([])  # the message is this Python's own (3.11: "max() arg is an empty sequence")
+            except ValueError as exc:
+                raise_traced(ValueError, str(exc))
         keys = [key.call(tx, [v], {}) for v in items] if key is not None and not \
             (key.is_constant() and key.as_constant() is None) else items
         if all(k.is_constant() for k in keys):
@@ -183,11 +186,16 @@ def _all_any(fn):
 
 
 def _sorted(tx, iterable, key=None, reverse=None):
-    from kiln.capture.values.containers import ListValue
+    from kiln.capture.values.containers import ListValue, SetValue
 
-    items = list(iterate(tx, iterable))
     rev = bool(reverse.as_constant()) if reverse is not None else False
-    if key is not None and not (key.is_constant() and key.as_constant() is None):
+    no_key = key is None or key.is_constant() and key.as_constant() is None
+    if no_key and isinstance(iterable, SetValue) and _sorts_the_same_in_any_order(iterable):
+        # distinct members of one totally ordered kind: the result does not depend on the set's
+        # iteration order (which kiln may not know: a set from outside changed while tracing)
+        return ListValue([iterable.members[k] for k in sorted(iterable.members, reverse=rev)])
+    items = list(iterate(tx, iterable))
+    if not no_key:
         keys = [key.call(tx, [v], {}) for v in items]
     else:
         keys = items
@@ -202,6 +210,14 @@ def _sorted(tx, iterable, key=None, reverse=None):
 
     proxies = order_proxies(keys)  # Python's own (stable) sort over comparisons decided while tracing
     return ListValue([items[i] for i in sorted(range(len(items)), key=proxies.__getitem__, reverse=rev)])
+
+
+def _sorts_the_same_in_any_order(value) -> bool:
+    """A set of str, of bytes, or of ints and floats (no NaN): no two members tie and every pair compares."""
+    members = list(value.members)
+    kinds = {str if type(m) is str else bytes if type(m) is bytes else
+             "number" if type(m) in (int, float, bool) and m == m else None for m in members}
+    return len(kinds) == 1 and None not in kinds
 
 
 def _len_of_view(tx, obj, **kw):

@@ -543,7 +543,43 @@ def make_iterator(tx, value: Value) -> IteratorValue:
     user = user_iterator(tx, value)
     if user is not None:
         return user
-    return ListIteratorValue(tx.items(value))
+    from kiln.capture.values.dict_objects import DictObjectValue, python_override
+
+    if isinstance(value, DictObjectValue) and python_override(value.cls, "__iter__") is not None:
+        from kiln.capture.values.objects import class_attribute
+
+        result = class_attribute(tx, value.cls, "__iter__", value).call(tx, [], {})
+        if isinstance(result, IteratorValue):  # a dict subclass's own __iter__: what it returns
+            return result
+        unsupported(f"iter() of a {value.cls.__name__} whose __iter__ returns {result}")
+    return ListIteratorValue(tx.items(value), iter_type=_real_iter_type(value))
+
+
+def _real_iter_type(value: Value) -> type | None:
+    """The type iter() gives for a value kiln iterates by its items: nn.Module containers (a
+    dict_valueiterator for ModuleList/Sequential, ...; iter() of the real module makes nothing run),
+    deques, arrays, dict subclasses and instance dicts. None (a list_iterator) for others."""
+    import torch
+
+    from kiln.capture.values.collections_values import DequeValue
+    from kiln.capture.values.dict_objects import AttrsView, DictObjectValue
+    from kiln.capture.values.modules import NNModuleValue
+    from kiln.capture.values.numpy_values import NDArrayValue, numpy_module
+
+    if isinstance(value, NNModuleValue):
+        containers = (torch.nn.ModuleList, torch.nn.Sequential, torch.nn.ModuleDict, torch.nn.ParameterList,
+                      torch.nn.ParameterDict)
+        cls = type(value.module)
+        if any(cls.__iter__ is base.__iter__ for base in containers):
+            return type(iter(value.module))
+        return None
+    if isinstance(value, DequeValue):
+        return type(iter(collections.deque()))
+    if isinstance(value, NDArrayValue):
+        return type(iter(numpy_module().empty(1)))
+    if isinstance(value, (DictObjectValue, AttrsView)):
+        return type(iter({}))
+    return None
 
 
 def _constant_iterator(value: Value) -> IteratorValue | None:
@@ -579,6 +615,11 @@ def user_iterator(tx, value: Value) -> IteratorValue | None:
     if isinstance(result, (NewObjectValue, UserObjectValue)) and \
             isinstance(getattr(result.python_type(), "__next__", None), types.FunctionType):
         return UserIteratorValue(result)
+    result_type = result.python_type()
+    if not callable(getattr(result_type, "__next__", None)):  # CPython's PyIter_Check on the result
+        from kiln.capture.values.exceptions import raise_traced
+
+        raise_traced(TypeError, f"iter() returned non-iterator of type '{result_type.__name__}'")
     return ListIteratorValue(tx.items(result))
 
 
@@ -601,6 +642,10 @@ class ListIteratorValue(IteratorValue):
     """An iterator over items computed ahead: a generator run to its end, nn.Module's iterators, a
     ResumeIterator handed to a resume function. Rebuilt as a ResumeIterator over what is left."""
 
+    pending_raise = None  # a generator whose body ended by raising: the ExceptionValue after the items
+    remake = None  # (callable, args, kwargs) giving a new one, not started: a generator function, Module.parameters
+    taken = 0  # items taken so far
+
     def __init__(self, items: list[Value], kind: str = "iterator", iter_type: type | None = None):
         self.remaining = list(items)
         self.kind = kind
@@ -608,13 +653,59 @@ class ListIteratorValue(IteratorValue):
 
     def _next(self, tx=None):
         if not self.remaining:
+            if self.pending_raise is not None:  # raised once; a finished generator then stops
+                from kiln.capture.values.exceptions import TracedRaise
+
+                exc, self.pending_raise = self.pending_raise, None
+                raise TracedRaise(exc)
             return None
+        self.taken += 1
         return self.remaining.pop(0)
+
+    def getattr(self, tx, name: str) -> Value:
+        if self.kind == "generator" and name not in ("__next__", "__iter__", "__class__"):
+            # throw/send/close/gi_frame...: a generator run ahead has no frame left to throw into or
+            # send to, and a graph break here would hand on a ResumeIterator: the frame runs eagerly
+            from kiln.errors import Unsupported
+
+            exc = Unsupported(f"generator.{name} of a generator kiln ran ahead of its consumer",
+                              hint="no graph break possible: kiln cannot hand on a generator it ran ahead")
+            exc.root_index = -1
+            raise exc
+        return super().getattr(tx, name)
 
     def children(self) -> list[Value]:
         return list(self.remaining)
 
+    loop_only = False  # set by graph_break for a for loop's own iterator, which no code can see
+
     def reconstruct(self, cg) -> None:
+        """Where code can see the object, it is made as eager has it: a generator not started yet by
+        calling its function again (it then runs lazily, as eager's), a finished one as an exhausted
+        generator. Only a for loop's own iterator, which no code can see, becomes a ResumeIterator."""
+        if not self.loop_only and self.kind == "generator" and self.taken == 0 and self.remake is not None:
+            from kiln.capture import bytecode as bc
+
+            fn, args, kwargs = self.remake
+            cg.extend(bc.push_null())
+            cg.reconstruct(fn)
+            for arg in list(args) + list(kwargs.values()):
+                cg.reconstruct(arg)
+            cg.extend(bc.call_kw(len(args) + len(kwargs), tuple(kwargs)))
+            return
+        if self.pending_raise is not None:
+            unsupported(f"a generator that raises {self.pending_raise.cls.__name__} after its items, kept "
+                        f"after the graph")
+        if not self.loop_only and self.kind == "generator" and not self.remaining:
+            from kiln.capture.values.generator_expressions import exhausted_generator
+
+            cg.prepare_call(exhausted_generator)
+            cg.call(0)
+            return
+        if not self.loop_only:  # a ResumeIterator has neither the type nor the methods of the original
+            unsupported(f"a {self.iter_type.__name__} kiln computed ahead, kept after the graph where code "
+                        f"can see it (its type, a generator's send/throw)",
+                        hint="only the iterator of a for loop split by a graph break is handed on")
         cg.prepare_call(ResumeIterator)
         for v in self.remaining:
             cg.reconstruct(v)

@@ -212,8 +212,11 @@ class ModuleTreeMethodValue(Value):
             seen: set[int] = set()  # children() yields a module held under two names once
             pairs = [(n, v) for n, v in pairs if not (id(v.module) in seen or seen.add(id(v.module)))]
         if self.name.startswith("named_"):
-            return ListIteratorValue([TupleValue([ConstantValue(n), v]) for n, v in pairs], kind="generator")
-        return ListIteratorValue([v for _, v in pairs], kind="generator")
+            made = ListIteratorValue([TupleValue([ConstantValue(n), v]) for n, v in pairs], kind="generator")
+        else:
+            made = ListIteratorValue([v for _, v in pairs], kind="generator")
+        made.remake = (self, [], {})  # not started: module.<name>() again is the same generator
+        return made
 
     def reconstruct(self, cg) -> None:
         cg.reconstruct(self.module_value)
@@ -275,7 +278,9 @@ class ModuleMembersMethodValue(Value):
                 item = tx.output.add_attr(tensor, f"{value.qualname}.{key}")
                 name = module_prefix + ("." if module_prefix else "") + key
                 found.append(TupleValue([ConstantValue(name), item]) if self.name.startswith("named_") else item)
-        return ListIteratorValue(found, kind="generator")
+        made = ListIteratorValue(found, kind="generator")
+        made.remake = (self, list(args), dict(kwargs))  # not started: the same call again
+        return made
 
     def reconstruct(self, cg) -> None:
         cg.reconstruct(self.module_value)

@@ -21,8 +21,8 @@ from kiln.capture.values.numpy_promotion import (
     BOOL, FLOAT64, INT64, NUMPY_TO_TORCH, as_dtype, mean_dtype, promote, result_type, sum_dtype,
 )
 from kiln.capture.values.numpy_values import (
-    NDArrayValue, all_c_order, as_array, builder, cast, is_python_number, new_array, numpy_module,
-    ufunc, view_array,
+    NDArrayValue, all_c_order, as_array, builder, cast, is_python_number, known_numpy_result, new_array,
+    numpy_module, ufunc, view_array,
 )
 
 
@@ -132,7 +132,9 @@ def call_ufunc(tx, name: str, operands: list[Value]) -> NDArrayValue:
     if name == "power":
         _check_power(tx, operands)
     torch_fn, int_fn = UFUNCS[name]
-    return ufunc(tx, name, torch_fn, operands, int_safe=int_fn)
+    result = ufunc(tx, name, torch_fn, operands, int_safe=int_fn)
+    known_numpy_result(getattr(numpy_module(), name), operands, result)
+    return result
 
 
 def _check_power(tx, operands: list[Value]) -> None:

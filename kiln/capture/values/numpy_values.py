@@ -93,7 +93,13 @@ class CallWithSourcesSource(Source):
 # ---- the value --------------------------------------------------------------------------------------
 
 class NDArrayValue(Value):
-    """A NumPy array (or NumPy scalar, scalar=True) computed by the graph."""
+    """A NumPy array (or NumPy scalar, scalar=True) computed by the graph.
+
+    known: for a NumPy scalar whose value is known while tracing (np.float32(0.5), a guarded scalar
+    argument, a ufunc of known scalars and Python numbers, computed by NumPy itself), that real scalar:
+    float()/int()/bool()/item() of it are constants instead of reads of the graph's data."""
+
+    known = None
 
     def __init__(self, tensor: TensorValue, dtype, *, scalar: bool = False, source: Source | None = None,
                  view_of: tuple | None = None, readonly: bool = False, c_order: bool = False):
@@ -131,6 +137,8 @@ class NDArrayValue(Value):
         return [self.tensor]
 
     def truth(self, tx) -> bool:
+        if self.known is not None:
+            return bool(self.known)
         unsupported("the truth value of a NumPy array or scalar depends on its data",
                     hint="use np.where, or move the condition out of the compiled function")
 
@@ -165,6 +173,8 @@ class NDArrayValue(Value):
     def call_method(self, tx, name: str, args, kwargs) -> Value:
         from kiln.capture.values.numpy_namespace import METHODS
 
+        if name in ("item", "tolist") and self.known is not None and not args and not kwargs:
+            return ConstantValue(self.known.item())  # a NumPy scalar known while tracing
         handler = METHODS.get(name)
         if handler is None:
             unsupported(f"numpy.ndarray.{name}() is not in kiln's NumPy mapping")
@@ -248,7 +258,33 @@ def numpy_scalar_constant(tx, value) -> NDArrayValue:
     dtype = check_dtype(value.dtype, "a NumPy scalar")
     tensor = tx.output.call("call_function", torch.scalar_tensor, [ConstantValue(value.item())],
                             {"dtype": ConstantValue(NUMPY_TO_TORCH[dtype])})
-    return NDArrayValue(tensor, dtype, scalar=True)
+    result = NDArrayValue(tensor, dtype, scalar=True)
+    result.known = value
+    return result
+
+
+def known_numpy_result(fn, operands: list[Value], result: NDArrayValue) -> None:
+    """Set result.known when every operand is a known NumPy scalar or a Python number (at least one
+    NumPy scalar): NumPy computes `fn` on the real values (its warnings silenced: the graph raises
+    none either). Only a NumPy scalar of the traced result's dtype is kept."""
+    np = numpy_module()
+    reals = []
+    for v in operands:
+        if isinstance(v, NDArrayValue) and v.known is not None:
+            reals.append(v.known)
+        elif is_python_number(v):
+            reals.append(v.as_constant())
+        else:
+            return
+    if not any(isinstance(r, np.generic) for r in reals):
+        return
+    try:
+        with np.errstate(all="ignore"):
+            real = fn(*reals)
+    except Exception:  # noqa: BLE001 - NumPy refuses: the value stays unknown (the graph decides)
+        return
+    if result.scalar and isinstance(real, np.generic) and real.dtype == result.dtype:
+        result.known = real
 
 
 # ---- arrays and scalars from the frame --------------------------------------------------------------

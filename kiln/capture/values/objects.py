@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import types
 
 from kiln.capture.sources import AttrSource, ConstantSource
@@ -52,6 +53,9 @@ def class_attribute(tx, cls: type, name: str, self_value: Value | None) -> Value
         except AttributeError:
             unsupported(f"slot {name!r} of a {cls.__name__} is not set")
         return wrap(tx, found, AttrSource(self_value.source, name) if self_value.source is not None else None)
+    if type(attr) is functools.cached_property and self_value is not None:
+        return _cached_property_get(tx, cls, name, attr, self_value,
+                                    ConstantSource(f"{cls.__qualname__}.{name}", attr.func))
     if hasattr(attr, "__get__") and not isinstance(attr, (int, float, str, tuple, type(None), bool)) \
             and not isinstance(attr, type):
         unsupported(f"descriptor {type(attr).__name__} for attribute {name!r} of {cls.__name__}")
@@ -59,6 +63,29 @@ def class_attribute(tx, cls: type, name: str, self_value: Value | None) -> Value
         # a plain class attribute (a constant, a tensor, a config object): read and guarded through the class
         src = AttrSource(class_source(cls, self_value), name)
     return wrap(tx, attr, src)
+
+
+def _cached_property_get(tx, cls: type, name: str, prop, obj: Value, src) -> Value:
+    """functools.cached_property.__get__, reached when the instance dict lacks the name (a non-data
+    descriptor: once cached, the dict entry wins): calls prop.func(obj) and writes the result into
+    obj.__dict__ directly (no __setattr__ runs), as CPython's does."""
+    from kiln.capture.values.base import note_mutation
+    from kiln.capture.values.builder import wrap
+
+    if prop.attrname != name or python_slot(cls, "__getattribute__") is not None:
+        unsupported(f"cached_property {name!r} of {cls.__name__} stored under another name, or read through "
+                    f"a Python __getattribute__")
+    if isinstance(obj, NewObjectValue) and cls.__dictoffset__:
+        value = wrap(tx, prop.func, src).call(tx, [obj], {})
+        note_mutation(tx, obj)
+        obj.attrs[name] = value
+        return value
+    if isinstance(obj, UserObjectValue) and hasattr(obj.obj, "__dict__"):
+        value = wrap(tx, prop.func, src).call(tx, [obj], {})
+        note_mutation(tx, obj)
+        tx.output.side_effects.store_attr(obj, name, value, raw=True)
+        return value
+    unsupported(f"cached_property {name!r} of a {cls.__name__} object kiln does not model as a plain object")
 
 
 # object's C methods an attribute read may reach (copy's protocol looks them up on the instance)
@@ -516,7 +543,7 @@ class UserObjectValue(Value):
         cls = type(self.obj)
         if not hasattr(cls, "__bool__") and not hasattr(cls, "__len__"):
             return True
-        unsupported(f"truth value of a {cls.__name__} object")
+        unsupported(f"truth value of a {cls.__name__} object")  # (its __bool__ may read what is not guarded)
 
     def __repr__(self) -> str:
         return f"Object({type(self.obj).__name__})"
@@ -601,9 +628,7 @@ class NewObjectValue(Value):
         return tx.items(class_attribute(tx, self.cls, "__iter__", self).call(tx, [], {}))
 
     def truth(self, tx) -> bool:
-        if not hasattr(self.cls, "__bool__") and not hasattr(self.cls, "__len__"):
-            return True
-        return tx.truth(class_attribute(tx, self.cls, "__bool__", self).call(tx, [], {}))
+        return python_truth(tx, self, self.cls)
 
     def reconstruct(self, cg) -> None:
         from kiln.capture.values.containers import DictValue
@@ -615,6 +640,39 @@ class NewObjectValue(Value):
 
     def __repr__(self) -> str:
         return f"NewObject({self.cls.__name__})"
+
+
+def python_truth(tx, obj: Value, cls: type) -> bool:
+    """CPython's slot_nb_bool: a Python __bool__ (it must return a bool: TypeError otherwise), else a
+    Python __len__ (len() != 0, with len()'s checks), else True."""
+    from kiln.capture.values.exceptions import raise_traced
+
+    if hasattr(cls, "__bool__"):
+        result = class_attribute(tx, cls, "__bool__", obj).call(tx, [], {})
+        if not (result.is_constant() and type(result.as_constant()) is bool):
+            if result.is_constant():
+                raise_traced(TypeError, f"__bool__ should return bool, returned {type(result.as_constant()).__name__}")
+            unsupported(f"__bool__ of a {cls.__name__} returned {result}")
+        return result.as_constant()
+    if hasattr(cls, "__len__"):
+        return checked_len(class_attribute(tx, cls, "__len__", obj).call(tx, [], {})) != 0
+    return True
+
+
+def checked_len(result: Value) -> int:
+    """What len() makes of a Python __len__'s result (PyNumber_AsSsize_t, then the sign check)."""
+    from kiln.capture.values.exceptions import raise_traced
+
+    if not result.is_constant():
+        unsupported(f"__len__ returned {result} (len() reads it through __index__)")
+    value = result.as_constant()
+    if not isinstance(value, int):  # (an object with __index__ would be asked: not modelled)
+        if hasattr(type(value), "__index__"):
+            unsupported(f"__len__ returned a {type(value).__name__} (len() calls its __index__)")
+        raise_traced(TypeError, f"'{type(value).__name__}' object cannot be interpreted as an integer")
+    if value < 0:
+        raise_traced(ValueError, "__len__() should return >= 0")
+    return int(value)
 
 
 def rebuild_object(cls, attrs: dict):

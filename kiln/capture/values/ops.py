@@ -73,10 +73,9 @@ def binary_op(tx, op: Callable, a: Value, b: Value) -> Value:
     if isinstance(a, ListValue) and op is operator.iadd and isinstance(b, (IteratorValue, DictViewValue)):
         a.call_method(tx, "extend", [b], {})  # list += iterable extends it
         return a
-    if isinstance(a, SequenceValue) and plain is operator.mul and b.is_constant():
-        return (ListValue if a.python_kind is list else TupleValue)(a.elements * b.as_constant())
-    if isinstance(b, SequenceValue) and plain is operator.mul and a.is_constant():
-        return (ListValue if b.python_kind is list else TupleValue)(b.elements * a.as_constant())
+    if isinstance(a, SequenceValue) and plain is operator.mul and b.is_constant() or \
+            isinstance(b, SequenceValue) and plain is operator.mul and a.is_constant():
+        return _repeat(tx, op, a, b)
     if (isinstance(a, SetValue) or isinstance(b, SetValue)) and _set_like(a) and _set_like(b) and \
             plain in (operator.or_, operator.and_, operator.sub, operator.xor):
         from kiln.capture.values.set_order import set_binary
@@ -256,6 +255,24 @@ def check_tensor_identity_guarded(tx, tensors: list) -> None:
                     hint="kiln runs the comparison as Python")
 
 
+def _repeat(tx, op, a: Value, b: Value) -> Value:
+    """seq * n, n * seq, seq *= n: CPython's own TypeError for a count that is not an int; `list *= n`
+    repeats the same list in place (others holding it see it), a tuple gets a new one."""
+    seq, count = (a, b) if isinstance(a, SequenceValue) else (b, a)
+    n = count.as_constant()
+    try:
+        seq.python_kind([None]) * n
+    except TypeError as exc:
+        from kiln.capture.values.exceptions import raise_as_traced
+
+        raise_as_traced(exc, "sequence repetition")
+    if op is operator.imul and seq is a and isinstance(a, ListValue):
+        a._check_mutable(tx, "list *=")
+        a.elements = a.elements * n
+        return a
+    return (ListValue if seq.python_kind is list else TupleValue)(seq.elements * n)
+
+
 def _set_like(v: Value) -> bool:
     return isinstance(v, SetValue) or v.is_constant() and isinstance(v.as_constant(), (set, frozenset))
 
@@ -264,13 +281,14 @@ def _definite_object(v: Value) -> bool:
     """Values that stand for one known object (so `is` between them can be decided while tracing)."""
     from kiln.capture.values.base import KnownFunctionValue
     from kiln.capture.values.builder import OpaqueObjectValue
+    from kiln.capture.values.exit_stacks import ExitStackValue
     from kiln.capture.values.functions import NestedFunctionValue, UserFunctionValue
     from kiln.capture.values.modules import NNModuleValue
     from kiln.capture.values.objects import ClassValue, NewObjectValue, UserObjectValue
 
     return isinstance(v, (TensorValue, SequenceValue, DictValue, SetValue, IteratorValue, NNModuleValue,
                           UserFunctionValue, NestedFunctionValue, UserObjectValue, NewObjectValue,
-                          OpaqueObjectValue, ClassValue, KnownFunctionValue)) or v.is_constant()
+                          OpaqueObjectValue, ClassValue, KnownFunctionValue, ExitStackValue)) or v.is_constant()
 
 
 def _eq_is_identity(v: Value) -> bool:

@@ -55,7 +55,12 @@ def set_method(tx, value, name: str, args: list[Value]) -> Value:
 
     refuse_hashed_members(value)
     real_args = [real_operand(tx, a) for a in args]
-    result = getattr(real_set(tx, value, iterating=False), name)(*real_args)
+    try:
+        result = getattr(real_set(tx, value, iterating=False), name)(*real_args)
+    except TypeError as exc:  # frozenset().union(1): the program's own "not iterable"
+        from kiln.capture.values.exceptions import raise_as_traced
+
+        raise_as_traced(exc, f"set.{name}()")
     if isinstance(result, (set, frozenset)):
         return SetValue.from_real(result, values=_member_values(tx, [value, *args]))
     return ConstantValue(result)
