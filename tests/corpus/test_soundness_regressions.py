@@ -561,3 +561,40 @@ def test_missing_attribute_of_an_opaque_object_is_caught_where_eager_catches_it(
 
     check(fn, torch.randn(3), graphs=(0, 1, 2))
 
+
+
+# A for loop over zip(model.parameters()) with a graph break in its body: at the second break the
+# zip (handed to the resume function over a ResumeIterator) was handed on as the same object, whose
+# ResumeIterator kiln had read ahead without advancing: the loop restarted at every break (an EMA update
+# ran its body ~120 times, then kiln hit the recursion limit). Found by hand.
+ZIP_LOOP_CALLS = []
+
+
+def test_loop_over_zip_of_parameters_with_a_break_runs_each_item_once():
+    model = torch.nn.Linear(4, 3)
+
+    def fn(m, x):
+        for (p,) in zip(m.parameters()):
+            ZIP_LOOP_CALLS.append(tuple(p.shape))
+            print(end="")  # a graph break, as in user code
+        return x + 1
+
+    ZIP_LOOP_CALLS.clear()
+    fn(model, _t(2))
+    eager = list(ZIP_LOOP_CALLS)
+    ZIP_LOOP_CALLS.clear()
+    reset()
+    compile_fn(fn, CountingBackend())(model, _t(2))
+    assert ZIP_LOOP_CALLS == eager == [(3, 4), (3,)]
+
+
+def test_ema_update_through_data():
+    model, ema = torch.nn.Linear(4, 4), torch.nn.Linear(4, 4)
+
+    def fn(m, e, decay):
+        with torch.no_grad():
+            for p, q in zip(m.parameters(), e.parameters()):
+                q.data.mul_(decay).add_(p.data, alpha=1 - decay)
+        return None
+
+    check(fn, model, ema, 0.9, graphs=(1, 2, 3, 4, 5), inputs_mutated=True)
