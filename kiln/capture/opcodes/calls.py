@@ -168,7 +168,13 @@ def CALL_INTRINSIC_1(tx, inst):  # 3.12
         # RuntimeError); any other exception is handed on unchanged
         from kiln.capture.values.exceptions import ExceptionValue
 
+        # A StopIteration leaves the body as it is, as it does on 3.11 (which has no intrinsic): the
+        # generator's consumer turns it into PEP 479's RuntimeError (interpreter._deferred_raise), only
+        # generators run ahead of their consumer (GeneratorTracer) are traced
+        from kiln.capture.interpreter import GeneratorTracer
+
         exc = tx.stack[-1]
-        if isinstance(exc, ExceptionValue) and not issubclass(exc.cls, (StopIteration, StopAsyncIteration)):
+        if isinstance(exc, ExceptionValue) and (isinstance(tx, GeneratorTracer) or
+                                                not issubclass(exc.cls, (StopIteration, StopAsyncIteration))):
             return
     unsupported(f"CALL_INTRINSIC_1 {name}")
