@@ -32,12 +32,12 @@ def optimizer_rule(*classes):
 
 @dataclasses.dataclass
 class GroupWork:
-    """One param group's update: per parameter (with a gradient) its tensors, in the rule's order,
-    and its scalars (the rule's ``scalar_names``, as Python floats computed as eager computes them)."""
+    """One param group's update: per parameter (with a gradient) its tensors, in the rule's order; the
+    settings that change the update's code; the step counters eager advances on every step."""
 
     tensors: list[list[torch.Tensor]]
-    scalars: list[list[float]]
-    flags: tuple  # the settings that change the update's code (part of the compiled step's key)
+    flags: tuple  # part of the compiled step's key
+    counters: list[torch.Tensor] = dataclasses.field(default_factory=list)
 
 
 class OptimizerRule:
@@ -48,12 +48,26 @@ class OptimizerRule:
         raise NotImplementedError
 
     def gather(self, opt, group: dict) -> GroupWork | None:
+        """The group's work, changing nothing (None: eager's step must run)."""
+        raise NotImplementedError
+
+    def scalars(self, group: dict, work: GroupWork) -> list[list[float]]:
+        """Per parameter, its ``scalar_names`` as Python floats computed as eager computes them, once
+        the counters have advanced."""
         raise NotImplementedError
 
     def update(self, flags: tuple, tensors: list, scalar: Callable[[str], object]) -> None:
         """Record one parameter's update on ``tensors`` (FX proxies) with in-place ops;
         ``scalar(name)`` is that parameter's scalar of that name (a 0-dim tensor)."""
         raise NotImplementedError
+
+
+def advance_counters(works: list[GroupWork]) -> None:
+    """Eager's ``step_t += 1`` of every counter (its multi-tensor path adds a CPU tensor 1.0, the cheaper
+    call for CPU counters)."""
+    counters = [c for work in works for c in work.counters]
+    if counters:
+        torch._foreach_add_(counters, _ONE)
 
 
 def _common_unsupported(group: dict) -> str | None:
@@ -92,27 +106,28 @@ class AdamRule(OptimizerRule):
         steps = [s["step"] for s in states]
         if any(s.device.type != "cpu" or s.dim() != 0 for s in steps):
             return None
-        # eager: ``step_t += 1`` per parameter (its multi-tensor path adds a CPU tensor 1.0, the cheaper
-        # call for CPU counters), then ``step = step_t.item()`` (a float32 counter)
-        torch._foreach_add_(steps, _ONE)
-        values = torch.stack(steps).tolist() if len(steps) > 1 else [s.item() for s in steps]
-        beta1, beta2 = group["betas"]
-        lr, wd, eps = group["lr"], group["weight_decay"], group["eps"]
-        scalars = []
-        for step in values:
-            bias_correction1 = 1 - beta1 ** step
-            bias_correction2 = 1 - beta2 ** step
-            step_size = lr / bias_correction1
-            scalars.append([1 - beta1, beta2, 1 - beta2, -step_size, bias_correction2 ** 0.5, eps,
-                            1 - lr * wd, wd])
         tensors = []
         for p, s in zip(params, states):
             row = [p, p.grad, s["exp_avg"], s["exp_avg_sq"]]
             if amsgrad:
                 row.append(s["max_exp_avg_sq"])
             tensors.append(row)
-        flags = (amsgrad, decoupled, wd != 0, bool(group["maximize"]))
-        return GroupWork(tensors, scalars, flags)
+        flags = (amsgrad, decoupled, group["weight_decay"] != 0, bool(group["maximize"]))
+        return GroupWork(tensors, flags, steps)
+
+    def scalars(self, group, work):
+        # eager: ``step = step_t.item()`` (a float32 counter), the rest in Python floats
+        steps = work.counters
+        values = torch.stack(steps).tolist() if len(steps) > 1 else [s.item() for s in steps]
+        beta1, beta2 = group["betas"]
+        lr, wd, eps = group["lr"], group["weight_decay"], group["eps"]
+        out = []
+        for step in values:
+            bias_correction1 = 1 - beta1 ** step
+            bias_correction2 = 1 - beta2 ** step
+            step_size = lr / bias_correction1
+            out.append([1 - beta1, beta2, 1 - beta2, -step_size, bias_correction2 ** 0.5, eps, 1 - lr * wd, wd])
+        return out
 
     def update(self, flags, tensors, scalar):
         amsgrad, decoupled, has_weight_decay, maximize = flags
@@ -154,10 +169,12 @@ class SGDRule(OptimizerRule):
                     return None  # the first step clones the gradient into the buffer: eager's step
                 row.append(buf)
             tensors.append(row)
-        wd, lr = group["weight_decay"], group["lr"]
-        scalars = [[wd, momentum, 1 - group["dampening"], -lr]] * len(params)
-        flags = (wd != 0, momentum != 0, bool(group["nesterov"]), bool(group["maximize"]))
-        return GroupWork(tensors, scalars, flags)
+        flags = (group["weight_decay"] != 0, momentum != 0, bool(group["nesterov"]), bool(group["maximize"]))
+        return GroupWork(tensors, flags)
+
+    def scalars(self, group, work):
+        row = [group["weight_decay"], group["momentum"], 1 - group["dampening"], -group["lr"]]
+        return [row] * len(work.tensors)
 
     def update(self, flags, tensors, scalar):
         has_weight_decay, has_momentum, nesterov, maximize = flags

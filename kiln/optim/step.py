@@ -14,14 +14,13 @@ Otherwise eager's ``optimizer.step()`` runs, and ``FusedOptimizerStep.last_reaso
 """
 from __future__ import annotations
 
-import dataclasses
 import weakref
 
 import torch
 import torch.fx as fx
 
 from kiln.debug.stats import stats
-from kiln.optim.rules import RULES
+from kiln.optim.rules import RULES, advance_counters
 from kiln.options import Options, default_options
 
 _STEPS: "weakref.WeakKeyDictionary[torch.optim.Optimizer, FusedOptimizerStep]" = weakref.WeakKeyDictionary()
@@ -83,19 +82,13 @@ def _original_steps() -> dict:
 _ORIGINAL_STEPS = _original_steps()
 
 
-@dataclasses.dataclass
-class _Compiled:
-    run: object  # the compiled graph: (*flat tensors, scalars) -> outputs
-    count: int  # parameters updated
-
-
 class FusedOptimizerStep:
     """Calling it is ``optimizer.step()`` (closure not supported: eager's step runs with one)."""
 
     def __init__(self, opt, options: Options):
         self.opt_ref = weakref.ref(opt)
         self.options = options
-        self.compiled: dict[tuple, _Compiled] = {}
+        self.compiled: dict[tuple, object] = {}  # key -> the compiled graph: (*flat tensors, scalars)
         self.last_reason: str | None = None  # why the last call ran eager's step (None: it ran fused)
 
     def __call__(self, closure=None):
@@ -129,16 +122,18 @@ class FusedOptimizerStep:
         if len(devices) > 1:
             return "parameters on several devices"
         (device,) = devices
+        advance_counters(works)  # from here on the fused step runs: eager's bookkeeping first
+        rows = [row for group, work in zip(opt.param_groups, works) for row in rule.scalars(group, work)]
         dtype = torch.float64 if any(t.dtype == torch.float64 for t in flat) else torch.float32
-        scalars = torch.tensor([row for work in works for row in work.scalars], dtype=dtype).to(device, non_blocking=True)
-        entry = self.compiled.get(key)
-        if entry is None:
-            entry = self.compiled[key] = self._compile(rule, works, flat, scalars)
+        scalars = torch.tensor(rows, dtype=dtype).to(device, non_blocking=True)
+        run = self.compiled.get(key)
+        if run is None:
+            run = self.compiled[key] = self._compile(rule, works, flat, scalars)
         with torch.no_grad():
-            entry.run(*flat, scalars)
+            run(*flat, scalars)
         return None
 
-    def _compile(self, rule, works, flat, scalars) -> _Compiled:
+    def _compile(self, rule, works, flat, scalars):
         gm = build_update_graph(rule, works)
         from kiln.backends.kiln import kiln_backend
 
@@ -148,7 +143,7 @@ class FusedOptimizerStep:
         with torch.no_grad():
             run = kiln_backend(gm, [*flat, scalars], self.options.replace(choose_faster=False, triton_autotune=False))
         stats.optimizer_graphs += 1
-        return _Compiled(run, sum(len(w.tensors) for w in works))
+        return run
 
 
 def _layout(t: torch.Tensor) -> tuple:

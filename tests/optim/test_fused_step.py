@@ -272,3 +272,21 @@ def test_many_small_parameters_split_into_kernels_of_bounded_size():
     assert step.last_reason is None and stats.kernels_generated > 1
     for p, q in zip(params, ref):
         torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
+
+
+def test_a_group_without_state_falls_back_without_advancing_the_others():
+    """A group added after some steps has no state yet: eager's step runs for all groups, and the
+    other groups' step counters advance once, as in eager (not also by the fused step's bookkeeping)."""
+    m1 = _model()
+    m2 = copy.deepcopy(m1)
+    o1, o2 = torch.optim.AdamW(m1[0].parameters(), lr=1e-2), torch.optim.AdamW(m2[0].parameters(), lr=1e-2)
+    step = fused_step_for(o2, OPTIONS)
+    for i in range(4):
+        if i == 2:
+            o1.add_param_group({"params": m1[2].parameters()})
+            o2.add_param_group({"params": m2[2].parameters()})
+        _grads(m1, i), _grads(m2, i)
+        o1.step(), step()
+        for p, q in zip(m1.parameters(), m2.parameters()):
+            torch.testing.assert_close(q, p, rtol=1e-5, atol=1e-6)
+    _same_state(o1, o2)
