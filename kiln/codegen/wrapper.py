@@ -164,25 +164,27 @@ class WrapperGen:
         return Wrapper("\n".join(src) + "\n", self.ns, set(self.symbols), bound | self.unbacked_bound)
 
     def _alloc(self, b: ComputedBuffer, pool) -> str:
+        size, stride = b.allocation()
         if b.name in self.inplace:
-            size, stride = b.allocation()
-            dtype = f"torch.{str(b.dtype).replace('torch.', '')}"
-            fresh = f"empty_strided({self.sizes(size)}, {self.sizes(stride)}, dtype={dtype}, device='{b.device}')"
             target = self.inplace[b.name]
             (inp,) = [i for i in self.lg.inputs if i.name == target]
             if tuple(inp.size) != tuple(size):  # the same row-major memory with split loops
                 target = f"{target}.view({self.sizes(size)})"
-            return f"{b.name} = {target} if {INPLACE_FLAG} else {fresh}  # in place"
+            return f"{b.name} = {target} if {INPLACE_FLAG} else {self._empty(b)}  # in place"
         key = _pool_key(b)
         free = pool.get(key)
-        dtype = f"torch.{str(b.dtype).replace('torch.', '')}"
-        size, stride = b.allocation()
         if free:
             old = free.pop()
             if self.buffers[old].allocation() == (size, stride):
                 return f"{b.name} = {old}; del {old}  # reuses {old}"
             return f"{b.name} = {old}.as_strided({self.sizes(size)}, {self.sizes(stride)}); del {old}  # reuses {old}"
-        return f"{b.name} = empty_strided({self.sizes(size)}, {self.sizes(stride)}, dtype={dtype}, device='{b.device}')"
+        return f"{b.name} = {self._empty(b)}"
+
+    def _empty(self, b: ComputedBuffer) -> str:
+        """A new tensor for buffer ``b``, as Python source."""
+        size, stride = b.allocation()
+        dtype = f"torch.{str(b.dtype).replace('torch.', '')}"
+        return f"empty_strided({self.sizes(size)}, {self.sizes(stride)}, dtype={dtype}, device='{b.device}')"
 
     def py(self, v) -> str:
         """A Python expression for an extern call's argument."""

@@ -84,6 +84,7 @@ class GraphLowering:
         self.gemm_padding = gemm_padding
         self.codegen = codegen  # the code generator's target ("cpp", "triton", ...): some lowerings are for one
         self.gm = gm
+        self.new_input_values = _new_input_values(gm)
         self.nodes: list = []
         self.inputs: list[InputBuffer] = []
         self.env: dict[fx.Node, Any] = {}
@@ -280,22 +281,12 @@ class GraphLowering:
             readers = _separate_readers(node)
             if out.cost > MAX_INLINE_COST or (readers > 1 and out.cost > MULTI_USE_COST):
                 return self.realize(out)
-            if readers > 1 and node in self._new_input_values():
+            if readers > 1 and node in self.new_input_values:
                 # a mutated input's new value, read again by later ops: they read it from the buffer it
                 # is stored to (possibly the input itself, schedule/inplace.py), not recompute it from
                 # the input's old contents
                 return self.realize(out)
         return out
-
-    def _new_input_values(self) -> set:
-        """The nodes whose values the graph returns as the new contents of inputs it mutates (its
-        first outputs, ``gm.meta["kiln_mutated_inputs"]``)."""
-        if not hasattr(self, "_mutation_outputs"):
-            n = len(self.gm.meta.get("kiln_mutated_inputs", ()))
-            out = next((node for node in self.gm.graph.nodes if node.op == "output"), None)
-            values = tree_flatten(out.args[0])[0][:n] if (out is not None and n) else []
-            self._mutation_outputs = {v for v in values if isinstance(v, fx.Node)}
-        return self._mutation_outputs
 
     def _output(self, v):
         value = self.env[v] if isinstance(v, fx.Node) else v
@@ -310,6 +301,15 @@ class GraphLowering:
             value = Lazy(value.size, value.dtype, value.device, value.loader(), 1, (v,))
         stride = want if is_dense(shape_of(val), want) else None
         return self.realize(value, stride)
+
+
+def _new_input_values(gm: fx.GraphModule) -> set:
+    """The nodes whose values the graph returns as the new contents of inputs it mutates (its first
+    outputs, ``gm.meta["kiln_mutated_inputs"]``)."""
+    n = len(gm.meta.get("kiln_mutated_inputs", ()))
+    out = next((node for node in gm.graph.nodes if node.op == "output"), None) if n else None
+    values = tree_flatten(out.args[0])[0][:n] if out is not None else []
+    return {v for v in values if isinstance(v, fx.Node)}
 
 
 def is_size_node(node) -> bool:

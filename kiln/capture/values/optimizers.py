@@ -5,7 +5,7 @@ rule for; otherwise eager's ``optimizer.step()`` runs there, as it always did. `
 break with which of the two runs it."""
 from __future__ import annotations
 
-import torch
+import contextlib
 
 from kiln.capture.values.base import unsupported
 from kiln.capture.values.builder import OpaqueAttrValue, OpaqueObjectValue
@@ -14,19 +14,14 @@ from kiln.capture.values.builder import OpaqueAttrValue, OpaqueObjectValue
 _BACKEND = ["kiln"]
 
 
+@contextlib.contextmanager
 def compiling_for(backend_name: str):
     """Context: frames traced inside are compiled by ``backend_name``."""
-    import contextlib
-
-    @contextlib.contextmanager
-    def scope():
-        previous, _BACKEND[0] = _BACKEND[0], backend_name
-        try:
-            yield
-        finally:
-            _BACKEND[0] = previous
-
-    return scope()
+    previous, _BACKEND[0] = _BACKEND[0], backend_name
+    try:
+        yield
+    finally:
+        _BACKEND[0] = previous
 
 
 def step_callable(opt, options):
@@ -64,7 +59,3 @@ class OptimizerStepValue(OpaqueAttrValue):
         cg.reconstruct(self.obj)
         cg.load_const(self.options)
         cg.call(2)
-
-
-def is_optimizer(value) -> bool:
-    return isinstance(value, torch.optim.Optimizer)
