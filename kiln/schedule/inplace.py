@@ -32,6 +32,7 @@ def plan_inplace_stores(lg, sched: Schedule, buffers: dict, mutated: list[int]) 
     inputs = {b.name: b for b in lg.inputs}
     names = list(lg.arg_names) or [b.name for b in lg.inputs]
     other_outputs = {o.buffer.name for o in lg.outputs[len(mutated):] if isinstance(o, Stored)}
+    schedule = _ScheduleView(sched, buffers)
     plan: dict[str, str] = {}
     for k, position in enumerate(mutated):
         if position >= len(names) or k >= len(lg.outputs):
@@ -42,9 +43,9 @@ def plan_inplace_stores(lg, sched: Schedule, buffers: dict, mutated: list[int]) 
         buf = out.buffer
         if buf.name in plan or inp.name in plan.values() or inp.name in other_outputs:
             continue
-        if _compatible(buf, out, inp) and _reads_are_safe(sched, buf, inp.name, buffers):
+        if _compatible(buf, out, inp) and schedule.reads_are_safe(buf, inp.name):
             plan[buf.name] = inp.name
-            _group_of(sched, buf.name)[0].aliased |= {buf.name, inp.name}
+            schedule.group_of[buf.name][1].aliased |= {buf.name, inp.name}
     return plan
 
 
@@ -70,37 +71,43 @@ def _same(a, b) -> bool:
                                               for x, y in zip((*size_a, *stride_a), (*size_b, *stride_b)))
 
 
-def _reads_are_safe(sched: Schedule, buf: ComputedBuffer, inp: str, buffers: dict) -> bool:
-    group, position = _group_of(sched, buf.name)
-    if group is None:
-        return False
-    store = _store_index(buf, buffers)
-    for i, member in enumerate(group.members):
-        loads = [index for name, index in member.reads if name == inp]
-        if not loads:
-            continue
-        if i > position or member.node.data.ranges != buf.data.ranges:
+class _ScheduleView:
+    """What the planner asks of a schedule, each worked out once: where each computed buffer runs (step
+    index, group, member position), and which buffers the steps after each step read."""
+
+    def __init__(self, sched: Schedule, buffers: dict):
+        self.group_of: dict[str, tuple[int, FusedGroup, int]] = {}
+        for index, step in enumerate(sched.steps):
+            if isinstance(step, FusedGroup):
+                for position, member in enumerate(step.members):
+                    self.group_of[member.name] = (index, step, position)
+        self.read_after: list[set] = [set() for _ in sched.steps]  # read by the steps after step i
+        later: set = set()
+        for index in range(len(sched.steps) - 1, -1, -1):
+            self.read_after[index] = set(later)
+            later |= _step_reads(sched.steps[index])
+        self.dtypes = {name: b.dtype for name, b in buffers.items()}
+
+    def reads_are_safe(self, buf: ComputedBuffer, inp: str) -> bool:
+        if buf.name not in self.group_of:
             return False
-        if any(sympy.expand(index - store) != 0 for index in loads):
-            return False
-    later = sched.steps[sched.steps.index(group) + 1:]
-    return not any(inp in _step_reads(step) for step in later)
+        index, group, position = self.group_of[buf.name]
+        store = self.store_index(buf)
+        for i, member in enumerate(group.members):
+            loads = [at for name, at in member.reads if name == inp]
+            if not loads:
+                continue
+            if i > position or member.node.data.ranges != buf.data.ranges:
+                return False
+            if any(sympy.expand(at - store) != 0 for at in loads):
+                return False
+        return inp not in self.read_after[index] and None not in self.read_after[index]
 
-
-def _group_of(sched: Schedule, name: str):
-    for step in sched.steps:
-        if isinstance(step, FusedGroup):
-            for i, member in enumerate(step.members):
-                if member.name == name:
-                    return step, i
-    return None, -1
-
-
-def _store_index(buf: ComputedBuffer, buffers: dict):
-    rw = ReadsWrites({name: b.dtype for name, b in buffers.items()})
-    run_body(buf, rw)
-    (index,) = [index for name, index in rw.writes if name == buf.name]
-    return index
+    def store_index(self, buf: ComputedBuffer):
+        rw = ReadsWrites(self.dtypes)
+        run_body(buf, rw)
+        (index,) = [index for name, index in rw.writes if name == buf.name]
+        return index
 
 
 def _step_reads(step) -> set:
