@@ -40,8 +40,6 @@ def params_of(name: str, device: str) -> list[torch.nn.Parameter]:
     return [p.detach().to(device).requires_grad_() for p in model.parameters()]
 
 
-PROFILE = False
-
 OPTIMIZERS = {
     "adamw": lambda ps: torch.optim.AdamW(ps, lr=1e-4, weight_decay=0.01),
     "adam": lambda ps: torch.optim.Adam(ps, lr=1e-4),
@@ -49,7 +47,7 @@ OPTIMIZERS = {
 }
 
 
-def run(variant: str, params, make_opt, device, steps, warmup):
+def run(variant: str, params, make_opt, device, steps, warmup, profile=False):
     params = [p.detach().clone().requires_grad_() for p in params]
     opt = make_opt(params)
     g = torch.Generator(device=device).manual_seed(0)
@@ -77,7 +75,7 @@ def run(variant: str, params, make_opt, device, steps, warmup):
     first = time.perf_counter() - start
     for _ in range(warmup):
         step()
-    if PROFILE and variant == "kiln":
+    if profile and variant == "kiln":
         from torch.profiler import ProfilerActivity, profile
 
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
@@ -101,8 +99,6 @@ def main(argv=None) -> int:
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--profile", action="store_true", help="print the profiler's top ops of kiln's step")
     args = parser.parse_args(argv)
-    global PROFILE
-    PROFILE = args.profile
     variants = args.variants.split(",")
     print(f"{'model':6} {'opt':6} {'params':>8} " + " ".join(f"{v + ' ms':>16}" for v in variants)
           + " " + " ".join(f"{v + ' first s':>18}" for v in variants[1:]) + "  max |diff| vs eager")
@@ -110,7 +106,8 @@ def main(argv=None) -> int:
         params = params_of(name, args.device)
         count = sum(p.numel() for p in params)
         for opt_name in args.opt.split(","):
-            results = {v: run(v, params, OPTIMIZERS[opt_name], args.device, args.steps, args.warmup) for v in variants}
+            results = {v: run(v, params, OPTIMIZERS[opt_name], args.device, args.steps, args.warmup, args.profile)
+                       for v in variants}
             ref = results.get("eager", next(iter(results.values())))[2]
             diffs = {v: max((a - b).abs().max().item() for a, b in zip(r[2], ref)) for v, r in results.items()}
             print(f"{name:6} {opt_name:6} {count / 1e6:7.1f}M " + " ".join(f"{results[v][0]:16.3f}" for v in variants)
