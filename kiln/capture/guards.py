@@ -16,6 +16,7 @@ import torch
 
 from kiln.capture.guard_values import inline_tuple_check, needs_exact_compare, same_constant, same_keys
 from kiln.capture.sources import Source
+from kiln.capture.storage_aliasing import aliasing_signature
 
 
 class GuardKind(enum.Enum):
@@ -34,6 +35,7 @@ class GuardKind(enum.Enum):
     DISTINCT = "distinct"  # tensor inputs are distinct objects (set by compile())
     NOT_SAME = "not_same"  # two places hold different objects (an `is` decided False while tracing)
     GLOBAL_STATE = "global_state"  # grad mode, default dtype, autocast
+    STORAGE_ALIASING = "storage_aliasing"  # which tensor inputs share memory (graphs that write tensors)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,6 +120,13 @@ class GuardSet:
             return
         guard = Guard(GuardKind.NOT_SAME, source, other)
         self._guards.setdefault((GuardKind.NOT_SAME, source.name(), other.name()), guard)
+
+    def storage_aliasing(self, sources: list[Source], held, expected) -> None:
+        """The tensors at ``sources`` share memory with each other and with the held tensors (``held``:
+        a ``HeldRanges``) as they did while tracing: ``expected`` is their ``aliasing_signature``."""
+        if sources and all(map(_guardable, sources)):
+            guard = Guard(GuardKind.STORAGE_ALIASING, sources[0], (tuple(sources), held, expected))
+            self._guards[(GuardKind.STORAGE_ALIASING, None)] = guard
 
     def dict_keys(self, source: Source, obj: dict) -> None:
         self.add(GuardKind.DICT_KEYS, source, (type(obj), list(obj.keys())))
@@ -357,6 +366,14 @@ class _Namer:
         return label
 
 
+def _describe_aliasing(sources, expected) -> str:
+    firsts, in_held = expected if isinstance(expected[0], tuple) else (expected, ())
+    parts = [f"{s.name()} shares memory with {sources[f].name()}" for i, (s, f) in enumerate(zip(sources, firsts))
+             if f != i]
+    parts += [f"{s.name()} is a held tensor's memory" for s, h in zip(sources, in_held) if h >= 0]
+    return "; ".join(parts) or "no two share memory"
+
+
 def _held_tensors_match():
     """The C check of held tensors' metadata (``_eval_frame.held_tensors_match``), or None when the
     extension is missing or older than it (the guards then check each tensor in Python)."""
@@ -453,6 +470,11 @@ def _guard_exprs(g: Guard, names: _Namer) -> list[tuple[str, str]]:
         names = ", ".join(s.name() for s in g.value)
         return [(f"___len({{id(v) for v in ({names},)}}) == {len(g.value)}",
                  f"tensor inputs {names} are distinct objects")]
+    if k is GuardKind.STORAGE_ALIASING:
+        sources, held, expected = g.value
+        places = ", ".join(s.name() for s in sources)
+        return [(f"{names.ref(aliasing_signature)}(({places},), {names.ref(held)}) == {expected!r}",
+                 f"tensors {places} share memory as while tracing ({_describe_aliasing(sources, expected)})")]
     if k is GuardKind.CONTAINS:
         key, present = g.value
         return [(f"({key!r} in {x}) is {present}", f"{key!r} {'in' if present else 'not in'} {x}")]

@@ -12,6 +12,7 @@ import torch.fx as fx
 from kiln.capture.guards import GuardKind, GuardSet
 from kiln.capture.side_effects import SideEffects
 from kiln.capture.sources import Source
+from kiln.capture.storage_aliasing import HeldRanges, aliasing_signature
 from kiln.capture.values.base import ConstantValue, Value, unsupported
 from kiln.fake import FakeTensor, FakeTensorMode, UnsupportedFakeOp
 from kiln.fake.symbolic import SYMBOLIC_SCALARS, DataDependentSize, ShapeEnv, is_symbolic, symbolic_fake
@@ -50,6 +51,8 @@ class OutputGraph:
         self._attr_names: dict[int, str] = {}
         self._placeholders: list[fx.Node] = []
         self._input_values: list = []
+        self._tensor_inputs: list[tuple] = []  # (source, real, fake, fake's version when added)
+        self._held: list[tuple] = []  # (tensor, fake, fake's version when added) of get_attr tensors
         self.op_count = 0
         self.code_name = code_name
         self.user_stack: list[tuple[str, int, str]] = []  # (file, line, function) of the op being added
@@ -76,6 +79,7 @@ class OutputGraph:
                 self.shape_env.failed = f"{source.name()} shares memory with an input traced with dynamic sizes"
         self.inference.note_input(real, fake)
         node.meta["example_value"] = fake
+        self._tensor_inputs.append((source, real, fake, _version(fake)))
         value = TensorValue(node, fake, source=source)
         self._input_values.append(value)
         return value
@@ -151,6 +155,8 @@ class OutputGraph:
             else:
                 self.root.register_buffer(name, tensor)
             self.guards.held_tensor(qualname, tensor)
+            fake = self.fake_mode.from_real(tensor)
+            self._held.append((tensor, fake, _version(fake)))
         node = self.graph.get_attr(name)
         fake = self.fake_mode.from_real(tensor)
         self.inference.note_input(tensor, fake)
@@ -288,9 +294,37 @@ class OutputGraph:
         # no dead-code elimination here: in-place ops and setitem have no users but must run
         self.graph.output(tuple(to_fx(v) for v in outputs))
         gm = fx.GraphModule(self.root, self.graph, class_name=f"{_clean_name(self.code_name)}_graph")
+        self._guard_storage_aliasing()
         if self.shape_env is not None:
             gm.meta["kiln_shape_env"] = self.shape_env
         return gm
+
+
+    def _guard_storage_aliasing(self) -> None:
+        """A graph that writes a tensor is right only for the aliasing of its inputs it was traced with
+        (capture/storage_aliasing.py): guard it."""
+        written = any(v is None or _version(fake) != v for _, fake, v in
+                      [t[1:] for t in self._tensor_inputs] + self._held)
+        if not written or not self._tensor_inputs:
+            return
+        sources = [t[0] for t in self._tensor_inputs]
+        held = HeldRanges([t[0] for t in self._held]) if self._held else None
+        signature = aliasing_signature(tuple(t[1] for t in self._tensor_inputs), held)
+        if signature is None:
+            unsupported(f"tensors among {', '.join(s.name() for s in sources)} overlap in memory without "
+                        "sharing one storage, and the graph writes a tensor in place",
+                        hint="kiln runs this as Python; pass views of one tensor instead")
+        if len(sources) > 1 or held is not None:
+            self.guards.storage_aliasing(sources, held, signature)
+
+
+def _version(fake: torch.Tensor):
+    """A fake's version counter (bumped by in-place ops on it and its views); None for inference tensors,
+    which have none (they are then taken as written)."""
+    try:
+        return fake._version
+    except RuntimeError:
+        return None
 
 
 class _AdoptOnUse:
