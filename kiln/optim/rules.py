@@ -82,9 +82,18 @@ def _common_unsupported(group: dict) -> str | None:
         values = value if isinstance(value, tuple) else (value,)
         if any(isinstance(v, torch.Tensor) for v in values):
             return f"a tensor {key}"
-    for p in group["params"]:
-        if p.grad is not None and (p.grad.is_sparse or p.is_complex() or p.grad.layout != torch.strided):
-            return "sparse gradients or complex parameters"
+    return None
+
+
+def unsupported_tensors(works: list[GroupWork]) -> str | None:
+    """Why the gathered tensors need eager's step (sparse gradients, complex parameters), or None. Checked
+    when a step's tensors differ in layout from the last compiled step's (a sparse or complex tensor
+    cannot have a strided real layout's metadata)."""
+    for work in works:
+        for row in work.tensors:
+            p, grad = row[0], row[1]
+            if grad.layout != torch.strided or p.is_complex():
+                return "sparse gradients or complex parameters"
     return None
 
 
@@ -121,13 +130,14 @@ class AdamRule(OptimizerRule):
         values = torch.stack(steps).tolist() if len(steps) > 1 else [s.item() for s in steps]
         beta1, beta2 = group["betas"]
         lr, wd, eps = group["lr"], group["weight_decay"], group["eps"]
-        out = []
+        rows: dict = {}  # by step value (the counters of a group usually agree)
         for step in values:
-            bias_correction1 = 1 - beta1 ** step
-            bias_correction2 = 1 - beta2 ** step
-            step_size = lr / bias_correction1
-            out.append([1 - beta1, beta2, 1 - beta2, -step_size, bias_correction2 ** 0.5, eps, 1 - lr * wd, wd])
-        return out
+            if step not in rows:
+                bias_correction1 = 1 - beta1 ** step
+                bias_correction2 = 1 - beta2 ** step
+                step_size = lr / bias_correction1
+                rows[step] = [1 - beta1, beta2, 1 - beta2, -step_size, bias_correction2 ** 0.5, eps, 1 - lr * wd, wd]
+        return [rows[step] for step in values]
 
     def update(self, flags, tensors, scalar):
         amsgrad, decoupled, has_weight_decay, maximize = flags

@@ -20,7 +20,7 @@ import torch
 import torch.fx as fx
 
 from kiln.debug.stats import stats
-from kiln.optim.rules import RULES, advance_counters
+from kiln.optim.rules import RULES, advance_counters, unsupported_tensors
 from kiln.options import Options, default_options
 
 _STEPS: "weakref.WeakKeyDictionary[torch.optim.Optimizer, FusedOptimizerStep]" = weakref.WeakKeyDictionary()
@@ -89,6 +89,7 @@ class FusedOptimizerStep:
         self.opt_ref = weakref.ref(opt)
         self.options = options
         self.compiled: dict[tuple, object] = {}  # key -> the compiled graph: (*flat tensors, scalars)
+        self._last = None  # (group key, tensors' expected metadata, compiled graph) of the last step
         self.last_reason: str | None = None  # why the last call ran eager's step (None: it ran fused)
 
     def __call__(self, closure=None):
@@ -113,22 +114,31 @@ class FusedOptimizerStep:
             if work is None:
                 return "a parameter's optimizer state is not made yet (its first step runs eagerly)"
             works.append(work)
-        flat = [t for work in works for row in work.tensors for t in row]
+        flat = tuple(t for work in works for row in work.tensors for t in row)
         if not flat:
             return None  # no parameter has a gradient: nothing to do, as in eager
-        key = (type(opt), tuple((w.flags, len(w.tensors), len(w.tensors[0]) if w.tensors else 0) for w in works),
-               *map(_layout, flat))
-        devices = {t.device for t in flat}
-        if len(devices) > 1:
-            return "parameters on several devices"
-        (device,) = devices
+        groups_key = (type(opt), tuple((w.flags, len(w.tensors), len(w.tensors[0]) if w.tensors else 0) for w in works))
+        last = self._last
+        if last is not None and last[0] == groups_key and _layouts_match(flat, last[1]):
+            run, device, dtype = last[2]  # the tensors are laid out as at the last step: its graph again
+        else:
+            reason = unsupported_tensors(works)
+            if reason is not None:
+                return reason
+            devices = {t.device for t in flat}
+            if len(devices) > 1:
+                return "parameters on several devices"
+            (device,) = devices
+            dtype = torch.float64 if any(t.dtype == torch.float64 for t in flat) else torch.float32
+            expected = tuple(map(_layout, flat))
+            run = self.compiled.get((groups_key, expected))
+            self._last = (groups_key, expected, (run, device, dtype))
         advance_counters(works)  # from here on the fused step runs: eager's bookkeeping first
         rows = [row for group, work in zip(opt.param_groups, works) for row in rule.scalars(group, work)]
-        dtype = torch.float64 if any(t.dtype == torch.float64 for t in flat) else torch.float32
         scalars = torch.tensor(rows, dtype=dtype).to(device, non_blocking=True)
-        run = self.compiled.get(key)
         if run is None:
-            run = self.compiled[key] = self._compile(rule, works, flat, scalars)
+            run = self.compiled[(groups_key, self._last[1])] = self._compile(rule, works, list(flat), scalars)
+            self._last = (groups_key, self._last[1], (run, device, dtype))
         with torch.no_grad():
             run(*flat, scalars)
         return None
@@ -147,8 +157,31 @@ class FusedOptimizerStep:
 
 
 def _layout(t: torch.Tensor) -> tuple:
-    """What the compiled step assumes about a tensor it is passed (part of its cache key)."""
-    return t.shape, t.stride(), t.dtype, t.device
+    """What the compiled step assumes about a tensor it is passed (part of its cache key), in the order
+    of kiln's C check ``held_tensors_match``."""
+    return t.dtype, t.device, tuple(t.shape), t.stride(), t.requires_grad
+
+
+def _layouts_match(flat: tuple, expected: tuple) -> bool:
+    """Whether each tensor has the metadata in ``expected`` (in C where kiln's extension is built)."""
+    if len(flat) != len(expected):
+        return False
+    from kiln.capture import hook
+
+    match = getattr(hook._C, "held_tensors_match", None)
+    if match is not None:
+        try:
+            return match(flat, expected)
+        except Exception:  # (a sparse gradient has no strides)
+            return False
+    return all(map(_same_layout, flat, expected))
+
+
+def _same_layout(t: torch.Tensor, want: tuple) -> bool:
+    try:
+        return _layout(t) == want
+    except Exception:
+        return False
 
 
 def build_update_graph(rule, works) -> fx.GraphModule:

@@ -96,15 +96,34 @@ def test_gradient_with_other_strides_gets_its_own_compile():
     o1, o2 = CONFIGS["sgd_momentum"](m1.parameters()), CONFIGS["sgd_momentum"](m2.parameters())
     stats.reset()
     step = fused_step_for(o2, OPTIONS)
-    for i in range(4):
+    for i in range(5):
         _grads(m1, i), _grads(m2, i)
         if i == 3:
-            w = m2[0].weight
             m2[0].weight.grad = m1[0].weight.grad.t().contiguous().t()  # same values, column-major
         o1.step(), step()
         for p, q in zip(m1.parameters(), m2.parameters()):
             torch.testing.assert_close(q, p, rtol=1e-5, atol=1e-6)
-    assert stats.optimizer_graphs == 2
+    assert stats.optimizer_graphs == 2  # (row-major again at the last step: the first compile again)
+
+
+def test_parameters_changed_in_place_recompile():
+    m1 = _model()
+    m2 = copy.deepcopy(m1)
+    o1, o2 = CONFIGS["adamw"](m1.parameters()), CONFIGS["adamw"](m2.parameters())
+    step = fused_step_for(o2, OPTIONS)
+    for i in range(4):
+        if i == 2:  # p.data = p.data.double() on the same parameter objects, and their state
+            for m, o in ((m1, o1), (m2, o2)):
+                m.double()
+                for st in o.state.values():
+                    for k in ("exp_avg", "exp_avg_sq"):
+                        st[k] = st[k].double()
+        _grads(m1, i), _grads(m2, i)
+        o1.step(), step()
+        assert step.last_reason is None or i == 0
+        for p, q in zip(m1.parameters(), m2.parameters()):
+            assert q.dtype == p.dtype
+            torch.testing.assert_close(q, p, rtol=1e-5, atol=1e-6)
 
 
 class _MyAdam(torch.optim.Adam):
