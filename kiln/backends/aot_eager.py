@@ -4,8 +4,10 @@ core-op ATen graphs with eager ATen kernels.
 Inference runs one ATen graph. Training (grad mode on, something requires grad) goes through
 ``aot_compile``'s joint graph: a forward and a backward graph, partitioned by a min-cut, run inside
 a ``torch.autograd.Function``. Where only the joint graph is out of reach (an input that requires
-grad is mutated), the forward ATen graph runs op by op under autograd instead (ATen ops are
-differentiable), and ``kiln.stats.eager_fallbacks`` says so.
+grad is mutated, no partition), the captured graph runs op by op under autograd instead, and
+``kiln.stats.eager_fallbacks`` says so. Not the functionalized ATen forward: its mutations are
+rewritten as new values, which autograd would differentiate through where eager does not (a write
+under ``no_grad`` or through ``x.detach()``/``x.data`` is invisible to eager's autograd).
 """
 from __future__ import annotations
 
@@ -86,27 +88,29 @@ def _prepend_explain(fn, note: str) -> None:
         pass
 
 
+def captured_graph_runs_eagerly(gm, why: str):
+    """The captured FX graph itself, run op by op (eager's semantics exactly, autograd included)."""
+
+    def eager_fallback(*args):
+        return gm(*args)
+
+    eager_fallback.kiln_explain = lambda: f"this graph ran eagerly, op by op: {why}"
+    return eager_fallback
+
+
 def _compile_aot_eager(gm, example_inputs, options=None, *, fallback: bool = True, training: bool | None = None):
     table = decomposition_table()
     try:
-        try:
-            runtime = aot_compile(gm, example_inputs, run_graph_module, run_graph_module, options=options,
-                                  decompositions=table, training=training)
-        except JointUnsupported as exc:
-            stats.eager_fallbacks[f"aot_eager joint graph: {exc.reason}"] += 1
-            runtime = aot_compile(gm, example_inputs, run_graph_module, options=options, decompositions=table,
-                                  training=False)
+        runtime = aot_compile(gm, example_inputs, run_graph_module, run_graph_module, options=options,
+                              decompositions=table, training=training)
+    except JointUnsupported as exc:
+        stats.eager_fallbacks[f"aot_eager joint graph: {exc.reason}"] += 1
+        return captured_graph_runs_eagerly(gm, f"no joint forward/backward graph: {exc.reason}")
     except UnsupportedFakeOp as exc:
         if not fallback:
             raise
         stats.eager_fallbacks[f"aot_eager: {exc.reason}"] += 1
-        reason = str(exc)
-
-        def eager_fallback(*args):
-            return gm(*args)
-
-        eager_fallback.kiln_explain = lambda: f"aot_eager ran this graph eagerly: {reason}"
-        return eager_fallback
+        return captured_graph_runs_eagerly(gm, f"aot_eager could not trace it: {exc}")
     plan = getattr(runtime, "plan", None)
     if plan is not None:
         runtime.kiln_explain = plan.explain

@@ -23,7 +23,7 @@ from kiln.aot.graph import format_graph
 from kiln.aot.joint import JointUnsupported, needs_joint_graph
 from kiln.aot.symbols import shape_env_of
 from kiln.backends.choose_faster import race
-from kiln.backends.aot_eager import compile_aot_eager, explain_aten_graph, run_graph_module
+from kiln.backends.aot_eager import captured_graph_runs_eagerly, compile_aot_eager, explain_aten_graph, run_graph_module
 from kiln.backends.registry import register_backend
 from kiln.backends.warm_cache import WarmStart
 from kiln.codegen.cpp.build import load_library
@@ -429,10 +429,10 @@ def _kiln_backend(gm, example_inputs, options=None):
             runtime = aot_compile(gm, example_inputs, compiler.role("forward"), compiler.role("backward"),
                                   options=options, decompositions=table)
         except JointUnsupported as exc:
-            # the region runs its forward ATen graph under autograd: no generated code (it would cut
-            # the autograd history)
+            # the captured graph runs op by op under autograd (backends/aot_eager.py says why not
+            # the functionalized ATen forward)
             stats.eager_fallbacks[f"kiln joint graph: {exc.reason}"] += 1
-            return compile_aot_eager(gm, example_inputs, options, training=False)
+            return captured_graph_runs_eagerly(gm, f"no joint forward/backward graph: {exc.reason}")
     except UnsupportedFakeOp:
         return compile_aot_eager(gm, example_inputs, options)  # reports why and runs the FX graph
     plan = getattr(runtime, "plan", None)

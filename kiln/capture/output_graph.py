@@ -51,8 +51,9 @@ class OutputGraph:
         self._attr_names: dict[int, str] = {}
         self._placeholders: list[fx.Node] = []
         self._input_values: list = []
-        self._tensor_inputs: list[tuple] = []  # (source, real, fake, fake's version when added)
+        self._tensor_inputs: list[tuple] = []  # (source, real, fake, its version when added, placeholder position)
         self._held: list[tuple] = []  # (tensor, fake, fake's version when added) of get_attr tensors
+        self._data_views: list[tuple] = []  # (fake, its version when made) of each `t.data` read
         self.op_count = 0
         self.code_name = code_name
         self.user_stack: list[tuple[str, int, str]] = []  # (file, line, function) of the op being added
@@ -79,7 +80,7 @@ class OutputGraph:
                 self.shape_env.failed = f"{source.name()} shares memory with an input traced with dynamic sizes"
         self.inference.note_input(real, fake)
         node.meta["example_value"] = fake
-        self._tensor_inputs.append((source, real, fake, _version(fake)))
+        self._tensor_inputs.append((source, real, fake, _version(fake), len(self.example_inputs) - 1))
         value = TensorValue(node, fake, source=source)
         self._input_values.append(value)
         return value
@@ -295,16 +296,37 @@ class OutputGraph:
         self.graph.output(tuple(to_fx(v) for v in outputs))
         gm = fx.GraphModule(self.root, self.graph, class_name=f"{_clean_name(self.code_name)}_graph")
         self._guard_storage_aliasing()
+        silent = self._silent_writes()
+        if silent is not None:
+            gm.meta["kiln_silent_writes"] = silent
         if self.shape_env is not None:
             gm.meta["kiln_shape_env"] = self.shape_env
         return gm
 
 
+    def tensor_data(self, value: Value) -> Value:
+        """``t.data``: a tensor sharing t's memory, detached, with a version counter of its own (writes
+        through it do not count as changes of ``t`` for autograd's checks, as in eager)."""
+        result = self.call("call_function", getattr, [value, ConstantValue("data")], {})
+        self._data_views.append((result.example, _version(result.example)))
+        return result
+
+    def _silent_writes(self):
+        """(placeholder positions, ids of held tensors) written only through ``t.data`` views: their
+        version counters stay as they were (``gm.meta["kiln_silent_writes"]``, aot/runtime.py)."""
+        written = {_storage_id(f) for f, v in self._data_views if v is None or _version(f) != v}
+        if not written:
+            return None
+        positions = {pos for _, _, fake, v, pos in self._tensor_inputs
+                     if _version(fake) == v and _storage_id(fake) in written}
+        held = {id(t) for t, fake, v in self._held if _version(fake) == v and _storage_id(fake) in written}
+        return (positions, held) if positions or held else None
+
     def _guard_storage_aliasing(self) -> None:
         """A graph that writes a tensor is right only for the aliasing of its inputs it was traced with
         (capture/storage_aliasing.py): guard it."""
-        written = any(v is None or _version(fake) != v for _, fake, v in
-                      [t[1:] for t in self._tensor_inputs] + self._held)
+        written = any(v is None or _version(fake) != v for fake, v in
+                      [t[2:4] for t in self._tensor_inputs] + [t[1:] for t in self._held] + self._data_views)
         if not written or not self._tensor_inputs:
             return
         sources = [t[0] for t in self._tensor_inputs]
@@ -316,6 +338,10 @@ class OutputGraph:
                         hint="kiln runs this as Python; pass views of one tensor instead")
         if len(sources) > 1 or held is not None:
             self.guards.storage_aliasing(sources, held, signature)
+
+
+def _storage_id(fake: torch.Tensor) -> int:
+    return fake.untyped_storage()._cdata
 
 
 def _version(fake: torch.Tensor):

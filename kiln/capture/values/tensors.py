@@ -74,7 +74,9 @@ class TensorValue(Value):
             from kiln.capture.values.tensor_grad import read_grad
 
             return read_grad(tx, self)
-        if name in ("grad_fn", "data", "_version", "_base"):
+        if name == "data":
+            return tx.output.tensor_data(self)
+        if name in ("grad_fn", "_version", "_base"):
             unsupported(f"Tensor.{name} inside a compiled function",
                         hint="autograd state is not captured yet; read it outside the compiled function")
         if name in _DATA_METHODS:

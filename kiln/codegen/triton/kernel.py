@@ -57,6 +57,7 @@ class TritonKernel:
     size_args: list = dataclasses.field(default_factory=list)  # size symbols passed after the pointers
     xnumel_expr: object = None  # xnumel as a size expression (symbolic: the grid is computed per call)
     rnumel_expr: object = None  # rnumel as a size expression (symbolic: the block sizes are chosen per call)
+    ynumel_expr: object = 1  # a tiled kernel's ynumel as a size expression
 
 
 # ------------------------------------------------------------------------------- fusion legality
@@ -150,11 +151,9 @@ def tile_dim(group: FusedGroup, buffers: dict) -> int | None:
     1-D block would touch one element per memory segment -- the earlier loop carrying the most bytes
     is the tile's y loop. A read that does not move with the last loop (a per-row bias) is no transpose.
     """
-    if any_symbolic(group.outer):
-        return None  # size-generic kernels are not tiled
-    sizes = [int(n) for n in group.outer]
+    sizes = list(group.outer)  # (size expressions in a size-generic kernel: judged by their hints)
     last = len(sizes) - 1
-    if last < 1 or sizes[last] < TILE_MIN:
+    if last < 1 or hint(sizes[last]) < TILE_MIN:
         return None
     dims = {var("x", d): d for d in range(len(sizes))}
     ranges = {v: sizes[d] for v, d in dims.items()}
@@ -168,7 +167,7 @@ def tile_dim(group: FusedGroup, buffers: dict) -> int | None:
         size = buffers[name].dtype.itemsize
         if d == last:
             along_last += size
-        elif d is not None and sizes[d] >= TILE_MIN and var("x", last) in index.free_symbols:
+        elif d is not None and hint(sizes[d]) >= TILE_MIN and var("x", last) in index.free_symbols:
             across[d] = across.get(d, 0) + size
     if not along_last or not across:
         return None
@@ -387,8 +386,8 @@ def generate_kernel(group: FusedGroup, buffers: dict, index: int, persistent_max
     kctx.tile = tile_dim(group, buffers) if not row and not updates else None
     ynumel = 1
     if kctx.tile is not None:
-        style, ynumel = "tiled", int(group.outer[kctx.tile])
-        xnumel //= ynumel
+        style, ynumel = "tiled", group.outer[kctx.tile]
+        xnumel = prod([n for d, n in enumerate(group.outer) if d != kctx.tile])
         body = _tiled_head(group.outer, kctx.tile, xnumel, ynumel, pid)
     else:
         body = [f"xnumel = {_py(xnumel)}", f"xoffset = {pid} * XBLOCK"]
@@ -428,7 +427,8 @@ def generate_kernel(group: FusedGroup, buffers: dict, index: int, persistent_max
     jit = f"@jit(do_not_specialize={tuple(str(s) for s in size_args)!r})" if size_args else "@jit"
     src = header + [jit, f"def {name}({', '.join(params)}):"] + _indent(body)
     return TritonKernel(name, "\n".join(src) + "\n", kctx.params, origins, style, hint(xnumel), hint(rnumel),
-                        ynumel=ynumel, size_args=size_args, xnumel_expr=xnumel, rnumel_expr=rnumel)
+                        ynumel=hint(ynumel), size_args=size_args, xnumel_expr=xnumel, rnumel_expr=rnumel,
+                        ynumel_expr=ynumel)
 
 
 def _tiled_head(sizes, tile: int, xnumel: int, ynumel: int, pid: str) -> list[str]:
@@ -436,7 +436,7 @@ def _tiled_head(sizes, tile: int, xnumel: int, ynumel: int, pid: str) -> list[st
     block indices and masks, and the loop variables (``x{tile}`` from ``yindex``, the others from
     ``xindex``, row-major)."""
     rest = [d for d in range(len(sizes)) if d != tile]
-    lines = [f"xnumel = {xnumel}", f"ynumel = {ynumel}", f"pid = {pid}",
+    lines = [f"xnumel = {_py(xnumel)}", f"ynumel = {_py(ynumel)}", f"pid = {pid}",
              "ytiles = (ynumel + YBLOCK - 1) // YBLOCK",
              "yoffset = (pid % ytiles) * YBLOCK", "xoffset = (pid // ytiles) * XBLOCK",
              "yindex = yoffset + tl.arange(0, YBLOCK)[:, None]", "ymask = yindex < ynumel",

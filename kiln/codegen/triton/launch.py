@@ -57,6 +57,12 @@ def grid(kernel, cfg: LaunchConfig) -> tuple[int]:
     return (n,)
 
 
+def _programs(xnumel: int, ynumel: int, cfg: LaunchConfig) -> int:
+    """The grid of a size-generic kernel at these sizes (a tiled one: its x blocks times its y blocks)."""
+    n = (xnumel + cfg.XBLOCK - 1) // cfg.XBLOCK
+    return n * ((ynumel + cfg.YBLOCK - 1) // cfg.YBLOCK) if cfg.YBLOCK else n
+
+
 def _numel_function(symbols, expr):
     """A Python function of the size symbols' values computing the size expression ``expr``."""
     from kiln.codegen.common import print_index_py
@@ -155,6 +161,9 @@ class Launcher:
         from kiln.loopir.sizes import is_symbolic
 
         self.rnumel = _numel_function(k.size_args, k.rnumel_expr) if is_symbolic(k.rnumel_expr) else None
+        y = getattr(k, "ynumel_expr", 1)
+        self.ynumel = (_numel_function(k.size_args, y) if is_symbolic(y) else (lambda *_: int(y))) \
+            if k.style == "tiled" else None
         self.buckets: dict[tuple[int, int], _Bucket] = {}
         # (the size arguments are not specialized (``do_not_specialize``): one binary per config serves
         # every size, launched with the grid of each call; Triton types them i32 when the first call's fit)
@@ -186,13 +195,14 @@ class Launcher:
             bucket, programs, small = self._last
         else:
             n = self.numel(*sizes)
-            if n <= 0:
+            y = self.ynumel(*sizes) if self.ynumel is not None else 1
+            if n <= 0 or y <= 0:
                 return
-            key = (_pow2(n), _pow2(self.rnumel(*sizes)) if self.rnumel is not None else 0)
+            key = (_pow2(n), _pow2(self.rnumel(*sizes)) if self.rnumel is not None else 0, _pow2(y))
             bucket = self.buckets.get(key)
             if bucket is None:
-                bucket = self.buckets[key] = self._bucket(key, n, args)
-            programs = (n + bucket.config.XBLOCK - 1) // bucket.config.XBLOCK
+                bucket = self.buckets[key] = self._bucket(key, n, y, args)
+            programs = _programs(n, y, bucket.config)
             small = max(sizes) < INT32_LIMIT
             self._last_sizes, self._last = sizes, (bucket, programs, small)
         if bucket.fast is not None and small and bucket.fast(args, programs):
@@ -201,13 +211,13 @@ class Launcher:
         if bucket.fast is None and self.sized_fast_launch and small:
             bucket.fast = FastLaunch.bind(compiled, (programs,), bucket.config.constexprs(), args)
 
-    def _bucket(self, key, n: int, args) -> "_Bucket":
-        at_bucket = dataclasses.replace(self.kernel, xnumel=key[0], rnumel=key[1] or self.kernel.rnumel)
+    def _bucket(self, key, n: int, y: int, args) -> "_Bucket":
+        at_bucket = dataclasses.replace(self.kernel, xnumel=key[0], rnumel=key[1] or self.kernel.rnumel, ynumel=key[2])
         configs = candidate_configs(at_bucket, self.max_block)
-        name = f"{self.kernel.name}@{key[0]}x{key[1]}"
+        name = f"{self.kernel.name}@{key[0]}x{key[1]}" + (f"x{key[2]}" if self.ynumel is not None else "")
         config = configs[0] if len(configs) == 1 or self.tune_path is None else _saved_choice(self.tune_path, name, configs)
         if config is None:
-            config = self._time(configs, lambda cfg: ((n + cfg.XBLOCK - 1) // cfg.XBLOCK,), args)
+            config = self._time(configs, lambda cfg: (_programs(n, y, cfg),), args)
             _save_choice(self.tune_path, name, config)
         return _Bucket(config, config.kwargs())
 
