@@ -191,8 +191,29 @@ def test_triton_size_generic_kernels_pick_block_sizes_per_size_bucket(monkeypatc
     (launcher,) = [k.fn for k in cg.kernels.values()]
     # rows of 5 and 7 share the 8 bucket; 40 and 300 get buckets (and RBLOCKs) of their own
     assert sorted(key[1] for key in launcher.buckets) == [8, 64, 512], launcher.buckets
-    assert {key: b.config.RBLOCK for key, b in launcher.buckets.items()}[(4, 8)] == 8
+    assert {key: b.config.RBLOCK for key, b in launcher.buckets.items()}[(4, 8, 1)] == 8
     assert launcher.kernel.source.count("do_not_specialize") == 1
+
+
+@triton_interpreted
+@pytest.mark.parametrize("symbolic_x", [False, True])
+def test_triton_transpose_with_symbolic_sizes_is_tiled(monkeypatch, symbolic_x):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    b = GraphBuilder()
+    # (sizes 24, 21, 29, 49: ragged tiles) the symbolic loop is the write's (the tile's x: the result's
+    # last dim) or the read's (the tile's y)
+    shape = (lambda n: (2, n + 16, 40)) if symbolic_x else (lambda n: (2, 40, n + 16))
+    x = b.input(lambda n: torch.randn(*shape(n)), dims=(1,) if symbolic_x else (2,))
+    t = b.op(aten.permute.default, x, [0, 2, 1])
+    out = b.op(aten.mul.Tensor, b.op(aten.clone.default, t, memory_format=torch.contiguous_format), 2.0)
+    cg = run_sizes(b, b.module(out), target="triton-interpreted", triton_max_block=16)
+    (k,) = cg.kernels.values()
+    assert k.style == "tiled" and k.size_args, cg.source
+    from kiln.loopir.sizes import is_symbolic
+
+    assert is_symbolic(k.ynumel_expr) == (not symbolic_x)
+    buckets = {key[0] if symbolic_x else key[2] for key in k.fn.buckets}
+    assert len(buckets) >= 2, k.fn.buckets  # a bucket (and grid) per size
 
 
 @triton_interpreted
