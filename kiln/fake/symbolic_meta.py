@@ -501,12 +501,51 @@ def _dense_strides(x):
     return list(x.stride())
 
 
+def infer_dense_strides(sizes, strides) -> list:
+    """ATen's strides for a copy of a tensor that is not dense (``_to_copy`` with preserve_format): its
+    dims ordered by stride, as TensorIterator orders them (a stable insertion sort; a 0 stride compares
+    as ambiguous and keeps its place; equal strides put the smaller size first), then row-major in that
+    order. On symbolic sizes each comparison is a guard (or decided by what the ShapeEnv knows)."""
+    n = len(sizes)
+    if n <= 1:
+        return [1] * n
+    perm = list(range(n - 1, -1, -1))
+
+    def order(d0, d1) -> int:
+        s0, s1 = strides[d0], strides[d1]
+        if s0 == 0 or s1 == 0:
+            return 0
+        if s0 < s1:
+            return -1
+        if s0 > s1:
+            return 1
+        return 1 if sizes[d0] > sizes[d1] else 0
+
+    for i in range(1, n):
+        d1 = i
+        for j in range(1, i + 1):
+            d0 = i - j
+            c = order(perm[d0], perm[d1])
+            if c > 0:
+                perm[d0], perm[d1] = perm[d1], perm[d0]
+                d1 = d0
+            elif c < 0:
+                break
+    out = [0] * n
+    running = 1
+    for idx in perm:
+        out[idx] = running
+        if sizes[idx] > 1:
+            running = running * sizes[idx]
+    return out
+
+
 def to_copy(func, x, dtype=None, layout=None, device=None, pin_memory=None, non_blocking=False, memory_format=None):
     dtype = dtype or x.dtype
     if memory_format in (None, torch.preserve_format):
         strides = _contiguous_strides(list(x.shape)) if _is_row_major(x) else _dense_strides(x)
-        if strides is None:
-            raise SymbolicShapeUnsupported(func, "a copy of a tensor that is not dense")
+        if strides is None:  # (ATen: infer_dense_strides for a tensor that is not dense)
+            strides = infer_dense_strides(list(x.shape), list(x.stride()))
         return torch.empty_strided(x.shape, strides, dtype=dtype, device="meta")
     if memory_format is torch.contiguous_format:
         return _new_row_major(x.shape, dtype)

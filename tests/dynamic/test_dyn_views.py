@@ -224,3 +224,15 @@ def test_pad_to_multiple_of_eight(backend):
         y = F.pad(x, (0, pad))
         return y.view(x.shape[0], -1, 8).sum(-1)
     check(f, lambda n: (torch.randn(2, n),), backend, sizes=(8, 5, 13, 16, 3), graphs=2)
+
+
+def test_dtype_copies_of_views_that_are_not_dense(backend):
+    # `.to(dtype)` of a strided view: ATen lays the copy out by the view's stride order (infer_dense_strides)
+    def f(x):
+        q, k, v = x.split(x.size(-1) // 3, dim=-1)  # views with the row stride of x
+        a = q.to(torch.float64)
+        b = k.transpose(0, 1).to(torch.float64)
+        c = v[:, ::2].to(torch.float64)
+        return a * 2, b + 1, c.sum(-1), (a.stride(), b.stride(), c.stride())
+
+    check(f, lambda n: (torch.randn(n, 4, 12),), backend, graphs=2)
