@@ -278,7 +278,7 @@ class Tracer:
         return tx
 
     def make_super(self, args: list[Value]) -> Value:
-        from kiln.capture.values.objects import SuperValue
+        from kiln.capture.values.super_values import SuperValue
 
         if args:
             cls, obj = args

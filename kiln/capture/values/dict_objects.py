@@ -256,7 +256,8 @@ class UnboundBaseMethod(Value):
         self.owner, self.name = owner, name
 
     def call(self, tx, args, kwargs) -> Value:
-        from kiln.capture.values.objects import UserObjectValue, _GenericGetattr
+        from kiln.capture.values.objects import UserObjectValue
+        from kiln.capture.values.super_values import _GenericGetattr
 
         if self.owner is object and args and isinstance(args[0], UserObjectValue) and args[0].source is not None \
                 and self.name in ("__setattr__", "__delattr__", "__getattribute__"):
