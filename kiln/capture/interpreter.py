@@ -216,12 +216,12 @@ class Tracer:
 
                 class_attribute(self, type(obj.obj), "__setattr__", obj).call(self, [ConstantValue(name), value], {})
                 return
-            from kiln.capture.values.objects import set_through_descriptor
+            from kiln.capture.values.objects import has_generic_setattr, set_through_descriptor
 
-            if isinstance(obj, UserObjectValue) and type(obj.obj).__setattr__ is object.__setattr__ and \
+            if isinstance(obj, UserObjectValue) and has_generic_setattr(type(obj.obj)) and \
                     set_through_descriptor(self, type(obj.obj), name, obj, value):
                 return  # a property's Python setter ran
-            if isinstance(obj, UserObjectValue) and type(obj.obj).__setattr__ is not object.__setattr__:
+            if isinstance(obj, UserObjectValue) and not has_generic_setattr(type(obj.obj)):
                 unsupported(f"assigning attribute {name!r} of a {type(obj.obj).__name__}, which defines __setattr__")
             self.output.side_effects.store_attr(obj, name, value)
             return

@@ -141,7 +141,7 @@ def delete_attribute(tx, obj: Value, name: str) -> None:
     if python_slot(cls, "__delattr__") is not None:
         class_attribute(tx, cls, "__delattr__", obj).call(tx, [ConstantValue(name)], {})
         return
-    if cls.__delattr__ is not object.__delattr__:
+    if not has_generic_setattr(cls):
         unsupported(f"deleting attribute {name!r} of a {cls.__name__}, whose __delattr__ is a C method")
     obj.raw_delattr(tx, name)
 
@@ -225,7 +225,15 @@ def user_dunder(tx, obj: Value, name: str, args: list[Value]) -> Value | None:
 def has_generic_getattribute(cls: type) -> bool:
     """Attribute reads of cls's instances are object.__getattribute__'s (dict's and list's slot is the same
     generic lookup, so subclasses of them count too)."""
-    return cls.__getattribute__ in (object.__getattribute__, dict.__getattribute__, list.__getattribute__)
+    return cls.__getattribute__ in (object.__getattribute__, dict.__getattribute__, list.__getattribute__,
+                                    types.SimpleNamespace.__getattribute__)  # (PyObject_GenericGetAttr)
+
+
+def has_generic_setattr(cls: type) -> bool:
+    """Attribute stores and deletes of cls's instances are object.__setattr__'s (types.SimpleNamespace's
+    slot is PyObject_GenericSetAttr too: values/namespaces.py)."""
+    return cls.__setattr__ in (object.__setattr__, types.SimpleNamespace.__setattr__) and \
+        cls.__delattr__ in (object.__delattr__, types.SimpleNamespace.__delattr__)
 
 
 class ClassValue(Value):
