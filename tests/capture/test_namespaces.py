@@ -7,7 +7,7 @@ import torch
 
 import kiln
 from kiln.capture.values.namespaces import NamespaceValue, rebuild_namespace
-from kiln.capture.values.objects import has_generic_getattribute, has_generic_setattr
+from kiln.capture.values.objects import has_generic_delattr, has_generic_getattribute, has_generic_setattr
 
 SN = types.SimpleNamespace
 
@@ -22,7 +22,7 @@ def test_simplenamespace_access_is_generic():
         def __getattribute__(self, name):
             return 1
 
-    assert has_generic_getattribute(SN) and has_generic_setattr(SN)
+    assert has_generic_getattribute(SN) and has_generic_setattr(SN) and has_generic_delattr(SN)
     assert not has_generic_getattribute(Sub)
 
 

@@ -868,7 +868,6 @@ class _Hparams:
         self.wd = wd
 
 
-@kiln_gap("graph breaks at a user data descriptor's __get__/__set__: 2 graphs")
 def test_data_descriptor_get_set():
     def fn(x):
         h = _Hparams(-0.1, 0.01)

@@ -55,6 +55,10 @@ def class_attribute(tx, cls: type, name: str, self_value: Value | None) -> Value
     if type(attr) is functools.cached_property and self_value is not None:
         return _cached_property_get(tx, cls, name, attr, self_value,
                                     ConstantSource(f"{cls.__qualname__}.{name}", attr.func))
+    if python_slot(type(attr), "__get__") is not None:  # a user descriptor: its __get__ traced
+        desc = _descriptor_value(tx, klass, name, attr)
+        instance = self_value if self_value is not None else ConstantValue(None)
+        return class_attribute(tx, type(attr), "__get__", desc).call(tx, [instance, ClassValue(cls)], {})
     if hasattr(attr, "__get__") and not isinstance(attr, (int, float, str, tuple, type(None), bool)) \
             and not isinstance(attr, type):
         unsupported(f"descriptor {type(attr).__name__} for attribute {name!r} of {cls.__name__}")
@@ -62,6 +66,15 @@ def class_attribute(tx, cls: type, name: str, self_value: Value | None) -> Value
         # a plain class attribute (a constant, a tensor, a config object): read and guarded through the class
         src = AttrSource(class_source(cls, self_value), name)
     return wrap(tx, attr, src)
+
+
+def _descriptor_value(tx, klass: type, name: str, descriptor) -> Value:
+    """A descriptor object of a class, read from the class's own dict (`K.__dict__[name]`: no __get__ runs
+    at guard time) so that its identity and the attributes its methods read are guarded."""
+    from kiln.capture.sources import GetItemSource
+    from kiln.capture.values.builder import wrap
+
+    return wrap(tx, descriptor, GetItemSource(AttrSource(ConstantSource(klass.__qualname__, klass), "__dict__"), name))
 
 
 def _cached_property_get(tx, cls: type, name: str, prop, obj: Value, src) -> Value:
@@ -141,7 +154,7 @@ def delete_attribute(tx, obj: Value, name: str) -> None:
     if python_slot(cls, "__delattr__") is not None:
         class_attribute(tx, cls, "__delattr__", obj).call(tx, [ConstantValue(name)], {})
         return
-    if not has_generic_setattr(cls):
+    if not has_generic_delattr(cls):
         unsupported(f"deleting attribute {name!r} of a {cls.__name__}, whose __delattr__ is a C method")
     obj.raw_delattr(tx, name)
 
@@ -155,6 +168,11 @@ def set_through_descriptor(tx, cls: type, name: str, obj: Value, value: Value) -
     if type(descriptor) is property and isinstance(descriptor.fset, types.FunctionType):
         UserFunctionValue(descriptor.fset, ConstantSource(f"{cls.__qualname__}.{name}.fset", descriptor.fset)) \
             .call(tx, [obj, value], {})
+        return True
+    if python_slot(type(descriptor), "__set__") is not None:  # a user data descriptor: its __set__ traced
+        klass = next(k for k in cls.__mro__ if name in vars(k))
+        desc = _descriptor_value(tx, klass, name, descriptor)
+        class_attribute(tx, type(descriptor), "__set__", desc).call(tx, [obj, value], {})
         return True
     unsupported(f"assigning attribute {name!r} of a {cls.__name__}: the class has a {type(descriptor).__name__} "
                 f"of that name{' without a setter (AttributeError)' if type(descriptor) is property else ''}")
@@ -230,10 +248,14 @@ def has_generic_getattribute(cls: type) -> bool:
 
 
 def has_generic_setattr(cls: type) -> bool:
-    """Attribute stores and deletes of cls's instances are object.__setattr__'s (types.SimpleNamespace's
-    slot is PyObject_GenericSetAttr too: values/namespaces.py)."""
-    return cls.__setattr__ in (object.__setattr__, types.SimpleNamespace.__setattr__) and \
-        cls.__delattr__ in (object.__delattr__, types.SimpleNamespace.__delattr__)
+    """Attribute stores of cls's instances are object.__setattr__'s (types.SimpleNamespace's slot is
+    PyObject_GenericSetAttr too: values/namespaces.py)."""
+    return cls.__setattr__ in (object.__setattr__, types.SimpleNamespace.__setattr__)
+
+
+def has_generic_delattr(cls: type) -> bool:
+    """Attribute deletes of cls's instances are object.__delattr__'s (SimpleNamespace's too)."""
+    return cls.__delattr__ in (object.__delattr__, types.SimpleNamespace.__delattr__)
 
 
 class ClassValue(Value):
@@ -481,8 +503,8 @@ class UserObjectValue(Value):
         if not data_descriptor and name in inst_dict:
             return wrap(tx, inst_dict[name], attr_source(name))
         if class_attr is not None:
-            if hasattr(self.obj, "__dict__") and pending is not DELETED:
-                # an instance attribute set later would shadow the class attribute
+            if not data_descriptor and hasattr(self.obj, "__dict__") and pending is not DELETED:
+                # an instance attribute set later would shadow the class attribute (not a data descriptor)
                 tx.output.guards.contains(attr_source("__dict__"), name, False)
             return class_attribute(tx, cls, name, self)
         if hasattr(cls, "__getattr__"):
@@ -586,8 +608,8 @@ class NewObjectValue(Value):
 
     def generic_getattr(self, tx, name: str) -> Value:
         """object.__getattribute__ on an object whose every instance attribute is known."""
-        if name in self.attrs:
-            return self.attrs[name]  # (setattr refuses names of data descriptors)
+        if name in self.attrs and (_python_slot(self.cls, name) or data_descriptor_of(self.cls, name) is None):
+            return self.attrs[name]  # (a data descriptor of the class comes first, as in object.__getattribute__)
         if name == "__class__":
             return ClassValue(self.cls)
         if _python_slot(self.cls, name):  # a __slots__ member never set: AttributeError, as object's
