@@ -100,7 +100,6 @@ def test_dict_config_get_with_defaults():
     check(fn, _t(4), {"layers": 3})
 
 
-@kiln_gap('2 graph breaks at dataclasses.replace / dataclasses.asdict (not traced into), TorchDynamo 0')
 def test_dataclass_built_replaced_and_asdict_inside():
     def fn(x):
         cfg = _Cfg(hidden=x.shape[-1])
