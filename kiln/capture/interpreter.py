@@ -234,13 +234,10 @@ class Tracer:
             store_grad(self, obj, value)
             return
         if isinstance(obj, ClassValue):
-            from kiln.capture.values.class_stores import note_class_store
+            from kiln.capture.values.class_stores import store_class_attribute
 
-            note_class_store(obj.cls)  # later traces guard the functions they read from it (objects.py)
-            unsupported(f"assigning class attribute {obj.cls.__qualname__}.{name}: kiln does not model stores to "
-                        f"classes (every later read through the class, its subclasses and their instances would "
-                        f"have to see it)", hint="the store runs as Python at a graph break; keep counters on an "
-                                                 "instance or a module-level object to stay in one graph")
+            store_class_attribute(self, obj, name, value)  # recorded, or a break (values/class_stores.py)
+            return
         unsupported(f"assigning attribute {name!r} of {obj}",
                     hint="attribute writes to objects that exist outside the compiled function "
                          "are supported in a later kiln version")

@@ -708,7 +708,6 @@ class _CallCounter:
         return cls.calls
 
 
-@kiln_gap('5 graph breaks at class attribute stores (cls.calls += n), TorchDynamo 0')
 def test_class_attribute_counter_via_classmethod():
     def fn(x):
         _CallCounter.calls = 0
@@ -969,7 +968,6 @@ class _Pool:
         type(self).instances.append(k)
 
 
-@kiln_gap('1 graph break at a class attribute store (_Pool.instances = []), TorchDynamo 0')
 def test_class_list_attribute_appended_in_init():
     def fn(x):
         _Pool.instances = []

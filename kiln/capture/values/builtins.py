@@ -192,6 +192,13 @@ def _hasattr(tx, obj, name):
     if isinstance(obj, TensorValue):
         return ConstantValue(hasattr(obj.example, attr))
     written = isinstance(obj, UserObjectValue) and tx.output.side_effects.load_attr(obj, attr) is not None
+    from kiln.capture.values.class_stores import class_has_pending
+    from kiln.capture.values.objects import ClassValue
+
+    if isinstance(obj, ClassValue) and isinstance(obj.cls, type) and class_has_pending(tx, obj.cls, attr):
+        return ConstantValue(True)  # (a store recorded in this trace: the name resolves)
+    if isinstance(obj, UserObjectValue) and class_has_pending(tx, type(obj.obj), attr):
+        written = True  # (traced: the class dict seen with its recorded stores)
     if isinstance(obj, NewObjectValue) or isinstance(obj, UserObjectValue) and obj.source is not None and \
             (written or not has_generic_getattribute(type(obj.obj))):
         # traced as Python would (a Python __getattribute__ runs, and its AttributeError is caught)

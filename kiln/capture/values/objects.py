@@ -7,7 +7,8 @@ import types
 
 from kiln.capture.sources import AttrSource, ConstantSource
 from kiln.capture.values.base import ConstantValue, Value, unsupported
-from kiln.capture.values.class_stores import class_source, stored_into as _stored_into
+from kiln.capture.values.class_stores import class_has_pending, class_source, pending_class_attribute, \
+    stored_into as _stored_into
 from kiln.capture.values.functions import UserFunctionValue, UserMethodValue
 
 
@@ -16,6 +17,9 @@ def class_attribute(tx, cls: type, name: str, self_value: Value | None) -> Value
     from kiln.capture.values.builder import wrap
 
     for klass in cls.__mro__:
+        pending = pending_class_attribute(tx, klass, name)
+        if pending is not None:  # stored while tracing: plain data, no binding (class_stores.py)
+            return pending
         if name in vars(klass):
             attr = vars(klass)[name]
             break
@@ -289,7 +293,13 @@ class ClassValue(Value):
         special = class_attribute_hook(self.cls, name)  # OrderedDict.fromkeys
         if special is not None:
             return special
+        if name == "__dict__" and isinstance(self.cls, type) and tx.output.side_effects.class_stores and \
+                any(k is self.cls for k, _ in tx.output.side_effects.class_stores):
+            unsupported(f"{self.cls.__qualname__}.__dict__ after a store to the class in this trace")
         for klass in self.cls.__mro__:
+            stored = pending_class_attribute(tx, klass, name)
+            if stored is not None:
+                return stored
             if name in vars(klass):
                 attr = vars(klass)[name]
                 if isinstance(attr, classmethod):
@@ -495,6 +505,10 @@ class UserObjectValue(Value):
         attr_source = self.attr_source
         class_attr = None
         for klass in cls.__mro__:
+            stored = pending_class_attribute(tx, klass, name)
+            if stored is not None:
+                class_attr = stored  # (plain data stored into the class while tracing)
+                break
             if name in vars(klass):
                 class_attr = vars(klass)[name]
                 break
@@ -620,7 +634,7 @@ class NewObjectValue(Value):
             from kiln.capture.values.dict_objects import AttrsView
 
             return AttrsView(self)
-        if not any(name in vars(klass) for klass in self.cls.__mro__):
+        if not any(name in vars(klass) for klass in self.cls.__mro__) and not class_has_pending(tx, self.cls, name):
             if python_slot(self.cls, "__getattr__") is not None and python_slot(self.cls, "__getattribute__") is None:
                 return class_attribute(tx, self.cls, "__getattr__", self).call(tx, [ConstantValue(name)], {})
             from kiln.capture.values.exceptions import raise_attribute_error

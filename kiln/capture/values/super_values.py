@@ -28,7 +28,12 @@ class SuperValue(Value):
         if self.cls not in mro:
             unsupported(f"super({self.cls.__name__}, ...): the object is not an instance or subclass")
         start = mro.index(self.cls) + 1
+        from kiln.capture.values.class_stores import pending_class_attribute
+
         for klass in mro[start:]:
+            stored = pending_class_attribute(tx, klass, name)
+            if stored is not None:
+                return stored
             if name in vars(klass):
                 attr = vars(klass)[name]
                 src = ConstantSource(f"{klass.__qualname__}.{name}", getattr(attr, "__func__", attr)
