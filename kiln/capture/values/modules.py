@@ -83,17 +83,20 @@ class NNModuleValue(Value):
 
     def call(self, tx, args, kwargs) -> Value:
         m = self.module
-        if m._forward_hooks or m._forward_pre_hooks or m._backward_hooks or \
-                getattr(m, "_backward_pre_hooks", None) or _global_hooks_present():
-            unsupported(f"module {self.qualname} ({type(m).__name__}) has hooks",
-                        hint="modules with forward/backward hooks are run eagerly for now")
+        if m._backward_hooks or getattr(m, "_backward_pre_hooks", None) or _global_hooks_present():
+            unsupported(f"module {self.qualname} ({type(m).__name__}) has backward or global hooks",
+                        hint="modules with backward hooks or global module hooks are run eagerly for now")
+        forward = type(m).forward
+        if forward is torch.nn.Module.forward:
+            unsupported(f"module {type(m).__name__} has no forward()")
+        if m._forward_hooks or m._forward_pre_hooks:  # traced as _call_impl runs them (module_hooks.py)
+            from kiln.capture.values.module_hooks import call_with_forward_hooks
+
+            return call_with_forward_hooks(tx, self, class_attribute(tx, type(m), "forward", self), args, kwargs)
         # a hook added later would not run in the compiled code: guard that there are none
         if self.source is not None:
             tx.output.guards.length(AttrSource(self.source, "_forward_hooks"), m._forward_hooks)
             tx.output.guards.length(AttrSource(self.source, "_forward_pre_hooks"), m._forward_pre_hooks)
-        forward = type(m).forward
-        if forward is torch.nn.Module.forward:
-            unsupported(f"module {type(m).__name__} has no forward()")
         return class_attribute(tx, type(m), "forward", self).call(tx, args, kwargs)
 
     def guard_children(self, tx) -> None:
