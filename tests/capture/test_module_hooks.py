@@ -75,3 +75,45 @@ def test_unmodelled_hooks_break_at_the_module_call(register, reason):
     x = torch.randn(2, 3)
     torch.testing.assert_close(kiln.compile(lambda x: m(x), backend="eager")(x), reference(x))
     assert any(reason in r for r in kiln.stats.graph_breaks), dict(kiln.stats.graph_breaks)
+
+
+class Inner(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(1)
+        self.lin = nn.Linear(3, 3)
+        self.scale = 2.0
+
+    def forward(self, x):
+        return self.lin(x)
+
+
+class Wrapper(nn.Module):
+    """PEFT-style: unknown names forwarded to the wrapped model."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def __getattr__(self, name):
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            return getattr(self.model, name)
+
+    def forward(self, x):
+        return self.model(x) * self.scale + self.lin.bias, getattr(self, "nope", 3), self.__dict__.get("training")
+
+
+def test_module_python_getattr_traced_and_absence_guarded():
+    w = Wrapper(Inner())
+    compiled = kiln.compile(lambda x: w(x), backend="eager")
+    x = torch.randn(2, 3)
+    out = compiled(x)
+    torch.testing.assert_close(out[0], w(x)[0])
+    assert out[1:] == (3, True) and kiln.stats.graphs == 1 and not kiln.stats.graph_breaks
+    w.model.scale = 5.0  # read through the wrapped model: guarded
+    torch.testing.assert_close(compiled(x)[0], w(x)[0])
+    w.lin = nn.Linear(3, 3)  # the wrapper's own submodule now: the guarded absence fails
+    torch.testing.assert_close(compiled(x)[0], w(x)[0])
+    assert kiln.stats.graphs == 3

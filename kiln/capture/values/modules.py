@@ -60,6 +60,10 @@ class NNModuleValue(Value):
         if name in d.get("_modules", {}):
             sub = d["_modules"][name]
             return ConstantValue(None) if sub is None else self._child(tx, name, sub)
+        if name == "__dict__" and self.source is not None:
+            from kiln.capture.values.module_getattr import ModuleInstanceDict
+
+            return ModuleInstanceDict(self)
         cls = type(m)
         class_attr = None
         for klass in cls.__mro__:
@@ -79,6 +83,12 @@ class NNModuleValue(Value):
                 # an instance attribute set later (m.max_len = 4) would shadow the class attribute
                 tx.output.guards.contains(AttrSource(self.source, "__dict__"), name, False)
             return class_attribute(tx, cls, name, self)
+        from kiln.capture.values.module_getattr import python_getattr_hook
+
+        if python_getattr_hook(cls) is not None and self.source is not None:  # its own __getattr__, traced
+            for table in ("__dict__", "_parameters", "_buffers", "_modules"):  # (found nowhere: guarded)
+                tx.output.guards.contains(AttrSource(self.source, table), name, False)
+            return class_attribute(tx, cls, "__getattr__", self).call(tx, [ConstantValue(name)], {})
         unsupported(f"{cls.__name__!r} module has no attribute {name!r}")
 
     def call(self, tx, args, kwargs) -> Value:
