@@ -14,25 +14,12 @@ import math
 import os
 import typing
 
-import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .harness import USE_DYNAMO, check as _check, dynamo_bug
-
-
-def check(fn, *args, breaks=0, **kwargs):
-    return _check(fn, *args, breaks=breaks, **kwargs)
-
-
-def kiln_gap(reason):
-    return pytest.mark.xfail(not USE_DYNAMO, strict=True, reason=f"kiln: {reason}")
-
-
-def _t(*shape, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    return torch.randn(*shape, generator=g)
+from .harness import dynamo_bug
+from .test_fresh_cases_4 import _t, check, kiln_gap  # (check asserts TorchDynamo's break count too)
 
 
 class _KwConfig:

@@ -70,14 +70,21 @@ class InstanceDictValue(Value):
             return InstanceDictView(self, name)
         if name == "__len__":
             return ConstantValue(len(self._state(tx)))
-        found = self._lookup(tx, args[0])
-        if name == "__contains__":
-            return ConstantValue(found is not None)
-        if name == "get":
-            return found if found is not None else (args[1] if len(args) > 1 else ConstantValue(None))
-        if found is None:
-            unsupported(f"KeyError: {args[0].as_constant()!r}")
-        return found
+        return answer_read(name, self._lookup(tx, args[0]), args)
+
+
+def answer_read(method: str, found: Value | None, args: list[Value]) -> Value:
+    """What `d.__contains__(k)`, `d.get(k[, default])` or `d[k]` gives, `found` being d's value for k or None
+    (a missing key's KeyError raised as the program's own)."""
+    if method == "__contains__":
+        return ConstantValue(found is not None)
+    if method == "get":
+        return found if found is not None else (args[1] if len(args) > 1 else ConstantValue(None))
+    if found is None:
+        from kiln.capture.values.exceptions import raise_traced
+
+        raise_traced(KeyError, args[0].as_constant())
+    return found
 
 
 READS = frozenset({"get", "__getitem__", "__contains__", "keys", "values", "items", "__len__"})

@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 
 from kiln.capture.sources import AttrSource, GetItemSource
-from kiln.capture.values.base import ConstantValue, Value, unsupported
+from kiln.capture.values.base import Value, unsupported
 
 
 def python_getattr_hook(cls: type):
@@ -78,16 +78,9 @@ class ModuleInstanceDict(Value):
     def call_method(self, tx, name, args, kwargs) -> Value:
         if name not in ("get", "__getitem__", "__contains__") or not args or kwargs:
             unsupported(f"module.__dict__.{name}()")
-        found = self._lookup(tx, args[0])
-        if name == "__contains__":
-            return ConstantValue(found is not None)
-        if name == "get":
-            return found if found is not None else (args[1] if len(args) > 1 else ConstantValue(None))
-        if found is None:
-            from kiln.capture.values.exceptions import raise_traced
+        from kiln.capture.values.instance_dicts import answer_read
 
-            raise_traced(KeyError, args[0].as_constant())
-        return found
+        return answer_read(name, self._lookup(tx, args[0]), args)
 
 
 def module_getattr_handler(tx, args, kwargs) -> Value:
