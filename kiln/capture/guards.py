@@ -34,6 +34,8 @@ class GuardKind(enum.Enum):
     DISTINCT = "distinct"  # tensor inputs are distinct objects (set by compile())
     NOT_SAME = "not_same"  # two places hold different objects (an `is` decided False while tracing)
     GLOBAL_STATE = "global_state"  # grad mode, default dtype, autocast
+    NO_MODULE_HOOKS = "no_module_hooks"  # an nn.Module's forward/backward hook dicts are all empty
+    NO_GLOBAL_MODULE_HOOKS = "no_global_module_hooks"  # torch.nn.modules.module's global hook dicts: empty
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,6 +120,14 @@ class GuardSet:
             return
         guard = Guard(GuardKind.NOT_SAME, source, other)
         self._guards.setdefault((GuardKind.NOT_SAME, source.name(), other.name()), guard)
+
+    def no_module_hooks(self, source: Source) -> None:
+        """The module at `source` has no forward, forward-pre, backward or backward-pre hooks (a hook added
+        later must run: the entry no longer matches)."""
+        self.add(GuardKind.NO_MODULE_HOOKS, source)
+
+    def no_global_module_hooks(self, module_internals_source: Source) -> None:
+        self.add(GuardKind.NO_GLOBAL_MODULE_HOOKS, module_internals_source)
 
     def dict_keys(self, source: Source, obj: dict) -> None:
         self.add(GuardKind.DICT_KEYS, source, (type(obj), list(obj.keys())))
@@ -461,4 +471,11 @@ def _guard_exprs(g: Guard, names: _Namer) -> list[tuple[str, str]]:
         return [(f"___hasattr({x}, {attr!r}) is {present}", f"{x} {'has' if present else 'has no'} attribute {attr!r}")]
     if k is GuardKind.NONE:
         return [(f"({x} is None) is {g.value}", f"{x} is {'None' if g.value else 'not None'}")]
+    if k is GuardKind.NO_MODULE_HOOKS:
+        return [(f"not ({x}._forward_hooks or {x}._forward_pre_hooks or {x}._backward_hooks or "
+                 f"{x}._backward_pre_hooks)", f"module {x} has no hooks")]
+    if k is GuardKind.NO_GLOBAL_MODULE_HOOKS:
+        return [(f"not ({x}._global_forward_hooks or {x}._global_forward_pre_hooks or {x}._global_backward_hooks "
+                 f"or {x}._global_backward_pre_hooks or {x}._global_forward_hooks_always_called)",
+                 "no global nn.Module hooks")]
     raise AssertionError(k)

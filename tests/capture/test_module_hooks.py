@@ -117,3 +117,19 @@ def test_module_python_getattr_traced_and_absence_guarded():
     w.lin = nn.Linear(3, 3)  # the wrapper's own submodule now: the guarded absence fails
     torch.testing.assert_close(compiled(x)[0], w(x)[0])
     assert kiln.stats.graphs == 3
+
+
+def test_hooks_added_after_compiling_run():
+    calls = []
+    m = nn.Linear(2, 2)
+    compiled = kiln.compile(lambda x: m(x).sum(), backend="eager")
+    x = torch.ones(1, 2, requires_grad=True)
+    compiled(x).backward()
+    m.register_full_backward_hook(lambda mod, grad_in, grad_out: calls.append("backward"))
+    compiled(x).backward()  # (before: the cached graph ran and the hook never did)
+    handle = nn.modules.module.register_module_forward_hook(lambda mod, args, out: calls.append("global"))
+    try:
+        compiled(x)
+    finally:
+        handle.remove()
+    assert calls == ["backward", "global"]

@@ -19,7 +19,8 @@ from kiln.capture.sources import AttrSource, GetItemSource
 from kiln.capture.values.base import Value, unsupported
 
 _HOOK_DICTS = ("_forward_pre_hooks", "_forward_hooks", "_forward_pre_hooks_with_kwargs",
-               "_forward_hooks_with_kwargs", "_forward_hooks_always_called")
+               "_forward_hooks_with_kwargs", "_forward_hooks_always_called", "_backward_hooks",
+               "_backward_pre_hooks")  # (backward ones empty: a backward hook added later recompiles)
 
 
 def _is_none(value: Value) -> bool:

@@ -6,7 +6,7 @@ import types
 import torch
 from torch.nn.modules import module as nn_module_internals
 
-from kiln.capture.sources import AttrSource, DictEntrySource
+from kiln.capture.sources import AttrSource, ConstantSource, DictEntrySource
 from kiln.capture.values.base import ConstantValue, Value, unsupported
 from kiln.capture.values.functions import UserFunctionValue, UserMethodValue
 from kiln.capture.values.objects import ClassValue, class_attribute
@@ -15,6 +15,9 @@ _GLOBAL_HOOK_DICTS = (
     "_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks",
     "_global_backward_pre_hooks", "_global_forward_hooks_always_called",
 )
+
+
+_MODULE_INTERNALS = ConstantSource("torch.nn.modules.module", nn_module_internals)
 
 
 def _global_hooks_present() -> bool:
@@ -99,14 +102,14 @@ class NNModuleValue(Value):
         forward = type(m).forward
         if forward is torch.nn.Module.forward:
             unsupported(f"module {type(m).__name__} has no forward()")
+        # a hook added later (global, forward or backward) would not run in the compiled code: guarded
+        tx.output.guards.no_global_module_hooks(_MODULE_INTERNALS)
         if m._forward_hooks or m._forward_pre_hooks:  # traced as _call_impl runs them (module_hooks.py)
             from kiln.capture.values.module_hooks import call_with_forward_hooks
 
             return call_with_forward_hooks(tx, self, class_attribute(tx, type(m), "forward", self), args, kwargs)
-        # a hook added later would not run in the compiled code: guard that there are none
         if self.source is not None:
-            tx.output.guards.length(AttrSource(self.source, "_forward_hooks"), m._forward_hooks)
-            tx.output.guards.length(AttrSource(self.source, "_forward_pre_hooks"), m._forward_pre_hooks)
+            tx.output.guards.no_module_hooks(self.source)
         return class_attribute(tx, type(m), "forward", self).call(tx, args, kwargs)
 
     def guard_children(self, tx) -> None:
