@@ -36,6 +36,8 @@ class GuardKind(enum.Enum):
     NOT_SAME = "not_same"  # two places hold different objects (an `is` decided False while tracing)
     GLOBAL_STATE = "global_state"  # grad mode, default dtype, autocast
     STORAGE_ALIASING = "storage_aliasing"  # which tensor inputs share memory (graphs that write tensors)
+    NO_MODULE_HOOKS = "no_module_hooks"  # an nn.Module's forward/backward hook dicts are all empty
+    NO_GLOBAL_MODULE_HOOKS = "no_global_module_hooks"  # torch.nn.modules.module's global hook dicts: empty
 
 
 @dataclasses.dataclass(frozen=True)
@@ -127,6 +129,14 @@ class GuardSet:
         if sources and all(map(_guardable, sources)):
             guard = Guard(GuardKind.STORAGE_ALIASING, sources[0], (tuple(sources), held, expected))
             self._guards[(GuardKind.STORAGE_ALIASING, None)] = guard
+
+    def no_module_hooks(self, source: Source) -> None:
+        """The module at `source` has no forward, forward-pre, backward or backward-pre hooks (a hook added
+        later must run: the entry no longer matches)."""
+        self.add(GuardKind.NO_MODULE_HOOKS, source)
+
+    def no_global_module_hooks(self, module_internals_source: Source) -> None:
+        self.add(GuardKind.NO_GLOBAL_MODULE_HOOKS, module_internals_source)
 
     def dict_keys(self, source: Source, obj: dict) -> None:
         self.add(GuardKind.DICT_KEYS, source, (type(obj), list(obj.keys())))
@@ -483,4 +493,11 @@ def _guard_exprs(g: Guard, names: _Namer) -> list[tuple[str, str]]:
         return [(f"___hasattr({x}, {attr!r}) is {present}", f"{x} {'has' if present else 'has no'} attribute {attr!r}")]
     if k is GuardKind.NONE:
         return [(f"({x} is None) is {g.value}", f"{x} is {'None' if g.value else 'not None'}")]
+    if k is GuardKind.NO_MODULE_HOOKS:
+        return [(f"not ({x}._forward_hooks or {x}._forward_pre_hooks or {x}._backward_hooks or "
+                 f"{x}._backward_pre_hooks)", f"module {x} has no hooks")]
+    if k is GuardKind.NO_GLOBAL_MODULE_HOOKS:
+        return [(f"not ({x}._global_forward_hooks or {x}._global_forward_pre_hooks or {x}._global_backward_hooks "
+                 f"or {x}._global_backward_pre_hooks or {x}._global_forward_hooks_always_called)",
+                 "no global nn.Module hooks")]
     raise AssertionError(k)

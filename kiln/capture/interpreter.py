@@ -216,12 +216,12 @@ class Tracer:
 
                 class_attribute(self, type(obj.obj), "__setattr__", obj).call(self, [ConstantValue(name), value], {})
                 return
-            from kiln.capture.values.objects import set_through_descriptor
+            from kiln.capture.values.objects import has_generic_setattr, set_through_descriptor
 
-            if isinstance(obj, UserObjectValue) and type(obj.obj).__setattr__ is object.__setattr__ and \
+            if isinstance(obj, UserObjectValue) and has_generic_setattr(type(obj.obj)) and \
                     set_through_descriptor(self, type(obj.obj), name, obj, value):
                 return  # a property's Python setter ran
-            if isinstance(obj, UserObjectValue) and type(obj.obj).__setattr__ is not object.__setattr__:
+            if isinstance(obj, UserObjectValue) and not has_generic_setattr(type(obj.obj)):
                 unsupported(f"assigning attribute {name!r} of a {type(obj.obj).__name__}, which defines __setattr__")
             self.output.side_effects.store_attr(obj, name, value)
             return
@@ -234,13 +234,10 @@ class Tracer:
             store_grad(self, obj, value)
             return
         if isinstance(obj, ClassValue):
-            from kiln.capture.values.class_stores import note_class_store
+            from kiln.capture.values.class_stores import store_class_attribute
 
-            note_class_store(obj.cls)  # later traces guard the functions they read from it (objects.py)
-            unsupported(f"assigning class attribute {obj.cls.__qualname__}.{name}: kiln does not model stores to "
-                        f"classes (every later read through the class, its subclasses and their instances would "
-                        f"have to see it)", hint="the store runs as Python at a graph break; keep counters on an "
-                                                 "instance or a module-level object to stay in one graph")
+            store_class_attribute(self, obj, name, value)  # recorded, or a break (values/class_stores.py)
+            return
         unsupported(f"assigning attribute {name!r} of {obj}",
                     hint="attribute writes to objects that exist outside the compiled function "
                          "are supported in a later kiln version")
@@ -278,7 +275,7 @@ class Tracer:
         return tx
 
     def make_super(self, args: list[Value]) -> Value:
-        from kiln.capture.values.objects import SuperValue
+        from kiln.capture.values.super_values import SuperValue
 
         if args:
             cls, obj = args

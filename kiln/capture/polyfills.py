@@ -9,6 +9,8 @@ function.
 """
 from __future__ import annotations
 
+import copy
+import dataclasses
 import types
 
 import torch
@@ -56,5 +58,35 @@ def clip_grad_value_(parameters, clip_value, foreach=None):
     return None
 
 
+_ATOMIC_TYPES = (type(None), bool, int, float, str, complex, bytes, type(Ellipsis), type(NotImplemented),
+                 types.CodeType, types.BuiltinFunctionType, types.FunctionType, type, range, property)
+
+
+def dataclass_asdict(obj, *, dict_factory=dict):
+    """dataclasses.asdict (3.11/3.12): fields, recursively through dataclasses, namedtuples, lists, tuples
+    and dicts; any other value deep-copied (atomic values are themselves, as deepcopy gives them)."""
+    if isinstance(obj, type) or not hasattr(type(obj), "__dataclass_fields__"):
+        raise TypeError("asdict() should be called on dataclass instances")
+    return _asdict_inner(obj, dict_factory)
+
+
+def _asdict_inner(obj, dict_factory):
+    if type(obj) in _ATOMIC_TYPES:
+        return obj
+    if not isinstance(obj, type) and hasattr(type(obj), "__dataclass_fields__"):
+        return dict_factory([(f.name, _asdict_inner(getattr(obj, f.name), dict_factory))
+                             for f in dataclasses.fields(obj)])
+    if isinstance(obj, tuple) and hasattr(obj, "_fields"):
+        return type(obj)(*[_asdict_inner(v, dict_factory) for v in obj])
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_asdict_inner(v, dict_factory) for v in obj)
+    if isinstance(obj, dict):
+        if hasattr(type(obj), "default_factory"):
+            refuse("dataclasses.asdict() of a defaultdict (3.11 and 3.12 differ)")
+        return type(obj)((_asdict_inner(k, dict_factory), _asdict_inner(v, dict_factory)) for k, v in obj.items())
+    return copy.deepcopy(obj)
+
+
 # library function -> its version here
-POLYFILLS = {torch.nn.utils.clip_grad_norm_: clip_grad_norm_, torch.nn.utils.clip_grad_value_: clip_grad_value_}
+POLYFILLS = {torch.nn.utils.clip_grad_norm_: clip_grad_norm_, torch.nn.utils.clip_grad_value_: clip_grad_value_,
+             dataclasses.asdict: dataclass_asdict}

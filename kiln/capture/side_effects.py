@@ -107,6 +107,7 @@ class SideEffects:
         self._effects: dict[Any, Any] = {}  # insertion-ordered; key identifies the written place
         self.write_count = 0  # every write recorded so far, also those replacing an earlier one
         self._calls: list = []  # keys of the deferred calls
+        self.class_stores: set = set()  # (class, name) of the class attributes stored (values/class_stores.py)
 
     @staticmethod
     def _place(obj: Value):
@@ -115,6 +116,8 @@ class SideEffects:
         real = getattr(obj, "obj", None)
         if real is None:
             real = getattr(obj, "module", None)
+        if real is None:
+            real = getattr(obj, "side_effect_place", None)  # a class (values/class_stores.py)
         return id(real) if real is not None else id(obj)
 
     def _move_to_end(self, key) -> None:

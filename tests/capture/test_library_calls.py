@@ -89,11 +89,12 @@ def test_opaque_object_attribute_reads_deferred_only_where_they_cannot_run_code(
     import numpy as np
 
     from kiln.capture.guards import GuardSet
+    from kiln.capture.side_effects import SideEffects
     from kiln.capture.sources import LocalSource
     from kiln.capture.values.builder import OpaqueAttrValue, OpaqueObjectValue
     from kiln.errors import Unsupported
 
-    tx = types.SimpleNamespace(output=types.SimpleNamespace(guards=GuardSet()))
+    tx = types.SimpleNamespace(output=types.SimpleNamespace(guards=GuardSet(), side_effects=SideEffects()))
     rng = OpaqueObjectValue(np.random.default_rng(0), LocalSource("rng"))
     assert isinstance(rng.getattr(tx, "standard_normal"), OpaqueAttrValue)  # a method: binding runs nothing
     with pytest.raises(Unsupported):

@@ -228,3 +228,35 @@ def test_tensor_dict_keys_are_identity_keys_holding_their_value():
     assert ka == dict_key(None, va2) and hash(ka) == hash(dict_key(None, va2))  # one tensor, one key
     assert ka != dict_key(None, vb)  # equal data, other object: another key (tensors hash by identity)
     assert ka == set_key(None, va2)  # dicts and sets agree (keys views & sets)
+
+
+def test_known_hash_of_tuples_is_cpythons():
+    class Seven:
+        def __hash__(self):
+            return 7
+
+    # a tuple's hash reads only its items' hashes: stand-ins with the same hashes give the same hash
+    items = (Seven(), "a", (1, 2.5), None)
+    stand_ins = tuple(hashed_keys._KnownHash(hash(v)) for v in items)
+    assert hash(stand_ins) == hash(items)
+
+
+def test_hash_repr_and_fstring_of_python_objects_traced():
+    import dataclasses
+
+    @dataclasses.dataclass(frozen=True)
+    class Key:
+        a: int = 1
+        b: tuple = ("x", 2)
+
+    class Named:
+        def __repr__(self):
+            return "Named()"
+
+    def fn(x):
+        return x + 1, hash(Key()), hash((Key(), 3)), repr(Named()), f"{Named()!r:>8}|{Named()}"
+
+    graphs, reasons = _report(fn, torch.ones(2))
+    assert graphs == 1 and not reasons, reasons
+    out = kiln.compile(fn, backend="eager")(torch.ones(2))
+    assert out[1:] == (hash(Key()), hash((Key(), 3)), "Named()", " Named()|Named()")

@@ -279,6 +279,7 @@ def check(
     fullgraph: bool = False,
     dynamic=None,
     dynamo_graphs: int | Sequence[int] | None = None,
+    breaks: int | None = None,
 ) -> CountingBackend:
     """Run ``fn(*args, **kwargs)`` eagerly and compiled ``calls`` times each; compare; count graphs.
 
@@ -287,6 +288,9 @@ def check(
     inputs_mutated: whether the case mutates its arguments (checked on the eager run, so the
         declaration stays honest); either way the compiled run must leave them as eager does.
     dynamo_graphs: the count under the dynamo reference engine where it differs from kiln's.
+    breaks: how many graph breaks kiln may take in all (``kiln.stats.graph_breaks``), None: not
+        checked. Take the value from ``torch._dynamo.explain(fn)(*args).graph_break_count``; it is
+        not checked under the dynamo engine (its break counters miss data-dependent breaks).
     Returns the CountingBackend for extra asserts.
     """
     kwargs = kwargs or {}
@@ -317,6 +321,9 @@ def check(
     assert counts[-1] == counts[0], (
         f"later calls compiled again: graph counts per call {counts} (a call with the same inputs "
         f"must hit the cache)" + _graph_dump(counter))
+    if breaks is not None and not USE_DYNAMO:
+        taken = dict(kiln.stats.graph_breaks)
+        assert sum(taken.values()) == breaks, f"{sum(taken.values())} graph break(s), expected {breaks}: {taken}"
     return counter
 
 

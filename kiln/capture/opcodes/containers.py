@@ -72,8 +72,28 @@ def FORMAT_VALUE(tx, inst):
         tx.push(format_exception(tx, value, flags & 0x03, spec))
         return
     if not value.is_constant():
-        unsupported(f"formatting {value} into a string")
+        text = _format_python_object(tx, value, flags & 0x03, spec)
+        if text is None:
+            unsupported(f"formatting {value} into a string")
+        tx.push(text)
+        return
     tx.push(ConstantValue(format_value(value.as_constant(), flags & 0x03, spec)))
+
+
+def _format_python_object(tx, value, conversion: int, spec: str):
+    """f"{obj}", f"{obj!r:>8}" of a Python object with a Python __str__/__repr__ (and object's __format__
+    where no conversion is given: str(obj), which refuses a spec): that method traced. None: not modelled."""
+    from kiln.capture.values.builtins import python_str_or_repr
+    from kiln.capture.values.ops import is_python_object
+
+    if not is_python_object(value) or conversion == 3:
+        return None
+    if conversion == 0 and (value.python_type().__format__ is not object.__format__ or spec):
+        return None
+    text = python_str_or_repr(tx, value, conversion == 2)
+    if text is NotImplemented:
+        return None
+    return ConstantValue(format(text.as_constant(), spec))
 
 
 # The targets below are usually built by the same comprehension or display, but in a resume function

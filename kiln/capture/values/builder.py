@@ -327,7 +327,10 @@ class OpaqueObjectValue(Value):
         of that name on the type), or a method found on the type (a bound method is made). Anything else
         (properties, C getsets, __getattr__, a missing attribute) breaks the graph at the read."""
         real, cls = self.obj, type(self.obj)
-        if self.source is None or cls.__getattribute__ is not object.__getattribute__:
+        from kiln.capture.values.class_stores import class_has_pending
+
+        if self.source is None or cls.__getattribute__ is not object.__getattribute__ or \
+                class_has_pending(tx, cls, name):
             unsupported(f"attribute {name!r} of a {cls.__qualname__} object, which kiln does not trace")
         class_attr = next((vars(k)[name] for k in cls.__mro__ if name in vars(k)), None)
         try:

@@ -192,6 +192,13 @@ def _hasattr(tx, obj, name):
     if isinstance(obj, TensorValue):
         return ConstantValue(hasattr(obj.example, attr))
     written = isinstance(obj, UserObjectValue) and tx.output.side_effects.load_attr(obj, attr) is not None
+    from kiln.capture.values.class_stores import class_has_pending
+    from kiln.capture.values.objects import ClassValue
+
+    if isinstance(obj, ClassValue) and isinstance(obj.cls, type) and class_has_pending(tx, obj.cls, attr):
+        return ConstantValue(True)  # (a store recorded in this trace: the name resolves)
+    if isinstance(obj, UserObjectValue) and class_has_pending(tx, type(obj.obj), attr):
+        written = True  # (traced: the class dict seen with its recorded stores)
     if isinstance(obj, NewObjectValue) or isinstance(obj, UserObjectValue) and obj.source is not None and \
             (written or not has_generic_getattribute(type(obj.obj))):
         # traced as Python would (a Python __getattribute__ runs, and its AttributeError is caught)
@@ -291,18 +298,47 @@ def _tensor_number(kind):
     return handler
 
 
+def _builtin_hash(tx, *args, **kwargs):
+    from kiln.capture.values.hashed_keys import builtin_hash
+
+    return builtin_hash(tx, *args, **kwargs)
+
+
 def _str_or_repr(use_repr: bool):
     def handler(tx, obj=None, *rest, **kwargs):
         from kiln.capture.values.exceptions import ExceptionValue, exception_str
 
         if isinstance(obj, ExceptionValue) and not rest and not kwargs:
             return exception_str(tx, obj, use_repr)
+        if obj is not None and not rest and not kwargs:
+            return python_str_or_repr(tx, obj, use_repr)
         return NotImplemented
     return handler
 
 
+def python_str_or_repr(tx, obj, use_repr: bool):
+    """repr(obj) / str(obj) of a Python object whose class defines the method in Python: traced (str()
+    falls back to a Python __repr__ through object.__str__); the result must be a str, as CPython checks."""
+    from kiln.capture.values.exceptions import raise_traced
+    from kiln.capture.values.objects import class_attribute, python_slot
+    from kiln.capture.values.ops import is_python_object
+
+    if not is_python_object(obj):
+        return NotImplemented
+    cls = obj.python_type()
+    name = "__repr__" if use_repr or cls.__str__ is object.__str__ else "__str__"
+    if python_slot(cls, name) is None:
+        return NotImplemented
+    result = class_attribute(tx, cls, name, obj).call(tx, [], {})
+    if not result.is_constant():
+        unsupported(f"{cls.__name__}.{name} gave {result}, not a known str")
+    if not isinstance(result.as_constant(), str):
+        raise_traced(TypeError, f"{name} returned non-string (type {type(result.as_constant()).__name__})")
+    return ConstantValue(result.as_constant())
+
+
 _HANDLERS: dict = {
-    str: _str_or_repr(False), repr: _str_or_repr(True),
+    str: _str_or_repr(False), repr: _str_or_repr(True), hash: _builtin_hash,
     len: _len, isinstance: _isinstance, issubclass: _issubclass, getattr: _getattr, hasattr: _hasattr,
     setattr: _setattr, delattr: _delattr, vars: _vars, range: _range, print: _print, id: _id, callable: _callable, super: _super, type: _type, int: _tensor_number(int), float: _tensor_number(float), bool: _tensor_number(bool),
 }

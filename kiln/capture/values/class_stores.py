@@ -36,3 +36,107 @@ def class_source(cls: type, self_value: Value | None):
     if source is not None:
         return GenericAttrSource(source, "__class__")
     return ConstantSource(cls.__qualname__, cls)
+
+
+# ---- stores to classes recorded while tracing ----------------------------------------------------------
+#
+# `C.count += 1`, `cls.registry = {}`, `type(self).n = v`: a recorded side effect (replayed after the graph
+# as `C.name = value`), seen by every later read in the trace through C, its subclasses and their
+# instances: the class-dict lookups (objects.class_attribute, generic_getattr of objects from the frame
+# and of new ones, ClassValue.getattr, super(), hasattr) ask `pending_class_attribute` first, class by
+# class along the MRO. Only plain data is modelled: the stored value and the value it replaces have no
+# `__get__` (no functions, properties, descriptors: those change how lookups bind), the name is not a
+# dunder (type slots), and the class and every subclass alive are plain Python classes (metaclass type
+# or ABCMeta, no nn.Module, no builtin base) whose lookups all go through those paths. Anything else
+# breaks at the store, which then runs as Python.
+
+
+class _ClassPlace:
+    """What SideEffects keys a class's attribute stores by (the class itself)."""
+
+    __slots__ = ("side_effect_place",)
+
+    def __init__(self, cls: type):
+        self.side_effect_place = cls
+
+
+def pending_class_attribute(tx, klass: type, name: str):
+    """The Value recorded for `klass.name` (in klass's own dict) in this trace, else None."""
+    effects = tx.output.side_effects
+    if not effects.class_stores or (klass, name) not in effects.class_stores:
+        return None
+    return effects.load_attr(_ClassPlace(klass), name)
+
+
+def class_has_pending(tx, cls: type, name: str) -> bool:
+    """Whether a store recorded in this trace may change what `name` resolves to through cls's MRO."""
+    stores = tx.output.side_effects.class_stores
+    return bool(stores) and any((klass, name) in stores for klass in cls.__mro__)
+
+
+def _plain_class(cls: type) -> bool:
+    import abc
+
+    import torch
+
+    if cls is object:
+        return True
+    return bool(cls.__flags__ & (1 << 9)) and type(cls) in (type, abc.ABCMeta) and \
+        not issubclass(cls, torch.nn.Module) and all(k is object or k.__flags__ & (1 << 9) for k in cls.__mro__)
+
+
+def _family(cls: type) -> list:
+    seen, todo = [], [cls]
+    while todo:
+        k = todo.pop()
+        if k not in seen:
+            seen.append(k)
+            todo.extend(type.__subclasses__(k))
+    return seen
+
+
+def _binds(value) -> bool:
+    return hasattr(type(value), "__get__")
+
+
+def store_class_attribute(tx, class_value, name: str, value: Value) -> None:
+    """`C.name = value` while tracing: recorded, or Unsupported (the store then runs at a graph break)."""
+    from kiln.capture.values.base import unsupported
+
+    cls = class_value.cls
+    why = None
+    if name.startswith("__") and name.endswith("__"):
+        why = "a dunder name (a type slot)"
+    elif not isinstance(cls, type) or not all(_plain_class(k) for c in _family(cls) for k in c.__mro__):
+        why = "the class or a subclass is not a plain Python class (nn.Module, a builtin base, a metaclass)"
+    else:
+        try:
+            stored_type = value.python_type()
+        except Exception:
+            stored_type = None
+        current = _current(tx, cls, name)
+        if stored_type is None or hasattr(stored_type, "__get__"):
+            why = f"the value stored ({value}) is a function or descriptor"
+        elif current is not _MISSING and not isinstance(current, Value) and _binds(current):
+            why = f"it replaces a {type(current).__name__} (a function or descriptor)"
+    if why is not None:
+        note_class_store(cls)  # later traces guard the functions they read from it (objects.py)
+        unsupported(f"assigning class attribute {cls.__qualname__}.{name}: {why}",
+                    hint="the store runs as Python at a graph break")
+    target = type(class_value)(cls, ConstantSource(cls.__qualname__, cls))
+    target.side_effect_place = cls
+    tx.output.side_effects.class_stores.add((cls, name))
+    tx.output.side_effects.store_attr(target, name, value)
+
+
+_MISSING = object()
+
+
+def _current(tx, cls: type, name: str):
+    for klass in cls.__mro__:
+        pending = pending_class_attribute(tx, klass, name)
+        if pending is not None:
+            return pending
+        if name in vars(klass):
+            return vars(klass)[name]
+    return _MISSING

@@ -118,7 +118,8 @@ class _DeepCopier:
     def _copy(self, x: Value, key) -> Value:
         from kiln.capture.values.containers import DictValue, ListValue, NamedTupleValue, SetValue, TupleValue
         from kiln.capture.values.dict_objects import AttrsView
-        from kiln.capture.values.objects import InstanceDictValue, NewObjectValue, UserObjectValue
+        from kiln.capture.values.instance_dicts import InstanceDictValue
+        from kiln.capture.values.objects import NewObjectValue, UserObjectValue
         from kiln.capture.values.tensors import TensorValue
 
         kind = _python_type(x)
@@ -226,7 +227,8 @@ def _FORMATS(dim: int):
 def _identity(x: Value):
     """What object a value stands for (the memo key): the real object for existing ones."""
     from kiln.capture.values.dict_objects import AttrsView
-    from kiln.capture.values.objects import InstanceDictValue, UserObjectValue
+    from kiln.capture.values.instance_dicts import InstanceDictValue
+    from kiln.capture.values.objects import UserObjectValue
 
     if isinstance(x, UserObjectValue):
         return ("object", id(x.obj))

@@ -144,7 +144,7 @@ def rebuild_dict_object(cls, attrs: dict, items: dict):
 
 
 class AttrsView(Value):
-    """`obj.__dict__` of an object made while tracing: its attributes, read-only."""
+    """`obj.__dict__` of an object made while tracing: its attributes (writes: values/instance_dicts.py)."""
 
     def __init__(self, obj: NewObjectValue):
         self.obj = obj
@@ -153,12 +153,21 @@ class AttrsView(Value):
         return dict
 
     def getattr(self, tx, name: str) -> Value:
-        if name in ("get", "__getitem__", "__contains__", "keys", "values", "items", "copy", "__len__"):
+        if name in ("get", "__getitem__", "__contains__", "keys", "values", "items", "copy", "__len__",
+                    "__setitem__", "__delitem__", "update"):
             return BoundMethodValue(self, name)
         unsupported(f"__dict__.{name} of an object made while tracing")
 
+    def state(self, tx) -> list:
+        return list(self.obj.attrs.items())
+
     def getitem(self, tx, key: Value) -> Value:
         return self.call_method(tx, "__getitem__", [key], {})
+
+    def delitem(self, tx, key: Value) -> None:
+        from kiln.capture.values.instance_dicts import write_instance_dict
+
+        write_instance_dict(tx, self.obj, "__delitem__", [key], {})
 
     def items(self, tx) -> list[Value]:
         return [ConstantValue(k) for k in self.obj.attrs]
@@ -167,8 +176,18 @@ class AttrsView(Value):
         return bool(self.obj.attrs)
 
     def call_method(self, tx, name, args, kwargs) -> Value:
+        from kiln.capture.values.instance_dicts import WRITES, write_instance_dict
+
+        if name in WRITES:  # (a copy of the attributes below would drop the write)
+            return write_instance_dict(tx, self.obj, name, args, kwargs)
         if name == "__len__":
             return ConstantValue(len(self.obj.attrs))
+        if name in ("keys", "values", "items"):
+            from kiln.capture.values.instance_dicts import InstanceDictView
+
+            return InstanceDictView(self, name)
+        if name not in ("get", "__getitem__", "__contains__", "copy"):
+            unsupported(f"__dict__.{name}() of an object made while tracing")
         return DictValue(self.obj.attrs).call_method(tx, name, args, kwargs)
 
     def reconstruct(self, cg) -> None:
@@ -256,7 +275,8 @@ class UnboundBaseMethod(Value):
         self.owner, self.name = owner, name
 
     def call(self, tx, args, kwargs) -> Value:
-        from kiln.capture.values.objects import UserObjectValue, _GenericGetattr
+        from kiln.capture.values.objects import UserObjectValue
+        from kiln.capture.values.super_values import _GenericGetattr
 
         if self.owner is object and args and isinstance(args[0], UserObjectValue) and args[0].source is not None \
                 and self.name in ("__setattr__", "__delattr__", "__getattribute__"):

@@ -280,11 +280,19 @@ def exception_str(tx, exc: ExceptionValue, use_repr: bool = False) -> Value:
     return ConstantValue("" if not args else str(args[0]) if len(args) == 1 else str(args))
 
 
+def _type_name(cls: type) -> str:
+    """CPython's tp_name: a class written in Python gives its __name__, a C type its module-qualified name
+    (types.SimpleNamespace) unless it is a builtin."""
+    if cls.__flags__ & (1 << 9) or cls.__module__ == "builtins":  # (1 << 9): a heap type
+        return cls.__name__
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
 def raise_attribute_error(cls: type, name: str):
     """`obj.name` is missing (the caller has checked, and guarded, that it is)."""
     if hasattr(cls, "__getattr__"):
         unsupported(f"{cls.__name__}.__getattr__ for attribute {name!r}")
-    message = f"{cls.__name__!r} object has no attribute {name!r}"
+    message = f"{_type_name(cls)!r} object has no attribute {name!r}"
     raise TracedRaise(ExceptionValue(AttributeError, [ConstantValue(message)]), message)
 
 

@@ -118,3 +118,45 @@ def _constant_hash(k):
         return hash(k)
     except TypeError:
         return None
+
+
+class _KnownHash:
+    """Stands for a value whose hash kiln knows, inside a real tuple: CPython's tuple hash reads only the
+    items' hashes, so hash(tuple of these) is the tuple's hash exactly."""
+
+    __slots__ = ("h",)
+
+    def __init__(self, h: int):
+        self.h = h
+
+    def __hash__(self) -> int:
+        return self.h
+
+
+def _known_hash(tx, value: Value) -> int | None:
+    from kiln.capture.values.containers import TupleValue
+    from kiln.capture.values.ops import is_python_object
+
+    if value.is_constant():
+        try:
+            return hash(value.as_constant())
+        except TypeError:
+            return None
+    if is_python_object(value) and has_python_hash(value.python_type()):
+        return user_hash(tx, value)
+    if type(value) is TupleValue:
+        hashes = [_known_hash(tx, item) for item in value.elements]
+        if all(h is not None for h in hashes):
+            return hash(tuple(_KnownHash(h) for h in hashes))
+    return None
+
+
+def builtin_hash(tx, obj=None, *rest, **kwargs):
+    """hash(obj) where kiln knows it: an object whose class has a Python __hash__ (a frozen dataclass's,
+    traced), a tuple of such values and constants (CPython's tuple hash of the items' hashes)."""
+    from kiln.capture.values.base import ConstantValue
+
+    if obj is None or rest or kwargs or obj.is_constant():
+        return NotImplemented  # (constants fold as before)
+    found = _known_hash(tx, obj)
+    return NotImplemented if found is None else ConstantValue(found)

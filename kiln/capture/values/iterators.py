@@ -566,6 +566,10 @@ def _real_iter_type(value: Value) -> type | None:
     from kiln.capture.values.modules import NNModuleValue
     from kiln.capture.values.numpy_values import NDArrayValue, numpy_module
 
+    from kiln.capture.values.instance_dicts import InstanceDictView
+
+    if isinstance(value, InstanceDictView):  # vars(obj).keys() ...: dict_keyiterator ...
+        return type(iter(getattr({}, value.kind)()))
     if isinstance(value, NNModuleValue):
         containers = (torch.nn.ModuleList, torch.nn.Sequential, torch.nn.ModuleDict, torch.nn.ParameterList,
                       torch.nn.ParameterDict)

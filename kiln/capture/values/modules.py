@@ -6,7 +6,7 @@ import types
 import torch
 from torch.nn.modules import module as nn_module_internals
 
-from kiln.capture.sources import AttrSource, DictEntrySource
+from kiln.capture.sources import AttrSource, ConstantSource, DictEntrySource
 from kiln.capture.values.base import ConstantValue, Value, unsupported
 from kiln.capture.values.functions import UserFunctionValue, UserMethodValue
 from kiln.capture.values.objects import ClassValue, class_attribute
@@ -15,6 +15,9 @@ _GLOBAL_HOOK_DICTS = (
     "_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks",
     "_global_backward_pre_hooks", "_global_forward_hooks_always_called",
 )
+
+
+_MODULE_INTERNALS = ConstantSource("torch.nn.modules.module", nn_module_internals)
 
 
 def _global_hooks_present() -> bool:
@@ -60,6 +63,10 @@ class NNModuleValue(Value):
         if name in d.get("_modules", {}):
             sub = d["_modules"][name]
             return ConstantValue(None) if sub is None else self._child(tx, name, sub)
+        if name == "__dict__" and self.source is not None:
+            from kiln.capture.values.module_getattr import ModuleInstanceDict
+
+            return ModuleInstanceDict(self)
         cls = type(m)
         class_attr = None
         for klass in cls.__mro__:
@@ -79,21 +86,30 @@ class NNModuleValue(Value):
                 # an instance attribute set later (m.max_len = 4) would shadow the class attribute
                 tx.output.guards.contains(AttrSource(self.source, "__dict__"), name, False)
             return class_attribute(tx, cls, name, self)
+        from kiln.capture.values.module_getattr import python_getattr_hook
+
+        if python_getattr_hook(cls) is not None and self.source is not None:  # its own __getattr__, traced
+            for table in ("__dict__", "_parameters", "_buffers", "_modules"):  # (found nowhere: guarded)
+                tx.output.guards.contains(AttrSource(self.source, table), name, False)
+            return class_attribute(tx, cls, "__getattr__", self).call(tx, [ConstantValue(name)], {})
         unsupported(f"{cls.__name__!r} module has no attribute {name!r}")
 
     def call(self, tx, args, kwargs) -> Value:
         m = self.module
-        if m._forward_hooks or m._forward_pre_hooks or m._backward_hooks or \
-                getattr(m, "_backward_pre_hooks", None) or _global_hooks_present():
-            unsupported(f"module {self.qualname} ({type(m).__name__}) has hooks",
-                        hint="modules with forward/backward hooks are run eagerly for now")
-        # a hook added later would not run in the compiled code: guard that there are none
-        if self.source is not None:
-            tx.output.guards.length(AttrSource(self.source, "_forward_hooks"), m._forward_hooks)
-            tx.output.guards.length(AttrSource(self.source, "_forward_pre_hooks"), m._forward_pre_hooks)
+        if m._backward_hooks or getattr(m, "_backward_pre_hooks", None) or _global_hooks_present():
+            unsupported(f"module {self.qualname} ({type(m).__name__}) has backward or global hooks",
+                        hint="modules with backward hooks or global module hooks are run eagerly for now")
         forward = type(m).forward
         if forward is torch.nn.Module.forward:
             unsupported(f"module {type(m).__name__} has no forward()")
+        # a hook added later (global, forward or backward) would not run in the compiled code: guarded
+        tx.output.guards.no_global_module_hooks(_MODULE_INTERNALS)
+        if m._forward_hooks or m._forward_pre_hooks:  # traced as _call_impl runs them (module_hooks.py)
+            from kiln.capture.values.module_hooks import call_with_forward_hooks
+
+            return call_with_forward_hooks(tx, self, class_attribute(tx, type(m), "forward", self), args, kwargs)
+        if self.source is not None:
+            tx.output.guards.no_module_hooks(self.source)
         return class_attribute(tx, type(m), "forward", self).call(tx, args, kwargs)
 
     def guard_children(self, tx) -> None:

@@ -1,14 +1,14 @@
 """User-defined classes and their instances: objects from the frame, and objects created while tracing."""
 from __future__ import annotations
 
-import collections
 import dataclasses
 import functools
 import types
 
 from kiln.capture.sources import AttrSource, ConstantSource
 from kiln.capture.values.base import ConstantValue, Value, unsupported
-from kiln.capture.values.class_stores import class_source, stored_into as _stored_into
+from kiln.capture.values.class_stores import class_has_pending, class_source, pending_class_attribute, \
+    stored_into as _stored_into
 from kiln.capture.values.functions import UserFunctionValue, UserMethodValue
 
 
@@ -17,6 +17,9 @@ def class_attribute(tx, cls: type, name: str, self_value: Value | None) -> Value
     from kiln.capture.values.builder import wrap
 
     for klass in cls.__mro__:
+        pending = pending_class_attribute(tx, klass, name)
+        if pending is not None:  # stored while tracing: plain data, no binding (class_stores.py)
+            return pending
         if name in vars(klass):
             attr = vars(klass)[name]
             break
@@ -56,6 +59,10 @@ def class_attribute(tx, cls: type, name: str, self_value: Value | None) -> Value
     if type(attr) is functools.cached_property and self_value is not None:
         return _cached_property_get(tx, cls, name, attr, self_value,
                                     ConstantSource(f"{cls.__qualname__}.{name}", attr.func))
+    if python_slot(type(attr), "__get__") is not None:  # a user descriptor: its __get__ traced
+        desc = _descriptor_value(tx, klass, name, attr)
+        instance = self_value if self_value is not None else ConstantValue(None)
+        return class_attribute(tx, type(attr), "__get__", desc).call(tx, [instance, ClassValue(cls)], {})
     if hasattr(attr, "__get__") and not isinstance(attr, (int, float, str, tuple, type(None), bool)) \
             and not isinstance(attr, type):
         unsupported(f"descriptor {type(attr).__name__} for attribute {name!r} of {cls.__name__}")
@@ -63,6 +70,15 @@ def class_attribute(tx, cls: type, name: str, self_value: Value | None) -> Value
         # a plain class attribute (a constant, a tensor, a config object): read and guarded through the class
         src = AttrSource(class_source(cls, self_value), name)
     return wrap(tx, attr, src)
+
+
+def _descriptor_value(tx, klass: type, name: str, descriptor) -> Value:
+    """A descriptor object of a class, read from the class's own dict (`K.__dict__[name]`: no __get__ runs
+    at guard time) so that its identity and the attributes its methods read are guarded."""
+    from kiln.capture.sources import GetItemSource
+    from kiln.capture.values.builder import wrap
+
+    return wrap(tx, descriptor, GetItemSource(AttrSource(ConstantSource(klass.__qualname__, klass), "__dict__"), name))
 
 
 def _cached_property_get(tx, cls: type, name: str, prop, obj: Value, src) -> Value:
@@ -142,7 +158,7 @@ def delete_attribute(tx, obj: Value, name: str) -> None:
     if python_slot(cls, "__delattr__") is not None:
         class_attribute(tx, cls, "__delattr__", obj).call(tx, [ConstantValue(name)], {})
         return
-    if cls.__delattr__ is not object.__delattr__:
+    if not has_generic_delattr(cls):
         unsupported(f"deleting attribute {name!r} of a {cls.__name__}, whose __delattr__ is a C method")
     obj.raw_delattr(tx, name)
 
@@ -156,6 +172,11 @@ def set_through_descriptor(tx, cls: type, name: str, obj: Value, value: Value) -
     if type(descriptor) is property and isinstance(descriptor.fset, types.FunctionType):
         UserFunctionValue(descriptor.fset, ConstantSource(f"{cls.__qualname__}.{name}.fset", descriptor.fset)) \
             .call(tx, [obj, value], {})
+        return True
+    if python_slot(type(descriptor), "__set__") is not None:  # a user data descriptor: its __set__ traced
+        klass = next(k for k in cls.__mro__ if name in vars(k))
+        desc = _descriptor_value(tx, klass, name, descriptor)
+        class_attribute(tx, type(descriptor), "__set__", desc).call(tx, [obj, value], {})
         return True
     unsupported(f"assigning attribute {name!r} of a {cls.__name__}: the class has a {type(descriptor).__name__} "
                 f"of that name{' without a setter (AttributeError)' if type(descriptor) is property else ''}")
@@ -226,7 +247,19 @@ def user_dunder(tx, obj: Value, name: str, args: list[Value]) -> Value | None:
 def has_generic_getattribute(cls: type) -> bool:
     """Attribute reads of cls's instances are object.__getattribute__'s (dict's and list's slot is the same
     generic lookup, so subclasses of them count too)."""
-    return cls.__getattribute__ in (object.__getattribute__, dict.__getattribute__, list.__getattribute__)
+    return cls.__getattribute__ in (object.__getattribute__, dict.__getattribute__, list.__getattribute__,
+                                    types.SimpleNamespace.__getattribute__)  # (PyObject_GenericGetAttr)
+
+
+def has_generic_setattr(cls: type) -> bool:
+    """Attribute stores of cls's instances are object.__setattr__'s (types.SimpleNamespace's slot is
+    PyObject_GenericSetAttr too: values/namespaces.py)."""
+    return cls.__setattr__ in (object.__setattr__, types.SimpleNamespace.__setattr__)
+
+
+def has_generic_delattr(cls: type) -> bool:
+    """Attribute deletes of cls's instances are object.__delattr__'s (SimpleNamespace's too)."""
+    return cls.__delattr__ in (object.__delattr__, types.SimpleNamespace.__delattr__)
 
 
 class ClassValue(Value):
@@ -260,7 +293,13 @@ class ClassValue(Value):
         special = class_attribute_hook(self.cls, name)  # OrderedDict.fromkeys
         if special is not None:
             return special
+        if name == "__dict__" and isinstance(self.cls, type) and tx.output.side_effects.class_stores and \
+                any(k is self.cls for k, _ in tx.output.side_effects.class_stores):
+            unsupported(f"{self.cls.__qualname__}.__dict__ after a store to the class in this trace")
         for klass in self.cls.__mro__:
+            stored = pending_class_attribute(tx, klass, name)
+            if stored is not None:
+                return stored
             if name in vars(klass):
                 attr = vars(klass)[name]
                 if isinstance(attr, classmethod):
@@ -460,10 +499,16 @@ class UserObjectValue(Value):
             return pending
         cls = type(self.obj)
         if name == "__dict__" and hasattr(self.obj, "__dict__"):
+            from kiln.capture.values.instance_dicts import InstanceDictValue
+
             return InstanceDictValue(self)
         attr_source = self.attr_source
         class_attr = None
         for klass in cls.__mro__:
+            stored = pending_class_attribute(tx, klass, name)
+            if stored is not None:
+                class_attr = stored  # (plain data stored into the class while tracing)
+                break
             if name in vars(klass):
                 class_attr = vars(klass)[name]
                 break
@@ -472,8 +517,8 @@ class UserObjectValue(Value):
         if not data_descriptor and name in inst_dict:
             return wrap(tx, inst_dict[name], attr_source(name))
         if class_attr is not None:
-            if hasattr(self.obj, "__dict__") and pending is not DELETED:
-                # an instance attribute set later would shadow the class attribute
+            if not data_descriptor and hasattr(self.obj, "__dict__") and pending is not DELETED:
+                # an instance attribute set later would shadow the class attribute (not a data descriptor)
                 tx.output.guards.contains(attr_source("__dict__"), name, False)
             return class_attribute(tx, cls, name, self)
         if hasattr(cls, "__getattr__"):
@@ -577,8 +622,8 @@ class NewObjectValue(Value):
 
     def generic_getattr(self, tx, name: str) -> Value:
         """object.__getattribute__ on an object whose every instance attribute is known."""
-        if name in self.attrs:
-            return self.attrs[name]  # (setattr refuses names of data descriptors)
+        if name in self.attrs and (_python_slot(self.cls, name) or data_descriptor_of(self.cls, name) is None):
+            return self.attrs[name]  # (a data descriptor of the class comes first, as in object.__getattribute__)
         if name == "__class__":
             return ClassValue(self.cls)
         if _python_slot(self.cls, name):  # a __slots__ member never set: AttributeError, as object's
@@ -589,7 +634,7 @@ class NewObjectValue(Value):
             from kiln.capture.values.dict_objects import AttrsView
 
             return AttrsView(self)
-        if not any(name in vars(klass) for klass in self.cls.__mro__):
+        if not any(name in vars(klass) for klass in self.cls.__mro__) and not class_has_pending(tx, self.cls, name):
             if python_slot(self.cls, "__getattr__") is not None and python_slot(self.cls, "__getattribute__") is None:
                 return class_attribute(tx, self.cls, "__getattr__", self).call(tx, [ConstantValue(name)], {})
             from kiln.capture.values.exceptions import raise_attribute_error
@@ -681,169 +726,3 @@ def rebuild_object(cls, attrs: dict):
     for name, value in attrs.items():
         object.__setattr__(obj, name, value)
     return obj
-
-
-class SuperValue(Value):
-    """super() inside a method: attribute lookups start after `cls` in type(self).__mro__."""
-
-    def __init__(self, cls: type, self_value: Value):
-        self.cls = cls
-        self.self_value = self_value
-
-    def getattr(self, tx, name: str) -> Value:
-        from kiln.capture.values.builder import wrap
-
-        # super(C, cls) with a class (in __new__ or a classmethod): the class's own MRO, functions unbound
-        of_class = isinstance(self.self_value, ClassValue) and issubclass(self.self_value.cls, self.cls)
-        start_type = self.self_value.cls if of_class else self.self_value.python_type()
-        mro = start_type.__mro__
-        if self.cls not in mro:
-            unsupported(f"super({self.cls.__name__}, ...): the object is not an instance or subclass")
-        start = mro.index(self.cls) + 1
-        for klass in mro[start:]:
-            if name in vars(klass):
-                attr = vars(klass)[name]
-                src = ConstantSource(f"{klass.__qualname__}.{name}", getattr(attr, "__func__", attr)
-                                     if isinstance(attr, (staticmethod, classmethod)) else attr)
-                if isinstance(attr, types.FunctionType):
-                    if of_class:
-                        return wrap(tx, attr, src)
-                    return UserMethodValue(wrap(tx, attr, src), self.self_value)
-                if isinstance(attr, classmethod):
-                    return UserMethodValue(wrap(tx, attr.__func__, src),
-                                           self.self_value if of_class else ClassValue(start_type))
-                if isinstance(attr, staticmethod):
-                    return wrap(tx, attr.__func__, src)
-                if attr is object.__init__:
-                    return _NoOp()
-                from kiln.capture.values import exceptions
-
-                if name == "__init__" and klass in exceptions.SIMPLE_BUILTIN_EXCEPTIONS and \
-                        isinstance(self.self_value, exceptions.ExceptionValue):
-                    return exceptions.BaseExceptionInit(self.self_value)
-                if attr is object.__new__:
-                    return ObjectNew()
-                if attr is object.__getattribute__ and isinstance(self.self_value, (UserObjectValue, NewObjectValue)):
-                    return _GenericGetattr(self.self_value)
-                from kiln.capture.values import dict_objects
-
-                if attr is object.__setattr__ and isinstance(self.self_value, (UserObjectValue, NewObjectValue)):
-                    return dict_objects.RawSetattr(self.self_value)
-                if attr is object.__delattr__ and isinstance(self.self_value, (UserObjectValue, NewObjectValue)):
-                    return dict_objects.RawDelattr(self.self_value)
-                if klass in (dict, collections.OrderedDict) and \
-                        isinstance(self.self_value, dict_objects.DictObjectValue):
-                    return dict_objects.RawDictMethod(self.self_value, name)
-                if klass in (dict, collections.OrderedDict) and name in ("get", "__getitem__", "__contains__") \
-                        and isinstance(self.self_value, UserObjectValue) and self.self_value.source is not None:
-                    return dict_objects.ExistingDictRead(self.self_value, name)
-                if callable(attr) and klass.__module__.startswith("torch") and name == "__init__":
-                    return _NoOp()
-                if hasattr(attr, "__get__") and not isinstance(attr, (int, float, str, tuple, bool, type(None))):
-                    # a C method of a builtin base (dict.get, list.append, ...): bound, and run as Python
-                    return _SuperBoundAttr(self.cls, self.self_value, name)
-                return wrap(tx, attr, src)
-        unsupported(f"super().{name}")
-
-
-class _SuperBoundAttr(Value):
-    """`super().name` for a C-level attribute: kiln does not run it, but can hand it back bound."""
-
-    def __init__(self, cls: type, self_value: Value, name: str):
-        self.cls, self.self_value, self.name = cls, self_value, name
-
-    def call(self, tx, args, kwargs) -> Value:
-        unsupported(f"super().{self.name}() of {self.cls.__name__} is a C method kiln does not trace",
-                    hint="kiln runs it between two graphs")
-
-    def reconstruct(self, cg) -> None:
-        cg.prepare_call(super)
-        cg.load_const(self.cls)
-        cg.reconstruct(self.self_value)
-        cg.call(2)
-        cg.load_attr(self.name)
-
-
-class InstanceDictValue(Value):
-    """`obj.__dict__` of an existing object, read key by key (each read guarded)."""
-
-    def __init__(self, obj: "UserObjectValue"):
-        self.obj = obj
-        self.source = obj.attr_source("__dict__")
-
-    def python_type(self) -> type:
-        return dict
-
-    def _lookup(self, tx, key: Value):
-        from kiln.capture.sources import GetItemSource
-        from kiln.capture.values.builder import wrap
-
-        from kiln.capture.side_effects import DELETED
-
-        k = key.as_constant()
-        pending = tx.output.side_effects.load_attr(self.obj, k) if isinstance(k, str) else None
-        if pending is not None:  # stored or deleted while tracing
-            return None if pending is DELETED else pending
-        d = self.obj.obj.__dict__
-        tx.output.guards.contains(self.source, k, k in d)
-        if k not in d:
-            return None
-        return wrap(tx, d[k], GetItemSource(self.source, k))
-
-    def getattr(self, tx, name: str) -> Value:
-        from kiln.capture.values.base import BoundMethodValue
-
-        if name in ("get", "__getitem__", "__contains__", "keys", "values", "items", "__len__"):
-            return BoundMethodValue(self, name)
-        unsupported(f"__dict__.{name}")
-
-    def _state(self, tx) -> list:
-        """(name, value) of every attribute now, recorded stores and deletes included (keys guarded)."""
-        from kiln.capture.values.copying import _instance_state
-
-        return _instance_state(tx, self.obj) or []
-
-    def items(self, tx) -> list[Value]:
-        return [ConstantValue(name) for name, _ in self._state(tx)]
-
-    def truth(self, tx) -> bool:
-        return bool(self._state(tx))
-
-    def getitem(self, tx, key: Value) -> Value:
-        return self.call_method(tx, "__getitem__", [key], {})
-
-    def call_method(self, tx, name, args, kwargs) -> Value:
-        from kiln.capture.values.containers import ListIteratorValue, TupleValue
-
-        if name in ("keys", "values", "items", "__len__"):
-            state = self._state(tx)
-            if name == "__len__":
-                return ConstantValue(len(state))
-            parts = {"keys": [ConstantValue(k) for k, _ in state], "values": [v for _, v in state],
-                     "items": [TupleValue([ConstantValue(k), v]) for k, v in state]}[name]
-            return ListIteratorValue(parts, kind=f"dict_{name}")
-        found = self._lookup(tx, args[0])
-        if name == "__contains__":
-            return ConstantValue(found is not None)
-        if name == "get":
-            return found if found is not None else (args[1] if len(args) > 1 else ConstantValue(None))
-        if found is None:
-            unsupported(f"KeyError: {args[0].as_constant()!r}")
-        return found
-
-
-class _GenericGetattr(Value):
-    """`super().__getattribute__` reaching object.__getattribute__ from a Python __getattribute__."""
-
-    def __init__(self, obj: "UserObjectValue | NewObjectValue"):
-        self.obj = obj
-
-    def call(self, tx, args, kwargs) -> Value:
-        if len(args) != 1 or kwargs or not args[0].is_constant():
-            unsupported("object.__getattribute__ with a non-constant name")
-        return self.obj.generic_getattr(tx, args[0].as_constant())
-
-
-class _NoOp(Value):
-    def call(self, tx, args, kwargs) -> Value:
-        return ConstantValue(None)

@@ -398,7 +398,7 @@ def contains_op(tx, item: Value, container: Value) -> bool:
             elif equal_bool(tx, element, item):  # element == item, as list_contains compares
                 return True
         return False
-    from kiln.capture.values.objects import InstanceDictValue
+    from kiln.capture.values.instance_dicts import InstanceDictValue
 
     if isinstance(container, InstanceDictValue):
         return tx.truth(container.call_method(tx, "__contains__", [item], {}))

@@ -10,13 +10,15 @@ from __future__ import annotations
 import contextlib
 
 from kiln.capture import polyfills, refuse
-from kiln.capture.values import collections_values, exit_stacks, functools_values, generator_contexts
+from kiln.capture.values import (collections_values, dataclass_calls, exit_stacks, functools_values, generator_contexts,
+                                 module_getattr, namespaces)
 
 BUILTIN_CALLS: dict = {**functools_values.BUILTIN_HANDLERS, **collections_values.BUILTIN_HANDLERS}
-CLASS_CALLS: dict = {**collections_values.CLASS_HANDLERS,
+CLASS_CALLS: dict = {**collections_values.CLASS_HANDLERS, **namespaces.CLASS_HANDLERS,
                      __import__("functools").partial: functools_values.make_partial,
                      contextlib.ExitStack: exit_stacks.make_exit_stack}
-LIBRARY_CALLS: dict = {**functools_values.LIBRARY_FUNCTION_HANDLERS,
+LIBRARY_CALLS: dict = {**functools_values.LIBRARY_FUNCTION_HANDLERS, **dataclass_calls.LIBRARY_HANDLERS,
+                       **module_getattr.LIBRARY_HANDLERS,
                        contextlib.contextmanager: generator_contexts.contextmanager_handler}
 
 
