@@ -303,7 +303,6 @@ class OutputGraph:
             gm.meta["kiln_shape_env"] = self.shape_env
         return gm
 
-
     def tensor_data(self, value: Value) -> Value:
         """``t.data``: a tensor sharing t's memory, detached, with a version counter of its own (writes
         through it do not count as changes of ``t`` for autograd's checks, as in eager)."""
