@@ -72,7 +72,7 @@ class AtenRuntime:
 
     def __init__(self, ag: AtenGraph, run=None) -> None:
         self.ag = ag
-        self.run = run if run is not None else ag.gm
+        self.run = run if run is not None else ag.gm.forward  # (not the module: no global hooks on it)
         self.state = list(ag.state)
         self.mutated = list(ag.mutated_inputs)
         self.n_mut = len(self.mutated)

@@ -37,8 +37,9 @@ def explain_aten_graph(ag: AtenGraph) -> str:
 
 
 def run_graph_module(gm, example_inputs):
-    """aot_eager's graph compiler: the graph module runs as it is, op by op."""
-    return gm
+    """aot_eager's graph compiler: the graph module runs as it is, op by op (its forward: calling the
+    module itself would run the user's global nn.Module hooks on kiln's graph module)."""
+    return gm.forward
 
 
 def compile_aot_eager(gm, example_inputs, options=None, *, fallback: bool = True, training: bool | None = None):
@@ -92,7 +93,7 @@ def captured_graph_runs_eagerly(gm, why: str):
     """The captured FX graph itself, run op by op (eager's semantics exactly, autograd included)."""
 
     def eager_fallback(*args):
-        return gm(*args)
+        return gm.forward(*args)
 
     eager_fallback.kiln_explain = lambda: f"this graph ran eagerly, op by op: {why}"
     return eager_fallback

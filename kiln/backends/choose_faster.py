@@ -116,7 +116,7 @@ def race(gm, example_inputs, runtime, options):
     if should_race(gm, example_inputs, runtime, options) is not None:
         return runtime
     cuda = any(isinstance(t, torch.Tensor) and t.is_cuda for t in example_inputs)
-    chooser = FasterOfTwo(runtime, gm, getattr(gm, "_get_name", lambda: "graph")(), cuda)
+    chooser = FasterOfTwo(runtime, gm.forward, getattr(gm, "_get_name", lambda: "graph")(), cuda)
     inner = getattr(runtime, "kiln_explain", None)
     chooser.kiln_explain = lambda: (inner() if callable(inner) else "") + "\nspeed choice: " + chooser.describe()
     return chooser

@@ -136,7 +136,10 @@ class GuardSet:
         self.add(GuardKind.NO_MODULE_HOOKS, source)
 
     def no_global_module_hooks(self, module_internals_source: Source) -> None:
-        self.add(GuardKind.NO_GLOBAL_MODULE_HOOKS, module_internals_source)
+        """torch.nn.modules.module's global hook dicts are empty. (Kiln holds that module itself, a
+        ConstantSource, which ``add`` would skip as fixed: its dicts are what changes.)"""
+        guard = Guard(GuardKind.NO_GLOBAL_MODULE_HOOKS, module_internals_source)
+        self._guards.setdefault(guard.key(), guard)
 
     def dict_keys(self, source: Source, obj: dict) -> None:
         self.add(GuardKind.DICT_KEYS, source, (type(obj), list(obj.keys())))

@@ -12,7 +12,7 @@ import torch.fx as fx
 from kiln.capture.guards import GuardKind, GuardSet
 from kiln.capture.side_effects import SideEffects
 from kiln.capture.sources import Source
-from kiln.capture.storage_aliasing import HeldRanges, aliasing_signature
+from kiln.capture.storage_aliasing import HeldRanges, aliasing_signature, partial_overlap
 from kiln.capture.values.base import ConstantValue, Value, unsupported
 from kiln.fake import FakeTensor, FakeTensorMode, UnsupportedFakeOp
 from kiln.fake.symbolic import SYMBOLIC_SCALARS, DataDependentSize, ShapeEnv, is_symbolic, symbolic_fake
@@ -451,3 +451,11 @@ def _refuse_write_to_overlapping(kind: str, target, args, kwargs) -> None:
             unsupported(f"in-place {_describe(target)} writes a tensor whose elements share memory "
                         f"(size {tuple(t.shape)}, stride {tuple(t.stride())})",
                         hint="kiln runs it as Python, where eager raises; clone() the expanded tensor first")
+    others = [x for x in leaves((args, kwargs)) if isinstance(x, torch.Tensor)]
+    for t in written_tensors(kind, target, args, kwargs):
+        for other in others if isinstance(t, torch.Tensor) else ():
+            if other is not t and partial_overlap(t, other):
+                unsupported(f"in-place {_describe(target)} writes a tensor that partly overlaps another of its "
+                            f"arguments in memory (size {tuple(t.shape)} at offset {t.storage_offset()}, size "
+                            f"{tuple(other.shape)} at offset {other.storage_offset()}, one storage)",
+                            hint="kiln runs it as Python, where eager raises; clone() the source first")

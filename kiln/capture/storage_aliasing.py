@@ -89,3 +89,32 @@ def _sharing(ranges: list[tuple[int, int]]):
         if end > end_so_far:
             end_so_far, last = end, i
     return tuple(firsts)
+
+
+def partial_overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """ATen's ``get_overlap_status(a, b) == Partial``, on which ``assert_no_partial_overlap`` raises (an
+    in-place op whose source partly overlaps what it writes: ``x[1:].copy_(x[:-1])``): one storage, dense
+    layouts, memory ranges that meet without being the same elements in the same order. With symbolic
+    sizes in one storage it answers True (the caller breaks the graph and eager decides)."""
+    if a.untyped_storage()._cdata != b.untyped_storage()._cdata:
+        return False
+    numbers = (*a.shape, *a.stride(), *b.shape, *b.stride(), a.storage_offset(), b.storage_offset())
+    if any(isinstance(n, torch.SymInt) for n in numbers):
+        return True
+    if a.numel() == 0 or b.numel() == 0 or not (_dense(a) and _dense(b)):
+        return False  # (ATen: no overlap, or too hard to tell, which it lets pass)
+    a_begin, b_begin = a.storage_offset() * a.element_size(), b.storage_offset() * b.element_size()
+    a_end, b_end = a_begin + a.numel() * a.element_size(), b_begin + b.numel() * b.element_size()
+    if (a_begin, a_end) == (b_begin, b_end):
+        return a.stride() != b.stride()
+    return a_begin < b_end and b_begin < a_end
+
+
+def _dense(t: torch.Tensor) -> bool:
+    """Non-overlapping and dense: the dims of size > 1, ordered by stride, are row-major."""
+    running = 1
+    for d in sorted((d for d in range(t.dim()) if t.shape[d] != 1), key=t.stride):
+        if t.stride(d) != running:
+            return False
+        running *= t.shape[d]
+    return True

@@ -264,6 +264,12 @@ def select(func, x, dim, index):
     return _view(x, sizes, strides, offset)
 
 
+def unbind(func, x, dim=0):
+    """The views ``x.select(dim, i)``; their number must be a Python int (a symbolic size is specialized)."""
+    dim = _dim(dim, x.dim())
+    return [select(aten.select.int, x, dim, i) for i in range(int(x.shape[dim]))]
+
+
 def unsqueeze(func, x, dim):
     dim = _dim(dim, x.dim() + 1)
     sizes, strides = list(x.shape), list(x.stride())
@@ -292,32 +298,6 @@ def split(func, x, split_size, dim=0):
         chunks = max(1, -(-n // split_size))
     sizes = [split_size] * (chunks - 1) + [n - split_size * (chunks - 1)]
     return split_with_sizes(func, x, sizes, dim)
-
-
-def to_copy(func, x, dtype=None, layout=None, device=None, pin_memory=None, non_blocking=False,
-            memory_format=None):
-    """A copy with another dtype (or device): the same sizes; strides kept where x is dense (preserve)."""
-    dtype = dtype or x.dtype
-    if memory_format in (None, torch.preserve_format) and _is_row_major(x) is False and not _dense(x):
-        memory_format = torch.contiguous_format
-    if memory_format in (None, torch.preserve_format):
-        return torch.empty_strided(x.shape, x.stride(), dtype=dtype, device="meta")
-    if memory_format is torch.contiguous_format:
-        return torch.empty(x.shape, dtype=dtype, device="meta")
-    raise SymbolicShapeUnsupported(func, f"memory_format={memory_format}")
-
-
-def _dense(x) -> bool:
-    """Non-overlapping and dense: the strides are those of a row-major tensor with its dims permuted."""
-    dims = sorted(range(x.dim()), key=lambda d: _hint(x.stride(d)))
-    expected = 1
-    for d in dims:
-        if isinstance(x.shape[d], int) and x.shape[d] == 1:
-            continue
-        if str(x.stride(d)) != str(expected):
-            return False
-        expected = expected * x.shape[d]
-    return True
 
 
 def _hint(n) -> int:
@@ -424,7 +404,6 @@ RULES = {
     aten.stack.default: stack,
     aten.diagonal.default: diagonal,
     aten.unfold.default: unfold,
-    aten._to_copy.default: to_copy,
     aten.view.default: view,
     aten._unsafe_view.default: view,
     aten._reshape_alias.default: lambda func, x, sizes, strides: _view(x, sizes, strides),
@@ -436,6 +415,7 @@ RULES = {
     aten.slice.Tensor: slice_,
     aten.narrow.default: narrow,
     aten.select.int: select,
+    aten.unbind.int: unbind,
     aten.unsqueeze.default: unsqueeze,
     aten.split.Tensor: split,
     aten.split_with_sizes.default: split_with_sizes,

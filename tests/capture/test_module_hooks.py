@@ -133,3 +133,27 @@ def test_hooks_added_after_compiling_run():
     finally:
         handle.remove()
     assert calls == ["backward", "global"]
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager", "kiln"])
+def test_global_hook_registered_after_compiling_runs_on_inlined_submodules(backend):
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2))
+    compiled = kiln.compile(m, backend=backend)
+    x = torch.randn(2, 3)
+    compiled(x)
+    calls = []
+
+    def hook(mod, args, out):
+        calls.append(type(mod).__name__)
+        return out + 1 if isinstance(mod, nn.Linear) else None
+
+    handle = nn.modules.module.register_module_forward_hook(hook)
+    try:
+        want, want_calls = m(x), list(calls)
+        calls.clear()
+        got = compiled(x)
+    finally:
+        handle.remove()
+    torch.testing.assert_close(got, want)
+    assert calls == want_calls == ["Linear", "ReLU", "Linear", "Sequential"]  # (never kiln's graph module)

@@ -128,3 +128,43 @@ def test_held_ranges_find():
     start = w.untyped_storage().data_ptr()
     assert held.find((start + 4, start + 8)) is None
     assert aliasing_signature((torch.zeros(3), w[1:]), held)[1][1] == held.find((start, start + 16))
+
+
+def _shift_copy(x):
+    x[1:].copy_(x[:-1])  # partly overlapping source: eager raises
+    return x
+
+
+def _disjoint_add(x):
+    x[:3].add_(x[3:])
+    return x
+
+
+def _same_elements_add(x):
+    x.add_(x.view(6))
+    return x
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager", "kiln"])
+@pytest.mark.parametrize("fn", [_shift_copy, _disjoint_add, _same_elements_add])
+def test_in_place_ops_on_overlapping_memory_raise_as_eager(backend, fn):
+    try:
+        want, want_error = fn(torch.arange(6.)), None
+    except RuntimeError as exc:
+        want, want_error = None, str(exc)
+    x = torch.arange(6.)
+    compiled = kiln.compile(fn, backend=backend)
+    if want_error is not None:
+        with pytest.raises(RuntimeError, match="single memory location"):
+            compiled(x)
+    else:
+        assert torch.equal(compiled(x), want)
+
+
+def test_partial_overlap_is_atens_rule():
+    from kiln.capture.storage_aliasing import partial_overlap
+
+    x = torch.arange(12.)
+    assert partial_overlap(x[1:], x[:-1]) and partial_overlap(x.view(3, 4), x.view(4, 3).t())
+    assert not partial_overlap(x[:6], x[6:]) and not partial_overlap(x, x.view(12)) and not partial_overlap(x, x.clone())
+    assert not partial_overlap(x.view(3, 4)[:, ::2], x.view(3, 4)[:, 1::2])  # not dense: ATen lets it pass

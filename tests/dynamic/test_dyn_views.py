@@ -152,7 +152,6 @@ def test_split_fixed_chunk_size(backend):
     check(f, lambda n: (torch.randn(n, 6),), backend, graphs=2)
 
 
-@pytest.mark.parametrize("backend", backends(xfail={"eager": "aten.unbind.int on symbolic sizes: INTERNAL ASSERT 'dispatch_on_subclass called with NO overloaded args', retraces static"}))
 def test_stack_of_unbind_over_static_dim(backend):
     def f(x):
         rows = x.unbind(1)
@@ -236,3 +235,11 @@ def test_dtype_copies_of_views_that_are_not_dense(backend):
         return a * 2, b + 1, c.sum(-1), (a.stride(), b.stride(), c.stride())
 
     check(f, lambda n: (torch.randn(n, 4, 12),), backend, graphs=2)
+
+
+def test_unbind_into_q_k_v(backend):
+    def f(qkv):
+        q, k, v = qkv.unbind(2)  # (a symbolic-size rule: the number of views is the static 3)
+        return (q * k).sum(-1, keepdim=True) * v
+
+    check(f, lambda n: (torch.randn(2, n, 3, 4),), backend, graphs=2)
