@@ -120,8 +120,8 @@ def vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None):
 
 
 def _with_index(x, dim, keepdim, value_op, index_op):
-    if x.dim() == 0:
-        return NotImplemented
+    if x.dim() == 0:  # the value itself, at index 0
+        return aten.clone.default(x), aten.full.default([], 0, dtype=torch.int64, device=x.device)
     return value_op(x, [dim], keepdim), index_op(x, dim, keepdim)
 
 
