@@ -155,9 +155,9 @@ def min_all(x):
 
 @decomposition(aten.aminmax.default)
 def aminmax(x, *, dim=None, keepdim=False):
-    if x.numel() == 0 or x.dtype == torch.bool:
-        return NotImplemented
     dims = canonical_dims(dim, x.dim())
+    if x.dtype == torch.bool or any(x.shape[d] == 0 for d in dims if x.dim()) or x.dim() == 0 and x.numel() == 0:
+        return NotImplemented
     return aten.amin.default(x, dims, keepdim), aten.amax.default(x, dims, keepdim)
 
 
