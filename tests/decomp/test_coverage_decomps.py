@@ -1,0 +1,106 @@
+"""The decompositions that replaced ATen fallbacks, run eagerly on real tensors against the op itself:
+exact where eager's result is exact (integers, bools, indices), within float tolerance otherwise, and
+NotImplemented (the op stays whole) where a decomposition cannot match eager."""
+import pytest
+import torch
+
+from kiln.decomp import decomposition_table
+
+aten = torch.ops.aten
+TABLE = decomposition_table()
+
+
+def _specials(dtype=torch.float32, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = (torch.randn(64, generator=g, dtype=torch.float64) * 7).to(dtype)
+    x[:10] = torch.tensor([0.0, -0.0, -3.0, float("nan"), float("inf"), -float("inf"), 1e-30, 8.0, 10.0, -2.5])
+    return x
+
+
+def _same(got, want, exact=False):
+    for g, w in zip(torch.utils._pytree.tree_leaves(got), torch.utils._pytree.tree_leaves(want)):
+        assert g.dtype == w.dtype and g.shape == w.shape, (g.dtype, w.dtype, g.shape, w.shape)
+        if exact:
+            assert torch.equal(g, w) or torch.equal(g.isnan(), w.isnan()) and torch.equal(g[~g.isnan()], w[~w.isnan()])
+        else:
+            torch.testing.assert_close(g, w, equal_nan=True, atol=1e-5, rtol=1e-5)
+
+
+UNARY = [aten.digamma.default, aten.i0.default, aten.special_i0e.default, aten.special_i1.default,
+         aten.special_i1e.default, aten.special_entr.default, aten.sinc.default, aten.angle.default]
+
+
+@pytest.mark.parametrize("op", UNARY, ids=str)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_unary_specials(op, dtype):
+    x = _specials(dtype)
+    _same(TABLE[op](x), op(x))
+
+
+@pytest.mark.parametrize("n", [0, 1])
+def test_polygamma_low_orders(n):
+    x = _specials()
+    _same(TABLE[aten.polygamma.default](n, x), aten.polygamma.default(n, x))
+
+
+def test_left_whole_where_eager_cannot_be_matched():
+    x = _specials()
+    assert TABLE[aten.polygamma.default](2, x) is NotImplemented  # Hurwitz zeta: data-dependent loop
+    assert TABLE[aten.linspace.default](0, 10, 5, dtype=torch.int64) is NotImplemented  # ATen's vector blocks
+    assert TABLE[aten.logspace.default](0, 3, 4, dtype=torch.int32) is NotImplemented
+
+
+def test_integer_inputs_promote():
+    n = torch.arange(-4, 5)
+    for op in (aten.digamma.default, aten.i0.default, aten.sinc.default, aten.angle.default, aten.special_entr.default):
+        _same(TABLE[op](n), op(n))
+    _same(TABLE[aten.isposinf.default](n), aten.isposinf.default(n), exact=True)
+
+
+def test_binary_specials():
+    x, y = _specials(seed=1), _specials(seed=2).abs()
+    x[10:14] = 0.0
+    for op in (aten.xlogy.Tensor, aten.special_xlog1py.default, aten.logaddexp2.default):
+        _same(TABLE[op](x, y), op(x, y))
+    _same(TABLE[aten.xlogy.Scalar_Self](2.0, y), aten.xlogy.Scalar_Self(2.0, y))
+    _same(TABLE[aten.ldexp.Tensor](x, torch.arange(64) % 7 - 3), aten.ldexp.Tensor(x, torch.arange(64) % 7 - 3))
+    same_inf = torch.tensor([float("inf"), -float("inf")])
+    _same(TABLE[aten.logaddexp2.default](same_inf, same_inf), aten.logaddexp2.default(same_inf, same_inf))
+
+
+@pytest.mark.parametrize("steps", [0, 1, 2, 7, 50])
+def test_linspace_logspace(steps):
+    for start, end in ((-3.0, 5.5), (1e3, -2.0), (0.1, 0.1)):
+        _same(TABLE[aten.linspace.default](start, end, steps), aten.linspace.default(start, end, steps))
+        _same(TABLE[aten.logspace.default](start / 10, end / 10, steps, 2.0), aten.logspace.default(start / 10, end / 10, steps, 2.0))
+    s, e = torch.tensor(-1.0, dtype=torch.float64), torch.tensor(4)
+    _same(TABLE[aten.linspace.Tensor_Tensor](s, e, steps), aten.linspace.Tensor_Tensor(s, e, steps))
+
+
+def test_eye_exact():
+    for args, kw in (((3,), {}), ((2, 5), {"dtype": torch.int32}), ((4, 1), {"dtype": torch.bool})):
+        op = aten.eye.m if len(args) == 2 else aten.eye.default
+        _same(TABLE[op](*args, **kw), op(*args, **kw), exact=True)
+
+
+def test_selection_exact():
+    seq = torch.tensor([-1.0, 0.0, 0.0, 2.0])
+    v = torch.tensor([[-5.0, 0.0, 1.0], [2.0, 9.0, float("nan")]])
+    for right in (False, True):
+        _same(TABLE[aten.bucketize.Tensor](v, seq, right=right), aten.bucketize.Tensor(v, seq, right=right), exact=True)
+    x, t = torch.tensor([1, 2, 3, 4]), torch.tensor([[2, 9], [4, 4]])
+    _same(TABLE[aten.isin.Tensor_Tensor](x, t, invert=True), aten.isin.Tensor_Tensor(x, t, invert=True), exact=True)
+    mask = torch.tensor([[True, False], [True, True]])
+    src = torch.arange(10.0)
+    _same(TABLE[aten.masked_scatter.default](torch.zeros(2, 2), mask, src), aten.masked_scatter.default(torch.zeros(2, 2), mask, src), exact=True)
+
+
+def test_index_reduce_matches_for_every_mode():
+    x, idx, src = torch.randn(4, 3), torch.tensor([0, 2, 0, 3, 2]), torch.randn(5, 3)
+    for mode in ("prod", "mean", "amax", "amin"):
+        for include_self in (True, False):
+            _same(TABLE[aten.index_reduce.default](x, 0, idx, src, mode, include_self=include_self),
+                  aten.index_reduce.default(x, 0, idx, src, mode, include_self=include_self))
+    xi, srci = torch.tensor([5, 7, 9]), torch.tensor([2, 3, 4, 1])
+    _same(TABLE[aten.index_reduce.default](xi, 0, torch.tensor([0, 0, 2, 1]), srci, "mean"),
+          aten.index_reduce.default(xi, 0, torch.tensor([0, 0, 2, 1]), srci, "mean"), exact=True)
