@@ -104,3 +104,14 @@ def test_index_reduce_matches_for_every_mode():
     xi, srci = torch.tensor([5, 7, 9]), torch.tensor([2, 3, 4, 1])
     _same(TABLE[aten.index_reduce.default](xi, 0, torch.tensor([0, 0, 2, 1]), srci, "mean"),
           aten.index_reduce.default(xi, 0, torch.tensor([0, 0, 2, 1]), srci, "mean"), exact=True)
+
+
+def test_adaptive_max_pool_exact():
+    x = torch.randn(2, 3, 7, 5)
+    x[0, 0, 1, 1:3] = float("nan")
+    x[1, 1] = -float("inf")
+    x[1, 2] = 1.0
+    for size in ([3, 2], [7, 5], [1, 1], [4, 5]):
+        _same(TABLE[aten.adaptive_max_pool2d.default](x, size), aten.adaptive_max_pool2d.default(x, size), exact=True)
+    x3 = torch.randn(1, 2, 4, 5, 3)
+    _same(TABLE[aten.adaptive_max_pool3d.default](x3, [2, 3, 2]), aten.adaptive_max_pool3d.default(x3, [2, 3, 2]), exact=True)

@@ -130,3 +130,15 @@ def test_chunk_cat_empty_permuted_and_pads():
                 F.pad(x, (-1, 2, 1, -2), mode="replicate"), F.pad(x[0], (2, -1), mode="reflect"))
 
     check(f, torch.randn(2, 5), torch.randn(2, 7), torch.randn(1, 2, 5, 5))
+
+
+def test_adaptive_max_pool_exact_indices_and_empty_batches():
+    def f(x, x3, e):
+        return (F.adaptive_max_pool2d(x, (3, 2), return_indices=True), F.adaptive_max_pool1d(x[0], 4, return_indices=True),
+                F.adaptive_max_pool3d(x3, (2, 3, 1), return_indices=True), F.avg_pool2d(e, 2), F.adaptive_avg_pool2d(e, 3))
+
+    x = torch.randn(2, 3, 7, 5)
+    x[0, 0, 1, 1:3] = float("nan")
+    x[1, 1] = -float("inf")
+    x[1, 2] = 1.0  # ties: the first tap
+    check(f, x, torch.randn(1, 2, 4, 5, 3), torch.randn(0, 2, 6, 6))
