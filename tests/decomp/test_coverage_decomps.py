@@ -27,7 +27,11 @@ def _same(got, want, exact=False):
 
 
 UNARY = [aten.digamma.default, aten.i0.default, aten.special_i0e.default, aten.special_i1.default,
-         aten.special_i1e.default, aten.special_entr.default, aten.sinc.default, aten.angle.default]
+         aten.special_i1e.default, aten.special_entr.default, aten.sinc.default, aten.angle.default,
+         aten.special_modified_bessel_i0.default, aten.special_modified_bessel_i1.default,
+         aten.special_modified_bessel_k0.default, aten.special_modified_bessel_k1.default,
+         aten.special_scaled_modified_bessel_k0.default, aten.special_scaled_modified_bessel_k1.default,
+         aten.special_spherical_bessel_j0.default]
 
 
 @pytest.mark.parametrize("op", UNARY, ids=str)

@@ -142,3 +142,14 @@ def test_adaptive_max_pool_exact_indices_and_empty_batches():
     x[1, 1] = -float("inf")
     x[1, 2] = 1.0  # ties: the first tap
     check(f, x, torch.randn(1, 2, 4, 5, 3), torch.randn(0, 2, 6, 6))
+
+
+def test_modified_and_spherical_bessel_fused():
+    def f(x):
+        a = x.abs() + 0.01
+        return (torch.special.modified_bessel_i0(x) + torch.special.modified_bessel_i1(x) + torch.special.modified_bessel_k0(a)
+                + torch.special.modified_bessel_k1(a) + torch.special.scaled_modified_bessel_k0(x)
+                + torch.special.scaled_modified_bessel_k1(x) + torch.special.spherical_bessel_j0(x)) * 0.5
+
+    cg = check(f, _specials(scale=4.0))
+    assert len(cg.kernels) <= 2  # (long chains are cut into a few kernels; their temporaries stay kernel-local)

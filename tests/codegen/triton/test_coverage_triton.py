@@ -75,3 +75,12 @@ def test_max_unpool_and_0dim_scatter():
 
     pooled, ind = torch.nn.functional.max_pool2d(torch.randn(1, 2, 4, 4), 2, return_indices=True)
     _no_fallbacks(check(f, pooled, ind, torch.tensor(2.0), torch.tensor(0), torch.tensor(5.0)))
+
+
+def test_modified_bessel_functions():
+    def f(x):
+        a = x.abs() + 0.01
+        return (torch.special.modified_bessel_i1(x), torch.special.modified_bessel_k0(a),
+                torch.special.scaled_modified_bessel_k1(x), torch.special.spherical_bessel_j0(x))
+
+    _no_fallbacks(check(f, _specials(scale=4.0), atol=1e-4, rtol=1e-4))
