@@ -149,7 +149,8 @@ def _far_k(x, table):
 
 
 def _log_half(x):
-    return aten.log.default(aten.mul.Scalar(x, 0.5))
+    """log(x / 2) where x > 0 (elsewhere the result is not selected: no log of x <= 0, libm's slow path)."""
+    return aten.log.default(aten.mul.Scalar(aten.where.self(aten.gt.Scalar(x, 0.0), x, _c(x, 1.0)), 0.5))
 
 
 def _k0_forward(x):

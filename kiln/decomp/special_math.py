@@ -75,7 +75,8 @@ def entr(x):
 
 @compute_in_float32
 def _entr(x):
-    out = aten.mul.Tensor(aten.neg.default(x), aten.log.default(x))
+    positive = aten.where.self(aten.gt.Scalar(x, 0), x, _const(x, 1.0))  # (no log of x <= 0: libm's slow path)
+    out = aten.mul.Tensor(aten.neg.default(x), aten.log.default(positive))
     out = aten.where.self(aten.eq.Scalar(x, 0), _const(x, 0.0), aten.where.self(aten.gt.Scalar(x, 0), out, _const(x, -math.inf)))
     return aten.where.self(aten.isnan.default(x), x, out)
 

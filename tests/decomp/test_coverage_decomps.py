@@ -119,3 +119,15 @@ def test_adaptive_max_pool_exact():
         _same(TABLE[aten.adaptive_max_pool2d.default](x, size), aten.adaptive_max_pool2d.default(x, size), exact=True)
     x3 = torch.randn(1, 2, 4, 5, 3)
     _same(TABLE[aten.adaptive_max_pool3d.default](x3, [2, 3, 2]), aten.adaptive_max_pool3d.default(x3, [2, 3, 2]), exact=True)
+
+
+def test_large_cases_keep_atens_faster_kernels():
+    from kiln.decomp import selection
+
+    x = torch.randn(10)
+    big = torch.sort(torch.randn(selection.SEARCH_MAX_BOUNDARIES + 1)).values
+    assert TABLE[aten.bucketize.Tensor](x, big) is NotImplemented
+    assert TABLE[aten.searchsorted.Tensor](big, x) is NotImplemented
+    assert TABLE[aten.isin.Tensor_Tensor](x, torch.randn(selection.ISIN_MAX_TEST_ELEMENTS + 1)) is NotImplemented
+    n = selection.MASKED_SCATTER_MAX_NUMEL + 1
+    assert TABLE[aten.masked_scatter.default](torch.zeros(n), torch.ones(n, dtype=torch.bool), torch.zeros(n)) is NotImplemented
