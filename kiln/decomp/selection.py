@@ -145,3 +145,9 @@ def chunk_cat(tensors, dim, num_chunks):
             t = aten.constant_pad_nd.default(t, [0, 0] * (t.dim() - dim - 1) + [0, padded_length - length], 0)
         pieces.append(aten.reshape.default(t, list(t.shape[:dim]) + [num_chunks, -1]))
     return aten.cat.default(pieces, dim + 1)
+
+
+@decomposition(aten.new_empty_strided.default)
+def new_empty_strided(x, size, stride, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return aten.empty_strided.default(list(size), list(stride), dtype=dtype if dtype is not None else x.dtype,
+                                      device=device if device is not None else x.device)

@@ -153,3 +153,10 @@ def test_modified_and_spherical_bessel_fused():
 
     cg = check(f, _specials(scale=4.0))
     assert len(cg.kernels) <= 2  # (long chains are cut into a few kernels; their temporaries stay kernel-local)
+
+
+def test_bessel_first_and_second_kind():
+    def f(x):
+        return torch.special.bessel_j0(x), torch.special.bessel_j1(x), torch.special.bessel_y0(x), torch.special.bessel_y1(x)
+
+    check(f, _specials(scale=8.0))

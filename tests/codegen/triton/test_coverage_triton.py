@@ -81,6 +81,7 @@ def test_modified_bessel_functions():
     def f(x):
         a = x.abs() + 0.01
         return (torch.special.modified_bessel_i1(x), torch.special.modified_bessel_k0(a),
-                torch.special.scaled_modified_bessel_k1(x), torch.special.spherical_bessel_j0(x))
+                torch.special.scaled_modified_bessel_k1(x), torch.special.spherical_bessel_j0(x),
+                torch.special.bessel_j1(x * 2), torch.special.bessel_y0(a * 2))
 
     _no_fallbacks(check(f, _specials(scale=4.0), atol=1e-4, rtol=1e-4))

@@ -1,0 +1,197 @@
+"""Decompositions: ``torch.special``'s Bessel functions of the first and second kind (j0, j1, y0, y1) as
+ATen's ``Math.h`` computes them: rational approximations (Horner over its tables) below 5, the
+asymptotic form with phase ``x - pi/4`` (``x - 3 pi/4``) above, both computed and selected per element.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from kiln.decomp.bessel_special import _register
+from kiln.decomp.special_math import polevl
+from kiln.decomp.utils import scalar_like
+
+aten = torch.ops.aten
+
+_J0_PP = (
+    7.96936729297347051624e-04, 8.28352392107440799803e-02, 1.23953371646414299388e+00, 5.44725003058768775090e+00,
+    8.74716500199817011941e+00, 5.30324038235394892183e+00, 9.99999999999999997821e-01,
+)
+_J0_PQ = (
+    9.24408810558863637013e-04, 8.56288474354474431428e-02, 1.25352743901058953537e+00, 5.47097740330417105182e+00,
+    8.76190883237069594232e+00, 5.30605288235394617618e+00, 1.00000000000000000218e+00,
+)
+_J0_QP = (
+    -1.13663838898469149931e-02, -1.28252718670509318512e+00, -1.95539544257735972385e+01, -9.32060152123768231369e+01,
+    -1.77681167980488050595e+02, -1.47077505154951170175e+02, -5.14105326766599330220e+01, -6.05014350600728481186e+00,
+)
+_J0_QQ = (
+    6.43178256118178023184e+01, 8.56430025976980587198e+02, 3.88240183605401609683e+03, 7.24046774195652478189e+03,
+    5.93072701187316984827e+03, 2.06209331660327847417e+03, 2.42005740240291393179e+02,
+)
+_J0_RP = (
+    -4.79443220978201773821e+09, 1.95617491946556577543e+12, -2.49248344360967716204e+14, 9.70862251047306323952e+15,
+)
+_J0_RQ = (
+    4.99563147152651017219e+02, 1.73785401676374683123e+05, 4.84409658339962045305e+07, 1.11855537045356834862e+10,
+    2.11277520115489217587e+12, 3.10518229857422583814e+14, 3.18121955943204943306e+16, 1.71086294081043136091e+18,
+)
+_J1_PP = (
+    7.62125616208173112003e-04, 7.31397056940917570436e-02, 1.12719608129684925192e+00, 5.11207951146807644818e+00,
+    8.42404590141772420927e+00, 5.21451598682361504063e+00, 1.00000000000000000254e+00,
+)
+_J1_PQ = (
+    5.71323128072548699714e-04, 6.88455908754495404082e-02, 1.10514232634061696926e+00, 5.07386386128601488557e+00,
+    8.39985554327604159757e+00, 5.20982848682361821619e+00, 9.99999999999999997461e-01,
+)
+_J1_QP = (
+    5.10862594750176621635e-02, 4.98213872951233449420e+00, 7.58238284132545283818e+01, 3.66779609360150777800e+02,
+    7.10856304998926107277e+02, 5.97489612400613639965e+02, 2.11688757100572135698e+02, 2.52070205858023719784e+01,
+)
+_J1_QQ = (
+    7.42373277035675149943e+01, 1.05644886038262816351e+03, 4.98641058337653607651e+03, 9.56231892404756170795e+03,
+    7.99704160447350683650e+03, 2.82619278517639096600e+03, 3.36093607810698293419e+02,
+)
+_J1_RP = (
+    -8.99971225705559398224e+08, 4.52228297998194034323e+11, -7.27494245221818276015e+13, 3.68295732863852883286e+15,
+)
+_J1_RQ = (
+    6.20836478118054335476e+02, 2.56987256757748830383e+05, 8.35146791431949253037e+07, 2.21511595479792499675e+10,
+    4.74914122079991414898e+12, 7.84369607876235854894e+14, 8.95222336184627338078e+16, 5.32278620332680085395e+18,
+)
+_Y0_PP = (
+    7.96936729297347051624e-04, 8.28352392107440799803e-02, 1.23953371646414299388e+00, 5.44725003058768775090e+00,
+    8.74716500199817011941e+00, 5.30324038235394892183e+00, 9.99999999999999997821e-01,
+)
+_Y0_PQ = (
+    9.24408810558863637013e-04, 8.56288474354474431428e-02, 1.25352743901058953537e+00, 5.47097740330417105182e+00,
+    8.76190883237069594232e+00, 5.30605288235394617618e+00, 1.00000000000000000218e+00,
+)
+_Y0_QP = (
+    -1.13663838898469149931e-02, -1.28252718670509318512e+00, -1.95539544257735972385e+01, -9.32060152123768231369e+01,
+    -1.77681167980488050595e+02, -1.47077505154951170175e+02, -5.14105326766599330220e+01, -6.05014350600728481186e+00,
+)
+_Y0_QQ = (
+    6.43178256118178023184e+01, 8.56430025976980587198e+02, 3.88240183605401609683e+03, 7.24046774195652478189e+03,
+    5.93072701187316984827e+03, 2.06209331660327847417e+03, 2.42005740240291393179e+02,
+)
+_Y0_YP = (
+    1.55924367855235737965e+04, -1.46639295903971606143e+07, 5.43526477051876500413e+09, -9.82136065717911466409e+11,
+    8.75906394395366999549e+13, -3.46628303384729719441e+15, 4.42733268572569800351e+16, -1.84950800436986690637e+16,
+)
+_Y0_YQ = (
+    1.04128353664259848412e+03, 6.26107330137134956842e+05, 2.68919633393814121987e+08, 8.64002487103935000337e+10,
+    2.02979612750105546709e+13, 3.17157752842975028269e+15, 2.50596256172653059228e+17,
+)
+_Y1_PP = (
+    7.62125616208173112003e-04, 7.31397056940917570436e-02, 1.12719608129684925192e+00, 5.11207951146807644818e+00,
+    8.42404590141772420927e+00, 5.21451598682361504063e+00, 1.00000000000000000254e+00,
+)
+_Y1_PQ = (
+    5.71323128072548699714e-04, 6.88455908754495404082e-02, 1.10514232634061696926e+00, 5.07386386128601488557e+00,
+    8.39985554327604159757e+00, 5.20982848682361821619e+00, 9.99999999999999997461e-01,
+)
+_Y1_QP = (
+    5.10862594750176621635e-02, 4.98213872951233449420e+00, 7.58238284132545283818e+01, 3.66779609360150777800e+02,
+    7.10856304998926107277e+02, 5.97489612400613639965e+02, 2.11688757100572135698e+02, 2.52070205858023719784e+01,
+)
+_Y1_QQ = (
+    7.42373277035675149943e+01, 1.05644886038262816351e+03, 4.98641058337653607651e+03, 9.56231892404756170795e+03,
+    7.99704160447350683650e+03, 2.82619278517639096600e+03, 3.36093607810698293419e+02,
+)
+_Y1_YP = (
+    1.26320474790178026440e+09, -6.47355876379160291031e+11, 1.14509511541823727583e+14, -8.12770255501325109621e+15,
+    2.02439475713594898196e+17, -7.78877196265950026825e+17,
+)
+_Y1_YQ = (
+    5.94301592346128195359e+02, 2.35564092943068577943e+05, 7.34811944459721705660e+07, 1.87601316108706159478e+10,
+    3.88231277496238566008e+12, 6.20557727146953693363e+14, 6.87141087355300489866e+16, 3.97270608116560655612e+18,
+)
+
+_TWO_OVER_PI = 0.636619772367581343075535053490057448
+_SQRT_TWO_OVER_PI = 0.797884560802865355879892119868763737
+_PI_4 = 0.785398163397448309615660845819875721
+_3PI_4 = 2.356194490192344928846982537459627163
+
+
+def _c(x, value):
+    return scalar_like(value, x)
+
+
+def _ratio(z, p, q):
+    return aten.div.Tensor(polevl(z, p), polevl(z, q))
+
+
+def _asymptotic(x, z, tables, phase, first, second):
+    """``(P(z)/Q(z) * first(x - phase) -+ 5/x * P'(z)/Q'(z) * second(x - phase)) * sqrt(2/pi) / sqrt(x)``:
+    j0/j1 subtract a sine term from a cosine one, y0/y1 add a cosine term to a sine one."""
+    pp, pq, qp, qq = tables
+    shifted = aten.sub.Scalar(x, phase)
+    lead = aten.mul.Tensor(_ratio(z, pp, pq), first(shifted))
+    tail = aten.mul.Tensor(aten.mul.Tensor(aten.div.Tensor(_c(x, 5.0), x), _ratio(z, qp, qq)), second(shifted))
+    combined = aten.sub.Tensor(lead, tail) if first is aten.cos.default else aten.add.Tensor(lead, tail)
+    return aten.div.Tensor(aten.mul.Scalar(combined, _SQRT_TWO_OVER_PI), aten.sqrt.default(x))
+
+
+def _z25(x):  # 25 / (x * x)
+    return aten.div.Tensor(_c(x, 25.0), aten.mul.Tensor(x, x))
+
+
+def _z5(x):  # 5 / x * (5 / x)
+    five = aten.div.Tensor(_c(x, 5.0), x)
+    return aten.mul.Tensor(five, five)
+
+
+def _j0_forward(x):
+    x = aten.abs.default(x)
+    xx = aten.mul.Tensor(x, x)
+    tiny = aten.rsub.Scalar(aten.div.Scalar(xx, 4.0), 1.0)
+    near = aten.div.Tensor(aten.mul.Tensor(aten.mul.Tensor(aten.sub.Scalar(xx, 5.78318596294678452118e+00),
+                                                           aten.sub.Scalar(xx, 3.04712623436620863991e+01)),
+                                           polevl(xx, _J0_RP)), polevl(xx, _J0_RQ))
+    near = aten.where.self(aten.lt.Scalar(x, 0.00001), tiny, near)
+    far = _asymptotic(x, _z25(x), (_J0_PP, _J0_PQ, _J0_QP, _J0_QQ), _PI_4, aten.cos.default, aten.sin.default)
+    return aten.where.self(aten.le.Scalar(x, 5.0), near, far)
+
+
+def _j1_forward(x):
+    a = aten.abs.default(x)
+    xx = aten.mul.Tensor(a, a)
+    near = aten.mul.Tensor(aten.mul.Tensor(aten.mul.Tensor(aten.div.Tensor(polevl(xx, _J1_RP), polevl(xx, _J1_RQ)), a),
+                                           aten.sub.Scalar(xx, 1.46819706421238932572e+01)),
+                           aten.sub.Scalar(xx, 4.92184563216946036703e+01))
+    far = _asymptotic(a, _z5(a), (_J1_PP, _J1_PQ, _J1_QP, _J1_QQ), _3PI_4, aten.cos.default, aten.sin.default)
+    out = aten.where.self(aten.le.Scalar(a, 5.0), near, far)
+    return aten.where.self(aten.lt.Scalar(x, 0.0), aten.neg.default(out), out)
+
+
+def _positive_log(x):
+    return aten.log.default(aten.where.self(aten.gt.Scalar(x, 0.0), x, _c(x, 1.0)))
+
+
+def _y_domain(x, out):
+    out = aten.where.self(aten.lt.Scalar(x, 0.0), _c(x, math.nan), out)
+    return aten.where.self(aten.eq.Scalar(x, 0.0), _c(x, -math.inf), out)
+
+
+def _y0_forward(x):
+    xx = aten.mul.Tensor(x, x)
+    near = aten.add.Tensor(_ratio(xx, _Y0_YP, _Y0_YQ),
+                           aten.mul.Tensor(aten.mul.Scalar(_positive_log(x), _TWO_OVER_PI), _j0_forward(x)))
+    far = _asymptotic(x, _z25(x), (_Y0_PP, _Y0_PQ, _Y0_QP, _Y0_QQ), _PI_4, aten.sin.default, aten.cos.default)
+    return _y_domain(x, aten.where.self(aten.le.Scalar(x, 5.0), near, far))
+
+
+def _y1_forward(x):
+    xx = aten.mul.Tensor(x, x)
+    bracket = aten.sub.Tensor(aten.mul.Tensor(_j1_forward(x), _positive_log(x)), aten.reciprocal.default(x))
+    near = aten.add.Tensor(aten.mul.Tensor(x, _ratio(xx, _Y1_YP, _Y1_YQ)), aten.mul.Scalar(bracket, _TWO_OVER_PI))
+    far = _asymptotic(x, _z5(x), (_Y1_PP, _Y1_PQ, _Y1_QP, _Y1_QQ), _3PI_4, aten.sin.default, aten.cos.default)
+    return _y_domain(x, aten.where.self(aten.le.Scalar(x, 5.0), near, far))
+
+
+_register(aten.special_bessel_j0.default, _j0_forward)
+_register(aten.special_bessel_j1.default, _j1_forward)
+_register(aten.special_bessel_y0.default, _y0_forward)
+_register(aten.special_bessel_y1.default, _y1_forward)
