@@ -195,3 +195,55 @@ _register(aten.special_bessel_j0.default, _j0_forward)
 _register(aten.special_bessel_j1.default, _j1_forward)
 _register(aten.special_bessel_y0.default, _y0_forward)
 _register(aten.special_bessel_y1.default, _y1_forward)
+
+
+# ----------------------------------------------------------------------------- ndtri (cephes, ATen's calc_ndtri)
+_NDTRI_P0 = (-5.99633501014107895267E1, 9.80010754185999661536E1, -5.66762857469070293439E1, 1.39312609387279679503E1,
+             -1.23916583867381258016E0)
+_NDTRI_Q0 = (1.00000000000000000000E0, 1.95448858338141759834E0, 4.67627912898881538453E0, 8.63602421390890590575E1,
+             -2.25462687854119370527E2, 2.00260212380060660359E2, -8.20372256168333339912E1, 1.59056225126211695515E1,
+             -1.18331621121330003142E0)
+_NDTRI_P1 = (4.05544892305962419923E0, 3.15251094599893866154E1, 5.71628192246421288162E1, 4.40805073893200834700E1,
+             1.46849561928858024014E1, 2.18663306850790267539E0, -1.40256079171354495875E-1, -3.50424626827848203418E-2,
+             -8.57456785154685413611E-4)
+_NDTRI_Q1 = (1.00000000000000000000E0, 1.57799883256466749731E1, 4.53907635128879210584E1, 4.13172038254672030440E1,
+             1.50425385692907503408E1, 2.50464946208309415979E0, -1.42182922854787788574E-1, -3.80806407691578277194E-2,
+             -9.33259480895457427372E-4)
+_NDTRI_P2 = (3.23774891776946035970E0, 6.91522889068984211695E0, 3.93881025292474443415E0, 1.33303460815807542389E0,
+             2.01485389549179081538E-1, 1.23716634817820021358E-2, 3.01581553508235416007E-4, 2.65806974686737550832E-6,
+             6.23974539184983293730E-9)
+_NDTRI_Q2 = (1.00000000000000000000E0, 6.02427039364742014255E0, 3.67983563856160859403E0, 1.37702099489081330271E0,
+             2.16236993594496635890E-1, 1.34204006088543189037E-2, 3.28014464682127739104E-4, 2.89247864745380683936E-6,
+             6.79019408009981274425E-9)
+_EXP_MINUS_2 = 0.13533528323661269189
+_SQRT_2PI = 2.50662827463100050242E0
+
+
+def _ndtri(y0):
+    """The inverse of the normal CDF: a rational form around 1/2, ``sqrt(-2 log y)`` tails (y flipped
+    above 1 - e^-2, the sign restored); -inf at 0, inf at 1, NaN outside [0, 1]."""
+    from kiln.decomp.utils import round_scalar
+
+    upper = aten.gt.Scalar(y0, round_scalar(1.0 - round_scalar(_EXP_MINUS_2, y0.dtype), y0.dtype))
+    y = aten.where.self(upper, aten.rsub.Scalar(y0, 1.0), y0)
+    yc = aten.sub.Scalar(y, 0.5)
+    y2 = aten.mul.Tensor(yc, yc)
+    central = aten.mul.Scalar(aten.add.Tensor(yc, aten.mul.Tensor(yc, _ratio_scaled(y2, y2, _NDTRI_P0, _NDTRI_Q0))), _SQRT_2PI)
+    x = aten.sqrt.default(aten.mul.Scalar(_positive_log(y), -2.0))
+    x0 = aten.sub.Tensor(x, aten.div.Tensor(_positive_log(x), x))
+    z = aten.reciprocal.default(x)
+    x1 = aten.where.self(aten.lt.Scalar(x, 8.0), _ratio_scaled(z, z, _NDTRI_P1, _NDTRI_Q1), _ratio_scaled(z, z, _NDTRI_P2, _NDTRI_Q2))
+    tail = aten.sub.Tensor(x0, x1)
+    tail = aten.where.self(upper, tail, aten.neg.default(tail))
+    out = aten.where.self(aten.gt.Scalar(y, _EXP_MINUS_2), central, tail)
+    out = aten.where.self(aten.logical_or.default(aten.lt.Scalar(y0, 0.0), aten.gt.Scalar(y0, 1.0)), _c(y0, math.nan), out)
+    out = aten.where.self(aten.eq.Scalar(y0, 1.0), _c(y0, math.inf), out)
+    return aten.where.self(aten.eq.Scalar(y0, 0.0), _c(y0, -math.inf), out)
+
+
+def _ratio_scaled(scale, z, p, q):
+    """``scale * P(z) / Q(z)`` in cephes' order."""
+    return aten.div.Tensor(aten.mul.Tensor(scale, polevl(z, p)), polevl(z, q))
+
+
+_register(aten.special_ndtri.default, _ndtri)

@@ -32,7 +32,7 @@ UNARY = [aten.digamma.default, aten.i0.default, aten.special_i0e.default, aten.s
          aten.special_modified_bessel_k0.default, aten.special_modified_bessel_k1.default,
          aten.special_scaled_modified_bessel_k0.default, aten.special_scaled_modified_bessel_k1.default,
          aten.special_spherical_bessel_j0.default, aten.special_bessel_j0.default, aten.special_bessel_j1.default,
-         aten.special_bessel_y0.default, aten.special_bessel_y1.default]
+         aten.special_bessel_y0.default, aten.special_bessel_y1.default, aten.special_ndtri.default]
 
 
 @pytest.mark.parametrize("op", UNARY, ids=str)
@@ -132,3 +132,16 @@ def test_large_cases_keep_atens_faster_kernels():
     assert TABLE[aten.isin.Tensor_Tensor](x, torch.randn(selection.ISIN_MAX_TEST_ELEMENTS + 1)) is NotImplemented
     n = selection.MASKED_SCATTER_MAX_NUMEL + 1
     assert TABLE[aten.masked_scatter.default](torch.zeros(n), torch.ones(n, dtype=torch.bool), torch.zeros(n)) is NotImplemented
+
+
+def test_im2col_and_max_pool_backward():
+    import torch.nn.functional as F
+
+    x = torch.randn(2, 3, 9, 8)
+    for args in (((3, 2), (1, 1), (0, 0), (1, 1)), ((2, 3), (2, 1), (1, 2), (2, 3))):
+        _same(TABLE[aten.im2col.default](x, *args), aten.im2col.default(x, *args), exact=True)
+        _same(TABLE[aten.im2col.default](x[0], *args), aten.im2col.default(x[0], *args), exact=True)
+    out, idx = F.max_pool2d(x, 3, 1, 1, return_indices=True)  # overlapping windows: gradients add up
+    grad = torch.randn_like(out)
+    args = (grad, x, [3, 3], [1, 1], [1, 1], [1, 1], False, idx)
+    _same(TABLE[aten.max_pool2d_with_indices_backward.default](*args), aten.max_pool2d_with_indices_backward.default(*args))

@@ -160,3 +160,15 @@ def test_bessel_first_and_second_kind():
         return torch.special.bessel_j0(x), torch.special.bessel_j1(x), torch.special.bessel_y0(x), torch.special.bessel_y1(x)
 
     check(f, _specials(scale=8.0))
+
+
+def test_ndtri_unfold_and_max_pool_backward():
+    def f(p, x, grad, idx):
+        return (torch.special.ndtri(p), F.unfold(x, (3, 2), dilation=(2, 1), padding=1, stride=(1, 2)),
+                torch.ops.aten.max_pool2d_with_indices_backward(grad * 2, x, [3, 3], [1, 1], [1, 1], [1, 1], False, idx))
+
+    p = torch.rand(64)
+    p[:6] = torch.tensor([0.0, 1.0, -0.5, 1.5, float("nan"), 1e-20])
+    x = torch.randn(2, 3, 9, 8)
+    out, idx = F.max_pool2d(x, 3, 1, 1, return_indices=True)
+    check(f, p, x, torch.randn_like(out), idx)
