@@ -145,3 +145,19 @@ def test_im2col_and_max_pool_backward():
     grad = torch.randn_like(out)
     args = (grad, x, [3, 3], [1, 1], [1, 1], [1, 1], False, idx)
     _same(TABLE[aten.max_pool2d_with_indices_backward.default](*args), aten.max_pool2d_with_indices_backward.default(*args))
+
+
+def test_distances_losses_and_renorm():
+    x1, x2 = torch.randn(2, 4, 3), torch.randn(2, 30, 3)
+    for p in (0.0, 1.0, 2.0, 3.0, float("inf")):
+        for mode in (None, 1, 2):
+            _same(TABLE[aten._cdist_forward.default](x1, x2, p, mode), aten._cdist_forward.default(x1, x2, p, mode))
+        _same(TABLE[aten._pdist_forward.default](x1[0], p), aten._pdist_forward.default(x1[0], p))
+    x, t, w = torch.randn(6, 5), torch.tensor([0, 4, 2, 2, 1, 3]), torch.rand(5)
+    for p, margin, weight, reduction in ((1, 1.0, None, 1), (2, -0.5, w, 0), (1, 2.0, w, 2)):
+        _same(TABLE[aten.multi_margin_loss.default](x, t, p, margin, weight, reduction),
+              aten.multi_margin_loss.default(x, t, p, margin, weight, reduction))
+    weight, idx = torch.randn(6, 4) * 2, torch.tensor([[0, 2], [2, 5]])
+    for norm_type in (1.0, 2.0):
+        _same(TABLE[aten.embedding_renorm.default](weight, idx, 1.0, norm_type),
+              aten.embedding_renorm_.default(weight.clone(), idx, 1.0, norm_type))

@@ -172,3 +172,13 @@ def test_ndtri_unfold_and_max_pool_backward():
     x = torch.randn(2, 3, 9, 8)
     out, idx = F.max_pool2d(x, 3, 1, 1, return_indices=True)
     check(f, p, x, torch.randn_like(out), idx)
+
+
+def test_distances_losses_and_embedding_max_norm():
+    def f(a, b, x, t, w, weight, idx):
+        return (torch.cdist(a, b), torch.cdist(a, b, p=1.0), torch.cdist(a, b, compute_mode="use_mm_for_euclid_dist"),
+                F.pdist(a[0]), F.multi_margin_loss(x, t, p=2, weight=w), F.multi_margin_loss(x, t, reduction="none"),
+                F.embedding(idx, weight.clone(), max_norm=1.0))
+
+    check(f, torch.randn(2, 4, 3), torch.randn(2, 6, 3), torch.randn(6, 5), torch.tensor([0, 4, 2, 2, 1, 3]), torch.rand(5),
+          torch.randn(6, 4) * 2, torch.tensor([[0, 2], [2, 5]]), allow_fallbacks=("bmm",))
