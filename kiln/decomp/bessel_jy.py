@@ -10,7 +10,7 @@ import torch
 
 from kiln.decomp.bessel_special import _register
 from kiln.decomp.special_math import polevl
-from kiln.decomp.utils import scalar_like
+from kiln.decomp.utils import round_scalar, scalar_like
 
 aten = torch.ops.aten
 
@@ -222,8 +222,6 @@ _SQRT_2PI = 2.50662827463100050242E0
 def _ndtri(y0):
     """The inverse of the normal CDF: a rational form around 1/2, ``sqrt(-2 log y)`` tails (y flipped
     above 1 - e^-2, the sign restored); -inf at 0, inf at 1, NaN outside [0, 1]."""
-    from kiln.decomp.utils import round_scalar
-
     upper = aten.gt.Scalar(y0, round_scalar(1.0 - round_scalar(_EXP_MINUS_2, y0.dtype), y0.dtype))
     y = aten.where.self(upper, aten.rsub.Scalar(y0, 1.0), y0)
     yc = aten.sub.Scalar(y, 0.5)
@@ -247,3 +245,69 @@ def _ratio_scaled(scale, z, p, q):
 
 
 _register(aten.special_ndtri.default, _ndtri)
+
+
+# ----------------------------------------------------------------------------- Airy Ai (cephes, ATen's airy_ai_forward)
+_AIRY_AN = (3.46538101525629032477e-01, 1.20075952739645805542e+01, 7.62796053615234516538e+01, 1.68089224934630576269e+02,
+            1.59756391350164413639e+02, 7.05360906840444183113e+01, 1.40264691163389668864e+01, 9.99999999999999995305e-01)
+_AIRY_AD = (5.67594532638770212846e-01, 1.47562562584847203173e+01, 8.45138970141474626562e+01, 1.77318088145400459522e+02,
+            1.64234692871529701831e+02, 7.14778400825575695274e+01, 1.40959135607834029598e+01, 1.00000000000000000470e+00)
+_AIRY_AFN = (-1.31696323418331795333e-01, -6.26456544431912369773e-01, -6.93158036036933542233e-01, -2.79779981545119124951e-01,
+             -4.91900132609500318020e-02, -4.06265923594885404393e-03, -1.59276496239262096340e-04, -2.77649108155232920844e-06,
+             -1.67787698489114633780e-08)
+_AIRY_AFD = (1.33560420706553243746e+01, 3.26825032795224613948e+01, 2.67367040941499554804e+01, 9.18707402907259625840e+00,
+             1.47529146771666414581e+00, 1.15687173795188044134e-01, 4.40291641615211203805e-03, 7.54720348287414296618e-05,
+             4.51850092970580378464e-07)
+_AIRY_AGN = (1.97339932091685679179e-02, 3.91103029615688277255e-01, 1.06579897599595591108e+00, 9.39169229816650230044e-01,
+             3.51465656105547619242e-01, 6.33888919628925490927e-02, 5.85804113048388458567e-03, 2.82851600836737019778e-04,
+             6.98793669997260967291e-06, 8.11789239554389293311e-08, 3.41551784765923618484e-10)
+_AIRY_AGD = (9.30892908077441974853e+00, 1.98352928718312140417e+01, 1.55646628932864612953e+01, 5.47686069422975497931e+00,
+             9.54293611618961883998e-01, 8.64580826352392193095e-02, 4.12656523824222607191e-03, 1.01259085116509135510e-04,
+             1.17166733214413521882e-06, 4.91834570062930015649e-09)
+_AIRY_C = 5.64189583547756286948e-01
+# The power series runs while its last term is above machine epsilon: for |x| < 2.09 (the only inputs it
+# serves) that is at most 12 rounds in double; the steps are unrolled, each applied only where still running.
+_AIRY_SERIES_ROUNDS = 20
+
+
+def _airy_series(x):
+    eps = torch.finfo(x.dtype).eps
+    f, g, m, n = _c(x, 1.0), x, _c(x, 1.0), x
+    z = aten.mul.Tensor(aten.mul.Tensor(x, x), x)
+    running = aten.gt.Scalar(aten.abs.default(x), -1.0)  # (every element: t starts at 1)
+    for j in range(_AIRY_SERIES_ROUNDS):
+        k1, k2, k3 = 3 * j + 2.0, 3 * j + 3.0, 3 * j + 4.0
+        m_next = aten.div.Scalar(aten.div.Scalar(aten.mul.Tensor(m, z), k1), k2)
+        n_next = aten.div.Scalar(aten.div.Scalar(aten.mul.Tensor(n, z), k2), k3)
+        f_next, g_next = aten.add.Tensor(f, m_next), aten.add.Tensor(g, n_next)
+        m, n = aten.where.self(running, m_next, m), aten.where.self(running, n_next, n)
+        f, g = aten.where.self(running, f_next, f), aten.where.self(running, g_next, g)
+        running = aten.logical_and.default(running, aten.gt.Scalar(aten.abs.default(aten.div.Tensor(m, f)), eps))
+    return aten.sub.Tensor(aten.mul.Scalar(f, 0.355028053887817239260), aten.mul.Scalar(g, 0.258819403792806798405))
+
+
+def _airy_ai(x):
+    """ATen's airy_ai: the asymptotic forms below -2.09 and from 2.09, the power series between; 0 above
+    103.892, NaN at +-inf."""
+    neg = aten.neg.default(x)
+    s = aten.div.Scalar(aten.mul.Tensor(aten.mul.Scalar(x, -2.0), aten.sqrt.default(neg)), 3.0)  # -2 x sqrt(-x) / 3
+    z = aten.reciprocal.default(s)
+    zz = aten.mul.Tensor(z, z)
+    t = aten.add.Scalar(s, 0.25 * round_scalar(math.pi, x.dtype))
+    oscillating = aten.sub.Tensor(
+        aten.mul.Tensor(aten.sin.default(t), aten.add.Scalar(aten.div.Tensor(aten.mul.Tensor(zz, polevl(zz, _AIRY_AFN)),
+                                                                            polevl(zz, _AIRY_AFD)), 1.0)),
+        aten.mul.Tensor(aten.cos.default(t), aten.div.Tensor(aten.mul.Tensor(z, polevl(zz, _AIRY_AGN)), polevl(zz, _AIRY_AGD))))
+    negative = aten.mul.Tensor(aten.div.Tensor(_c(x, _AIRY_C), aten.sqrt.default(aten.sqrt.default(neg))), oscillating)
+    zeta = aten.div.Scalar(aten.mul.Tensor(aten.mul.Scalar(x, 2.0), aten.sqrt.default(x)), 3.0)
+    inv = aten.reciprocal.default(zeta)
+    decaying = aten.div.Tensor(aten.mul.Scalar(aten.div.Tensor(polevl(inv, _AIRY_AN), polevl(inv, _AIRY_AD)), _AIRY_C),
+                               aten.mul.Tensor(aten.mul.Scalar(aten.sqrt.default(aten.sqrt.default(x)), 2.0),
+                                               aten.exp.default(zeta)))
+    out = aten.where.self(aten.lt.Scalar(x, -2.09), negative,
+                          aten.where.self(aten.ge.Scalar(x, 2.09), decaying, _airy_series(x)))
+    out = aten.where.self(aten.gt.Scalar(x, 103.892), _c(x, 0.0), out)
+    return aten.where.self(aten.isinf.default(x), _c(x, math.nan), out)
+
+
+_register(aten.special_airy_ai.default, _airy_ai)

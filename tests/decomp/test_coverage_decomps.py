@@ -32,7 +32,8 @@ UNARY = [aten.digamma.default, aten.i0.default, aten.special_i0e.default, aten.s
          aten.special_modified_bessel_k0.default, aten.special_modified_bessel_k1.default,
          aten.special_scaled_modified_bessel_k0.default, aten.special_scaled_modified_bessel_k1.default,
          aten.special_spherical_bessel_j0.default, aten.special_bessel_j0.default, aten.special_bessel_j1.default,
-         aten.special_bessel_y0.default, aten.special_bessel_y1.default, aten.special_ndtri.default]
+         aten.special_bessel_y0.default, aten.special_bessel_y1.default, aten.special_ndtri.default,
+         aten.special_airy_ai.default]
 
 
 @pytest.mark.parametrize("op", UNARY, ids=str)

@@ -157,7 +157,8 @@ def test_modified_and_spherical_bessel_fused():
 
 def test_bessel_first_and_second_kind():
     def f(x):
-        return torch.special.bessel_j0(x), torch.special.bessel_j1(x), torch.special.bessel_y0(x), torch.special.bessel_y1(x)
+        return (torch.special.bessel_j0(x), torch.special.bessel_j1(x), torch.special.bessel_y0(x), torch.special.bessel_y1(x),
+                torch.special.airy_ai(x))
 
     check(f, _specials(scale=8.0))
 

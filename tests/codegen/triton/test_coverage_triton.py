@@ -85,3 +85,17 @@ def test_modified_bessel_functions():
                 torch.special.bessel_j1(x * 2), torch.special.bessel_y0(a * 2))
 
     _no_fallbacks(check(f, _specials(scale=4.0), atol=1e-4, rtol=1e-4))
+
+
+def test_ndtri_airy_unfold_and_pool_backward():
+    import torch.nn.functional as F
+
+    def f(p, x, img, grad, idx):
+        return (torch.special.ndtri(p), torch.special.airy_ai(x), F.unfold(img, 2, padding=1),
+                torch.ops.aten.max_pool2d_with_indices_backward(grad, img, [2, 2], [2, 2], [0, 0], [1, 1], False, idx))
+
+    p = torch.rand(40)
+    p[:4] = torch.tensor([0.0, 1.0, -0.5, 1e-20])
+    img = torch.randn(1, 2, 6, 6)
+    out, idx = F.max_pool2d(img, 2, return_indices=True)
+    _no_fallbacks(check(f, p, _specials(scale=4.0), img, torch.randn_like(out), idx, atol=1e-4, rtol=1e-4))
