@@ -151,3 +151,26 @@ def chunk_cat(tensors, dim, num_chunks):
 def new_empty_strided(x, size, stride, *, dtype=None, layout=None, device=None, pin_memory=None):
     return aten.empty_strided.default(list(size), list(stride), dtype=dtype if dtype is not None else x.dtype,
                                       device=device if device is not None else x.device)
+
+
+@decomposition(aten.nonzero_static.default)
+def nonzero_static(x, *, size, fill_value=-1):
+    """The coordinates of the first ``size`` nonzero elements (row-major), then ``fill_value`` rows: each
+    nonzero element's rank among them (a cumsum) is its output row; the others go to a spare row."""
+    if x.is_complex() or isinstance(size, torch.SymInt) or any(isinstance(s, torch.SymInt) for s in x.shape):
+        return NotImplemented
+    ndim = x.dim()
+    if ndim == 0 or x.numel() == 0:
+        return aten.full.default([size, ndim], fill_value, dtype=torch.int64, device=x.device)
+    flat = aten.reshape.default(aten.ne.Scalar(x, 0), [-1])
+    rank = aten.sub.Scalar(aten.cumsum.default(to_dtype(flat, torch.int64), 0), 1)
+    row = aten.where.self(aten.logical_and.default(flat, aten.lt.Scalar(rank, size)), rank,
+                          aten.full_like.default(rank, size))
+    linear = aten.arange.start_step(0, x.numel(), 1, dtype=torch.int64, device=x.device)
+    coords, stride = [], 1
+    for n in reversed(x.shape):
+        coords.append(aten.remainder.Scalar(aten.div.Tensor_mode(linear, stride, rounding_mode="floor"), n))
+        stride *= n
+    coords = aten.stack.default(list(reversed(coords)), 1)  # (numel, ndim)
+    out = aten.full.default([size + 1, ndim], fill_value, dtype=torch.int64, device=x.device)
+    return aten.slice.Tensor(aten.index_put.default(out, [row], coords, False), 0, 0, size)

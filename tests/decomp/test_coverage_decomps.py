@@ -162,3 +162,11 @@ def test_distances_losses_and_renorm():
     for norm_type in (1.0, 2.0):
         _same(TABLE[aten.embedding_renorm.default](weight, idx, 1.0, norm_type),
               aten.embedding_renorm_.default(weight.clone(), idx, 1.0, norm_type))
+
+
+def test_nonzero_static_exact():
+    x = torch.tensor([[0, 1.0, 0], [2, 0, float("nan")]])
+    for size in (0, 1, 3, 5):
+        for fill in (-1, 7):
+            _same(TABLE[aten.nonzero_static.default](x, size=size, fill_value=fill),
+                  aten.nonzero_static.default(x, size=size, fill_value=fill), exact=True)

@@ -183,3 +183,11 @@ def test_distances_losses_and_embedding_max_norm():
 
     check(f, torch.randn(2, 4, 3), torch.randn(2, 6, 3), torch.randn(6, 5), torch.tensor([0, 4, 2, 2, 1, 3]), torch.rand(5),
           torch.randn(6, 4) * 2, torch.tensor([[0, 2], [2, 5]]), allow_fallbacks=("bmm",))
+
+
+def test_nonzero_static():
+    def f(x, s):
+        return torch.nonzero_static(x, size=4), torch.nonzero_static(x.relu(), size=9, fill_value=-5), torch.nonzero_static(s, size=2)
+
+    x = torch.tensor([[0, 1.0, 0], [2, 0, -3], [0, 0, 4]])
+    check(f, x, torch.tensor(1.0))
