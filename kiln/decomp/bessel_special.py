@@ -8,57 +8,19 @@ import math
 
 import torch
 
-from kiln.decomp.bessel import chbevl
+from kiln.decomp.bessel import _I0E_A, _I0E_B, _I1E_A, _I1E_B, chbevl
 from kiln.decomp.registry import decomposition
 from kiln.decomp.special_math import float_result
 from kiln.decomp.utils import round_scalar, scalar_like, to_dtype
 
 aten = torch.ops.aten
 
-_MI0_A = (
-    -4.41534164647933937950e-18, 3.33079451882223809783e-17, -2.43127984654795469359e-16, 1.71539128555513303061e-15,
-    -1.16853328779934516808e-14, 7.67618549860493561688e-14, -4.85644678311192946090e-13, 2.95505266312963983461e-12,
-    -1.72682629144155570723e-11, 9.67580903537323691224e-11, -5.18979560163526290666e-10, 2.65982372468238665035e-09,
-    -1.30002500998624804212e-08, 6.04699502254191894932e-08, -2.67079385394061173391e-07, 1.11738753912010371815e-06,
-    -4.41673835845875056359e-06, 1.64484480707288970893e-05, -5.75419501008210370398e-05, 1.88502885095841655729e-04,
-    -5.76375574538582365885e-04, 1.63947561694133579842e-03, -4.32430999505057594430e-03, 1.05464603945949983183e-02,
-    -2.37374148058994688156e-02, 4.93052842396707084878e-02, -9.49010970480476444210e-02, 1.71620901522208775349e-01,
-    -3.04682672343198398683e-01, 6.76795274409476084995e-01,
-)
-_MI0_B = (
-    -7.23318048787475395456e-18, -4.83050448594418207126e-18, 4.46562142029675999901e-17, 3.46122286769746109310e-17,
-    -2.82762398051658348494e-16, -3.42548561967721913462e-16, 1.77256013305652638360e-15, 3.81168066935262242075e-15,
-    -9.55484669882830764870e-15, -4.15056934728722208663e-14, 1.54008621752140982691e-14, 3.85277838274214270114e-13,
-    7.18012445138366623367e-13, -1.79417853150680611778e-12, -1.32158118404477131188e-11, -3.14991652796324136454e-11,
-    1.18891471078464383424e-11, 4.94060238822496958910e-10, 3.39623202570838634515e-09, 2.26666899049817806459e-08,
-    2.04891858946906374183e-07, 2.89137052083475648297e-06, 6.88975834691682398426e-05, 3.36911647825569408990e-03,
-    8.04490411014108831608e-01,
-)
-_MI1_A = (
-    2.77791411276104639959e-18, -2.11142121435816608115e-17, 1.55363195773620046921e-16, -1.10559694773538630805e-15,
-    7.60068429473540693410e-15, -5.04218550472791168711e-14, 3.22379336594557470981e-13, -1.98397439776494371520e-12,
-    1.17361862988909016308e-11, -6.66348972350202774223e-11, 3.62559028155211703701e-10, -1.88724975172282928790e-09,
-    9.38153738649577178388e-09, -4.44505912879632808065e-08, 2.00329475355213526229e-07, -8.56872026469545474066e-07,
-    3.47025130813767847674e-06, -1.32731636560394358279e-05, 4.78156510755005422638e-05, -1.61760815825896745588e-04,
-    5.12285956168575772895e-04, -1.51357245063125314899e-03, 4.15642294431288815669e-03, -1.05640848946261981558e-02,
-    2.47264490306265168283e-02, -5.29459812080949914269e-02, 1.02643658689847095384e-01, -1.76416518357834055153e-01,
-    2.52587186443633654823e-01,
-)
-_MI1_B = (
-    7.51729631084210481353e-18, 4.41434832307170791151e-18, -4.65030536848935832153e-17, -3.20952592199342395980e-17,
-    2.96262899764595013876e-16, 3.30820231092092828324e-16, -1.88035477551078244854e-15, -3.81440307243700780478e-15,
-    1.04202769841288027642e-14, 4.27244001671195135429e-14, -2.10154184277266431302e-14, -4.08355111109219731823e-13,
-    -7.19855177624590851209e-13, 2.03562854414708950722e-12, 1.41258074366137813316e-11, 3.25260358301548823856e-11,
-    -1.89749581235054123450e-11, -5.58974346219658380687e-10, -3.83538038596423702205e-09, -2.63146884688951950684e-08,
-    -2.51223623787020892529e-07, -3.88256480887769039346e-06, -1.10588938762623716291e-04, -9.76109749136146840777e-03,
-    7.78576235018280120474e-01,
-)
-_MK0_A = (
+_K0_A = (
     1.37446543561352307156e-16, 4.25981614279661018399e-14, 1.03496952576338420167e-11, 1.90451637722020886025e-09,
     2.53479107902614945675e-07, 2.28621210311945178607e-05, 1.26461541144692592338e-03, 3.59799365153615016266e-02,
     3.44289899924628486886e-01, -5.35327393233902768720e-01,
 )
-_MK0_B = (
+_K0_B = (
     5.30043377268626276149e-18, -1.64758043015242134646e-17, 5.21039150503902756861e-17, -1.67823109680541210385e-16,
     5.51205597852431940784e-16, -1.84859337734377901440e-15, 6.34007647740507060557e-15, -2.22751332699166985548e-14,
     8.03289077536357521100e-14, -2.98009692317273043925e-13, 1.14034058820847496303e-12, -4.51459788337394416547e-12,
@@ -67,40 +29,12 @@ _MK0_B = (
     1.39498137188764993662e-05, -1.28495495816278026384e-04, 1.56988388573005337491e-03, -3.14481013119645005427e-02,
     2.44030308206595545468e+00,
 )
-_MK1_A = (
+_K1_A = (
     -7.02386347938628759343e-18, -2.42744985051936593393e-15, -6.66690169419932900609e-13, -1.41148839263352776110e-10,
     -2.21338763073472585583e-08, -2.43340614156596823496e-06, -1.73028895751305206302e-04, -6.97572385963986435018e-03,
     -1.22611180822657148235e-01, -3.53155960776544875667e-01, 1.52530022733894777053e+00,
 )
-_MK1_B = (
-    -5.75674448366501715755e-18, 1.79405087314755922667e-17, -5.68946255844285935196e-17, 1.83809354436663880070e-16,
-    -6.05704724837331885336e-16, 2.03870316562433424052e-15, -7.01983709041831346144e-15, 2.47715442448130437068e-14,
-    -8.97670518232499435011e-14, 3.34841966607842919884e-13, -1.28917396095102890680e-12, 5.13963967348173025100e-12,
-    -2.12996783842756842877e-11, 9.21831518760500529508e-11, -4.19035475934189648750e-10, 2.01504975519703286596e-09,
-    -1.03457624656780970260e-08, 5.74108412545004946722e-08, -3.50196060308781257119e-07, 2.40648494783721712015e-06,
-    -1.93619797416608296024e-05, 1.95215518471351631108e-04, -2.85781685962277938680e-03, 1.03923736576817238437e-01,
-    2.72062619048444266945e+00,
-)
-_SK0_A = (
-    1.37446543561352307156e-16, 4.25981614279661018399e-14, 1.03496952576338420167e-11, 1.90451637722020886025e-09,
-    2.53479107902614945675e-07, 2.28621210311945178607e-05, 1.26461541144692592338e-03, 3.59799365153615016266e-02,
-    3.44289899924628486886e-01, -5.35327393233902768720e-01,
-)
-_SK0_B = (
-    5.30043377268626276149e-18, -1.64758043015242134646e-17, 5.21039150503902756861e-17, -1.67823109680541210385e-16,
-    5.51205597852431940784e-16, -1.84859337734377901440e-15, 6.34007647740507060557e-15, -2.22751332699166985548e-14,
-    8.03289077536357521100e-14, -2.98009692317273043925e-13, 1.14034058820847496303e-12, -4.51459788337394416547e-12,
-    1.85594911495471785253e-11, -7.95748924447710747776e-11, 3.57739728140030116597e-10, -1.69753450938905987466e-09,
-    8.57403401741422608519e-09, -4.66048989768794782956e-08, 2.76681363944501510342e-07, -1.83175552271911948767e-06,
-    1.39498137188764993662e-05, -1.28495495816278026384e-04, 1.56988388573005337491e-03, -3.14481013119645005427e-02,
-    2.44030308206595545468e+00,
-)
-_SK1_A = (
-    -7.02386347938628759343e-18, -2.42744985051936593393e-15, -6.66690169419932900609e-13, -1.41148839263352776110e-10,
-    -2.21338763073472585583e-08, -2.43340614156596823496e-06, -1.73028895751305206302e-04, -6.97572385963986435018e-03,
-    -1.22611180822657148235e-01, -3.53155960776544875667e-01, 1.52530022733894777053e+00,
-)
-_SK1_B = (
+_K1_B = (
     -5.75674448366501715755e-18, 1.79405087314755922667e-17, -5.68946255844285935196e-17, 1.83809354436663880070e-16,
     -6.05704724837331885336e-16, 2.03870316562433424052e-15, -7.01983709041831346144e-15, 2.47715442448130437068e-14,
     -8.97670518232499435011e-14, 3.34841966607842919884e-13, -1.28917396095102890680e-12, 5.13963967348173025100e-12,
@@ -118,8 +52,8 @@ def _c(x, value):
 def _i0_forward(x):
     a = aten.abs.default(x)
     e = aten.exp.default(a)
-    near = aten.mul.Tensor(e, chbevl(aten.sub.Scalar(aten.div.Scalar(a, 2.0), 2.0), _MI0_A))
-    far = aten.div.Tensor(aten.mul.Tensor(e, chbevl(aten.sub.Scalar(aten.div.Tensor(_c(a, 32.0), a), 2.0), _MI0_B)),
+    near = aten.mul.Tensor(e, chbevl(aten.sub.Scalar(aten.div.Scalar(a, 2.0), 2.0), _I0E_A))
+    far = aten.div.Tensor(aten.mul.Tensor(e, chbevl(aten.sub.Scalar(aten.div.Tensor(_c(a, 32.0), a), 2.0), _I0E_B)),
                           aten.sqrt.default(a))
     return aten.where.self(aten.le.Scalar(a, 8.0), near, far)
 
@@ -127,8 +61,8 @@ def _i0_forward(x):
 def _i1_forward(x):
     a = aten.abs.default(x)
     e = aten.exp.default(a)
-    near = aten.mul.Tensor(aten.mul.Tensor(chbevl(aten.sub.Scalar(aten.div.Scalar(a, 2.0), 2.0), _MI1_A), a), e)
-    far = aten.div.Tensor(aten.mul.Tensor(e, chbevl(aten.sub.Scalar(aten.div.Tensor(_c(a, 32.0), a), 2.0), _MI1_B)),
+    near = aten.mul.Tensor(aten.mul.Tensor(chbevl(aten.sub.Scalar(aten.div.Scalar(a, 2.0), 2.0), _I1E_A), a), e)
+    far = aten.div.Tensor(aten.mul.Tensor(e, chbevl(aten.sub.Scalar(aten.div.Tensor(_c(a, 32.0), a), 2.0), _I1E_B)),
                           aten.sqrt.default(a))
     out = aten.where.self(aten.le.Scalar(a, 8.0), near, far)
     return aten.where.self(aten.lt.Scalar(x, 0.0), aten.neg.default(out), out)
@@ -153,29 +87,19 @@ def _log_half(x):
     return aten.log.default(aten.mul.Scalar(aten.where.self(aten.gt.Scalar(x, 0.0), x, _c(x, 1.0)), 0.5))
 
 
-def _k0_forward(x):
-    near = aten.sub.Tensor(_near_k(x, _MK0_A), aten.mul.Tensor(_log_half(x), _i0_forward(x)))
-    far = aten.div.Tensor(aten.mul.Tensor(aten.exp.default(aten.neg.default(x)), _far_k(x, _MK0_B)), aten.sqrt.default(x))
-    return _k_domain(x, aten.where.self(aten.le.Scalar(x, 2.0), near, far))
-
-
-def _k1_forward(x):
-    near = aten.add.Tensor(aten.mul.Tensor(_log_half(x), _i1_forward(x)), aten.div.Tensor(_near_k(x, _MK1_A), x))
-    far = aten.div.Tensor(aten.mul.Tensor(aten.exp.default(aten.neg.default(x)), _far_k(x, _MK1_B)), aten.sqrt.default(x))
-    return _k_domain(x, aten.where.self(aten.le.Scalar(x, 2.0), near, far))
-
-
-def _scaled_k0_forward(x):
-    near = aten.mul.Tensor(aten.sub.Tensor(_near_k(x, _SK0_A), aten.mul.Tensor(_log_half(x), _i0_forward(x))),
-                           aten.exp.default(x))
-    far = aten.div.Tensor(_far_k(x, _SK0_B), aten.sqrt.default(x))
-    return _k_domain(x, aten.where.self(aten.le.Scalar(x, 2.0), near, far))
-
-
-def _scaled_k1_forward(x):
-    near = aten.mul.Tensor(aten.add.Tensor(aten.mul.Tensor(_log_half(x), _i1_forward(x)),
-                                           aten.div.Tensor(_near_k(x, _SK1_A), x)), aten.exp.default(x))
-    far = aten.div.Tensor(_far_k(x, _SK1_B), aten.sqrt.default(x))
+def _k_forward(x, order: int, scaled: bool):
+    """K0 / K1 (``order``), times exp(x) when ``scaled``: below 2 the series in ``x * x - 2`` with
+    ``log(x / 2)`` times I0 / I1, above it the series in ``8 / x - 2`` over ``sqrt(x)``."""
+    near_table, far_table = (_K0_A, _K0_B) if order == 0 else (_K1_A, _K1_B)
+    log_i = aten.mul.Tensor(_log_half(x), (_i0_forward if order == 0 else _i1_forward)(x))
+    series = _near_k(x, near_table)
+    near = aten.sub.Tensor(series, log_i) if order == 0 else aten.add.Tensor(log_i, aten.div.Tensor(series, x))
+    far = _far_k(x, far_table)
+    if scaled:
+        near = aten.mul.Tensor(near, aten.exp.default(x))
+    else:
+        far = aten.mul.Tensor(aten.exp.default(aten.neg.default(x)), far)
+    far = aten.div.Tensor(far, aten.sqrt.default(x))
     return _k_domain(x, aten.where.self(aten.le.Scalar(x, 2.0), near, far))
 
 
@@ -205,8 +129,24 @@ def _register(op, fn):
 
 _register(aten.special_modified_bessel_i0.default, _i0_forward)
 _register(aten.special_modified_bessel_i1.default, _i1_forward)
-_register(aten.special_modified_bessel_k0.default, _k0_forward)
-_register(aten.special_modified_bessel_k1.default, _k1_forward)
-_register(aten.special_scaled_modified_bessel_k0.default, _scaled_k0_forward)
-_register(aten.special_scaled_modified_bessel_k1.default, _scaled_k1_forward)
+def _k0(x):
+    return _k_forward(x, 0, False)
+
+
+def _k1(x):
+    return _k_forward(x, 1, False)
+
+
+def _scaled_k0(x):
+    return _k_forward(x, 0, True)
+
+
+def _scaled_k1(x):
+    return _k_forward(x, 1, True)
+
+
+_register(aten.special_modified_bessel_k0.default, _k0)
+_register(aten.special_modified_bessel_k1.default, _k1)
+_register(aten.special_scaled_modified_bessel_k0.default, _scaled_k0)
+_register(aten.special_scaled_modified_bessel_k1.default, _scaled_k1)
 _register(aten.special_spherical_bessel_j0.default, _spherical_j0_forward)

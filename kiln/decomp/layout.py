@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import torch
 
+from kiln.decomp import shape as shape_ops
 from kiln.decomp.registry import decomposition
 from kiln.decomp.utils import to_dtype
 
@@ -142,26 +143,10 @@ def unbind_copy(x, dim=0):
 
 @decomposition(aten.split_with_sizes_copy.default)
 def split_with_sizes_copy(x, split_sizes, dim=0):
-    return [_copy_of(part) for part in _split_sizes(x, split_sizes, dim)]
+    parts = shape_ops.split_with_sizes(x, split_sizes, dim)
+    return parts if parts is NotImplemented else [_copy_of(part) for part in parts]
 
 
-def _split_sizes(x, split_sizes, dim):
-    parts, start = [], 0
-    for n in split_sizes:
-        parts.append(aten.slice.Tensor(x, dim, start, start + n))
-        start += n
-    return parts
-
-
-@decomposition(aten.unsafe_split.Tensor)
-def unsafe_split(x, split_size, dim=0):
-    length = x.shape[dim]
-    if split_size == 0:
-        return NotImplemented
-    sizes = [min(split_size, length - start) for start in range(0, length, split_size)] or [0]
-    return _split_sizes(x, sizes, dim)
-
-
-@decomposition(aten.unsafe_split_with_sizes.default)
-def unsafe_split_with_sizes(x, split_sizes, dim=0):
-    return _split_sizes(x, split_sizes, dim)
+# the unsafe variants only skip autograd's view checks: the same values as the safe ones
+decomposition(aten.unsafe_split.Tensor)(shape_ops.split)
+decomposition(aten.unsafe_split_with_sizes.default)(shape_ops.split_with_sizes)

@@ -38,6 +38,14 @@ def _real_float(dtype) -> bool:
 
 # ----------------------------------------------------------------------------- xlogy family, entr, ...
 
+def _in_result_dtype(fn, *tensors):
+    """``fn`` on the tensors cast to the op's (real floating) result dtype; NotImplemented otherwise."""
+    dtype = float_result(*tensors)
+    if not _real_float(dtype):
+        return NotImplemented
+    return fn(*(to_dtype(t, dtype) for t in tensors))
+
+
 def _xlog(x, y, log_op):
     """ATen: NaN where ``y`` is NaN, else 0 where ``x == 0``, else ``x * log(y)``."""
     like = x if isinstance(x, torch.Tensor) else y
@@ -67,10 +75,7 @@ def xlog1py(x, y):
 @decomposition(aten.special_entr.default)
 def entr(x):
     """NaN stays, ``-x log x`` for x > 0, 0 at 0, -inf below."""
-    dtype = float_result(x)
-    if not _real_float(dtype):
-        return NotImplemented
-    return _entr(to_dtype(x, dtype))
+    return _in_result_dtype(_entr, x)
 
 
 @compute_in_float32
@@ -84,10 +89,7 @@ def _entr(x):
 @decomposition(aten.logaddexp2.default)
 def logaddexp2(a, b):
     """ATen: ``a`` where both are the same infinity, else ``max + log1p(exp2(-|a - b|)) / ln 2``."""
-    dtype = float_result(a, b)
-    if not _real_float(dtype):
-        return NotImplemented
-    return _logaddexp2(to_dtype(a, dtype), to_dtype(b, dtype))
+    return _in_result_dtype(_logaddexp2, a, b)
 
 
 @compute_in_float32
@@ -99,31 +101,28 @@ def _logaddexp2(a, b):
     return aten.where.self(same_inf, aten.expand.default(a, list(out.shape)), out)
 
 
-@decomposition(aten.isposinf.default)
-def isposinf(x):
+def _is_inf_of_sign(x, value):
     if x.is_complex():
         return NotImplemented
     if not x.is_floating_point():
         return aten.full.default(list(x.shape), False, dtype=torch.bool, device=x.device)
-    return aten.eq.Scalar(x, math.inf)
+    return aten.eq.Scalar(x, value)
+
+
+@decomposition(aten.isposinf.default)
+def isposinf(x):
+    return _is_inf_of_sign(x, math.inf)
 
 
 @decomposition(aten.isneginf.default)
 def isneginf(x):
-    if x.is_complex():
-        return NotImplemented
-    if not x.is_floating_point():
-        return aten.full.default(list(x.shape), False, dtype=torch.bool, device=x.device)
-    return aten.eq.Scalar(x, -math.inf)
+    return _is_inf_of_sign(x, -math.inf)
 
 
 @decomposition(aten.sinc.default)
 def sinc(x):
     """ATen: 1 at 0, else ``sin(pi x) / (pi x)`` in the op math type."""
-    dtype = float_result(x)
-    if not _real_float(dtype):
-        return NotImplemented
-    return _sinc(to_dtype(x, dtype))
+    return _in_result_dtype(_sinc, x)
 
 
 @compute_in_float32
