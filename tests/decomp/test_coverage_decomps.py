@@ -170,3 +170,14 @@ def test_nonzero_static_exact():
         for fill in (-1, 7):
             _same(TABLE[aten.nonzero_static.default](x, size=size, fill_value=fill),
                   aten.nonzero_static.default(x, size=size, fill_value=fill), exact=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_frexp_exact(dtype):
+    info = torch.finfo(dtype)
+    x = torch.tensor([0.0, -0.0, 1.0, -3.5, float("inf"), -float("inf"), float("nan"), info.tiny, info.tiny / 4,
+                      info.max, -info.max, 0.75, 1 - info.eps / 2], dtype=dtype)
+    g = torch.Generator().manual_seed(0)
+    x = torch.cat([x, torch.randn(500, generator=g, dtype=dtype) * 2.0 ** torch.randint(-120, 120, (500,), generator=g).to(dtype)])
+    (gm, ge), (em, ee) = TABLE[aten.frexp.Tensor](x), aten.frexp.Tensor(x)
+    assert torch.equal(ge, ee) and torch.equal(gm.nan_to_num(7.0), em.nan_to_num(7.0)) and torch.equal(gm.signbit(), em.signbit())

@@ -191,3 +191,13 @@ def test_nonzero_static():
 
     x = torch.tensor([[0, 1.0, 0], [2, 0, -3], [0, 0, 4]])
     check(f, x, torch.tensor(1.0))
+
+
+def test_frexp_exact_in_generated_code():
+    def f(x):
+        m, e = torch.frexp(x * 3)
+        return m, e, torch.ldexp(m, e)
+
+    info = torch.finfo(torch.float32)
+    x = torch.tensor([0.0, -0.0, 1.0, -3.5, float("inf"), float("nan"), info.tiny / 3, info.max / 7, 0.25, 1e-30])
+    check(f, torch.cat([x, torch.randn(50) * 1e4]))
