@@ -181,3 +181,9 @@ def test_frexp_exact(dtype):
     x = torch.cat([x, torch.randn(500, generator=g, dtype=dtype) * 2.0 ** torch.randint(-120, 120, (500,), generator=g).to(dtype)])
     (gm, ge), (em, ee) = TABLE[aten.frexp.Tensor](x), aten.frexp.Tensor(x)
     assert torch.equal(ge, ee) and torch.equal(gm.nan_to_num(7.0), em.nan_to_num(7.0)) and torch.equal(gm.signbit(), em.signbit())
+
+
+def test_upsample_bicubic2d():
+    x = torch.randn(2, 3, 5, 7)
+    for args in (([10, 14], False), ([10, 14], True), ([3, 4], False), ([1, 1], True), ([8, 9], False, 1.7, 1.3)):
+        _same(TABLE[aten.upsample_bicubic2d.default](x, *args), aten.upsample_bicubic2d.default(x, *args))

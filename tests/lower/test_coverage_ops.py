@@ -201,3 +201,10 @@ def test_frexp_exact_in_generated_code():
     info = torch.finfo(torch.float32)
     x = torch.tensor([0.0, -0.0, 1.0, -3.5, float("inf"), float("nan"), info.tiny / 3, info.max / 7, 0.25, 1e-30])
     check(f, torch.cat([x, torch.randn(50) * 1e4]))
+
+
+def test_bicubic_upsampling_fused_with_consumer():
+    def f(x):
+        return (F.interpolate(x, scale_factor=2, mode="bicubic") * 2).relu(), F.interpolate(x, (4, 9), mode="bicubic", align_corners=True)
+
+    check(f, torch.randn(2, 3, 5, 7))

@@ -99,3 +99,12 @@ def test_ndtri_airy_unfold_and_pool_backward():
     img = torch.randn(1, 2, 6, 6)
     out, idx = F.max_pool2d(img, 2, return_indices=True)
     _no_fallbacks(check(f, p, _specials(scale=4.0), img, torch.randn_like(out), idx, atol=1e-4, rtol=1e-4))
+
+
+def test_bicubic_and_frexp_free_ops():
+    import torch.nn.functional as F
+
+    def f(x):
+        return F.interpolate(x, scale_factor=2, mode="bicubic").relu(), torch.special.airy_ai(x)
+
+    _no_fallbacks(check(f, torch.randn(1, 2, 4, 5), atol=1e-4, rtol=1e-4))
