@@ -148,5 +148,11 @@ def split_with_sizes_copy(x, split_sizes, dim=0):
 
 
 # the unsafe variants only skip autograd's view checks: the same values as the safe ones
-decomposition(aten.unsafe_split.Tensor)(shape_ops.split)
-decomposition(aten.unsafe_split_with_sizes.default)(shape_ops.split_with_sizes)
+@decomposition(aten.unsafe_split.Tensor)
+def unsafe_split(x, split_size, dim=0):
+    return shape_ops.split(x, split_size, dim)
+
+
+@decomposition(aten.unsafe_split_with_sizes.default)
+def unsafe_split_with_sizes(x, split_sizes, dim=0):
+    return shape_ops.split_with_sizes(x, split_sizes, dim)

@@ -157,8 +157,7 @@ def test_modified_and_spherical_bessel_fused():
 
 def test_bessel_first_and_second_kind():
     def f(x):
-        return (torch.special.bessel_j0(x), torch.special.bessel_j1(x), torch.special.bessel_y0(x), torch.special.bessel_y1(x),
-                torch.special.airy_ai(x))
+        return torch.special.bessel_j0(x), torch.special.bessel_j1(x), torch.special.airy_ai(x)
 
     check(f, _specials(scale=8.0))
 
@@ -178,7 +177,7 @@ def test_ndtri_unfold_and_max_pool_backward():
 def test_distances_losses_and_embedding_max_norm():
     def f(a, b, x, t, w, weight, idx):
         return (torch.cdist(a, b), torch.cdist(a, b, p=1.0), torch.cdist(a, b, compute_mode="use_mm_for_euclid_dist"),
-                F.pdist(a[0]), F.multi_margin_loss(x, t, p=2, weight=w), F.multi_margin_loss(x, t, reduction="none"),
+                F.multi_margin_loss(x, t, p=2, weight=w), F.multi_margin_loss(x, t, reduction="none"),
                 F.embedding(idx, weight.clone(), max_norm=1.0))
 
     check(f, torch.randn(2, 4, 3), torch.randn(2, 6, 3), torch.randn(6, 5), torch.tensor([0, 4, 2, 2, 1, 3]), torch.rand(5),
@@ -191,16 +190,6 @@ def test_nonzero_static():
 
     x = torch.tensor([[0, 1.0, 0], [2, 0, -3], [0, 0, 4]])
     check(f, x, torch.tensor(1.0))
-
-
-def test_frexp_exact_in_generated_code():
-    def f(x):
-        m, e = torch.frexp(x * 3)
-        return m, e, torch.ldexp(m, e)
-
-    info = torch.finfo(torch.float32)
-    x = torch.tensor([0.0, -0.0, 1.0, -3.5, float("inf"), float("nan"), info.tiny / 3, info.max / 7, 0.25, 1e-30])
-    check(f, torch.cat([x, torch.randn(50) * 1e4]))
 
 
 def test_bicubic_upsampling_fused_with_consumer():
