@@ -41,6 +41,7 @@ An op passes when all its samples match; "error" means kiln (or torch) raised wh
 
     python benchmarks/op_sweep.py                      # everything, min(8, CPUs) worker processes
     python benchmarks/op_sweep.py --ops add,softmax    # ops whose name contains a word
+    python benchmarks/op_sweep.py --exact --ops add,nn.functional.softmin   # exactly these ops
     python benchmarks/op_sweep.py --no-torch --json sweep.json
     python benchmarks/op_sweep.py --backend aot_eager
     python benchmarks/op_sweep.py --dtype bfloat16 --shard 0/2 --json s0.json   # then 1/2 into s1.json,
@@ -600,7 +601,7 @@ def _select_ops(args) -> list[str]:
     words = [w for w in (args.ops or "").split(",") if w]
     for op in _op_db():
         key = _op_key(op)
-        if words and not any(w in key for w in words):
+        if words and not (key in words if args.exact else any(w in key for w in words)):
             continue
         try:
             if dtype not in op.supported_dtypes(args.device):
@@ -764,6 +765,7 @@ def _resumed(args) -> dict:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ops", default="", help="comma-separated substrings of op names")
+    parser.add_argument("--exact", action="store_true", help="--ops names whole op keys (e.g. from an earlier report)")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--dtype", choices=tuple(TOLERANCES), default="float32",
                         help="the samples' floating point dtype (ops without it on the device are not swept)")

@@ -154,8 +154,8 @@ def softmax(x, dim, half_to_float):
     out_dtype = torch.float32 if half_to_float else x.dtype
     xf = upcast(x)
     shifted = _softmax_parts(xf, dim)
-    if shifted is NotImplemented:
-        return NotImplemented
+    if shifted is NotImplemented:  # no elements: nothing to compute
+        return to_dtype(aten.clone.default(x), out_dtype)
     e = aten.exp.default(shifted)
     total = aten.sum.dim_IntList(e, [dim], True)
     if x.device.type == "cpu":  # as ATen's CPU kernels: times the reciprocal (one division per row)
@@ -182,7 +182,7 @@ def log_softmax(x, dim, half_to_float):
     out_dtype = torch.float32 if half_to_float else x.dtype
     xf = upcast(x)
     shifted = _softmax_parts(xf, dim)
-    if shifted is NotImplemented:
-        return NotImplemented
+    if shifted is NotImplemented:  # no elements: nothing to compute
+        return to_dtype(aten.clone.default(x), out_dtype)
     lse = aten.log.default(aten.sum.dim_IntList(aten.exp.default(shifted), [dim], True))
     return to_dtype(aten.sub.Tensor(shifted, lse), out_dtype)

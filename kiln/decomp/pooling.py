@@ -149,8 +149,13 @@ def _symbolic_divisors(length, k, s, p, out, count_include_pad, ceil_mode, dtype
     return to_dtype(count, dtype)
 
 
+def _empty_windows(x, n) -> bool:
+    """A pooled dim of length 0 (an empty batch pools as usual: it computes nothing)."""
+    return any(x.shape[d] == 0 for d in range(x.dim() - n, x.dim()))
+
+
 def _avg_pool(x, n, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override):
-    if not x.is_floating_point() or x.numel() == 0:
+    if not x.is_floating_point() or _empty_windows(x, n):
         return NotImplemented
     kernel = pool_tuple(kernel_size, n)
     stride = pool_tuple(stride, n) if stride else kernel
@@ -226,7 +231,7 @@ def _symbolic_adaptive_windows(length, out, dtype, device):
 
 
 def _adaptive_avg(x, output_size, n):
-    if not x.is_floating_point() or x.numel() == 0:
+    if not x.is_floating_point() or _empty_windows(x, n):
         return NotImplemented
     out = upcast(x)
     for i, size in enumerate(pool_tuple(output_size, n)):

@@ -120,8 +120,8 @@ def vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None):
 
 
 def _with_index(x, dim, keepdim, value_op, index_op):
-    if x.dim() == 0:
-        return NotImplemented
+    if x.dim() == 0:  # the value itself, at index 0
+        return aten.clone.default(x), aten.full.default([], 0, dtype=torch.int64, device=x.device)
     return value_op(x, [dim], keepdim), index_op(x, dim, keepdim)
 
 
@@ -155,9 +155,9 @@ def min_all(x):
 
 @decomposition(aten.aminmax.default)
 def aminmax(x, *, dim=None, keepdim=False):
-    if x.numel() == 0 or x.dtype == torch.bool:
-        return NotImplemented
     dims = canonical_dims(dim, x.dim())
+    if x.dtype == torch.bool or any(x.shape[d] == 0 for d in dims if x.dim()) or x.dim() == 0 and x.numel() == 0:
+        return NotImplemented
     return aten.amin.default(x, dims, keepdim), aten.amax.default(x, dims, keepdim)
 
 

@@ -247,8 +247,8 @@ def _pad(x, padding, mode):
         before, after = padding[2 * i], padding[2 * i + 1]
         if before == 0 and after == 0:
             continue
-        if before < 0 or after < 0:
-            return NotImplemented
+        if x.shape[dim] + before + after <= 0 or (mode == "reflect" and (before >= x.shape[dim] or after >= x.shape[dim])):
+            return NotImplemented  # (ATen rejects these)
         index = _pad_indices(x.shape[dim], before, after, mode, x.device)
         out = aten.index_select.default(out, dim, index)
     return out if out is not x else aten.clone.default(x)
@@ -272,10 +272,15 @@ def _no_negative(index, size):
     return aten.where.self(aten.lt.Scalar(index, 0), big, index)
 
 
+def _one(t):
+    """A 0-dim tensor as a 1-element one (ATen's rule for the 0-dim cases of the index ops)."""
+    return aten.view.default(t, [1]) if isinstance(t, torch.Tensor) and t.dim() == 0 else t
+
+
 @decomposition(aten.index_select.default)
 def index_select(x, dim, index):
-    if x.dim() == 0:
-        return NotImplemented
+    if x.dim() == 0:  # as a 1-element tensor; the result is 0-dim
+        return aten.view.default(index_select(aten.view.default(x, [1]), 0, index), [])
     index = _no_negative(index, x.shape[dim])
     return _index_at(x, dim, aten.view.default(index, [-1]) if index.dim() == 0 else index)
 
@@ -290,7 +295,7 @@ def embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=
 @decomposition(aten.index_add.default)
 def index_add(x, dim, index, source, *, alpha=1):
     if x.dim() == 0:
-        return NotImplemented
+        return aten.view.default(index_add(aten.view.default(x, [1]), 0, index, _one(source), alpha=alpha), [])
     if alpha != 1:
         source = aten.mul.Scalar(source, alpha)
     dim = dim % x.dim()
@@ -303,7 +308,7 @@ def index_add(x, dim, index, source, *, alpha=1):
 @decomposition(aten.index_copy.default)
 def index_copy(x, dim, index, source):
     if x.dim() == 0:
-        return NotImplemented
+        return aten.view.default(index_copy(aten.view.default(x, [1]), 0, index, _one(source)), [])
     dim = dim % x.dim()
     source = aten.movedim.int(source, dim, 0) if source.dim() else source
     out = aten.index_put.default(aten.movedim.int(x, dim, 0), [_no_negative(index, x.shape[dim])], source, False)
@@ -313,7 +318,7 @@ def index_copy(x, dim, index, source):
 @decomposition(aten.index_fill.int_Scalar, aten.index_fill.int_Tensor)
 def index_fill(x, dim, index, value):
     if x.dim() == 0:
-        return NotImplemented
+        return aten.view.default(index_fill(aten.view.default(x, [1]), 0, index, value), [])
     dim = dim % x.dim()
     value = to_dtype(value, x.dtype) if isinstance(value, torch.Tensor) else aten.scalar_tensor.default(value, dtype=x.dtype, device=x.device)
     out = aten.index_put.default(aten.movedim.int(x, dim, 0), [index], value, False)

@@ -326,6 +326,10 @@ NOT_HARVESTED = {
     aten.div.Tensor_mode,  # bf16/f16 only: tests/codegen/test_edge_shapes.py::test_low_precision_rounding_division_equals_eager
     aten._use_cudnn_ctc_loss.default, aten._use_cudnn_ctc_loss.Tensor,  # CUDA only: a query, answered False
 } | {op for op, fn in TABLE.items() if fn.__module__.startswith("kiln.decomp.backward")}  # tests/decomp/test_backward.py
+# tests/decomp/test_coverage_decomps.py (eager op vs decomposition) and tests/lower/test_coverage_ops.py (end to end)
+NOT_HARVESTED |= {op for op, fn in TABLE.items() if fn.__module__.rsplit(".", 1)[-1] in (
+    "factory", "special_math", "bessel", "bessel_special", "bessel_jy", "layout", "coverage", "selection", "adaptive_max",
+    "windows", "metric", "bicubic")}
 
 
 @pytest.mark.parametrize("default", [torch.float32, torch.float64])
