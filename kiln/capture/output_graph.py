@@ -303,6 +303,16 @@ class OutputGraph:
             gm.meta["kiln_shape_env"] = self.shape_env
         return gm
 
+    def input_is_leaf(self, source: Source) -> bool:
+        """``t.is_leaf`` of the input at ``source`` (a guard keeps it so: the tensor guard does not)."""
+        from kiln.capture.sources import AttrSource
+
+        for known, real, *_ in self._tensor_inputs:
+            if known.name() == source.name():
+                self.guards.constant(AttrSource(source, "is_leaf"), real.is_leaf)
+                return real.is_leaf
+        return True  # (a held tensor: parameters and buffers are leaves)
+
     def tensor_data(self, value: Value) -> Value:
         """``t.data``: a tensor sharing t's memory, detached, with a version counter of its own (writes
         through it do not count as changes of ``t`` for autograd's checks, as in eager)."""

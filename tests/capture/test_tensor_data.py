@@ -97,3 +97,16 @@ def test_data_write_to_a_parameter_in_forward(backend):
     torch.testing.assert_close(got, want)
     torch.testing.assert_close(m.lin.weight, ref.lin.weight)
     torch.testing.assert_close(m.lin.weight.grad, ref.lin.weight.grad)
+
+
+def test_is_leaf_of_inputs_is_the_callers_and_guarded():
+    _fresh()
+
+    def f(x):
+        return x * 2, x.is_leaf
+
+    w = torch.ones(3, requires_grad=True)
+    compiled = kiln.compile(f, backend="eager")
+    assert compiled(w * 1.0)[1] is False  # (kiln answered True for every input before)
+    assert compiled(w)[1] is True
+    assert compiled(torch.ones(3))[1] is True

@@ -57,8 +57,10 @@ class TensorValue(Value):
         ex = self.example
         if name in _METADATA_ATTRS:
             if name == "is_leaf":
-                # a fresh graph value is a leaf exactly when it does not require grad (or came in as a leaf)
-                return ConstantValue(self.source is not None or not ex.requires_grad)
+                if self.source is not None:  # an input: as the caller's tensor is (w * 1 is no leaf), guarded
+                    return ConstantValue(tx.output.input_is_leaf(self.source))
+                # a fresh graph value is a leaf exactly when it does not require grad
+                return ConstantValue(not ex.requires_grad)
             if name == "device":
                 return ConstantValue(ex.fake_device if hasattr(ex, "fake_device") else ex.device)
             if name == "shape" and has_symbolic(ex.shape):  # dynamic dims: sizes computed by the graph
