@@ -54,7 +54,10 @@ def _minimize_one(args):
                          budget=budget)
     except RecursionError:  # an edit made the program recurse without end: keep the unminimized one
         small = src
-    final = run_source(small, tag=f"min{seed}")
+    try:
+        final = run_source(small, tag=f"min{seed}")
+    except RecursionError:  # (the minimized program left the worker's stack too deep: report the original)
+        small, final = src, outcome
     return seed, outcome, small, final
 
 
@@ -82,9 +85,9 @@ def main(argv=None) -> int:
         for item in pool.imap_unordered(_run_one, seeds, chunksize=4):
             results.append(item)
             if len(results) % 250 == 0:
-                bad = sum(o.failed for _, o in results)
-                print(f"  ... {len(results)} programs, {bad} failing, {time.perf_counter() - start:.0f}s",
-                      file=sys.stderr, flush=True)
+                bad = [seed for seed, o in results if o.failed]
+                print(f"  ... {len(results)} programs, {len(bad)} failing {bad[:20]}, "
+                      f"{time.perf_counter() - start:.0f}s", file=sys.stderr, flush=True)
         results.sort(key=lambda r: r[0])
         elapsed = time.perf_counter() - start
         by_class: dict = collections.defaultdict(list)
