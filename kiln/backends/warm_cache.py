@@ -34,7 +34,7 @@ from torch.utils._pytree import treespec_dumps, treespec_loads
 from kiln.aot.graph import AtenGraph, InputSpec
 from kiln.aot.runtime import AtenRuntime
 from kiln.aot.training import TrainingRuntime
-from kiln.codegen.wrapper import Wrapper, ensure_layout
+from kiln.codegen.wrapper_runtime import Wrapper, ensure_layout
 from kiln.backends.warm_key import graph_device
 from kiln.debug.stats import stats
 
