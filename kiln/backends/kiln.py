@@ -424,7 +424,7 @@ def _kiln_backend(gm, example_inputs, options=None):
     if runtime is not None:
         inference = getattr(runtime, "aten_graph", None) is not None
         loaded = _gpu_runtime(runtime, gm, options) if target == "triton" and inference else _timed(runtime)
-        return race(gm, example_inputs, loaded, options)
+        return race(gm, example_inputs, loaded, options, warm)
     if target == "triton":
         warm_pool(options.compile_workers)  # the compile workers start while the graph is traced and lowered
     layout_note = ""
@@ -456,8 +456,8 @@ def _kiln_backend(gm, example_inputs, options=None):
     runtime.codegen_complete = bool(graphs) and len(graphs) == len(compiler.compiled)
     warm.store(runtime, compiler)
     if target == "triton" and plan is None and runtime.compiled_graph is not None:
-        return race(gm, example_inputs, _gpu_runtime(runtime, gm, options), options)
-    return race(gm, example_inputs, _timed(runtime), options)
+        return race(gm, example_inputs, _gpu_runtime(runtime, gm, options), options, warm)
+    return race(gm, example_inputs, _timed(runtime), options, warm)
 
 
 def _timed(runtime):

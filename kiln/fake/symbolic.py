@@ -153,7 +153,6 @@ class ShapeEnv:
 
     def static_value(self, fact) -> bool | None:
         """The truth of ``fact`` for every allowed value of the symbols, or None if it depends on them."""
-        from kiln.loopir.index import FloorDiv, ModularIndexing
         fact = sympy.sympify(fact)
         if fact is sympy.true or fact is sympy.false:
             return bool(fact)
@@ -166,6 +165,7 @@ class ShapeEnv:
         return value
 
     def _static(self, fact) -> bool | None:
+        from kiln.loopir.index import FloorDiv, ModularIndexing
         if isinstance(fact, sympy.Not):
             inner = self._static(fact.args[0])
             return None if inner is None else not inner
