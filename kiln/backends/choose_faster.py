@@ -10,6 +10,9 @@ CPU) and the extra kernels or copies cost more than fusion saves. The compiled c
     calls 3 .. 2+2*T     eager and the generated code in turn, each call timed (CUDA: synchronized)
     then                 the one with the lower median runs; eager must be faster by MARGIN to win
 
+The race ends after 2*EARLY timed calls where every call of one was SEPARATION x faster than every call
+of the other (a clear winner: the slow one is not run T times).
+
 Both compute the same function of the inputs (eager is the reference every test compares with), so
 the choice changes speed only. It is made once per compiled graph, counted in
 ``kiln.stats.speed_choices`` and reported by ``describe()`` (``explain`` shows the pending rule).
@@ -41,6 +44,7 @@ from kiln.debug.stats import stats
 
 TRIALS = 5  # timed calls of each candidate
 MARGIN = 0.97  # eager wins when its median is below MARGIN x the generated code's
+EARLY, SEPARATION = 2, 1.5  # after EARLY calls of each, one SEPARATION x faster in every call wins at once
 CHOICE_FORMAT = f"kiln-speed-choice-1:{TRIALS}:{MARGIN}"  # a choice kept in the warm cache
 
 
@@ -101,9 +105,17 @@ class FasterOfTwo:
         if self.cuda:
             torch.cuda.synchronize()
         self.times[which].append(time.perf_counter() - start)
-        if len(self.times["kiln"]) >= TRIALS and len(self.times["eager"]) >= TRIALS:
+        if (len(self.times["kiln"]) >= TRIALS and len(self.times["eager"]) >= TRIALS) or self._clear_winner():
             self._decide()
         return out
+
+    def _clear_winner(self) -> bool:
+        """After EARLY timed calls of each: every call of one was SEPARATION x faster than every call of
+        the other, so more trials cannot change the choice (the race ends sooner: fewer calls of the slow one)."""
+        kiln_t, eager_t = self.times["kiln"], self.times["eager"]
+        if len(kiln_t) < EARLY or len(eager_t) != len(kiln_t):
+            return False
+        return max(kiln_t) * SEPARATION < min(eager_t) or max(eager_t) * SEPARATION < min(kiln_t)
 
     def _decide(self) -> None:
         kiln_s, eager_s = (statistics.median(self.times[k]) for k in ("kiln", "eager"))
@@ -130,11 +142,13 @@ class FasterOfTwo:
 
     def describe(self) -> str:
         if self.chosen is None:
-            return (f"not decided yet: kiln times its code against eager on the first {2 + 2 * TRIALS} calls "
+            return (f"not decided yet: kiln times its code against eager on the first {2 + 2 * TRIALS} calls (fewer "
+                    f"where one is clearly faster) "
                     f"and keeps the faster (Options.choose_faster / KILN_CHOOSE_FASTER=0 turns it off)")
         kiln_s, eager_s = self.medians
-        where = " in an earlier process, kept in the warm cache" if self.replayed else ""
-        return (f"{self.name}: {self.chosen} runs (median of {TRIALS} calls{where}: generated code "
+        timed = ("timed in an earlier process, kept in the warm cache" if self.replayed
+                 else f"median of {len(self.times['kiln'])} calls each")
+        return (f"{self.name}: {self.chosen} runs ({timed}: generated code "
                 f"{kiln_s * 1e3:.3f} ms, eager {eager_s * 1e3:.3f} ms)")
 
     def __getattr__(self, name):

@@ -96,7 +96,7 @@ class Tracer:
                 handler = OPCODE_HANDLERS.get(inst.opname)
                 if handler is None:
                     unsupported(f"Python bytecode {inst.opname} is not supported yet")
-                self.output.user_stack = self.user_stack()
+                self.output.user_tx = self
                 try:
                     handler(self, inst)
                 except TracedRaise as exc:
