@@ -32,7 +32,7 @@ import sys
 import tempfile
 import time
 
-MODELS = ("hf_bert", "hf_gpt2", "llama_block", "timm_resnet50")
+MODELS = ("hf_bert", "hf_gpt2", "llama_block", "timm_resnet50")  # and "torch_block" (plain PyTorch)
 COMPILERS = ("eager", "kiln", "torch.compile")  # and "import" (``import kiln`` alone)
 
 
@@ -65,6 +65,11 @@ def build(name: str, device: str, small: bool, shape: tuple = (None, None)):
                                        vocab_size=32000)
         model = transformers.LlamaModel(cfg)
         args = (torch.randint(0, cfg.vocab_size, (2, 64) if small else (8, 512)),)
+    elif name == "torch_block":  # plain PyTorch (no transformers: nothing imports sympy or torch._dynamo first)
+        width, layers, (batch, seq) = (128, 2, (2, 64)) if small else (768, 12, (1, 128))
+        batch, seq = shape[0] or batch, shape[1] or seq
+        model = torch.nn.Sequential(*[_Block(width) for _ in range(layers)])
+        args = (torch.randn(batch, seq, width),)
     elif name == "timm_resnet50":
         import timm
 
@@ -77,6 +82,32 @@ def build(name: str, device: str, small: bool, shape: tuple = (None, None)):
         model = model.to(torch.bfloat16)
         args = tuple(a.to(device, torch.bfloat16) if a.is_floating_point() else a.to(device) for a in args)
     return model, args
+
+
+class _Block:
+    """A pre-norm transformer block in plain PyTorch (made a Module subclass at first use: torch is
+    imported by the child processes only)."""
+
+    def __new__(cls, width: int):
+        import torch
+
+        class Block(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.ln1, self.ln2 = torch.nn.LayerNorm(width), torch.nn.LayerNorm(width)
+                self.qkv, self.proj = torch.nn.Linear(width, 3 * width), torch.nn.Linear(width, width)
+                self.mlp = torch.nn.Sequential(torch.nn.Linear(width, 4 * width), torch.nn.GELU(),
+                                               torch.nn.Linear(4 * width, width))
+                self.heads = max(1, width // 64)
+
+            def forward(self, x):
+                b, t, c = x.shape
+                q, k, v = self.qkv(self.ln1(x)).view(b, t, 3, self.heads, c // self.heads).permute(2, 0, 3, 1, 4)
+                a = torch.softmax(q @ k.transpose(-1, -2) * (c // self.heads) ** -0.5, dim=-1) @ v
+                x = x + self.proj(a.transpose(1, 2).reshape(b, t, c))
+                return x + self.mlp(self.ln2(x))
+
+        return Block()
 
 
 def child_import() -> dict:
