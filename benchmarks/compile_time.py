@@ -146,7 +146,7 @@ def child(name: str, compiler: str, device: str, small: bool, calls: int, shape:
             sync()
         if profiler is not None:
             profiler.enable()
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         if compiler == "kiln":
             import kiln
 
@@ -157,7 +157,7 @@ def child(name: str, compiler: str, device: str, small: bool, calls: int, shape:
             fn = model
         fn(*args)
         sync()
-        first = time.perf_counter() - t0
+        first, first_cpu = time.perf_counter() - t0, time.process_time() - c0
         if profiler is not None:
             profiler.disable()
             profiler.dump_stats(profile)
@@ -167,7 +167,7 @@ def child(name: str, compiler: str, device: str, small: bool, calls: int, shape:
             fn(*args)
             sync()
             later.append(1000 * (time.perf_counter() - t))
-    out = {"first_s": round(first, 3), "calls_ms": [round(v, 3) for v in later]}
+    out = {"first_s": round(first, 3), "first_cpu_s": round(first_cpu, 3), "calls_ms": [round(v, 3) for v in later]}
     if compiler == "kiln":
         import kiln
 

@@ -9,14 +9,12 @@ cache) never do. Modules on those paths write
 and use ``sympy.X`` as before: the first attribute read imports sympy; each attribute read once is then
 kept on the proxy (later reads cost what a module attribute costs). Modules that define sympy classes
 (``kiln.loopir.index``) import sympy itself and are imported only where sizes are symbolic or code is
-generated. ``is_sympy(x)`` answers "is x a sympy object" without importing sympy (nothing can be one
-before it is imported). ``LazyModule(name)`` does the same for any module. ``tests/test_lazy_imports.py``
-checks both paths in fresh processes.
+generated. ``LazyModule(name)`` does the same for any module. ``tests/test_lazy_imports.py`` checks both
+paths in fresh processes.
 """
 from __future__ import annotations
 
 import importlib
-import sys
 import types
 
 
@@ -39,9 +37,3 @@ class LazyModule(types.ModuleType):
 
 
 sympy = LazyModule("sympy")
-
-
-def is_sympy(x, kind: str = "Basic") -> bool:
-    """``isinstance(x, sympy.<kind>)``, False without importing sympy when it is not imported yet."""
-    module = sys.modules.get("sympy")
-    return module is not None and isinstance(x, getattr(module, kind))

@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 
-from kiln.lazy import LazyModule, is_sympy
+from kiln.lazy import LazyModule
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 COMPILER_MODULES = ("kiln.lower", "kiln.schedule", "kiln.loopir", "kiln.codegen.cpp.kernel", "kiln.codegen.wrapper")
@@ -74,10 +74,3 @@ def test_lazy_module_imports_at_first_read_and_keeps_attributes():
         lazy.no_such_attribute
     unkept = LazyModule("json", keep=False)
     assert unkept.loads("2") == 2 and "loads" not in vars(unkept)
-
-
-def test_is_sympy_without_sympy_and_with_it():
-    assert not is_sympy(3)
-    import sympy
-
-    assert is_sympy(sympy.Integer(3)) and is_sympy(sympy.Symbol("s0"), "Expr") and not is_sympy(3, "Expr")

@@ -44,6 +44,7 @@ from kiln.debug.stats import stats
 
 TRIALS = 5  # timed calls of each candidate
 MARGIN = 0.97  # eager wins when its median is below MARGIN x the generated code's
+KEEP_EAGER = 0.8  # an eager win is kept in the warm cache when eager's median is below this x kiln's
 EARLY, SEPARATION = 2, 1.5  # after EARLY calls of each, one SEPARATION x faster in every call wins at once
 CHOICE_FORMAT = f"kiln-speed-choice-1:{TRIALS}:{MARGIN}"  # a choice kept in the warm cache
 
@@ -131,8 +132,12 @@ class FasterOfTwo:
             stats.aten_fallbacks[f"whole graph: eager was faster ({self.describe()})"] += 1
 
     def choice(self) -> dict:
-        """The decision as the warm cache keeps it (``valid_choice`` checks one read back)."""
-        return {"format": CHOICE_FORMAT, "chosen": self.chosen, "medians": list(self.medians),
+        """The decision as the warm cache keeps it (``valid_choice`` checks one read back). A narrow eager
+        win (eager not below KEEP_EAGER x the generated code's median) is kept as "kiln": every later
+        process would pay for one noisy race on a busy machine, and generated code is the default."""
+        kiln_s, eager_s = self.medians
+        chosen = "eager" if self.chosen == "eager" and eager_s < KEEP_EAGER * kiln_s else "kiln"
+        return {"format": CHOICE_FORMAT, "chosen": chosen, "medians": list(self.medians),
                 "threads": torch.get_num_threads(), "cuda": self.cuda}
 
     def replay(self, choice: dict) -> None:

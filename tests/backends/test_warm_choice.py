@@ -103,3 +103,13 @@ def test_entry_without_a_choice_races_and_random_ops_stay_unraced(opts):
         for _ in range(RACE):
             fn(x)
     assert stats.warm_cache["hits"] == 1 and not stats.speed_choices  # a loaded graph with random ops: no race
+
+
+def test_narrow_eager_win_is_kept_as_generated_code():
+    from kiln.backends.choose_faster import KEEP_EAGER, FasterOfTwo
+
+    chooser = FasterOfTwo(lambda x: x, lambda x: x, "g", False)
+    chooser._choose("eager", (1.0, 0.9))  # eager won by 10%: runs here, not kept
+    assert chooser.run is chooser.eager and chooser.choice()["chosen"] == "kiln"
+    chooser._choose("eager", (1.0, KEEP_EAGER * 0.9))
+    assert chooser.choice()["chosen"] == "eager"
