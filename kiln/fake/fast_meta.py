@@ -95,10 +95,12 @@ def fast_meta(func, args, kwargs):
 
 def _number_other(func, args) -> bool:
     """``x * 0.125``: a Python number (not a bool) as the ``other`` of an arithmetic Tensor-Tensor op on a
-    tensor that is not bool, as capture passes it (the result's dtype is ``torch.result_type(x, number)``).
+    tensor that is not bool, of static sizes (a symbolic one would be guarded on; the meta kernel decides),
+    as capture passes it (the result's dtype is ``torch.result_type(x, number)``).
     Without this rule the first such call imports torch._dynamo and sympy (torch's reference kernels)."""
-    return (func in _NUMBER_OTHER and len(args) == 2 and isinstance(args[0], torch.Tensor)
-            and args[0].dtype is not torch.bool and type(args[1]) in (int, float))
+    x = args[0] if args else None
+    return (func in _NUMBER_OTHER and len(args) == 2 and isinstance(x, torch.Tensor) and x.dtype is not torch.bool
+            and type(args[1]) in (int, float) and all(type(n) is int for n in (*x.shape, *x.stride())))
 
 
 def _elementwise(func, args, kwargs) -> torch.Tensor | None:
@@ -252,6 +254,8 @@ def _softmax(func, args, kwargs):
     x, dim, half_to_float = args
     if type(dim) is not int or not -max(x.dim(), 1) <= dim < max(x.dim(), 1) or half_to_float is not False:
         return None
+    if not all(type(n) is int for n in x.shape):
+        return None  # symbolic sizes: the meta kernel decides
     return torch.empty(x.shape, dtype=x.dtype, device="meta")
 
 
