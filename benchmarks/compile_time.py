@@ -3,6 +3,10 @@
     python benchmarks/compile_time.py                 # CUDA if there is a GPU (bf16, full-size models)
     python benchmarks/compile_time.py --device cpu    # CPU, small configs and inputs (runs on 2 cores)
     python benchmarks/compile_time.py --models hf_bert,hf_gpt2 --compilers eager,kiln --json out.json
+    # warm start on the CPU at standard sizes (float32, batch 1, sequence 128), the import alone, 3 warm runs,
+    # and a cProfile of the first warm process per model:
+    python benchmarks/compile_time.py --device cpu --full --batch 1 --seq 128 --models hf_gpt2,hf_bert \
+        --compilers import,eager,kiln --warm-runs 3 --profile /tmp/kiln-prof
 
 Each (model, compiler, phase) runs in a process of its own. "cold": empty cache directories (kiln's
 KILN_CACHE_DIR, torch.compile's TORCHINDUCTOR_CACHE_DIR and TRITON_CACHE_DIR: a fresh temporary
@@ -12,7 +16,9 @@ compiler) to the result; the compilers' processes make one eager call of the mod
 CUDA/cuBLAS/cuDNN start-up is not charged to them; "eager" is the eager model's first call in a fresh
 process (start-up included). Calls 2..20 are timed one by one (synchronized): the median is
 steady state, and call 2 and 3 show how soon it is reached. kiln's per-stage seconds are
-``kiln.stats.stages`` (exclusive; docs/caching.md lists the stages).
+``kiln.stats.stages`` (exclusive; docs/caching.md lists the stages). The "import" compiler is
+``import kiln`` alone in a fresh process (after ``import torch``), with whether it imported sympy;
+kiln rows say whether sympy was imported by the end of the first call.
 """
 from __future__ import annotations
 
@@ -26,12 +32,13 @@ import sys
 import tempfile
 import time
 
-MODELS = ("hf_bert", "hf_gpt2", "llama_block", "timm_resnet50")
-COMPILERS = ("eager", "kiln", "torch.compile")
+MODELS = ("hf_bert", "hf_gpt2", "llama_block", "timm_resnet50")  # and "torch_block" (plain PyTorch)
+COMPILERS = ("eager", "kiln", "torch.compile")  # and "import" (``import kiln`` alone)
 
 
-def build(name: str, device: str, small: bool):
-    """(model, args) on ``device``; raises ImportError where the model's package is missing."""
+def build(name: str, device: str, small: bool, shape: tuple = (None, None)):
+    """(model, args) on ``device``; raises ImportError where the model's package is missing. ``shape``:
+    (batch, sequence) overriding the defaults of the HF models where not None."""
     import torch
 
     torch.manual_seed(0)
@@ -39,6 +46,7 @@ def build(name: str, device: str, small: bool):
         import transformers
 
         batch, seq = (2, 64) if small else ((16, 256) if name == "hf_bert" else (8, 512))
+        batch, seq = shape[0] or batch, shape[1] or seq
         layers = dict(num_hidden_layers=2, hidden_size=128, num_attention_heads=4, intermediate_size=512) if small else {}
         if name == "hf_bert":
             cfg = transformers.BertConfig(**layers)
@@ -57,6 +65,11 @@ def build(name: str, device: str, small: bool):
                                        vocab_size=32000)
         model = transformers.LlamaModel(cfg)
         args = (torch.randint(0, cfg.vocab_size, (2, 64) if small else (8, 512)),)
+    elif name == "torch_block":  # plain PyTorch (no transformers: nothing imports sympy or torch._dynamo first)
+        width, layers, (batch, seq) = (128, 2, (2, 64)) if small else (768, 12, (1, 128))
+        batch, seq = shape[0] or batch, shape[1] or seq
+        model = torch.nn.Sequential(*[_Block(width) for _ in range(layers)])
+        args = (torch.randn(batch, seq, width),)
     elif name == "timm_resnet50":
         import timm
 
@@ -71,20 +84,69 @@ def build(name: str, device: str, small: bool):
     return model, args
 
 
-def child(name: str, compiler: str, device: str, small: bool, calls: int) -> dict:
-    """One measurement in this process: first-call seconds, then each later call's milliseconds."""
+class _Block:
+    """A pre-norm transformer block in plain PyTorch (made a Module subclass at first use: torch is
+    imported by the child processes only)."""
+
+    def __new__(cls, width: int):
+        import torch
+
+        class Block(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.ln1, self.ln2 = torch.nn.LayerNorm(width), torch.nn.LayerNorm(width)
+                self.qkv, self.proj = torch.nn.Linear(width, 3 * width), torch.nn.Linear(width, width)
+                self.mlp = torch.nn.Sequential(torch.nn.Linear(width, 4 * width), torch.nn.GELU(),
+                                               torch.nn.Linear(4 * width, width))
+                self.heads = max(1, width // 64)
+
+            def forward(self, x):
+                b, t, c = x.shape
+                q, k, v = self.qkv(self.ln1(x)).view(b, t, 3, self.heads, c // self.heads).permute(2, 0, 3, 1, 4)
+                a = torch.softmax(q @ k.transpose(-1, -2) * (c // self.heads) ** -0.5, dim=-1) @ v
+                x = x + self.proj(a.transpose(1, 2).reshape(b, t, c))
+                return x + self.mlp(self.ln2(x))
+
+        return Block()
+
+
+def child_import() -> dict:
+    """``import kiln`` alone (torch imported before: not kiln's time)."""
+    import torch  # noqa: F401
+
+    t0 = time.perf_counter()
+    import kiln  # noqa: F401
+
+    return {"first_s": round(time.perf_counter() - t0, 3), "calls_ms": [], "sympy": "sympy" in sys.modules,
+            "modules": len([m for m in sys.modules if m.startswith("kiln")])}
+
+
+def child(name: str, compiler: str, device: str, small: bool, calls: int, shape: tuple = (None, None),
+          profile: str | None = None) -> dict:
+    """One measurement in this process: first-call seconds, then each later call's milliseconds. With
+    ``profile`` (a file name), the first call runs under cProfile, written there."""
     import torch
+
+    if compiler == "import":
+        return child_import()
 
     def sync():
         if device == "cuda":
             torch.cuda.synchronize()
 
-    model, args = build(name, device, small)
+    model, args = build(name, device, small, shape)
+    profiler = None
+    if profile:
+        import cProfile
+
+        profiler = cProfile.Profile()
     with torch.no_grad():
         if compiler != "eager":
             model(*args)  # start-up of the device and its libraries: not the compiler's time
             sync()
-        t0 = time.perf_counter()
+        if profiler is not None:
+            profiler.enable()
+        t0, c0 = time.perf_counter(), time.process_time()
         if compiler == "kiln":
             import kiln
 
@@ -95,28 +157,35 @@ def child(name: str, compiler: str, device: str, small: bool, calls: int) -> dic
             fn = model
         fn(*args)
         sync()
-        first = time.perf_counter() - t0
+        first, first_cpu = time.perf_counter() - t0, time.process_time() - c0
+        if profiler is not None:
+            profiler.disable()
+            profiler.dump_stats(profile)
         later = []
         for _ in range(calls - 1):
             t = time.perf_counter()
             fn(*args)
             sync()
             later.append(1000 * (time.perf_counter() - t))
-    out = {"first_s": round(first, 3), "calls_ms": [round(v, 3) for v in later]}
+    out = {"first_s": round(first, 3), "first_cpu_s": round(first_cpu, 3), "calls_ms": [round(v, 3) for v in later]}
     if compiler == "kiln":
         import kiln
 
         out["stages_s"] = {k: round(v, 4) for k, v in kiln.stats.stages.items()}
         out["warm_cache"] = dict(kiln.stats.warm_cache)
         out["graphs"] = kiln.stats.graphs
+        out["sympy"] = "sympy" in sys.modules
     return out
 
 
-def run(name: str, compiler: str, phase: str, cache: str, args) -> dict:
+def run(name: str, compiler: str, phase: str, cache: str, args, profile: str | None = None) -> dict:
     env = dict(os.environ, KILN_CACHE_DIR=os.path.join(cache, "kiln"), KILN_WARM_CACHE="1",
                TORCHINDUCTOR_CACHE_DIR=os.path.join(cache, "inductor"), TRITON_CACHE_DIR=os.path.join(cache, "triton"))
     cmd = [sys.executable, os.path.abspath(__file__), "--child", name, "--compilers", compiler,
            "--device", args.device, "--calls", str(args.calls)] + (["--small"] if args.small else [])
+    cmd += ["--full"] if args.full else []
+    cmd += [f"--{k}={getattr(args, k)}" for k in ("batch", "seq") if getattr(args, k)]
+    cmd += ["--profile", profile] if profile else []
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout)
     lines = [ln for ln in done.stdout.splitlines() if ln.startswith("RESULT ")]
     if not lines:
@@ -131,7 +200,15 @@ def summary(r: dict) -> str:
     later = r["calls_ms"]
     med = statistics.median(later) if later else float("nan")
     head = " ".join(f"{v:.2f}" for v in later[:2])
-    return f"{r['first_s']:7.2f} s  {med:8.2f} ms  (calls 2,3: {head})"
+    sympy = "" if "sympy" not in r else f"  sympy imported: {'yes' if r['sympy'] else 'no'}"
+    return f"{r['first_s']:7.2f} s  {med:8.2f} ms  (calls 2,3: {head}){sympy}"
+
+
+def print_profile(path: str, top: int = 25) -> None:
+    import pstats
+
+    print(f"{'':<35} cProfile of the first call ({path}), by cumulative time:")
+    pstats.Stats(path).sort_stats("cumulative").print_stats(top)
 
 
 def main() -> int:
@@ -140,6 +217,11 @@ def main() -> int:
     p.add_argument("--models", default=",".join(MODELS))
     p.add_argument("--compilers", default=",".join(COMPILERS))
     p.add_argument("--small", action="store_true", help="small configs and inputs (the default on CPU)")
+    p.add_argument("--full", action="store_true", help="standard configs on the CPU too")
+    p.add_argument("--batch", type=int, default=None, help="batch size of the HF models' input")
+    p.add_argument("--seq", type=int, default=None, help="sequence length of the HF models' input")
+    p.add_argument("--warm-runs", type=int, default=1, help="warm processes per model and compiler")
+    p.add_argument("--profile", default=None, help="a folder: cProfile of the first warm run's first call")
     p.add_argument("--calls", type=int, default=20)
     p.add_argument("--timeout", type=int, default=1800)
     p.add_argument("--json", default=None)
@@ -149,9 +231,11 @@ def main() -> int:
         import torch
 
         args.device = "cuda" if torch.cuda.is_available() else "cpu"
-    args.small = args.small or args.device == "cpu"
+    args.small = (args.small or args.device == "cpu") and not args.full
     if args.child:
-        print("RESULT " + json.dumps(child(args.child, args.compilers, args.device, args.small, args.calls)))
+        result = child(args.child, args.compilers, args.device, args.small, args.calls, (args.batch, args.seq),
+                       args.profile)
+        print("RESULT " + json.dumps(result))
         return 0
     rows = []
     print(f"device {args.device}{' (small configs)' if args.small else ''}; first call (s), median ms/call of calls "
@@ -160,11 +244,17 @@ def main() -> int:
         for compiler in args.compilers.split(","):
             cache = tempfile.mkdtemp(prefix="kiln-compile-time-")
             try:
-                phases = ("cold",) if compiler == "eager" else ("cold", "warm")
-                for phase in phases:
-                    r = run(name, compiler, phase, cache, args)
+                phases = ("cold",) if compiler in ("eager", "import") else ("cold",) + ("warm",) * args.warm_runs
+                for i, phase in enumerate(phases):
+                    profile = None
+                    if args.profile and phase == "warm" and i == 1:
+                        os.makedirs(args.profile, exist_ok=True)
+                        profile = os.path.join(args.profile, f"{name}-{compiler}-warm.prof")
+                    r = run(name, compiler, phase, cache, args, profile)
                     rows.append({"model": name, "compiler": compiler, "phase": phase, **r})
                     print(f"{name:<14} {compiler:<14} {phase:<5} {summary(r)}", flush=True)
+                    if profile and "error" not in r:
+                        print_profile(profile)
                     if "stages_s" in r:
                         stages = ", ".join(f"{k} {v:.3f}" for k, v in sorted(r["stages_s"].items(), key=lambda kv: -kv[1]))
                         print(f"{'':<35} kiln stages (s): {stages}; warm cache {r.get('warm_cache')}", flush=True)

@@ -173,6 +173,7 @@ def reset() -> None:
     from kiln.capture import interpreter
 
     interpreter._DECODED.clear()
+    interpreter._INDEXES.clear()
 
 
 def graph_break() -> None:

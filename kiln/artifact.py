@@ -22,8 +22,10 @@ import json
 import os
 import warnings
 
-from kiln.backends import warm_cache
 from kiln.backends.warm_key import environment, options_key
+from kiln.lazy import LazyModule
+
+warm_cache = LazyModule("kiln.backends.warm_cache", keep=False)  # (imported by kiln.save / kiln.load: not at import kiln)
 
 ARTIFACT_MAGIC = b"KILN-ARTIFACT-1\n"
 ARTIFACT_FORMAT = 1

@@ -16,14 +16,13 @@ from __future__ import annotations
 import dataclasses
 import operator
 
-import sympy
+from kiln.lazy import sympy
 import torch
 import torch.fx as fx
 
 from kiln.fake.shapes import to_expr
 from kiln.fake.symbolic import SYMBOLIC_SCALARS, is_symbolic
 from kiln.fake.symbolic_meta import SymbolicShapeUnsupported
-from kiln.loopir.index import FloorDiv, ModularIndexing
 
 aten = torch.ops.aten
 
@@ -181,6 +180,7 @@ class SizeNodes:
         return node
 
     def _build(self, expr) -> fx.Node:
+        from kiln.loopir.index import FloorDiv, ModularIndexing
         if expr.is_Symbol:
             if expr in self.scalars:
                 return self.scalars[expr]

@@ -27,24 +27,18 @@ from kiln.backends.aot_eager import captured_graph_runs_eagerly, compile_aot_eag
 from kiln.backends.registry import register_backend
 from kiln.backends.warm_cache import WarmStart
 from kiln.codegen.cpp.build import load_library
-from kiln.codegen.cpp.kernel import generate_kernel
 from kiln.codegen.cudagraphs import CudaGraphRunner
-from kiln.codegen.triton import build as triton_build
 from kiln.codegen.triton.precompile import warm_pool
 from kiln.codegen.triton.runtime import triton_available
-from kiln.codegen.wrapper import INPLACE_FLAG, WrapperGen, tensor_call
+from kiln.codegen.wrapper_runtime import INPLACE_FLAG, tensor_call
 from kiln.debug.stats import stats, time_first_call
-from kiln.decomp import decomposition_table
 from kiln.errors import KernelBuildError
 from kiln.fake import UnsupportedFakeOp
 from kiln.fake.symbolic import is_symbolic
-from kiln.loopir.sizes import size_context
-from kiln.lower.graph import lower_graph
-from kiln.lower.registry import Unlowerable
 from kiln.options import Options, default_options
-from kiln.schedule.inplace import plan_inplace_stores
-from kiln.schedule.scheduler import ExternStep, schedule
-from kiln.schedule.templates import fuse_matmul_templates, template_steps
+
+# Lowering, scheduling and code generation (and sympy with them) are imported by the functions that
+# compile: a graph loaded from the warm cache imports none of them (kiln/lazy.py).
 
 PRELUDE = os.path.join(os.path.dirname(__file__), "..", "codegen", "cpp", "prelude.h")
 
@@ -61,6 +55,9 @@ class CompiledGraph:
         self.dynamic_note = ""  # for a graph with symbolic sizes: generic, or why it was compiled static
 
     def explain(self) -> str:
+        from kiln.codegen.triton import build as triton_build
+        from kiln.schedule.scheduler import ExternStep
+
         what = "C++" if self.target == "cpp" else "Triton"
         lines = [f"generated {len(self.kernels)} {what} kernel(s) ({self.target}):"]
         if self.dynamic_note:
@@ -94,6 +91,8 @@ def compile_graph(gm, options: Options, target: str = "cpp") -> CompiledGraph:
     fails for any reason, every size symbol is specialized (``env.specialize_all()``: the guards then
     check each size) and the graph is compiled for the sizes seen; the reason goes to
     ``stats.dynamic_fallbacks`` and the graph's explain text."""
+    from kiln.loopir.sizes import size_context
+
     env = gm.meta.get("kiln_shape_env")
     if env is None or not (_has_symbolic_inputs(gm) or getattr(env, "unbacked", None)):
         return _compile_graph(gm, options, target)
@@ -153,6 +152,15 @@ def _where(exc: BaseException) -> str:
 
 
 def _compile_graph(gm, options: Options, target: str) -> CompiledGraph:
+    from kiln.codegen.cpp.kernel import generate_kernel
+    from kiln.codegen.triton import build as triton_build
+    from kiln.codegen.wrapper import WrapperGen
+    from kiln.lower.graph import lower_graph
+    from kiln.lower.registry import Unlowerable
+    from kiln.schedule.inplace import plan_inplace_stores
+    from kiln.schedule.scheduler import schedule
+    from kiln.schedule.templates import fuse_matmul_templates, template_steps
+
     with stats.timed("lower"):
         lg = lower_graph(gm, options.gemm_padding, codegen=target)
     buffers = lg.buffers()
@@ -280,6 +288,8 @@ class GraphCompiler:
         return lambda gm, example_inputs: self(gm, example_inputs, role)
 
     def __call__(self, gm, example_inputs, role: str = "graph"):
+        from kiln.lower.registry import Unlowerable
+
         target = self.target
         devices = {x.device.type for x in example_inputs if isinstance(x, torch.Tensor)}
         devices |= {v.device.type for n in gm.graph.nodes if isinstance(v := n.meta.get("val"), torch.Tensor)}
@@ -414,7 +424,7 @@ def _kiln_backend(gm, example_inputs, options=None):
     if runtime is not None:
         inference = getattr(runtime, "aten_graph", None) is not None
         loaded = _gpu_runtime(runtime, gm, options) if target == "triton" and inference else _timed(runtime)
-        return race(gm, example_inputs, loaded, options)
+        return race(gm, example_inputs, loaded, options, warm)
     if target == "triton":
         warm_pool(options.compile_workers)  # the compile workers start while the graph is traced and lowered
     layout_note = ""
@@ -423,6 +433,8 @@ def _kiln_backend(gm, example_inputs, options=None):
             layout_note = ("2-D convolutions run channels-last (inputs and weights converted; "
                            "Options.conv_channels_last / KILN_CONV_CHANNELS_LAST=0 turns it off)\n")
     compiler = GraphCompiler(options, target, shape_env_of(gm))
+    from kiln.decomp import decomposition_table
+
     table = decomposition_table()
     try:
         try:
@@ -444,8 +456,8 @@ def _kiln_backend(gm, example_inputs, options=None):
     runtime.codegen_complete = bool(graphs) and len(graphs) == len(compiler.compiled)
     warm.store(runtime, compiler)
     if target == "triton" and plan is None and runtime.compiled_graph is not None:
-        return race(gm, example_inputs, _gpu_runtime(runtime, gm, options), options)
-    return race(gm, example_inputs, _timed(runtime), options)
+        return race(gm, example_inputs, _gpu_runtime(runtime, gm, options), options, warm)
+    return race(gm, example_inputs, _timed(runtime), options, warm)
 
 
 def _timed(runtime):

@@ -34,7 +34,7 @@ from torch.utils._pytree import treespec_dumps, treespec_loads
 from kiln.aot.graph import AtenGraph, InputSpec
 from kiln.aot.runtime import AtenRuntime, silent_writes
 from kiln.aot.training import TrainingRuntime
-from kiln.codegen.wrapper import Wrapper, ensure_layout
+from kiln.codegen.wrapper_runtime import Wrapper, ensure_layout
 from kiln.backends.warm_key import graph_device
 from kiln.debug.stats import stats
 
@@ -193,6 +193,8 @@ def build_runtime(entry: dict, gm, options):
                                    "in this process)\n" + text
     runtime.compiled_graph, runtime.compiled_graphs, runtime.codegen_complete = None, [], True
     runtime.warm_key = entry["key"]
+    if "race_ops" in entry:  # (choose_faster.should_race: entries made before it was kept are not raced)
+        runtime.warm_race_ops = entry["race_ops"]
     return runtime
 
 
@@ -415,8 +417,39 @@ class WarmStart:
             try:
                 entry = make_entry(self.key, runtime, graphs, compiler.explain(), self.options)
                 entry["device"] = graph_device(self.example_inputs)
+                entry["race_ops"] = _race_ops(self.gm, runtime)
                 store(entry, self.options)
             except NotStorable as exc:
                 stats.warm_cache[f"not stored: {exc}"[:120]] += 1
                 return
             self.gm.meta["kiln_warm_key"] = self.key
+
+    # -- the speed choice (choose_faster.py) kept with the entry ------------------------------------
+
+    def stored_choice(self) -> dict | None:
+        """The choose_faster decision kept in this graph's entry, or None."""
+        entry = ENTRIES.get(self.key) if self.key is not None else None
+        return None if entry is None else entry.get("speed_choice")
+
+    def record_choice(self, choice: dict) -> None:
+        """Keep ``choice`` in the entry (in this process and on disk): later processes replay it."""
+        entry = ENTRIES.get(self.key) if self.key is not None else None
+        if entry is None:
+            return
+        with stats.timed("warm_cache"):
+            entry["speed_choice"] = choice
+            try:
+                store(entry, self.options)
+            except NotStorable as exc:
+                stats.warm_cache[f"speed choice not stored: {exc}"[:120]] += 1
+
+
+def _race_ops(gm, runtime) -> str | None:
+    """choose_faster's verdict on the graph's ops (random ops, collectives), kept with the entry: a loaded
+    graph has no ATen graph to check."""
+    from kiln.backends.choose_faster import ops_reason
+
+    aten_gm = getattr(getattr(runtime, "aten_graph", None), "gm", None)
+    if aten_gm is None:
+        return "no ATen graph to check for random ops"
+    return ops_reason(list(gm.graph.nodes) + list(aten_gm.graph.nodes))

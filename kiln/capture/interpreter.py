@@ -27,6 +27,7 @@ from kiln.capture.values.functions import CellValue, NestedFunctionValue, UserFu
 from kiln.errors import Unsupported
 
 _DECODED: dict[types.CodeType, list] = {}
+_INDEXES: dict[types.CodeType, tuple] = {}  # code -> (its decoded instructions, {id(instruction): index})
 
 
 def instructions_of(code: types.CodeType) -> list:
@@ -59,7 +60,10 @@ class Tracer:
         self.options = options
         self.function_name = function_name
         self.instructions = instructions_of(code)
-        self.index_of = {id(inst): i for i, inst in enumerate(self.instructions)}
+        indexed = _INDEXES.get(code)  # (made once per decoded instruction list)
+        if indexed is None or indexed[0] is not self.instructions:
+            indexed = _INDEXES[code] = (self.instructions, {id(inst): i for i, inst in enumerate(self.instructions)})
+        self.index_of = indexed[1]
         self.stack: list[Value] = []
         self.locals: dict[str, Value] = {}
         self.cells: dict[str, CellValue] = {}
@@ -87,8 +91,9 @@ class Tracer:
                     raise BreakSignal(self.ip)
                 inst = self.instructions[self.ip]
                 self.current = inst
-                if inst.lineno is not None:
-                    self.lineno = inst.lineno
+                lineno = inst.lineno
+                if lineno is not None:
+                    self.lineno = lineno
                 self.ip += 1
                 # Instructions inside try/with blocks run as usual. An exception raised by traced code
                 # (TracedRaise) jumps to its handler in an inlined frame (unwind); in the root frame,
@@ -96,7 +101,7 @@ class Tracer:
                 handler = OPCODE_HANDLERS.get(inst.opname)
                 if handler is None:
                     unsupported(f"Python bytecode {inst.opname} is not supported yet")
-                self.output.user_stack = self.user_stack()
+                self.output.user_tx = self
                 try:
                     handler(self, inst)
                 except TracedRaise as exc:

@@ -56,7 +56,7 @@ class OutputGraph:
         self._data_views: list[tuple] = []  # (fake, its version when made) of each `t.data` read
         self.op_count = 0
         self.code_name = code_name
-        self.user_stack: list[tuple[str, int, str]] = []  # (file, line, function) of the op being added
+        self.user_tx = None  # the tracer running the current instruction (``user_stack`` is read from it)
         self.generator_floor: int | None = None  # while a generator runs ahead: serial of its first value
         from kiln.capture.values.inference import InferenceState
 
@@ -137,6 +137,12 @@ class OutputGraph:
             self._dynamic_storages.add(_storage_key(real))
         return fake
 
+    @property
+    def user_stack(self) -> list[tuple[str, int, str]]:
+        """(file, line, function) of the op being added, outermost frame first (made when read: most
+        instructions add no op)."""
+        return [] if self.user_tx is None else self.user_tx.user_stack()
+
     def _user_line(self) -> str:
         if not self.user_stack:
             return ""
@@ -183,8 +189,9 @@ class OutputGraph:
         if self.inference.active():
             self._check_inference(kind, target, node_args, node_kwargs, example)
         node = self.graph.create_node(kind, target, node_args, node_kwargs)
-        if self.user_stack:
-            node.meta["stack"] = list(self.user_stack)
+        stack = self.user_stack
+        if stack:
+            node.meta["stack"] = stack
         self.op_count += 1
         return self.wrap_result(node, example)
 

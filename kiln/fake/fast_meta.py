@@ -51,6 +51,8 @@ _FLOAT_ONLY = {aten.gelu.default}
 _TENSOR_AT = {op: tuple(str(a.type) == "Tensor" for a in op._schema.arguments
                         if not a.kwarg_only and not a.has_default_value()) for op in PROMOTION}
 _WHERE = aten.where.self
+# Tensor-Tensor ops whose meta kernels also take a Python number as ``other`` (``_number_other``)
+_NUMBER_OTHER = {aten.add.Tensor, aten.sub.Tensor, aten.mul.Tensor, aten.div.Tensor, aten.div.Tensor_mode}
 
 
 def _row_major(t: torch.Tensor) -> bool:
@@ -91,6 +93,16 @@ def fast_meta(func, args, kwargs):
     return None if rule is None else rule(func, args, kwargs)
 
 
+def _number_other(func, args) -> bool:
+    """``x * 0.125``: a Python number (not a bool) as the ``other`` of an arithmetic Tensor-Tensor op on a
+    tensor that is not bool, of static sizes (a symbolic one would be guarded on; the meta kernel decides),
+    as capture passes it (the result's dtype is ``torch.result_type(x, number)``).
+    Without this rule the first such call imports torch._dynamo and sympy (torch's reference kernels)."""
+    x = args[0] if args else None
+    return (func in _NUMBER_OTHER and len(args) == 2 and isinstance(x, torch.Tensor) and x.dtype is not torch.bool
+            and type(args[1]) in (int, float) and all(type(n) is int for n in (*x.shape, *x.stride())))
+
+
 def _elementwise(func, args, kwargs) -> torch.Tensor | None:
     if func is _WHERE:
         if kwargs or len(args) != 3 or not all(map(_plain, args)):
@@ -104,7 +116,9 @@ def _elementwise(func, args, kwargs) -> torch.Tensor | None:
         operands = args
     else:
         kind = PROMOTION[func]
-        if [isinstance(x, torch.Tensor) for x in args] != list(_TENSOR_AT[func]) or not all(map(_plain, args)):
+        if [isinstance(x, torch.Tensor) for x in args] != list(_TENSOR_AT[func]) and not _number_other(func, args):
+            return None
+        if not all(map(_plain, args)):
             return None
         allowed = _KWARGS.get(func, {})
         for key, value in kwargs.items():
@@ -232,7 +246,21 @@ def _batch_norm(func, args, kwargs):
     return out, torch.empty((c,), dtype=stats_dtype, device="meta"), torch.empty((c,), dtype=stats_dtype, device="meta")
 
 
+def _softmax(func, args, kwargs):
+    """``_softmax`` / ``_log_softmax`` of a floating tensor without half_to_float: a new row-major tensor
+    of its shape and dtype (torch's meta kernel also computes the promotion, importing sympy)."""
+    if kwargs or len(args) != 3 or not isinstance(args[0], torch.Tensor) or args[0].dtype not in _FLOATS:
+        return None
+    x, dim, half_to_float = args
+    if type(dim) is not int or not -max(x.dim(), 1) <= dim < max(x.dim(), 1) or half_to_float is not False:
+        return None
+    if not all(type(n) is int for n in x.shape):
+        return None  # symbolic sizes: the meta kernel decides
+    return torch.empty(x.shape, dtype=x.dtype, device="meta")
+
+
 RULES = {op: _elementwise for op in [*PROMOTION, _WHERE]}
+RULES.update({aten._softmax.default: _softmax, aten._log_softmax.default: _softmax})
 RULES.update({aten.mm.default: _mm, aten.bmm.default: _bmm, aten.addmm.default: _addmm,
               aten.native_layer_norm.default: _native_layer_norm,
               aten.native_batch_norm.default: _batch_norm, aten._native_batch_norm_legit.default: _batch_norm,

@@ -10,10 +10,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Iterable
 
-import sympy
+from kiln.lazy import sympy
 import torch
 
-Expr = sympy.Expr
+Expr = "sympy.Expr"  # in annotations only (sympy is imported at its first use: kiln/lazy.py)
 
 
 def to_expr(value) -> Expr:

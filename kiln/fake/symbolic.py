@@ -19,12 +19,11 @@ import fractions
 import operator
 from typing import Callable
 
-import sympy
+from kiln.lazy import sympy
 import torch
 
 from kiln.errors import KilnError
 from kiln.fake.shapes import contiguous_strides
-from kiln.loopir.index import FloorDiv, ModularIndexing
 
 SYMBOLIC_SCALARS = (torch.SymInt, torch.SymBool, torch.SymFloat)
 
@@ -166,6 +165,7 @@ class ShapeEnv:
         return value
 
     def _static(self, fact) -> bool | None:
+        from kiln.loopir.index import FloorDiv, ModularIndexing
         if isinstance(fact, sympy.Not):
             inner = self._static(fact.args[0])
             return None if inner is None else not inner
@@ -372,6 +372,7 @@ def _without_divisions(expr, high: bool = False):
     ``ModularIndexing(a, d, c)`` written ``m``, where the remainder m is a fresh nonnegative r
     (``high=False``) or, for a constant c, ``c - 1 - r`` (``high=True``: m <= c - 1). Either form holds
     for the true remainder, so a sign proven for every r >= 0 holds for the true value (only ever sound)."""
+    from kiln.loopir.index import FloorDiv, ModularIndexing
     count = iter(range(10 ** 6))
 
     def remainder(c):
@@ -399,6 +400,7 @@ def _without_divisions(expr, high: bool = False):
 
 def _py(expr) -> str:
     """A sympy size expression or fact as Python source over the symbols' names."""
+    from kiln.loopir.index import FloorDiv, ModularIndexing
     e = expr
     if e is sympy.true or e is sympy.false:
         return str(bool(e))
@@ -534,6 +536,7 @@ class SymNode:
         return self._new(-self.expr, self.pytype, _at_hints(operator.neg, self.hint))
 
     def floordiv(self, other):
+        from kiln.loopir.index import FloorDiv
         env = self.env
         if self.pytype is int and other.pytype is int and other.expr == 1:
             return self  # n // 1 == n for any int (unfold's (s0 - size) // 1 may be negative)
@@ -567,6 +570,7 @@ class SymNode:
     int_floordiv = floordiv
 
     def mod(self, other):
+        from kiln.loopir.index import ModularIndexing
         sign = self._sign_for_division(other)
         if sign is True:
             if self.env.static_value(sympy.Lt(self.expr, other.expr)) is True:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import torch
 
 from kiln.fake.symbolic import is_symbolic
-from kiln.loopir.index import FloorDiv, ModularIndexing
 
 aten = torch.ops.aten
 
@@ -125,6 +124,7 @@ def _view_strides(old_sizes, old_strides, new_sizes):
 def _exact_div(total, known):
     """total / known where it divides (sympy cancels the symbols)."""
     from kiln.fake.shapes import to_expr
+    from kiln.loopir.index import FloorDiv, ModularIndexing
 
     import sympy
 

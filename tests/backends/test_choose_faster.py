@@ -6,7 +6,7 @@ import torch
 
 import kiln
 from kiln.backends import choose_faster
-from kiln.backends.choose_faster import TRIALS, FasterOfTwo
+from kiln.backends.choose_faster import EARLY, TRIALS, FasterOfTwo
 from kiln.debug.stats import stats
 
 ON = {"choose_faster": True}
@@ -33,9 +33,9 @@ def test_faster_of_two_keeps_the_faster_and_runs_only_it_afterwards():
     outs = [chooser(torch.ones(2)) for _ in range(2 + 2 * TRIALS)]
     assert all(torch.equal(o, torch.full((2,), 2.0)) for o in outs)
     assert chooser.chosen == "eager" and stats.speed_choices == {"eager": 1}
-    assert calls == {"kiln": 1 + TRIALS, "eager": 1 + TRIALS}
+    assert calls == {"kiln": 1 + EARLY, "eager": 1 + TRIALS + (TRIALS - EARLY)}  # a clear winner: decided early
     chooser(torch.ones(2))
-    assert calls["eager"] == 2 + TRIALS and calls["kiln"] == 1 + TRIALS
+    assert calls["eager"] == 2 + 2 * TRIALS - EARLY and calls["kiln"] == 1 + EARLY
     assert "eager runs" in chooser.describe() and "generated code" in chooser.describe()
 
 
@@ -98,3 +98,15 @@ def test_should_race_reasons():
     assert choose_faster.should_race(gm, [torch.ones(2)], Inference(), opts.replace(choose_faster=False))
     assert "warm cache" in choose_faster.should_race(gm, [torch.ones(2)], object(), opts)
     assert choose_faster.should_race(gm, [torch.ones(2)], Inference(), opts) is None
+
+
+def test_race_ends_early_only_for_a_clear_winner():
+    stats.reset()
+    chooser = FasterOfTwo(lambda x: x + 1, lambda x: x + 1, "g", False)
+    chooser.calls = 2
+    chooser.times = {"kiln": [1.0, 1.1], "eager": [2.0, 1.7]}
+    assert chooser._clear_winner()
+    chooser.times = {"kiln": [1.0, 1.1], "eager": [2.0, 1.6]}  # one eager call within SEPARATION
+    assert not chooser._clear_winner()
+    chooser.times = {"kiln": [1.0], "eager": [9.0]}  # fewer than EARLY calls each
+    assert not chooser._clear_winner()

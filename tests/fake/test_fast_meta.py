@@ -51,10 +51,10 @@ def test_elementwise_rules_match_meta_kernels(func):
             covered += _same(func, (a,), kwargs)
             covered += _same(func, (_meta(shape, dtype, transposed=True),), kwargs)
             continue
-        others = [2, 2.5, True] if scalar else [_meta(s, d) for d in OTHER_DTYPES for s in SHAPES[:4]]
+        others = [2, 2.5, True] if scalar else [_meta(s, d) for d in OTHER_DTYPES for s in SHAPES[:4]] + [2, 0.5, True]
         for other in others:
             covered += _same(func, (a, other), kwargs)
-            if not scalar:
+            if not scalar and isinstance(other, torch.Tensor):
                 covered += _same(func, (other, a), kwargs)
         if func in (aten.add.Tensor, aten.sub.Tensor):
             covered += _same(func, (a, a), {"alpha": 2})
@@ -121,5 +121,27 @@ def test_batch_norm_rules_match_meta_kernels(dtype):
     assert covered > 0 or dtype is torch.int64
 
 
+@pytest.mark.parametrize("func", [aten._softmax.default, aten._log_softmax.default], ids=str)
+def test_softmax_rules_match_meta_kernels(func):
+    covered = 0
+    for dtype in (torch.float32, torch.bfloat16, torch.float16, torch.int64):
+        for shape, dim in (((2, 3, 4), -1), ((2, 3, 4), 1), ((5,), 0), ((), 0), ((2, 3), 2), ((2, 3), -3)):
+            for half_to_float in (False, True):
+                covered += _same(func, (_meta(shape, dtype), dim, half_to_float))
+            covered += _same(func, (_meta(shape, dtype, transposed=True), dim, False))
+    assert covered > 0
+
+
 def test_every_rule_is_for_an_op():
     assert all(isinstance(op, torch._ops.OpOverload) for op in RULES)
+
+
+def test_number_other_is_covered_with_the_meta_kernels_dtype():
+    # x * 0.125 as capture passes it (a Python number as a Tensor op's other); without the rule, torch's
+    # reference kernel runs (and its first call imports torch._dynamo)
+    for func, x, other in [(aten.mul.Tensor, _meta((2, 3), torch.float16), 0.125),
+                           (aten.div.Tensor, _meta((2, 3), torch.int64), 2),
+                           (aten.add.Tensor, _meta((4, 2, 3), torch.int32), 1.5)]:
+        assert _same(func, (x, other))
+    assert fast_meta(aten.add.Tensor, (_meta((2,), torch.bool), 1), {}) is None
+    assert fast_meta(aten.maximum.default, (_meta((2,), torch.float32), 1.0), {}) is None
