@@ -149,7 +149,7 @@ def LOAD_SUPER_ATTR(tx, inst):  # 3.12: stack is global super, class, self
     self_value = tx.pop()
     cls_value = tx.pop()
     tx.pop()  # the global `super`
-    from kiln.capture.values.objects import SuperValue
+    from kiln.capture.values.super_values import SuperValue
 
     sup = SuperValue(cls_value.as_constant(), self_value)
     if inst.arg & 1:
