@@ -470,9 +470,31 @@ def _refuse_write_to_overlapping(kind: str, target, args, kwargs) -> None:
                         hint="kiln runs it as Python, where eager raises; clone() the expanded tensor first")
     others = [x for x in leaves((args, kwargs)) if isinstance(x, torch.Tensor)]
     for t in written_tensors(kind, target, args, kwargs):
-        for other in others if isinstance(t, torch.Tensor) else ():
-            if other is not t and partial_overlap(t, other):
+        if not isinstance(t, torch.Tensor):
+            continue
+        dest = t
+        if target is operator.setitem and len(args) == 3:  # writes t[index], from the value
+            dest = _basic_index_view(t, args[1])
+        for other in others:
+            if other is t or other is dest:
+                continue
+            if dest is None:  # (an advanced index: any sharing breaks, and eager decides)
+                overlap = other.untyped_storage()._cdata == t.untyped_storage()._cdata
+            else:
+                overlap = partial_overlap(dest, other)
+            if overlap:
                 unsupported(f"in-place {_describe(target)} writes a tensor that partly overlaps another of its "
                             f"arguments in memory (size {tuple(t.shape)} at offset {t.storage_offset()}, size "
                             f"{tuple(other.shape)} at offset {other.storage_offset()}, one storage)",
                             hint="kiln runs it as Python, where eager raises; clone() the source first")
+
+
+def _basic_index_view(t: torch.Tensor, index):
+    """``t[index]`` (a view of the fake) for a basic index (ints, slices, None, ...), else None."""
+    parts = index if isinstance(index, tuple) else (index,)
+    if not all(p is None or p is Ellipsis or isinstance(p, (int, slice, *SYMBOLIC_SCALARS)) for p in parts):
+        return None
+    try:
+        return t[index]
+    except Exception:
+        return None

@@ -99,8 +99,9 @@ def partial_overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
     if a.untyped_storage()._cdata != b.untyped_storage()._cdata:
         return False
     numbers = (*a.shape, *a.stride(), *b.shape, *b.stride(), a.storage_offset(), b.storage_offset())
-    if any(isinstance(n, torch.SymInt) for n in numbers):
-        return True
+    if any(isinstance(n, torch.SymInt) for n in numbers):  # the same elements in the same order, or True
+        layout = lambda x: [str(n) for n in (*x.shape, *x.stride(), x.storage_offset())]  # noqa: E731
+        return a.dim() != b.dim() or layout(a) != layout(b)
     if a.numel() == 0 or b.numel() == 0 or not (_dense(a) and _dense(b)):
         return False  # (ATen: no overlap, or too hard to tell, which it lets pass)
     a_begin, b_begin = a.storage_offset() * a.element_size(), b.storage_offset() * b.element_size()
