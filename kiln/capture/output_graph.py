@@ -231,7 +231,7 @@ class OutputGraph:
             unsupported(f"{_describe(target)} failed on fake tensors: RecursionError")
         except (RuntimeError, TypeError, ValueError, IndexError, AttributeError, KeyError, NotImplementedError) as exc:
             # what eager would raise too (a wrong argument): the op runs as Python at a break, and raises there
-            unsupported(f"{_describe(target)} failed on fake tensors: {type(exc).__name__}: {exc}")
+            unsupported(f"{_describe(target)} failed on fake tensors: {type(exc).__name__}: {_first_part(exc)}")
 
     def _unbacked_env(self) -> ShapeEnv | None:
         """The env data-dependent ops make unbacked sizes in (None where the policy does not allow them);
@@ -354,6 +354,11 @@ class OutputGraph:
                         hint="kiln runs this as Python; pass views of one tensor instead")
         if len(sources) > 1 or held is not None:
             self.guards.storage_aliasing(sources, held, signature)
+
+
+def _first_part(exc: BaseException) -> str:
+    """An exception's message without the C++ backtrace torch appends ("Exception raised from ...")."""
+    return str(exc).split("\nException raised from ")[0].strip()
 
 
 def _storage_id(fake: torch.Tensor) -> int:
