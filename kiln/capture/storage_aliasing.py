@@ -25,6 +25,8 @@ import bisect
 
 import torch
 
+from kiln.fake.shapes import is_dense
+
 
 def memory_range(t: torch.Tensor) -> tuple[int, int]:
     """The byte range [start, end) of t's whole storage."""
@@ -102,20 +104,10 @@ def partial_overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
     if any(isinstance(n, torch.SymInt) for n in numbers):  # the same elements in the same order, or True
         layout = lambda x: [str(n) for n in (*x.shape, *x.stride(), x.storage_offset())]  # noqa: E731
         return a.dim() != b.dim() or layout(a) != layout(b)
-    if a.numel() == 0 or b.numel() == 0 or not (_dense(a) and _dense(b)):
+    if a.numel() == 0 or b.numel() == 0 or not (is_dense(a.shape, a.stride()) and is_dense(b.shape, b.stride())):
         return False  # (ATen: no overlap, or too hard to tell, which it lets pass)
     a_begin, b_begin = a.storage_offset() * a.element_size(), b.storage_offset() * b.element_size()
     a_end, b_end = a_begin + a.numel() * a.element_size(), b_begin + b.numel() * b.element_size()
     if (a_begin, a_end) == (b_begin, b_end):
         return a.stride() != b.stride()
     return a_begin < b_end and b_begin < a_end
-
-
-def _dense(t: torch.Tensor) -> bool:
-    """Non-overlapping and dense: the dims of size > 1, ordered by stride, are row-major."""
-    running = 1
-    for d in sorted((d for d in range(t.dim()) if t.shape[d] != 1), key=t.stride):
-        if t.stride(d) != running:
-            return False
-        running *= t.shape[d]
-    return True

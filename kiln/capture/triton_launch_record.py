@@ -12,6 +12,7 @@ from kiln.capture.triton_stores import analyse_stores, python_function
 from kiln.capture.values.base import ConstantValue, unsupported
 from kiln.capture.values.containers import ListValue
 from kiln.capture.values.tensors import TensorValue
+from kiln.fake.shapes import is_dense
 
 _ANALYSES: dict = {}
 
@@ -21,15 +22,6 @@ def _analysis(fn):
     if found is None:
         found = _ANALYSES[fn] = analyse_stores(fn)
     return found
-
-
-def _is_dense(size, stride) -> bool:
-    expected = 1
-    for st, sz in sorted((st, sz) for sz, st in zip(size, stride) if sz != 1):
-        if st != expected:
-            return False
-        expected *= sz
-    return True
 
 
 def _bind(fn, name: str, args, kwargs) -> list[tuple[str, object, bool]]:
@@ -54,7 +46,7 @@ def _tensor_checks(tx, name: str, pname: str, t: torch.Tensor) -> None:
                     f"see through a Triton kernel",
                     hint="wrap the launch in a torch.library.custom_op with register_autograd, or call it "
                          "under torch.no_grad()")
-    if not _is_dense(t.shape, t.stride()):
+    if not is_dense(t.shape, t.stride()):
         unsupported(f"Triton kernel {name}: tensor argument {pname!r} is not dense (size {tuple(t.shape)}, "
                     f"stride {tuple(t.stride())}); the kernel could touch memory between its elements",
                     hint="pass a contiguous tensor (.contiguous())")

@@ -29,6 +29,7 @@ import time
 import torch
 
 from kiln.debug.stats import stats
+from kiln.fake.shapes import is_dense
 
 MAX_GRAPHS = 8  # recordings kept per runner (input signatures); the least recently used goes first
 
@@ -42,16 +43,6 @@ class _Recording:
 def _signature(inputs) -> tuple:
     return tuple((tuple(t.shape), t.stride(), t.dtype, t.device) if isinstance(t, torch.Tensor) else ("value", t)
                  for t in inputs)
-
-
-def _dense(t: torch.Tensor) -> bool:
-    """Do the elements of ``t`` fill a block of memory exactly, each once (in some order of dims)?"""
-    expected = 1
-    for stride, size in sorted((s, n) for n, s in zip(t.size(), t.stride()) if n != 1):
-        if stride != expected:
-            return False
-        expected *= size
-    return True
 
 
 _data_ptr = torch.Tensor.data_ptr
@@ -106,7 +97,7 @@ class CudaGraphRunner:
                 return f"a graph input is a {type(t).__name__}, not a tensor"
             if t.device.type != self.device_type:
                 return f"a graph input is on {t.device}; CUDA graphs need every input on the GPU"
-            if not _dense(t):
+            if not is_dense(t.size(), t.stride()):
                 return "a graph input has overlapping or non-dense memory (an expanded view), which cannot be copied in"
         if self.max_graphs <= 0:
             return "max_graphs is 0"
@@ -190,7 +181,7 @@ def _copy(r):
     """A copy of a static result with its size, strides and offset (an expanded one keeps its strides)."""
     if not isinstance(r, torch.Tensor):
         return r
-    if _dense(r):
+    if is_dense(r.size(), r.stride()):
         return torch.empty_strided(r.size(), r.stride(), dtype=r.dtype, device=r.device).copy_(r)
     extent = r.storage_offset() + 1 + sum((n - 1) * s for n, s in zip(r.size(), r.stride()))
     flat = torch.empty(extent, dtype=r.dtype, device=r.device)

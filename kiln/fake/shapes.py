@@ -59,6 +59,17 @@ def contiguous_strides(sizes: Iterable) -> tuple[Expr, ...]:
     return tuple(reversed(out))
 
 
+def is_dense(sizes, strides) -> bool:
+    """Whether elements of these (concrete) sizes and strides fill one block of memory exactly, each
+    once, in some order of dims: ATen's non-overlapping and dense."""
+    expected = 1
+    for stride, n in sorted((st, n) for n, st in zip(sizes, strides) if n != 1):
+        if stride != expected:
+            return False
+        expected *= n
+    return True
+
+
 def is_static(expr) -> bool:
     return to_expr(expr).is_number
 
