@@ -120,7 +120,7 @@ class FusedOptimizerStep:
         groups_key = (type(opt), tuple((w.flags, len(w.tensors), len(w.tensors[0]) if w.tensors else 0) for w in works))
         last = self._last
         if last is not None and last[0] == groups_key and _layouts_match(flat, last[1]):
-            run, device, dtype = last[2]  # the tensors are laid out as at the last step: its graph again
+            expected, (run, device, dtype) = last[1], last[2]  # laid out as at the last step: its graph
         else:
             reason = unsupported_tensors(works)
             if reason is not None:
@@ -132,13 +132,12 @@ class FusedOptimizerStep:
             dtype = torch.float64 if any(t.dtype == torch.float64 for t in flat) else torch.float32
             expected = tuple(map(_layout, flat))
             run = self.compiled.get((groups_key, expected))
-            self._last = (groups_key, expected, (run, device, dtype))
         advance_counters(works)  # from here on the fused step runs: eager's bookkeeping first
         rows = [row for group, work in zip(opt.param_groups, works) for row in rule.scalars(group, work)]
         scalars = torch.tensor(rows, dtype=dtype).to(device, non_blocking=True)
         if run is None:
-            run = self.compiled[(groups_key, self._last[1])] = self._compile(rule, works, list(flat), scalars)
-            self._last = (groups_key, self._last[1], (run, device, dtype))
+            run = self.compiled[(groups_key, expected)] = self._compile(rule, works, list(flat), scalars)
+        self._last = (groups_key, expected, (run, device, dtype))
         with torch.no_grad():
             run(*flat, scalars)
         return None
