@@ -24,6 +24,7 @@ from kiln.capture.frame_filter import SKIP_AFTER, may_use_tensors
 from kiln.capture.graph_break import compile_with_break
 from kiln.capture.guards import CompiledGuards
 from kiln.capture.interpreter import RootTracer
+from kiln.capture.values.lazy_generators import CALLED_AS_PYTHON, RetraceFrame
 from kiln.capture.skipfiles import is_namedtuple_new, should_offer
 from kiln.debug.stats import stats
 from kiln.fake.symbolic import SpecializationError
@@ -137,6 +138,8 @@ class FrameCompiler:
                     return self._compile(code, f_locals, f_globals, f_builtins, closure)
                 except _RetraceStatic:
                     continue  # sizes could not stay symbolic: traced again, static from now on
+                except RetraceFrame:
+                    continue  # the trace learned how to model a value (lazy_generators): traced again
 
     def _policy(self, code) -> DynamicPolicy:
         shapes = self.frame_shapes.setdefault(code, FrameShapes())
@@ -168,7 +171,7 @@ class FrameCompiler:
             self.failed[code] = record
             stats.eager_fallbacks[exc.reason] += 1
             return None
-        except (GraphBreakError, BackendError, _RetraceStatic, SpecializationError):
+        except (GraphBreakError, BackendError, _RetraceStatic, SpecializationError, RetraceFrame):
             raise
         except SymbolicShapeUnsupported as exc:  # (where no ShapeEnv noted it): static sizes from now on
             self.frame_shapes.setdefault(code, FrameShapes()).static_reason = str(exc)
@@ -221,7 +224,7 @@ class FrameCompiler:
         except Unsupported as why_not:
             exc.hint = (exc.hint + "; " if exc.hint else "") + f"no graph break possible here: {why_not.reason}"
             return None
-        except (BackendError, _RetraceStatic, SpecializationError):
+        except (BackendError, _RetraceStatic, SpecializationError, RetraceFrame):
             raise
         except Exception as bug:  # a bug in kiln: the frame runs eagerly instead
             warnings.warn(f"kiln: internal error while breaking the graph of {code.co_qualname} at "
@@ -348,3 +351,4 @@ def reset_all() -> None:
         hook.unmark(code)
     _SKIPPED_CODES.clear()
     _TENSOR_FREE_CALLS.clear()
+    CALLED_AS_PYTHON.clear()

@@ -329,60 +329,16 @@ class Tracer:
         return child.run()
 
     def _run_generator_function(self, code, f_globals, name, fn_value, args, kwargs) -> Value:
-        """A user generator function: its body runs to the end now and its items become a materialized
-        iterator. Only sound when running it early changes nothing the caller could see: it may not
-        write to the world outside (side effects) nor change tensors in place, and it must end."""
+        """A user generator function: a generator object whose body is traced one step at a time, when its
+        consumer asks for an item (values/lazy_generators.py), as CPython runs it."""
         if self.depth >= self.options.inline_depth:
             unsupported(f"inlining deeper than {self.options.inline_depth} calls (at {name})")
-        output = self.output
-        effects_before = output.side_effects.write_count
-        nodes_before = set(output.graph.nodes)
-        floor = output.generator_floor
-        output.generator_floor = ConstantValue(None).serial  # values older than this belong to the caller
-        raised = None
-        try:
-            child = GeneratorTracer(code, f_globals, self.f_builtins, output, self, self.options, name)
-            child.bind_arguments(fn_value, args, kwargs)
-            returned = child.run()
-        except TracedRaise as exc:  # raised by the body after its items: the consumer's next() raises it
-            raised, returned = exc, None
-        finally:
-            output.generator_floor = floor
-        if output.side_effects.write_count != effects_before:
-            unsupported(f"generator function {name} has side effects: kiln cannot run it ahead of its consumer")
-        for node in output.graph.nodes:
-            if node not in nodes_before and _mutates_in_place(node):
-                unsupported(f"generator function {name} changes a tensor in place: kiln cannot run it ahead "
-                            f"of its consumer")
-        from kiln.capture.values.iterators import ListIteratorValue
+        from kiln.capture.values.lazy_generators import SteppedGeneratorValue, refuse_if_called_as_python
 
-        generator = ListIteratorValue(child.yielded, kind="generator")
-        generator.return_value = returned  # what `yield from` this generator gives once it is exhausted
-        generator.remake = (fn_value, list(args), dict(kwargs))  # not started: called again, it runs lazily
-        if raised is not None:
-            generator.pending_raise = _deferred_raise(self, name, raised)
-        return generator
-
-
-def _deferred_raise(tx, name: str, raised) -> Value:
-    """A generator run ahead that ends by raising: its consumer's next() after the last item raises the
-    exception (a StopIteration as PEP 479's RuntimeError, made as CPython's gen_send_ex2 makes it). Exact
-    only if the exception does not depend on when it is raised: no exception may be handled around the
-    call, as CPython would take __context__ from the consumer's state at that later next()."""
-    frame = tx
-    while frame is not None:
-        if getattr(frame, "handled_exceptions", None):
-            unsupported(f"generator function {name} raises while an exception is being handled: its "
-                        f"__context__ depends on where the consumer takes the item")
-        frame = frame.parent
-    exc = raised.exc_value
-    if raised.matches(StopIteration):
-        from kiln.capture.values.exceptions import ExceptionValue
-
-        stop, exc = exc, ExceptionValue(RuntimeError, [ConstantValue("generator raised StopIteration")])
-        exc.cause = exc.context = stop
-        exc.suppress_context = True
-    return exc
+        refuse_if_called_as_python(code, name)
+        child = GeneratorTracer(code, f_globals, self.f_builtins, self.output, self, self.options, name)
+        child.bind_arguments(fn_value, args, kwargs)
+        return SteppedGeneratorValue(child, fn_value, args, kwargs)
 
 
 def _python_setattr(cls: type) -> bool:
@@ -390,22 +346,6 @@ def _python_setattr(cls: type) -> bool:
     for klass in cls.__mro__:
         if "__setattr__" in vars(klass):
             return isinstance(vars(klass)["__setattr__"], types.FunctionType)
-    return False
-
-
-def _mutates_in_place(node) -> bool:
-    import operator
-
-    target = node.target
-    if node.op == "call_method":
-        return isinstance(target, str) and target.endswith("_") and not target.startswith("__")
-    if node.op == "call_function":
-        from kiln.capture.values.base import INPLACE_TO_PLAIN
-
-        if target is operator.setitem or target in INPLACE_TO_PLAIN:
-            return True
-        name = getattr(target, "__name__", "")
-        return name.endswith("_") and not name.startswith("_") or "out" in node.kwargs
     return False
 
 
@@ -460,18 +400,14 @@ class InliningTracer(Tracer):
 
 
 class GeneratorTracer(InliningTracer):
-    """Runs a generator expression or generator function to completion, collecting what it yields."""
+    """The tracer of a generator expression's or generator function's body. Its owner (a
+    GeneratorExpressionValue, SteppedGeneratorValue or @contextmanager's SteppedGenerator) replaces
+    `add_yielded`, which stops the trace at each `yield` until the consumer resumes it."""
 
-    MAX_ITEMS = 10_000  # a generator that does not end is not run ahead
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.yielded: list[Value] = []
+    yielded = ()  # RETURN_GENERATOR / YIELD_VALUE run only in tracers that have it
 
     def add_yielded(self, value: Value) -> None:
-        if len(self.yielded) >= self.MAX_ITEMS:
-            unsupported(f"generator {self.function_name} yields more than {self.MAX_ITEMS} items")
-        self.yielded.append(value)
+        raise NotImplementedError("set by the generator value that owns this tracer")
 
 
 def _default_value(tx, value) -> Value:

@@ -214,23 +214,6 @@ def test_rebuild_helpers_give_cpython_state():
     assert type(sliced) is itertools.islice and list(sliced) == [1, 3]
 
 
-def test_generator_run_ahead_raises_after_its_items_once():
-    from kiln.capture.values.exceptions import ExceptionValue
-    from kiln.capture.values.iterators import ListIteratorValue
-
-    gen = ListIteratorValue(consts([1, 2]), kind="generator")
-    gen.pending_raise = ExceptionValue(ValueError, consts(["inner"]))
-    assert gen.next_item(TX).as_constant() == 1
-    assert gen.next_item(TX).as_constant() == 2
-    with pytest.raises(TracedRaise) as info:
-        gen.next_item(TX)
-    assert info.value.matches(ValueError)
-    assert gen.next_item(TX) is None  # a generator that raised is finished
-    gen.pending_raise = ExceptionValue(ValueError, [])
-    with pytest.raises(Unsupported):  # cannot be rebuilt as a plain iterator: it would not raise
-        gen.reconstruct(None)
-
-
 def test_generator_run_ahead_refuses_generator_methods_for_the_whole_frame():
     from kiln.capture.values.iterators import ListIteratorValue
 

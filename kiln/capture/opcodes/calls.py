@@ -118,17 +118,22 @@ def GET_YIELD_FROM_ITER(tx, inst):
 def SEND(tx, inst):
     """One step of `yield from`: the sub-iterator's next item goes on to YIELD_VALUE; once it is exhausted
     its return value (a generator's `return v`, else None) replaces it (3.11) or sits above it for
-    END_SEND (3.12), and the jump leaves the loop. kiln's generators are run by their consumer with
-    next() only, so the value sent is always None, which CPython also turns into next(receiver)."""
+    END_SEND (3.12), and the jump leaves the loop. A value sent into the outer generator is sent on into
+    a generator receiver; into other iterators only None (CPython's next(receiver)) is supported."""
     from kiln.capture.values.iterators import IteratorValue
+
+    from kiln.capture.values.lazy_generators import SteppedGeneratorValue
 
     sent = tx.pop()
     receiver = tx.stack[-1]
-    if not (sent.is_constant() and sent.as_constant() is None):
-        unsupported("sending a value other than None into a sub-generator (yield from)")
-    if not isinstance(receiver, IteratorValue):
+    if isinstance(receiver, SteppedGeneratorValue):
+        item = receiver.resume(tx, sent)  # a value sent into the outer generator goes on to the inner one
+    elif not (sent.is_constant() and sent.as_constant() is None):
+        unsupported("sending a value other than None into an iterator that is not a generator (yield from)")
+    elif not isinstance(receiver, IteratorValue):
         unsupported(f"yield from {receiver}")
-    item = receiver.next_item(tx)
+    else:
+        item = receiver.next_item(tx)
     if item is not None:
         tx.push(item)
         return
@@ -169,8 +174,7 @@ def CALL_INTRINSIC_1(tx, inst):  # 3.12
         from kiln.capture.values.exceptions import ExceptionValue
 
         # A StopIteration leaves the body as it is, as it does on 3.11 (which has no intrinsic): the
-        # generator's consumer turns it into PEP 479's RuntimeError (interpreter._deferred_raise), only
-        # generators run ahead of their consumer (GeneratorTracer) are traced
+        # generator's consumer turns it into PEP 479's RuntimeError (lazy_generators.pep479)
         from kiln.capture.interpreter import GeneratorTracer
 
         exc = tx.stack[-1]

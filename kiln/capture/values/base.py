@@ -23,7 +23,7 @@ _SERIALS = itertools.count()
 
 class Value:
     """A symbolic Python value. `source` says where it came from in the frame, if anywhere.
-    `serial` orders values by creation (a generator run ahead may only change values it created)."""
+    `serial` orders values by creation (a pure call traced ahead, lru_cache's, may only change values it created)."""
 
     source: Source | None = None
 
@@ -88,12 +88,11 @@ class BoundMethodValue(Value):
 
 
 def note_mutation(tx, value: "Value") -> None:
-    """Called before a symbolic object changes. While a generator function runs ahead of its consumer,
-    changing an object that existed before it started would reorder that change: refuse."""
+    """Called before a symbolic object changes. While a call that must be pure is traced (an lru_cache'd
+    function, functools_values._call_purely), changing an object that existed before it started: refuse."""
     floor = tx.output.generator_floor if tx is not None else None
     if floor is not None and value.serial < floor:
-        unsupported(f"a generator function changes {value}, which its caller can see: kiln cannot run "
-                    f"it ahead of its consumer")
+        unsupported(f"a call that must be pure changes {value}, which its caller can see")
 
 
 def method_or_unsupported(value: Value, name: str) -> Value:

@@ -45,6 +45,8 @@ class ExceptionValue(Value):
             return TupleValue(self.args)
         if name == "__class__":
             return ClassValue(self.cls)
+        if name == "value" and issubclass(self.cls, StopIteration) and name not in self.attrs:
+            return self.args[0] if self.args else ConstantValue(None)  # StopIteration_init's rule
         if name in ("__cause__", "__context__"):
             found = self.cause if name == "__cause__" else self.context
             return found if found is not None else ConstantValue(None)

@@ -643,10 +643,9 @@ _MATERIALIZED_TYPES = {"generator": type(x for x in ()), "iterator": type(iter([
 
 
 class ListIteratorValue(IteratorValue):
-    """An iterator over items computed ahead: a generator run to its end, nn.Module's iterators, a
-    ResumeIterator handed to a resume function. Rebuilt as a ResumeIterator over what is left."""
+    """An iterator over items computed ahead: nn.Module's iterators (torch.nn's generators, which read
+    only the module's own dicts), a ResumeIterator handed to a resume function. Rebuilt as a ResumeIterator over what is left."""
 
-    pending_raise = None  # a generator whose body ended by raising: the ExceptionValue after the items
     remake = None  # (callable, args, kwargs) giving a new one, not started: a generator function, Module.parameters
     taken = 0  # items taken so far
 
@@ -657,18 +656,13 @@ class ListIteratorValue(IteratorValue):
 
     def _next(self, tx=None):
         if not self.remaining:
-            if self.pending_raise is not None:  # raised once; a finished generator then stops
-                from kiln.capture.values.exceptions import TracedRaise
-
-                exc, self.pending_raise = self.pending_raise, None
-                raise TracedRaise(exc)
             return None
         self.taken += 1
         return self.remaining.pop(0)
 
     def getattr(self, tx, name: str) -> Value:
         if self.kind == "generator" and name not in ("__next__", "__iter__", "__class__"):
-            # throw/send/close/gi_frame...: a generator run ahead has no frame left to throw into or
+            # throw/send/close/gi_frame...: nn.Module's generators run ahead have no frame left to throw into or
             # send to, and a graph break here would hand on a ResumeIterator: the frame runs eagerly
             from kiln.errors import Unsupported
 
@@ -697,9 +691,6 @@ class ListIteratorValue(IteratorValue):
                 cg.reconstruct(arg)
             cg.extend(bc.call_kw(len(args) + len(kwargs), tuple(kwargs)))
             return
-        if self.pending_raise is not None:
-            unsupported(f"a generator that raises {self.pending_raise.cls.__name__} after its items, kept "
-                        f"after the graph")
         if not self.loop_only and self.kind == "generator" and not self.remaining:
             from kiln.capture.values.generator_expressions import exhausted_generator
 

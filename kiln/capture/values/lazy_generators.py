@@ -1,0 +1,268 @@
+"""User generator objects, run one step at a time, with `send`, `throw` and `close`.
+
+Calling a user generator function makes a `SteppedGeneratorValue`; nothing of its body runs until its
+consumer asks, and then only up to its next `yield`, as CPython runs it. So its reads (closure cells,
+globals, lists, tensors changed in place by the consumer in between) and its side effects (appends,
+prints, in-place ops) happen in eager's order:
+
+- `next()` / `send(v)` resume it up to its next `yield` (the yield expression evaluates to v);
+- `throw(exc)` raises exc at the `yield` it is suspended at (or, not started yet, before its first line);
+  its own try/except/finally handle it as in eager; a `return` there raises StopIteration(value);
+- `close()` throws GeneratorExit: returning or letting GeneratorExit/StopIteration out ends it quietly,
+  yielding again is CPython's RuntimeError("generator ignored GeneratorExit");
+- a StopIteration leaving the body becomes PEP 479's RuntimeError; any exception leaving it ends it;
+- resuming it from inside its own body is ValueError("generator already executing").
+
+Its body's frame is linked to the consumer's at each resume (as CPython links the generator's frame to
+its caller's), so exceptions raised in it take their __context__ from the consumer.
+
+Kept after the graph (a graph break, the return value), a generator not started yet is made by calling
+its function again and a finished one is an exhausted generator. One suspended half-way has a frame kiln
+cannot hand on: its function's code goes into `CALLED_AS_PYTHON` and the frame is traced again
+(`RetraceFrame`); from then on each call of that function breaks the graph, so the generator is a real
+one made by Python and the loop over it runs as Python.
+"""
+from __future__ import annotations
+
+import types
+import weakref
+
+from kiln.capture.values.base import ConstantValue, Value, unsupported
+from kiln.capture.values.iterators import IteratorValue
+
+CALLED_AS_PYTHON: "weakref.WeakSet[types.CodeType]" = weakref.WeakSet()
+
+
+class RetraceFrame(Exception):
+    """Trace the frame again from its start: the first trace learned something that changes how a value
+    must be modelled (here: a generator function whose objects must be real Python generators)."""
+
+
+def refuse_if_called_as_python(code: types.CodeType, name: str) -> None:
+    if code in CALLED_AS_PYTHON:
+        unsupported(f"generator function {name}: its generator was suspended half-way at a graph break, "
+                    f"where kiln cannot hand on its frame; its calls run as Python",
+                    hint="consume the generator (list(...)) before the graph break, or avoid the break")
+
+
+class _Yielded(Exception):
+    """The stepped body reached a `yield`: tracing stops there, its frame kept, until resumed."""
+
+    def __init__(self, value: Value):
+        self.value = value
+
+
+_CREATED, _SUSPENDED, _RUNNING, _CLOSED = "created", "suspended", "running", "closed"
+
+
+def pep479(exc_value):
+    """The exception a generator's consumer sees when `exc_value` leaves the body: a StopIteration as
+    RuntimeError("generator raised StopIteration"), chained as CPython's gen_send_ex2 chains it."""
+    if not issubclass(exc_value.cls, StopIteration):
+        return exc_value
+    from kiln.capture.values.exceptions import ExceptionValue
+
+    converted = ExceptionValue(RuntimeError, [ConstantValue("generator raised StopIteration")])
+    converted.cause = converted.context = exc_value
+    converted.suppress_context = True
+    return converted
+
+
+class SteppedGeneratorValue(IteratorValue):
+    """A user generator object whose body is traced one step (to a yield, or to its end) at a time."""
+
+    iter_type = types.GeneratorType
+    has_identity = True
+
+    def __init__(self, tracer, fn_value: Value, args: list[Value], kwargs: dict[str, Value]):
+        self.tracer = tracer
+        tracer.add_yielded = self._suspend
+        self.fn_value, self.args, self.kwargs = fn_value, list(args), dict(kwargs)
+        self.state = _CREATED
+        self.yield_inst = None  # the `yield` it is suspended at
+        self.return_value: Value = ConstantValue(None)  # what `yield from` it gives once finished
+
+    def _suspend(self, value: Value):
+        self.yield_inst = self.tracer.current
+        raise _Yielded(value)
+
+    # ---- running the body ------------------------------------------------------------------------
+    def _resume(self, tx, sent: Value | None = None, thrown=None) -> Value | None:
+        """Run the body to its next yield (its value) or its end (None). `sent` is what the suspended
+        yield evaluates to; `thrown` an ExceptionValue raised at it instead."""
+        from kiln.capture.values.exceptions import TracedRaise
+
+        if self.state == _RUNNING:
+            _raise(ValueError, "generator already executing")
+        if self.state == _CLOSED:
+            if thrown is not None:
+                raise TracedRaise(thrown)
+            return None
+        if self.state == _CREATED and thrown is not None:  # raised before its first line runs
+            self.state = _CLOSED
+            raise TracedRaise(pep479(thrown))
+        if self.state == _CREATED and sent is not None and not _is_none(sent):
+            _raise(TypeError, "can't send non-None value to a just-started generator")
+        self.tracer.parent = tx if tx is not None else self.tracer.parent  # the consumer's frame
+        was_created, self.state = self.state == _CREATED, _RUNNING
+        try:
+            if thrown is not None:
+                self._throw_at_yield(thrown)
+            elif not was_created:
+                self.tracer.push(sent if sent is not None else ConstantValue(None))
+            returned = self.tracer.run()
+        except _Yielded as signal:
+            self.state = _SUSPENDED
+            return signal.value
+        except TracedRaise as raised:
+            self.state = _CLOSED
+            if raised.matches(StopIteration) or raised.matches(StopAsyncIteration):
+                raise TracedRaise(pep479(raised.exc_value)) from None
+            raise
+        except BaseException:
+            self.state = _CLOSED  # a graph break or a bug: this trace is abandoned anyway
+            raise
+        self.state = _CLOSED
+        self.return_value = returned if returned is not None else ConstantValue(None)
+        return None
+
+    def _throw_at_yield(self, thrown) -> None:
+        from kiln.capture.values.exceptions import TracedRaise
+
+        tracer = self.tracer
+        at = tracer.index_of[id(self.yield_inst)]
+        if at > 0 and tracer.instructions[at - 1].opname == "SEND":
+            # CPython throws it into the sub-iterator of `yield from` first, which kiln steps itself
+            unsupported(f"an exception thrown into generator {tracer.function_name} at a `yield from`")
+        raised = TracedRaise(thrown)
+        if not tracer.unwind(raised, self.yield_inst):
+            raise raised
+
+    def _next(self, tx):
+        return self._resume(tx)
+
+    def resume(self, tx, sent: Value) -> Value | None:
+        """One step of `yield from` this generator: `sent` goes on to its suspended yield."""
+        from kiln.capture.values.base import note_mutation
+
+        note_mutation(tx, self)
+        return self._resume(tx, sent=sent)
+
+    # ---- the generator's methods -----------------------------------------------------------------
+    def getattr(self, tx, name: str) -> Value:
+        if name in ("send", "throw", "close", "__next__", "__iter__"):
+            from kiln.capture.values.base import BoundMethodValue
+
+            return BoundMethodValue(self, name)
+        unsupported(f"generator.{name} of a generator kiln traces step by step")
+
+    def call_method(self, tx, name, args, kwargs):
+        if kwargs:
+            unsupported(f"generator.{name}() with keyword arguments")
+        if name == "send" and len(args) == 1:
+            return self._value_or_stop(self._resume(tx, sent=args[0]))
+        if name == "throw" and 1 <= len(args) <= 3:
+            return self._value_or_stop(self._resume(tx, thrown=_exception_to_throw(tx, args)))
+        if name == "close" and not args:
+            return self._close(tx)
+        return super().call_method(tx, name, args, kwargs)
+
+    def _value_or_stop(self, value: Value | None) -> Value:
+        """send/throw give the next yielded value; a generator that ends raises StopIteration(value)."""
+        if value is not None:
+            return value
+        from kiln.capture.values.exceptions import ExceptionValue, TracedRaise
+
+        returned = self.return_value
+        args = [] if _is_none(returned) else [returned]
+        raise TracedRaise(ExceptionValue(StopIteration, args))
+
+    def _close(self, tx) -> Value:
+        from kiln.capture.values.exceptions import ExceptionValue, TracedRaise
+
+        if self.state != _SUSPENDED:
+            self.state = _CLOSED
+            return ConstantValue(None)
+        try:
+            again = self._resume(tx, thrown=ExceptionValue(GeneratorExit, []))
+        except TracedRaise as raised:
+            if raised.matches(GeneratorExit) or raised.matches(StopIteration):
+                return ConstantValue(None)
+            if raised.matches(RuntimeError) and raised.exc_value.cause is not None and \
+                    getattr(raised.exc_value.cause, "cls", None) is StopIteration:
+                return ConstantValue(None)  # a StopIteration leaving the body: close() swallows it
+            raise
+        if again is not None:
+            self.state = _CLOSED
+            _raise(RuntimeError, "generator ignored GeneratorExit")
+        return ConstantValue(None)
+
+    # ---- after the graph -------------------------------------------------------------------------
+    def children(self) -> list[Value]:
+        """The values reconstruct emits; asked before the graph is compiled, so a generator that cannot
+        be handed on stops the trace before the backend sees a graph that would be thrown away."""
+        if self.state == _CREATED:
+            return [self.fn_value, *self.args, *self.kwargs.values()]
+        if self.state != _CLOSED:
+            self._cannot_hand_on()
+        return []
+
+    def reconstruct(self, cg) -> None:
+        from kiln.capture import bytecode as bc
+
+        if self.state == _CLOSED:
+            from kiln.capture.values.generator_expressions import exhausted_generator
+
+            cg.prepare_call(exhausted_generator)
+            cg.call(0)
+            return
+        if self.state != _CREATED:
+            self._cannot_hand_on()
+        cg.extend(bc.push_null())
+        cg.reconstruct(self.fn_value)
+        for arg in self.args + list(self.kwargs.values()):
+            cg.reconstruct(arg)
+        cg.extend(bc.call_kw(len(self.args) + len(self.kwargs), tuple(self.kwargs)))
+
+    def _cannot_hand_on(self):
+        """Suspended half-way at a graph break: its frame cannot be handed on. Its function's calls run as
+        Python from now on, and the frame is traced again."""
+        code = self.tracer.code
+        if code in CALLED_AS_PYTHON:
+            unsupported(f"generator {self.tracer.function_name} suspended half-way, kept after the graph")
+        CALLED_AS_PYTHON.add(code)
+        raise RetraceFrame(f"generator {code.co_qualname} suspended at a graph break: its calls run as Python")
+
+    def __repr__(self) -> str:
+        return f"SteppedGenerator({self.tracer.function_name}, {self.state})"
+
+
+def _is_none(value: Value) -> bool:
+    return value.is_constant() and value.as_constant() is None
+
+
+def _exception_to_throw(tx, args: list[Value]):
+    """gen.throw(exc) / gen.throw(cls) / gen.throw(cls, value[, tb]) as an ExceptionValue."""
+    from kiln.capture.values.exceptions import ExceptionValue, is_plain_exception_class
+
+    first = args[0]
+    if isinstance(first, ExceptionValue) and len(args) == 1:
+        return first
+    cls = first.as_constant() if first.is_constant() else None
+    if is_plain_exception_class(cls):
+        value = args[1] if len(args) > 1 else ConstantValue(None)
+        if isinstance(value, ExceptionValue):
+            return value
+        if len(args) > 2 and not _is_none(args[2]):
+            unsupported("generator.throw() with a traceback")
+        if value.is_constant() and isinstance(value.as_constant(), tuple):
+            unsupported("generator.throw(cls, tuple_of_args)")
+        items = [] if _is_none(value) else [value]
+        return ExceptionValue(cls, items)
+    unsupported(f"generator.throw({first})")
+
+
+def _raise(cls, message: str):
+    from kiln.capture.values.exceptions import raise_traced
+
+    raise_traced(cls, message)

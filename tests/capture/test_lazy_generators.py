@@ -1,0 +1,71 @@
+"""Unit tests of values/lazy_generators.py (end-to-end cases: tests/corpus/test_stepped_generators.py)."""
+import types
+
+import pytest
+
+from kiln.capture.values.base import ConstantValue
+from kiln.capture.values.exceptions import ExceptionValue
+from kiln.capture.values.lazy_generators import (CALLED_AS_PYTHON, RetraceFrame, SteppedGeneratorValue,
+                                                 _exception_to_throw, pep479, refuse_if_called_as_python)
+from kiln.capture.values.objects import ClassValue
+from kiln.errors import Unsupported
+
+
+def _code():
+    def g():
+        yield 1
+    return g.__code__
+
+
+def _stepped(code):
+    tracer = types.SimpleNamespace(code=code, function_name="g", add_yielded=None)
+    return SteppedGeneratorValue(tracer, ConstantValue(None), [], {})
+
+
+def test_pep479_turns_a_stop_iteration_into_a_chained_runtime_error():
+    stop = ExceptionValue(StopIteration, [ConstantValue(3)])
+    converted = pep479(stop)
+    assert converted.cls is RuntimeError and converted.args[0].as_constant() == "generator raised StopIteration"
+    assert converted.cause is stop and converted.context is stop and converted.suppress_context
+    other = ExceptionValue(KeyError, [])
+    assert pep479(other) is other
+
+
+def test_exception_to_throw_takes_an_instance_a_class_or_a_class_and_value():
+    instance = ExceptionValue(KeyError, [ConstantValue("k")])
+    assert _exception_to_throw(None, [instance]) is instance
+    made = _exception_to_throw(None, [ClassValue(ValueError)])
+    assert made.cls is ValueError and made.args == []
+    made = _exception_to_throw(None, [ClassValue(ValueError), ConstantValue("why")])
+    assert made.cls is ValueError and made.args[0].as_constant() == "why"
+    with pytest.raises(Unsupported):
+        _exception_to_throw(None, [ClassValue(ValueError), ConstantValue(None), ConstantValue(1)])
+
+
+def test_a_generator_suspended_at_a_break_makes_its_function_run_as_python_once():
+    code = _code()
+    gen = _stepped(code)
+    gen.state = "suspended"
+    CALLED_AS_PYTHON.discard(code)
+    try:
+        with pytest.raises(RetraceFrame):
+            gen.reconstruct(None)
+        assert code in CALLED_AS_PYTHON
+        with pytest.raises(Unsupported):  # the next trace breaks at the call instead
+            refuse_if_called_as_python(code, "g")
+        with pytest.raises(Unsupported):  # never a second retrace for the same code
+            gen.reconstruct(None)
+    finally:
+        CALLED_AS_PYTHON.discard(code)
+
+
+def test_children_are_the_call_only_before_the_generator_starts():
+    gen = _stepped(_code())
+    assert len(gen.children()) == 1
+    gen.state = "closed"
+    assert gen.children() == []
+    gen.state = "suspended"
+    CALLED_AS_PYTHON.discard(gen.tracer.code)
+    with pytest.raises(RetraceFrame):
+        gen.children()
+    CALLED_AS_PYTHON.discard(gen.tracer.code)
