@@ -34,6 +34,7 @@ class GuardKind(enum.Enum):
     IDENTITY_OF_SOURCE = "identity_of_source"  # two places hold the same object
     DISTINCT = "distinct"  # tensor inputs are distinct objects (set by compile())
     NOT_SAME = "not_same"  # two places hold different objects (an `is` decided False while tracing)
+    NOT_OBJECT = "not_object"  # a place does not hold this object (a tensor input vs a tensor the graph holds)
     GLOBAL_STATE = "global_state"  # grad mode, default dtype, autocast
     STORAGE_ALIASING = "storage_aliasing"  # which tensor inputs share memory (graphs that write tensors)
     NO_MODULE_HOOKS = "no_module_hooks"  # an nn.Module's forward/backward hook dicts are all empty
@@ -122,6 +123,12 @@ class GuardSet:
             return
         guard = Guard(GuardKind.NOT_SAME, source, other)
         self._guards.setdefault((GuardKind.NOT_SAME, source.name(), other.name()), guard)
+
+    def not_object(self, source: Source, obj: Any) -> None:
+        if not _guardable(source):
+            return
+        guard = Guard(GuardKind.NOT_OBJECT, source, obj)
+        self._guards.setdefault((GuardKind.NOT_OBJECT, source.name(), id(obj)), guard)
 
     def storage_aliasing(self, sources: list[Source], held, expected) -> None:
         """The tensors at ``sources`` share memory with each other and with the held tensors (``held``:
@@ -479,6 +486,8 @@ def _guard_exprs(g: Guard, names: _Namer) -> list[tuple[str, str]]:
         return [(f"{x} is {g.value.name()}", f"{x} is the same object as {g.value.name()}")]
     if k is GuardKind.NOT_SAME:
         return [(f"{x} is not {g.value.name()}", f"{x} is not the same object as {g.value.name()}")]
+    if k is GuardKind.NOT_OBJECT:
+        return [(f"{x} is not {names.ref(g.value)}", f"{x} is not the {type(g.value).__name__} the graph holds")]
     if k is GuardKind.DISTINCT:
         names = ", ".join(s.name() for s in g.value)
         return [(f"___len({{id(v) for v in ({names},)}}) == {len(g.value)}",

@@ -58,6 +58,16 @@ def test_distinct_tensor_inputs_are_guarded():
     assert not compiled.check({"a": a, "b": a}, {}, None, {})
 
 
+def test_not_object_guard_fails_when_the_place_holds_that_object():
+    guards = GuardSet()
+    held, other = torch.nn.Parameter(torch.ones(2)), torch.randn(2)
+    guards.not_object(LocalSource("x"), held)
+    compiled = guards.compile()
+    assert compiled.check({"x": other}, {}, None, {})
+    assert not compiled.check({"x": held}, {}, None, {})
+    assert "is not the Parameter the graph holds" in compiled.first_failure({"x": held}, {}, None, {})
+
+
 def test_prefix_names_are_not_confused():
     guards = GuardSet()
     o = Obj()

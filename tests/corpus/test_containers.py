@@ -5,6 +5,8 @@ import typing
 
 import torch
 
+import kiln
+
 from .harness import check, dynamo_bug
 
 
@@ -319,15 +321,28 @@ def test_tensors_as_dict_keys():
     check(fn, torch.randn(3), torch.randn(3))
 
 
-def test_tensor_key_of_an_input_and_a_parameter_runs_eagerly():
-    class M(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.w = torch.nn.Parameter(torch.ones(2))
+class _KeyedByTensors(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.ones(2))
 
-        def forward(self, x):
-            d = {self.w: "w"}
-            d[x] = "x"  # the same object later? not guarded: the frame runs as Python
-            return len(d), x * 2
+    def forward(self, x):
+        d = {self.w: "w"}
+        d[x] = "x"  # one key or two: the input is guarded to be (or not be) the parameter
+        return len(d), x * 2, x is self.w
 
-    check(M(), torch.randn(2), graphs=0, dynamo_graphs=1)
+
+def test_tensor_key_of_an_input_and_a_parameter():
+    check(_KeyedByTensors(), torch.randn(2))
+
+
+def test_tensor_key_of_a_parameter_passed_in_recompiles_with_one_key():
+    kiln.reset()
+    m = _KeyedByTensors()
+    other = torch.nn.Parameter(torch.randn(2))
+    compiled = kiln.compile(m, backend="eager")
+    for x, keys in ((other, 2), (m.w, 1), (other, 2)):
+        got, want = compiled(x), m(x)
+        assert got[0] == want[0] == keys and got[2] == want[2]
+        assert torch.equal(got[1], want[1])
+    assert kiln.stats.eager_fallbacks == {} and sum(kiln.stats.recompilations.values()) == 1

@@ -243,16 +243,23 @@ def _tuple_items(v: Value) -> list[Value]:
 
 
 def check_tensor_identity_guarded(tx, tensors: list) -> None:
-    """Identity between a tensor passed in and a tensor a module holds is not guarded (a later call may
-    pass the parameter itself, or stop passing it): comparing such a pair breaks the graph."""
+    """Before the identity of tensors is compared (`is`, dict keys, set members): a tensor passed in and a
+    tensor a module holds are one object in a later call if the caller passes the parameter itself. Each
+    such pair is guarded to stay as it is now: the same object, or `input is not <held tensor>`."""
     output = tx.output
-    inputs = {id(v.example) for v in output._input_values}
-    held = {id(n.meta.get("example_value")) for n in output.graph.nodes if n.op == "get_attr"}
-    kinds = {"input" if id(t.example) in inputs else "held" if id(t.example) in held else "other"
-             for t in tensors}
-    if {"input", "held"} <= kinds:
-        unsupported("comparing the identity of a tensor passed in with one a module holds (not guarded)",
-                    hint="kiln runs the comparison as Python")
+    inputs = {id(fake): (source, real) for source, real, fake, *_ in output._tensor_inputs}
+    held = {id(fake): real for real, fake, _ in output._held}
+    passed = [inputs[id(t.example)] for t in tensors if id(t.example) in inputs]
+    kept = [held[id(t.example)] for t in tensors if id(t.example) in held]
+    for source, real in passed:
+        for tensor in kept:
+            if real is tensor:  # a parameter passed in: compared as one object only if it is one fake
+                if not any(r is tensor and id(f) in inputs for r, f, _ in output._held):
+                    unsupported("comparing the identity of a parameter passed in with the same parameter "
+                                "held by a module", hint="kiln runs the comparison as Python")
+                output.guards.identity(source, tensor)
+            else:
+                output.guards.not_object(source, tensor)
 
 
 def _repeat(tx, op, a: Value, b: Value) -> Value:
