@@ -207,8 +207,16 @@ class ProgramGenerator(FlowStmts):
             [f"yield from (_e + 1 for _e in seq)", "yield torch.ones(2, 3)"],
             [f"for _e in reversed(seq):", f"{IND}if len(G_LIST) > 100:", f"{IND * 2}return",
              f"{IND}yield _e.relu()"],
+            # reads that must happen when the item is taken: the global, the list's length then
+            [f"for _i in range(len(seq)):", f"{IND}yield seq[_i] * (G_COUNT + len(seq))"],
+            # a generator driven with send/throw/close (its items are still tensors)
+            [f"_acc = None", f"for _e in seq:", f"{IND}try:", f"{IND * 2}_got = yield _e",
+             f"{IND}except FuzzError:", f"{IND * 2}G_LIST.append(-1)", f"{IND * 2}_got = _e * 2",
+             f"{IND}finally:", f"{IND * 2}G_LIST.append(len(seq))",
+             f"{IND}if _got is not None:", f"{IND * 2}_acc = _got if _acc is None else _acc + _got",
+             f"return _acc"],
         ])
-        return [f"def {name}(seq):"] + indent(body)
+        return [f"def {name}(seq):", f"{IND}global G_COUNT"] + indent(body)
 
     def helper_factory(self):
         name = self.fresh("make")

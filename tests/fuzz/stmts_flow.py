@@ -131,6 +131,19 @@ class FlowStmts(Stmts):
             options.append(lambda: self._record(sc, [
                 f"_gen = {g}({seq})", f"{out2} = next(_gen, {self.t_leaf(sc)})",
                 f"{out} = sum(_gen, {self.t_leaf(sc)})"], {out2: "T", out: "T"}))
+            names = sc.of("LT")
+            if names:  # the consumer changes what the generator reads between its items
+                grown = self.pick(names)
+                options.append(lambda: self._record(sc, [
+                    f"_gen = {g}({grown})", f"{out2} = next(_gen, {self.t_leaf(sc)})",
+                    f"{grown}.append({self.t_leaf(sc)})", "G_COUNT += 1",
+                    f"{out} = sum(_gen, {self.t_leaf(sc)})"], {out2: "T", out: "T"}))
+            options.append(lambda: self._record(sc, [
+                f"_gen = {g}({seq})", f"{out} = next(_gen, {self.t_leaf(sc)})", "try:",
+                f"{IND}{out} = {out} + _gen.send({self.t_leaf(sc)})",
+                f"{IND}{out} = {out} + _gen.throw(FuzzError('in', 1))",
+                f"{IND}{out} = {out} + _gen.send(None)",
+                "except (StopIteration, FuzzError):", f"{IND}G_LIST.append(0)", "_gen.close()"], {out: "T"}))
         if not options:
             return []
         return self.pick(options)()

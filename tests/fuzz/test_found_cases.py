@@ -287,3 +287,27 @@ def test_dict_pop_before_raising_op_is_kept():
             d.pop('a', None)
             v += lst[1]
     """)
+
+
+# --- generator functions ------------------------------------------------------------------------
+
+
+def test_generator_reads_a_list_and_a_global_the_consumer_changed():
+    """Seed 579 of the grammar with generator reads: kiln ran the body to its end at the call, so the
+    items used the list's length and G_COUNT from before the consumer changed them."""
+    same_as_eager("""
+        G_COUNT = 0
+
+        def g(seq):
+            global G_COUNT
+            for _i in range(len(seq)):
+                yield seq[_i] * (G_COUNT + len(seq))
+
+        def f(x, y, lst, d):
+            global G_COUNT
+            _gen = g(lst)
+            first = next(_gen, x)
+            lst.append(y)
+            G_COUNT += 1
+            return first, sum(_gen, x)
+    """)
