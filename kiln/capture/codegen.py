@@ -247,7 +247,7 @@ def _has_identity(value: Value) -> bool:
         return True
     if isinstance(value, CellValue):
         return value.created_here and value.source is None
-    from kiln.capture.values.containers import NamedTupleValue
+    from kiln.capture.values.namedtuples import NamedTupleValue
 
     if isinstance(value, NamedTupleValue) and value.has_dict():  # a namedtuple subclass with a __dict__
         return value.created_here

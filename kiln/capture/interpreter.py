@@ -203,7 +203,7 @@ class Tracer:
                 return
             obj.setattr(self, name, value)
             return
-        from kiln.capture.values.containers import NamedTupleValue
+        from kiln.capture.values.namedtuples import NamedTupleValue
         from kiln.capture.values.exceptions import ExceptionValue
 
         if isinstance(obj, ExceptionValue):  # made while tracing: its attributes are all known

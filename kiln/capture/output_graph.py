@@ -260,7 +260,8 @@ class OutputGraph:
         return [i for i, v in enumerate(outputs) if self.inference.is_inference(v.example)]
 
     def wrap_result(self, node: fx.Node, example: Any) -> Value:
-        from kiln.capture.values.containers import NamedTupleValue, TupleValue, ListValue
+        from kiln.capture.values.containers import TupleValue, ListValue
+        from kiln.capture.values.namedtuples import NamedTupleValue
         from kiln.capture.values.tensors import TensorValue
 
         node.meta["example_value"] = example
@@ -271,7 +272,7 @@ class OutputGraph:
             for i, item in enumerate(example):
                 sub = self.graph.call_function(operator.getitem, (node, i))
                 parts.append(self.wrap_result(sub, item))
-            from kiln.capture.values.containers import is_structseq
+            from kiln.capture.values.namedtuples import is_structseq
 
             if isinstance(example, tuple) and (hasattr(type(example), "_fields") or is_structseq(type(example))):
                 return NamedTupleValue(parts, type(example))
@@ -426,7 +427,7 @@ def to_fx(v: Value) -> Any:
             return tuple(items) if any(isinstance(x, fx.Node) for x in items) else torch.Size(items)
         return list(items) if v.python_kind is list else tuple(items)
     if isinstance(v, DictValue):
-        from kiln.capture.values.containers import ObjectKey
+        from kiln.capture.values.container_keys import ObjectKey
 
         if any(isinstance(k, ObjectKey) for k in v.entries):
             unsupported("passing a dict keyed by Python objects to a torch operation")

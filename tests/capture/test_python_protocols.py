@@ -214,7 +214,7 @@ def test_a_set_computed_at_trace_time_keeps_the_real_iteration_order():
 
 
 def test_tensor_dict_keys_are_identity_keys_holding_their_value():
-    from kiln.capture.values.containers import ObjectKey, TensorKey, dict_key, key_value, set_key
+    from kiln.capture.values.container_keys import ObjectKey, TensorKey, dict_key, key_value, set_key
     from kiln.capture.values.tensors import TensorValue
 
     class Fake(TensorValue):  # only what dict_key reads

@@ -4,7 +4,8 @@ from __future__ import annotations
 from kiln.capture.opcodes.registry import handles
 from kiln.capture.values.base import ConstantValue, unsupported
 from kiln.capture.values.scalars import defer, format_value, join_strings
-from kiln.capture.values.containers import DictValue, ListValue, SetValue, SliceValue, TupleValue, dict_key, set_key
+from kiln.capture.values.containers import DictValue, ListValue, SetValue, SliceValue, TupleValue
+from kiln.capture.values.container_keys import dict_key, set_key
 
 
 @handles()

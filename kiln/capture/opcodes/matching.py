@@ -42,7 +42,8 @@ def GET_LEN(tx, inst):
 def MATCH_KEYS(tx, inst):
     """TOS is a tuple of keys, TOS1 the mapping: push a tuple of their values, or None if one is missing.
     CPython looks each key up with the mapping's `get` (so a defaultdict does not insert)."""
-    from kiln.capture.values.containers import DictValue, TupleValue, dict_key
+    from kiln.capture.values.containers import DictValue, TupleValue
+    from kiln.capture.values.container_keys import dict_key
 
     keys = tx.stack[-1].as_constant()
     subject = tx.stack[-2]

@@ -15,7 +15,8 @@ from kiln.capture.guards import GuardKind
 from kiln.capture.sources import AttrSource, ClosureSource, ConstantSource, GetItemSource, LocalSource, Source
 from kiln.capture.values.base import ConstantValue, Value, is_constant_literal, unsupported
 from kiln.capture.values.builtins import BuiltinValue
-from kiln.capture.values.containers import DictValue, ListValue, NamedTupleValue, SetValue, TupleValue
+from kiln.capture.values.containers import DictValue, ListValue, SetValue, TupleValue
+from kiln.capture.values.namedtuples import NamedTupleValue
 from kiln.capture.values.functions import PartialValue, UserFunctionValue, UserMethodValue
 from kiln.capture.values.modules import NNModuleValue
 from kiln.capture.values.objects import ClassValue, UserObjectValue

@@ -11,11 +11,10 @@ from typing import Callable
 import torch
 
 from kiln.capture.values.base import BINARY_OPERATORS, ConstantValue, KnownFunctionValue, Value, unsupported
-from kiln.capture.values.containers import (
-    DictValue, ListValue, NamedTupleValue, SequenceValue, SetValue, SliceValue, TupleValue,
-)
+from kiln.capture.values.containers import DictValue, ListValue, SequenceValue, SetValue, SliceValue, TupleValue
+from kiln.capture.values.container_keys import dict_key
+from kiln.capture.values.namedtuples import NamedTupleValue
 from kiln.capture.values.tensors import TensorValue
-from kiln.capture.values import containers as _containers
 
 # pure functions that may be evaluated on Python constants at trace time
 PURE_CONSTANT_FUNCTIONS: set = {
@@ -366,7 +365,7 @@ def construct_builtin_type(tx, cls, args, kwargs) -> Value:
         if isinstance(source, SetValue):
             values = dict(source.members)
         elif isinstance(source, (SequenceValue, ListValue)):
-            from kiln.capture.values.containers import set_key
+            from kiln.capture.values.container_keys import set_key
 
             values = {set_key(tx, v): v for v in reversed(source.elements)}  # the first of equal ones
         return SetValue.from_real(cls(operand), added, values)  # CPython's order (values/set_order.py)
@@ -381,7 +380,7 @@ def construct_builtin_type(tx, cls, args, kwargs) -> Value:
 
                 update_from_pairs(tx, entries, src)  # one pair at a time: an iterator is used up
         for name in kwargs:  # a str key with the hash of an object key would call its __eq__
-            _containers.dict_key(tx, ConstantValue(name), entries)
+            dict_key(tx, ConstantValue(name), entries)
         entries.update(kwargs)
         return DictValue(entries, dict_type=cls)
     if cls is slice:

@@ -22,7 +22,8 @@ import collections
 import operator
 
 from kiln.capture.values.base import ConstantValue, Value, note_mutation, unsupported
-from kiln.capture.values.containers import DictValue, ListValue, TupleValue, dict_key
+from kiln.capture.values.containers import DictValue, ListValue, TupleValue
+from kiln.capture.values.container_keys import dict_key
 from kiln.capture.values.iterators import ListIteratorValue
 
 _COLLECTION_DICTS = (collections.OrderedDict, collections.defaultdict, collections.Counter)
@@ -79,7 +80,7 @@ def _popitem(tx, d: DictValue, last: bool) -> Value:
 
         raise_traced(KeyError, "dictionary is empty")
     key = next(reversed(d.entries)) if last else next(iter(d.entries))
-    from kiln.capture.values.containers import key_value
+    from kiln.capture.values.container_keys import key_value
 
     return TupleValue([key_value(key), d.entries.pop(key)])  # an object key is the object itself
 

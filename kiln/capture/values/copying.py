@@ -71,7 +71,8 @@ def _new_dict(entries: dict, kind: type) -> Value:
 
 
 def shallow_copy(tx, x: Value) -> Value:
-    from kiln.capture.values.containers import DictValue, ListValue, NamedTupleValue, SetValue, TupleValue
+    from kiln.capture.values.containers import DictValue, ListValue, SetValue, TupleValue
+    from kiln.capture.values.namedtuples import NamedTupleValue
     from kiln.capture.values.objects import NewObjectValue, UserObjectValue
 
     kind = _python_type(x)
@@ -116,7 +117,8 @@ class _DeepCopier:
         return y
 
     def _copy(self, x: Value, key) -> Value:
-        from kiln.capture.values.containers import DictValue, ListValue, NamedTupleValue, SetValue, TupleValue
+        from kiln.capture.values.containers import DictValue, ListValue, SetValue, TupleValue
+        from kiln.capture.values.namedtuples import NamedTupleValue
         from kiln.capture.values.dict_objects import AttrsView
         from kiln.capture.values.instance_dicts import InstanceDictValue
         from kiln.capture.values.objects import NewObjectValue, UserObjectValue
@@ -167,7 +169,7 @@ class _DeepCopier:
                     hint="kiln runs the copy between two graphs")
 
     def _copy_key(self, k):
-        from kiln.capture.values.containers import ObjectKey, dict_key
+        from kiln.capture.values.container_keys import ObjectKey, dict_key
 
         if isinstance(k, ObjectKey):
             return dict_key(self.tx, self.copy(k.value))

@@ -20,7 +20,8 @@ import collections
 import types
 
 from kiln.capture.values.base import BoundMethodValue, ConstantValue, Value, note_mutation, unsupported
-from kiln.capture.values.containers import DictValue, dict_key, key_value
+from kiln.capture.values.containers import DictValue
+from kiln.capture.values.container_keys import dict_key, key_value
 from kiln.capture.values.objects import NewObjectValue, class_attribute
 
 _DICT_BASES = (dict, collections.OrderedDict)

@@ -89,7 +89,7 @@ class DictIterator(IteratorValue):
         key = self.keys[-1 - self.position if self.reverse else self.position]
         self.position += 1
         value = self._entries()[key]
-        from kiln.capture.values.containers import key_value
+        from kiln.capture.values.container_keys import key_value
 
         if self.kind == "keys":
             return key_value(key)
@@ -165,7 +165,7 @@ class DictViewValue(Value):
         unsupported(f"set operation on dict_{self.kind}")
 
     def contains(self, tx, item: Value) -> bool:
-        from kiln.capture.values.containers import dict_key
+        from kiln.capture.values.container_keys import dict_key
         from kiln.capture.values.ops import contains_op
 
         if self.kind == "keys":

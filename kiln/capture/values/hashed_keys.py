@@ -55,7 +55,7 @@ def user_hash(tx, key: Value) -> int:
 
 def resolve(tx, key: Value, entries: dict, ident, hashed: int | None = None):
     """The entry key `key` finds in `entries` (a stored HashedObjectKey), else a new HashedObjectKey."""
-    from kiln.capture.values.containers import HashedObjectKey, ObjectKey
+    from kiln.capture.values.container_keys import HashedObjectKey, ObjectKey
     from kiln.capture.values.ops import binary_op, is_op
 
     h = user_hash(tx, key) if hashed is None else hashed
@@ -81,7 +81,7 @@ def resolve(tx, key: Value, entries: dict, ident, hashed: int | None = None):
 def check_constant_key(key, entries) -> None:
     """A constant key looked up in entries holding object keys of a Python __hash__: only where no stored
     object key has its hash (else CPython would call the object's reflected __eq__)."""
-    from kiln.capture.values.containers import HashedObjectKey
+    from kiln.capture.values.container_keys import HashedObjectKey
 
     if HashedObjectKey.made and entries and any(type(k) is HashedObjectKey for k in entries):
         h = _constant_hash(key)
@@ -91,7 +91,7 @@ def check_constant_key(key, entries) -> None:
 
 def merge(tx, target: dict, source: dict) -> None:
     """target.update(source) of two symbolic dicts' entries: keys with their kept hashes, in order."""
-    from kiln.capture.values.containers import HashedObjectKey
+    from kiln.capture.values.container_keys import HashedObjectKey
 
     if not HashedObjectKey.made or not any(type(k) is HashedObjectKey for k in (*target, *source)):
         target.update(source)
@@ -106,7 +106,7 @@ def merge(tx, target: dict, source: dict) -> None:
 
 
 def refuse_rebuild(keys, what: str) -> None:
-    from kiln.capture.values.containers import HashedObjectKey
+    from kiln.capture.values.container_keys import HashedObjectKey
 
     if any(type(k) is HashedObjectKey for k in keys):
         unsupported(f"rebuilding a {what} keyed by objects with a Python __hash__ after the graph would call "

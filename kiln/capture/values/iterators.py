@@ -737,7 +737,7 @@ class ResumeIterator:
 
 def update_from_pairs(tx, entries: dict, iterable: Value) -> None:
     """dict(pairs) / d.update(pairs): one pair at a time, as CPython consumes them."""
-    from kiln.capture.values.containers import dict_key
+    from kiln.capture.values.container_keys import dict_key
     from kiln.capture.values.dict_views import DictViewValue
 
     if hasattr(iterable.python_type(), "keys") and not isinstance(iterable, DictViewValue):

@@ -284,7 +284,7 @@ class ClassValue(Value):
         if name in ("__name__", "__qualname__", "__module__"):
             return ConstantValue(getattr(self.cls, name))
         if name == "_make" and isinstance(self.cls, type) and issubclass(self.cls, tuple):
-            from kiln.capture.values.containers import NamedTupleMake, _generated_member
+            from kiln.capture.values.namedtuples import NamedTupleMake, _generated_member
 
             if _generated_member(self.cls, "_make"):
                 return NamedTupleMake(self.cls)
@@ -333,7 +333,7 @@ class ClassValue(Value):
         if context is not None:
             return context
         if issubclass(cls, tuple) and hasattr(cls, "_fields"):
-            from kiln.capture.values.containers import namedtuple_new_is_generated
+            from kiln.capture.values.namedtuples import namedtuple_new_is_generated
 
             if not namedtuple_new_is_generated(cls):
                 unsupported(f"creating a {cls.__qualname__}: the namedtuple class defines its own __new__")
@@ -453,7 +453,7 @@ def metaclass_keeps_instantiation(cls: type) -> bool:
 
 
 def _make_namedtuple(tx, cls, args, kwargs) -> Value:
-    from kiln.capture.values.containers import NamedTupleValue
+    from kiln.capture.values.namedtuples import NamedTupleValue
 
     fields = cls._fields
     values = list(args)

@@ -353,7 +353,7 @@ def is_op(tx, a: Value, b: Value) -> bool:
         return a.as_constant() is b.as_constant()
     if isinstance(a, TensorValue) and isinstance(b, TensorValue):
         # one tensor object is one fake tensor: inputs of one object are one input, held tensors are
-        # memoized, in-place ops (and no-op conversions) return their input's (containers.TensorKey)
+        # memoized, in-place ops (and no-op conversions) return their input's (container_keys.TensorKey)
         check_tensor_identity_guarded(tx, [a, b])
         return a.example is b.example
     if not (_definite_object(a) and _definite_object(b)):
@@ -373,7 +373,7 @@ def is_op(tx, a: Value, b: Value) -> bool:
 
 def contains_op(tx, item: Value, container: Value) -> bool:
     if isinstance(container, (DictValue, SetValue)):
-        from kiln.capture.values.containers import dict_key, set_key
+        from kiln.capture.values.container_keys import dict_key, set_key
 
         if isinstance(container, SetValue):
             if isinstance(item, TensorValue) and container.has_tensors():

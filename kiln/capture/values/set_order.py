@@ -108,7 +108,8 @@ def real_operand(tx, v: Value):
 def refuse_hashed_members(v) -> None:
     """Real-set operations compare members by identity; CPython calls a Python __eq__ between members of
     equal hash (values/hashed_keys.py): sets and dicts holding such objects break the graph here."""
-    from kiln.capture.values.containers import DictValue, HashedObjectKey, SetValue
+    from kiln.capture.values.containers import DictValue, SetValue
+    from kiln.capture.values.container_keys import HashedObjectKey
 
     keys = v.members if isinstance(v, SetValue) else v.entries if isinstance(v, DictValue) else ()
     if any(type(k) is HashedObjectKey for k in keys):
@@ -117,7 +118,7 @@ def refuse_hashed_members(v) -> None:
 
 
 def _key(tx, item: Value):
-    from kiln.capture.values.containers import set_key
+    from kiln.capture.values.container_keys import set_key
 
     return set_key(tx, item)
 
