@@ -6,6 +6,7 @@ a list of guarded entries) and its record of what happened (for explain()).
 from __future__ import annotations
 
 import dataclasses
+import gc
 import time
 import types
 import warnings
@@ -24,7 +25,7 @@ from kiln.capture.frame_filter import SKIP_AFTER, may_use_tensors
 from kiln.capture.graph_break import compile_with_break
 from kiln.capture.guards import CompiledGuards
 from kiln.capture.interpreter import RootTracer
-from kiln.capture.values.lazy_generators import CALLED_AS_PYTHON, RetraceFrame
+from kiln.capture.values.lazy_generators import CALLED_AS_PYTHON, RetraceFrame, check_abandoned
 from kiln.capture.skipfiles import is_namedtuple_new, should_offer
 from kiln.debug.stats import stats
 from kiln.fake.symbolic import SpecializationError
@@ -132,14 +133,20 @@ class FrameCompiler:
                     stacklevel=2,
                 )
                 return None
-        with stats.timed("capture"), compiling_for(self.backend_name):
-            while True:
-                try:
-                    return self._compile(code, f_locals, f_globals, f_builtins, closure)
-                except _RetraceStatic:
-                    continue  # sizes could not stay symbolic: traced again, static from now on
-                except RetraceFrame:
-                    continue  # the trace learned how to model a value (lazy_generators): traced again
+        try:
+            with stats.timed("capture"), compiling_for(self.backend_name):
+                while True:
+                    try:
+                        return self._compile(code, f_locals, f_globals, f_builtins, closure)
+                    except _RetraceStatic:
+                        continue  # sizes could not stay symbolic: traced again, static from now on
+                    except RetraceFrame:
+                        continue  # the trace learned how to model a value (lazy_generators): traced again
+        finally:
+            if _holds_finalizable(f_locals):
+                # the tracers' reference cycles hold the frame's objects: freed now, so a generator the
+                # frame abandons is closed (its finally run) when eager would, not at a later collection
+                gc.collect()
 
     def _policy(self, code) -> DynamicPolicy:
         shapes = self.frame_shapes.setdefault(code, FrameShapes())
@@ -266,6 +273,7 @@ class FrameCompiler:
 
     def _finish(self, code, tracer: RootTracer, result):
         output = tracer.output
+        check_abandoned(output)
         tensors: list = []
         seen: set = set()
         collect_tensors(result, tensors, seen)
@@ -308,6 +316,16 @@ class FrameCompiler:
         if output.changes_grad_mode or output.changes_autocast:
             compiled = RestoreGradModeOnError(compiled)
         return (compiled, list(output.input_sources)), graph_outputs, gm
+
+
+def _holds_finalizable(f_locals) -> bool:
+    """The frame's locals include an object whose end runs code: a generator or coroutine, or an object
+    whose class defines __del__."""
+    for value in f_locals.values():
+        if isinstance(value, (types.GeneratorType, types.CoroutineType)) or \
+                getattr(type(value), "__del__", None) is not None:
+            return True
+    return False
 
 
 class _RetraceStatic(Exception):

@@ -236,6 +236,9 @@ def compile_with_break(code, f_locals, f_globals, f_builtins, closure, options, 
     handler_live = [n for n in handler_live if n in locals_values]
 
     _mark_loop_iterators(tracer, break_index, stack, locals_values)
+    from kiln.capture.values.lazy_generators import check_abandoned
+
+    check_abandoned(tracer.output)
     tensors: list = []
     seen: set = set()
     for v in stack:

@@ -115,6 +115,9 @@ class Tracer:
                 if self.open_generator_withs:  # a half-run @contextmanager generator cannot be handed
                     exc.root_index = min(exc.root_index, self.open_generator_withs[0])  # on: break at its `with`
             raise exc.locate(self.code.co_filename, self.lineno)
+        finally:
+            if self.parent is None:
+                self.output.user_tx = None  # no cycle tracer <-> output keeps the frame's objects alive
 
     def unwind(self, exc: TracedRaise, inst) -> bool:
         """Jump to the handler covering `inst` in this frame, as CPython does; False if none (the

@@ -57,6 +57,7 @@ class OutputGraph:
         self.op_count = 0
         self.code_name = code_name
         self.user_tx = None  # the tracer running the current instruction (``user_stack`` is read from it)
+        self.stepped_generators: list = []  # user generator objects made by this trace (values/lazy_generators.py)
         self.generator_floor: int | None = None  # while a pure call is traced (lru_cache): serial of its first value
         from kiln.capture.values.inference import InferenceState
 

@@ -18,8 +18,15 @@ def _code():
 
 
 def _stepped(code):
-    tracer = types.SimpleNamespace(code=code, function_name="g", add_yielded=None)
-    return SteppedGeneratorValue(tracer, ConstantValue(None), [], {})
+    from kiln.capture.interpreter import instructions_of
+
+    instructions = instructions_of(code)
+    tracer = types.SimpleNamespace(code=code, function_name="g", add_yielded=None, instructions=instructions,
+                                   index_of={id(i): n for n, i in enumerate(instructions)},
+                                   output=types.SimpleNamespace(stepped_generators=[]))
+    gen = SteppedGeneratorValue(tracer, ConstantValue(None), [], {})
+    gen.yield_inst = next(i for i in instructions if i.opname == "YIELD_VALUE")
+    return gen
 
 
 def test_pep479_turns_a_stop_iteration_into_a_chained_runtime_error():
@@ -69,3 +76,59 @@ def test_children_are_the_call_only_before_the_generator_starts():
     with pytest.raises(RetraceFrame):
         gen.children()
     CALLED_AS_PYTHON.discard(gen.tracer.code)
+
+
+def _yields(fn):
+    """A stand-in tracer over fn's instructions, and its YIELD_VALUE instructions in order."""
+    from kiln.capture.interpreter import instructions_of
+
+    instructions = instructions_of(fn.__code__)
+    tracer = types.SimpleNamespace(instructions=instructions, index_of={id(i): n for n, i in enumerate(instructions)},
+                                   f_globals=fn.__globals__, f_builtins=__builtins__ if isinstance(__builtins__, dict)
+                                   else vars(__builtins__))
+    return tracer, [i for i in instructions if i.opname == "YIELD_VALUE"]
+
+
+def _plain():
+    for i in range(3):
+        yield i
+
+
+def _in_finally():
+    try:
+        yield 1
+    finally:
+        print("closed")
+
+
+def _in_with():
+    with open("/dev/null"):
+        yield 1
+
+
+def _in_except_clauses():
+    try:
+        yield 1
+    except KeyError:
+        yield 2
+    except (IndexError, ValueError):
+        pass
+
+
+def _catching_base_exception():
+    try:
+        yield 1
+    except BaseException:
+        pass
+
+
+@pytest.mark.parametrize("fn, expected", [
+    (_plain, [False]), (_in_finally, [True]), (_in_with, [True]),
+    (_in_except_clauses, [False, False]),  # GeneratorExit matches neither clause; yield 2 is in a cleanup
+    (_catching_base_exception, [True]),
+])
+def test_close_runs_code_follows_the_handlers_a_generator_exit_passes(fn, expected):
+    from kiln.capture.values.lazy_generators import _close_runs_code
+
+    tracer, yields = _yields(fn)
+    assert [_close_runs_code(tracer, y) for y in yields] == expected

@@ -385,3 +385,103 @@ def test_throw_picks_the_matching_handler(exc):
         return x + len(a), a, b
 
     check(fn, _t(3))
+
+
+# ---- found by the new-user trial (2026-11-27) ---------------------------------------------------------
+
+def _gen_returning(x):
+    yield x
+    return x * 7
+
+
+def test_next_that_ends_a_generator_raises_stop_iteration_with_its_return_value():
+    def fn(x):
+        g = _gen_returning(x)
+        next(g)
+        try:
+            next(g)
+        except StopIteration as e:
+            first = e.value
+        try:
+            g.__next__()
+        except StopIteration as e:  # an ended generator's next StopIteration has no value
+            return first, e.value, len(e.args)
+
+    check(fn, _t(3))
+
+
+def test_a_for_loop_that_ends_a_generator_drops_its_return_value():
+    def fn(x):
+        g = _gen_returning(x)
+        out = [v * 2 for v in g]
+        try:
+            next(g)
+        except StopIteration as e:
+            return out, e.value
+
+    check(fn, _t(3))
+
+
+_FIN_LOG = []
+
+
+def _gen_with_finally(x):
+    try:
+        for i in range(10):
+            yield x + i
+    finally:
+        _FIN_LOG.append("closed")
+
+
+def _gen_in_no_grad(x):
+    with torch.no_grad():
+        yield x * 2
+        yield x * 3
+
+
+@dynamo_bug("the generator's no_grad block is never exited: the result has no grad (torch 2.13)", strict=False)
+def test_a_generator_abandoned_inside_no_grad_leaves_grad_mode_as_eager():
+    def fn(x):
+        for v in _gen_in_no_grad(x):
+            break
+        return x * 5, torch.is_grad_enabled()
+
+    # eager closes the generator at the break (its with block exits); kiln runs the frame as Python
+    check(fn, _t(3).requires_grad_(), graphs=0, dynamo_graphs=1)
+    assert torch.is_grad_enabled()
+
+
+@dynamo_bug("the generator's finally does not run before the except body (torch 2.13)", strict=False)
+def test_an_exception_leaving_the_loop_closes_the_generator_first():
+    def fn(x):
+        _FIN_LOG.clear()
+        try:
+            for v in _gen_with_finally(x):
+                raise ValueError
+        except ValueError:
+            pass
+        return x + len(_FIN_LOG)
+
+    check(fn, _t(3), graphs=0, dynamo_graphs=1)
+
+
+def test_a_data_dependent_break_out_of_a_loop_over_a_generator_with_finally():
+    def fn(x):
+        _FIN_LOG.clear()
+        out = x * 0
+        for v in _gen_with_finally(x):
+            out = out + v
+            if (v - x).sum() >= 2:  # data-dependent: a graph break inside the loop
+                break
+        return out, len(_FIN_LOG)
+
+    check(fn, torch.tensor([1.0]), graphs=0, dynamo_graphs=(0, 1, 2, 3))
+
+
+def test_a_generator_with_finally_consumed_to_its_end_stays_in_one_graph():
+    def fn(x):
+        _FIN_LOG.clear()
+        total = sum(_gen_with_finally(x))
+        return total, len(_FIN_LOG)
+
+    check(fn, _t(3))

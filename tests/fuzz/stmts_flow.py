@@ -131,13 +131,13 @@ class FlowStmts(Stmts):
             options.append(lambda: self._record(sc, [
                 f"_gen = {g}({seq})", f"{out2} = next(_gen, {self.t_leaf(sc)})",
                 f"{out} = sum(_gen, {self.t_leaf(sc)})"], {out2: "T", out: "T"}))
-            names = sc.of("LT")
+            names = self.mutable(sc, ("LT",))  # not a list a loop around this statement iterates
             if names:  # the consumer changes what the generator reads between its items
                 grown = self.pick(names)
                 options.append(lambda: self._record(sc, [
                     f"_gen = {g}({grown})", f"{out2} = next(_gen, {self.t_leaf(sc)})",
                     f"{grown}.append({self.t_leaf(sc)})", "G_COUNT += 1",
-                    f"{out} = sum(_gen, {self.t_leaf(sc)})"], {out2: "T", out: "T"}))
+                    f"{out} = sum(_gen, {self.t_leaf(sc)})"], {out2: "T", out: "T"}, grow=(sc.box(grown), 1)))
             options.append(lambda: self._record(sc, [
                 f"_gen = {g}({seq})", f"{out} = next(_gen, {self.t_leaf(sc)})", "try:",
                 f"{IND}{out} = {out} + _gen.send({self.t_leaf(sc)})",

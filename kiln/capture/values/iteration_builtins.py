@@ -42,7 +42,7 @@ def _next(tx, it, default=None):
         if item is None:
             if default is not None:
                 return default
-            raise_stop_iteration()
+            it.raise_stop()
         return item
     if _python_method(it, "__next__"):
         if default is None:

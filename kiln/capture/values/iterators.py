@@ -84,11 +84,15 @@ class IteratorValue(Value):
         if name == "__next__" and not args and not kwargs:
             item = self.next_item(tx)
             if item is None:
-                raise_stop_iteration()
+                self.raise_stop()
             return item
         if name == "__iter__" and not args and not kwargs:
             return self
         unsupported(f"{self.iter_type.__name__}.{name}()")
+
+    def raise_stop(self):
+        """next(it) found it exhausted: the StopIteration it raises (a generator's carries its return value)."""
+        raise_stop_iteration()
 
     def children(self) -> list[Value]:
         return []

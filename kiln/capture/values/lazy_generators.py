@@ -11,7 +11,13 @@ prints, in-place ops) happen in eager's order:
 - `close()` throws GeneratorExit: returning or letting GeneratorExit/StopIteration out ends it quietly,
   yielding again is CPython's RuntimeError("generator ignored GeneratorExit");
 - a StopIteration leaving the body becomes PEP 479's RuntimeError; any exception leaving it ends it;
-- resuming it from inside its own body is ValueError("generator already executing").
+- resuming it from inside its own body is ValueError("generator already executing");
+- the next() that finds it ended raises StopIteration(its return value), later ones StopIteration().
+
+A generator left suspended where closing it would run its own code (inside a try/finally or a with
+block) would run that code when CPython drops its last reference (a `break` out of the loop over it,
+an exception leaving that loop, `del g`, the frame's end); kiln does not count references, so where a
+graph ends with one such generator (`check_abandoned`), the whole frame runs as Python.
 
 Its body's frame is linked to the consumer's at each resume (as CPython links the generator's frame to
 its caller's), so exceptions raised in it take their __context__ from the consumer.
@@ -81,6 +87,8 @@ class SteppedGeneratorValue(IteratorValue):
         self.state = _CREATED
         self.yield_inst = None  # the `yield` it is suspended at
         self.return_value: Value = ConstantValue(None)  # what `yield from` it gives once finished
+        self.stop_value: Value | None = None  # set by the step that returned: next()'s StopIteration(value)
+        tracer.output.stepped_generators.append(self)  # checked when the graph ends (check_abandoned)
 
     def _suspend(self, value: Value):
         self.yield_inst = self.tracer.current
@@ -94,6 +102,7 @@ class SteppedGeneratorValue(IteratorValue):
 
         if self.state == _RUNNING:
             _raise(ValueError, "generator already executing")
+        self.stop_value = None
         if self.state == _CLOSED:
             if thrown is not None:
                 raise TracedRaise(thrown)
@@ -124,6 +133,7 @@ class SteppedGeneratorValue(IteratorValue):
             raise
         self.state = _CLOSED
         self.return_value = returned if returned is not None else ConstantValue(None)
+        self.stop_value = self.return_value
         return None
 
     def _throw_at_yield(self, thrown) -> None:
@@ -171,11 +181,27 @@ class SteppedGeneratorValue(IteratorValue):
         """send/throw give the next yielded value; a generator that ends raises StopIteration(value)."""
         if value is not None:
             return value
+        self.raise_stop()
+
+    def raise_stop(self):
+        """The step that ended the generator raises StopIteration(its return value); later ones no value."""
         from kiln.capture.values.exceptions import ExceptionValue, TracedRaise
 
-        returned = self.return_value
-        args = [] if _is_none(returned) else [returned]
+        returned, self.stop_value = self.stop_value, None
+        args = [] if returned is None or _is_none(returned) else [returned]
         raise TracedRaise(ExceptionValue(StopIteration, args))
+
+    def runs_code_when_closed(self) -> bool:
+        """Suspended where close() would run its own code: inside a try/finally, a with block, or a
+        `yield from` (the sub-iterator is closed first). 3.12's implicit handler around every generator
+        body (CALL_INTRINSIC_1 STOPITERATION_ERROR) is not such code."""
+        if self.state != _SUSPENDED:
+            return False
+        tracer = self.tracer
+        at = tracer.index_of[id(self.yield_inst)]
+        if at > 0 and tracer.instructions[at - 1].opname == "SEND":
+            return True
+        return _close_runs_code(tracer, self.yield_inst)
 
     def _close(self, tx) -> Value:
         from kiln.capture.values.exceptions import ExceptionValue, TracedRaise
@@ -226,7 +252,11 @@ class SteppedGeneratorValue(IteratorValue):
 
     def _cannot_hand_on(self):
         """Suspended half-way at a graph break: its frame cannot be handed on. Its function's calls run as
-        Python from now on, and the frame is traced again."""
+        Python from now on, and the frame is traced again; one suspended inside a try or with block runs
+        the whole frame as Python instead (check_abandoned says why)."""
+        if self.runs_code_when_closed():
+            refuse_frame(f"generator {self.tracer.function_name} is suspended inside a try or with block at "
+                         f"a graph break: kiln cannot hand it on, nor run its finally when eager would")
         code = self.tracer.code
         if code in CALLED_AS_PYTHON:
             unsupported(f"generator {self.tracer.function_name} suspended half-way, kept after the graph")
@@ -235,6 +265,75 @@ class SteppedGeneratorValue(IteratorValue):
 
     def __repr__(self) -> str:
         return f"SteppedGenerator({self.tracer.function_name}, {self.state})"
+
+
+_CLEANUP_OPS = {"PUSH_EXC_INFO", "COPY", "POP_EXCEPT", "SWAP", "POP_TOP", "NOP", "RESUME"}
+
+
+def _close_runs_code(tracer, inst) -> bool:
+    """Whether GeneratorExit raised at `inst` runs code of the generator's own before it leaves the frame:
+    a finally body, a with block's __exit__, an except clause that matches it. The handlers it passes
+    through are followed: cleanups (restoring the handled exception), except clauses for other classes
+    (compared by what their names hold now), 3.12's implicit STOPITERATION_ERROR wrapper and RERAISE
+    count as no code; anything else does (conservative)."""
+    for _ in range(200):
+        entry = inst.exn_tab_entry
+        if entry is None:
+            return False
+        inst, stack = entry.target, []
+        while True:
+            op = inst.opname
+            if op == "RERAISE":
+                break  # on to the handler around the RERAISE
+            if op == "CALL_INTRINSIC_1" and inst.arg == 3:  # 3.12: StopIteration -> RuntimeError only
+                inst = tracer.instructions[tracer.index_of[id(inst)] + 1]
+                continue
+            if op in ("LOAD_GLOBAL", "LOAD_NAME"):
+                name = inst.argval
+                found = tracer.f_globals.get(name, tracer.f_builtins.get(name, stack))
+                stack.append(found)
+            elif op == "BUILD_TUPLE":
+                items = stack[len(stack) - inst.arg:]
+                del stack[len(stack) - inst.arg:]
+                stack.append(tuple(items))
+            elif op == "CHECK_EXC_MATCH":
+                cls = stack.pop() if stack else None
+                classes = cls if isinstance(cls, tuple) else (cls,)
+                if not all(isinstance(c, type) and issubclass(c, BaseException) for c in classes):
+                    return True  # a class kiln cannot tell: conservative
+                if any(issubclass(GeneratorExit, c) for c in classes):
+                    return True  # the except clause catches it: its body runs
+                nxt = tracer.instructions[tracer.index_of[id(inst)] + 1]
+                if not nxt.opname.startswith("POP_JUMP") or "FALSE" not in nxt.opname:
+                    return True
+                inst = nxt.target  # no match: on to the next clause
+                continue
+            elif op not in _CLEANUP_OPS:
+                return True
+            inst = tracer.instructions[tracer.index_of[id(inst)] + 1]
+    return True
+
+
+def check_abandoned(output) -> None:
+    """Where the graph ends (a return, a break): a generator left suspended where closing it runs its
+    own code (a finally, a with block's exit) runs that code when CPython drops its last reference (a
+    `break` out of the loop over it, an exception leaving the loop, `del g`, the frame's end). kiln does
+    not count references, and a resume function would keep the generator alive longer (PEP 523 keeps
+    call arguments alive until the call returns): the whole frame runs as Python."""
+    for gen in output.stepped_generators:
+        if gen.runs_code_when_closed():
+            refuse_frame(f"generator {gen.tracer.function_name} is left suspended inside a try or with block, "
+                         f"whose finally/__exit__ CPython runs when the generator's last reference goes away")
+
+
+def refuse_frame(reason: str):
+    """No graph and no graph break for this frame: it runs as Python (eager semantics exactly)."""
+    from kiln.errors import Unsupported
+
+    exc = Unsupported(reason, hint="kiln runs the function eagerly; consume or close() the generator "
+                                   "inside the function to keep it compiled")
+    exc.root_index = -1
+    raise exc
 
 
 def _is_none(value: Value) -> bool:
