@@ -20,6 +20,7 @@ from kiln.capture.side_effects import (AttrDelete, AttrWrite, CellWrite, Contain
                                        IteratorAdvance, run_deferred_call,
                                        replace_dict, replace_list, replace_set)
 from kiln.capture.values.base import Value
+from kiln.capture.values.functions import CellValue
 from kiln.capture.values.tensors import TensorValue
 
 OUT = "__kiln_graph_out"
@@ -268,6 +269,10 @@ def collect_tensors(value: Value, out: list[TensorValue], seen: set[int]) -> Non
             seen.add(id(value.node))
             out.append(value)
         return
+    if isinstance(value, CellValue):  # a recursive function's closure holds the function itself
+        if id(value) in seen:
+            return
+        seen.add(id(value))  # (cells live as long as the trace: their ids are not reused meanwhile)
     for child in child_values_of(value):
         collect_tensors(child, out, seen)
 

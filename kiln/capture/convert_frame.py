@@ -229,7 +229,8 @@ class FrameCompiler:
             finally:
                 self._check_dynamic(code, holder.get("env"))
         except Unsupported as why_not:
-            exc.hint = (exc.hint + "; " if exc.hint else "") + f"no graph break possible here: {why_not.reason}"
+            exc.hint = f"the function runs eagerly: no graph break is possible here ({why_not.reason})" + \
+                (f"; {exc.hint}" if exc.hint else "")
             return None
         except (BackendError, _RetraceStatic, SpecializationError, RetraceFrame):
             raise

@@ -170,7 +170,22 @@ def _popped(inst, tracer) -> tuple[int, int]:
         return (2 if arg & 0x04 else 1), 1
     if name == "BUILD_STRING":
         return arg, 1
-    unsupported(f"a graph break at {name} is not supported")
+    unsupported(f"kiln cannot split the function at {_WHAT_INSTRUCTIONS_DO.get(name, name)}")
+
+
+_WHAT_INSTRUCTIONS_DO = {  # the words for an instruction kiln cannot break the graph at
+    "LOAD_FAST": "reading a local variable", "LOAD_DEREF": "reading a variable of an enclosing function",
+    "LOAD_GLOBAL": "reading a global variable", "LOAD_NAME": "reading a variable",
+    "LOAD_CLOSURE": "reading a variable of an enclosing function", "FOR_ITER": "the header of a for loop",
+    "RETURN_VALUE": "the return statement", "RETURN_CONST": "the return statement",
+    "UNPACK_SEQUENCE": "an unpacking assignment", "UNPACK_EX": "an unpacking assignment",
+    "BUILD_LIST": "building a list", "BUILD_TUPLE": "building a tuple", "BUILD_MAP": "building a dict",
+    "BUILD_SET": "building a set", "YIELD_VALUE": "a yield", "SEND": "a yield from",
+    "MAKE_FUNCTION": "defining a function", "IMPORT_NAME": "an import", "RAISE_VARARGS": "a raise statement",
+    "STORE_FAST": "an assignment", "STORE_DEREF": "an assignment to an enclosing function's variable",
+    "DELETE_FAST": "a del statement", "LIST_APPEND": "a list comprehension", "DICT_MERGE": "a call with **kwargs",
+    "CALL_FUNCTION_EX": "a call with *args or **kwargs", "WITH_EXCEPT_START": "the end of a with block",
+}
 
 
 def _copy_instructions(inst, tracer) -> list:

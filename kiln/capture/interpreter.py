@@ -463,6 +463,12 @@ def _call_library_function(tx, fn_value, args, kwargs) -> Value:
         except Exception as exc:
             unsupported(f"{fn.__qualname__}(...) raised {type(exc).__name__}: {exc}")
         return wrap_constant_result(result)
+    wrapped = getattr(fn, "__wrapped__", None)
+    if fn.__code__.co_name == "generator_context" and wrapped is not None:  # torch.utils._contextlib
+        unsupported(f"generator function {wrapped.__qualname__} decorated with a context manager such as "
+                    f"@torch.no_grad(): torch wraps it in a generator of its own (torch/utils/_contextlib.py), "
+                    f"which kiln does not trace into",
+                    hint="use `with torch.no_grad():` inside the generator instead of the decorator")
     unsupported(f"call to {fn.__module__}.{fn.__qualname__}, which kiln does not trace into",
                 hint="kiln does not trace into the standard library or torch internals")
 

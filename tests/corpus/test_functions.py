@@ -309,3 +309,18 @@ def test_function_attributes_and_name():
         return inner(x) * inner.scale, inner.__name__
 
     check(fn, _t(2))
+
+
+def test_a_returned_closure_over_a_tensor_of_the_graph():
+    import kiln
+
+    def fn(x):
+        y = x * 2
+        return lambda k: y + k
+
+    kiln.reset()
+    before = sum(kiln.stats.eager_fallbacks.values())
+    x = torch.randn(3)
+    got, want = kiln.compile(fn, backend="eager")(x), fn(x)
+    assert torch.equal(got(1), want(1))
+    assert sum(kiln.stats.eager_fallbacks.values()) == before

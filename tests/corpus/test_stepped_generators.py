@@ -485,3 +485,22 @@ def test_a_generator_with_finally_consumed_to_its_end_stays_in_one_graph():
         return total, len(_FIN_LOG)
 
     check(fn, _t(3))
+
+
+def test_a_generator_returned_before_it_starts_closes_over_a_tensor_of_the_graph():
+    import kiln
+
+    def fn(x):
+        y = x * 2
+
+        def gen():
+            for i in range(3):
+                yield y + i
+        return gen()
+
+    kiln.reset()
+    before = sum(kiln.stats.eager_fallbacks.values())
+    x = _t(3)
+    got, want = list(kiln.compile(fn, backend="eager")(x)), list(fn(x))
+    assert len(got) == len(want) == 3 and all(torch.equal(a, b) for a, b in zip(got, want))
+    assert sum(kiln.stats.eager_fallbacks.values()) == before

@@ -62,7 +62,8 @@ class Value:
         if self.source is not None:
             self.source.emit(cg)
             return
-        unsupported(f"returning or keeping {self} after the graph")
+        unsupported(f"kiln cannot rebuild {self} after the graph (it is returned, or used after a graph "
+                    f"break, or stored where the caller sees it)")
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"

@@ -176,12 +176,14 @@ def _wrap(tx, value, source, qualname) -> Value:
                 if type(value.__self__) in (list, dict, set):
                     # e.g. `losses.append` handed to a resume function: tracing on would guard the
                     # list's items by value (floats from item() change every call)
-                    unsupported(f"bound builtin method {value!r}")
+                    unsupported(f"{type(value.__self__).__name__}.{value.__name__} bound to a "
+                                f"{type(value.__self__).__name__} from outside (e.g. `add = losses.append` kept "
+                                f"across a graph break)")
                 # a C method of an object kiln does not model (random.random, a C context manager's
                 # __exit__): held, and calling it breaks the graph at the call
                 guards.type(source, value)
                 return OpaqueObjectValue(value, source)
-            unsupported(f"bound builtin method {value!r}")
+            unsupported(f"builtin method {value.__name__} bound to a {type(value.__self__).__name__} object")
         return BuiltinValue(value, source)
     if isinstance(value, functools.partial):
         if source is not None and not isinstance(source, ConstantSource):

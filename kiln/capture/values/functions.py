@@ -102,6 +102,10 @@ class CellValue(Value):
             cg.reconstruct(self.contents)
         cg.call(1 if self.contents is not None else 0)
 
+    def child_values(self) -> list[Value]:
+        """What reconstruct rebuilds: the contents of a cell made while tracing (not one from outside)."""
+        return [self.contents] if self.source is None and self.contents is not None else []
+
     def get(self) -> Value:
         if self.contents is None:
             unsupported("reading a free variable before it is assigned")
@@ -109,8 +113,9 @@ class CellValue(Value):
 
     def set(self, value: Value) -> None:
         if not self.created_here:
-            unsupported("assigning to a nonlocal variable that lives outside the compiled function",
-                        hint="writes to closure cells are supported in a later kiln version")
+            unsupported("assigning to a nonlocal variable of a function outside the compiled one",
+                        hint="kiln runs the assignment as Python; return the new value instead, or keep the "
+                             "state in an object's attribute")
         self.contents = value
 
 
@@ -197,6 +202,11 @@ class NestedFunctionValue(Value):
         if self.attrs:
             cg.reconstruct(DictValue(dict(self.attrs)))
             cg.call(2)
+
+    def child_values(self) -> list[Value]:
+        """What reconstruct rebuilds: defaults, closure cells and attributes (a closure over a tensor
+        made in the graph needs that tensor as a graph output)."""
+        return [*self.default_values, *self.kwdefault_values.values(), *self.closure, *self.attrs.values()]
 
     def __repr__(self) -> str:
         return f"NestedFunction({self.qualname})"
