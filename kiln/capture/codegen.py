@@ -280,6 +280,7 @@ def collect_tensors(value: Value, out: list[TensorValue], seen: set[int]) -> Non
 def child_values_of(value: Value) -> list:
     """The values a value holds that are rebuilt with it (container items, attributes, bound selves)."""
     from kiln.capture.values.base import BoundMethodValue
+    from kiln.capture.values.container_keys import ObjectKey
     from kiln.capture.values.containers import DictValue, SequenceValue, SetValue
     from kiln.capture.values.dict_views import DictViewValue
     from kiln.capture.values.functions import UserMethodValue
@@ -289,8 +290,9 @@ def child_values_of(value: Value) -> list:
 
     if isinstance(value, SequenceValue):
         children = value.elements
-    elif isinstance(value, DictValue):
-        children = list(value.entries.values())
+    elif isinstance(value, DictValue):  # object keys (tensors) are rebuilt too
+        children = [k.value for k in value.entries if isinstance(k, ObjectKey) and k.value is not None] + \
+            list(value.entries.values())
     elif isinstance(value, SetValue):
         children = list(value.members.values())
     elif isinstance(value, NewObjectValue):

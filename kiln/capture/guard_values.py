@@ -21,10 +21,13 @@ from typing import Any
 
 
 def same_constant(x: Any, v: Any) -> bool:
-    """Whether `x` is the constant `v` exactly: the same type at every level and the same value."""
+    """Whether `x` is the constant `v` exactly: the same type at every level and the same value (a
+    tensor, as a dict key, by identity)."""
     t = type(v)
     if type(x) is not t:
         return False
+    if t in _BY_IDENTITY:
+        return x is v
     if t is tuple:
         return len(x) == len(v) and all(map(same_constant, x, v))
     if t is float:
@@ -38,6 +41,15 @@ def same_constant(x: Any, v: Any) -> bool:
     if t is range or t is slice:
         return same_constant((x.start, x.stop, x.step), (v.start, v.stop, v.step))
     return x == v
+
+
+def _by_identity() -> tuple:
+    import torch
+
+    return (torch.Tensor, torch.nn.Parameter)
+
+
+_BY_IDENTITY = _by_identity()
 
 
 def _same_float(x: float, v: float) -> bool:

@@ -424,6 +424,9 @@ def _held_objects(source: Source) -> dict[str, Any]:
     while node is not None:
         if isinstance(node, ConstantSource):
             found[node.name()] = node.value
+        key = getattr(node, "key", None)
+        if isinstance(key, ConstantSource):  # ObjectKeyItemSource: an object kiln holds as the key
+            found[key.name()] = key.value
         node = getattr(node, "base", None)
     return found
 
@@ -480,8 +483,9 @@ def _guard_exprs(g: Guard, names: _Namer) -> list[tuple[str, str]]:
         return [(f"___type({x}) is {names.ref(t)} and ___len({x}) == {n}", f"len({x}) == {n}")]
     if k is GuardKind.DICT_KEYS:
         t, keys = g.value
+        shown = [f"<{type(k).__name__} at {id(k):#x}>" if isinstance(k, torch.Tensor) else k for k in keys]
         return [(f"___type({x}) is {names.ref(t)} and ___same_keys({x}, {names.ref(tuple(keys))})",
-                 f"keys of {x} are exactly {keys!r}")]
+                 f"keys of {x} are exactly {shown!r}" + (" (tensors by identity)" if shown != keys else ""))]
     if k is GuardKind.IDENTITY_OF_SOURCE:
         return [(f"{x} is {g.value.name()}", f"{x} is the same object as {g.value.name()}")]
     if k is GuardKind.NOT_SAME:

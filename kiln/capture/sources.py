@@ -193,6 +193,23 @@ class ConstantSource(Source):
 
 
 @dataclasses.dataclass(frozen=True)
+class ObjectKeyItemSource(Source):
+    """`base[key]` where the key is an object kiln holds (a tensor key of a dict from outside, whose keys'
+    identities the dict's keys guard pins)."""
+
+    base: Source
+    key: ConstantSource
+
+    def name(self) -> str:
+        return f"{self.base.name()}[{self.key.name()}]"
+
+    def emit(self, cg) -> None:
+        self.base.emit(cg)
+        self.key.emit(cg)
+        cg.binary_subscr()
+
+
+@dataclasses.dataclass(frozen=True)
 class CallSource(Source):
     """`base()`: the answer of a state query without arguments that kiln holds (e.g. how many
     TorchDispatchModes are active), guarded like any other place."""

@@ -346,3 +346,69 @@ def test_tensor_key_of_a_parameter_passed_in_recompiles_with_one_key():
         assert got[0] == want[0] == keys and got[2] == want[2]
         assert torch.equal(got[1], want[1])
     assert kiln.stats.eager_fallbacks == {} and sum(kiln.stats.recompilations.values()) == 1
+
+
+_LIN = torch.nn.Linear(2, 2)
+_PARAM_SCALE = {_LIN.weight: 2.0, _LIN.bias: 3.0}
+_TENSOR_KEYED = {}
+_PARAM_STATE = {}
+
+
+def test_a_global_dict_keyed_by_parameters_is_read_in_one_graph():
+    def fn(x):
+        return sum(p.sum() * _PARAM_SCALE[p] for p in _LIN.parameters()) + x
+
+    check(fn, torch.randn(2))
+
+
+def test_a_global_dict_keyed_by_tensors_looked_up_with_an_input():
+    def fn(x):
+        v = _TENSOR_KEYED.get(x)
+        return x * 2 if v is None else x * v
+
+    x = torch.randn(2)
+    _TENSOR_KEYED.clear()
+    _TENSOR_KEYED[torch.ones(2)] = 3.0
+    check(fn, x)
+    _TENSOR_KEYED[x] = 5.0  # the input itself is a key now: a recompile, and the value found
+    check(fn, x)
+    _TENSOR_KEYED.clear()
+
+
+def test_per_parameter_state_dict_filled_with_setdefault():
+    def fn(x):
+        _PARAM_STATE.clear()
+        for p in _LIN.parameters():
+            s = _PARAM_STATE.setdefault(p, {"step": 0})
+            s["step"] += 1
+        return x + len(_PARAM_STATE), [id(k) == id(p) for k, p in zip(_PARAM_STATE, _LIN.parameters())]
+
+    check(fn, torch.randn(2))
+
+
+def test_a_dict_keyed_by_a_tensor_made_in_the_graph_is_returned():
+    def fn(x):
+        y = x + 1
+        return {y: "y"}, y
+
+    kiln.reset()
+    x = torch.randn(2)
+    d, y = kiln.compile(fn, backend="eager")(x)
+    assert list(d) == [y] and list(d)[0] is y and torch.equal(y, x + 1)
+
+
+def test_dict_clear_and_popitem():
+    def fn(x, d):
+        a = dict(d)
+        k, v = a.popitem()
+        b = {"p": x, "q": x * 2}
+        last = b.popitem()
+        a.clear()
+        d.clear()  # a dict from outside: the change is replayed after the graph
+        try:
+            {}.popitem()
+        except KeyError as e:
+            msg = str(e)
+        return x + v, k, last, a, msg
+
+    check(fn, torch.randn(2), {"a": 1, "b": 2}, inputs_mutated=True)

@@ -108,7 +108,7 @@ def _wrap(tx, value, source, qualname) -> Value:
         if source is not None:
             guards.dict_keys(source, value)
         if not all(is_constant_literal(k) for k in value):
-            unsupported("dict with non-constant keys")
+            return _dict_with_tensor_keys(tx, value, source)
         return DictValue({k: wrap(tx, v, _item(source, k)) for k, v in value.items()}, type(value),
                          source=source, created_here=False)
     if type(value) in (set, frozenset):
@@ -468,6 +468,29 @@ from kiln.capture.sources import READABLE_ITERATOR_TYPES as _READABLE_ITERATORS 
 
 _BUILTIN_CALLABLES |= {v for v in vars(itertools).values() if isinstance(v, type)}  # itertools_values.py
 # collections.OrderedDict is a ClassValue: values/collections_values.py builds it (stdlib.CLASS_CALLS)
+
+
+def _dict_with_tensor_keys(tx, value: dict, source) -> Value:
+    """A dict from outside keyed by constants and tensors (per-parameter settings, optimizer-style state):
+    its keys guard pins each tensor key by identity; a key is held by the graph like a parameter
+    (its metadata guarded), so it is the same fake tensor as the parameter read through its module."""
+    from kiln.capture.sources import ObjectKeyItemSource
+    from kiln.capture.values.container_keys import TensorKey
+
+    tensor_types = (torch.Tensor, torch.nn.Parameter)
+    if source is None or isinstance(source, ConstantSource) or \
+            not all(is_constant_literal(k) or type(k) in tensor_types for k in value):
+        unsupported(f"a dict from outside whose keys are not all constants or tensors "
+                    f"({', '.join(sorted({type(k).__name__ for k in value if not is_constant_literal(k)}))})")
+    entries = {}
+    for k, v in value.items():
+        if is_constant_literal(k):
+            entries[k] = wrap(tx, v, _item(source, k))
+            continue
+        held = ConstantSource("dict_key", k)
+        key = wrap(tx, k, held)
+        entries[TensorKey(key.example, key)] = wrap(tx, v, ObjectKeyItemSource(source, held))
+    return DictValue(entries, type(value), source=source, created_here=False)
 
 
 def _item(source, index):

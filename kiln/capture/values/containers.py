@@ -321,6 +321,18 @@ class DictValue(Value):
         if name == "__setitem__":
             self.setitem(tx, args[0], args[1])
             return ConstantValue(None)
+        if name == "clear" and not args and not kwargs:
+            self._check_mutable(tx, "dict.clear")
+            self.entries.clear()
+            return ConstantValue(None)
+        if name == "popitem" and not args and not kwargs and self.dict_type is dict:
+            if not self.entries:
+                from kiln.capture.values.exceptions import raise_traced
+
+                raise_traced(KeyError, "popitem(): dictionary is empty")
+            self._check_mutable(tx, "dict.popitem")
+            k, v = self.entries.popitem()  # the last inserted, as CPython's
+            return TupleValue([key_value(k), v])
         unsupported(f"dict.{name}")
 
     def reconstruct(self, cg) -> None:
