@@ -352,3 +352,33 @@ def test_exit_stack_with_an_exception_in_the_block():
         return y, order
 
     check(fn, _t(3), graphs=(0, 1, 2))
+
+
+def test_contextlib_suppress_swallows_only_its_classes():
+    def fn(x):
+        with contextlib.suppress(KeyError):
+            {}["a"]
+        with contextlib.suppress(KeyError, ZeroDivisionError):
+            y = x + 1
+            1 / 0
+        try:
+            with contextlib.suppress(KeyError):
+                [][1]
+        except IndexError:
+            y = y * 2
+        with contextlib.suppress(LookupError):  # a base class of KeyError
+            {}["b"]
+        return x + 1, y
+
+    check(fn, torch.randn(2))
+
+
+def test_contextlib_suppress_with_a_graph_break_inside():
+    def fn(x):
+        with contextlib.suppress(ValueError):
+            y = x + 1
+            print("", end="")  # a graph break inside the block: its __exit__ is handed on
+            raise ValueError("swallowed")
+        return x * 2
+
+    check(fn, torch.randn(2), graphs=(1, 2), dynamo_graphs=0)

@@ -12,6 +12,7 @@ is then made again, empty, by `contextlib.ExitStack()`).
 """
 from __future__ import annotations
 
+import builtins
 import contextlib
 
 from kiln.capture.values.base import BoundMethodValue, ConstantValue, Value, note_mutation, unsupported
@@ -130,3 +131,61 @@ def make_exit_stack(tx, args, kwargs) -> Value:
     if args or kwargs:
         unsupported("ExitStack() takes no arguments (TypeError)")
     return ExitStackValue()
+
+
+class SuppressValue(Value):
+    """`contextlib.suppress(*exceptions)`: a block whose exception of one of those classes is swallowed
+    (contextlib's `issubclass(exctype, self._exceptions)`). Stateless, so its `__exit__` kept by a graph
+    break inside the block is a new suppress object's."""
+
+    def __init__(self, exceptions: tuple):
+        self.exceptions = exceptions
+
+    def python_type(self) -> type:
+        return contextlib.suppress
+
+    def enter_with(self, tx) -> tuple[Value, Value]:
+        return SuppressExitValue(self.exceptions), ConstantValue(None)
+
+    def reconstruct(self, cg) -> None:
+        cg.prepare_call(contextlib.suppress)
+        for cls in self.exceptions:
+            cg.load_const(cls)
+        cg.call(len(self.exceptions))
+
+    def __repr__(self) -> str:
+        return f"suppress({', '.join(c.__name__ for c in self.exceptions)})"
+
+
+class SuppressExitValue(Value):
+    def __init__(self, exceptions: tuple):
+        self.exceptions = exceptions
+
+    def call(self, tx, args, kwargs) -> Value:
+        exc_type = args[0] if args else ConstantValue(None)
+        if exc_type.is_constant() and exc_type.as_constant() is None:
+            return ConstantValue(False)
+        cls = exc_type.as_constant() if exc_type.is_constant() else getattr(exc_type, "cls", None)
+        if not isinstance(cls, type):
+            unsupported(f"contextlib.suppress leaving with {exc_type}")
+        group = getattr(builtins, "BaseExceptionGroup", None)
+        if group is not None and issubclass(cls, group):
+            unsupported("an exception group leaving contextlib.suppress (it splits the group)")
+        return ConstantValue(issubclass(cls, self.exceptions))
+
+    def reconstruct(self, cg) -> None:
+        cg.prepare_call(_suppress_exit)
+        for cls in self.exceptions:
+            cg.load_const(cls)
+        cg.call(len(self.exceptions))
+
+
+def _suppress_exit(*exceptions):
+    return contextlib.suppress(*exceptions).__exit__
+
+
+def make_suppress(tx, args, kwargs) -> Value:
+    classes = [a.as_constant() if a.is_constant() else None for a in args]
+    if kwargs or not all(isinstance(c, type) and issubclass(c, BaseException) for c in classes):
+        unsupported("contextlib.suppress() of values that are not exception classes")
+    return SuppressValue(tuple(classes))

@@ -16,7 +16,8 @@ from kiln.capture.values import (collections_values, dataclass_calls, exit_stack
 BUILTIN_CALLS: dict = {**functools_values.BUILTIN_HANDLERS, **collections_values.BUILTIN_HANDLERS}
 CLASS_CALLS: dict = {**collections_values.CLASS_HANDLERS, **namespaces.CLASS_HANDLERS,
                      __import__("functools").partial: functools_values.make_partial,
-                     contextlib.ExitStack: exit_stacks.make_exit_stack}
+                     contextlib.ExitStack: exit_stacks.make_exit_stack,
+                     contextlib.suppress: exit_stacks.make_suppress}
 LIBRARY_CALLS: dict = {**functools_values.LIBRARY_FUNCTION_HANDLERS, **dataclass_calls.LIBRARY_HANDLERS,
                        **module_getattr.LIBRARY_HANDLERS,
                        contextlib.contextmanager: generator_contexts.contextmanager_handler}
