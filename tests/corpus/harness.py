@@ -25,6 +25,7 @@ import copy
 import dataclasses
 import functools
 import inspect
+import json
 import math
 import os
 import types
@@ -314,6 +315,7 @@ def check(
     if isinstance(fn, torch.nn.Module):
         assert_same(comp_target, eager_fn, rtol=rtol, atol=atol, path="module after calls")
 
+    _log_count(counts[0])
     expected = _expected_graphs(graphs, dynamo_graphs)
     assert counts[0] in expected, (
         f"first call produced {counts[0]} graph(s), expected {' or '.join(map(str, expected))}"
@@ -325,6 +327,22 @@ def check(
         taken = dict(kiln.stats.graph_breaks)
         assert sum(taken.values()) == breaks, f"{sum(taken.values())} graph break(s), expected {breaks}: {taken}"
     return counter
+
+
+def _log_count(graphs: int) -> None:
+    """With KILN_CORPUS_COUNTS_LOG=<file>, each check's first-call graph count is appended to it (one JSON
+    line per check, keyed by test id and its check number): benchmarks/corpus_parity.py compares a kiln
+    run's log with a dynamo run's (KILN_CORPUS_ENGINE=dynamo)."""
+    path = os.environ.get("KILN_CORPUS_COUNTS_LOG")
+    if not path:
+        return
+    test = os.environ.get("PYTEST_CURRENT_TEST", "?").rsplit(" (", 1)[0]
+    _CHECKS_SEEN[test] = _CHECKS_SEEN.get(test, 0) + 1
+    with open(path, "a") as f:
+        f.write(json.dumps({"test": test, "check": _CHECKS_SEEN[test], "graphs": graphs}) + "\n")
+
+
+_CHECKS_SEEN: dict = {}
 
 
 def _run_calls(calls, eager_fn, compiled, original, eager_mods, comp_mods, counter, counts, inputs_mutated,
