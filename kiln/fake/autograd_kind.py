@@ -47,9 +47,9 @@ def like_autograd_place(fake: FakeTensor, real: torch.Tensor, base_fake) -> Fake
         return fake
     if kind == "non-leaf":
         return as_non_leaf(fake)
-    with torch.enable_grad():
-        view = base_fake().as_strided(real.size(), real.stride(), real.storage_offset())
     meta = torch._C._autograd._get_creation_meta(real)
-    if meta != _CreationMeta.DEFAULT:
+    with torch.set_grad_enabled(meta != _CreationMeta.NO_GRAD_MODE):  # (no history, as the real one)
+        view = base_fake().as_strided(real.size(), real.stride(), real.storage_offset())
+    if meta not in (_CreationMeta.DEFAULT, _CreationMeta.NO_GRAD_MODE):
         torch._C._autograd._set_creation_meta(view, meta)
     return view
