@@ -62,6 +62,8 @@ class OutputGraph:
         from kiln.capture.values.inference import InferenceState
 
         self.inference = InferenceState()  # inference-mode blocks and inference tensors (values/inference.py)
+        self.retired: dict[int, str] = {}  # id(fake) -> why: tensors whose .data was assigned (tensor_data_store.py)
+        self.assigns_held_data = False  # a parameter's or buffer's .data is assigned: live held ranges
 
     # ---- inputs ------------------------------------------------------------------------------
 
@@ -204,6 +206,8 @@ class OutputGraph:
 
         fargs = map_leaves(example, args)
         fkwargs = map_leaves(example, kwargs)
+        if self.retired:
+            self._refuse_retired(fargs, fkwargs)
         _refuse_write_to_overlapping(kind, target, fargs, fkwargs)
         env = self._unbacked_env()
         try:
@@ -341,6 +345,18 @@ class OutputGraph:
         held = {id(t): steps for t, fake, v in self._held if (steps := _steps(fake, v)) is not None}
         return (positions, held) if positions or held else None
 
+    def retire(self, fake, why: str) -> None:
+        """No op of this trace may use ``fake`` any more (its tensor's .data was assigned: ``why``)."""
+        self.retired[id(fake)] = why
+        if any(f is fake for _, f, _ in self._held):
+            self.assigns_held_data = True
+
+    def _refuse_retired(self, fargs, fkwargs) -> None:
+        for x in leaves((fargs, fkwargs)):
+            if isinstance(x, torch.Tensor) and id(x) in self.retired:
+                unsupported(f"a use of a tensor after {self.retired[id(x)]}",
+                            hint="the rest runs as Python on the swapped tensor")
+
     def _guard_autograd_kinds(self) -> None:
         """An input that is not a leaf and that the graph writes in place: autograd allowed the write on
         its fake because the fake sits where the input does (fake/autograd_kind.py); a leaf (or a view
@@ -360,7 +376,7 @@ class OutputGraph:
         if not written or not self._tensor_inputs:
             return
         sources = [t[0] for t in self._tensor_inputs]
-        held = HeldRanges([t[0] for t in self._held]) if self._held else None
+        held = HeldRanges([t[0] for t in self._held], live=self.assigns_held_data) if self._held else None
         signature = aliasing_signature(tuple(t[1] for t in self._tensor_inputs), held)
         if signature is None:
             unsupported(f"tensors among {', '.join(s.name() for s in sources)} overlap in memory without "
