@@ -87,6 +87,29 @@ def _asdict_inner(obj, dict_factory):
     return copy.deepcopy(obj)
 
 
+def dataclass_astuple(obj, *, tuple_factory=tuple):
+    """dataclasses.astuple (3.11/3.12): as asdict, with each dataclass made ``tuple_factory(values)``."""
+    if isinstance(obj, type) or not hasattr(type(obj), "__dataclass_fields__"):
+        raise TypeError("astuple() should be called on dataclass instances")
+    return _astuple_inner(obj, tuple_factory)
+
+
+def _astuple_inner(obj, tuple_factory):
+    if type(obj) in _ATOMIC_TYPES:
+        return obj
+    if not isinstance(obj, type) and hasattr(type(obj), "__dataclass_fields__"):
+        return tuple_factory([_astuple_inner(getattr(obj, f.name), tuple_factory) for f in dataclasses.fields(obj)])
+    if isinstance(obj, tuple) and hasattr(obj, "_fields"):
+        return type(obj)(*[_astuple_inner(v, tuple_factory) for v in obj])
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_astuple_inner(v, tuple_factory) for v in obj)
+    if isinstance(obj, dict):
+        if hasattr(type(obj), "default_factory"):
+            refuse("dataclasses.astuple() of a defaultdict (3.11 and 3.12 differ)")
+        return type(obj)((_astuple_inner(k, tuple_factory), _astuple_inner(v, tuple_factory)) for k, v in obj.items())
+    return copy.deepcopy(obj)
+
+
 # library function -> its version here
 POLYFILLS = {torch.nn.utils.clip_grad_norm_: clip_grad_norm_, torch.nn.utils.clip_grad_value_: clip_grad_value_,
-             dataclasses.asdict: dataclass_asdict}
+             dataclasses.asdict: dataclass_asdict, dataclasses.astuple: dataclass_astuple}

@@ -102,3 +102,31 @@ def test_dataclass_asdict_polyfill_matches_the_library():
             assert str(e) == "asdict() should be called on dataclass instances"
         else:
             raise AssertionError("no TypeError")
+
+
+def test_dataclass_astuple_polyfill_matches_the_library():
+    import collections
+    import dataclasses
+
+    from kiln.capture.polyfills import dataclass_astuple
+
+    @dataclasses.dataclass
+    class Inner:
+        a: int = 1
+        t: object = None
+
+    @dataclasses.dataclass
+    class Outer:
+        inner: Inner
+        xs: list
+        d: dict
+
+    nt = collections.namedtuple("nt", "p q")
+    obj = Outer(Inner(2, [1, (2, 3)]), [Inner(), nt(1, Inner(4))], {"k": (Inner(5),), 3: None})
+    for factory in (tuple, list):
+        assert dataclass_astuple(obj, tuple_factory=factory) == dataclasses.astuple(obj, tuple_factory=factory)
+    assert dataclass_astuple(obj)[1][1] == nt(1, (4, None))
+    assert dataclass_astuple(obj)[0][1] is not obj.inner.t  # deep-copied, as the library's
+    for bad in (Outer, 3):
+        with pytest.raises(TypeError, match=r"^astuple\(\) should be called on dataclass instances$"):
+            dataclass_astuple(bad)
