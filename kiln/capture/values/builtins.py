@@ -210,6 +210,8 @@ def _hasattr(tx, obj, name):
                 return ConstantValue(False)
             raise
         return ConstantValue(True)
+    if isinstance(obj, NNModuleValue) and class_has_pending(tx, type(obj.module), attr):
+        return ConstantValue(True)  # (a store to its class recorded in this trace)
     if isinstance(obj, NNModuleValue):
         found = hasattr(obj.module, attr)
         if obj.source is not None:  # the same module may gain or lose the attribute between calls
