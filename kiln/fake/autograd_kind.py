@@ -47,6 +47,8 @@ def like_autograd_place(fake: FakeTensor, real: torch.Tensor, base_fake) -> Fake
         return fake
     if kind == "non-leaf":
         return as_non_leaf(fake)
+    if real._base.dtype != real.dtype:  # (view_as_real and dtype views: an as_strided of the base cannot be
+        return fake                    # one; the leaf refuses the same in-place ops, with another message)
     meta = torch._C._autograd._get_creation_meta(real)
     with torch.set_grad_enabled(meta != _CreationMeta.NO_GRAD_MODE):  # (no history, as the real one)
         view = base_fake().as_strided(real.size(), real.stride(), real.storage_offset())
