@@ -52,6 +52,8 @@ def like_autograd_place(fake: FakeTensor, real: torch.Tensor, base_fake) -> Fake
     meta = torch._C._autograd._get_creation_meta(real)
     with torch.set_grad_enabled(meta != _CreationMeta.NO_GRAD_MODE):  # (no history, as the real one)
         view = base_fake().as_strided(real.size(), real.stride(), real.storage_offset())
+    if view.requires_grad != real.requires_grad:  # (a custom Function's output viewing a tensor without
+        return fake                                # grad: the leaf refuses the same in-place ops)
     if meta not in (_CreationMeta.DEFAULT, _CreationMeta.NO_GRAD_MODE):
         torch._C._autograd._set_creation_meta(view, meta)
     return view

