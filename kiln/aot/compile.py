@@ -24,7 +24,7 @@ import torch.fx as fx
 from kiln.aot.graph import AtenGraph
 from kiln.aot.joint import JointGraph, needs_joint_graph, trace_joint
 from kiln.aot.partition import Partition, describe_saved, explain_rules, partition
-from kiln.aot.runtime import AtenRuntime, silent_writes
+from kiln.aot.runtime import AtenRuntime, version_steps
 from kiln.aot.trace import aot_trace
 from kiln.aot.training import TrainingRuntime
 from kiln.debug.stats import stats
@@ -68,7 +68,7 @@ def aot_compile(
         # generator may store them in place (schedule/inplace.py)
         ag.gm.meta["kiln_mutated_inputs"] = list(ag.mutated_inputs)
         runtime = AtenRuntime(ag, run=compile_fwd(ag.gm, [*example_inputs, *ag.state]))
-        runtime.silent = silent_writes(gm, ag.mutated_inputs, ag.num_user_inputs, ag.state)
+        runtime.steps = version_steps(gm, ag.mutated_inputs, ag.num_user_inputs, ag.state)
         runtime.aten_graph = ag
         return runtime
     with stats.timed("aot"):
@@ -80,7 +80,7 @@ def aot_compile(
     fwd = compile_fwd(part.fwd, [*example_inputs, *joint.state])
     bwd = (compile_bwd or compile_fwd)(part.bwd, placeholder_values(part.bwd))
     runtime = TrainingRuntime(joint, fwd, bwd)
-    runtime.silent = silent_writes(gm, joint.mutated_inputs, len(joint.inputs) - len(joint.state), joint.state)
+    runtime.steps = version_steps(gm, joint.mutated_inputs, len(joint.inputs) - len(joint.state), joint.state)
     runtime.plan = TrainingPlan(joint, part, forward)
     runtime.aten_graph = forward
     stats.joint_graphs += 1

@@ -30,6 +30,9 @@ class ViewStep:
     args: tuple
     kwargs: tuple  # sorted (name, value) pairs
     index: int | None = None
+    # an ``aten.detach`` that was the user's ``t.data``: replayed on real tensors as ``t.data``, whose
+    # version counter is its own (``aten.detach``'s result shares its base's)
+    own_version: bool = False
 
     def apply(self, tensor, sizes: dict | None = None):
         """Replay on a real tensor (the runtime uses this to rebuild output views of inputs);
@@ -39,6 +42,8 @@ class ViewStep:
             from kiln.aot.symbols import resolve_sizes
 
             args, kwargs = resolve_sizes(args, sizes), {k: resolve_sizes(v, sizes) for k, v in kwargs.items()}
+        if self.own_version:
+            return tensor.data
         out = self.func(tensor, *args, **kwargs)
         return out if self.index is None else out[self.index]
 

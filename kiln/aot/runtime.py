@@ -10,33 +10,37 @@ from kiln.aot.graph import AtenGraph
 
 
 def write_back(target: torch.Tensor, new: torch.Tensor, stored_in_place: list | None = None,
-               silent: bool = False) -> None:
+               steps: int = 1) -> None:
     """Give ``target`` (a caller's tensor) the value the graph computed for it, as eager's mutation did.
 
-    A value a kernel already stored into ``target`` (schedule/inplace.py) only counts as a change of
-    ``target`` (its version counter, as eager's in-place op bumps it): now, or by the caller, once for
-    all, when it passes ``stored_in_place`` to collect them in. ``silent``: eager wrote it only through
-    ``target.data``, which has a version counter of its own: ``target``'s stays as it was."""
+    ``steps``: how far eager's in-place ops moved ``target``'s version counter (capture counted them on
+    its fakes: ``version_steps``): one per in-place op on it or its views, none for writes through
+    ``target.data`` (a version counter of its own, and no autograd history) or that eager does not count
+    (batch norm's running statistics). A value a kernel already stored into ``target``
+    (schedule/inplace.py) only counts as a change of ``target``: now, or by the caller, once for all,
+    when it passes ``stored_in_place`` to collect them in (for one step)."""
+    version = target._version
     if new is target or _same_memory(new, target):
-        if silent:
-            return
-        if stored_in_place is None:
+        if steps != 1:
+            _set_version(target, version + steps)
+        elif stored_in_place is None:
             increment_version(target)
         else:
             stored_in_place.append(target)
         return
-    if silent:
-        version = target._version
-        with torch.no_grad():
-            target.copy_(new)
-        torch._C._autograd._unsafe_set_version_counter((target,), (version,))
-        return
-    if target.is_leaf and target.requires_grad:
-        # eager could only have mutated it under no_grad (else tracing would have failed)
+    if steps == 0 or (target.is_leaf and target.requires_grad):
+        # eager could only have mutated a leaf that requires grad under no_grad (else tracing would have
+        # failed); a write eager does not count is not in autograd's history either
         with torch.no_grad():
             target.copy_(new)
     else:
         target.copy_(new)  # records the mutation in autograd history where eager would
+    if steps != 1:
+        _set_version(target, version + steps)
+
+
+def _set_version(target: torch.Tensor, version: int) -> None:
+    torch._C._autograd._unsafe_set_version_counter((target,), (version,))
 
 
 def _same_memory(new: torch.Tensor, target: torch.Tensor) -> bool:
@@ -46,15 +50,19 @@ def _same_memory(new: torch.Tensor, target: torch.Tensor) -> bool:
             and new.stride() == target.stride() and new.device == target.device)
 
 
-def silent_writes(captured: fx.GraphModule | None, mutated: list[int], n_user: int, state: list) -> frozenset:
-    """The mutated inputs (positions among user inputs, then state) that the captured graph wrote only
-    through ``t.data`` (``gm.meta["kiln_silent_writes"]``, set by capture)."""
-    meta = captured.meta.get("kiln_silent_writes") if captured is not None else None
+def version_steps(captured: fx.GraphModule | None, mutated: list[int], n_user: int, state: list) -> dict:
+    """mutated input (position among user inputs, then state) -> how far eager moves its version counter,
+    where not by one (``gm.meta["kiln_version_steps"]``, set by capture)."""
+    meta = captured.meta.get("kiln_version_steps") if captured is not None else None
     if not meta:
-        return frozenset()
+        return {}
     positions, held = meta
-    return frozenset(i for i in mutated
-                     if (i < n_user and i in positions) or (i >= n_user and id(state[i - n_user]) in held))
+    steps = {}
+    for i in mutated:
+        found = positions.get(i) if i < n_user else held.get(id(state[i - n_user]))
+        if found is not None and found >= 0:
+            steps[i] = found
+    return steps
 
 
 def run_as_traced(fn, *args):
@@ -79,7 +87,7 @@ class AtenRuntime:
         self.outputs = list(ag.outputs)
         self.out_spec = ag.out_spec
         self.sizes = ag.sizes
-        self.silent = frozenset()  # mutated inputs eager writes only through `t.data` (silent_writes)
+        self.steps: dict = {}  # mutated inputs whose version counters eager moves by other than one (version_steps)
 
     def __call__(self, *args):
         flat = [*args, *self.state]
@@ -87,7 +95,7 @@ class AtenRuntime:
         if self.n_mut:
             stored: list = []
             for k, index in enumerate(self.mutated):
-                write_back(flat[index], results[k], stored, index in self.silent)
+                write_back(flat[index], results[k], stored, self.steps.get(index, 1))
             if stored:
                 increment_version(stored)
         outs = []

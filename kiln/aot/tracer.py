@@ -7,6 +7,7 @@ turning views into view steps and mutations into functional ops (see ``functiona
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Mapping
 
 import torch
@@ -219,6 +220,16 @@ class AtenTracer(DispatchMode):
                 self._bind(item, Value(storage, base_value.steps + (step,), self.b.getitem(node, i), storage.version))
         return out
 
+    def mark_data_view(self, fake) -> None:
+        """``fake`` is the result of the user's ``t.data`` (traced as ``aten.detach``): rebuilt after the
+        call as ``t.data``, with a version counter of its own (ViewStep.own_version)."""
+        found = self._values.get(id(fake)) if isinstance(fake, FakeTensor) else None
+        if found is None or found[0] is not fake or not found[1].steps:
+            return
+        value = found[1]
+        if value.steps[-1].func is aten.detach.default:
+            value.steps = value.steps[:-1] + (dataclasses.replace(value.steps[-1], own_version=True),)
+
     def _inplace_view(self, func, args, kwargs):
         view_op = _view_twin(func)
         target, rest = args[0], args[1:]
@@ -321,8 +332,13 @@ def interpret(gm: fx.GraphModule, tracer: AtenTracer, args: list) -> object:
     class _Interpreter(fx.Interpreter):
         def run_node(self, n):
             tracer.b.provenance = {"from_node": n.name, "stack_trace": n.meta.get("stack_trace")}
-            return super().run_node(n)
+            out = super().run_node(n)
+            if n.op == "call_function" and n.target is getattr and n.args[1:] == ("data",):
+                tracer.mark_data_view(out)
+            return out
 
+    held = [real for real, _, _ in tracer._state.values()]
+    versions = [real._version for real in held]
     with tracer, SymbolicCompositeMode():
         try:
             return _Interpreter(gm, garbage_collect_values=True).run(*args)
@@ -330,6 +346,12 @@ def interpret(gm: fx.GraphModule, tracer: AtenTracer, args: list) -> object:
             if "data is not allocated" in str(exc):  # a C++ kernel read the data of a fake tensor
                 raise UnsupportedFakeOp("trace", f"an op read tensor data while tracing: {exc}") from None
             raise
+        finally:
+            # an in-place op on a parameter or buffer reaches the tracer as the real tensor, after autograd's
+            # ADInplaceOrView layer bumped its version counter; the tracer writes nothing into it, so the
+            # counter goes back (else the first call counted one write more than eager)
+            if held:
+                torch._C._autograd._unsafe_set_version_counter(tuple(held), tuple(versions))
 
 
 def _is_unbacked(x) -> bool:

@@ -28,7 +28,7 @@ class CompiledFunction(torch.autograd.Function):
     def forward(ctx, rt: "TrainingRuntime", *flat):
         results = run_as_traced(rt.fwd, *flat)
         for k, index in enumerate(rt.mutated):
-            write_back(flat[index], results[k], silent=index in rt.silent)
+            write_back(flat[index], results[k], steps=rt.steps.get(index, 1))
         outs = tuple(results[rt.n_mut: rt.n_mut + rt.n_out])
         ctx.save_for_backward(*results[rt.n_mut + rt.n_out:])
         ctx.rt = rt
@@ -65,7 +65,7 @@ class TrainingRuntime:
         self.out_spec = joint.out_spec
         self.sizes = joint.sizes
         self.grad_mode_after = joint.grad_mode_after
-        self.silent = frozenset()  # mutated inputs eager writes only through `t.data` (runtime.silent_writes)
+        self.steps: dict = {}  # mutated inputs whose version counters eager moves by other than one (runtime.version_steps)
 
     def __call__(self, *args):
         flat = [*args, *self.state]

@@ -32,7 +32,7 @@ import torch
 from torch.utils._pytree import treespec_dumps, treespec_loads
 
 from kiln.aot.graph import AtenGraph, InputSpec
-from kiln.aot.runtime import AtenRuntime, silent_writes
+from kiln.aot.runtime import AtenRuntime, version_steps
 from kiln.aot.training import TrainingRuntime
 from kiln.codegen.wrapper_runtime import Wrapper, ensure_layout
 from kiln.backends.warm_key import graph_device
@@ -187,7 +187,7 @@ def build_runtime(entry: dict, gm, options):
         ag = AtenGraph(None, inputs, state, entry["mutated"], entry["outputs"], out_spec, entry["sizes"])
         runtime = AtenRuntime(ag, run=runs[0])
         runtime.aten_graph = ag
-    runtime.silent = silent_writes(gm, entry["mutated"], len(inputs) - len(state), state)
+    runtime.steps = version_steps(gm, entry["mutated"], len(inputs) - len(state), state)
     text = entry["explain"]
     runtime.kiln_explain = lambda: "loaded from kiln's warm cache (no tracing, lowering or code generation " \
                                    "in this process)\n" + text

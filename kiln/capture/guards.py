@@ -17,6 +17,7 @@ import torch
 from kiln.capture.guard_values import inline_tuple_check, needs_exact_compare, same_constant, same_keys
 from kiln.capture.sources import Source
 from kiln.capture.storage_aliasing import aliasing_signature
+from kiln.fake.autograd_kind import autograd_kind
 
 
 class GuardKind(enum.Enum):
@@ -370,6 +371,7 @@ class _Namer:
             "___dict_getitem": dict.__getitem__,
             "___dict_contains": dict.__contains__,
             "___remaining": _iterator_remaining,
+            "___autograd_kind": autograd_kind,
             "___same_constant": same_constant,
             "___same_keys": same_keys,
             "id": id,

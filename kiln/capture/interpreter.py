@@ -236,6 +236,11 @@ class Tracer:
         from kiln.capture.values.objects import ClassValue
         from kiln.capture.values.tensors import TensorValue
 
+        if isinstance(obj, TensorValue) and name == "data":
+            from kiln.capture.values.tensor_data_store import store_data
+
+            store_data(self, obj, value)  # recorded, or a break (values/tensor_data_store.py)
+            return
         if isinstance(obj, TensorValue) and name == "grad":
             from kiln.capture.values.tensor_grad import store_grad
 

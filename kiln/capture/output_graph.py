@@ -15,6 +15,7 @@ from kiln.capture.sources import Source
 from kiln.capture.storage_aliasing import HeldRanges, aliasing_signature, partial_overlap
 from kiln.capture.values.base import ConstantValue, Value, unsupported
 from kiln.fake import FakeTensor, FakeTensorMode, UnsupportedFakeOp
+from kiln.fake.autograd_kind import autograd_kind
 from kiln.fake.symbolic import SYMBOLIC_SCALARS, DataDependentSize, ShapeEnv, is_symbolic, symbolic_fake
 from kiln.fake.symbolic_composite import SymbolicCompositeMode
 from kiln.fake.unbacked import allow_unbacked
@@ -62,6 +63,8 @@ class OutputGraph:
         from kiln.capture.values.inference import InferenceState
 
         self.inference = InferenceState()  # inference-mode blocks and inference tensors (values/inference.py)
+        self.retired: dict[int, str] = {}  # id(fake) -> why: tensors whose .data was assigned (tensor_data_store.py)
+        self.assigns_held_data = False  # a parameter's or buffer's .data is assigned: live held ranges
 
     # ---- inputs ------------------------------------------------------------------------------
 
@@ -204,6 +207,8 @@ class OutputGraph:
 
         fargs = map_leaves(example, args)
         fkwargs = map_leaves(example, kwargs)
+        if self.retired:
+            self._refuse_retired(fargs, fkwargs)
         _refuse_write_to_overlapping(kind, target, fargs, fkwargs)
         env = self._unbacked_env()
         try:
@@ -305,9 +310,10 @@ class OutputGraph:
         self.graph.output(tuple(to_fx(v) for v in outputs))
         gm = fx.GraphModule(self.root, self.graph, class_name=f"{_clean_name(self.code_name)}_graph")
         self._guard_storage_aliasing()
-        silent = self._silent_writes()
-        if silent is not None:
-            gm.meta["kiln_silent_writes"] = silent
+        self._guard_autograd_kinds()
+        steps = self._version_steps()
+        if steps is not None:
+            gm.meta["kiln_version_steps"] = steps
         if self.shape_env is not None:
             gm.meta["kiln_shape_env"] = self.shape_env
         return gm
@@ -329,16 +335,40 @@ class OutputGraph:
         self._data_views.append((result.example, _version(result.example)))
         return result
 
-    def _silent_writes(self):
-        """(placeholder positions, ids of held tensors) written only through ``t.data`` views: their
-        version counters stay as they were (``gm.meta["kiln_silent_writes"]``, aot/runtime.py)."""
-        written = {_storage_id(f) for f, v in self._data_views if v is None or _version(f) != v}
-        if not written:
-            return None
-        positions = {pos for _, _, fake, v, pos in self._tensor_inputs
-                     if _version(fake) == v and _storage_id(fake) in written}
-        held = {id(t) for t, fake, v in self._held if _version(fake) == v and _storage_id(fake) in written}
+    def _version_steps(self):
+        """How far the version counter of each input and held tensor moved while tracing, where not by one:
+        (placeholder position -> steps, id of held tensor -> steps), ``gm.meta["kiln_version_steps"]``.
+        Fakes take eager's version bumps (autograd's ADInplaceOrView layer runs above them as above real
+        tensors): 2 for two in-place ops on one tensor, 0 for writes through ``t.data`` (a version counter
+        of its own) or that eager does not count (batch norm's running statistics). The AOT runtimes
+        advance a written tensor's counter by as much (aot/runtime.py: ``write_back``)."""
+        positions = {pos: steps for _, _, fake, v, pos in self._tensor_inputs
+                     if (steps := _steps(fake, v)) is not None}
+        held = {id(t): steps for t, fake, v in self._held if (steps := _steps(fake, v)) is not None}
         return (positions, held) if positions or held else None
+
+    def retire(self, fake, why: str) -> None:
+        """No op of this trace may use ``fake`` any more (its tensor's .data was assigned: ``why``)."""
+        self.retired[id(fake)] = why
+        if any(f is fake for _, f, _ in self._held):
+            self.assigns_held_data = True
+
+    def _refuse_retired(self, fargs, fkwargs) -> None:
+        for x in leaves((fargs, fkwargs)):
+            if isinstance(x, torch.Tensor) and id(x) in self.retired:
+                unsupported(f"a use of a tensor after {self.retired[id(x)]}",
+                            hint="the rest runs as Python on the swapped tensor")
+
+    def _guard_autograd_kinds(self) -> None:
+        """An input that is not a leaf and that the graph writes in place: autograd allowed the write on
+        its fake because the fake sits where the input does (fake/autograd_kind.py); a leaf (or a view
+        refusing in-place ops) with the same metadata on a later call must not run this graph."""
+        from kiln.capture.sources import AutogradKindSource
+
+        for source, real, fake, version, _ in self._tensor_inputs:
+            kind = autograd_kind(real)
+            if kind != "leaf" and (version is None or _version(fake) != version):
+                self.guards.constant(AutogradKindSource(source), kind)
 
     def _guard_storage_aliasing(self) -> None:
         """A graph that writes a tensor is right only for the aliasing of its inputs it was traced with
@@ -348,7 +378,7 @@ class OutputGraph:
         if not written or not self._tensor_inputs:
             return
         sources = [t[0] for t in self._tensor_inputs]
-        held = HeldRanges([t[0] for t in self._held]) if self._held else None
+        held = HeldRanges([t[0] for t in self._held], live=self.assigns_held_data) if self._held else None
         signature = aliasing_signature(tuple(t[1] for t in self._tensor_inputs), held)
         if signature is None:
             unsupported(f"tensors among {', '.join(s.name() for s in sources)} overlap in memory without "
@@ -363,8 +393,13 @@ def _first_part(exc: BaseException) -> str:
     return str(exc).split("\nException raised from ")[0].strip()
 
 
-def _storage_id(fake: torch.Tensor) -> int:
-    return fake.untyped_storage()._cdata
+def _steps(fake: torch.Tensor, version) -> int | None:
+    """How many times ``fake``'s version counter moved since it read ``version``; None for once (the
+    runtimes' default) or unknown."""
+    now = _version(fake)
+    if version is None or now is None or now - version == 1:
+        return None
+    return now - version
 
 
 def _version(fake: torch.Tensor):

@@ -67,26 +67,37 @@ def dataclass_asdict(obj, *, dict_factory=dict):
     and dicts; any other value deep-copied (atomic values are themselves, as deepcopy gives them)."""
     if isinstance(obj, type) or not hasattr(type(obj), "__dataclass_fields__"):
         raise TypeError("asdict() should be called on dataclass instances")
-    return _asdict_inner(obj, dict_factory)
+    return _dataclass_values(obj, dict_factory, False)
 
 
-def _asdict_inner(obj, dict_factory):
+def dataclass_astuple(obj, *, tuple_factory=tuple):
+    """dataclasses.astuple (3.11/3.12): as asdict, with each dataclass made ``tuple_factory(values)``."""
+    if isinstance(obj, type) or not hasattr(type(obj), "__dataclass_fields__"):
+        raise TypeError("astuple() should be called on dataclass instances")
+    return _dataclass_values(obj, tuple_factory, True)
+
+
+def _dataclass_values(obj, factory, as_tuple: bool):
+    """CPython's _asdict_inner (``as_tuple`` False) and _astuple_inner (True)."""
     if type(obj) in _ATOMIC_TYPES:
         return obj
     if not isinstance(obj, type) and hasattr(type(obj), "__dataclass_fields__"):
-        return dict_factory([(f.name, _asdict_inner(getattr(obj, f.name), dict_factory))
-                             for f in dataclasses.fields(obj)])
+        if as_tuple:
+            return factory([_dataclass_values(getattr(obj, f.name), factory, True) for f in dataclasses.fields(obj)])
+        return factory([(f.name, _dataclass_values(getattr(obj, f.name), factory, False))
+                        for f in dataclasses.fields(obj)])
     if isinstance(obj, tuple) and hasattr(obj, "_fields"):
-        return type(obj)(*[_asdict_inner(v, dict_factory) for v in obj])
+        return type(obj)(*[_dataclass_values(v, factory, as_tuple) for v in obj])
     if isinstance(obj, (list, tuple)):
-        return type(obj)(_asdict_inner(v, dict_factory) for v in obj)
+        return type(obj)(_dataclass_values(v, factory, as_tuple) for v in obj)
     if isinstance(obj, dict):
         if hasattr(type(obj), "default_factory"):
-            refuse("dataclasses.asdict() of a defaultdict (3.11 and 3.12 differ)")
-        return type(obj)((_asdict_inner(k, dict_factory), _asdict_inner(v, dict_factory)) for k, v in obj.items())
+            refuse(f"dataclasses.{'astuple' if as_tuple else 'asdict'}() of a defaultdict (3.11 and 3.12 differ)")
+        return type(obj)((_dataclass_values(k, factory, as_tuple), _dataclass_values(v, factory, as_tuple))
+                         for k, v in obj.items())
     return copy.deepcopy(obj)
 
 
 # library function -> its version here
 POLYFILLS = {torch.nn.utils.clip_grad_norm_: clip_grad_norm_, torch.nn.utils.clip_grad_value_: clip_grad_value_,
-             dataclasses.asdict: dataclass_asdict}
+             dataclasses.asdict: dataclass_asdict, dataclasses.astuple: dataclass_astuple}

@@ -243,6 +243,24 @@ class IteratorRemainingSource(Source):
         cg.call(1)
 
 
+@dataclasses.dataclass(frozen=True)
+class AutogradKindSource(Source):
+    """Where a tensor sits in autograd's graph (leaf, non-leaf, a view refusing in-place ops):
+    `___autograd_kind(base)` (kiln.fake.autograd_kind); guarded for inputs that are not leaves."""
+
+    base: Source
+
+    def name(self) -> str:
+        return f"___autograd_kind({self.base.name()})"
+
+    def emit(self, cg) -> None:
+        from kiln.fake.autograd_kind import autograd_kind
+
+        cg.prepare_call(autograd_kind)
+        self.base.emit(cg)
+        cg.call(1)
+
+
 # the iterator types whose remaining items __reduce__ gives without advancing them
 READABLE_ITERATOR_TYPES = tuple(type(it) for it in (
     iter([]), iter(()), iter({}), iter({}.values()), iter({}.items()), iter(range(0)), iter(range(1 << 64))))

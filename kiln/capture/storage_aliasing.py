@@ -38,11 +38,21 @@ def memory_range(t: torch.Tensor) -> tuple[int, int]:
 class HeldRanges:
     """The memory ranges of the tensors a graph holds, sorted, for lookups by address."""
 
-    def __init__(self, tensors: list[torch.Tensor]):
+    def __init__(self, tensors: list[torch.Tensor], live: bool = False):
+        # live: the ranges are read again at each check (a graph that assigns a held tensor's .data: its
+        # memory changes between calls); else they are the ones at tracing
+        self.tensors = list(tensors) if live else None
+        self._take(tensors)
+
+    def _take(self, tensors) -> None:
         self.ranges = sorted({r for r in map(memory_range, tensors) if r[1] > r[0]})
         self.index = {r: j for j, r in enumerate(self.ranges)}
         self.starts = [s for s, _ in self.ranges]
         self.disjoint = all(a[1] <= b[0] for a, b in zip(self.ranges, self.ranges[1:]))
+
+    def refresh(self) -> None:
+        if self.tensors is not None:
+            self._take(self.tensors)
 
     def find(self, rng: tuple[int, int]):
         """The index of the held range equal to ``rng``; -1 if it overlaps none; None if it overlaps one
@@ -71,6 +81,7 @@ def aliasing_signature(tensors: tuple, held: HeldRanges | None):
     firsts = _sharing(ranges)
     if firsts is None or held is None:
         return firsts
+    held.refresh()
     in_held = tuple(map(held.find, ranges))
     return None if None in in_held else (firsts, in_held)
 

@@ -84,7 +84,13 @@ def fake_from_real(t: torch.Tensor, storage_bases: dict | None = None) -> FakeTe
     with torch.no_grad(), _kernel_context():
         meta = torch.empty(0, dtype=t.dtype, device="meta")
         meta.set_(meta_storage, t.storage_offset(), t.size(), t.stride())
-    return FakeTensor(meta, t.device, requires_grad=t.requires_grad)
+    fake = FakeTensor(meta, t.device, requires_grad=t.requires_grad)
+    if t.requires_grad and (t._is_view() or not t.is_leaf):  # in-place ops as on t (fake/autograd_kind.py)
+        from kiln.fake.autograd_kind import like_autograd_place
+
+        bases = storage_bases if storage_bases is not None else {key: meta_storage}
+        return like_autograd_place(fake, t, lambda: fake_from_real(t._base, bases))
+    return fake
 
 
 def fake_like(t: torch.Tensor, device: torch.device | str | None = None) -> FakeTensor:

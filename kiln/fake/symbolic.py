@@ -753,9 +753,13 @@ def symbolic_fake(real: torch.Tensor, env: ShapeEnv, name: str, dims, marked=Non
     """A fake of ``real`` whose sizes at ``dims`` are symbols (strides follow as expressions), bound to
     the input ``name``; None where ``real`` keeps static sizes (a layout other than row-major, a
     storage offset, or no dim of size >= 2 asked for). ``marked``: dim -> (min, max) from mark_dynamic."""
+    from kiln.fake.autograd_kind import as_non_leaf, autograd_kind
     from kiln.fake.tensor import FakeTensor, _kernel_context
 
     marked = marked or {}
+    kind = autograd_kind(real)
+    if kind not in ("leaf", "non-leaf"):  # a view refusing in-place ops: static sizes, as its base's fake
+        return None
     sizes = list(real.size())
     if real.storage_offset() != 0 or tuple(real.stride()) != tuple(int(st) for st in contiguous_strides(sizes)):
         return None
@@ -773,4 +777,5 @@ def symbolic_fake(real: torch.Tensor, env: ShapeEnv, name: str, dims, marked=Non
     with torch.no_grad(), _kernel_context():
         meta = torch.empty_strided([env.symint(e) for e in exprs], [env.symint(s) for s in strides],
                                    dtype=real.dtype, device="meta")
-    return FakeTensor(meta, real.device, requires_grad=real.requires_grad)
+    fake = FakeTensor(meta, real.device, requires_grad=real.requires_grad)
+    return as_non_leaf(fake) if kind == "non-leaf" else fake

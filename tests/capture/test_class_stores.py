@@ -12,8 +12,14 @@ from kiln.capture.values.objects import ClassValue
 from kiln.errors import Unsupported
 
 
-def _tx():
-    return types.SimpleNamespace(output=types.SimpleNamespace(side_effects=SideEffects()))
+def _tx(*modules):
+    from kiln.capture.values.modules import NNModuleValue
+
+    held = {id(m): NNModuleValue.__new__(NNModuleValue) for m in modules}
+    for m in modules:
+        held[id(m)].module = m
+    return types.SimpleNamespace(output=types.SimpleNamespace(side_effects=SideEffects(), values_by_source={},
+                                                              values_by_id=held))
 
 
 class Base:
@@ -54,9 +60,24 @@ def test_store_recorded_in_the_class_own_dict_and_seen_through_the_mro():
 @pytest.mark.parametrize("cls, name, value, why", [
     (Base, "__len__", ConstantValue(1), "dunder"),
     (Base, "m", ConstantValue(1), "replaces a function"),
-    (Mod, "k", ConstantValue(1), "not a plain Python class"),
-    (WithModuleChild, "n", ConstantValue(1), "not a plain Python class"),  # a subclass is an nn.Module
+    (torch.nn.Linear, "k", ConstantValue(1), "a class of torch"),
+    (Mod, "forward", ConstantValue(1), "the value stored .* or descriptor|replaces a function"),
 ])
 def test_refused_stores_name_the_class_and_why(cls, name, value, why):
     with pytest.raises(Unsupported, match=f"{cls.__qualname__}.{name}: .*{why}"):
         store_class_attribute(_tx(), ClassValue(cls), name, value)
+
+
+def test_stores_to_module_classes_are_recorded():
+    tx = _tx(Mod())
+    store_class_attribute(tx, ClassValue(Mod), "k", ConstantValue(1))
+    store_class_attribute(tx, ClassValue(WithModuleChild), "n", ConstantValue(2))  # a subclass is an nn.Module
+    assert pending_class_attribute(tx, Mod, "k").as_constant() == 1
+    assert class_has_pending(tx, _ModuleChild, "n")
+
+
+def test_a_store_shadowing_a_modules_parameter_is_refused():
+    m = Mod()
+    m.weight = torch.nn.Parameter(torch.ones(1))
+    with pytest.raises(Unsupported, match="Mod.weight: .*parameter, buffer or submodule 'weight'"):
+        store_class_attribute(_tx(m), ClassValue(Mod), "weight", ConstantValue(1))

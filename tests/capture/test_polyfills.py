@@ -73,11 +73,9 @@ def test_what_the_polyfill_leaves_to_the_library():
         kiln.compile(lambda: torch.nn.utils.clip_grad_norm_((p for p in []), 1.0))()
 
 
-def test_dataclass_asdict_polyfill_matches_the_library():
+def _dataclass_example():
     import collections
     import dataclasses
-
-    from kiln.capture.polyfills import dataclass_asdict
 
     @dataclasses.dataclass
     class Inner:
@@ -92,13 +90,34 @@ def test_dataclass_asdict_polyfill_matches_the_library():
 
     nt = collections.namedtuple("nt", "p q")
     obj = Outer(Inner(2, [1, (2, 3)]), [Inner(), nt(1, Inner(4))], {"k": (Inner(5),), 3: None})
+    return obj, Outer, nt
+
+
+def test_dataclass_asdict_polyfill_matches_the_library():
+    import collections
+    import dataclasses
+
+    from kiln.capture.polyfills import dataclass_asdict
+
+    obj, Outer, nt = _dataclass_example()
     for factory in (dict, collections.OrderedDict):
         assert dataclass_asdict(obj, dict_factory=factory) == dataclasses.asdict(obj, dict_factory=factory)
     assert dataclass_asdict(obj)["xs"][1] == nt(1, {"a": 4, "t": None})
     for bad in (Outer, 3):
-        try:
+        with pytest.raises(TypeError, match=r"^asdict\(\) should be called on dataclass instances$"):
             dataclass_asdict(bad)
-        except TypeError as e:
-            assert str(e) == "asdict() should be called on dataclass instances"
-        else:
-            raise AssertionError("no TypeError")
+
+
+def test_dataclass_astuple_polyfill_matches_the_library():
+    import dataclasses
+
+    from kiln.capture.polyfills import dataclass_astuple
+
+    obj, Outer, nt = _dataclass_example()
+    for factory in (tuple, list):
+        assert dataclass_astuple(obj, tuple_factory=factory) == dataclasses.astuple(obj, tuple_factory=factory)
+    assert dataclass_astuple(obj)[1][1] == nt(1, (4, None))
+    assert dataclass_astuple(obj)[0][1] is not obj.inner.t  # deep-copied, as the library's
+    for bad in (Outer, 3):
+        with pytest.raises(TypeError, match=r"^astuple\(\) should be called on dataclass instances$"):
+            dataclass_astuple(bad)

@@ -110,3 +110,53 @@ def test_is_leaf_of_inputs_is_the_callers_and_guarded():
     assert compiled(w * 1.0)[1] is False  # (kiln answered True for every input before)
     assert compiled(w)[1] is True
     assert compiled(torch.ones(3))[1] is True
+
+
+def test_held_ranges_live_reads_memory_again():
+    from kiln.capture.storage_aliasing import HeldRanges, aliasing_signature
+
+    buf, x = torch.zeros(3), torch.ones(3)
+    fixed, live = HeldRanges([buf]), HeldRanges([buf], live=True)
+    assert aliasing_signature((x,), fixed) == aliasing_signature((x,), live) == ((0,), (-1,))
+    buf.data = x  # the buffer now lives in x's memory
+    assert aliasing_signature((x,), fixed) == ((0,), (-1,))  # (the ranges taken when tracing)
+    assert aliasing_signature((x,), live) == ((0,), (0,))
+
+
+def _store_then_use(x, y):
+    x.data = y
+    return x + 1
+
+
+def _store_into_graph_value(x, y):
+    z = x * 2
+    z.data = y
+    return z
+
+
+@pytest.mark.parametrize("fn,args,reason", [
+    (_store_then_use, (torch.ones(3), torch.zeros(2)), "a use of a tensor after its .data was assigned"),
+    (_store_into_graph_value, (torch.ones(3), torch.zeros(2)), "Tensor.data of a tensor made inside"),
+])
+def test_data_stores_kiln_refuses_break_with_a_reason(fn, args, reason):
+    _fresh()
+    want = fn(*[a.clone() for a in args])
+    got = kiln.compile(fn, backend="eager")(*[a.clone() for a in args])
+    assert torch.equal(got, want)
+    assert any(reason in why for why in kiln.stats.graph_breaks), dict(kiln.stats.graph_breaks)
+
+
+def test_data_store_is_a_side_effect_after_the_graph():
+    _fresh()
+
+    def f(x, y):
+        d = x * 3  # computed from x's memory before the swap
+        x.data = y
+        y.add_(1)  # x shares y's memory after the store: it sees this
+        return d, x
+
+    x, y = torch.ones(2), torch.zeros(3)
+    d, out = kiln.compile(f, backend="aot_eager")(x, y)
+    assert out is x and torch.equal(x, torch.ones(3)) and torch.equal(d, torch.full((2,), 3.0))
+    assert x.untyped_storage().data_ptr() == y.untyped_storage().data_ptr()
+    assert kiln.stats.graphs == 1 and not kiln.stats.graph_breaks

@@ -1,4 +1,4 @@
-"""dataclasses.replace and dataclasses.asdict inside compiled code (values/dataclass_calls.py, polyfills.py):
+"""dataclasses.replace, dataclasses.asdict and dataclasses.astuple inside compiled code (values/dataclass_calls.py, polyfills.py):
 one graph, as TorchDynamo; before, kiln broke the graph at each call."""
 import collections
 import dataclasses
@@ -71,5 +71,33 @@ def test_replace_frozen_and_asdict_type_error():
             dataclasses.asdict(Frozen)
         except TypeError as e:
             return g.b, g.a, str(e)
+
+    check(fn, _t(3), breaks=0)
+
+
+def test_astuple_recurses_and_copies():
+    def fn(x, given):
+        o = _Outer(_Inner(2, x * 2), [_Inner(3), _NT(1, _Inner(4, x))], {"z": (1, [2])})
+        t = dataclasses.astuple(o)
+        as_list = dataclasses.astuple(o.inner, tuple_factory=list)
+        return t, as_list, t[0][1] is o.inner.t, t[1][1], dataclasses.astuple(given)
+
+    check(fn, _t(3), _Inner(7, [1, 2]), breaks=0)
+
+
+def test_astuple_type_error():
+    def fn(x):
+        try:
+            dataclasses.astuple(_Inner)
+        except TypeError as e:
+            return x + 1, str(e)
+
+    check(fn, _t(3), breaks=0)
+
+
+def test_hasattr_of_a_namedtuple_made_here():
+    def fn(x):
+        nt = _NT(x * 2, [x])
+        return nt, hasattr(nt, "_fields"), hasattr(nt, "_asdict"), hasattr([x], "append")
 
     check(fn, _t(3), breaks=0)

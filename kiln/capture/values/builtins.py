@@ -6,6 +6,7 @@ import functools
 import itertools
 import math
 import operator
+import types
 from typing import Callable
 
 import torch
@@ -208,6 +209,8 @@ def _hasattr(tx, obj, name):
                 return ConstantValue(False)
             raise
         return ConstantValue(True)
+    if isinstance(obj, NNModuleValue) and class_has_pending(tx, type(obj.module), attr):
+        return ConstantValue(True)  # (a store to its class recorded in this trace)
     if isinstance(obj, NNModuleValue):
         found = hasattr(obj.module, attr)
         if obj.source is not None:  # the same module may gain or lose the attribute between calls
@@ -223,7 +226,33 @@ def _hasattr(tx, obj, name):
         return ConstantValue(found)
     if obj.is_constant():
         return ConstantValue(hasattr(obj.as_constant(), attr))
+    if _plain_class_attribute(obj, attr):  # e.g. `_fields` of a namedtuple made here (dataclasses.astuple)
+        return ConstantValue(True)
     unsupported(f"hasattr() on {obj}")
+
+
+def _plain_class_attribute(obj, attr: str) -> bool:
+    """``attr`` is found on the class of ``obj`` (a value made while tracing, of a known class whose
+    instances are read by the generic lookup) as a plain value or a method: such a read cannot fail,
+    whatever the instance holds."""
+    from kiln.capture.values.objects import has_generic_getattribute
+
+    try:
+        cls = obj.python_type()
+    except Exception:  # (a value without a known class)
+        return False
+    if not isinstance(cls, type) or not (has_generic_getattribute(cls) or cls.__getattribute__ is tuple.__getattribute__):
+        return False
+    for klass in cls.__mro__:
+        if attr in klass.__dict__:
+            found = klass.__dict__[attr]
+            return not hasattr(type(found), "__get__") or isinstance(found, _BINDING_NEVER_FAILS)
+    return False
+
+
+# descriptors whose __get__ on an instance of the class cannot raise (methods, class and static methods)
+_BINDING_NEVER_FAILS = (types.FunctionType, types.MethodDescriptorType, types.WrapperDescriptorType,
+                        types.BuiltinFunctionType, classmethod, staticmethod)
 
 
 def _setattr(tx, obj, name, value):

@@ -81,8 +81,31 @@ def _plain_class(cls: type) -> bool:
 
     if cls is object:
         return True
+    if issubclass(cls, torch.nn.Module):  # NNModuleValue.getattr asks for stores too; torch's own: not modelled
+        return type(cls) is type and all(k is object or k.__flags__ & (1 << 9) for k in cls.__mro__)
     return bool(cls.__flags__ & (1 << 9)) and type(cls) in (type, abc.ABCMeta) and \
-        not issubclass(cls, torch.nn.Module) and all(k is object or k.__flags__ & (1 << 9) for k in cls.__mro__)
+        all(k is object or k.__flags__ & (1 << 9) for k in cls.__mro__)
+
+
+def _torch_class(cls: type) -> bool:
+    return cls.__module__.split(".")[0] == "torch"
+
+
+def _shadowed_module_member(tx, cls: type, name: str):
+    """A module of this trace, an instance of cls, with a parameter, buffer or submodule ``name``: a class
+    attribute of that name would shadow it (class attributes come before nn.Module.__getattr__)."""
+    import torch
+
+    if not issubclass(cls, torch.nn.Module):
+        return None
+    from kiln.capture.values.modules import NNModuleValue
+
+    for value in [*tx.output.values_by_source.values(), *tx.output.values_by_id.values()]:
+        if isinstance(value, NNModuleValue) and isinstance(value.module, cls):
+            d = value.module.__dict__
+            if any(name in d.get(table, {}) for table in ("_parameters", "_buffers", "_modules")):
+                return value.module
+    return None
 
 
 def _family(cls: type) -> list:
@@ -108,7 +131,11 @@ def store_class_attribute(tx, class_value, name: str, value: Value) -> None:
     if name.startswith("__") and name.endswith("__"):
         why = "a dunder name (a type slot)"
     elif not isinstance(cls, type) or not all(_plain_class(k) for c in _family(cls) for k in c.__mro__):
-        why = "the class or a subclass is not a plain Python class (nn.Module, a builtin base, a metaclass)"
+        why = "the class or a subclass is not a plain Python class (a builtin base, a metaclass)"
+    elif _torch_class(cls):
+        why = "a class of torch (kiln models its modules' lookups its own way)"
+    elif _shadowed_module_member(tx, cls, name) is not None:
+        why = f"a module of this class has a parameter, buffer or submodule {name!r}, which it would shadow"
     else:
         try:
             stored_type = value.python_type()

@@ -9,6 +9,7 @@ from torch.nn.modules import module as nn_module_internals
 from kiln.capture.sources import AttrSource, ConstantSource, DictEntrySource
 from kiln.capture.values.base import ConstantValue, Value, unsupported
 from kiln.capture.values.functions import UserFunctionValue, UserMethodValue
+from kiln.capture.values.class_stores import class_has_pending, pending_class_attribute
 from kiln.capture.values.objects import ClassValue, class_attribute
 
 _GLOBAL_HOOK_DICTS = (
@@ -55,12 +56,14 @@ class NNModuleValue(Value):
         d = m.__dict__
         for table in ("_parameters", "_buffers"):
             if name in d.get(table, {}):
+                _refuse_shadowed(tx, type(m), name)
                 t = d[table][name]
                 if self.source is not None:
                     # the graph holds this very tensor: a reassigned parameter must recompile
                     tx.output.guards.identity(DictEntrySource(self.source, table, name), t)
                 return ConstantValue(None) if t is None else tx.output.add_attr(t, f"{self.qualname}.{name}")
         if name in d.get("_modules", {}):
+            _refuse_shadowed(tx, type(m), name)
             sub = d["_modules"][name]
             return ConstantValue(None) if sub is None else self._child(tx, name, sub)
         if name == "__dict__" and self.source is not None:
@@ -70,8 +73,9 @@ class NNModuleValue(Value):
         cls = type(m)
         class_attr = None
         for klass in cls.__mro__:
-            if name in vars(klass):
-                class_attr = vars(klass)[name]
+            pending = pending_class_attribute(tx, klass, name)  # a store to the class in this trace
+            if pending is not None or name in vars(klass):
+                class_attr = pending if pending is not None else vars(klass)[name]
                 break
         if name in d and not (class_attr is not None and hasattr(type(class_attr), "__set__")):
             return wrap(tx, d[name], AttrSource(self.source, name) if self.source else None)
@@ -304,3 +308,12 @@ class ModuleMembersMethodValue(Value):
 
     def __repr__(self) -> str:
         return f"Method(Module.{self.name} of {self.module_value!r})"
+
+
+def _refuse_shadowed(tx, cls: type, name: str) -> None:
+    """A class attribute ``name`` (stored in this trace, or set on the class after the module registered
+    its parameter, buffer or submodule ``name``) is what Python's lookup finds first: not modelled."""
+    if any(name in vars(klass) for klass in cls.__mro__) or \
+            (tx.output.side_effects.class_stores and class_has_pending(tx, cls, name)):
+        unsupported(f"{cls.__name__}.{name}: a class attribute shadows the module's parameter, buffer or "
+                    f"submodule {name!r}")

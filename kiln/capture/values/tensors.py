@@ -9,6 +9,7 @@ import torch.fx as fx
 from kiln.capture.values.base import ConstantValue, Value, unsupported
 from kiln.capture.values.containers import TupleValue
 from kiln.capture.values.symbolic import has_symbolic
+from kiln.capture.values.tensor_data_store import check_not_retired
 
 # methods whose result is metadata known at trace time (shapes are static for now and guarded)
 _METADATA_METHODS = {
@@ -48,12 +49,16 @@ class TensorValue(Value):
                     hint="use torch.where, or move the condition out of the compiled function")
 
     def items(self, tx) -> list[Value]:
+        if tx.output.retired:
+            check_not_retired(tx, self)
         if self.example.dim() == 0:
             unsupported("iteration over a 0-d tensor")
         return [tx.output.call("call_function", operator.getitem, [self, ConstantValue(i)], {})
                 for i in range(self.example.shape[0])]
 
     def getattr(self, tx, name: str) -> Value:
+        if tx.output.retired:
+            check_not_retired(tx, self)
         ex = self.example
         if name in _METADATA_ATTRS:
             if name == "is_leaf":
@@ -107,6 +112,8 @@ class TensorMethodValue(Value):
         self.name = name
 
     def call(self, tx, args, kwargs) -> Value:
+        if tx.output.retired:
+            check_not_retired(tx, self.tensor)
         name, ex = self.name, self.tensor.example
         if name == "numpy":  # an ndarray sharing the tensor's memory (values/numpy_values.py)
             from kiln.capture.values.numpy_values import tensor_as_ndarray
