@@ -219,12 +219,16 @@ def test_triton_transpose_with_symbolic_sizes_is_tiled(monkeypatch, symbolic_x):
 @triton_interpreted
 def test_triton_softmax_symbolic_rows(monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "1")
+    b, out = _softmax_over_symbolic_rows()
+    run_sizes(b, b.module(out), target="triton-interpreted", triton_max_block=4)
+
+
+def _softmax_over_symbolic_rows():
     b = GraphBuilder()
     x = b.input(lambda n: torch.randn(3, n), dims=(1,))
     mx = b.op(aten.amax.default, x, [-1], True)
     ex = b.op(aten.exp.default, b.op(aten.sub.Tensor, x, mx))
-    out = b.op(aten.div.Tensor, ex, b.op(aten.sum.dim_IntList, ex, [-1], True))
-    run_sizes(b, b.module(out), target="triton-interpreted", triton_max_block=4)
+    return b, b.op(aten.div.Tensor, ex, b.op(aten.sum.dim_IntList, ex, [-1], True))
 
 
 @triton_interpreted
@@ -347,11 +351,7 @@ def test_triton_reduction_over_a_symbolic_row_is_persistent_under_a_shape_guard(
     """A row that fits ``triton_persistent_max`` at the hint: the persistent style (one block per row,
     no loop), kept sound by the guard ``s0 <= persistent_max`` in the graph's ShapeEnv."""
     monkeypatch.setenv("TRITON_INTERPRET", "1")
-    b = GraphBuilder()
-    x = b.input(lambda n: torch.randn(3, n), dims=(1,))
-    mx = b.op(aten.amax.default, x, [-1], True)
-    ex = b.op(aten.exp.default, b.op(aten.sub.Tensor, x, mx))
-    out = b.op(aten.div.Tensor, ex, b.op(aten.sum.dim_IntList, ex, [-1], True))
+    b, out = _softmax_over_symbolic_rows()
     cg = run_sizes(b, b.module(out), target="triton-interpreted", sizes=(8, 5, 13, 16), triton_persistent_max=16)
     styles = {k.style for k in cg.kernels.values()}
     assert styles == {"persistent"}, cg.source
