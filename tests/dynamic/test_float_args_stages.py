@@ -77,3 +77,27 @@ def test_second_graph_takes_the_float_as_a_placeholder_and_guards_the_predicate(
     guards = [r for r in config_of(c).compiler.records if r.graph is not None][-1].guards
     assert "(L['lr'] > 0.1) is True" in guards
     assert "L['lr'] ==" not in guards  # the value itself is not guarded
+
+
+def test_pure_float_arithmetic_adds_no_graph_and_no_value_guard():
+    """The graph node of a number is made only when a tensor op uses it: Python float code alone
+    compiles no graph, and its result is computed from the argument at run time."""
+    seen = []
+
+    def backend(gm, example_inputs):
+        seen.append(gm)
+        return gm
+
+    def f(lr, step):
+        return (lr * 0.5 - step) / 3
+
+    c = kiln.compile(f, backend=backend)
+    for lr in (0.1, 0.2, 0.3, 0.7):
+        assert c(lr, 4) == f(lr, 4)
+    assert seen == []
+    x = torch.randn(3)
+    c = kiln.compile(lambda x, lr, step: x * f(lr, step), backend=backend)
+    for lr in (0.1, 0.2, 0.3, 0.7):
+        torch.testing.assert_close(c(x, lr, 4), x * f(lr, 4), rtol=0, atol=0)
+    assert len(seen) == 2  # (static, then the float input: its arithmetic is in the graph)
+    assert sum(n.op == "placeholder" for n in seen[1].graph.nodes) == 2

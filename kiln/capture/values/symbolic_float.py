@@ -89,12 +89,13 @@ def _literal(v) -> str | None:
 class SymbolicFloat(_KnownScalar):
     """A float argument traced as a graph input, or Python arithmetic on such floats."""
 
-    def __init__(self, output, value: float, text: str, places: list[Source], node=None, example=None):
+    def __init__(self, output, value: float, text: str, places: list[Source], build=None):
         self.output = output
         self._value = value
         self.text = text  # a Python expression over a0, a1, ... (the places, in order)
         self.places = places
-        self._node, self._example = node, example
+        self._build = build  # () -> the TensorValue of a computed number (None: an input float)
+        self._tensor = None  # made at the first use by a tensor op (pure Python float code adds no graph)
         self.source = None
 
     @property
@@ -114,15 +115,18 @@ class SymbolicFloat(_KnownScalar):
         """The graph's 0-dim float64 tensor of this number (an input made at the first use)."""
         from kiln.capture.values.tensors import TensorValue
 
-        if self._node is None:  # an input float: its placeholder
-            out = self.output
-            place = self.places[0]
-            real = as_double_tensor(self._value)
-            self._node = out._placeholder(FloatTensorSource(place), real)
-            self._example = out.fake_mode.from_real(real)
-            self._node.meta["example_value"] = self._example
-            out._input_values.append(self)
-        return TensorValue(self._node, self._example)
+        if self._tensor is not None:
+            return self._tensor
+        if self._build is not None:
+            self._tensor = self._build()
+            return self._tensor
+        out = self.output  # an input float: its placeholder
+        real = as_double_tensor(self._value)
+        node = out._placeholder(FloatTensorSource(self.places[0]), real)
+        node.meta["example_value"] = out.fake_mode.from_real(real)
+        out._input_values.append(self)
+        self._tensor = TensorValue(node, node.meta["example_value"])
+        return self._tensor
 
     def truth(self, tx) -> bool:
         return predicate(self.output, f"bool({self.text})", self.places, bool(self._value))
@@ -177,8 +181,10 @@ def _operand(v: Value):
     """(text, places, value) of a float-arithmetic operand, or None."""
     if isinstance(v, SymbolicFloat):
         return v.text, v.places, v._value
-    if type(v) is ConstantValue and _literal(v.value) is not None:
-        return _literal(v.value), [], v.value
+    if type(v) is ConstantValue or (isinstance(v, _KnownScalar) and v.python_type() in (int, float, bool)):
+        value = v.value  # (a number read from the frame: guarded to keep its value, as any constant)
+        if _literal(value) is not None:
+            return _literal(value), [], value
     return None
 
 
@@ -220,15 +226,11 @@ def float_binary(tx, op, a: Value, b: Value) -> Value | None:
         return None
     if op is operator.truediv and isinstance(b, SymbolicFloat):
         predicate(output, f"({tb} != 0)", places, True)  # Python raises ZeroDivisionError; a tensor gives inf
-    node, example = _node_of(tx, op, a, b)
-    return SymbolicFloat(output, value, f"({ta} {_ARITHMETIC[op]} {tb})", places, node, example)
+    def build():  # the 0-dim float64 tensor of a op b
+        args = [v.tensor() if isinstance(v, SymbolicFloat) else v for v in (a, b)]
+        return output.call("call_function", op, args, {})
 
-
-def _node_of(tx, op, a: Value, b: Value):
-    """The graph node of ``a op b`` (0-dim float64)."""
-    args = [v.tensor() if isinstance(v, SymbolicFloat) else v for v in (a, b)]
-    result = tx.output.call("call_function", op, args, {})
-    return result.node, result.example
+    return SymbolicFloat(output, value, f"({ta} {_ARITHMETIC[op]} {tb})", places, build)
 
 
 def float_unary(tx, op, a: Value) -> Value | None:
@@ -236,8 +238,8 @@ def float_unary(tx, op, a: Value) -> Value | None:
         return None
     if op is operator.pos:
         return a
-    result = tx.output.call("call_function", operator.neg, [a.tensor()], {})
-    return SymbolicFloat(a.output, -a._value, f"(-{a.text})", a.places, result.node, result.example)
+    return SymbolicFloat(a.output, -a._value, f"(-{a.text})", a.places,
+                         lambda: a.output.call("call_function", operator.neg, [a.tensor()], {}))
 
 
 _TENSOR_OPS = {operator.add, operator.sub, operator.mul, operator.truediv,
