@@ -185,3 +185,19 @@ def test_float_attribute_of_module(backend):
         m.scale = s
         _same(c(x), x * s)
     assert compiles(c) == 2
+
+
+def test_tensor_methods_with_a_float(backend):
+    """x.mul(s), x.add_(s), ...: as the operators. (kiln's fused C++ of a chain can contract or
+    reassociate, static compiles too: within float32 rounding.)"""
+    x = torch.randn(5, 3)
+
+    def f(x, s):
+        y = x.mul(s).add(s).sub(s).div(s)
+        y.mul_(s)
+        return y
+
+    c = kiln.compile(f, backend=backend)
+    for s in LRS:
+        torch.testing.assert_close(c(x.clone(), s), f(x.clone(), s), rtol=1e-6, atol=1e-7)
+    assert compiles(c) == 2

@@ -272,3 +272,15 @@ def tensor_float_binary(tx, op, a: Value, b: Value) -> Value | None:
         return tx.output.call("call_function", torch.rsub, [tensor, scalar], {})
     inverse = tx.output.call("call_method", "reciprocal", [tensor], {})
     return tx.output.call("call_function", operator.mul, [inverse, scalar], {})
+
+
+_METHODS = {"add": operator.add, "sub": operator.sub, "mul": operator.mul, "div": operator.truediv,
+            "true_divide": operator.truediv, "add_": operator.iadd, "sub_": operator.isub, "mul_": operator.imul,
+            "div_": operator.itruediv, "true_divide_": operator.itruediv}
+
+
+def float_method(tx, tensor: Value, name: str, arg: Value) -> Value | None:
+    """``x.mul(lr)``, ``x.add_(s)``, ...: what ``x * lr``, ``x += s`` give (None: the usual call)."""
+    if not isinstance(arg, SymbolicFloat) or name not in _METHODS:
+        return None
+    return tensor_float_binary(tx, _METHODS[name], tensor, arg)
