@@ -53,6 +53,8 @@ def test_tensor_and_float_bit_exact(backend, dtype, op, reflected):
     x = torch.randn(16, 3) > 0 if dtype is torch.bool else (torch.randn(16, 3) * 10).to(dtype)
     if dtype is torch.bool and op == "sub":
         pytest.skip("bool - float: eager raises for bool subtraction")
+    if backend == "kiln" and dtype in (torch.float64, torch.bool):
+        pytest.skip("(kept fast: kiln compiles C++ per case; float32 and int64 cover its two paths)")
     run(lambda x, s: fn(s, x) if reflected else fn(x, s), lambda s: (x, s), backend, values=FEW)
 
 
