@@ -120,6 +120,7 @@ class Options:
     conv_channels_last: bool | None = None
     gemm_padding: str = "auto"
     dynamic_ints: bool = False
+    dynamic_floats: bool = True
     choose_faster: bool = True
     ddp_split: bool = True
     distributed_agreement_timeout: float = 0.0
@@ -178,6 +179,7 @@ def _read_environment() -> Options:
         compile_workers=_env_int("KILN_COMPILE_WORKERS", _default_workers()),
         conv_channels_last=_env_flag("KILN_CONV_CHANNELS_LAST"),
         dynamic_ints=_env_int("KILN_DYNAMIC_INTS", 0) != 0,
+        dynamic_floats=_env_int("KILN_DYNAMIC_FLOATS", 1) != 0,
         choose_faster=_env_int("KILN_CHOOSE_FASTER", 1) != 0,
         ddp_split=_env_int("KILN_DDP_SPLIT", 1) != 0,
         distributed_agreement_timeout=float(_env_str("KILN_DIST_AGREEMENT_TIMEOUT") or 0.0),

@@ -151,7 +151,8 @@ class FrameCompiler:
     def _policy(self, code) -> DynamicPolicy:
         shapes = self.frame_shapes.setdefault(code, FrameShapes())
         enabled = self.backend_name in DYNAMIC_BACKENDS or getattr(self.backend, "kiln_dynamic", False)
-        return DynamicPolicy(self.dynamic, shapes, enabled, ints=self.options.dynamic_ints)
+        return DynamicPolicy(self.dynamic, shapes, enabled, ints=self.options.dynamic_ints,
+                             floats=self.options.dynamic_floats)
 
     def _compile(self, code, f_locals, f_globals, f_builtins, closure):
         record = FrameRecord(code.co_qualname, code.co_filename, code.co_firstlineno)

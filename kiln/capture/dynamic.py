@@ -60,13 +60,17 @@ class FrameShapes:
     no_unbacked: str | None = None  # why data-dependent sizes break the graph in this code from now on
     ints: dict = dataclasses.field(default_factory=dict)  # place -> int argument's value at the last compile
     dynamic_ints: set = dataclasses.field(default_factory=set)  # int places traced as symbols
+    floats: dict = dataclasses.field(default_factory=dict)  # place -> float argument's value at the last compile
+    dynamic_floats: set = dataclasses.field(default_factory=set)  # float places traced as graph inputs
 
 
 class DynamicPolicy:
     """Answers, for one trace, which dims of an input become symbols."""
 
-    def __init__(self, mode: bool | None, shapes: FrameShapes | None, enabled: bool, ints: bool = False):
+    def __init__(self, mode: bool | None, shapes: FrameShapes | None, enabled: bool, ints: bool = False,
+                 floats: bool = False):
         self.mode = mode
+        self.floats = floats  # Options.dynamic_floats: float arguments may become graph inputs
         self.shapes = shapes
         self.enabled = enabled and mode is not False and (shapes is None or shapes.static_reason is None)
         self.ints = ints  # Options.dynamic_ints: int arguments may become symbols too
@@ -118,3 +122,25 @@ class DynamicPolicy:
         if dynamic and self.shapes is not None:
             self.shapes.dynamic_ints.add(place)
         return dynamic and value >= 2
+
+    def float_is_dynamic(self, place: str, value: float) -> bool:
+        """Whether the float argument at ``place`` is a graph input (values/symbolic_float.py): under
+        ``dynamic=True`` always, under automatic dynamic once an earlier compile saw another value there,
+        never under ``dynamic=False``. Any backend takes it (it is a tensor input)."""
+        if not self.floats or self.mode is False:
+            return False
+        previous = None
+        if self.shapes is not None:
+            previous = self.shapes.floats.get(place)
+            self.shapes.floats[place] = value
+        if self.mode is True:
+            return True
+        dynamic = self.shapes is not None and (
+            place in self.shapes.dynamic_floats or (previous is not None and _float_changed(previous, value)))
+        if dynamic:
+            self.shapes.dynamic_floats.add(place)
+        return dynamic
+
+
+def _float_changed(a: float, b: float) -> bool:
+    return repr(a) != repr(b)  # (-0.0 and 0.0 differ, nan is nan)

@@ -73,6 +73,7 @@ class ShapeEnv:
         self._decided: dict[sympy.Basic, bool] = {}
         self._by_hint: dict[int, sympy.Symbol] = {}  # duck sizing: equal sizes share a symbol
         self.unbacked: dict[sympy.Symbol, str] = {}  # u0, u1, ...: data-dependent sizes -> the op that made them
+        self.nonzero_counts: dict = {}  # id(tensor) -> (tensor, its version, u): one count per mask (unbacked.py)
         self.unbacked_failed: str | None = None  # set where a fact about one was needed: trace again without them
 
     # ---- symbols -----------------------------------------------------------------------------

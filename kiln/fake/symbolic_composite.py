@@ -14,6 +14,7 @@ import operator
 import torch
 from torch.overrides import TorchFunctionMode
 
+from kiln.fake import symbolic_upsample
 from kiln.fake.symbolic_meta import has_symbolic_tensor
 
 aten = torch.ops.aten
@@ -235,6 +236,7 @@ FUNCTION_RULES = {
     torch._C._nn.scaled_dot_product_attention: (_sdpa_args, scaled_dot_product_attention),
     torch.max_pool1d: (_max_pool1d_args, max_pool1d),
     torch.nn.functional.max_pool1d: (_functional_max_pool1d_args, max_pool1d),
+    torch.nn.functional.interpolate: (symbolic_upsample.interpolate_args, symbolic_upsample.interpolate),
 }
 # the same ops where they reach a dispatch mode (AOT tracing) as ATen ops
 ATEN_RULES = {aten.matmul.default: matmul, aten.linear.default: linear, aten.max_pool1d.default: max_pool1d}

@@ -701,3 +701,6 @@ def pointwise_fallback(func, args, kwargs):
     if not isinstance(out, torch.Tensor):
         raise SymbolicShapeUnsupported(func, "a pointwise op with several results")
     return _new_row_major(shape, out.dtype)
+
+
+from kiln.fake import symbolic_upsample as _upsample  # noqa: E402,F401  (its RULES: upsample ops)

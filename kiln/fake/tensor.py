@@ -19,7 +19,7 @@ from kiln.errors import KilnError
 from kiln.fake.fast_meta import fast_meta
 from kiln.fake.symbolic_meta import SymbolicShapeUnsupported, has_symbolic_tensor, pointwise_fallback, symbolic_meta
 from kiln.fake.tree import leaves, map_leaves
-from kiln.fake.unbacked import active_env, is_mask_index, unbacked_meta
+from kiln.fake.unbacked import active_env, count_source, is_mask_index, unbacked_meta
 
 aten = torch.ops.aten
 prim = torch.ops.prim
@@ -306,10 +306,11 @@ def _run_unbacked(func, args, kwargs):
     """A data-dependent op's fake result with unbacked sizes (kiln/fake/unbacked.py), or None."""
     if active_env() is None:
         return None
+    source = count_source(func, args, kwargs)  # (the fake itself: one count per tensor and version)
     args = map_leaves(lambda x: meta_alias(x) if isinstance(x, FakeTensor) else x, args)
     kwargs = map_leaves(lambda x: meta_alias(x) if isinstance(x, FakeTensor) else x, kwargs)
     with _kernel_context():
-        return unbacked_meta(func, args, kwargs)
+        return unbacked_meta(func, args, kwargs, source)
 
 
 def _run_symbolic(func, args, kwargs):

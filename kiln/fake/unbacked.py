@@ -51,8 +51,63 @@ def _static_upper(x) -> int | None:
 
 
 def _count(env, what: str, x):
-    """A fresh unbacked size for ``what`` of ``x``: between 0 and x's element count (where that is static)."""
-    return env.symint(env.create_unbacked(what, 0, _static_upper(x)))
+    """The unbacked size for ``what`` of ``x``: between 0 and x's element count (where that is static).
+    A count of the nonzero elements of a tensor the op reads (``count_source``) is one symbol for every
+    op that counts the same tensor at the same version (``pred[m] - target[m]``: both sizes are ``u0``)."""
+    source = getattr(_state, "count_source", None)
+    version = _version_of(source)
+    counts = env.nonzero_counts  # id(tensor) -> (tensor, version, symbol)
+    if version is not None:
+        known = counts.get(id(source))
+        if known is not None and known[0] is source and known[1] == version:
+            return env.symint(known[2])
+    symbol = env.create_unbacked(what, 0, _static_upper(x))
+    if version is not None:
+        counts[id(source)] = (source, version, symbol)  # (holding the tensor: its id is not reused)
+    return env.symint(symbol)
+
+
+def _version_of(t):
+    """``t``'s version counter (bumped by in-place ops on it and its views), or None (no tensor, or an
+    inference tensor, which has none: its counts are never shared)."""
+    if t is None:
+        return None
+    try:
+        return t._version
+    except RuntimeError:
+        return None
+
+
+def count_source(func, args, kwargs):
+    """The tensor (as the caller holds it: the fake) whose number of nonzero elements is the size
+    ``func`` makes: ``nonzero(t)``, ``x[mask]`` (one mask), ``masked_select(x, mask)`` with the mask's
+    shape exactly x's (no broadcast). None for anything else (``unique``: a fresh symbol)."""
+    if func is aten.nonzero.default:
+        return args[0] if args and isinstance(args[0], torch.Tensor) else None
+    if func is aten.index.Tensor:
+        indices = args[1] if len(args) > 1 else kwargs.get("indices", ())
+        present = [t for t in indices or () if t is not None]
+        if len(present) == 1 and isinstance(present[0], torch.Tensor) and present[0].dtype in (torch.bool, torch.uint8):
+            return present[0]
+        return None
+    if func is aten.masked_select.default and len(args) == 2 and not kwargs:
+        x, mask = args
+        if isinstance(mask, torch.Tensor) and _same_sizes(x.shape, mask.shape):
+            return mask
+    return None
+
+
+def _same_sizes(a, b) -> bool:
+    """Structurally equal shapes (the same ints and the same symbolic expressions; no guard)."""
+    if len(a) != len(b):
+        return False
+    for m, n in zip(a, b):
+        if isinstance(m, torch.SymInt) or isinstance(n, torch.SymInt):
+            if not (isinstance(m, torch.SymInt) and isinstance(n, torch.SymInt) and m.node.expr == n.node.expr):
+                return False
+        elif m != n:
+            return False
+    return True
 
 
 def nonzero(env, x):
@@ -66,7 +121,7 @@ def masked_select(env, x, mask):
     shape = torch.broadcast_shapes(x.shape, mask.shape) if not _symbolic(x, mask) else None
     if shape is None and tuple(x.shape) != tuple(mask.shape):
         return None  # (a broadcast of symbolic sizes: refused, the graph breaks)
-    n = env.symint(env.create_unbacked("masked_select", 0, _static_upper(mask)))
+    n = _count(env, "masked_select", mask)
     return torch.empty((n,), dtype=x.dtype, device="meta")
 
 
@@ -85,7 +140,7 @@ def index_with_mask(env, x, indices):
         if mask.shape[d] != x.shape[k + d]:  # (decided statically or guarded on backed sizes)
             raise IndexError(f"The shape of the mask {tuple(mask.shape)} at index {d} does not match the shape "
                              f"of the indexed tensor {tuple(x.shape)} at index {k + d}")
-    n = env.symint(env.create_unbacked("index by a mask", 0, _static_upper(mask)))
+    n = _count(env, "index by a mask", mask)
     shape = list(x.shape[:k]) + [n] + list(x.shape[k + mask.dim():])
     return torch.empty(shape, dtype=x.dtype, device="meta")
 
@@ -125,12 +180,22 @@ RULES = {
 }
 
 
-def unbacked_meta(func, args, kwargs):
+def unbacked_meta(func, args, kwargs, source=None):
     """The fake result of a data-dependent op with unbacked sizes, or None (no env is active, or the
-    op or its arguments are not covered: the caller breaks the graph as before)."""
+    op or its arguments are not covered: the caller breaks the graph as before). ``source``: the
+    caller's ``count_source`` of the op (its meta arguments here are fresh aliases)."""
     env = active_env()
     if env is None:
         return None
+    saved = getattr(_state, "count_source", None)
+    _state.count_source = source
+    try:
+        return _unbacked_rule(env, func, args, kwargs)
+    finally:
+        _state.count_source = saved
+
+
+def _unbacked_rule(env, func, args, kwargs):
     if func is aten.index.Tensor:
         x, indices = args[0], args[1] if len(args) > 1 else kwargs.get("indices")
         if not any(isinstance(t, torch.Tensor) and t.dtype in (torch.bool, torch.uint8) for t in indices):

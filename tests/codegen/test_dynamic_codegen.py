@@ -219,12 +219,16 @@ def test_triton_transpose_with_symbolic_sizes_is_tiled(monkeypatch, symbolic_x):
 @triton_interpreted
 def test_triton_softmax_symbolic_rows(monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "1")
+    b, out = _softmax_over_symbolic_rows()
+    run_sizes(b, b.module(out), target="triton-interpreted", triton_max_block=4)
+
+
+def _softmax_over_symbolic_rows():
     b = GraphBuilder()
     x = b.input(lambda n: torch.randn(3, n), dims=(1,))
     mx = b.op(aten.amax.default, x, [-1], True)
     ex = b.op(aten.exp.default, b.op(aten.sub.Tensor, x, mx))
-    out = b.op(aten.div.Tensor, ex, b.op(aten.sum.dim_IntList, ex, [-1], True))
-    run_sizes(b, b.module(out), target="triton-interpreted", triton_max_block=4)
+    return b, b.op(aten.div.Tensor, ex, b.op(aten.sum.dim_IntList, ex, [-1], True))
 
 
 @triton_interpreted
@@ -340,3 +344,44 @@ def test_constant_pad_by_a_symbolic_amount():
     y = b.op(aten.constant_pad_nd.default, x, [1, pad], 0.5)
     run_sizes(b, b.module(y), sizes=(8, 5, 13, 34))
     assert b.env.guards == []
+
+
+@triton_interpreted
+def test_triton_reduction_over_a_symbolic_row_is_persistent_under_a_shape_guard(monkeypatch):
+    """A row that fits ``triton_persistent_max`` at the hint: the persistent style (one block per row,
+    no loop), kept sound by the guard ``s0 <= persistent_max`` in the graph's ShapeEnv."""
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    b, out = _softmax_over_symbolic_rows()
+    cg = run_sizes(b, b.module(out), target="triton-interpreted", sizes=(8, 5, 13, 16), triton_persistent_max=16)
+    styles = {k.style for k in cg.kernels.values()}
+    assert styles == {"persistent"}, cg.source
+    assert [str(g.fact) for g in b.env.guards] == ["s0 <= 16"], b.env.guards
+    assert "for roffset" not in cg.source
+
+
+@triton_interpreted
+def test_triton_reduction_whose_hint_is_over_the_limit_is_looped_without_guard(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    b = GraphBuilder()
+    x = b.input(lambda n: torch.randn(3, n + 20), dims=(1,))
+    total = b.op(aten.sum.dim_IntList, b.op(aten.exp.default, x), [-1])
+    cg = run_sizes(b, b.module(total), target="triton-interpreted", sizes=(8, 5, 13, 60), triton_persistent_max=16)
+    assert {k.style for k in cg.kernels.values()} == {"looped"}, cg.source
+    assert b.env.guards == []
+
+
+def test_persistent_fits_decides_statically_where_it_can():
+    from kiln.codegen.triton.persistent import persistent_fits
+    from kiln.loopir.sizes import size_context
+
+    env = ShapeEnv()
+    x = symbolic_fake(torch.randn(8, 6), env, "L['x']", {0, 1})
+    with size_context(env):
+        s0, s1 = (s.node.expr for s in x.shape)
+        assert persistent_fits([12, 16], 16) and not persistent_fits([17], 16)
+        assert not persistent_fits([s0, s1], 4096)  # neither is the longest for every size: looped
+        assert env.guards == []
+        assert persistent_fits([2 * s0, s0], 4096)  # 2*s0 >= s0 always: guarded on 2*s0 only
+        assert [str(g.fact) for g in env.guards] == ["2*s0 <= 4096"]
+        assert not persistent_fits([s1 * 1000], 4096)  # hint 6000: looped, no guard
+        assert len(env.guards) == 1

@@ -149,8 +149,12 @@ def test_off_by_default_recompiles_per_value(backend):
 def test_bool_and_float_stay_constants(backend):
     def f(x, flag, scale):
         return x * scale if flag else x - scale
-    c = run(f, lambda v: (X, v % 2 == 0, float(v)), (4, 7, 9), backend, dynamic=True)
+    c = run(f, lambda v: (X, v % 2 == 0, float(v)), (4, 7, 9), backend, dynamic=True,
+            options={**ON, "dynamic_floats": False})
     assert compiles(c) == 3
+    # with float arguments as graph inputs (Options.dynamic_floats, the default) only the bool is a constant
+    c = run(f, lambda v: (X, v % 2 == 0, float(v)), (4, 7, 9), backend, dynamic=True)
+    assert compiles(c) == 2
 
 
 def test_int_attribute_of_module(backend):

@@ -106,7 +106,6 @@ def test_sdpa_causal_dynamic_seq(backend):
     check(f, lambda n: tuple(torch.randn(1, 2, n, 4) for _ in range(3)), backend, graphs=2)
 
 
-@pytest.mark.parametrize("backend", backends(xfail={"eager": "F.interpolate(scale_factor=2): aten.size.default on symbolic sizes hits INTERNAL ASSERT 'dispatch_on_subclass', retraces static"}))
 def test_interpolate_scale_factor(backend):
     def f(x):
         return F.interpolate(x, scale_factor=2, mode="nearest")

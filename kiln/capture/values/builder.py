@@ -76,6 +76,12 @@ def _wrap(tx, value, source, qualname) -> Value:
             symbolic = tx.output.add_int_input(source, value)  # Options.dynamic_ints (None: a constant)
             if symbolic is not None:
                 return symbolic
+        if type(value) is float and _int_place(source):
+            from kiln.capture.values.symbolic_float import add_float_input
+
+            symbolic = add_float_input(tx.output, source, value)  # Options.dynamic_floats (None: a constant)
+            if symbolic is not None:
+                return symbolic
         if type(value) in SCALAR_TYPES and source is not None and not isinstance(source, ConstantSource):
             guards.type(source, value)  # its value is guarded where it is used (values/scalars.py)
             return UnguardedScalar(value, source, guards)

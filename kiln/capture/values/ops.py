@@ -15,6 +15,7 @@ from kiln.capture.values.dict_views import DictViewValue
 from kiln.capture.values.iterators import IteratorValue
 from kiln.capture.values.scalars import PURE_OPERATORS, defer
 from kiln.capture.values.symbolic import concat_sizes, symbolic_binary, symbolic_unary
+from kiln.capture.values.symbolic_float import float_binary, float_unary, tensor_float_binary
 from kiln.capture.values.tensors import TensorValue
 
 _DUNDER = {
@@ -34,10 +35,15 @@ def binary_op(tx, op: Callable, a: Value, b: Value) -> Value:
     if isinstance(a, numpy_values.NDArrayValue) or isinstance(b, numpy_values.NDArrayValue):
         return numpy_values.binary_op(tx, op, a, b)  # NumPy's semantics (values/numpy_values.py)
     if isinstance(a, TensorValue) or isinstance(b, TensorValue):
+        dynamic_float = tensor_float_binary(tx, op, a, b)  # a float argument as a graph input
+        if dynamic_float is not None:
+            return dynamic_float
         if op in INPLACE_TO_PLAIN and not isinstance(a, TensorValue):
             op = INPLACE_TO_PLAIN[op]  # number += tensor rebinds the name to a new tensor
         return tx.output.call("call_function", op, [a, b], {})
     symbolic = symbolic_binary(tx, op, a, b)  # sizes of dynamic dims stay symbolic (values/symbolic.py)
+    if symbolic is None:
+        symbolic = float_binary(tx, op, a, b)  # float arguments as graph inputs (values/symbolic_float.py)
     if symbolic is None and op in (operator.add, operator.iadd):
         symbolic = concat_sizes(a, b)
     if symbolic is not None:
@@ -322,6 +328,8 @@ def unary_op(tx, op: Callable, a: Value) -> Value:
     if isinstance(a, TensorValue):
         return tx.output.call("call_function", op, [a], {})
     symbolic = symbolic_unary(tx, op, a)
+    if symbolic is None:
+        symbolic = float_unary(tx, op, a)
     if symbolic is not None:
         return symbolic
     if op is operator.not_:

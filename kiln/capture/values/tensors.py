@@ -115,6 +115,12 @@ class TensorMethodValue(Value):
         if tx.output.retired:
             check_not_retired(tx, self.tensor)
         name, ex = self.name, self.tensor.example
+        if len(args) == 1 and not kwargs:  # x.mul(lr), x.add_(s): a float argument as a graph input
+            from kiln.capture.values.symbolic_float import float_method
+
+            result = float_method(tx, self.tensor, name, args[0])
+            if result is not None:
+                return result
         if name == "numpy":  # an ndarray sharing the tensor's memory (values/numpy_values.py)
             from kiln.capture.values.numpy_values import tensor_as_ndarray
 

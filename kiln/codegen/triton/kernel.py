@@ -28,6 +28,7 @@ import sympy
 
 from kiln.codegen.common import kernel_name, kernel_params, mark_updated_in_place, print_index_py, provenance
 from kiln.codegen.triton.online import OnlineMaxSumOps, online_pairs
+from kiln.codegen.triton.persistent import persistent_fits
 from kiln.codegen.triton.ops import TritonOps
 from kiln.loopir.handlers import iteration_vars, run_body
 from kiln.loopir.index import ModularIndexing, linear_index, simplify_with_ranges, var
@@ -110,8 +111,8 @@ def fusable(members, k: int, persistent_max: int = PERSISTENT_MAX) -> bool:
                 return False
             needs_persistent |= block_of(producer, k)[1] != 1
     inner = max(hint(prod(inner_sizes(m, k))) for m in members)
-    if needs_persistent:  # a symbolic inner size cannot be persistent (RBLOCK must cover it)
-        return inner <= persistent_max and not any(any_symbolic(inner_sizes(m, k)) for m in members)
+    if needs_persistent:  # (a symbolic inner size: persistent under the guard that it fits one block)
+        return persistent_fits([prod(inner_sizes(m, k)) for m in members], persistent_max)
     if not any(m.is_reduction for m in members) and inner > 1:
         # Pointwise members of different shapes side by side over shared outer loops (RoPE's q and k
         # over (batch, kv-head)): the fusion only shares reads, while the kernel runs one program per
@@ -376,7 +377,7 @@ def generate_kernel(group: FusedGroup, buffers: dict, index: int, persistent_max
     row = not all(not m.is_reduction and len(m.ranges) == k for m in group.members)
     inners = [prod(inner_sizes(m, k)) for m in group.members] if row else [1]
     rnumel = max(inners, key=hint)
-    persistent = not any_symbolic(inners) and rnumel <= persistent_max
+    persistent = persistent_fits(inners, persistent_max)
     style = "pointwise" if not row else ("persistent" if persistent else "looped")
     if not fusable(group.members, k, persistent_max):
         raise NotImplementedError(f"Triton cannot generate group {[m.name for m in group.members]} at depth {k}")
