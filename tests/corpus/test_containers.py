@@ -397,6 +397,7 @@ def test_a_dict_keyed_by_a_tensor_made_in_the_graph_is_returned():
     assert list(d) == [y] and list(d)[0] is y and torch.equal(y, x + 1)
 
 
+@dynamo_bug("str() of the KeyError from {}.popitem() lacks the quotes eager's has (torch 2.13)", strict=False)
 def test_dict_clear_and_popitem():
     def fn(x, d):
         a = dict(d)

@@ -7,7 +7,7 @@ from typing import Optional
 
 import torch
 
-from .harness import check, compile_fn, CountingBackend, reset
+from .harness import check, dynamo_bug, compile_fn, CountingBackend, reset
 
 
 def _t(*shape, seed=0):
@@ -135,6 +135,7 @@ class Hyper:
     momentum: float = 0.9
 
 
+@dynamo_bug("Unsupported: dataclass fields failure for the class itself under fullgraph (torch 2.13)", strict=False)
 def test_dataclasses_fields_of_argument_and_class():
     def fn(x, h):
         names = [f.name for f in dataclasses.fields(h)]
