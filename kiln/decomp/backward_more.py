@@ -81,6 +81,18 @@ def native_group_norm_backward(grad, x, mean, rstd, weight, n, c, hxw, group, ou
     return grad_x, grad_w, grad_b
 
 
+@decomposition(aten._weight_norm_interface.default)
+def weight_norm_interface(v, g, dim=0):
+    """(w, norms): norms = |v| over every dim but ``dim`` (kept), w = v (g / norms)."""
+    if dim < 0 or v.dim() == 0:
+        return NotImplemented
+    others = [i for i in range(v.dim()) if i != dim]
+    vf = upcast(v)
+    norms = aten.sqrt.default(aten.sum.dim_IntList(aten.mul.Tensor(vf, vf), others, True)) if others else aten.abs.default(vf)
+    w = aten.mul.Tensor(vf, aten.div.Tensor(upcast(g), norms))
+    return to_dtype(w, v.dtype), norms  # (norms stay float32 for half/bfloat16, as eager's)
+
+
 @decomposition(aten._weight_norm_interface_backward.default)
 def weight_norm_interface_backward(grad_w, saved_v, saved_g, saved_norms, dim):
     """w = g v / |v| (norm over every dim but ``dim``): grad_g = sum(gw v) / |v|,

@@ -96,6 +96,8 @@ def more_cases(dt):
         (aten.native_group_norm_backward.default, (gg, xg, mean, rstd, None, 2, 6, 15, 3, [True, False, False])),
         (aten._weight_norm_interface_backward.default, (r(4, 3, 2, dtype=dt), v, gn, norms, 0)),
         (aten._weight_norm_interface_backward.default, (r(3, 5, dtype=dt), v2, g2, norms2, 1)),
+        (aten._weight_norm_interface.default, (v, gn, 0)),
+        (aten._weight_norm_interface.default, (v2, g2, 1)),
         (aten.masked_scatter_backward.default, (g, mask, [5, 20])),
         (aten.masked_scatter_backward.default, (g, mask[0, 0], [3, 4, 6])),  # a broadcast mask
     ]
