@@ -1,0 +1,98 @@
+"""Decomposition: ``grid_sampler_2d`` (``F.grid_sample`` on 4-D inputs), bilinear and nearest, with
+zeros, border and reflection padding, corners aligned or not -- as ATen's vectorized CPU kernel
+computes it (GridSamplerKernel.cpp): coordinates unnormalized as ``(g + 1) * s`` (minus 0.5 without
+aligned corners), clipped or reflected by the padding mode, then the corners gathered (out-of-bounds
+corners read 0 under zeros padding) and summed with the same weights in the same order.
+Bicubic and other dtypes than float32/float64 stay whole (ATen's kernel).
+"""
+from __future__ import annotations
+
+import torch
+
+from kiln.decomp.registry import decomposition
+
+aten = torch.ops.aten
+
+BILINEAR, NEAREST = 0, 1
+ZEROS, BORDER, REFLECTION = 0, 1, 2
+
+
+def _scalar(value, like):
+    return aten.scalar_tensor.default(value, dtype=like.dtype, device=like.device)
+
+
+def _reflect(coord, size: int, align_corners: bool):
+    """ATen's reflect_coordinates: mirror into [low, low + span] (span = size - 1 with aligned corners,
+    else size, low = -0.5)."""
+    twice_span = 2 * (size - 1) if align_corners else 2 * size
+    if twice_span <= 0:
+        return aten.mul.Scalar(coord, 0)
+    low = 0.0 if align_corners else -0.5
+    shifted = aten.abs.default(aten.sub.Scalar(coord, low) if low else coord)
+    flips = aten.trunc.default(aten.div.Scalar(shifted, twice_span))
+    extra = aten.sub.Tensor(shifted, aten.mul.Scalar(flips, twice_span))
+    folded = aten.minimum.default(extra, aten.rsub.Scalar(extra, twice_span))
+    return aten.add.Scalar(folded, low) if low else folded
+
+
+def source_coordinate(g, size: int, padding_mode: int, align_corners: bool):
+    """Input coordinate (float) of normalized grid coordinate ``g`` along a dim of ``size``."""
+    if align_corners:
+        coord = aten.mul.Scalar(aten.add.Scalar(g, 1), (size - 1) / 2)
+    else:
+        coord = aten.sub.Scalar(aten.mul.Scalar(aten.add.Scalar(g, 1), size / 2), 0.5)
+    if padding_mode == REFLECTION:
+        coord = _reflect(coord, size, align_corners)
+    if padding_mode in (BORDER, REFLECTION):  # clip_coordinates: min(size - 1, max(coord, 0)), NaN kept
+        coord = aten.minimum.default(aten.maximum.default(coord, _scalar(0, coord)), _scalar(size - 1, coord))
+    return coord
+
+
+def _corner(x, n_index, c_index, xi, yi, check_bounds: bool):
+    """x[n, c, yi, xi] as (N, C, Ho, Wo), 0 where (xi, yi) is outside the input (with ``check_bounds``;
+    float coordinates compared, as ATen compares their int conversions: NaN and huge values are outside)."""
+    height, width = x.shape[2], x.shape[3]
+    inside = None
+    if check_bounds:
+        inside = aten.logical_and.default(
+            aten.logical_and.default(aten.gt.Scalar(xi, -1), aten.lt.Scalar(xi, width)),
+            aten.logical_and.default(aten.gt.Scalar(yi, -1), aten.lt.Scalar(yi, height)))
+    # a safe place to read where the corner is outside (or NaN): its value is masked
+    xs = aten.clamp.default(aten.where.self(aten.eq.Tensor(xi, xi), xi, _scalar(0, xi)), 0, width - 1)
+    ys = aten.clamp.default(aten.where.self(aten.eq.Tensor(yi, yi), yi, _scalar(0, yi)), 0, height - 1)
+    to_index = lambda t: aten.unsqueeze.default(aten._to_copy.default(t, dtype=torch.int64), 1)  # noqa: E731
+    value = aten.index.Tensor(x, [n_index, c_index, to_index(ys), to_index(xs)])
+    if inside is None:
+        return value
+    return aten.where.self(aten.unsqueeze.default(inside, 1), value, _scalar(0, value))
+
+
+@decomposition(aten.grid_sampler_2d.default)
+def grid_sampler_2d(x, grid, interpolation_mode, padding_mode, align_corners):
+    if (x.dtype not in (torch.float32, torch.float64) or grid.dtype != x.dtype or x.dim() != 4
+            or interpolation_mode not in (BILINEAR, NEAREST) or padding_mode not in (ZEROS, BORDER, REFLECTION)
+            or any(isinstance(s, torch.SymInt) for s in list(x.shape) + list(grid.shape)) or x.numel() == 0
+            or grid.numel() == 0):
+        return NotImplemented
+    n, c, height, width = x.shape
+    ix = source_coordinate(aten.select.int(grid, 3, 0), width, padding_mode, align_corners)  # (N, Ho, Wo)
+    iy = source_coordinate(aten.select.int(grid, 3, 1), height, padding_mode, align_corners)
+    n_index = aten.view.default(aten.arange.start_step(0, n, 1, dtype=torch.int64, device=x.device), [n, 1, 1, 1])
+    c_index = aten.view.default(aten.arange.start_step(0, c, 1, dtype=torch.int64, device=x.device), [1, c, 1, 1])
+    # the corners are bounds-checked under every padding mode (the east and south corners of a clipped
+    # coordinate on the last row or column fall outside; their weight is 0)
+    check = True
+    if interpolation_mode == NEAREST:
+        xr, yr = aten.round.default(ix), aten.round.default(iy)  # half to even, as nearbyint
+        return _corner(x, n_index, c_index, xr, yr, check)
+    x_w, y_n = aten.floor.default(ix), aten.floor.default(iy)
+    w, n_ = aten.sub.Tensor(ix, x_w), aten.sub.Tensor(iy, y_n)
+    e, s = aten.rsub.Scalar(w, 1), aten.rsub.Scalar(n_, 1)
+    x_e, y_s = aten.add.Scalar(x_w, 1), aten.add.Scalar(y_n, 1)
+    weights = [aten.mul.Tensor(s, e), aten.mul.Tensor(s, w), aten.mul.Tensor(n_, e), aten.mul.Tensor(n_, w)]
+    corners = [(x_w, y_n), (x_e, y_n), (x_w, y_s), (x_e, y_s)]  # nw, ne, sw, se
+    out = None
+    for (xi, yi), weight in zip(corners, weights):
+        term = aten.mul.Tensor(_corner(x, n_index, c_index, xi, yi, check), aten.unsqueeze.default(weight, 1))
+        out = term if out is None else aten.add.Tensor(out, term)
+    return out
