@@ -106,6 +106,8 @@ _LIBRARY_OP_WORDS = re.compile(
 def is_library_call(extern: str) -> bool:
     """``extern`` ("op: reason", as the sweep records it) is a library call by nature, not a fallback."""
     op, _, reason = extern.partition(": ")
+    if op.split(".")[0] not in ("aten", "prims", ""):  # a custom op (torch.library): the user's kernel
+        return True
     return any(word in reason for word in LIBRARY_REASONS) or bool(_LIBRARY_OP_WORDS.match(op + "."))
 
 

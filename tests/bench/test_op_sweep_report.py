@@ -45,7 +45,9 @@ def test_library_calls_sorted_by_one_rule_for_both_compilers():
                "aten.convolution.default: ExternKernelAlloc", "aten.randint.low_out: RandomSeeds",
                "aten.linalg_inv_ex.default: FallbackKernel", "aten._fft_r2c.default: no lowering",
                "aten._scaled_dot_product_flash_attention_backward.default: FallbackKernel",
-               "mkldnn._convolution_pointwise.default: ExternKernelAlloc"]
+               "mkldnn._convolution_pointwise.default: ExternKernelAlloc",
+               "torch_nn._linear_cross_entropy_batch_chunked_no_reduction.default: FallbackKernel",
+               "mylib.add.default: custom op mylib::add (the user's kernel)"]
     fallbacks = ["aten.cumsum.default: FallbackKernel", "aten.scatter_reduce_.two: ScatterFallback",
                  "aten.index_put_.default: IndexPutFallback", "aten.mmx.default: FallbackKernel",
                  "aten.max_pool2d_with_indices_backward.default: no lowering"]
