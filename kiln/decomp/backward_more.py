@@ -125,3 +125,37 @@ def masked_scatter_backward(grad, mask, sizes):
     zeros = aten.full.default([numel + 1], 0, dtype=grad.dtype, device=grad.device)
     out = aten.scatter_add.default(zeros, 0, place, flat)
     return aten.reshape.default(aten.slice.Tensor(out, 0, 0, numel), list(sizes))
+
+
+@decomposition(aten._cdist_backward.default)
+def cdist_backward(grad, x1, x2, p, cdist):
+    """The gradient of ``cdist(x1, x2, p)`` for x1: sum over x2's rows of ATen's per-pair term
+    (Distance.cpp: 0 for p=0, sign(diff) for 1, diff/dist for 2, sign(diff) |diff|^(p-1) / dist^(p-1)
+    otherwise, sign(diff) where |diff| is the distance for inf; 0 where the distance is 0)."""
+    batch = list(grad.shape[:-2])
+    if (list(x1.shape[:-2]) != batch or list(x2.shape[:-2]) != batch or not x1.is_floating_point()
+            or any(isinstance(s, torch.SymInt) for s in list(x1.shape) + list(x2.shape))):
+        return NotImplemented
+    diff = aten.sub.Tensor(aten.unsqueeze.default(x1, -2), aten.unsqueeze.default(x2, -3))  # (..., M, N, D)
+    g = aten.unsqueeze.default(grad, -1)
+    dist = aten.unsqueeze.default(cdist, -1)
+    zero = scalar_like(0, diff)
+    if p == 0:
+        return aten.mul.Scalar(x1, 0)
+    if p == 1:
+        term = aten.mul.Tensor(aten.sign.default(diff), g)
+    elif p == 2:
+        term = aten.where.self(aten.eq.Scalar(dist, 0), zero, aten.div.Tensor(aten.mul.Tensor(g, diff), dist))
+    elif p == float("inf"):
+        hit = aten.rsub.Scalar(aten.clamp_max.default(aten.ceil.default(
+            aten.abs.default(aten.sub.Tensor(aten.abs.default(diff), dist))), 1), 1)
+        term = aten.mul.Tensor(aten.mul.Tensor(g, aten.sign.default(diff)), hit)
+    else:
+        power = aten.pow.Tensor_Scalar(aten.abs.default(diff), p - 1 if p < 2 else p - 2)
+        scaled = aten.mul.Tensor(aten.sign.default(diff) if p < 2 else diff, power)
+        value = aten.div.Tensor(aten.mul.Tensor(scaled, g), aten.pow.Tensor_Scalar(dist, p - 1))
+        skip = aten.eq.Scalar(dist, 0)
+        if p < 1:
+            skip = aten.logical_or.default(skip, aten.eq.Scalar(diff, 0))
+        term = aten.where.self(skip, zero, value)
+    return aten.sum.dim_IntList(term, [-2])

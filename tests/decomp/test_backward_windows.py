@@ -100,7 +100,20 @@ def more_cases(dt):
         (aten._weight_norm_interface.default, (v2, g2, 1)),
         (aten.masked_scatter_backward.default, (g, mask, [5, 20])),
         (aten.masked_scatter_backward.default, (g, mask[0, 0], [3, 4, 6])),  # a broadcast mask
-    ]
+    ] + cdist_cases(dt)
+
+
+def cdist_cases(dt):
+    if dt == torch.bfloat16:
+        return []  # (no CPU cdist for bfloat16)
+    x1, x2 = r(2, 4, 3, dtype=dt, seed=11), r(2, 5, 3, dtype=dt, seed=12)
+    x2[0, 0] = x1[0, 0]  # a zero distance
+    x2[1, 1, 0] = x1[1, 2, 0]  # a zero difference
+    cases = []
+    for p in (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, float("inf")):
+        dist = aten._cdist_forward.default(x1, x2, p, None)
+        cases.append((aten._cdist_backward.default, (r(2, 4, 5, dtype=dt, seed=13), x1, x2, p, dist)))
+    return cases
 
 
 @pytest.mark.parametrize("family", [pooling_cases, upsample_cases, pad_cases, more_cases], ids=lambda f: f.__name__)

@@ -75,3 +75,8 @@ def test_unfold_norm_and_activation_backward():
 def test_masked_scatter_backward():
     x, mask, src = torch.randn(3, 4), torch.rand(3, 4) > 0.5, torch.randn(15)
     check_training(lambda x, m, s: x.masked_scatter(m, s) * 2, x, mask, src)
+
+
+def test_cdist_backward():
+    a, b = torch.randn(2, 4, 3), torch.randn(2, 5, 3)
+    check_training(lambda a, b: [torch.cdist(a, b, p=1.5), torch.cdist(a, b, p=2.0) * 2, torch.cdist(a, b, p=1.0)], a, b)
