@@ -56,12 +56,24 @@ def _histc_cases():
 
 def test_histc_matches_aten():
     for x, bins, lo, hi in _histc_cases():
-        finite = x[~x.isnan()] if lo == hi else x  # (ATen's data range is over the values; NaN makes it NaN)
-        expected = torch.histc(finite, bins, lo, hi)
-        got = TABLE[aten.histc.default](finite, bins, lo, hi)
+        got = TABLE[aten.histc.default](x, bins, lo, hi)
+        if lo == hi:  # the data's range: eager raises where it is not finite, so ATen's kernel runs it
+            assert got is NotImplemented
+            continue
+        expected = torch.histc(x, bins, lo, hi)
         torch.testing.assert_close(got, expected, atol=0, rtol=0, msg=lambda m: f"{bins, lo, hi}: {m}")
+    assert TABLE[aten.histc.default](x, 4, 1.0, float("inf")) is NotImplemented
+
+
+def test_histc_data_range_formula():
+    from kiln.decomp.histogram import data_range
+
+    for x in (torch.tensor([3.0, -1.5, 2.0]), torch.full((4,), 2.5)):
+        lo, hi = data_range(x)
+        want = (x.min() - 1, x.max() + 1) if x.min() == x.max() else (x.min(), x.max())
+        assert (lo.item(), hi.item()) == (want[0].item(), want[1].item())
 
 
 def test_histc_end_to_end():
     x = torch.randn(8, 30, generator=torch.Generator().manual_seed(2))
-    check(lambda t: [torch.histc(t * 2, 12, -2.0, 3.0), torch.histc(t.abs(), 5), torch.histc(t.round(), 4, 0, 0)], x)
+    check(lambda t: [torch.histc(t * 2, 12, -2.0, 3.0), torch.histc(t.abs(), 5, 0.0, 1.5), torch.histc(t.round(), 4, -1, 1)], x)
