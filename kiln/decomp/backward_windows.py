@@ -1,5 +1,5 @@
 """Decompositions: the backward ops of window and resampling ops (average and adaptive pooling,
-nearest/linear upsampling, reflection/replication padding, ``Tensor.unfold``).
+nearest/linear/bicubic upsampling, reflection/replication padding, ``Tensor.unfold``).
 
 Each of these forward ops reads, along every dim it changes, some input positions for each output
 position: a separable gather. Its backward is the transposed gather: every input position adds up
@@ -246,6 +246,44 @@ def upsample_bilinear2d_backward(grad, output_size, input_size, align_corners, s
 def upsample_trilinear3d_backward(grad, output_size, input_size, align_corners, scales_d=None, scales_h=None,
                                   scales_w=None):
     return _upsample_linear_backward(grad, output_size, input_size, align_corners, [scales_d, scales_h, scales_w])
+
+
+_A = -0.75  # Keys' cubic, as ATen's
+
+
+def cubic_sources(o: int, in_size: int, out_size: int, align_corners: bool, scale):
+    """[(input position, weight)] of the four taps of bicubic output ``o`` (ATen's
+    get_cubic_upsample_coefficients on the unclamped source coordinate, taps clamped to the edge)."""
+    if align_corners:
+        s = _f32((in_size - 1) / (out_size - 1)) if out_size > 1 else 0.0
+        real = _f32(o * s)
+    else:
+        s = _f32(1.0 / scale) if scale is not None and scale > 0 else _f32(_f32(in_size) / out_size)
+        real = _f32(_f32(_f32(o + 0.5) * s) - 0.5)
+    base = math.floor(real)
+    t = _f32(real - base)
+
+    def near(x):
+        return _f32(_f32(_f32(_f32(_f32((_A + 2) * x) - (_A + 3)) * x) * x) + 1.0)
+
+    def far(x):
+        return _f32(_f32(_f32(_f32(_f32(_f32(_A * x) - 5 * _A) * x) + 8 * _A) * x) - 4 * _A)
+
+    u = _f32(1.0 - t)
+    weights = (far(_f32(t + 1.0)), near(t), near(u), far(_f32(u + 1.0)))
+    return [(min(max(base - 1 + k, 0), in_size - 1), w) for k, w in enumerate(weights)]
+
+
+@decomposition(aten.upsample_bicubic2d_backward.default)
+def upsample_bicubic2d_backward(grad, output_size, input_size, align_corners, scales_h=None, scales_w=None):
+    if len(input_size) != 4:
+        return NotImplemented
+    scales = [scales_h, scales_w]
+
+    def pairs(i, length, out):
+        return [(o, src, w) for o in range(out) for src, w in cubic_sources(o, length, out, align_corners, scales[i])]
+
+    return _separable_backward(grad, list(input_size), 2, pairs)
 
 
 # padding and unfold ---------------------------------------------------------------------------------

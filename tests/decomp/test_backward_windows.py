@@ -55,6 +55,8 @@ def upsample_cases(dt):
         for align in (False, True):
             cases.append((getattr(aten, linear).default, (r(*lead, *outs, dtype=dt), outs, lead + ins, align)))
         cases.append((getattr(aten, linear).default, (r(*lead, *outs, dtype=dt), outs, lead + ins, False, *[0.6] * n)))
+    for outs, align, scales in [([11, 8], False, []), ([3, 13], True, []), ([7, 5], False, [1.3, 0.9]), ([1, 1], True, [])]:
+        cases.append((aten.upsample_bicubic2d_backward.default, (r(2, 3, *outs, dtype=dt), outs, [2, 3, 5, 4], align, *scales)))
     return cases
 
 

@@ -53,7 +53,8 @@ def test_upsample_and_pad_backward():
     check_training(lambda t: [F.interpolate(t, scale_factor=1.7, mode="nearest"),
                               F.interpolate(t, size=(9, 4), mode="nearest-exact"),
                               F.interpolate(t, size=(8, 11), mode="bilinear", align_corners=False),
-                              F.interpolate(t, size=(3, 13), mode="bilinear", align_corners=True)], x)
+                              F.interpolate(t, size=(3, 13), mode="bilinear", align_corners=True),
+                              F.interpolate(t, size=(7, 9), mode="bicubic", align_corners=False)], x)
     check_training(lambda t: [F.pad(t, (2, 1, 3, 2), mode="reflect").relu(), F.pad(t, (4, 0, 1, 3), mode="replicate"),
                               F.interpolate(t[0], size=7, mode="linear")], x)
     v = torch.randn(2, 3, 4, 5, 6)
