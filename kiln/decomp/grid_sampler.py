@@ -96,3 +96,86 @@ def grid_sampler_2d(x, grid, interpolation_mode, padding_mode, align_corners):
         term = aten.mul.Tensor(_corner(x, n_index, c_index, xi, yi, check), aten.unsqueeze.default(weight, 1))
         out = term if out is None else aten.add.Tensor(out, term)
     return out
+
+
+def _reflect_grad(coord, size: int, align_corners: bool):
+    """The sign reflect_coordinates_get_grad gives: -1 where the reflection flips the direction."""
+    twice_span = 2 * (size - 1) if align_corners else 2 * size
+    if twice_span <= 0:
+        return aten.mul.Scalar(coord, 0)
+    low = 0.0 if align_corners else -0.5
+    shifted = aten.sub.Scalar(coord, low) if low else coord
+    negative = aten.lt.Scalar(shifted, 0)
+    magnitude = aten.abs.default(shifted)
+    extra = aten.sub.Tensor(magnitude, aten.mul.Scalar(aten.trunc.default(aten.div.Scalar(magnitude, twice_span)), twice_span))
+    flip = aten.gt.Tensor(extra, aten.rsub.Scalar(extra, twice_span))
+    return aten.where.self(aten.logical_xor.default(flip, negative), _scalar(-1, coord), _scalar(1, coord))
+
+
+def source_coordinate_and_grad(g, size: int, padding_mode: int, align_corners: bool):
+    """(``source_coordinate``, d coordinate / d g) as ATen's apply_get_grad: the unnormalize scale, times
+    the reflection's sign, times 0 where the clip holds the coordinate at (or beyond) a border."""
+    scale = (size - 1) / 2 if align_corners else size / 2
+    coord = source_coordinate(g, size, padding_mode, align_corners)
+    mult = _scalar(scale, g)
+    if padding_mode == ZEROS:
+        return coord, aten.expand.default(mult, list(g.shape))
+    if padding_mode == REFLECTION:
+        raw = (aten.mul.Scalar(aten.add.Scalar(g, 1), scale) if align_corners
+               else aten.sub.Scalar(aten.mul.Scalar(aten.add.Scalar(g, 1), scale), 0.5))
+        mult = aten.mul.Tensor(_reflect_grad(raw, size, align_corners), mult)
+    inside = aten.logical_and.default(aten.gt.Scalar(coord, 0), aten.lt.Scalar(coord, size - 1))
+    return coord, aten.where.self(inside, aten.expand.default(mult, list(g.shape)), _scalar(0, g))
+
+
+def _scatter_corner(grad_input, n_index, c_index, xi, yi, values):
+    """grad_input[n, c, yi, xi] += values where (xi, yi) is inside; elsewhere nothing."""
+    height, width = grad_input.shape[2], grad_input.shape[3]
+    inside = aten.logical_and.default(
+        aten.logical_and.default(aten.gt.Scalar(xi, -1), aten.lt.Scalar(xi, width)),
+        aten.logical_and.default(aten.gt.Scalar(yi, -1), aten.lt.Scalar(yi, height)))
+    xs = aten.clamp.default(aten.where.self(inside, xi, _scalar(0, xi)), 0, width - 1)
+    ys = aten.clamp.default(aten.where.self(inside, yi, _scalar(0, yi)), 0, height - 1)
+    to_index = lambda t: aten.unsqueeze.default(aten._to_copy.default(t, dtype=torch.int64), 1)  # noqa: E731
+    masked = aten.where.self(aten.unsqueeze.default(inside, 1), values, _scalar(0, values))
+    return aten.index_put.default(grad_input, [n_index, c_index, to_index(ys), to_index(xs)], masked, True)
+
+
+@decomposition(aten.grid_sampler_2d_backward.default)
+def grid_sampler_2d_backward(grad, x, grid, interpolation_mode, padding_mode, align_corners, output_mask):
+    """ATen's CPU backward: the output gradient scattered (added) to the corners with the forward's
+    weights, and the grid's gradient from the corner values' differences times the coordinate's."""
+    if grid_sampler_2d(x, grid, interpolation_mode, padding_mode, align_corners) is NotImplemented \
+            or grad.dtype != x.dtype:
+        return NotImplemented
+    n, c, height, width = x.shape
+    ix, gx_mult = source_coordinate_and_grad(aten.select.int(grid, 3, 0), width, padding_mode, align_corners)
+    iy, gy_mult = source_coordinate_and_grad(aten.select.int(grid, 3, 1), height, padding_mode, align_corners)
+    n_index = aten.view.default(aten.arange.start_step(0, n, 1, dtype=torch.int64, device=x.device), [n, 1, 1, 1])
+    c_index = aten.view.default(aten.arange.start_step(0, c, 1, dtype=torch.int64, device=x.device), [1, c, 1, 1])
+    grad_input = aten.full.default(list(x.shape), 0, dtype=x.dtype, device=x.device) if output_mask[0] else None
+    if interpolation_mode == NEAREST:
+        xr, yr = aten.round.default(ix), aten.round.default(iy)
+        if grad_input is not None:
+            grad_input = _scatter_corner(grad_input, n_index, c_index, xr, yr, grad)
+        return grad_input, aten.full.default(list(grid.shape), 0, dtype=grid.dtype, device=grid.device)
+    x_w, y_n = aten.floor.default(ix), aten.floor.default(iy)
+    w, n_ = aten.sub.Tensor(ix, x_w), aten.sub.Tensor(iy, y_n)
+    e, s = aten.rsub.Scalar(w, 1), aten.rsub.Scalar(n_, 1)
+    x_e, y_s = aten.add.Scalar(x_w, 1), aten.add.Scalar(y_n, 1)
+    corners = [(x_w, y_n, aten.mul.Tensor(s, e)), (x_e, y_n, aten.mul.Tensor(s, w)),
+               (x_w, y_s, aten.mul.Tensor(n_, e)), (x_e, y_s, aten.mul.Tensor(n_, w))]  # nw, ne, sw, se
+    if grad_input is not None:
+        for xi, yi, weight in corners:
+            grad_input = _scatter_corner(grad_input, n_index, c_index, xi, yi,
+                                         aten.mul.Tensor(grad, aten.unsqueeze.default(weight, 1)))
+    grad_grid = None
+    if output_mask[1]:
+        nw, ne, sw, se = (_corner(x, n_index, c_index, xi, yi, True) for xi, yi, _ in corners)
+        unsq = lambda t: aten.unsqueeze.default(t, 1)  # noqa: E731
+        gx = aten.add.Tensor(aten.mul.Tensor(aten.sub.Tensor(ne, nw), unsq(s)), aten.mul.Tensor(aten.sub.Tensor(se, sw), unsq(n_)))
+        gy = aten.add.Tensor(aten.mul.Tensor(aten.sub.Tensor(sw, nw), unsq(e)), aten.mul.Tensor(aten.sub.Tensor(se, ne), unsq(w)))
+        gx = aten.mul.Tensor(aten.sum.dim_IntList(aten.mul.Tensor(gx, grad), [1]), gx_mult)
+        gy = aten.mul.Tensor(aten.sum.dim_IntList(aten.mul.Tensor(gy, grad), [1]), gy_mult)
+        grad_grid = aten.stack.default([gx, gy], 3)
+    return grad_input, grad_grid

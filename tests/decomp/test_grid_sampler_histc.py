@@ -77,3 +77,28 @@ def test_histc_data_range_formula():
 def test_histc_end_to_end():
     x = torch.randn(8, 30, generator=torch.Generator().manual_seed(2))
     check(lambda t: [torch.histc(t * 2, 12, -2.0, 3.0), torch.histc(t.abs(), 5, 0.0, 1.5), torch.histc(t.round(), 4, -1, 1)], x)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_grid_sampler_2d_backward_matches_aten(dtype):
+    x, grid = _inputs(dtype, seed=3)
+    grad = torch.randn(2, 3, 4, 6, generator=torch.Generator().manual_seed(4), dtype=dtype)
+    op = aten.grid_sampler_2d_backward.default
+    for mode, padding, align in itertools.product((0, 1), (0, 1, 2), (False, True)):
+        for mask in ([True, True], [False, True], [True, False]):
+            expected = op(grad, x, grid, mode, padding, align, mask)
+            got = TABLE[op](grad, x, grid, mode, padding, align, mask)
+            for wanted, e, g in zip(mask, expected, got):
+                if not wanted:  # (not asked for: eager may compute it anyway)
+                    continue
+                torch.testing.assert_close(g, e, atol=1e-5, rtol=1e-5, msg=lambda m: f"{mode, padding, align, mask}: {m}")
+
+
+def test_grid_sample_backward_end_to_end():
+    from tests.lower.test_backward_windows_e2e import check_training
+
+    x, grid = _inputs(torch.float32, seed=5)
+    check_training(lambda x, g: [torch.nn.functional.grid_sample(x, g, mode=m, padding_mode=p, align_corners=a)
+                                 for m, p, a in (("bilinear", "zeros", False), ("bilinear", "border", True),
+                                                 ("bilinear", "reflection", False), ("nearest", "zeros", True))],
+                   x, grid)
