@@ -34,12 +34,25 @@ def _size(dtype) -> int:
     return torch.tensor([], dtype=dtype).element_size()
 
 
+def _random(device, dtype, seed: int):
+    """(r, ri): r(*shape) normal values of ``dtype``, ri(high, *shape) int64 positions below ``high``."""
+    g = torch.Generator(device=device).manual_seed(seed)
+
+    def r(*shape):
+        return torch.randn(*shape, device=device, dtype=dtype, generator=g)
+
+    def ri(high, *shape):
+        return torch.randint(0, high, shape, device=device, generator=g)
+
+    return r, ri
+
+
 def scan_cases(device, dtype, size="full"):
     (rows, cols), e, n = SIZES[size][0], _size(dtype), SIZES[size][0][0] * SIZES[size][0][1]
-    g = torch.Generator(device=device).manual_seed(0)
+    r, _ = _random(device, dtype, 0)
 
     def x():
-        return torch.randn(rows, cols, device=device, dtype=dtype, generator=g)
+        return r(rows, cols)
 
     shape = f"{rows}x{cols}"
     return [
@@ -53,10 +66,10 @@ def scan_cases(device, dtype, size="full"):
 def sort_cases(device, dtype, size="full"):
     rows, cols, k = SIZES[size][1]
     e, n = _size(dtype), rows * cols
-    g = torch.Generator(device=device).manual_seed(1)
+    r, _ = _random(device, dtype, 1)
 
     def x():
-        return torch.randn(rows, cols, device=device, dtype=dtype, generator=g)
+        return r(rows, cols)
 
     shape = f"{rows}x{cols}"
     # stable sort: the indices of equal values are defined (bfloat16 rows have many ties); topk's
@@ -72,13 +85,7 @@ def scatter_cases(device, dtype, size="full"):
     table, width, scattered = SIZES[size][2]
     vocab, dim, tokens = SIZES[size][3]
     e = _size(dtype)
-    g = torch.Generator(device=device).manual_seed(2)
-
-    def r(*shape):
-        return torch.randn(*shape, device=device, dtype=dtype, generator=g)
-
-    def ri(high, *shape):
-        return torch.randint(0, high, shape, device=device, generator=g)
+    r, ri = _random(device, dtype, 2)
 
     def scatter_add_rows(x, index, src):
         return x.scatter_add(0, index.unsqueeze(1).expand(-1, x.shape[1]), src)
@@ -102,14 +109,7 @@ def gather_cases(device, dtype, size="full"):
     vocab, dim, tokens = SIZES[size][3]
     rows, cols = SIZES[size][0]
     e = _size(dtype)
-    g = torch.Generator(device=device).manual_seed(3)
-
-    def r(*shape):
-        return torch.randn(*shape, device=device, dtype=dtype, generator=g)
-
-    def ri(high, *shape):
-        return torch.randint(0, high, shape, device=device, generator=g)
-
+    r, ri = _random(device, dtype, 3)
     picked = tokens * (2 * dim * e + 8)  # the rows read, written, and their indices
     half = rows * (cols // 2)
     return [
