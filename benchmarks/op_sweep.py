@@ -32,7 +32,10 @@ device-side assert) reports that op as an error and is replaced. --workers defau
 kernels) against torch.compile's default backend (inductor). "fallback" then means kiln ran the graph
 with ATen kernels (aot_eager) because it could not trace or lower it. For ops that pass, the report
 also counts how many ran entirely through generated kernels and how many needed ATen fallbacks
-(extern kernels) inside the generated code, and which ops fell back most.
+(extern kernels) inside the generated code, and which ops fell back most. Inductor's side of the same
+run is recorded too (op_sweep_inductor.py: its extern kernels per sample, graph breaks, no graph), and
+the report prints both compilers' "no fallback / with fallback / no graph" rows side by side, library
+calls (BLAS, convolution, FFT, LAPACK, random, sort, attention, custom ops) sorted by one rule.
 --backend aot_eager: kiln's "aot_eager" (ATen tracing, decompositions, functionalization, the core-op
 graph run with eager ATen) against torch.compile(backend="aot_eager"); "fallback" means kiln ran the
 graph eagerly because it could not trace it.
