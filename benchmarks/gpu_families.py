@@ -91,7 +91,7 @@ def scatter_cases(device, dtype, size="full"):
         return x.scatter_add(0, index.unsqueeze(1).expand(-1, x.shape[1]), src)
 
     def embedding_backward(grad, index):
-        return torch.ops.aten.embedding_dense_backward(grad, index, vocab, -1, False)
+        return torch.ops.aten.embedding_dense_backward.default(grad, index, vocab, -1, False)
 
     moved = table * width * e * 2 + scattered * width * e + scattered * 8  # table read+written, rows in, indices
     return [

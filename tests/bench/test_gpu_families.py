@@ -26,12 +26,14 @@ def test_every_case_builds_on_cpu_in_both_dtypes():
         assert nbytes >= produced > 0, name  # at least the outputs are counted
 
 
+@pytest.mark.parametrize("codegen", ["cpp", "triton"])
 @pytest.mark.parametrize("family", gpu_families.FAMILIES)
-def test_kiln_matches_eager_on_every_case(family):
+def test_kiln_matches_eager_on_every_case(family, codegen):
+    """C++ kernels, and the Triton kernels the GPU runs (Triton's interpreter on CPU tensors)."""
     for _, name, _, fn, args, _ in gpu_families.family_cases("cpu", (torch.float32,), "tiny", (family,)):
         kiln.reset()
         expected = _flat(fn(*args))
-        got = _flat(kiln.compile(fn)(*args))
+        got = _flat(kiln.compile(fn, options={"cpu_codegen": codegen})(*args))
         assert len(got) == len(expected), name
         for g, e in zip(got, expected):
             torch.testing.assert_close(g, e, atol=1e-5, rtol=1e-5, msg=lambda m: f"{name}: {m}")
