@@ -51,20 +51,23 @@ def source_coordinate(g, size: int, padding_mode: int, align_corners: bool):
 def _corner(x, n_index, c_index, xi, yi, check_bounds: bool):
     """x[n, c, yi, xi] as (N, C, Ho, Wo), 0 where (xi, yi) is outside the input (with ``check_bounds``;
     float coordinates compared, as ATen compares their int conversions: NaN and huge values are outside)."""
-    height, width = x.shape[2], x.shape[3]
-    inside = None
-    if check_bounds:
-        inside = aten.logical_and.default(
-            aten.logical_and.default(aten.gt.Scalar(xi, -1), aten.lt.Scalar(xi, width)),
-            aten.logical_and.default(aten.gt.Scalar(yi, -1), aten.lt.Scalar(yi, height)))
-    # a safe place to read where the corner is outside (or NaN): its value is masked
+    inside, ys, xs = _corner_index(xi, yi, x.shape[2], x.shape[3])
+    value = aten.index.Tensor(x, [n_index, c_index, ys, xs])
+    if not check_bounds:
+        return value
+    return aten.where.self(inside, value, _scalar(0, value))
+
+
+def _corner_index(xi, yi, height: int, width: int):
+    """(inside (N, 1, Ho, Wo), y index, x index): int64 positions, clamped into the input, of float
+    corner coordinates; NaN and outside corners read a safe place (their value is masked)."""
+    inside = aten.logical_and.default(
+        aten.logical_and.default(aten.gt.Scalar(xi, -1), aten.lt.Scalar(xi, width)),
+        aten.logical_and.default(aten.gt.Scalar(yi, -1), aten.lt.Scalar(yi, height)))
     xs = aten.clamp.default(aten.where.self(aten.eq.Tensor(xi, xi), xi, _scalar(0, xi)), 0, width - 1)
     ys = aten.clamp.default(aten.where.self(aten.eq.Tensor(yi, yi), yi, _scalar(0, yi)), 0, height - 1)
     to_index = lambda t: aten.unsqueeze.default(aten._to_copy.default(t, dtype=torch.int64), 1)  # noqa: E731
-    value = aten.index.Tensor(x, [n_index, c_index, to_index(ys), to_index(xs)])
-    if inside is None:
-        return value
-    return aten.where.self(aten.unsqueeze.default(inside, 1), value, _scalar(0, value))
+    return aten.unsqueeze.default(inside, 1), to_index(ys), to_index(xs)
 
 
 @decomposition(aten.grid_sampler_2d.default)
@@ -130,15 +133,9 @@ def source_coordinate_and_grad(g, size: int, padding_mode: int, align_corners: b
 
 def _scatter_corner(grad_input, n_index, c_index, xi, yi, values):
     """grad_input[n, c, yi, xi] += values where (xi, yi) is inside; elsewhere nothing."""
-    height, width = grad_input.shape[2], grad_input.shape[3]
-    inside = aten.logical_and.default(
-        aten.logical_and.default(aten.gt.Scalar(xi, -1), aten.lt.Scalar(xi, width)),
-        aten.logical_and.default(aten.gt.Scalar(yi, -1), aten.lt.Scalar(yi, height)))
-    xs = aten.clamp.default(aten.where.self(inside, xi, _scalar(0, xi)), 0, width - 1)
-    ys = aten.clamp.default(aten.where.self(inside, yi, _scalar(0, yi)), 0, height - 1)
-    to_index = lambda t: aten.unsqueeze.default(aten._to_copy.default(t, dtype=torch.int64), 1)  # noqa: E731
-    masked = aten.where.self(aten.unsqueeze.default(inside, 1), values, _scalar(0, values))
-    return aten.index_put.default(grad_input, [n_index, c_index, to_index(ys), to_index(xs)], masked, True)
+    inside, ys, xs = _corner_index(xi, yi, grad_input.shape[2], grad_input.shape[3])
+    masked = aten.where.self(inside, values, _scalar(0, values))
+    return aten.index_put.default(grad_input, [n_index, c_index, ys, xs], masked, True)
 
 
 @decomposition(aten.grid_sampler_2d_backward.default)
