@@ -39,8 +39,27 @@ def test_embedding_bag_matches_aten_all_outputs():
         torch.testing.assert_close(got[0], expected[0], atol=1e-6, rtol=1e-6, msg=lambda m: f"{what}: {m}")
         for i in (1, 2, 3):
             assert got[i].dtype == expected[i].dtype and got[i].tolist() == expected[i].tolist(), (what, i, got[i], expected[i])
-    assert TABLE[aten._embedding_bag.default](w, idx, torch.tensor([0, 4]), False, 2, False, None, False, -1) is NotImplemented
     assert TABLE[aten._embedding_bag.default](w, idx, torch.tensor([0, 4]), False, 0, False, None, False, 3) is NotImplemented
+
+
+def test_embedding_bag_max_mode_nans_ties_and_empty_bags():
+    g = torch.Generator().manual_seed(1)
+    for trial in range(6):
+        w = torch.randint(-2, 3, (7, 3), generator=g).float()  # ties
+        w[torch.rand(7, 3, generator=g) < 0.2] = float("nan")
+        w[trial % 7, 0] = float("-inf")
+        idx = torch.randint(0, 7, (9,), generator=g)
+        for off, incl in itertools.product(OFFSETS + [[0, 1, 1, 4, 9]], (False, True)):
+            if len(off) == 1 and incl:
+                continue
+            for op in (aten._embedding_bag.default, aten._embedding_bag_forward_only.default):
+                offsets = torch.tensor(off)
+                expected = op(w, idx, offsets, False, 2, False, None, incl, -1)
+                got = TABLE[op](w, idx, offsets, False, 2, False, None, incl, -1)
+                what = f"{w.tolist()} {idx.tolist()} offsets={off} include_last={incl}"
+                torch.testing.assert_close(got[0], expected[0], atol=0, rtol=0, equal_nan=True, msg=lambda m: f"{what}: {m}")
+                for i in (1, 2, 3):
+                    assert got[i].tolist() == expected[i].tolist(), (what, i, got[i], expected[i])
 
 
 def test_embedding_bag_end_to_end():
@@ -50,7 +69,8 @@ def test_embedding_bag_end_to_end():
 
     def fn(w, idx, flat, offsets):
         return [F.embedding_bag(idx, w * 2, mode="sum"), F.embedding_bag(idx, w, mode="mean"),
-                F.embedding_bag(flat, w, offsets, mode="mean"), F.embedding_bag(flat, w, offsets, include_last_offset=True)]
+                F.embedding_bag(flat, w, offsets, mode="mean"), F.embedding_bag(flat, w, offsets, include_last_offset=True),
+                F.embedding_bag(idx, w, mode="max"), F.embedding_bag(flat, w.sin(), offsets, mode="max")]
 
     check(fn, w, idx, flat, offsets)
 
@@ -61,7 +81,8 @@ def test_embedding_bag_training_gradients():
     offsets = torch.tensor([0, 3, 3, 6])
 
     def fn(w, idx, offsets):
-        return (F.embedding_bag(idx, w, offsets, mode="mean") * 3).tanh() + F.embedding_bag(idx, w, offsets)
+        return ((F.embedding_bag(idx, w, offsets, mode="mean") * 3).tanh() + F.embedding_bag(idx, w, offsets)
+                + F.embedding_bag(idx, w, offsets, mode="max"))
 
     graph = fx.Graph()
     ph = [graph.placeholder(f"t{i}") for i in range(3)]
