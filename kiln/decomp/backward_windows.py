@@ -339,3 +339,33 @@ def unfold_backward(grad, input_sizes, dim, size, step):
     if readers is None:
         return NotImplemented
     return to_dtype(transpose_gather(flat, dim, readers, input_sizes[dim]), grad.dtype)
+
+
+@decomposition(aten.col2im.default)
+def col2im(x, output_size, kernel_size, dilation, padding, stride):
+    """``F.fold`` (and ``F.unfold``'s backward): (N, C*kh*kw, L) -> (N, C, H, W), every window's taps
+    added at their positions -- the transposed gather of ``im2col``, one spatial dim at a time."""
+    if x.dim() not in (2, 3) or not x.is_floating_point() or not _static(*x.shape):
+        return NotImplemented
+    kernel, dilation, padding, stride = (pool_tuple(v, 2) for v in (kernel_size, dilation, padding, stride))
+    height, width = output_size
+    outs = [(size + 2 * p - d * (k - 1) - 1) // s + 1
+            for size, k, d, p, s in zip((height, width), kernel, dilation, padding, stride)]
+    lead = list(x.shape[:-2])
+    channels = x.shape[-2] // (kernel[0] * kernel[1])
+    if channels * kernel[0] * kernel[1] != x.shape[-2] or outs[0] * outs[1] != x.shape[-1] or min(outs) <= 0:
+        return NotImplemented  # (ATen rejects these)
+    taps = aten.reshape.default(upcast(x), lead + [channels, kernel[0], kernel[1], outs[0], outs[1]])
+    b = len(lead)
+    order = list(range(b + 1)) + [b + 1, b + 3, b + 2, b + 4]  # (..., C, kh, oh, kw, ow)
+    grid = aten.reshape.default(aten.permute.default(taps, order),
+                                lead + [channels, kernel[0] * outs[0], kernel[1] * outs[1]])
+    out = grid
+    for i, length in enumerate((height, width)):
+        pairs = [(k * outs[i] + o, o * stride[i] - padding[i] + k * dilation[i], None)
+                 for k in range(kernel[i]) for o in range(outs[i])]
+        readers = _readers(pairs, length)
+        if readers is None:
+            return NotImplemented
+        out = transpose_gather(out, b + 1 + i, readers, length)
+    return to_dtype(out, x.dtype)

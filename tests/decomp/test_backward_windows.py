@@ -73,6 +73,11 @@ def pad_cases(dt):
     for dim, size, step in [(1, 3, 2), (1, 2, 3), (0, 2, 1), (-1, 3, 1), (1, 9, 1)]:
         out = x.unfold(dim, size, step)
         cases.append((aten.unfold_backward.default, (r(*out.shape, dtype=dt), list(x.shape), dim, size, step)))
+    img = r(2, 3, 7, 6, dtype=dt)
+    for k, d, p, s in [([2, 3], [1, 1], [0, 1], [1, 2]), ([3, 2], [2, 1], [1, 0], [2, 1]), ([1, 1], [1, 1], [0, 0], [1, 1])]:
+        cols = aten.im2col.default(img, k, d, p, s)
+        cases.append((aten.col2im.default, (r(*cols.shape, dtype=dt), [7, 6], k, d, p, s)))
+        cases.append((aten.col2im.default, (r(*cols.shape[1:], dtype=dt), [7, 6], k, d, p, s)))  # no batch
     return cases
 
 

@@ -65,6 +65,9 @@ def test_upsample_and_pad_backward():
 def test_unfold_norm_and_activation_backward():
     x = torch.randn(4, 10, 3)
     check_training(lambda t: [t.unfold(1, 3, 2) * 2, t.unfold(0, 2, 1).exp()], x)
+    img = torch.randn(2, 3, 7, 6)
+    check_training(lambda t: [F.unfold(t, (2, 3), dilation=(2, 1), padding=1, stride=(1, 2)),
+                              F.fold(F.unfold(t, 2).sin(), (7, 6), 2)], img)
     g = torch.randn(2, 6, 5, 3)
     w, b = torch.randn(6), torch.randn(6)
     check_training(lambda t, w, b: [F.group_norm(t, 3, w, b), F.mish(t), F.prelu(t, w)], g, w, b)
