@@ -6,7 +6,7 @@ its library calls (``extern_kernels.mm``, convolution, random seeds) as extern k
 module records, per sample, every extern kernel left in Inductor's scheduler (after dead code
 elimination) as ``"op: inductor class"`` -- the same ``"op: reason"`` form kiln's records have, so
 ``op_sweep_report.is_library_call`` sorts both compilers' calls into library calls and fallbacks by
-one rule -- and how many graphs Inductor compiled and how many graph breaks dynamo made.
+one rule -- and how many graphs dynamo captured and how many graph breaks it made.
 
 This is benchmark code: it reads torch._inductor internals (kiln itself never does).
 """
@@ -17,7 +17,7 @@ from __future__ import annotations
 NOT_CALLS = ("MultiOutput", "AllocatingMultiOutput", "AssertScalar", "ComplexView", "DeviceCopy",
              "TMADescriptor", "TMADescriptorExperimental", "TMADescriptorStable")
 
-_current: list = []  # the record of the sample being run: [graphs, externs]
+_current: list = []  # while a sample runs: [True, its extern kernels]
 _installed = [False]
 
 
@@ -43,7 +43,6 @@ def _record_scheduler(scheduler) -> None:
 
     if not _current:
         return
-    _current[0] += 1
     for node in scheduler.nodes:
         for sub in node.get_nodes():
             if isinstance(getattr(sub, "node", None), ir.ExternKernel):
@@ -81,14 +80,19 @@ def start_sample() -> None:
 
     install()
     counters["graph_break"].clear()
-    _current[:] = [0, []]
+    counters["stats"].clear()
+    _current[:] = [True, []]
 
 
 def finish_sample() -> tuple[int, int, list[str]]:
-    """(graphs Inductor compiled, graph breaks, extern kernels) since ``start_sample``."""
+    """(graphs dynamo captured, graph breaks, extern kernels) since ``start_sample``.
+
+    Graphs are dynamo's count: a graph of views alone reaches no Inductor scheduler (nothing to
+    compute), like kiln's graphs that need no kernel, and is still a graph."""
     from torch._dynamo.utils import counters
 
-    graphs, externs = _current if _current else (0, [])
+    externs = _current[1] if _current else []
+    graphs = counters["stats"]["unique_graphs"]
     breaks = sum(counters["graph_break"].values())
     _current[:] = []
     return graphs, breaks, sorted(set(externs))

@@ -34,10 +34,13 @@ def test_inductor_records_lowered_fallback_library_and_no_graph_ops():
     assert any(e.startswith("aten.linalg_inv_ex.") for e in inv[2])
     nonzero = _inductor_record(lambda t: t.nonzero(), x)  # dynamo breaks on the dynamic shape
     assert nonzero[0] == 0 or nonzero[1] > 0
-    done = {"sin": _result(lowered), "cumsum": _result(cumsum), "inv": _result(inv), "nonzero": _result(nonzero)}
+    view = _inductor_record(lambda t: t.t(), x.clone().requires_grad_())  # a graph, though nothing to compute
+    assert view[0] == 1 and view[2] == []
+    done = {"sin": _result(lowered), "cumsum": _result(cumsum), "inv": _result(inv), "nonzero": _result(nonzero),
+            "view": _result(view)}
     how = {k: report.how_inductor_ran(r) for k, r in done.items()}
     assert how == {"sin": report.HOW_RAN[0], "cumsum": report.HOW_RAN[1], "inv": report.HOW_RAN[0],
-                   "nonzero": report.HOW_RAN[2]}
+                   "nonzero": report.HOW_RAN[2], "view": report.HOW_RAN[0]}
 
 
 def test_library_calls_sorted_by_one_rule_for_both_compilers():
