@@ -1,7 +1,9 @@
 """GPU benchmarks (H100): eager vs torch.compile (default, reduce-overhead) vs kiln (default, reduce-overhead).
 
     python benchmarks/gpu.py                       # everything: copy bandwidth, kernels, models, compile times
-    python benchmarks/gpu.py --sections kernels    # one part (overhead, kernels, models, compile); --quick: small sizes
+    python benchmarks/gpu.py --sections kernels    # one part (overhead, kernels, families, models, compile); --quick: small sizes
+    python benchmarks/gpu.py --sections families --backends eager,torch.compile,kiln   # scans, sorts, scatters,
+                                                   # gathers (benchmarks/gpu_families.py): GB/s, share of copy bandwidth
     python benchmarks/gpu.py --json out.json
     python benchmarks/gpu.py --sections models --models mlp,hf_bert --dtypes bf16 --backends eager,kiln,kiln_ro
     python benchmarks/gpu.py --sections models --modes max-autotune   # models also with torch.compile and
@@ -42,6 +44,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # gpu_families
 
 import torch  # noqa: E402
 
@@ -540,6 +543,8 @@ def main() -> int:
     parser.add_argument("--modes", default="", help="extra compile modes for the models section: "
                         + ",".join(MODE_BACKENDS) + " (torch.compile and kiln with that mode; off by default: slow)")
     parser.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
+    parser.add_argument("--families", default="scan,sort,scatter,gather", help="the families section's families")
+    parser.add_argument("--family-dtypes", default="f32,bf16", help="the families section's dtypes")
     parser.add_argument("--json", default=None)
     parser.add_argument("--probe", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -578,6 +583,12 @@ def main() -> int:
         report["overhead"] = run_overhead()
     if "kernels" in sections:
         report["kernels"] = run_kernels(args.quick, copy_gbs)
+    if "families" in sections:
+        from gpu_families import run_families
+
+        family_dtypes = tuple({"f32": torch.float32, "bf16": torch.bfloat16}[d] for d in args.family_dtypes.split(","))
+        report["families"] = run_families(bench_backends, BACKENDS_SELECTED, copy_gbs, "quick" if args.quick else "full",
+                                          [f for f in args.families.split(",") if f], family_dtypes)
     if "models" in sections:
         report["models"] = run_models(args.quick, [m for m in args.models.split(",") if m] or None, dtypes)
         report["model_geomean_speedup_over_eager"] = geomean_speedups(report["models"])

@@ -32,7 +32,10 @@ device-side assert) reports that op as an error and is replaced. --workers defau
 kernels) against torch.compile's default backend (inductor). "fallback" then means kiln ran the graph
 with ATen kernels (aot_eager) because it could not trace or lower it. For ops that pass, the report
 also counts how many ran entirely through generated kernels and how many needed ATen fallbacks
-(extern kernels) inside the generated code, and which ops fell back most.
+(extern kernels) inside the generated code, and which ops fell back most. Inductor's side of the same
+run is recorded too (op_sweep_inductor.py: its extern kernels per sample, graph breaks, no graph), and
+the report prints both compilers' "no fallback / with fallback / no graph" rows side by side, library
+calls (BLAS, convolution, FFT, LAPACK, random, sort, attention, custom ops) sorted by one rule.
 --backend aot_eager: kiln's "aot_eager" (ATen tracing, decompositions, functionalization, the core-op
 graph run with eager ATen) against torch.compile(backend="aot_eager"); "fallback" means kiln ran the
 graph eagerly because it could not trace it.
@@ -77,6 +80,7 @@ import traceback
 # this checkout's kiln, not whichever one is installed
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import op_sweep_inductor  # noqa: E402
 from op_sweep_report import TORCH_BACKEND, load_reports, report, settings_of  # noqa: E402
 
 
@@ -486,6 +490,7 @@ def _run_op(op, args) -> dict:
     result = {}
     names = ["kiln"] + (["torch"] if args.torch else [])
     kernels, externs = 0, []
+    inductor = {"externs": [], "no_graph": 0}  # what Inductor did with the samples it got right
     for name in names:
         if result.get("cuda_broken"):
             result[name], result[f"{name}_why"] = "skip", "not run: the CUDA context broke in an earlier sample"
@@ -502,7 +507,12 @@ def _run_op(op, args) -> dict:
             else:
                 compile_fn = lambda f, ts: _torch_compile(f, TORCH_BACKEND[args.backend], args.strict_torch,  # noqa: E731
                                                           args.dynamic)
+            recording = name == "torch" and args.backend == "kiln"
+            if recording:
+                op_sweep_inductor.start_sample()
             status, message = _run_sample(compile_fn, fn, tensors, args, uninitialized=op.name in UNINITIALIZED)
+            if recording:
+                _add_inductor_record(inductor, status, *op_sweep_inductor.finish_sample())
             broken = _cuda_broken(args.device)
             if broken:  # this sample broke it (the context worked before): an error, and the worker retires
                 status, message = "error", f"{broken} (sample result: {status} {message})"[:300]
@@ -526,7 +536,20 @@ def _run_op(op, args) -> dict:
     if args.backend == "kiln":
         result["kernels"] = kernels
         result["externs"] = sorted(set(externs))
+        if args.torch:
+            result["torch_externs"] = sorted(set(inductor["externs"]))
+            result["torch_no_graph"] = inductor["no_graph"]
     return result
+
+
+def _add_inductor_record(inductor: dict, status, graphs: int, breaks: int, externs: list) -> None:
+    """Count one torch.compile sample: its extern kernels, or 'no graph' when dynamo broke the graph or
+    Inductor compiled none (dynamo's silent eager fallback, which the default rule counts as a pass)."""
+    if status not in ("pass", "mismatch"):
+        return
+    if graphs == 0 or breaks:
+        inductor["no_graph"] += 1
+    inductor["externs"] += externs
 
 
 def _warm_up(args):

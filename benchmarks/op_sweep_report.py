@@ -91,17 +91,23 @@ def _timing_report(done: dict) -> list[str]:
 LIBRARY_REASONS = ("matmul (BLAS)", "convolution (library kernel)", "sort (library kernel)",
                    "fused attention (library kernel)", "random op (ATen's generator)", "(the user's kernel)")
 _LIBRARY_OP_WORDS = re.compile(
-    r"^aten\.(_fft_\w+|fft_\w+|_linalg_(svd|eigh|det|slogdet|solve_ex)|linalg_(inv_ex|pinv|qr|lu_factor_ex|lu_solve|lu|"
+    r"^aten\.(_fft_\w+|fft_\w+|_linalg_(svd|eigh|det|slogdet|solve_ex|check_errors)|linalg_(inv_ex|pinv|qr|lu_factor_ex|lu_solve|lu|"
     r"cholesky_ex|eig|eigvals|ldl_factor_ex|ldl_solve|householder_product|matrix_exp|solve_triangular|lstsq)|"
     r"cholesky|cholesky_inverse|cholesky_solve|triangular_solve|lu_unpack|ormqr|geqrf|"
     r"rand|randn|rand_like|randn_like|randint|randint_like|randperm|normal|normal_|bernoulli|bernoulli_|uniform|"
     r"uniform_|exponential|exponential_|cauchy|cauchy_|geometric|geometric_|log_normal|log_normal_|multinomial|"
-    r"native_dropout|rrelu_with_noise(_functional)?)\.")
+    r"native_dropout|rrelu_with_noise(_functional)?|"
+    # by name too, so that Inductor's extern kernels ("aten.mm.out: ExternKernelOut") sort like kiln's
+    r"mm|bmm|addmm|baddbmm|addmv|addbmm|mv|dot|_int_mm|convolution|_convolution|convolution_backward|"
+    r"sort|topk|_scaled_dot_product_\w+|_flash_attention_\w+|_efficient_attention_\w+)\.|"
+    r"^(mkldnn|mkl|onednn)\.")
 
 
 def is_library_call(extern: str) -> bool:
     """``extern`` ("op: reason", as the sweep records it) is a library call by nature, not a fallback."""
     op, _, reason = extern.partition(": ")
+    if op.split(".")[0] not in ("aten", "prims", ""):  # a custom op (torch.library): the user's kernel
+        return True
     return any(word in reason for word in LIBRARY_REASONS) or bool(_LIBRARY_OP_WORDS.match(op + "."))
 
 
@@ -121,19 +127,56 @@ def _codegen_report(done: dict) -> list[str]:
              f"no ATen fallback, library calls counted as none (the issue's Inductor baseline): "
              f"{len(generated) + len(no_kernels) + len(library)}; strictly no ATen call: "
              f"{len(generated) + len(no_kernels)}; with an ATen fallback: {len(with_fallback)}"]
+    lines += side_by_side(done)
     lines += _extern_counts(done, "ATen fallbacks inside generated code (op: reason -> number of swept ops using it):",
                             lambda e: not is_library_call(e), 60)
     lines += _extern_counts(done, "library calls (not fallbacks):", is_library_call, 20)
     return lines
 
 
-def _extern_counts(done: dict, title: str, keep, most: int) -> list[str]:
+def _extern_counts(done: dict, title: str, keep, most: int, status="kiln", key="externs") -> list[str]:
     by_op: collections.Counter = collections.Counter()
     for r in done.values():
-        if r.get("kiln") == "pass":
-            for e in r.get("externs", []):
+        if r.get(status) == "pass":
+            for e in r.get(key, []):
                 if keep(e):
                     by_op[e] += 1
     if not by_op:
         return []
     return [title] + [f"  {n:4d}  {e[:140]}" for e, n in by_op.most_common(most)]
+
+
+HOW_RAN = ("no ATen fallback (generated code or library calls)", "with an ATen fallback", "graph break / no graph")
+
+
+def how_kiln_ran(r: dict) -> str:
+    """One of HOW_RAN for an op kiln got right (pass or fallback), "" otherwise."""
+    if r.get("kiln") == "fallback":
+        return HOW_RAN[2]
+    if r.get("kiln") != "pass":
+        return ""
+    return HOW_RAN[1] if any(not is_library_call(e) for e in r.get("externs", [])) else HOW_RAN[0]
+
+
+def how_inductor_ran(r: dict) -> str:
+    """One of HOW_RAN for an op torch.compile got right, by op_sweep_inductor's records ("" without them)."""
+    if "torch_externs" not in r or r.get("torch") not in ("pass", "fallback"):
+        return ""
+    if r.get("torch") == "fallback" or r.get("torch_no_graph", 0):
+        return HOW_RAN[2]
+    return HOW_RAN[1] if any(not is_library_call(e) for e in r["torch_externs"]) else HOW_RAN[0]
+
+
+def side_by_side(done: dict) -> list[str]:
+    """How each compiler ran the ops it got right, in the issue's table: Inductor's column beside kiln's."""
+    kiln = collections.Counter(how_kiln_ran(r) for r in done.values())
+    recorded = any("torch_externs" in r for r in done.values())
+    inductor = collections.Counter(how_inductor_ran(r) for r in done.values())
+    lines = [f"how the ops each compiler got right ran{'' if recorded else ' (no Inductor records in this file)'}:",
+             f"  {'':52s}{'Inductor':>10s}{'kiln':>10s}"]
+    for row in HOW_RAN:
+        lines.append(f"  {row:52s}{inductor[row] if recorded else '-':>10}{kiln[row]:>10d}")
+    if recorded:
+        lines += _extern_counts(done, "Inductor's ATen fallbacks (op: Inductor's kernel -> number of swept ops using it):",
+                                lambda e: not is_library_call(e), 40, status="torch", key="torch_externs")
+    return lines

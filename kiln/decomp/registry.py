@@ -17,6 +17,7 @@ _FAMILIES = (
     "activation", "attention", "backward", "backward_loss", "linalg", "loss", "norm", "pointwise", "pooling", "random",
     "reduction", "sampling", "shape", "transformer",
     "factory", "special_math", "bessel", "layout", "coverage", "selection", "adaptive_max", "bessel_special", "bessel_jy", "windows", "metric", "bicubic",
+    "backward_windows", "backward_more", "grid_sampler", "histogram", "embedding_bag",
 )
 _loaded = False
 
