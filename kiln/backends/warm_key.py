@@ -149,7 +149,9 @@ def _check_graph(gm: fx.GraphModule) -> None:
             target = node.target
             module = getattr(target, "__module__", None) or ""
             if isinstance(target, torch._ops.OpOverload | torch._ops.OpOverloadPacket):
-                if target.namespace not in ("aten", "prims"):
+                # a packet (torch.ops.aten.foo, no overload chosen) has no .namespace
+                namespace = getattr(target, "namespace", None) or target._qualified_op_name.split("::")[0]
+                if namespace not in ("aten", "prims"):
                     raise Uncacheable(f"a custom op ({target})")
             elif module.split(".")[0] not in _TARGET_MODULES and target not in vars(operator).values():
                 raise Uncacheable(f"a call of {getattr(target, '__qualname__', target)} from {module or '?'}")

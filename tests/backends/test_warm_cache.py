@@ -263,3 +263,14 @@ def test_explain_says_the_code_came_from_the_cache(opts):
     report = kiln.explain(f, options=opts)(x)
     assert "loaded from kiln's warm cache" in str(report) and "warm_cache" in report.stages
     torch.testing.assert_close(report.result, f(x))
+
+
+def test_an_op_packet_target_is_keyed_by_its_namespace():
+    """torch.ops.aten.foo (a packet, no overload chosen) as a graph target: it has no .namespace (found by
+    the ops21b helper: every compile calling one raised BackendError)."""
+    graph = torch.fx.Graph()
+    g, idx = graph.placeholder("g"), graph.placeholder("idx")
+    graph.output(graph.call_function(torch.ops.aten.embedding_dense_backward, (g, idx, 10, -1, False)))
+    gm = torch.fx.GraphModule(torch.nn.Module(), graph)
+    key, why = graph_key(gm, [torch.randn(4, 3), torch.tensor([1, 2, 1, 0])], kiln.Options(), "cpp")
+    assert key is not None, why
