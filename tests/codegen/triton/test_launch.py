@@ -95,3 +95,31 @@ def test_launcher_takes_tritons_path_once_then_the_fast_one(monkeypatch):
     launcher(x, x)
     assert slow == [((4,), {"XBLOCK": 256, "num_warps": 2})]
     assert len(fast_calls) == 2 and fast_calls[0][:3] == (4, 1, 1) and fast_calls[0][-1] == 256
+
+
+def test_autotuning_times_configs_on_copies_of_the_arguments():
+    """A kernel that adds into a buffer (an atomic scatter) is timed many times: on copies, so the real
+    buffer is added into once, by the real launch (it was added into every timing run: a wrong first
+    result on the H100)."""
+    from kiln.codegen.triton.launch import twin_args
+
+    class Fn:
+        def __getitem__(self, grid):
+            def launch(out, src, **meta):
+                out.add_(src)  # stands in for tl.atomic_add into `out`
+                return None
+            return launch
+
+    def do_bench(fn, warmup, rep):
+        for _ in range(warmup + rep):
+            fn()
+        return 1.0
+
+    kernel = SimpleNamespace(xnumel=8, style="pointwise", name="k")
+    launcher = Launcher(Fn(), kernel, [LaunchConfig(4, 0, 1), LaunchConfig(8, 0, 1)], None)
+    out, src = torch.zeros(8), torch.ones(8)
+    launcher._time_configs(launcher.configs, lambda cfg: (1,), [out, src], do_bench)
+    assert torch.equal(out, torch.zeros(8))
+    view = torch.arange(12.0)[2:10:2]
+    twin = twin_args([view])[0]
+    assert twin.data_ptr() != view.data_ptr() and twin.stride() == view.stride() and torch.equal(twin, view)
