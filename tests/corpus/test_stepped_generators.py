@@ -504,3 +504,17 @@ def test_a_generator_returned_before_it_starts_closes_over_a_tensor_of_the_graph
     got, want = list(kiln.compile(fn, backend="eager")(x)), list(fn(x))
     assert len(got) == len(want) == 3 and all(torch.equal(a, b) for a, b in zip(got, want))
     assert sum(kiln.stats.eager_fallbacks.values()) == before
+
+
+def test_send_through_yield_from_into_a_generator_expression():
+    def fn(x):
+        def g(seq):
+            yield from (e + 1 for e in seq)
+            yield x * 0
+
+        it = g([x, x * 2])
+        first = next(it)
+        second = it.send(x * 5)  # passed on to the generator expression, whose yield discards it
+        return first, second, next(it)
+
+    check(fn, _t(3))

@@ -126,9 +126,18 @@ def SEND(tx, inst):
 
     sent = tx.pop()
     receiver = tx.stack[-1]
+    from kiln.capture.values.generator_expressions import GeneratorExpressionValue
+
+    none_sent = sent.is_constant() and sent.as_constant() is None
     if isinstance(receiver, SteppedGeneratorValue):
         item = receiver.resume(tx, sent)  # a value sent into the outer generator goes on to the inner one
-    elif not (sent.is_constant() and sent.as_constant() is None):
+    elif isinstance(receiver, GeneratorExpressionValue) and not none_sent:
+        if not receiver.started:  # CPython's gen_send_ex check
+            from kiln.capture.values.exceptions import raise_traced
+
+            raise_traced(TypeError, "can't send non-None value to a just-started generator")
+        item = receiver.next_item(tx)  # a generator expression's yield discards what is sent
+    elif not none_sent:
         unsupported("sending a value other than None into an iterator that is not a generator (yield from)")
     elif not isinstance(receiver, IteratorValue):
         unsupported(f"yield from {receiver}")
