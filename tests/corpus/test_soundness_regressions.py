@@ -410,20 +410,6 @@ def test_exception_object_made_inside_is_returned():
     check(fn, torch.randn(3))
 
 
-def test_throw_into_a_user_generator():
-    def fn(x):
-        def g():
-            try:
-                yield 1
-            except KeyError:
-                yield 99
-        it = g()
-        next(it)
-        return x * it.throw(KeyError("k"))
-
-    check(fn, torch.randn(3))
-
-
 def test_ordered_dict_popitem_gives_the_object_key_itself():
     class Key:
         pass
