@@ -412,8 +412,6 @@ class GeneratorTracer(InliningTracer):
     GeneratorExpressionValue, SteppedGeneratorValue or @contextmanager's SteppedGenerator) replaces
     `add_yielded`, which stops the trace at each `yield` until the consumer resumes it."""
 
-    yielded = ()  # RETURN_GENERATOR / YIELD_VALUE run only in tracers that have it
-
     def add_yielded(self, value: Value) -> None:
         raise NotImplementedError("set by the generator value that owns this tracer")
 

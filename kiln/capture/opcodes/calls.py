@@ -89,16 +89,23 @@ def RETURN_VALUE(tx, inst):
     raise ReturnSignal(tx.pop())
 
 
+def _in_generator(tx) -> bool:
+    """The tracer runs a generator's body (a generator expression's, a generator function's)."""
+    from kiln.capture.interpreter import GeneratorTracer
+
+    return isinstance(tx, GeneratorTracer)
+
+
 @handles()
 def RETURN_GENERATOR(tx, inst):
-    if not hasattr(tx, "yielded"):
+    if not _in_generator(tx):
         unsupported("generator functions are not supported yet")
     tx.push(ConstantValue(None))  # popped by the POP_TOP that follows
 
 
 @handles()
 def YIELD_VALUE(tx, inst):
-    if not hasattr(tx, "yielded"):
+    if not _in_generator(tx):
         unsupported("yield outside a generator kiln can run")
     tx.add_yielded(tx.pop())
     tx.push(ConstantValue(None))  # the value sent into the generator
@@ -106,10 +113,11 @@ def YIELD_VALUE(tx, inst):
 
 @handles()
 def GET_YIELD_FROM_ITER(tx, inst):
-    """`yield from x`: a generator stays itself (kiln's are materialized iterators), anything else iter(x)."""
+    """`yield from x`: a generator stays itself (a stepped generator, a generator expression), anything else
+    iter(x)."""
     from kiln.capture.values.iterators import make_iterator
 
-    if not hasattr(tx, "yielded"):
+    if not _in_generator(tx):
         unsupported("yield from outside a generator kiln can run")
     tx.push(make_iterator(tx, tx.pop()))
 
