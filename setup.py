@@ -5,7 +5,7 @@ setup(
     ext_modules=[
         Extension(
             "kiln.capture._eval_frame",
-            sources=["kiln/capture/_eval_frame.c"],
+            sources=["kiln/capture/_eval_frame.c", "kiln/capture/_guard_gate.c"],
             extra_compile_args=["-O2", "-Wno-unused-function"],
         )
     ]

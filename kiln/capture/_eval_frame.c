@@ -764,7 +764,19 @@ all_aligned(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Py_RETURN_TRUE;
 }
 
+/* guard gates: _guard_gate.c */
+PyObject *kiln_gate_unchanged(PyObject *module, PyObject *state);
+PyObject *kiln_gate_record(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
+PyObject *kiln_type_version(PyObject *module, PyObject *tp);
+
 static PyMethodDef methods[] = {
+    {"gate_unchanged", (PyCFunction)kiln_gate_unchanged, METH_O,
+     "gate_unchanged(state) -> bool: the dicts and types a guard block reads through are unchanged "
+     "since it last passed (kiln/capture/guard_gate.py)."},
+    {"gate_record", (PyCFunction)(void (*)(void))kiln_gate_record, METH_FASTCALL,
+     "gate_record(state, reached) -> True: store the watched dicts' version tags after the block passed."},
+    {"type_version", (PyCFunction)kiln_type_version, METH_O,
+     "type_version(tp) -> int: the type's version tag (assigned if needed), 0 when it has none."},
     {"all_aligned", (PyCFunction)(void (*)(void))all_aligned, METH_FASTCALL,
      "all_aligned(args, positions) -> bool: args[i].data_ptr() % 16 == 0 for each position i."},
     {"held_tensors_match", (PyCFunction)(void (*)(void))held_tensors_match, METH_FASTCALL,

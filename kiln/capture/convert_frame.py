@@ -201,7 +201,7 @@ class FrameCompiler:
                           f"{code.co_qualname} runs eagerly", stacklevel=2)
             return None
         with stats.timed("guards"):
-            guards = tracer.output.guards.compile()
+            guards = tracer.output.guards.compile((f_locals, f_globals, closure, f_builtins))
         entry = CacheEntry(guards, new_code, gm, tracer.output.op_count)
         self.cache.setdefault(code, []).append(entry)
         record.graph = gm
@@ -241,7 +241,7 @@ class FrameCompiler:
             exc.hint = (exc.hint + "; " if exc.hint else "") + f"graph break failed: {type(bug).__name__}: {bug}"
             return None
         with stats.timed("guards"):
-            guards = tracer.output.guards.compile()
+            guards = tracer.output.guards.compile((f_locals, f_globals, closure, f_builtins))
         self.cache.setdefault(code, []).append(CacheEntry(guards, new_code, gm, tracer.output.op_count))
         record.graph = gm
         record.guards = guards.source_code

@@ -160,9 +160,10 @@ class GuardSet:
 
     # ---- compilation -------------------------------------------------------------------------
 
-    def _expressions(self, names: "_Namer", batch_held: bool = False) -> list[tuple[str, str]]:
+    def _expressions(self, names: "_Namer", batch_held: bool = False, gated=()) -> list[tuple[str, str]]:
         """(python expression, description) for each guard, global state first. With ``batch_held``
-        (and kiln's C extension built), the held tensors' metadata is one C call at the end."""
+        (and kiln's C extension built), the held tensors' metadata is one C call at the end. The guards
+        in ``gated`` are left out (``_gated_expressions`` gives theirs)."""
         exprs = [
             (f"___grad_enabled() is {torch.is_grad_enabled()}", "grad mode"),
             (f"___default_dtype() is {names.ref(torch.get_default_dtype())}", "default dtype"),
@@ -176,10 +177,13 @@ class GuardSet:
         typed = {g.source.name() for g in ordered if g.kind is GuardKind.CONSTANT}
         match = _held_tensors_match() if batch_held else None
         held = [g for g in ordered if g.kind is GuardKind.HELD_TENSOR] if match is not None else []
+        skip = {g.key() for g in gated}
         for g in ordered:
             if g.kind is GuardKind.TYPE and g.source.name() in typed:
                 continue  # the constant guard on the same place checks its type too
             if held and g.kind is GuardKind.HELD_TENSOR:
+                continue
+            if g.key() in skip:
                 continue
             exprs.extend(_guard_exprs(g, names))
         tensor_sources = [g.source for g in ordered if g.kind in (GuardKind.TENSOR, GuardKind.DYNAMIC_TENSOR)]
@@ -200,7 +204,18 @@ class GuardSet:
                           f"the {len(held)} held tensors keep their dtype, device, size, strides, requires_grad"))
         return exprs
 
-    def compile(self) -> "CompiledGuards":
+    def _gated_expressions(self, names: "_Namer", plan) -> list[tuple[str, str]]:
+        """The gated guards' expressions (guard_gate.py), in the order of ``_expressions``."""
+        typed = {g.source.name() for g in self._guards.values() if g.kind is GuardKind.CONSTANT}
+        ordered = sorted(plan.gated, key=lambda g: (g.source.name().count("."), g.source.name()))
+        return [e for g in ordered if not (g.kind is GuardKind.TYPE and g.source.name() in typed)
+                for e in _guard_exprs(g, names)]
+
+    def compile(self, frame: tuple | None = None) -> "CompiledGuards":
+        """The check function. ``frame``: the values ``(L, G, C, B)`` of the call being compiled; with
+        them, the guards that read only through an unchanged module tree are gated (guard_gate.py)."""
+        from kiln.capture.guard_gate import plan_gate
+
         names = _Namer()
         if self.shape_env is not None and self.dynamic_inputs:  # (made once: both texts below name it alike)
             self._shape_check = self.shape_env.check_function()
@@ -208,7 +223,13 @@ class GuardSet:
             for src in [g.source] + ([g.value] if isinstance(g.value, Source) else []):
                 names.namespace.update(_held_objects(src))
         exprs = self._expressions(names)  # the texts now: they hold the metadata expected now
-        src = _check_function_source(self._expressions(names, batch_held=True), self._shared_places())
+        plan = plan_gate(list(self._guards.values()), frame)
+        gate = None
+        if plan is not None:
+            gate = (names.ref(plan.state), self._gated_expressions(names, plan), plan.reached)
+            names.namespace["___gate_unchanged"], names.namespace["___gate_record"] = _gate_functions()
+        src = _check_function_source(self._expressions(names, batch_held=True, gated=plan.gated if plan else ()),
+                                     self._shared_places(), gate)
         ns = dict(names.namespace)
         exec(compile(src, "<kiln guards>", "exec"), ns)
         guards = CompiledGuards(ns["check"], src, lambda: _one_checks(exprs, names))
@@ -288,8 +309,16 @@ class _PlaceIndex:
         return "".join(out)
 
 
-def _check_function_source(exprs: list[tuple[str, str]], shared: set[str]) -> str:
+def _gate_functions():
+    from kiln.capture.guard_gate import gate_functions
+
+    return gate_functions()[:2]
+
+
+def _check_function_source(exprs: list[tuple[str, str]], shared: set[str], gate=None) -> str:
     """The text of `check(L, G, C, B)`: guards in order, each shared place read once into a local.
+    ``gate``: (the gate state's name, the gated guards' expressions, the places they reach): those
+    guards run, after the others, only when ``___gate_unchanged`` says what they read changed.
 
     Any exception (a missing attribute or key) means the frame is not the one the entry was made for.
     The places a text reads are found through ``_PlaceIndex`` (linear in the text, not in the number of
@@ -304,15 +333,24 @@ def _check_function_source(exprs: list[tuple[str, str]], shared: set[str]) -> st
             text = index.replace(text, place, assigned[place])
         return text
 
-    lines = []
-    for expr, what in exprs:
-        for place in sorted(index.candidates(expr), key=lambda p: (len(p), p)):
-            if place not in assigned:
-                rhs = substitute(place)
-                assigned[place] = f"v{len(assigned)}"
-                lines.append(f"{assigned[place]} = {rhs}")
-        lines.append(f"if not ({substitute(expr)}):  # {what}"[:400])
-        lines.append("    return False")
+    def emit(lines: list[str], pairs: list[tuple[str, str]], indent: str = "") -> None:
+        for expr, what in pairs:
+            for place in sorted(index.candidates(expr), key=lambda p: (len(p), p)):
+                if place not in assigned:
+                    rhs = substitute(place)
+                    assigned[place] = f"v{len(assigned)}"
+                    lines.append(f"{indent}{assigned[place]} = {rhs}")
+            lines.append(f"{indent}if not ({substitute(expr)}):  # {what}"[:400])
+            lines.append(f"{indent}    return False")
+
+    lines: list[str] = []
+    emit(lines, exprs)
+    if gate is not None:
+        state, gated, reached = gate
+        lines.append(f"if not ___gate_unchanged({state}):  # {len(gated)} guards below read only through "
+                     f"dicts and types unchanged since they last passed (guard_gate.py)")
+        emit(lines, gated, "    ")
+        lines.append(f"    ___gate_record({state}, ({substitute(', '.join(reached))},))")
     body = "\n        ".join(lines + ["return True"])
     return (f"def check(L, G, C, B):\n    try:\n        {body}\n"
             f"    except Exception:\n        return False\n")
@@ -394,6 +432,14 @@ def _describe_aliasing(sources, expected) -> str:
              if f != i]
     parts += [f"{s.name()} is a held tensor's memory" for s, h in zip(sources, in_held) if h >= 0]
     return "; ".join(parts) or "no two share memory"
+
+
+def class_assignable(obj) -> bool:
+    """Whether ``obj.__class__ = ...`` may change the object's class: instances of classes defined in
+    Python, and modules."""
+    import types
+
+    return bool(type(obj).__flags__ & (1 << 9)) or isinstance(obj, types.ModuleType)  # Py_TPFLAGS_HEAPTYPE
 
 
 def _held_tensors_match():
@@ -479,6 +525,9 @@ def _guard_exprs(g: Guard, names: _Namer) -> list[tuple[str, str]]:
     if k is GuardKind.TYPE:
         return [(f"___type({x}) is {names.ref(g.value)}", f"type({x}) is {_type_name(g.value)}")]
     if k is GuardKind.IDENTITY:
+        if class_assignable(g.value):  # `obj.__class__ = Other` keeps the identity, not the methods
+            return [(f"{x} is {names.ref(g.value)} and ___type({x}) is {names.ref(type(g.value))}",
+                     f"{x} is the same {type(g.value).__name__} object, of the same class")]
         return [(f"{x} is {names.ref(g.value)}", f"{x} is the same {type(g.value).__name__} object")]
     if k is GuardKind.LENGTH:
         t, n = g.value

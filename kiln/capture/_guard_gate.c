@@ -1,0 +1,163 @@
+/*
+ * Guard gates (kiln/capture/guard_gate.py): whether the dicts and types a block of guards reads
+ * through are unchanged since that block last passed, so the block need not run again.
+ *
+ * A dict's ma_version_tag (PEP 509; CPython 3.11 and 3.12 still set it) takes a new, never reused
+ * value on every change to the dict; a type's tp_version_tag is cleared when the type or a base
+ * changes (and a new one is given later). So equal tags mean unchanged contents.
+ *
+ * state = (flag, dicts, tags, owners, owner_dicts, typed, types, type_tags, expected)
+ *   flag        bytearray(1): 1 once tags were recorded while the objects below were current
+ *   dicts       tuple of dicts whose versions are compared; tags: bytearray(8 * len(dicts))
+ *   owners      tuple of objects whose __dict__ must still be owner_dicts[i]
+ *   typed       tuple of objects whose type must still be types[i], with tp_version_tag
+ *               type_tags[i] (uint32 each, taken when the gate was planned)
+ *   expected    tuple of objects the guards reach (identity), in the order of gate_record's tuple
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations" /* ma_version_tag: deprecated in 3.12 */
+
+enum { G_FLAG, G_DICTS, G_TAGS, G_OWNERS, G_OWNER_DICTS, G_TYPED, G_TYPES, G_TYPE_TAGS, G_EXPECTED, G_LEN };
+
+static int
+state_ok(PyObject *state)
+{
+    if (!PyTuple_Check(state) || PyTuple_GET_SIZE(state) != G_LEN) {
+        PyErr_SetString(PyExc_TypeError, "guard gate: state must be a 9-tuple");
+        return 0;
+    }
+    PyObject *flag = PyTuple_GET_ITEM(state, G_FLAG), *tags = PyTuple_GET_ITEM(state, G_TAGS);
+    PyObject *type_tags = PyTuple_GET_ITEM(state, G_TYPE_TAGS);
+    PyObject *dicts = PyTuple_GET_ITEM(state, G_DICTS), *types = PyTuple_GET_ITEM(state, G_TYPES);
+    PyObject *typed = PyTuple_GET_ITEM(state, G_TYPED), *owners = PyTuple_GET_ITEM(state, G_OWNERS);
+    PyObject *owner_dicts = PyTuple_GET_ITEM(state, G_OWNER_DICTS);
+    if (!PyByteArray_Check(flag) || PyByteArray_GET_SIZE(flag) != 1 || !PyTuple_Check(dicts) ||
+        !PyByteArray_Check(tags) || PyByteArray_GET_SIZE(tags) != 8 * PyTuple_GET_SIZE(dicts) ||
+        !PyTuple_Check(typed) || !PyTuple_Check(types) || PyTuple_GET_SIZE(typed) != PyTuple_GET_SIZE(types) ||
+        !PyByteArray_Check(type_tags) || PyByteArray_GET_SIZE(type_tags) != 4 * PyTuple_GET_SIZE(types) ||
+        !PyTuple_Check(owners) || !PyTuple_Check(owner_dicts) ||
+        PyTuple_GET_SIZE(owners) != PyTuple_GET_SIZE(owner_dicts) ||
+        !PyTuple_Check(PyTuple_GET_ITEM(state, G_EXPECTED))) {
+        PyErr_SetString(PyExc_TypeError, "guard gate: malformed state");
+        return 0;
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(dicts); i++)
+        if (!PyDict_Check(PyTuple_GET_ITEM(dicts, i))) {
+            PyErr_SetString(PyExc_TypeError, "guard gate: a watched object is not a dict");
+            return 0;
+        }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(types); i++)
+        if (!PyType_Check(PyTuple_GET_ITEM(types, i))) {
+            PyErr_SetString(PyExc_TypeError, "guard gate: types must be types");
+            return 0;
+        }
+    return 1;
+}
+
+/* 1 when every typed object still has its type, with the type's version tag of the plan, and every
+ * owner still has its __dict__; 0 when not; -1 with an exception set. */
+static int
+types_and_owners_same(PyObject *state)
+{
+    PyObject *typed = PyTuple_GET_ITEM(state, G_TYPED), *types = PyTuple_GET_ITEM(state, G_TYPES);
+    const uint32_t *type_tags = (const uint32_t *)PyByteArray_AS_STRING(PyTuple_GET_ITEM(state, G_TYPE_TAGS));
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(typed); i++) {
+        PyTypeObject *tp = (PyTypeObject *)PyTuple_GET_ITEM(types, i);
+        if (Py_TYPE(PyTuple_GET_ITEM(typed, i)) != tp)
+            return 0;
+        if (!(tp->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG) || tp->tp_version_tag == 0 ||
+            tp->tp_version_tag != type_tags[i])
+            return 0;
+    }
+    PyObject *owners = PyTuple_GET_ITEM(state, G_OWNERS), *owner_dicts = PyTuple_GET_ITEM(state, G_OWNER_DICTS);
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(owners); i++) {
+        PyObject *d = PyObject_GenericGetDict(PyTuple_GET_ITEM(owners, i), NULL);
+        if (d == NULL)
+            return -1;
+        int same = d == PyTuple_GET_ITEM(owner_dicts, i);
+        Py_DECREF(d);
+        if (!same)
+            return 0;
+    }
+    return 1;
+}
+
+/* gate_unchanged(state) -> bool: tags were recorded and nothing watched changed since. */
+PyObject *
+kiln_gate_unchanged(PyObject *module, PyObject *state)
+{
+    (void)module;
+    if (!state_ok(state))
+        return NULL;
+    if (PyByteArray_AS_STRING(PyTuple_GET_ITEM(state, G_FLAG))[0] != 1)
+        Py_RETURN_FALSE;
+    PyObject *dicts = PyTuple_GET_ITEM(state, G_DICTS);
+    const uint64_t *tags = (const uint64_t *)PyByteArray_AS_STRING(PyTuple_GET_ITEM(state, G_TAGS));
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(dicts); i++)
+        if (((PyDictObject *)PyTuple_GET_ITEM(dicts, i))->ma_version_tag != tags[i])
+            Py_RETURN_FALSE;
+    int same = types_and_owners_same(state);
+    if (same < 0)
+        return NULL;
+    return PyBool_FromLong(same);
+}
+
+/* gate_record(state, reached) -> True: after the gated guards passed, reading through the objects in
+ * `reached`: when those are the planned objects (identity) and types and owners are unchanged, store
+ * the dicts' current tags (the next call may skip the block while they hold); otherwise clear the flag. */
+PyObject *
+kiln_gate_record(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 2 || !PyTuple_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "gate_record(state, reached): a state and a tuple");
+        return NULL;
+    }
+    PyObject *state = args[0], *reached = args[1];
+    if (!state_ok(state))
+        return NULL;
+    char *flag = PyByteArray_AS_STRING(PyTuple_GET_ITEM(state, G_FLAG));
+    flag[0] = 0;
+    PyObject *expected = PyTuple_GET_ITEM(state, G_EXPECTED);
+    if (PyTuple_GET_SIZE(expected) != PyTuple_GET_SIZE(reached))
+        Py_RETURN_TRUE;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(expected); i++)
+        if (PyTuple_GET_ITEM(expected, i) != PyTuple_GET_ITEM(reached, i))
+            Py_RETURN_TRUE;
+    int same = types_and_owners_same(state);
+    if (same < 0)
+        return NULL;
+    if (!same)
+        Py_RETURN_TRUE;
+    PyObject *dicts = PyTuple_GET_ITEM(state, G_DICTS);
+    uint64_t *tags = (uint64_t *)PyByteArray_AS_STRING(PyTuple_GET_ITEM(state, G_TAGS));
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(dicts); i++)
+        tags[i] = ((PyDictObject *)PyTuple_GET_ITEM(dicts, i))->ma_version_tag;
+    flag[0] = 1;
+    Py_RETURN_TRUE;
+}
+
+/* type_version(tp) -> int: tp's version tag, given one now if it has none; 0 when none can be given. */
+PyObject *
+kiln_type_version(PyObject *module, PyObject *tp)
+{
+    (void)module;
+    if (!PyType_Check(tp)) {
+        PyErr_SetString(PyExc_TypeError, "type_version(tp): a type");
+        return NULL;
+    }
+    PyTypeObject *t = (PyTypeObject *)tp;
+    if (!(t->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG) || t->tp_version_tag == 0) {
+        static PyObject *probe = NULL; /* a lookup through the method cache assigns a tag */
+        if (probe == NULL && (probe = PyUnicode_InternFromString("__kiln_gate_probe__")) == NULL)
+            return NULL;
+        (void)_PyType_Lookup(t, probe);
+    }
+    if (!(t->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG))
+        return PyLong_FromLong(0);
+    return PyLong_FromUnsignedLong(t->tp_version_tag);
+}
