@@ -774,7 +774,7 @@ static PyMethodDef methods[] = {
      "gate_unchanged(state) -> bool: the dicts and types a guard block reads through are unchanged "
      "since it last passed (kiln/capture/guard_gate.py)."},
     {"gate_record", (PyCFunction)(void (*)(void))kiln_gate_record, METH_FASTCALL,
-     "gate_record(state, reached) -> True: store the watched dicts' version tags after the block passed."},
+     "gate_record(state, reached) -> bool: store the watched dicts' version tags after the block passed."},
     {"type_version", (PyCFunction)kiln_type_version, METH_O,
      "type_version(tp) -> int: the type's version tag (assigned if needed), 0 when it has none."},
     {"all_aligned", (PyCFunction)(void (*)(void))all_aligned, METH_FASTCALL,

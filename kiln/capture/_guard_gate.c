@@ -106,9 +106,10 @@ kiln_gate_unchanged(PyObject *module, PyObject *state)
     return PyBool_FromLong(same);
 }
 
-/* gate_record(state, reached) -> True: after the gated guards passed, reading through the objects in
+/* gate_record(state, reached) -> bool: after the gated guards passed, reading through the objects in
  * `reached`: when those are the planned objects (identity) and types and owners are unchanged, store
- * the dicts' current tags (the next call may skip the block while they hold); otherwise clear the flag. */
+ * the dicts' current tags (the next call may skip the block while they hold) and answer True;
+ * otherwise clear the flag and answer False. */
 PyObject *
 kiln_gate_record(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -124,15 +125,15 @@ kiln_gate_record(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     flag[0] = 0;
     PyObject *expected = PyTuple_GET_ITEM(state, G_EXPECTED);
     if (PyTuple_GET_SIZE(expected) != PyTuple_GET_SIZE(reached))
-        Py_RETURN_TRUE;
+        Py_RETURN_FALSE;
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(expected); i++)
         if (PyTuple_GET_ITEM(expected, i) != PyTuple_GET_ITEM(reached, i))
-            Py_RETURN_TRUE;
+            Py_RETURN_FALSE;
     int same = types_and_owners_same(state);
     if (same < 0)
         return NULL;
     if (!same)
-        Py_RETURN_TRUE;
+        Py_RETURN_FALSE;
     PyObject *dicts = PyTuple_GET_ITEM(state, G_DICTS);
     uint64_t *tags = (uint64_t *)PyByteArray_AS_STRING(PyTuple_GET_ITEM(state, G_TAGS));
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(dicts); i++)

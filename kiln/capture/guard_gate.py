@@ -60,6 +60,32 @@ class GatePlan:
     gated: list  # the guards checked only when something they read changed
     state: tuple  # the C functions' state (see _guard_gate.c)
     reached: list[str]  # the places (texts) of the state's expected objects, in order
+    rechecks: list  # (obj, attr, generic): reads that must stay plain when a watched type changes
+    record: Any = None  # the check function's ___gate_record (make_recorder)
+
+
+def make_recorder(plan: GatePlan, c_record, type_version):
+    """``record(state, reached)`` for the check function: the C record; when it refuses because a
+    watched type changed (a class attribute set anywhere in its bases: torch.compile's first call sets
+    some on nn.Module), every read through those types is checked again to still be plain, and the
+    types' new tags are taken, so the gate opens again."""
+
+    def record(state, reached) -> bool:
+        if c_record(state, reached):
+            return True
+        typed, types = state[5], state[6]
+        if any(type(o) is not t for o, t in zip(typed, types)):
+            return True
+        if not all(reads_plainly(o, a, g) for o, a, g in plan.rechecks):
+            return True
+        tags = [type_version(t) for t in types]
+        if not all(tags):
+            return True
+        state[7][:] = b"".join(int(tag).to_bytes(4, sys.byteorder) for tag in tags)
+        c_record(state, reached)
+        return True
+
+    return record
 
 
 def deep_immutable(value: Any) -> bool:
@@ -79,6 +105,7 @@ class _Watch:
         self.owners: dict[int, tuple[Any, Any]] = {}
         self.typed: dict[int, tuple[Any, type, int]] = {}
         self.reached: dict[int, tuple[str, Any]] = {}  # id -> (place text, object)
+        self.rechecks: list[tuple[Any, str, bool]] = []  # (obj, attr, generic): reads_plainly held
 
     def reach(self, text: str, obj: Any) -> None:
         self.reached.setdefault(id(obj), (text, obj))
@@ -103,32 +130,47 @@ class _Watch:
     def attribute_owner(self, text: str, obj: Any, attr: str, generic: bool) -> bool:
         """Whether ``obj.attr`` is read from ``obj.__dict__`` or from a plain class attribute, as
         nothing but the dict's and the type's versions decide (then watched)."""
-        cls = type(obj)
-        if not generic and cls.__getattribute__ not in (object.__getattribute__, pytypes.ModuleType.__getattribute__):
+        if not reads_plainly(obj, attr, generic) or not self.typed_object(text, obj):
             return False
-        if isinstance(obj, type):
-            return False  # (a class's attributes: type.__getattribute__ and the metaclass decide)
-        try:
-            instance_dict = object.__getattribute__(obj, "__dict__")
-        except AttributeError:
-            return False
-        if type(instance_dict) is not dict:
-            return False
-        on_class = _MISSING
-        for klass in cls.__mro__:
-            if attr in klass.__dict__:
-                on_class = klass.__dict__[attr]
-                break
-        kind = type(on_class)
-        if on_class is not _MISSING and (hasattr(kind, "__set__") or hasattr(kind, "__delete__")):
-            return False  # a data descriptor (property, slot, __dict__) decides
-        if attr not in instance_dict and (on_class is _MISSING or hasattr(kind, "__get__")):
-            return False  # __getattr__, or a method bound anew on each read
-        if not self.typed_object(text, obj):
-            return False
+        instance_dict = object.__getattribute__(obj, "__dict__")
+        self.rechecks.append((obj, attr, generic))
         self.owners.setdefault(id(obj), (obj, instance_dict))
         self.dicts.setdefault(id(instance_dict), instance_dict)
         return True
+
+
+def reads_plainly(obj: Any, attr: str, generic: bool) -> bool:
+    """Whether reading ``obj.attr`` (``object.__getattribute__(obj, attr)`` when ``generic``) gives the
+    value in the object's own ``__dict__`` or a plain (non-descriptor) class attribute: no class's
+    own ``__getattribute__``, no data descriptor (property, slot), no ``__getattr__``, no method bound
+    anew on each read. ``__dict__`` itself: the object's own plain dict."""
+    cls = type(obj)
+    if not generic and cls.__getattribute__ not in (object.__getattribute__, pytypes.ModuleType.__getattribute__):
+        return False
+    if isinstance(obj, type):
+        return False  # (a class's attributes: type.__getattribute__ and the metaclass decide)
+    own = next((k.__dict__["__dict__"] for k in cls.__mro__ if "__dict__" in k.__dict__), None)
+    if type(own).__name__ != "getset_descriptor":
+        return False  # (no instance dict, or a class that defines its own __dict__)
+    try:
+        instance_dict = object.__getattribute__(obj, "__dict__")
+    except AttributeError:
+        return False
+    if type(instance_dict) is not dict:
+        return False
+    if attr == "__dict__":
+        return True
+    on_class = _MISSING
+    for klass in cls.__mro__:
+        if attr in klass.__dict__:
+            on_class = klass.__dict__[attr]
+            break
+    kind = type(on_class)
+    if on_class is not _MISSING and (hasattr(kind, "__set__") or hasattr(kind, "__delete__")):
+        return False  # a data descriptor (property, slot, __dict__) decides
+    if attr not in instance_dict and (on_class is _MISSING or hasattr(kind, "__get__")):
+        return False  # __getattr__, or a method bound anew on each read
+    return True
 
 
 class _Planner:
@@ -194,18 +236,10 @@ class _Planner:
 
     def _instance_dict(self, text: str, obj: Any) -> Any:
         """``obj.__dict__`` where that is the object's own plain dict (then watched, with the owner)."""
-        cls = type(obj)
-        if isinstance(obj, type) or cls.__getattribute__ not in (object.__getattribute__,
-                                                                 pytypes.ModuleType.__getattribute__):
+        if not self.watch.attribute_owner(text, obj, "__dict__", generic=False):
             return _MISSING
-        descriptor = next((k.__dict__["__dict__"] for k in cls.__mro__ if "__dict__" in k.__dict__), None)
-        if type(descriptor).__name__ != "getset_descriptor":
-            return _MISSING  # (a class that defines its own __dict__)
         d = object.__getattribute__(obj, "__dict__")
-        if type(d) is not dict or not self.watch.typed_object(text, obj):
-            return _MISSING
-        self.watch.owners.setdefault(id(obj), (obj, d))
-        self.watch.dict(f"{text}.__dict__", d)
+        self.watch.reach(f"{text}.__dict__", d)
         return d
 
     def gate(self, g) -> bool:
@@ -263,4 +297,6 @@ def plan_gate(guards: list, frame: tuple | None, min_gated: int = 8) -> GatePlan
     reached = list(w.reached.values())
     state = (bytearray(1), dicts, bytearray(8 * len(dicts)), owners, owner_dicts, typed, types, type_tags,
              tuple(obj for _, obj in reached))
-    return GatePlan(gated, state, [text for text, _ in reached])
+    plan = GatePlan(gated, state, [text for text, _ in reached], list(w.rechecks))
+    plan.record = make_recorder(plan, fns[1], fns[2])
+    return plan

@@ -226,8 +226,8 @@ class GuardSet:
         plan = plan_gate(list(self._guards.values()), frame)
         gate = None
         if plan is not None:
-            gate = (names.ref(plan.state), self._gated_expressions(names, plan), plan.reached)
-            names.namespace["___gate_unchanged"], names.namespace["___gate_record"] = _gate_functions()
+            gate = (names.ref(plan.state), self._gated_expressions(names, plan), plan.reached, names.ref(plan.record))
+            names.namespace["___gate_unchanged"] = _gate_unchanged()
         src = _check_function_source(self._expressions(names, batch_held=True, gated=plan.gated if plan else ()),
                                      self._shared_places(), gate)
         ns = dict(names.namespace)
@@ -309,15 +309,16 @@ class _PlaceIndex:
         return "".join(out)
 
 
-def _gate_functions():
+def _gate_unchanged():
     from kiln.capture.guard_gate import gate_functions
 
-    return gate_functions()[:2]
+    return gate_functions()[0]
 
 
 def _check_function_source(exprs: list[tuple[str, str]], shared: set[str], gate=None) -> str:
     """The text of `check(L, G, C, B)`: guards in order, each shared place read once into a local.
-    ``gate``: (the gate state's name, the gated guards' expressions, the places they reach): those
+    ``gate``: (the gate state's name, the gated guards' expressions, the places they reach, the
+    recorder's name): those
     guards run, after the others, only when ``___gate_unchanged`` says what they read changed.
 
     Any exception (a missing attribute or key) means the frame is not the one the entry was made for.
@@ -346,11 +347,11 @@ def _check_function_source(exprs: list[tuple[str, str]], shared: set[str], gate=
     lines: list[str] = []
     emit(lines, exprs)
     if gate is not None:
-        state, gated, reached = gate
+        state, gated, reached, record = gate
         lines.append(f"if not ___gate_unchanged({state}):  # {len(gated)} guards below read only through "
                      f"dicts and types unchanged since they last passed (guard_gate.py)")
         emit(lines, gated, "    ")
-        lines.append(f"    ___gate_record({state}, ({substitute(', '.join(reached))},))")
+        lines.append(f"    {record}({state}, ({substitute(', '.join(reached))},))  # the tags now: the gate opens")
     body = "\n        ".join(lines + ["return True"])
     return (f"def check(L, G, C, B):\n    try:\n        {body}\n"
             f"    except Exception:\n        return False\n")
