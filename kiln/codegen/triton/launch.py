@@ -235,7 +235,10 @@ class Launcher:
 
     def _time_configs(self, configs, grid_of, args, do_bench) -> list:
         timings = []
-        args = twin_args(args)  # timing runs each config many times: never on the real buffers
+        # timing runs each config many times: never on the real buffers it writes
+        params = getattr(self.kernel, "params", None)
+        written = None if params is None else [i for i, (_, kind) in enumerate(params) if kind != "in"]
+        args = twin_args(args, written)
         for cfg in configs:
             launch, meta = self.fn[grid_of(cfg)], cfg.kwargs()
             try:
@@ -246,16 +249,18 @@ class Launcher:
         return timings
 
 
-def twin_args(args) -> list:
-    """The arguments a kernel is timed on: each tensor a copy of its whole storage, viewed with the same
-    offset, sizes and strides. A timed kernel runs dozens of times: one that adds into a buffer (atomic
-    scatters, read-modify-write stores) would otherwise leave that buffer added into every time (a
-    wrong first result: found with scatter_add into 1M x 64 rows on the H100)."""
+def twin_args(args, written=None) -> list:
+    """The arguments a kernel is timed on: each tensor the kernel writes (positions ``written``; every
+    tensor when None) a copy of its whole storage, viewed with the same offset, sizes and strides. A
+    timed kernel runs dozens of times: one that adds into a buffer (atomic scatters, read-modify-write
+    stores) would otherwise leave that buffer added into every time (a wrong first result: found with
+    scatter_add into 1M x 64 rows on the H100). Buffers it only reads are used as they are (no copy of
+    a large embedding table a gather reads)."""
     import torch
 
     out = []
-    for a in args:
-        if isinstance(a, torch.Tensor):
+    for i, a in enumerate(args):
+        if isinstance(a, torch.Tensor) and (written is None or i in written):
             twin = torch.empty(0, dtype=a.dtype, device=a.device)
             twin.set_(a.untyped_storage().clone(), a.storage_offset(), a.size(), a.stride())
             a = twin

@@ -115,11 +115,16 @@ def test_autotuning_times_configs_on_copies_of_the_arguments():
             fn()
         return 1.0
 
-    kernel = SimpleNamespace(xnumel=8, style="pointwise", name="k")
+    kernel = SimpleNamespace(xnumel=8, style="pointwise", name="k", params=[("buf0", "out"), ("arg0", "in")])
     launcher = Launcher(Fn(), kernel, [LaunchConfig(4, 0, 1), LaunchConfig(8, 0, 1)], None)
     out, src = torch.zeros(8), torch.ones(8)
-    launcher._time_configs(launcher.configs, lambda cfg: (1,), [out, src], do_bench)
+    seen = []
+    real_bench = do_bench
+    launcher._time_configs(launcher.configs, lambda cfg: (1,), [out, src],
+                           lambda fn, warmup, rep: seen.append(fn) or real_bench(fn, warmup, rep))
     assert torch.equal(out, torch.zeros(8))
+    twins = twin_args([out, src], written=[0])
+    assert twins[0].data_ptr() != out.data_ptr() and twins[1] is src  # what it only reads: not copied
     view = torch.arange(12.0)[2:10:2]
     twin = twin_args([view])[0]
     assert twin.data_ptr() != view.data_ptr() and twin.stride() == view.stride() and torch.equal(twin, view)
