@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import operator
+import re
 from typing import Callable, Iterable
 
 import torch
@@ -271,7 +272,30 @@ def split_graph(gm: fx.GraphModule, cuts: list[int], buckets: list[Bucket] | Non
     return pieces
 
 
+def _rename_without_indices(graph: fx.Graph) -> None:
+    """Node names without the numbers that say which layer they came from (``blocks_3_qkv`` ->
+    ``p_blocks_qkv``; repeats get fx's ``_1``, ``_2`` in graph order), so pieces of repeated blocks have the
+    same code. Names only label values: a name that still differs costs a cache miss, never a result."""
+    for node in graph.nodes:
+        if node.op not in ("output", "placeholder"):  # (placeholders are made with such names)
+            node._rename(_unindexed(node.name))
+
+
+def _unindexed(name: str, graph: fx.Graph | None = None) -> str:
+    """``p_`` + the name without its numbers; with ``graph``: made unique among its placeholders."""
+    base = "p_" + (re.sub(r"_?\d+", "", name).strip("_") or "v")
+    if graph is None:
+        return base
+    taken = {n.target for n in graph.nodes if n.op == "placeholder"}
+    return next(c for c in (base if i == 0 else f"{base}_{i}" for i in range(len(taken) + 1)) if c not in taken)
+
+
 def _build_piece(gm, body, k, needed_later) -> Piece:
+    """Piece k: graph inputs and earlier pieces' values become placeholders (first); module state is read
+    again, under names local to the piece (``state0``, ``state1``... in order of first read), so pieces
+    of repeated blocks (a transformer's layers) have the same code and the backend's whole-graph cache
+    serves the second one from the first (its key holds each state tensor's sizes, dtype and aliasing;
+    the compiled piece reads this piece's own tensors by those names)."""
     graph = fx.Graph()
     env: dict[fx.Node, fx.Node] = {}
     members = set(body)
@@ -280,19 +304,27 @@ def _build_piece(gm, body, k, needed_later) -> Piece:
         for arg in _tensor_args(node):
             if arg not in members and arg not in external:
                 external.append(arg)
-    # graph inputs and earlier pieces' values become placeholders (first), module state is read again
     inputs = [a for a in external if a.op != "get_attr"]
     for arg in inputs:
-        env[arg] = graph.placeholder(arg.name)
+        env[arg] = graph.placeholder(_unindexed(arg.name, graph))
         env[arg].meta = dict(arg.meta)
+    state: dict[str, object] = {}
+    local: dict[str, str] = {}  # original target -> the piece's name for it
+    for node in [a for a in external if a.op == "get_attr"] + [n for n in body if n.op == "get_attr"]:
+        if node.target not in local:
+            local[node.target] = f"state{len(local)}"
+            state[local[node.target]] = read_attr(gm, node.target)
     for arg in external:
         if arg.op == "get_attr":
-            env[arg] = graph.get_attr(arg.target)
+            env[arg] = graph.get_attr(local[arg.target])
             env[arg].meta = dict(arg.meta)
     for node in body:
         env[node] = graph.node_copy(node, lambda a: env[a])
+        if node.op == "get_attr":
+            env[node].target = local[node.target]
     outputs = [n for n in body if needed_later.get(n, -1) > k]
     graph.output(tuple(env[n] for n in outputs))
-    piece_gm = fx.GraphModule(gm, graph)
+    _rename_without_indices(graph)
+    piece_gm = fx.GraphModule(state, graph)
     piece_gm.meta.update({key: v for key, v in gm.meta.items() if key != "kiln_backend_report"})
     return Piece(piece_gm, inputs, outputs, [], 0)

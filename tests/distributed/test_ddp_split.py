@@ -248,3 +248,29 @@ def test_tied_weight_counts_at_its_first_use():
 def test_in_place_flag_given_positionally():
     _, _, checker, y, relu = checker_around_write(lambda y: F.relu(y, True), "relu")  # inplace=True
     assert all(checker.cut_problem(p) is not None for p in range(y + 1, relu + 1))
+
+
+def test_pieces_of_repeated_layers_have_the_same_code_and_share_the_warm_cache(tmp_path, monkeypatch):
+    """Pieces read module state under names of their own and carry no layer numbers in their code, so
+    the pieces of identical layers are one entry of the whole-graph cache; each still reads (and
+    trains) its own layer's parameters."""
+    import kiln.distributed.ddp_backend as ddp_backend
+
+    net, x = Net(), torch.randn(3, 32)
+    pieces = compile_split(compile_aot_eager, capture(net, x), [x], stub_ddp(net, 4000)).pieces
+    assert pieces[1].gm.code == pieces[2].gm.code and pieces[1].params != pieces[2].params
+    assert "layers" not in "".join(n.target for n in pieces[1].gm.graph.nodes if n.op == "get_attr")
+    monkeypatch.setattr(ddp_backend, "active_ddp_module", lambda: stub_ddp(net, 4000))
+    kiln.reset()
+    kiln.stats.reset()
+    compiled = kiln.compile(net, options={"cache_dir": str(tmp_path), "warm_cache": True})
+    out = compiled(x)
+    expected = net(x)
+    torch.testing.assert_close(out, expected)
+    assert kiln.stats.ddp_pieces == 4 and kiln.stats.warm_cache["hits"] >= 1, kiln.stats.warm_cache
+    out.sum().backward()
+    grads = [p.grad.clone() for p in net.parameters()]
+    net.zero_grad()
+    expected.sum().backward()
+    for got, want in zip(grads, [p.grad for p in net.parameters()]):
+        torch.testing.assert_close(got, want)
