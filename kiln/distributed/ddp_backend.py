@@ -16,7 +16,7 @@ import torch
 import torch.fx as fx
 
 from kiln.debug.stats import stats
-from kiln.distributed.consistency import compile_or_eager
+from kiln.distributed.consistency import compile_or_eager, ddp_agreement_timeout
 from kiln.distributed.ddp_split import (CutChecker, Piece, body_nodes, place_cuts, plan_buckets, read_attr,
                                        split_graph)
 
@@ -93,7 +93,8 @@ def compile_split(backend: Callable, gm: fx.GraphModule, example_inputs, ddp, op
     else:
         header = f"DDP split: not split ({reason})"
     if len(pieces) <= 1:
-        return Noted(compile_or_eager(backend, gm, example_inputs, options), header, notes)
+        agreed = compile_or_eager(backend, gm, example_inputs, options, agreement_timeout=ddp_agreement_timeout(options))
+        return Noted(agreed, header, notes)
     stats.ddp_pieces += len(pieces)
     return SplitGraph(gm, pieces, backend, header, notes, options)
 
@@ -146,7 +147,8 @@ class SplitGraph:
     def _compile(self, i: int, inputs: list) -> Callable:
         piece = self.pieces[i]
         try:
-            fn = compile_or_eager(self.backend, piece.gm, inputs, self.options, what=f"DDP piece {i}")
+            fn = compile_or_eager(self.backend, piece.gm, inputs, self.options, what=f"DDP piece {i}",
+                                  agreement_timeout=ddp_agreement_timeout(self.options))
         except Exception as exc:  # noqa: BLE001 - run this piece as its graph: exact, and no rank stops
             reason = f"DDP piece {i}: backend failed: {type(exc).__name__}: {str(exc)[:200]}"
             stats.eager_fallbacks[reason] += 1

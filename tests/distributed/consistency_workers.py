@@ -50,7 +50,9 @@ def collective_run(rank, backend, options):
 def run(rank, world_size):
     agree = {"distributed_agreement_timeout": 30.0}
     return {
-        "ddp_fail_rank1": ddp_run(rank, failing_on(1), None),
+        "ddp_fail_rank1": ddp_run(rank, failing_on(1), None),  # DDP graphs: agreement by default
+        "ddp_fail_rank1_no_agreement": ddp_run(rank, failing_on(1), {"ddp_agreement_timeout": 0.0}),
+        "ddp_ok": ddp_run(rank, "aot_eager", None),
         "ddp_fail_rank1_agree": ddp_run(rank, failing_on(1), agree),
         "ddp_ok_agree": ddp_run(rank, "aot_eager", agree),
         "collective_fail_rank0_agree": collective_run(rank, failing_on(0), agree),

@@ -12,8 +12,18 @@ def results(cpu_ranks):
     return section(cpu_ranks, "consistency")  # a hang fails cpu_ranks with RanksHung
 
 
-def test_failing_rank_runs_eagerly_alone(results):
+def test_ddp_graphs_agree_by_default(results):
+    """Inside a DDP forward every rank compiles the same pieces in step: a piece that fails on rank 1
+    runs eagerly on every rank (Options.ddp_agreement_timeout, on by default)."""
     rank0, rank1 = (r["ddp_fail_rank1"] for r in results)
+    assert rank0["fallbacks"] > 0 and rank0["fallbacks"] == rank1["fallbacks"], (rank0, rank1)
+    assert rank0["pieces"] >= 3 and rank0["param_diff"] <= 1e-6 and rank1["param_diff"] <= 1e-6
+    for r in results:
+        assert r["ddp_ok"]["fallbacks"] == 0 and r["ddp_ok"]["param_diff"] <= 1e-6, r["ddp_ok"]
+
+
+def test_failing_rank_runs_eagerly_alone_without_agreement(results):
+    rank0, rank1 = (r["ddp_fail_rank1_no_agreement"] for r in results)
     assert rank0["fallbacks"] == 0 and rank1["fallbacks"] > 0
     assert rank0["param_diff"] <= 1e-6 and rank1["param_diff"] <= 1e-6
 
