@@ -87,8 +87,9 @@ def compile_split(backend: Callable, gm: fx.GraphModule, example_inputs, ddp, op
         bucket_cap, first_cap = bucket_caps(ddp)
         reduced = reduced_parameters(ddp)
         buckets = plan_buckets(gm, bucket_cap, first_cap, lambda p: id(p) in reduced)
-        cuts, notes = place_cuts(buckets, CutChecker(gm, torch.is_grad_enabled()))
-        pieces = split_graph(gm, cuts, buckets)
+        checker = CutChecker(gm, torch.is_grad_enabled())
+        cuts, notes = place_cuts(buckets, checker)
+        pieces = split_graph(gm, cuts, buckets, checker.recomputable)
         header = f"DDP split (bucket_bytes_cap={bucket_cap}, first bucket {first_cap}): {len(pieces)} piece(s)"
     else:
         header = f"DDP split: not split ({reason})"

@@ -32,6 +32,8 @@ from typing import Callable, Iterable
 import torch
 import torch.fx as fx
 
+from kiln.distributed.ddp_recompute import recompute_chain, recomputable_nodes
+
 _INPLACE_OPERATORS = frozenset({
     operator.iadd, operator.isub, operator.imul, operator.itruediv, operator.ifloordiv, operator.imod,
     operator.ipow, operator.iand, operator.ior, operator.ixor, operator.ilshift, operator.irshift,
@@ -184,6 +186,9 @@ class CutChecker:
         # positions of ops that may write in place, with the storages of their tensor arguments
         self.writes = [(i, {_storage(_example(a)) for a in _tensor_args(n)})
                        for i, n in enumerate(self.nodes) if may_write_in_place(n)]
+        # views and casts of inputs and module state a later piece computes again (ddp_recompute.py)
+        self.recomputable = recomputable_nodes(self.nodes, _example, _storage, _tensor_args, self.writes,
+                                               self.mode_problem)
 
     def _mode_problems(self, grad_enabled: bool) -> list[str | None]:
         problems: list[str | None] = []
@@ -201,8 +206,9 @@ class CutChecker:
         return problems
 
     def crossing(self, p: int) -> list[fx.Node]:
-        """Values computed before position p (not get_attr) that are used at p or later."""
-        return [n for n in self.nodes[:p] if n.op != "get_attr" and self.last_use.get(n, -1) >= p]
+        """Values computed before position p (not get_attr, not computed again) used at p or later."""
+        return [n for n in self.nodes[:p]
+                if n.op != "get_attr" and n not in self.recomputable and self.last_use.get(n, -1) >= p]
 
     def cut_problem(self, p: int) -> str | None:
         if p <= 0 or p >= len(self.nodes):
@@ -244,10 +250,12 @@ def place_cuts(buckets: list[Bucket], checker: CutChecker) -> tuple[list[int], l
     return cuts, notes
 
 
-def split_graph(gm: fx.GraphModule, cuts: list[int], buckets: list[Bucket] | None = None) -> list[Piece]:
+def split_graph(gm: fx.GraphModule, cuts: list[int], buckets: list[Bucket] | None = None,
+                recompute: frozenset | set = frozenset()) -> list[Piece]:
     """The graph's body cut before each position in ``cuts``: one graph module per range, reading
     module state through its own get_attr nodes, taking the values it needs from earlier ranges and
-    the graph's inputs, and returning what later ranges and the graph's output need."""
+    the graph's inputs, and returning what later ranges and the graph's output need. A node of
+    ``recompute`` (``CutChecker.recomputable``) a later range uses is computed again there."""
     nodes = body_nodes(gm)
     bounds = [0, *cuts, len(nodes)]
     piece_of = {}
@@ -259,12 +267,12 @@ def split_graph(gm: fx.GraphModule, cuts: list[int], buckets: list[Bucket] | Non
     for node in nodes + [output]:
         user_piece = piece_of.get(node, len(bounds) - 1)
         for arg in _tensor_args(node):
-            if arg.op != "get_attr":
+            if arg.op != "get_attr" and not (arg in recompute and node.op != "output"):
                 needed_later[arg] = max(needed_later.get(arg, -1), user_piece)
     pieces = []
     for k in range(len(bounds) - 1):
         body = nodes[bounds[k]:bounds[k + 1]]
-        pieces.append(_build_piece(gm, body, k, needed_later))
+        pieces.append(_build_piece(gm, body, k, needed_later, recompute))
         if buckets is not None:
             own = [b for b in buckets if bounds[k] <= b.start < bounds[k + 1]]
             pieces[-1].params = [p for b in own for p in b.params]
@@ -290,7 +298,7 @@ def _unindexed(name: str, graph: fx.Graph | None = None) -> str:
     return next(c for c in (base if i == 0 else f"{base}_{i}" for i in range(len(taken) + 1)) if c not in taken)
 
 
-def _build_piece(gm, body, k, needed_later) -> Piece:
+def _build_piece(gm, body, k, needed_later, recompute=frozenset()) -> Piece:
     """Piece k: graph inputs and earlier pieces' values become placeholders (first); module state is read
     again, under names local to the piece (``state0``, ``state1``... in order of first read), so pieces
     of repeated blocks (a transformer's layers) have the same code and the backend's whole-graph cache
@@ -300,10 +308,18 @@ def _build_piece(gm, body, k, needed_later) -> Piece:
     env: dict[fx.Node, fx.Node] = {}
     members = set(body)
     external: list[fx.Node] = []
+    redo: list[fx.Node] = []  # nodes of earlier ranges this piece computes again, sources first
     for node in body:
         for arg in _tensor_args(node):
-            if arg not in members and arg not in external:
+            if arg in members or arg in external or arg in redo:
+                continue
+            if arg not in recompute:
                 external.append(arg)
+                continue
+            for again in recompute_chain(arg, recompute, _tensor_args):
+                if again not in members and again not in redo:
+                    redo.append(again)
+                    external.extend(a for a in _tensor_args(again) if a not in recompute and a not in external)
     inputs = [a for a in external if a.op != "get_attr"]
     for arg in inputs:
         env[arg] = graph.placeholder(_unindexed(arg.name, graph))
@@ -318,7 +334,7 @@ def _build_piece(gm, body, k, needed_later) -> Piece:
         if arg.op == "get_attr":
             env[arg] = graph.get_attr(local[arg.target])
             env[arg].meta = dict(arg.meta)
-    for node in body:
+    for node in redo + body:
         env[node] = graph.node_copy(node, lambda a: env[a])
         if node.op == "get_attr":
             env[node].target = local[node.target]

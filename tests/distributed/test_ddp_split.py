@@ -143,11 +143,17 @@ def test_no_cut_where_a_view_of_an_input_crosses():
         y = lin(x)
         return y + v
 
-    gm = capture(f, torch.randn(2, 8))
+    # an input that requires grad: its view is not computed again (ddp_recompute.py), so it would cross
+    gm = capture(f, torch.randn(2, 8, requires_grad=True))
     checker = CutChecker(gm, True)
     nodes = body_nodes(gm)
     view = next(i for i, n in enumerate(nodes) if n.name.startswith("getitem"))
     assert "views an input" in checker.cut_problem(view + 1)
+    # a plain input: the later piece takes x and computes x[0] again
+    gm = capture(f, torch.randn(2, 8))
+    checker = CutChecker(gm, True)
+    view = next(i for i, n in enumerate(body_nodes(gm)) if n.name.startswith("getitem"))
+    assert checker.cut_problem(view + 1) is None and body_nodes(gm)[view] in checker.recomputable
 
 
 def test_backend_failure_in_a_piece_runs_it_as_its_graph():
@@ -274,3 +280,47 @@ def test_pieces_of_repeated_layers_have_the_same_code_and_share_the_warm_cache(t
     expected.sum().backward()
     for got, want in zip(grads, [p.grad for p in net.parameters()]):
         torch.testing.assert_close(got, want)
+
+
+class Rotary(torch.nn.Module):
+    """Every layer reads one slice of a buffer (as Llama's rotary cos/sin tables)."""
+
+    def __init__(self, width=32, layers=4, write_table=False):
+        super().__init__()
+        self.layers = torch.nn.ModuleList(torch.nn.Linear(width, width) for _ in range(layers))
+        self.register_buffer("table", torch.linspace(0, 1, 64 * width).reshape(64, width))
+        self.write_table = write_table
+
+    def forward(self, x):
+        scale = self.table[: x.shape[0]].to(x.dtype)
+        for layer in self.layers:
+            x = torch.tanh(layer(x)) * scale
+        if self.write_table:
+            self.table.mul_(1.0)
+        return x
+
+
+def test_view_of_module_state_read_by_every_layer_is_computed_again_in_each_piece():
+    torch.manual_seed(0)
+    net, x = Rotary(), torch.randn(3, 32)
+    gm = capture(net, x)
+    split = compile_split(compile_aot_eager, gm, [x], stub_ddp(net, 4000))
+    assert isinstance(split, SplitGraph) and len(split.pieces) == 4, split.kiln_explain()
+    assert all(len(piece.inputs) == 1 for piece in split.pieces)  # x or the previous layer's output
+    (out,) = split(x)
+    expected = net(x)
+    torch.testing.assert_close(out, expected)
+    out.sum().backward()
+    grads = [p.grad.clone() for p in net.parameters()]
+    net.zero_grad()
+    expected.sum().backward()
+    for got, want in zip(grads, [p.grad for p in net.parameters()]):
+        torch.testing.assert_close(got, want)
+
+
+def test_no_recompute_where_the_state_is_written_in_place():
+    net, x = Rotary(write_table=True), torch.randn(3, 32)
+    checker = CutChecker(capture(net, x), True)
+    assert not checker.recomputable
+    split = compile_split(compile_aot_eager, capture(net, x), [x], stub_ddp(net, 4000))
+    assert not isinstance(split, SplitGraph) or len(split.pieces) < 4
