@@ -3,21 +3,31 @@
 For each model and each mode, every rank trains the same model on its own batches (AdamW, bf16
 autocast for DDP, bf16 parameters with fp32 gradient reduction for FSDP2) and rank 0 reports:
 
-  step ms   median time of a training step after the warm-up (which includes compiling)
-  peak MB   torch.cuda.max_memory_allocated over the timed steps (CUDA only)
-  hidden    the share of the communication kernels' time (NCCL all-reduce / reduce-scatter /
-            all-gather) that overlaps compute kernels on the GPU, from a torch.profiler trace of
-            two steps; "n/a" on the CPU (gloo runs its collectives on threads, not kernels)
-  speedup   eager step time / this mode's step time
+  step ms      median time of a training step after the warm-up
+  peak MB      torch.cuda.max_memory_allocated over the timed steps (CUDA only)
+  hidden       the share of the communication kernels' time (NCCL all-reduce / reduce-scatter /
+               all-gather) that overlaps compute kernels on the GPU, from a torch.profiler trace of
+               two steps; "n/a" on the CPU (gloo runs its collectives on threads, not kernels)
+  speedup      eager step time / this mode's step time (eager of the same kind: ddp or fsdp)
+  1st step s   the first step (it compiles); warmup s: all --warmup steps
+  loss         the loss of the last timed step; max |dloss|: the largest difference between this
+               mode's loss and eager's at the same step (same seed and batches), over every step
+For kiln modes, a second line gives what kiln did in the warm-up on rank 0: graphs, DDP pieces,
+recompilations and fallbacks, and the seconds of each compile stage (kiln.stats.stages).
 
 Modes: ddp-eager, ddp-torch (torch.compile(DDP(m)): TorchDynamo's DDPOptimizer splits at buckets),
-ddp-kiln (kiln.compile(DDP(m)): kiln splits at buckets, docs/distributed.md), fsdp-eager, fsdp-torch
-and fsdp-kiln (fully_shard per block and on the root, each block compiled).
+ddp-kiln (kiln.compile(DDP(m)): kiln splits at buckets, docs/distributed.md), fsdp-eager, fsdp-kiln
+and fsdp-torch (fully_shard per block and on the root, each block compiled).
 
-    python benchmarks/distributed.py                           # 2 GPUs, NCCL: GPT-2 124M and Llama 350M
-    python benchmarks/distributed.py --models gpt2 --modes ddp-eager,ddp-kiln --steps 10
+    python benchmarks/distributed.py --time-limit 480 --json dist.json   # 2 GPUs: both models, all modes
+    python benchmarks/distributed.py --models gpt2 --json gpt2.json      # one model at a time
+    python benchmarks/distributed.py --models llama --modes ddp-eager,ddp-kiln --steps 10
     python benchmarks/distributed.py --cpu                     # tiny configs, 2 CPU processes, gloo
-    python benchmarks/distributed.py --json dist.json
+    python benchmarks/distributed.py --cpu --models gpt2 --modes ddp-kiln --layers 12 --bucket-cap-mb 0.18 \
+        --profile-warmup prof/                                  # where the first step's time goes
+
+--time-limit S skips the modes not started S seconds after the start (and writes the JSON after every
+row), so a command with a hard limit still reports what it measured.
 
 Model definitions are plain PyTorch (no transformers): GPT-2 small (12 layers, 768 wide, 50257-word
 tied LM head) and a Llama-style model (RMSNorm, rotary embeddings, SwiGLU; 24 layers, 1024 wide:
@@ -43,7 +53,8 @@ import torch.distributed as dist  # noqa: E402
 import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-MODES = ("ddp-eager", "ddp-torch", "ddp-kiln", "fsdp-eager", "fsdp-torch", "fsdp-kiln")
+MODES = ("ddp-eager", "ddp-torch", "ddp-kiln", "fsdp-eager", "fsdp-kiln", "fsdp-torch")  # (fsdp-torch last: the
+# one a --time-limit may skip)
 
 
 # models -------------------------------------------------------------------------------------------

@@ -25,6 +25,16 @@ def capture(fn, *args):
     return graphs[0]
 
 
+def assert_same_gradients(out, expected, net):
+    """Backward of out.sum() and of expected.sum() give net's parameters the same gradients."""
+    out.sum().backward()
+    grads = [p.grad.clone() for p in net.parameters()]
+    net.zero_grad()
+    expected.sum().backward()
+    for got, want in zip(grads, [p.grad for p in net.parameters()]):
+        torch.testing.assert_close(got, want)
+
+
 def stub_ddp(module, cap_bytes):
     """What compile_split reads from a DDP module, without a process group."""
     return types.SimpleNamespace(bucket_bytes_cap=cap_bytes, module=module, parameters_to_ignore=set(),
@@ -59,12 +69,7 @@ def test_split_runs_like_the_graph():
     functions = compiled_functions_in_backward(out)
     assert len(functions) == 4
     assert {id(p) for p in net.head.parameters()} <= functions[0]
-    out.sum().backward()
-    grads = [p.grad.clone() for p in net.parameters()]
-    net.zero_grad()
-    expected.sum().backward()
-    for got, want in zip(grads, [p.grad for p in net.parameters()]):
-        torch.testing.assert_close(got, want)
+    assert_same_gradients(out, expected, net)
     assert "4 piece(s)" in split.kiln_explain()
 
 
@@ -274,12 +279,7 @@ def test_pieces_of_repeated_layers_have_the_same_code_and_share_the_warm_cache(t
     expected = net(x)
     torch.testing.assert_close(out, expected)
     assert kiln.stats.ddp_pieces == 4 and kiln.stats.warm_cache["hits"] >= 1, kiln.stats.warm_cache
-    out.sum().backward()
-    grads = [p.grad.clone() for p in net.parameters()]
-    net.zero_grad()
-    expected.sum().backward()
-    for got, want in zip(grads, [p.grad for p in net.parameters()]):
-        torch.testing.assert_close(got, want)
+    assert_same_gradients(out, expected, net)
 
 
 class Rotary(torch.nn.Module):
@@ -310,12 +310,7 @@ def test_view_of_module_state_read_by_every_layer_is_computed_again_in_each_piec
     (out,) = split(x)
     expected = net(x)
     torch.testing.assert_close(out, expected)
-    out.sum().backward()
-    grads = [p.grad.clone() for p in net.parameters()]
-    net.zero_grad()
-    expected.sum().backward()
-    for got, want in zip(grads, [p.grad for p in net.parameters()]):
-        torch.testing.assert_close(got, want)
+    assert_same_gradients(out, expected, net)
 
 
 def test_no_recompute_where_the_state_is_written_in_place():
