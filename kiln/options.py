@@ -92,8 +92,9 @@ class Options:
         every rank compiled it (else all run it eagerly); 0: off, a rank whose compile fails runs that
         graph eagerly alone (KILN_DIST_AGREEMENT_TIMEOUT; kiln/distributed/consistency.py).
     ddp_agreement_timeout: the same agreement, on by default, for graphs compiled inside a
-        DistributedDataParallel forward (every rank compiles the same graphs there, in step); at most
-        half the process group's timeout; 0: off (KILN_DDP_AGREEMENT_TIMEOUT).
+        DistributedDataParallel forward or an FSDP2-sharded module's forward (every rank compiles the
+        same graphs there, in step); at most half the process group's timeout; 0: off
+        (KILN_DDP_AGREEMENT_TIMEOUT).
     warm_cache: keep what the backend made of each captured graph under ``cache_dir`` and reuse it in
         later processes (no tracing, lowering or code generation; docs/caching.md; KILN_WARM_CACHE=0 off).
     fused_optimizer: where ``optimizer.step()`` of Adam/AdamW/SGD runs as kiln's fused step (kiln/optim,

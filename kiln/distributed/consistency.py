@@ -14,15 +14,17 @@ If any failed, or did not post in time (it compiled something else), this rank r
 too: the same graphs on all ranks, or eager on all. It is off by default for graphs in general: a rank
 that alone compiles a graph (an evaluation only rank 0 runs) would wait the whole timeout. It is on by
 default (``Options.ddp_agreement_timeout``, 300 s, at most half the process group's timeout) for graphs
-compiled inside a DistributedDataParallel forward, DDP pieces included: there every rank runs the same
-module on its batch, so every rank compiles the same graphs in the same order, and waiting costs only
-the difference of their compile times.
+compiled inside a DistributedDataParallel forward, DDP pieces included, or inside the forward of a module
+sharded with FSDP2: there every rank runs the same module on its batch, so every rank compiles the same
+graphs in the same order, and waiting costs only the difference of their compile times.
 """
 from __future__ import annotations
 
 import datetime
 import hashlib
+import sys
 import warnings
+import weakref
 from typing import Callable
 
 import torch
@@ -73,8 +75,8 @@ def compile_or_eager(backend: Callable, gm, example_inputs, options, what: str =
 
 
 def ddp_agreement_timeout(options) -> float:
-    """Seconds ranks wait to agree on a graph compiled inside a DDP forward: there every rank compiles the
-    same graphs in the same order (DDP runs the same module on each), so waiting costs only the
+    """Seconds ranks wait to agree on a graph compiled inside a DDP (or FSDP2) forward: there every rank
+    compiles the same graphs in the same order (DDP runs the same module on each), so waiting costs only the
     difference of the ranks' compile times, and a rank whose compile fails takes every rank to eager.
     Capped at half the process group's timeout, so that a rank that compiled something else (it waits
     the whole time) is back before the others' next collective gives up on it."""
@@ -88,6 +90,24 @@ def ddp_agreement_timeout(options) -> float:
     except Exception:  # noqa: BLE001 - no store timeout to read: the option as it is
         return timeout
     return min(timeout, group_timeout / 2) if group_timeout > 0 else timeout
+
+
+def fsdp_forward_running() -> bool:
+    """Whether the forward of a module sharded with FSDP2's ``fully_shard`` is running (its state is in
+    ``TrainingState.FORWARD`` between its pre- and post-forward hooks): every rank runs that forward
+    in step (its parameters were just all-gathered), so every rank compiles the same graphs there. False
+    where torch has no FSDP2 or keeps its state elsewhere."""
+    fsdp_state = sys.modules.get("torch.distributed.fsdp._fully_shard._fsdp_state")  # (imported by fully_shard)
+    composable = sys.modules.get("torch.distributed._composable_state")
+    state_type = getattr(fsdp_state, "FSDPState", None)
+    if state_type is None or composable is None or world_size() <= 1:
+        return False  # no FSDP2 in use (or another torch): no agreement by default, it stays opt-in
+    mapping = getattr(composable, "_module_state_mapping", {})
+    for state in list(mapping.values()):
+        state = state() if isinstance(state, weakref.ref) else state  # (torch keeps weak references)
+        if isinstance(state, state_type) and getattr(getattr(state, "_training_state", None), "name", "") == "FORWARD":
+            return True
+    return False
 
 
 def _digest(gm) -> str:

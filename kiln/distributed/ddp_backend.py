@@ -16,7 +16,7 @@ import torch
 import torch.fx as fx
 
 from kiln.debug.stats import stats
-from kiln.distributed.consistency import compile_or_eager, ddp_agreement_timeout
+from kiln.distributed.consistency import compile_or_eager, ddp_agreement_timeout, fsdp_forward_running
 from kiln.distributed.ddp_split import (CutChecker, Piece, body_nodes, place_cuts, plan_buckets, read_attr,
                                        split_graph)
 
@@ -69,7 +69,9 @@ def ddp_aware(backend: Callable, options) -> Callable:
     def compile_graph(gm, example_inputs):
         ddp = active_ddp_module() if options.ddp_split else None
         if ddp is None:
-            return compile_or_eager(backend, gm, example_inputs, options)
+            in_step = active_ddp_module() is not None or fsdp_forward_running()  # every rank compiles it
+            timeout = ddp_agreement_timeout(options) if in_step else None
+            return compile_or_eager(backend, gm, example_inputs, options, agreement_timeout=timeout)
         return compile_split(backend, gm, example_inputs, ddp, options)
 
     compile_graph.__name__ = getattr(backend, "__name__", "backend")
