@@ -387,7 +387,7 @@ def print_row(row, rows):
           f"{row['first_step_s']:10.1f} {row['warmup_s']:9.1f} {row['loss']:8.4f} {drift:>11s}", flush=True)
     report = row.get("kiln")
     if report:
-        extra = {k: report[k] for k in ("recompilations", "eager_fallbacks", "graph_breaks") if report[k]}
+        extra = {k: report[k] for k in ("warm_cache", "recompilations", "eager_fallbacks", "graph_breaks") if report[k]}
         print(f"  kiln warm-up: {report['graphs']} graph(s), {report['ddp_pieces']} DDP piece(s)"
               f"{', ' + str(extra) if extra else ''}; seconds per stage (rank 0):", flush=True)
         print("\n".join("  " + line for line in report["stages_text"].splitlines()), flush=True)
