@@ -3,21 +3,31 @@
 For each model and each mode, every rank trains the same model on its own batches (AdamW, bf16
 autocast for DDP, bf16 parameters with fp32 gradient reduction for FSDP2) and rank 0 reports:
 
-  step ms   median time of a training step after the warm-up (which includes compiling)
-  peak MB   torch.cuda.max_memory_allocated over the timed steps (CUDA only)
-  hidden    the share of the communication kernels' time (NCCL all-reduce / reduce-scatter /
-            all-gather) that overlaps compute kernels on the GPU, from a torch.profiler trace of
-            two steps; "n/a" on the CPU (gloo runs its collectives on threads, not kernels)
-  speedup   eager step time / this mode's step time
+  step ms      median time of a training step after the warm-up
+  peak MB      torch.cuda.max_memory_allocated over the timed steps (CUDA only)
+  hidden       the share of the communication kernels' time (NCCL all-reduce / reduce-scatter /
+               all-gather) that overlaps compute kernels on the GPU, from a torch.profiler trace of
+               two steps; "n/a" on the CPU (gloo runs its collectives on threads, not kernels)
+  speedup      eager step time / this mode's step time (eager of the same kind: ddp or fsdp)
+  1st step s   the first step (it compiles); warmup s: all --warmup steps
+  loss         the loss of the last timed step; max |dloss|: the largest difference between this
+               mode's loss and eager's at the same step (same seed and batches), over every step
+For kiln modes, a second line gives what kiln did in the warm-up on rank 0: graphs, DDP pieces,
+recompilations and fallbacks, and the seconds of each compile stage (kiln.stats.stages).
 
 Modes: ddp-eager, ddp-torch (torch.compile(DDP(m)): TorchDynamo's DDPOptimizer splits at buckets),
-ddp-kiln (kiln.compile(DDP(m)): kiln splits at buckets, docs/distributed.md), fsdp-eager, fsdp-torch
-and fsdp-kiln (fully_shard per block and on the root, each block compiled).
+ddp-kiln (kiln.compile(DDP(m)): kiln splits at buckets, docs/distributed.md), fsdp-eager, fsdp-kiln
+and fsdp-torch (fully_shard per block and on the root, each block compiled).
 
-    python benchmarks/distributed.py                           # 2 GPUs, NCCL: GPT-2 124M and Llama 350M
-    python benchmarks/distributed.py --models gpt2 --modes ddp-eager,ddp-kiln --steps 10
+    python benchmarks/distributed.py --time-limit 480 --json dist.json   # 2 GPUs: both models, all modes
+    python benchmarks/distributed.py --models gpt2 --json gpt2.json      # one model at a time
+    python benchmarks/distributed.py --models llama --modes ddp-eager,ddp-kiln --steps 10
     python benchmarks/distributed.py --cpu                     # tiny configs, 2 CPU processes, gloo
-    python benchmarks/distributed.py --json dist.json
+    python benchmarks/distributed.py --cpu --models gpt2 --modes ddp-kiln --layers 12 --bucket-cap-mb 0.18 \
+        --profile-warmup prof/                                  # where the first step's time goes
+
+--time-limit S skips the modes not started S seconds after the start (and writes the JSON after every
+row), so a command with a hard limit still reports what it measured.
 
 Model definitions are plain PyTorch (no transformers): GPT-2 small (12 layers, 768 wide, 50257-word
 tied LM head) and a Llama-style model (RMSNorm, rotary embeddings, SwiGLU; 24 layers, 1024 wide:
@@ -26,6 +36,7 @@ about 370M parameters).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import math
@@ -42,7 +53,8 @@ import torch.distributed as dist  # noqa: E402
 import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-MODES = ("ddp-eager", "ddp-torch", "ddp-kiln", "fsdp-eager", "fsdp-torch", "fsdp-kiln")
+MODES = ("ddp-eager", "ddp-torch", "ddp-kiln", "fsdp-eager", "fsdp-kiln", "fsdp-torch")  # (fsdp-torch last: the
+# one a --time-limit may skip)
 
 
 # models -------------------------------------------------------------------------------------------
@@ -140,30 +152,34 @@ class Llama(nn.Module):
         return self.lm_head(self.norm(x))
 
 
-def model_configs(cpu: bool) -> dict:
+def model_configs(cpu: bool, layers: int = 0) -> dict:
+    """name -> (make model, batch, sequence, vocabulary); ``layers`` > 0 overrides the depth."""
+    deep = {"layers": layers} if layers > 0 else {}
     if cpu:  # tiny: checks that every mode runs
         return {
-            "gpt2": (lambda: GPT2(vocab=512, dim=64, layers=2, heads=4, max_seq=64), 2, 32, 512),
-            "llama": (lambda: Llama(vocab=512, dim=64, layers=2, heads=4, hidden=128, max_seq=64), 2, 32, 512),
+            "gpt2": (lambda: GPT2(**{"vocab": 512, "dim": 64, "layers": 2, "heads": 4, "max_seq": 64, **deep}),
+                     2, 32, 512),
+            "llama": (lambda: Llama(**{"vocab": 512, "dim": 64, "layers": 2, "heads": 4, "hidden": 128, "max_seq": 64,
+                                       **deep}), 2, 32, 512),
         }
     return {
-        "gpt2": (lambda: GPT2(), 8, 1024, 50257),  # GPT-2 small, 124M
-        "llama": (lambda: Llama(), 4, 1024, 32000),  # Llama-style, ~370M
+        "gpt2": (lambda: GPT2(**deep), 8, 1024, 50257),  # GPT-2 small, 124M
+        "llama": (lambda: Llama(**deep), 4, 1024, 32000),  # Llama-style, ~370M
     }
 
 
 # wrapping -----------------------------------------------------------------------------------------
-def wrap(mode: str, model: nn.Module, device, kiln_backend: str):
+def wrap(mode: str, model: nn.Module, device, args):
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     import kiln
 
     kind, how = mode.split("-")
     if kind == "ddp":
-        ddp = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
+        ddp = DDP(model, device_ids=[device.index] if device.type == "cuda" else None, bucket_cap_mb=args.bucket_cap_mb)
         if how == "torch":
             return torch.compile(ddp)
-        return kiln.compile(ddp, backend=kiln_backend) if how == "kiln" else ddp
+        return kiln.compile(ddp, backend=args.kiln_backend) if how == "kiln" else ddp
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
@@ -174,7 +190,7 @@ def wrap(mode: str, model: nn.Module, device, kiln_backend: str):
         if how == "torch":
             model.blocks[i] = torch.compile(block)
         elif how == "kiln":
-            model.blocks[i] = kiln.compile(block, backend=kiln_backend)
+            model.blocks[i] = kiln.compile(block, backend=args.kiln_backend)
     return model
 
 
@@ -230,16 +246,26 @@ def comm_share_hidden(prof) -> float | None:
 
 
 def measure(mode, name, args, device) -> dict:
-    make, batch, seq, vocab = model_configs(args.cpu)[name]
+    make, batch, seq, vocab = model_configs(args.cpu, args.layers)[name]
+    import kiln
+
+    kiln.reset()
+    kiln.stats.reset()
     torch.manual_seed(0)
     model = make().to(device)
-    runner = wrap(mode, model, device, args.kiln_backend)
+    runner = wrap(mode, model, device, args)
     step = make_step(runner, list(model.parameters()), device, vocab, batch, seq, autocast=mode.startswith("ddp"))
+    losses = []
     start = time.perf_counter()
-    for _ in range(args.warmup):
-        loss = step()
-    sync(device)
+    with warmup_profile(args, mode, name):
+        losses.append(step().item())  # the first step compiles
+        sync(device)
     first = time.perf_counter() - start
+    for _ in range(args.warmup - 1):
+        losses.append(step().item())
+    sync(device)
+    warmup = time.perf_counter() - start
+    compile_report = kiln_report() if mode.endswith("-kiln") else None
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     times = []
@@ -249,20 +275,58 @@ def measure(mode, name, args, device) -> dict:
         loss = step()
         sync(device)
         times.append(time.perf_counter() - t0)
+        losses.append(loss.item())
     peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
-    hidden = None
-    if device.type == "cuda" and not args.no_profile:
-        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
-                                                torch.profiler.ProfilerActivity.CUDA]) as prof:
-            for _ in range(2):
-                step()
-            sync(device)
-        hidden = comm_share_hidden(prof)
+    hidden = profile_overlap(step, device) if device.type == "cuda" and not args.no_profile else None
     del runner, model, step
     if device.type == "cuda":
         torch.cuda.empty_cache()
-    return {"model": name, "mode": mode, "step_ms": 1000 * statistics.median(times), "warmup_s": first,
-            "peak_mb": None if peak is None else peak / 2**20, "hidden": hidden, "loss": loss.item()}
+    return {"model": name, "mode": mode, "step_ms": 1000 * statistics.median(times), "first_step_s": first,
+            "warmup_s": warmup, "peak_mb": None if peak is None else peak / 2**20, "hidden": hidden,
+            "loss": losses[-1], "losses": losses, "kiln": compile_report}
+
+
+def kiln_report() -> dict:
+    """What kiln did during the warm-up (rank 0's): graphs, DDP pieces, recompilations, fallbacks,
+    and the seconds per compile stage (kiln.stats.stages: exclusive, they add up to kiln's time)."""
+    import kiln
+
+    st = kiln.stats
+    return {"graphs": st.graphs, "ddp_pieces": st.ddp_pieces, "recompilations": dict(st.recompilations),
+            "eager_fallbacks": dict(st.eager_fallbacks), "graph_breaks": dict(st.graph_breaks),
+            "warm_cache": dict(st.warm_cache), "stages": dict(st.stages), "stages_text": st.format_stages()}
+
+
+def profile_overlap(step, device) -> float | None:
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
+                                            torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(2):
+            step()
+        sync(device)
+    return comm_share_hidden(prof)
+
+
+@contextlib.contextmanager
+def warmup_profile(args, mode, name):
+    """cProfile of rank 0's first step (``--profile-warmup DIR``): DIR/<model>-<mode>.prof, and the top
+    functions by cumulative time printed."""
+    if not args.profile_warmup or dist.get_rank() != 0:
+        yield
+        return
+    import cProfile
+    import pstats
+
+    profiler = cProfile.Profile()
+    profiler.enable()
+    try:
+        yield
+    finally:
+        profiler.disable()
+        os.makedirs(args.profile_warmup, exist_ok=True)
+        path = os.path.join(args.profile_warmup, f"{name}-{mode}.prof")
+        profiler.dump_stats(path)
+        print(f"--- {name} {mode}: first step profile ({path}), top 25 by cumulative time", flush=True)
+        pstats.Stats(profiler).sort_stats("cumulative").print_stats(25)
 
 
 def worker(rank, world, port, args):
@@ -273,36 +337,60 @@ def worker(rank, world, port, args):
                             world_size=world, timeout=datetime.timedelta(minutes=30))
     if args.cpu:
         torch.set_num_threads(max(1, (os.cpu_count() or 2) // world))
-    rows = []
+    rows, start = [], time.perf_counter()
     for name in args.models.split(","):
         for mode in args.modes.split(","):
-            try:
-                row = measure(mode, name, args, device)
-            except Exception as exc:  # noqa: BLE001 - report and go on with the next mode
-                row = {"model": name, "mode": mode, "error": f"{type(exc).__name__}: {str(exc)[:300]}"}
+            if out_of_time(args, start, device):
+                row = {"model": name, "mode": mode, "error": f"skipped: past --time-limit {args.time_limit:g} s"}
+            else:
+                try:
+                    row = measure(mode, name, args, device)
+                except Exception as exc:  # noqa: BLE001 - report and go on with the next mode
+                    row = {"model": name, "mode": mode, "error": f"{type(exc).__name__}: {str(exc)[:300]}"}
             rows.append(row)
             if rank == 0:
                 print_row(row, rows)
-    if rank == 0 and args.json:
-        with open(args.json, "w") as f:
-            json.dump({"world_size": world, "device": str(device), "rows": rows}, f, indent=1)
+                if args.json:  # after every row: a run stopped by a time limit keeps what it measured
+                    with open(args.json, "w") as f:
+                        json.dump({"world_size": world, "device": str(device), "rows": rows}, f, indent=1)
     dist.destroy_process_group()
+
+
+def out_of_time(args, start, device) -> bool:
+    """Whether rank 0 is past --time-limit (all ranks take rank 0's answer, so they stay in step)."""
+    if not args.time_limit:
+        return False
+    late = torch.tensor([float(time.perf_counter() - start > args.time_limit)], device=device)
+    dist.broadcast(late, 0)
+    return bool(late.item())
+
+
+def eager_row(row, rows):
+    kind = row["mode"].split("-")[0]
+    return next((r for r in rows if r["model"] == row["model"] and r["mode"] == kind + "-eager" and "error" not in r),
+                None)
 
 
 def print_row(row, rows):
     if len(rows) == 1:
         print(f"{'model':8s} {'mode':11s} {'step ms':>9s} {'speedup':>8s} {'peak MB':>9s} {'hidden':>7s} "
-              f"{'warmup s':>9s} {'loss':>8s}", flush=True)
+              f"{'1st step s':>10s} {'warmup s':>9s} {'loss':>8s} {'max |dloss|':>11s}", flush=True)
     if "error" in row:
         print(f"{row['model']:8s} {row['mode']:11s} error: {row['error']}", flush=True)
         return
-    base = next((r for r in rows if r["model"] == row["model"] and r["mode"] == row["mode"].split("-")[0] + "-eager"
-                 and "error" not in r), None)
+    base = eager_row(row, rows)
     speedup = f"{base['step_ms'] / row['step_ms']:.2f}x" if base else "-"
     peak = "n/a" if row["peak_mb"] is None else f"{row['peak_mb']:.0f}"
     hidden = "n/a" if row["hidden"] is None else f"{100 * row['hidden']:.0f}%"
+    drift = "-" if base is None else f"{max(abs(a - b) for a, b in zip(row['losses'], base['losses'])):.2e}"
     print(f"{row['model']:8s} {row['mode']:11s} {row['step_ms']:9.1f} {speedup:>8s} {peak:>9s} {hidden:>7s} "
-          f"{row['warmup_s']:9.1f} {row['loss']:8.4f}", flush=True)
+          f"{row['first_step_s']:10.1f} {row['warmup_s']:9.1f} {row['loss']:8.4f} {drift:>11s}", flush=True)
+    report = row.get("kiln")
+    if report:
+        extra = {k: report[k] for k in ("warm_cache", "recompilations", "eager_fallbacks", "graph_breaks") if report[k]}
+        print(f"  kiln warm-up: {report['graphs']} graph(s), {report['ddp_pieces']} DDP piece(s)"
+              f"{', ' + str(extra) if extra else ''}; seconds per stage (rank 0):", flush=True)
+        print("\n".join("  " + line for line in report["stages_text"].splitlines()), flush=True)
 
 
 def free_port() -> int:
@@ -322,7 +410,15 @@ def main(argv=None) -> int:
     parser.add_argument("--cpu", action="store_true", help="tiny configs on CPU processes with gloo (a check)")
     parser.add_argument("--no-profile", action="store_true", help="skip the profile (no 'hidden' column)")
     parser.add_argument("--json", default="")
+    parser.add_argument("--layers", type=int, default=0, help="override the models' depth (0: theirs)")
+    parser.add_argument("--bucket-cap-mb", type=float, default=25.0, help="DDP's bucket_cap_mb (its default: 25)")
+    parser.add_argument("--time-limit", type=float, default=0.0,
+                        help="seconds: modes not started by then are skipped (0: no limit)")
+    parser.add_argument("--profile-warmup", default="", metavar="DIR",
+                        help="cProfile rank 0's first step of each mode into DIR/<model>-<mode>.prof")
     args = parser.parse_args(argv)
+    if args.warmup < 1:
+        parser.error("--warmup must be at least 1 (the first step compiles)")
     if not args.cpu and torch.cuda.device_count() < args.world_size:
         print(f"needs {args.world_size} CUDA devices (found {torch.cuda.device_count()}); use --cpu", file=sys.stderr)
         return 1

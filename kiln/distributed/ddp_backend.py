@@ -16,7 +16,7 @@ import torch
 import torch.fx as fx
 
 from kiln.debug.stats import stats
-from kiln.distributed.consistency import compile_or_eager
+from kiln.distributed.consistency import compile_or_eager, ddp_agreement_timeout, fsdp_forward_running
 from kiln.distributed.ddp_split import (CutChecker, Piece, body_nodes, place_cuts, plan_buckets, read_attr,
                                        split_graph)
 
@@ -69,7 +69,9 @@ def ddp_aware(backend: Callable, options) -> Callable:
     def compile_graph(gm, example_inputs):
         ddp = active_ddp_module() if options.ddp_split else None
         if ddp is None:
-            return compile_or_eager(backend, gm, example_inputs, options)
+            in_step = active_ddp_module() is not None or fsdp_forward_running()  # every rank compiles it
+            timeout = ddp_agreement_timeout(options) if in_step else None
+            return compile_or_eager(backend, gm, example_inputs, options, agreement_timeout=timeout)
         return compile_split(backend, gm, example_inputs, ddp, options)
 
     compile_graph.__name__ = getattr(backend, "__name__", "backend")
@@ -87,13 +89,15 @@ def compile_split(backend: Callable, gm: fx.GraphModule, example_inputs, ddp, op
         bucket_cap, first_cap = bucket_caps(ddp)
         reduced = reduced_parameters(ddp)
         buckets = plan_buckets(gm, bucket_cap, first_cap, lambda p: id(p) in reduced)
-        cuts, notes = place_cuts(buckets, CutChecker(gm, torch.is_grad_enabled()))
-        pieces = split_graph(gm, cuts, buckets)
+        checker = CutChecker(gm, torch.is_grad_enabled())
+        cuts, notes = place_cuts(buckets, checker)
+        pieces = split_graph(gm, cuts, buckets, checker.recomputable)
         header = f"DDP split (bucket_bytes_cap={bucket_cap}, first bucket {first_cap}): {len(pieces)} piece(s)"
     else:
         header = f"DDP split: not split ({reason})"
     if len(pieces) <= 1:
-        return Noted(compile_or_eager(backend, gm, example_inputs, options), header, notes)
+        agreed = compile_or_eager(backend, gm, example_inputs, options, agreement_timeout=ddp_agreement_timeout(options))
+        return Noted(agreed, header, notes)
     stats.ddp_pieces += len(pieces)
     return SplitGraph(gm, pieces, backend, header, notes, options)
 
@@ -146,7 +150,8 @@ class SplitGraph:
     def _compile(self, i: int, inputs: list) -> Callable:
         piece = self.pieces[i]
         try:
-            fn = compile_or_eager(self.backend, piece.gm, inputs, self.options, what=f"DDP piece {i}")
+            fn = compile_or_eager(self.backend, piece.gm, inputs, self.options, what=f"DDP piece {i}",
+                                  agreement_timeout=ddp_agreement_timeout(self.options))
         except Exception as exc:  # noqa: BLE001 - run this piece as its graph: exact, and no rank stops
             reason = f"DDP piece {i}: backend failed: {type(exc).__name__}: {str(exc)[:200]}"
             stats.eager_fallbacks[reason] += 1

@@ -26,10 +26,13 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import operator
+import re
 from typing import Callable, Iterable
 
 import torch
 import torch.fx as fx
+
+from kiln.distributed.ddp_recompute import recompute_chain, recomputable_nodes
 
 _INPLACE_OPERATORS = frozenset({
     operator.iadd, operator.isub, operator.imul, operator.itruediv, operator.ifloordiv, operator.imod,
@@ -183,6 +186,9 @@ class CutChecker:
         # positions of ops that may write in place, with the storages of their tensor arguments
         self.writes = [(i, {_storage(_example(a)) for a in _tensor_args(n)})
                        for i, n in enumerate(self.nodes) if may_write_in_place(n)]
+        # views and casts of inputs and module state a later piece computes again (ddp_recompute.py)
+        self.recomputable = recomputable_nodes(self.nodes, _example, _storage, _tensor_args, self.writes,
+                                               self.mode_problem)
 
     def _mode_problems(self, grad_enabled: bool) -> list[str | None]:
         problems: list[str | None] = []
@@ -200,8 +206,9 @@ class CutChecker:
         return problems
 
     def crossing(self, p: int) -> list[fx.Node]:
-        """Values computed before position p (not get_attr) that are used at p or later."""
-        return [n for n in self.nodes[:p] if n.op != "get_attr" and self.last_use.get(n, -1) >= p]
+        """Values computed before position p (not get_attr, not computed again) used at p or later."""
+        return [n for n in self.nodes[:p]
+                if n.op != "get_attr" and n not in self.recomputable and self.last_use.get(n, -1) >= p]
 
     def cut_problem(self, p: int) -> str | None:
         if p <= 0 or p >= len(self.nodes):
@@ -243,10 +250,12 @@ def place_cuts(buckets: list[Bucket], checker: CutChecker) -> tuple[list[int], l
     return cuts, notes
 
 
-def split_graph(gm: fx.GraphModule, cuts: list[int], buckets: list[Bucket] | None = None) -> list[Piece]:
+def split_graph(gm: fx.GraphModule, cuts: list[int], buckets: list[Bucket] | None = None,
+                recompute: frozenset | set = frozenset()) -> list[Piece]:
     """The graph's body cut before each position in ``cuts``: one graph module per range, reading
     module state through its own get_attr nodes, taking the values it needs from earlier ranges and
-    the graph's inputs, and returning what later ranges and the graph's output need."""
+    the graph's inputs, and returning what later ranges and the graph's output need. A node of
+    ``recompute`` (``CutChecker.recomputable``) a later range uses is computed again there."""
     nodes = body_nodes(gm)
     bounds = [0, *cuts, len(nodes)]
     piece_of = {}
@@ -258,12 +267,12 @@ def split_graph(gm: fx.GraphModule, cuts: list[int], buckets: list[Bucket] | Non
     for node in nodes + [output]:
         user_piece = piece_of.get(node, len(bounds) - 1)
         for arg in _tensor_args(node):
-            if arg.op != "get_attr":
+            if arg.op != "get_attr" and not (arg in recompute and node.op != "output"):
                 needed_later[arg] = max(needed_later.get(arg, -1), user_piece)
     pieces = []
     for k in range(len(bounds) - 1):
         body = nodes[bounds[k]:bounds[k + 1]]
-        pieces.append(_build_piece(gm, body, k, needed_later))
+        pieces.append(_build_piece(gm, body, k, needed_later, recompute))
         if buckets is not None:
             own = [b for b in buckets if bounds[k] <= b.start < bounds[k + 1]]
             pieces[-1].params = [p for b in own for p in b.params]
@@ -271,28 +280,67 @@ def split_graph(gm: fx.GraphModule, cuts: list[int], buckets: list[Bucket] | Non
     return pieces
 
 
-def _build_piece(gm, body, k, needed_later) -> Piece:
+def _rename_without_indices(graph: fx.Graph) -> None:
+    """Node names without the numbers that say which layer they came from (``blocks_3_qkv`` ->
+    ``p_blocks_qkv``; repeats get fx's ``_1``, ``_2`` in graph order), so pieces of repeated blocks have the
+    same code. Names only label values: a name that still differs costs a cache miss, never a result."""
+    for node in graph.nodes:
+        if node.op not in ("output", "placeholder"):  # (placeholders are made with such names)
+            node._rename(_unindexed(node.name))
+
+
+def _unindexed(name: str, graph: fx.Graph | None = None) -> str:
+    """``p_`` + the name without its numbers; with ``graph``: made unique among its placeholders."""
+    base = "p_" + (re.sub(r"_?\d+", "", name).strip("_") or "v")
+    if graph is None:
+        return base
+    taken = {n.target for n in graph.nodes if n.op == "placeholder"}
+    return next(c for c in (base if i == 0 else f"{base}_{i}" for i in range(len(taken) + 1)) if c not in taken)
+
+
+def _build_piece(gm, body, k, needed_later, recompute=frozenset()) -> Piece:
+    """Piece k: graph inputs and earlier pieces' values become placeholders (first); module state is read
+    again, under names local to the piece (``state0``, ``state1``... in order of first read), so pieces
+    of repeated blocks (a transformer's layers) have the same code and the backend's whole-graph cache
+    serves the second one from the first (its key holds each state tensor's sizes, dtype and aliasing;
+    the compiled piece reads this piece's own tensors by those names)."""
     graph = fx.Graph()
     env: dict[fx.Node, fx.Node] = {}
     members = set(body)
     external: list[fx.Node] = []
+    redo: list[fx.Node] = []  # nodes of earlier ranges this piece computes again, sources first
     for node in body:
         for arg in _tensor_args(node):
-            if arg not in members and arg not in external:
+            if arg in members or arg in external or arg in redo:
+                continue
+            if arg not in recompute:
                 external.append(arg)
-    # graph inputs and earlier pieces' values become placeholders (first), module state is read again
+                continue
+            for again in recompute_chain(arg, recompute, _tensor_args):
+                if again not in members and again not in redo:
+                    redo.append(again)
+                    external.extend(a for a in _tensor_args(again) if a not in recompute and a not in external)
     inputs = [a for a in external if a.op != "get_attr"]
     for arg in inputs:
-        env[arg] = graph.placeholder(arg.name)
+        env[arg] = graph.placeholder(_unindexed(arg.name, graph))
         env[arg].meta = dict(arg.meta)
+    state: dict[str, object] = {}
+    local: dict[str, str] = {}  # original target -> the piece's name for it
+    for node in [a for a in external if a.op == "get_attr"] + [n for n in body if n.op == "get_attr"]:
+        if node.target not in local:
+            local[node.target] = f"state{len(local)}"
+            state[local[node.target]] = read_attr(gm, node.target)
     for arg in external:
         if arg.op == "get_attr":
-            env[arg] = graph.get_attr(arg.target)
+            env[arg] = graph.get_attr(local[arg.target])
             env[arg].meta = dict(arg.meta)
-    for node in body:
+    for node in redo + body:
         env[node] = graph.node_copy(node, lambda a: env[a])
+        if node.op == "get_attr":
+            env[node].target = local[node.target]
     outputs = [n for n in body if needed_later.get(n, -1) > k]
     graph.output(tuple(env[n] for n in outputs))
-    piece_gm = fx.GraphModule(gm, graph)
+    _rename_without_indices(graph)
+    piece_gm = fx.GraphModule(state, graph)
     piece_gm.meta.update({key: v for key, v in gm.meta.items() if key != "kiln_backend_report"})
     return Piece(piece_gm, inputs, outputs, [], 0)

@@ -33,6 +33,13 @@ def ddp_run(rank, backend, options):
             "fallbacks": sum(kiln.stats.eager_fallbacks.values()), "pieces": kiln.stats.ddp_pieces}
 
 
+def fsdp_run(rank, backend):
+    from tests.distributed.fsdp_workers import scenario
+
+    out = scenario(rank, "per_block", backend=backend)  # (resets kiln.stats first)
+    return {**out, "fallbacks": sum(kiln.stats.eager_fallbacks.values())}
+
+
 def normalize_then_mix(x):
     y = F.normalize(x, dim=-1)
     return fc.all_reduce(y, "sum", dist.group.WORLD) * 2
@@ -50,7 +57,10 @@ def collective_run(rank, backend, options):
 def run(rank, world_size):
     agree = {"distributed_agreement_timeout": 30.0}
     return {
-        "ddp_fail_rank1": ddp_run(rank, failing_on(1), None),
+        "ddp_fail_rank1": ddp_run(rank, failing_on(1), None),  # DDP graphs: agreement by default
+        "ddp_fail_rank1_no_agreement": ddp_run(rank, failing_on(1), {"ddp_agreement_timeout": 0.0}),
+        "ddp_ok": ddp_run(rank, "aot_eager", None),
+        "fsdp_fail_rank1": fsdp_run(rank, failing_on(1)),  # FSDP2 block graphs: agreement by default
         "ddp_fail_rank1_agree": ddp_run(rank, failing_on(1), agree),
         "ddp_ok_agree": ddp_run(rank, "aot_eager", agree),
         "collective_fail_rank0_agree": collective_run(rank, failing_on(0), agree),

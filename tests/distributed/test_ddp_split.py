@@ -25,6 +25,16 @@ def capture(fn, *args):
     return graphs[0]
 
 
+def assert_same_gradients(out, expected, net):
+    """Backward of out.sum() and of expected.sum() give net's parameters the same gradients."""
+    out.sum().backward()
+    grads = [p.grad.clone() for p in net.parameters()]
+    net.zero_grad()
+    expected.sum().backward()
+    for got, want in zip(grads, [p.grad for p in net.parameters()]):
+        torch.testing.assert_close(got, want)
+
+
 def stub_ddp(module, cap_bytes):
     """What compile_split reads from a DDP module, without a process group."""
     return types.SimpleNamespace(bucket_bytes_cap=cap_bytes, module=module, parameters_to_ignore=set(),
@@ -59,12 +69,7 @@ def test_split_runs_like_the_graph():
     functions = compiled_functions_in_backward(out)
     assert len(functions) == 4
     assert {id(p) for p in net.head.parameters()} <= functions[0]
-    out.sum().backward()
-    grads = [p.grad.clone() for p in net.parameters()]
-    net.zero_grad()
-    expected.sum().backward()
-    for got, want in zip(grads, [p.grad for p in net.parameters()]):
-        torch.testing.assert_close(got, want)
+    assert_same_gradients(out, expected, net)
     assert "4 piece(s)" in split.kiln_explain()
 
 
@@ -143,11 +148,17 @@ def test_no_cut_where_a_view_of_an_input_crosses():
         y = lin(x)
         return y + v
 
-    gm = capture(f, torch.randn(2, 8))
+    # an input that requires grad: its view is not computed again (ddp_recompute.py), so it would cross
+    gm = capture(f, torch.randn(2, 8, requires_grad=True))
     checker = CutChecker(gm, True)
     nodes = body_nodes(gm)
     view = next(i for i, n in enumerate(nodes) if n.name.startswith("getitem"))
     assert "views an input" in checker.cut_problem(view + 1)
+    # a plain input: the later piece takes x and computes x[0] again
+    gm = capture(f, torch.randn(2, 8))
+    checker = CutChecker(gm, True)
+    view = next(i for i, n in enumerate(body_nodes(gm)) if n.name.startswith("getitem"))
+    assert checker.cut_problem(view + 1) is None and body_nodes(gm)[view] in checker.recomputable
 
 
 def test_backend_failure_in_a_piece_runs_it_as_its_graph():
@@ -248,3 +259,63 @@ def test_tied_weight_counts_at_its_first_use():
 def test_in_place_flag_given_positionally():
     _, _, checker, y, relu = checker_around_write(lambda y: F.relu(y, True), "relu")  # inplace=True
     assert all(checker.cut_problem(p) is not None for p in range(y + 1, relu + 1))
+
+
+def test_pieces_of_repeated_layers_have_the_same_code_and_share_the_warm_cache(tmp_path, monkeypatch):
+    """Pieces read module state under names of their own and carry no layer numbers in their code, so
+    the pieces of identical layers are one entry of the whole-graph cache; each still reads (and
+    trains) its own layer's parameters."""
+    import kiln.distributed.ddp_backend as ddp_backend
+
+    net, x = Net(), torch.randn(3, 32)
+    pieces = compile_split(compile_aot_eager, capture(net, x), [x], stub_ddp(net, 4000)).pieces
+    assert pieces[1].gm.code == pieces[2].gm.code and pieces[1].params != pieces[2].params
+    assert "layers" not in "".join(n.target for n in pieces[1].gm.graph.nodes if n.op == "get_attr")
+    monkeypatch.setattr(ddp_backend, "active_ddp_module", lambda: stub_ddp(net, 4000))
+    kiln.reset()
+    kiln.stats.reset()
+    compiled = kiln.compile(net, options={"cache_dir": str(tmp_path), "warm_cache": True})
+    out = compiled(x)
+    expected = net(x)
+    torch.testing.assert_close(out, expected)
+    assert kiln.stats.ddp_pieces == 4 and kiln.stats.warm_cache["hits"] >= 1, kiln.stats.warm_cache
+    assert_same_gradients(out, expected, net)
+
+
+class Rotary(torch.nn.Module):
+    """Every layer reads one slice of a buffer (as Llama's rotary cos/sin tables)."""
+
+    def __init__(self, width=32, layers=4, write_table=False):
+        super().__init__()
+        self.layers = torch.nn.ModuleList(torch.nn.Linear(width, width) for _ in range(layers))
+        self.register_buffer("table", torch.linspace(0, 1, 64 * width).reshape(64, width))
+        self.write_table = write_table
+
+    def forward(self, x):
+        scale = self.table[: x.shape[0]].to(x.dtype)
+        for layer in self.layers:
+            x = torch.tanh(layer(x)) * scale
+        if self.write_table:
+            self.table.mul_(1.0)
+        return x
+
+
+def test_view_of_module_state_read_by_every_layer_is_computed_again_in_each_piece():
+    torch.manual_seed(0)
+    net, x = Rotary(), torch.randn(3, 32)
+    gm = capture(net, x)
+    split = compile_split(compile_aot_eager, gm, [x], stub_ddp(net, 4000))
+    assert isinstance(split, SplitGraph) and len(split.pieces) == 4, split.kiln_explain()
+    assert all(len(piece.inputs) == 1 for piece in split.pieces)  # x or the previous layer's output
+    (out,) = split(x)
+    expected = net(x)
+    torch.testing.assert_close(out, expected)
+    assert_same_gradients(out, expected, net)
+
+
+def test_no_recompute_where_the_state_is_written_in_place():
+    net, x = Rotary(write_table=True), torch.randn(3, 32)
+    checker = CutChecker(capture(net, x), True)
+    assert not checker.recomputable
+    split = compile_split(compile_aot_eager, capture(net, x), [x], stub_ddp(net, 4000))
+    assert not isinstance(split, SplitGraph) or len(split.pieces) < 4
