@@ -23,7 +23,7 @@ import operator
 
 from kiln.capture.values.base import ConstantValue, Value, note_mutation, unsupported
 from kiln.capture.values.containers import DictValue, ListValue, TupleValue
-from kiln.capture.values.container_keys import dict_key
+from kiln.capture.values.container_keys import TensorKey, dict_key, key_value
 from kiln.capture.values.iterators import ListIteratorValue
 
 _COLLECTION_DICTS = (collections.OrderedDict, collections.defaultdict, collections.Counter)
@@ -167,9 +167,9 @@ class CounterValue(CollectionDictValue):
         return collections.Counter({k: v.as_constant() for k, v in self.entries.items()})
 
     def real(self) -> collections.Counter:
-        if not self.is_constant():
-            unsupported("a Counter holding values that are not constants")
-        return self.as_constant()
+        """A real Counter of the counts (constants) keyed by the dict keys: constants, and tensors and
+        objects by identity (container_keys), which hash and compare as the objects themselves do."""
+        return collections.Counter(_real_mapping(self, "a Counter"))
 
     def set_from(self, counter: collections.Counter) -> None:
         self.entries = {k: ConstantValue(v) for k, v in dict(counter).items()}
@@ -187,14 +187,14 @@ class CounterValue(CollectionDictValue):
         if name in ("update", "subtract", "clear", "popitem"):
             self._check_mutable(tx, f"Counter.{name}")
             real = self.real()
-            result = _on_real(f"Counter.{name}()", getattr(real, name), *[_counter_arg(tx, a) for a in args],
+            result = _on_real(f"Counter.{name}()", getattr(real, name), *[_counter_arg(tx, a, self) for a in args],
                               **{k: _constant(v) for k, v in kwargs.items()})
             self.set_from(real)
             return _wrap(result)
         if name in ("most_common", "elements", "total"):
             result = getattr(self.real(), name)(*[_constant(a) for a in args])
             if name == "elements":
-                return ListIteratorValue([ConstantValue(v) for v in result])
+                return ListIteratorValue([key_value(v) for v in result])
             return _wrap(result)
         return super().call_method(tx, name, args, kwargs)
 
@@ -207,7 +207,7 @@ class CounterValue(CollectionDictValue):
         if not isinstance(other, DictValue):
             return NotImplemented
         mine = self.real()
-        theirs = other.real() if isinstance(other, CounterValue) else other.as_constant()
+        theirs = other.real() if isinstance(other, CounterValue) else _real_mapping(other, "a dict", other.dict_type)
         a, b = (theirs, mine) if reflected else (mine, theirs)
         try:
             result = op(a, b)  # in place: on a fresh real Counter (self.real() is a copy)
@@ -233,21 +233,46 @@ def _constant(v: Value):
     return v.as_constant()
 
 
-def _counter_arg(tx, v: Value):
+def _counter_arg(tx, v: Value, counter: "CounterValue | None" = None):
+    """An argument of Counter(...)/update/subtract as the real Counter sees it: a mapping of dict keys
+    (constants; tensors and plain objects by identity) to constants, or the list of an iterable's keys."""
     if isinstance(v, CounterValue):
         return v.real()
     if isinstance(v, DictValue):
-        return _constant(v)
+        return _real_mapping(v, "a dict", v.dict_type)
     if v.is_constant():
         return v.as_constant()
-    return [_constant(item) for item in tx.items(v)]
+    items = tx.items(v)
+    from kiln.capture.values.ops import check_tensor_identity_guarded
+    from kiln.capture.values.tensors import TensorValue
+
+    tensors = [item for item in items if isinstance(item, TensorValue)]
+    tensors += [k.value for k in (counter.entries if counter is not None else ()) if type(k) is TensorKey]
+    check_tensor_identity_guarded(tx, tensors)  # an input and a parameter may be one object later
+    return [_constant(item) if item.is_constant() else dict_key(tx, item) for item in items]
+
+
+def _real_mapping(d: DictValue, what: str, kind=dict):
+    """d's entries as a real mapping from its keys (constant or identity keys) to constant values."""
+    from kiln.capture.values.container_keys import HashedObjectKey
+
+    if any(isinstance(k, HashedObjectKey) for k in d.entries):
+        unsupported(f"{what} keyed by objects with a Python __hash__ in a Counter operation")
+    return kind((k, _constant(v)) for k, v in d.entries.items())
 
 
 def _wrap(result) -> Value:
+    """A real result back as a value: Counters keep their keys; other results hold keys as the values
+    they stand for (most_common's pairs, popitem's)."""
     if isinstance(result, collections.Counter):
         return CounterValue({k: ConstantValue(v) for k, v in result.items()})
     from kiln.capture.values.builder import wrap_constant_result
+    from kiln.capture.values.container_keys import ObjectKey
 
+    if isinstance(result, ObjectKey):
+        return key_value(result)
+    if type(result) in (list, tuple) and any(isinstance(r, (ObjectKey, list, tuple)) for r in result):
+        return (ListValue if type(result) is list else TupleValue)([_wrap(r) for r in result])
     return wrap_constant_result(result)
 
 

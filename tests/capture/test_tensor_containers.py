@@ -1,0 +1,82 @@
+"""Unit tests of the capture stage's models of tensors in Python containers: `element == item` with a
+tensor (values/tensor_compare.py), Counters keyed by tensors (values/collections_values.py)."""
+import collections
+
+import pytest
+import torch
+
+from kiln.capture.guards import GuardKind
+from kiln.capture.interpreter import RootTracer
+from kiln.capture.values.exceptions import TracedRaise
+from kiln.errors import Unsupported
+from kiln.options import Options
+
+def trace(fn, **frame_locals):
+    tracer = RootTracer(fn.__code__, frame_locals, fn.__globals__, __builtins__, fn.__closure__, Options())
+    return tracer, tracer.run()
+
+
+def test_identity_decides_before_eq():
+    def fn(x, y):
+        a = x + 1
+        return x in (x, y), [a, a].count(a), [y, a].index(y)
+
+    tracer, result = trace(fn, x=torch.randn(3), y=torch.randn(3))
+    assert [e.as_constant() for e in result.elements] == [True, 2, 0]
+    eqs = [n for n in tracer.output.graph.nodes if n.op == "call_function" and "eq" in str(n.target)]
+    assert eqs == []  # no == was needed
+
+
+@pytest.mark.parametrize("shape, message", [((3,), "more than one value"), ((0,), "no values")])
+def test_eq_of_several_or_no_elements_is_eagers_runtime_error(shape, message):
+    def fn(x, y):
+        return y in [x, y]
+
+    with pytest.raises(TracedRaise) as info:
+        trace(fn, x=torch.randn(shape), y=torch.randn(shape))
+    assert info.value.exc_value.cls is RuntimeError
+    with pytest.raises(RuntimeError, match=message):
+        fn(torch.randn(shape), torch.randn(shape))
+    assert message in str(info.value)
+
+
+def test_eq_of_one_element_breaks():
+    def fn(x, y):
+        return [x].count(y)
+
+    with pytest.raises(Unsupported) as info:
+        trace(fn, x=torch.randn(1), y=torch.randn(1))
+    assert not isinstance(info.value, TracedRaise) and "one-element tensor" in info.value.reason
+
+
+class _Holder(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.ones(3))
+
+    def forward(self, x):
+        try:
+            return self.w in [x]  # x == w (x is not w): RuntimeError
+        except RuntimeError:
+            return "raised"
+
+
+def test_an_input_compared_with_a_held_tensor_is_guarded_not_to_be_it():
+    m = _Holder()
+    tracer = RootTracer(m.forward.__code__, {"self": m, "x": torch.randn(3)}, m.forward.__globals__,
+                        __builtins__, None, Options())
+    assert tracer.run().as_constant() == "raised"
+    guards = [g for g in tracer.output.guards if g.kind is GuardKind.NOT_OBJECT]
+    assert [g.source.name() for g in guards] == ["L['x']"]
+
+
+def test_counter_keys_are_tensors_by_identity():
+    def fn(x, y):
+        c = collections.Counter([x, y, x])
+        return c[x], c[y], c[x + 1], c.most_common(1)[0][0]
+
+    x, y = torch.randn(2), torch.randn(2)
+    tracer, result = trace(fn, x=x, y=y)
+    counts = [e.as_constant() for e in result.elements[:3]]
+    assert counts == [2, 1, 0]
+    assert result.elements[3].example is tracer.output.example_inputs[0] or result.elements[3].source.name() == "L['x']"

@@ -1,0 +1,137 @@
+"""Tensors compared by Python's containers: `in`, list/tuple index/count/remove (identity first, then
+`==`, whose tensor result's truth raises for more than one element), Counters, dicts and sets keyed by
+tensors (by identity), iterating sets of tensors (order from the objects' hashes)."""
+import collections
+
+import pytest
+import torch
+
+import kiln
+
+from .harness import CountingBackend, check, compile_fn, dynamo_bug, reset
+
+
+def _t(*shape, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=g)
+
+
+_EQ_TENSOR = "gives a tensor where eager gives a bool (its == result is not passed through bool())"
+
+
+# ---- `in`, index, count, remove -----------------------------------------------------------------------
+
+@dynamo_bug(_EQ_TENSOR)
+def test_in_and_index_decided_by_identity():
+    def fn(x, y):
+        a = x + 1
+        lst = [x, a]
+        return (x in (x, y), a in [a], [a, a].count(a), lst.index(x), (y, a).index(y),
+                y in iter([y, a]), a * 2)
+
+    check(fn, _t(3), _t(3, seed=1), breaks=0)
+
+
+@dynamo_bug(_EQ_TENSOR)
+def test_eq_of_tensors_of_several_elements_raises_eagers_error():
+    def fn(x, y):
+        a = x + 1
+        caught = []
+        for attempt in (lambda: y in (a, y), lambda: [x, y].index(y), lambda: [a, x].count(a),
+                        lambda: [a, x].remove(x), lambda: 3 in [x], lambda: x[:0] in [a[:0]]):
+            try:
+                attempt()
+            except RuntimeError as e:
+                caught.append(str(e))
+        return caught, a
+
+    check(fn, _t(3), _t(3, seed=1), breaks=0)
+
+
+def test_eq_of_a_tensor_with_none_is_false():
+    def fn(x):
+        return None in [x], [x, None].index(None), x + 1
+
+    check(fn, _t(3), breaks=0)
+
+
+@dynamo_bug(_EQ_TENSOR)
+def test_eq_of_one_element_tensors_breaks():
+    def fn(x, y):
+        a = x[:1] * 2
+        b = y[:1]
+        found = b in [a, b]  # a == b first: its truth depends on the data
+        return found, a + 1
+
+    check(fn, _t(3), _t(3, seed=1), graphs=2, breaks=1, dynamo_graphs=1)
+
+
+@dynamo_bug(_EQ_TENSOR)
+def test_in_uncaught_raises_at_the_statement():
+    def fn(x, y, log):
+        a = x + 1
+        log.append("before")
+        return a in [y, a]  # y == a raises RuntimeError, as in eager, after the append
+
+    reset()
+    counter = CountingBackend()
+    compiled = compile_fn(fn, counter)
+    for run in (fn, compiled, compiled):
+        log = []
+        with pytest.raises(RuntimeError, match="more than one value"):
+            run(_t(3), _t(3, seed=1), log)
+        assert log == ["before"]
+    assert counter.graph_count == 1
+
+
+class _HoldsWeight(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.ones(2))
+        self.b = torch.nn.Parameter(torch.zeros(2))
+
+    def forward(self, x):
+        try:
+            found = x in [self.w]  # True by identity when the parameter itself is passed, else w == x raises
+        except RuntimeError:
+            found = "raised"
+        return found, self.b in (self.b, self.w), x * 2
+
+
+def test_in_with_a_parameter_passed_in_recompiles():
+    reset()
+    m = _HoldsWeight()
+    other = torch.randn(2)
+    compiled = kiln.compile(m, backend="eager")
+    for x, expected in ((other, "raised"), (m.w, True), (other, "raised")):
+        got, want = compiled(x), m(x)
+        assert got[0] == want[0] == expected and got[1] is want[1] is True
+        assert torch.equal(got[2], want[2])
+    assert kiln.stats.eager_fallbacks == {} and sum(kiln.stats.recompilations.values()) == 1
+    assert sum(kiln.stats.graph_breaks.values()) == 0
+
+
+# ---- Counters and dicts keyed by tensors ----------------------------------------------------------------
+
+def test_counter_of_tensors_counts_by_identity():
+    def fn(x, y):
+        c = collections.Counter([x, y, x, 3])
+        c.update([y, y])
+        pairs = c.most_common()
+        elements = list(c.elements())
+        c2 = c + collections.Counter([x])
+        key, count = c2.popitem()
+        return (c[x], c[y], c[3], c[x + 1], [t is x for t, _ in pairs], len(elements), elements[0] is x,
+                key == 3, count, c2[x], [k is x for k in c], list(c.values()), x + 1)
+
+    check(fn, _t(3), _t(3, seed=1), breaks=0)
+
+
+def test_counter_of_an_input_and_a_tensor_made_here():
+    def fn(x):
+        a = x * 2
+        c = collections.Counter((a, x, a))
+        c.subtract({a: 1})
+        return c[a], c[x], list(c.values()), a
+
+    check(fn, _t(3), breaks=0)
