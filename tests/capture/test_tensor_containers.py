@@ -80,3 +80,18 @@ def test_counter_keys_are_tensors_by_identity():
     counts = [e.as_constant() for e in result.elements[:3]]
     assert counts == [2, 1, 0]
     assert result.elements[3].example is tracer.output.example_inputs[0] or result.elements[3].source.name() == "L['x']"
+
+
+def test_deque_searches_compare_identity_then_eq_and_stop_at_the_first_match():
+    def fn(x, y):
+        dq = collections.deque([x, y])
+        return dq.index(x), x in dq, dq.count(y) if False else 0
+
+    _, result = trace(fn, x=torch.randn(2), y=torch.randn(2))
+    assert [e.as_constant() for e in result.elements] == [0, True, 0]
+
+    def with_start(x):
+        return collections.deque([x]).index(x, 0)
+
+    with pytest.raises(Unsupported, match="start/stop"):
+        trace(with_start, x=torch.randn(2))

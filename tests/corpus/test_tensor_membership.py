@@ -135,3 +135,35 @@ def test_counter_of_an_input_and_a_tensor_made_here():
         return c[a], c[x], list(c.values()), a
 
     check(fn, _t(3), breaks=0)
+
+
+def test_containers_keyed_by_tensors_made_in_the_function():
+    def fn(x, y):
+        d = dict.fromkeys([x, y], 0)
+        d[x] += 1
+        s = set([x, y, x])
+        fs = frozenset((x, y))
+        od = collections.OrderedDict([(x, 1), (y, 2)])
+        od.move_to_end(x)
+        dd = collections.defaultdict(int)
+        dd[y] += 3
+        a = x + 1
+        return d[x], len(s), x in fs, a in fs, [k is y for k in od], dd[y], y in dd, x in dd, a
+
+    check(fn, _t(3), _t(3, seed=1), breaks=0)
+
+
+@dynamo_bug(_EQ_TENSOR)
+def test_deque_compares_tensors_identity_first():
+    def fn(x, y):
+        dq = collections.deque([x, y, x])
+        found = [dq.index(x), x in dq, collections.deque([x, x]).count(x)]
+        try:
+            dq.count(y)  # x == y: RuntimeError
+        except RuntimeError as e:
+            found.append(str(e))
+        dq.remove(x)
+        k = dq.index(x, 1)  # with start/stop: the graph breaks (kiln)
+        return found, k, len(dq), dq[0] is y, x + 1
+
+    check(fn, _t(3), _t(3, seed=1), graphs=2, breaks=1, dynamo_graphs=1)

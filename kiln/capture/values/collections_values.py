@@ -14,7 +14,7 @@ changing one is a recorded side effect: after the graph the same object gets its
   (construction from iterables/mappings, missing key 0, most_common, arithmetic, update/subtract,
   elements, total).
 - deque: a deque of symbolic values, so append/appendleft/pop/popleft/extend/extendleft/rotate/maxlen
-  are Python's own deque operations on them; `count`/`index`/`remove`/`in` compare constants only.
+  are Python's own deque operations on them; `count`/`index`/`remove`/`in` compare identity then `==`.
 """
 from __future__ import annotations
 
@@ -367,26 +367,35 @@ class DequeValue(Value):
         unsupported(f"deque.{name}")
 
     def _by_equality(self, tx, name: str, args) -> Value:
-        target = args[0]
-        matches = []
-        for item in self.items_:
-            if item is target:
-                matches.append(True)
-            elif item.is_constant() and target.is_constant():
-                matches.append(item.as_constant() == target.as_constant())
+        """count/index/remove/`in` as CPython's deque does: each item compared with the value, identity
+        first, then `item == value` (ops.equal_bool: a tensor pair raises eager's error or breaks),
+        stopping at the first match except for count."""
+        from kiln.capture.values.ops import equal_bool
+
+        if len(args) != 1:
+            unsupported(f"deque.{name} with start/stop arguments")
+        target, count = args[0], 0
+        snapshot = list(self.items_)
+        for position, item in enumerate(snapshot):
+            found = equal_bool(tx, item, target)
+            if len(self.items_) != len(snapshot) or any(a is not b for a, b in zip(self.items_, snapshot)):
+                unsupported(f"deque.{name}: an __eq__ changed the deque (RuntimeError)")
+            if not found:
+                continue
+            if name == "count":
+                count += 1
+            elif name == "__contains__":
+                return ConstantValue(True)
+            elif name == "index":
+                return ConstantValue(position)
             else:
-                unsupported(f"deque.{name} comparing {item} with {target}")
+                del self.items_[position]
+                return ConstantValue(None)
         if name == "count":
-            return ConstantValue(sum(matches))
+            return ConstantValue(count)
         if name == "__contains__":
-            return ConstantValue(any(matches))
-        if True not in matches:
-            unsupported(f"deque.{name}: the value is not present (ValueError)")
-        position = matches.index(True)
-        if name == "index":
-            return ConstantValue(position)
-        del self.items_[position]
-        return ConstantValue(None)
+            return ConstantValue(False)
+        unsupported(f"deque.{name}: the value is not present (ValueError)")
 
     def new_contents(self) -> Value:
         return ListValue(list(self.items_))

@@ -391,8 +391,10 @@ def contains_op(tx, item: Value, container: Value) -> bool:
                                                           if isinstance(m, TensorValue)]])
             return set_key(tx, item, container.members) in container.members  # tensors by identity
         return dict_key(tx, item, container.entries) in container.entries
+    from kiln.capture.values.collections_values import DequeValue
+
     if isinstance(container, TensorValue) or isinstance(item, TensorValue) and not isinstance(
-            container, (SequenceValue, IteratorValue)):
+            container, (SequenceValue, IteratorValue, DequeValue)):  # these compare as equal_bool does
         unsupported("`in` on a tensor depends on its data")
     if container.is_constant() and item.is_constant():
         return item.as_constant() in container.as_constant()
