@@ -357,6 +357,8 @@ class _Namer:
     """Gives names to objects a guard refers to (types, modules, dtypes)."""
 
     def __init__(self) -> None:
+        from kiln.capture.values.set_tensor_order import set_order
+
         self.namespace: dict[str, Any] = {
             "___grad_enabled": torch.is_grad_enabled,
             "___default_dtype": torch.get_default_dtype,
@@ -374,6 +376,7 @@ class _Namer:
             "___autograd_kind": autograd_kind,
             "___same_constant": same_constant,
             "___same_keys": same_keys,
+            "___set_order": set_order,
             "id": id,
         }
         self._by_id: dict[int, str] = {}

@@ -95,3 +95,34 @@ def test_deque_searches_compare_identity_then_eq_and_stop_at_the_first_match():
 
     with pytest.raises(Unsupported, match="start/stop"):
         trace(with_start, x=torch.randn(2))
+
+
+def test_set_order_replays_adding_members_with_these_hashes():
+    from kiln.capture.values.set_tensor_order import set_order
+
+    for members in ([8, 16], [16, 8], [1, 9, 17, 25, 3], list(range(0, 400, 16)), ["a", "b", "c", 5]):
+        real = set()
+        for m in members:
+            real.add(m)
+        assert set_order(tuple(hash(m) for m in members)) == tuple(members.index(m) for m in real)
+    assert set_order((5, 5)) is None  # equal hashes: CPython would compare the members
+
+
+def test_iterating_a_set_of_inputs_guards_the_order_of_their_hashes():
+    def fn(x, y, z):
+        return [t is z for t in {x, y, z}]
+
+    args = dict(x=torch.randn(2), y=torch.randn(2), z=torch.randn(2))
+    tracer, result = trace(fn, **args)
+    assert [e.as_constant() for e in result.elements] == [t is args["z"] for t in set(args.values())]
+    orders = [g for g in tracer.output.guards if "___set_order((id(L['x']), id(L['y']), id(L['z']),))"
+              in g.source.name()]
+    assert len(orders) == 1
+
+
+def test_iterating_a_set_holding_a_tensor_the_graph_makes_breaks():
+    def fn(x, y):
+        return list({x, y + 1})
+
+    with pytest.raises(Unsupported, match="tensor the graph makes"):
+        trace(fn, x=torch.randn(2), y=torch.randn(2))

@@ -8,7 +8,9 @@ import torch
 
 import kiln
 
-from .harness import CountingBackend, check, compile_fn, dynamo_bug, reset
+from .harness import (
+    USE_DYNAMO, CountingBackend, assert_same, check, check_recompiles, compile_fn, dynamo_bug, reset,
+)
 
 
 def _t(*shape, seed=0):
@@ -167,3 +169,91 @@ def test_deque_compares_tensors_identity_first():
         return found, k, len(dq), dq[0] is y, x + 1
 
     check(fn, _t(3), _t(3, seed=1), graphs=2, breaks=1, dynamo_graphs=1)
+
+
+# ---- iterating sets of tensors (their order follows the objects' hashes, i.e. addresses) -----------------
+
+def _fold(ts):
+    out = 0
+    for t in ts:
+        out = out * 2 + t
+    return out
+
+
+@dynamo_bug("iterates a set of tensors in insertion order, not the set's order", strict=False)
+def test_iterating_a_set_of_input_tensors_follows_their_hashes():
+    def fn(x, y, z):
+        s = {x, y, z}
+        return _fold(s), sum(s), [t is y for t in s], x + 1
+
+    reset()
+    counter = CountingBackend()
+    compiled = compile_fn(fn, counter)
+    orders, alive = set(), []
+    for i in range(24):
+        args = (_t(2, seed=i), _t(2, seed=i + 100), _t(2, seed=i + 200))
+        alive.append(args)  # distinct objects on every call (ids are not reused)
+        orders.add(tuple(next(i for i, a in enumerate(args) if a is t) for t in {*args}))
+        assert_same(compiled(*args), fn(*args), path=f"call {i}")
+    assert len(orders) > 1, "every call had one order: the case tests nothing"
+    assert counter.graph_count == len(orders)  # one graph per order: the guard recompiles for another
+
+
+class _Pair(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Parameter(torch.randn(2))
+        self.b = torch.nn.Parameter(torch.randn(2))
+        self.c = torch.nn.Parameter(torch.randn(2))
+
+    def forward(self, x):
+        return _fold({self.a, self.b, self.c, 3}) * x, len(frozenset([self.a, self.a]))
+
+
+@dynamo_bug("iterates a set of tensors in insertion order, not the set's order", strict=False)
+def test_iterating_a_set_of_parameters_in_one_graph():
+    # eager and compiled run the same module (a copy's parameters would be other objects: another order)
+    reset()
+    counter = CountingBackend()
+    m = _Pair()
+    compiled = compile_fn(m, counter)
+    for _ in range(2):
+        x = _t(2)
+        assert_same(compiled(x), m(x))
+    assert counter.graph_count == 1
+    if not USE_DYNAMO:
+        assert sum(kiln.stats.graph_breaks.values()) == 0
+
+
+def test_iterating_a_set_of_tensors_the_graph_makes_breaks():
+    def fn(x, y):
+        s = {x + 1, y + 1, x * 2}
+        out = 0
+        for t in s:  # eager and compiled runs make other objects: only an order-free result compares
+            out = out + t
+        return out
+
+    check(fn, _t(2), _t(2, seed=1), graphs=1, breaks=1, dynamo_graphs=1)
+
+
+def test_iterating_a_set_of_input_tensors_after_a_discard_breaks():
+    def fn(x, y, z):
+        s = {x, y, z}
+        s.discard(y)
+        return sum(s)
+
+    check(fn, _t(2), _t(2, seed=1), _t(2, seed=2), graphs=0, breaks=1, dynamo_graphs=1)
+
+
+@dynamo_bug("guards a set passed in by its members, not by its order")
+def test_a_set_passed_in_iterates_in_its_own_order_on_every_call():
+    # {8, 16} and {16, 8} are equal sets with other orders (8 and 16 share a slot of the 8-slot table):
+    # a for loop over the set guards its order (it was unguarded: the second call reused the first order)
+    def fn(x, s):
+        out = x * 0
+        for v in s:
+            out = out * 2 + v
+        return out
+
+    assert list({8, 16}) != list({16, 8})
+    check_recompiles(fn, [(_t(1), {8, 16}), (_t(1), {16, 8}), (_t(1), {8, 16})], graphs=2)

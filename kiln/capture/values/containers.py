@@ -367,6 +367,9 @@ class SetValue(Value):
         self.kind = kind
         self.order = (set() if real is None else real) if created_here else None
         self.outside = outside  # the real set from the frame (read, never changed while tracing)
+        # made empty and then only added to, one member at a time: its real table is what adding `members`
+        # in their order gives (set_tensor_order.py replays it with the hashes of another call's tensors)
+        self.added_one_by_one = created_here and real is None and not members
         for m in members:
             key = set_key(None, m)
             self.members.setdefault(key, m)
@@ -376,13 +379,17 @@ class SetValue(Value):
         self.source = source
 
     @classmethod
-    def from_real(cls, real, added: list | None = None, values: dict | None = None) -> "SetValue":
+    def from_real(cls, real, added: list | None = None, values: dict | None = None,
+                  one_by_one: bool = False) -> "SetValue":
         """The result of a set operation computed on real sets (its order is the real one's). `added`:
         the members in the order they were added, where known (a rebuild replays it); `values`: the
-        symbolic value of each key (tensors), else constants."""
+        symbolic value of each key (tensors), else constants; `one_by_one`: `real` was made by adding
+        `added` one at a time to an empty set."""
         keys = [k for k in dict.fromkeys(added) if k in real] if added is not None else list(real)
         values = values or {}
-        return cls([values.get(k) or ConstantValue(k) for k in keys], kind=type(real), real=real)
+        made = cls([values.get(k) or ConstantValue(k) for k in keys], kind=type(real), real=real)
+        made.added_one_by_one = one_by_one
+        return made
 
     def python_type(self) -> type:
         return self.kind
@@ -436,6 +443,7 @@ class SetValue(Value):
 
     def _discard(self, key) -> None:
         self.members.pop(key, None)
+        self.added_one_by_one = False
         if self.order is not None:
             self.order.discard(key)
 
@@ -451,7 +459,10 @@ class SetValue(Value):
             if self.order is not None:  # CPython's update depends on the argument's kind (set_order.py)
                 from kiln.capture.values.set_order import real_operand
 
-                self.order.update(*[real_operand(tx, a) for a in args])
+                operands = [real_operand(tx, a) for a in args]
+                self.order.update(*operands)
+                if not all(isinstance(o, (list, tuple, str)) for o in operands):
+                    self.added_one_by_one = False  # a set is merged, a dict resizes the table first
             for arg in args:
                 for v in arg.items(tx):
                     self.members.setdefault(set_key(tx, v, self.members), v)
@@ -464,6 +475,7 @@ class SetValue(Value):
             return ConstantValue(None)
         if name == "clear" and not args:
             self.members.clear()
+            self.added_one_by_one = False
             if self.order is not None:
                 self.order.clear()
             return ConstantValue(None)
