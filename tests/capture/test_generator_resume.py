@@ -1,0 +1,54 @@
+"""Unit tests of handing on a generator suspended at a graph break (kiln/capture/generator_resume.py):
+a real generator continuing the original at the same yield, with its locals, closure and names."""
+import dis
+import inspect
+
+import pytest
+
+from kiln.capture.generator_resume import parked_generator, resume_generator_code
+
+
+def _yield_offsets(fn):
+    return [i.offset for i in dis.get_instructions(fn) if i.opname == "YIELD_VALUE"]
+
+
+def _outer(k):
+    def gen(a, b):
+        c = a + b + k
+        got = yield c
+        yield (got, a, b, c, k)
+        return "end"
+
+    return gen
+
+
+def test_a_parked_generator_continues_at_the_same_yield_with_its_locals_and_closure():
+    gen = _outer(10)
+    first = _yield_offsets(gen)[0]
+    code = resume_generator_code(gen.__code__, first, ("a", "b", "c"))
+    assert code is resume_generator_code(gen.__code__, first, ("a", "b", "c"))  # cached
+    g = parked_generator(code, gen, 1, 2, 13)
+    assert inspect.getgeneratorstate(g) == "GEN_SUSPENDED"
+    assert (g.__name__, g.__qualname__) == (gen.__name__, gen.__qualname__)
+    assert g.send("sent") == ("sent", 1, 2, 13, 10)
+    with pytest.raises(StopIteration) as stop:
+        next(g)
+    assert stop.value.value == "end"
+
+
+def test_throw_and_close_act_at_the_parked_yield():
+    gen = _outer(0)
+    code = resume_generator_code(gen.__code__, _yield_offsets(gen)[0], ("a", "b", "c"))
+    g = parked_generator(code, gen, 1, 2, 3)
+    with pytest.raises(KeyError):
+        g.throw(KeyError("k"))
+    assert inspect.getgeneratorstate(g) == "GEN_CLOSED"
+    g = parked_generator(code, gen, 1, 2, 3)
+    g.close()
+    assert list(g) == []
+
+
+def test_only_a_yield_can_be_resumed():
+    gen = _outer(0)
+    with pytest.raises(Exception, match="no YIELD_VALUE"):
+        resume_generator_code(gen.__code__, 0, ())

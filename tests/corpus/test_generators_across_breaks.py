@@ -1,0 +1,147 @@
+"""A user generator suspended half-way where the graph breaks: handed on as a real generator parked at
+the same `yield` (kiln/capture/generator_resume.py), so the code after the break runs it on."""
+import inspect
+
+import pytest
+import torch
+
+from .harness import USE_DYNAMO, CountingBackend, check, compile_fn, reset
+
+
+def _t(*shape, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=g)
+
+
+_LOG = []
+
+
+def _make(scale):
+    def gen(t):
+        _LOG.append("start")
+        got = yield t + scale
+        _LOG.append(("got", got))
+        yield t * scale
+        _LOG.append("end")
+        return "done"
+
+    return gen
+
+
+def _two(t):
+    yield t + 1
+    yield t + 2
+
+
+def test_next_print_next():
+    def fn(x):
+        it = _two(x)
+        a = next(it)
+        print("between")  # a graph break with the generator suspended
+        b = next(it)
+        return a + b
+
+    check(fn, _t(3), graphs=2, breaks=2)  # TorchDynamo: 2 graphs, 1 break (it runs the rest early)
+
+
+def test_send_and_return_value_after_the_break():
+    def fn(x):
+        _LOG.clear()
+        it = _make(2)(x)
+        a = next(it)
+        print("between")
+        b = it.send(5)
+        try:
+            next(it)
+        except StopIteration as e:
+            r = e.value
+        return a + b, r, inspect.getgeneratorstate(it), it.__name__, it.__qualname__, list(_LOG)
+
+    check(fn, _t(3), graphs=1, dynamo_graphs=0)  # it.send on the real generator: the rest runs as Python
+
+
+@pytest.mark.parametrize("how", ["throw", "close"])
+def test_throw_and_close_after_the_break(how):
+    def fn(x):
+        _LOG.clear()
+        it = _make(3)(x)
+        a = next(it)
+        print("between")
+        try:
+            it.throw(KeyError("k")) if how == "throw" else it.close()
+            r = None
+        except KeyError as e:
+            r = str(e)
+        return a, r, inspect.getgeneratorstate(it), list(it), list(_LOG)
+
+    check(fn, _t(3), graphs=1, dynamo_graphs=0)
+
+
+def test_the_generator_sees_a_change_made_after_the_break():
+    def fn(x):
+        _LOG.clear()
+        it = _make(4)(x)
+        a = next(it)
+        print("between")
+        x.add_(1)  # the generator's t is x itself: its next step reads the new values
+        return a, list(it), list(_LOG)
+
+    check(fn, _t(3), graphs=2, inputs_mutated=True, dynamo_graphs=0)
+
+
+def test_a_generator_that_breaks_inside_its_own_step():
+    def gen(t):
+        yield t + 1
+        print("inside")  # the step that runs this breaks at the root's next(): it runs as Python
+        yield t * 2
+
+    def fn(x):
+        it = gen(x)
+        a = next(it)
+        b = next(it)
+        return a + b
+
+    check(fn, _t(3), graphs=2, dynamo_graphs=0)
+
+
+class _Stepper:
+    def __init__(self):
+        self.seen = []
+
+    def steps(self, t):
+        for k in (1, 2):
+            self.seen.append(k)
+            yield t * k
+
+
+def test_a_generator_inside_a_for_loop_of_its_own_runs_as_python_after_the_break():
+    def fn(x, s):
+        it = s.steps(x)  # suspended with its loop's iterator on its stack: not handed on, run as Python
+        a = next(it)
+        print("between")
+        b = next(it)
+        return a + b, list(s.seen)
+
+    check(fn, _t(3), _Stepper(), graphs=0, inputs_mutated=True)
+
+
+@pytest.mark.skipif(USE_DYNAMO, reason="TorchDynamo runs this frame eagerly (no graph)")
+def test_a_suspended_generator_returned_is_parked_at_its_yield():
+    def fn(x):
+        _LOG.clear()
+        it = _make(5)(x)
+        a = next(it)
+        print("between")
+        return a, it
+
+    reset()
+    counter = CountingBackend()
+    compiled = compile_fn(fn, counter)
+    for run in (fn, compiled, compiled):
+        x = _t(3)
+        a, it = run(x)
+        assert inspect.getgeneratorstate(it) == "GEN_SUSPENDED" and it.__name__ == "gen"
+        assert torch.equal(it.send("v"), x * 5) and _LOG[-1] == ("got", "v")
+        with pytest.raises(StopIteration):
+            next(it)
+    assert counter.graph_count == 1
