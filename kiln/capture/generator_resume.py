@@ -67,6 +67,12 @@ def parked_generator(code: types.CodeType, fn: types.FunctionType, *values):
     return gen
 
 
+def is_parked(obj) -> bool:
+    """Whether `obj` is a generator kiln handed on at a graph break (for break reasons)."""
+    code = getattr(obj, "gi_code", None)
+    return code is not None and any(code is made for made in _CACHE.values())
+
+
 def can_hand_on(gen) -> bool:
     """Whether a suspended SteppedGeneratorValue can be handed on as a parked generator."""
     tracer = gen.tracer

@@ -5,7 +5,7 @@ import inspect
 
 import pytest
 
-from kiln.capture.generator_resume import parked_generator, resume_generator_code
+from kiln.capture.generator_resume import is_parked, parked_generator, resume_generator_code
 
 
 def _yield_offsets(fn):
@@ -28,7 +28,7 @@ def test_a_parked_generator_continues_at_the_same_yield_with_its_locals_and_clos
     code = resume_generator_code(gen.__code__, first, ("a", "b", "c"))
     assert code is resume_generator_code(gen.__code__, first, ("a", "b", "c"))  # cached
     g = parked_generator(code, gen, 1, 2, 13)
-    assert inspect.getgeneratorstate(g) == "GEN_SUSPENDED"
+    assert inspect.getgeneratorstate(g) == "GEN_SUSPENDED" and is_parked(g) and not is_parked(gen(1, 2))
     assert (g.__name__, g.__qualname__) == (gen.__name__, gen.__qualname__)
     assert g.send("sent") == ("sent", 1, 2, 13, 10)
     with pytest.raises(StopIteration) as stop:
