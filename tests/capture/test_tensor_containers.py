@@ -126,3 +126,11 @@ def test_iterating_a_set_holding_a_tensor_the_graph_makes_breaks():
 
     with pytest.raises(Unsupported, match="tensor the graph makes"):
         trace(fn, x=torch.randn(2), y=torch.randn(2))
+
+
+def test_a_set_of_tensors_and_a_nan_breaks():
+    def fn(x, y):
+        return list({x, y, float("nan")})  # NaN hashes by identity: another object on the next call
+
+    with pytest.raises(Unsupported, match="hash may"):
+        trace(fn, x=torch.randn(2), y=torch.randn(2))

@@ -76,6 +76,9 @@ def identity_members_order(tx, value) -> list:
             if isinstance(key, ObjectKey):
                 unsupported("iterating over a set of Python objects: their order follows their addresses",
                             hint="kiln runs it as Python")
+            if type(key) not in (int, str, bytes, bool, float, type(None)) or key != key:
+                unsupported(f"iterating over a set of tensors and {type(key).__name__} {key!r}: its hash may "
+                            f"not be the same object's on the next call", hint="kiln runs it as Python")
             parts.append(hash(key))  # a constant: its own hash (fixed in this process)
             hashes.append(parts[-1])
             continue
