@@ -25,6 +25,7 @@ from __future__ import annotations
 import types
 
 from kiln.capture import bytecode as bc
+from kiln.capture.values.base import Value
 
 _CACHE: dict[tuple, types.CodeType] = {}
 
@@ -67,6 +68,18 @@ def parked_generator(code: types.CodeType, fn: types.FunctionType, *values):
     return gen
 
 
+def closed_generator(fn):
+    """A finished generator of `fn` (its code, names): made without running its body, then closed."""
+    fn = getattr(fn, "__func__", fn)
+    code = fn.__code__
+    made = types.FunctionType(code, fn.__globals__, fn.__name__, None, fn.__closure__)
+    kwonly = code.co_varnames[code.co_argcount:code.co_argcount + code.co_kwonlyargcount]
+    gen = made(*[None] * code.co_argcount, **dict.fromkeys(kwonly))  # runs nothing: a generator function
+    gen.__name__, gen.__qualname__ = fn.__name__, fn.__qualname__
+    gen.close()
+    return gen
+
+
 def is_parked(obj) -> bool:
     """Whether `obj` is a generator kiln handed on at a graph break (for break reasons)."""
     code = getattr(obj, "gi_code", None)
@@ -102,3 +115,110 @@ def reconstruct(gen, cg) -> None:
     for value in bound.values():
         cg.reconstruct(value)
     cg.call(2 + len(bound))
+
+
+# ---- handing it on as its state, rebuilt by the resume function ------------------------------------------
+#
+# Where the suspended generator is held only by local variables of the breaking frame (no stack value,
+# container, object or side effect can reach it), the resume function gets its pieces instead (the
+# function, its locals) and makes the parked generator in its prologue: run as Python that is
+# `parked_generator(...)`; traced by kiln, the same call makes a stepped generator parked at that yield
+# (`trace_parked_generator`), so the steps after the break are traced into the resume function's graph.
+# No other code can tell: the generator object is new, but only this frame's locals ever held the old one.
+
+
+class _Helper(Value):
+    """parked_generator itself, handed to a resume function as an argument."""
+
+    def reconstruct(self, cg) -> None:
+        cg.load_const(parked_generator)
+
+
+def split_generators(tracer, stack: list, locals_values: dict, continuations: list, side_effect_values) -> tuple:
+    """Hand on as their state the suspended generators held only by plain locals (see above): replaces
+    them in `locals_values` and in the continuations' live lists by their pieces. Returns (continuations,
+    rebuilt) where rebuilt maps each such local to the parts make_resume_code's prologue calls."""
+    from kiln.capture.values.lazy_generators import SteppedGeneratorValue
+
+    code = tracer.code
+    held: dict = {}  # id(generator) -> (generator, local names)
+    for name, value in locals_values.items():
+        if isinstance(value, SteppedGeneratorValue) and name in code.co_varnames and name not in code.co_cellvars \
+                and value.state == "suspended" and can_hand_on(value):
+            held.setdefault(id(value), (value, []))[1].append(name)
+    if not held:
+        return continuations, {}
+    reachable: set = set()
+    for value in [*stack, *side_effect_values, *[v for v in locals_values.values() if id(v) not in held]]:
+        _walk(value, reachable)
+    for gen, _ in held.values():
+        for child in handed_on_values(gen):
+            _walk(child, reachable)
+    rebuilt, renamed = {}, {}
+    for gen, names in held.values():
+        if id(gen) in reachable or len(names) > 1:
+            continue  # something else may hold it: it must be one real object (parked as it is)
+        bound = _bound_locals(gen)
+        prefix = f"___gen_{names[0]}"
+        pieces = {f"{prefix}_make": _Helper(), f"{prefix}_fn": gen.fn_value,
+                  **{f"{prefix}_{local}": value for local, value in bound.items()}}
+        locals_values.update(pieces)
+        made = resume_generator_code(code_of(gen), gen.yield_inst.offset, tuple(bound))
+        names_of_pieces = list(pieces)
+        parts = (names_of_pieces[0], made, *names_of_pieces[1:])
+        for name in names:
+            del locals_values[name]
+            rebuilt[name] = parts
+            renamed[name] = names_of_pieces
+    new_continuations = []
+    for target, live in continuations:
+        out = []
+        for name in live:
+            out += [p for p in renamed[name] if p not in out] if name in renamed else [name]
+        new_continuations.append((target, out))
+    return new_continuations, rebuilt
+
+
+def code_of(gen):
+    return gen.tracer.code
+
+
+def _walk(value, seen: set) -> None:
+    from kiln.capture.codegen import child_values_of
+
+    pending = [value]
+    while pending:
+        v = pending.pop()
+        if v is None or id(v) in seen:
+            continue
+        seen.add(id(v))
+        pending.extend(child_values_of(v))
+
+
+def rebuilt_for(live: list, rebuilt: dict) -> tuple:
+    """The (local, parts) pairs a resume function taking `live` rebuilds in its prologue."""
+    return tuple((name, parts) for name, parts in rebuilt.items() if parts[0] in live)
+
+
+def trace_parked_generator(tx, args, kwargs):
+    """`parked_generator(code, fn, *locals)` met while tracing (a resume function's prologue): a stepped
+    generator of `code` with fn's globals, closure and names, stepped once to the yield it is parked at."""
+    from kiln.capture.interpreter import GeneratorTracer
+    from kiln.capture.values.base import unsupported
+    from kiln.capture.values.lazy_generators import SteppedGeneratorValue
+
+    if kwargs or len(args) < 2 or not args[0].is_constant() or not isinstance(args[0].as_constant(), types.CodeType):
+        unsupported("parked_generator() with unexpected arguments")
+    code, fn_value, values = args[0].as_constant(), args[1], list(args[2:])
+    fn = getattr(fn_value, "fn", None)
+    f_globals = fn.__globals__ if fn is not None else getattr(fn_value, "f_globals", None)
+    if f_globals is None or len(values) != code.co_argcount:
+        unsupported("parked_generator() of a function kiln cannot read")
+    name = fn.__qualname__ if fn is not None else fn_value.qualname
+    child = GeneratorTracer(code, f_globals, tx.f_builtins, tx.output, tx, tx.options, name)
+    child.locals = dict(zip(code.co_varnames[:code.co_argcount], values))
+    child.cells.update(fn_value.bind_closure(child))
+    gen = SteppedGeneratorValue(child, fn_value, values, {})
+    if gen._resume(tx) is None or gen.state != "suspended":
+        unsupported("a parked generator did not stop at its yield (internal inconsistency)")
+    return gen

@@ -52,3 +52,38 @@ def test_only_a_yield_can_be_resumed():
     gen = _outer(0)
     with pytest.raises(Exception, match="no YIELD_VALUE"):
         resume_generator_code(gen.__code__, 0, ())
+
+
+def test_a_closed_generator_of_a_function_has_its_names_and_code():
+    from kiln.capture.generator_resume import closed_generator
+
+    gen = _outer(1)
+    g = closed_generator(gen)
+    assert inspect.getgeneratorstate(g) == "GEN_CLOSED" and list(g) == []
+    assert (g.__name__, g.__qualname__, g.gi_code) == (gen.__name__, gen.__qualname__, gen.__code__)
+
+
+def test_a_resume_function_rebuilds_a_generator_held_by_a_local_only_and_traces_its_next_step():
+    import torch
+
+    import kiln
+
+    def two(t):
+        yield t + 1
+        yield t + 2
+
+    def fn(x):
+        it = two(x)
+        a = next(it)
+        print("between")
+        return a + next(it)
+
+    kiln.reset()
+    kiln.stats.reset()
+    graphs = []
+    compiled = kiln.compile(fn, backend=lambda gm, ex: (graphs.append(gm), gm.forward)[1])
+    x = torch.randn(3)
+    assert torch.equal(compiled(x), fn(x))
+    # the second graph holds the generator's second step (t + 2), traced in the resume function
+    assert len(graphs) == 2 and sum(n.op == "call_function" for n in graphs[1].graph.nodes) == 2
+    assert sum(kiln.stats.graph_breaks.values()) == 1

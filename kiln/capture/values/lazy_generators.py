@@ -236,16 +236,17 @@ class SteppedGeneratorValue(IteratorValue):
             if self.state == _SUSPENDED and generator_resume.can_hand_on(self):
                 return generator_resume.handed_on_values(self)  # a real generator parked at its yield
             self._cannot_hand_on()
-        return []
+        return [self.fn_value]  # closed: rebuilt as a closed generator of its function
 
     def reconstruct(self, cg) -> None:
         from kiln.capture import bytecode as bc
 
-        if self.state == _CLOSED:
-            from kiln.capture.values.generator_expressions import exhausted_generator
+        if self.state == _CLOSED:  # a closed generator of the same function (its gi_code, names)
+            from kiln.capture.generator_resume import closed_generator
 
-            cg.prepare_call(exhausted_generator)
-            cg.call(0)
+            cg.prepare_call(closed_generator)
+            cg.reconstruct(self.fn_value)
+            cg.call(1)
             return
         if self.state != _CREATED:
             from kiln.capture import generator_resume
