@@ -14,10 +14,11 @@ the generator's locals, its closure (the original function's cells) and its name
 close continue as they would have (same instruction, same exception handlers), and the loop after the
 break runs it as Python. What differs: `gi_code` and `gi_frame.f_code` are the new code object.
 
-Handed on so only where nothing else is pending in the generator's frame: its value stack below the
-yield is empty (not inside a for loop over an iterator, an except block or a with block), it is not in a
-try block whose handler would run code (values/lazy_generators.runs_code_when_closed), it has no cell
-variables of its own (a closure made in its body would keep the old cell). Otherwise the old way: its
+Handed on so only where nothing else is pending in the generator's frame: below the yield at most the
+iterators of for loops over lists, tuples, ranges or strs (handed on as arguments, rebuilt at their
+position), not inside an except or with block, not in a try block whose handler would run code
+(values/lazy_generators.runs_code_when_closed), no cell variables of its own (a closure made in its
+body would keep the old cell). Otherwise the old way: its
 function's calls run as Python from then on (RetraceFrame).
 """
 from __future__ import annotations
@@ -30,10 +31,12 @@ from kiln.capture.values.base import Value
 _CACHE: dict[tuple, types.CodeType] = {}
 
 
-def resume_generator_code(original: types.CodeType, yield_offset: int, names: tuple[str, ...]) -> types.CodeType:
-    """A generator code object taking `names` (locals of `original`) and suspending at its yield at
+def resume_generator_code(original: types.CodeType, yield_offset: int, names: tuple[str, ...],
+                          n_stack: int = 0) -> types.CodeType:
+    """A generator code object taking `n_stack` values for its stack below the yield (`___stack<i>`, bottom
+    first: a for loop's iterator) and `names` (locals of `original`), suspending at its yield at
     `yield_offset` when first stepped."""
-    key = (original, yield_offset, names)
+    key = (original, yield_offset, names, n_stack)
     found = _CACHE.get(key)
     if found is not None:
         return found
@@ -43,8 +46,12 @@ def resume_generator_code(original: types.CodeType, yield_offset: int, names: tu
         raise bc.BytecodeError(f"no YIELD_VALUE at offset {yield_offset} of {original.co_qualname}")
     prologue = bc.copy_free_vars(len(original.co_freevars)) if original.co_freevars else []
     prologue += [bc.create_instruction("RETURN_GENERATOR")] + bc.pop_top() + bc.resume(0)
+    stack = tuple(f"___stack{i}" for i in range(n_stack))
+    for name in stack:
+        prologue += bc.load_fast(name)
     prologue += bc.load_const(None) + bc.jump(target)  # the value the parking step yields
     bc.inherit_positions(prologue, target)
+    names = stack + names
     varnames = names + tuple(v for v in original.co_varnames if v not in names)
     name = f"{original.co_name}_resumed_at_{yield_offset}"
     code = bc.assemble(
@@ -90,14 +97,26 @@ def can_hand_on(gen) -> bool:
     """Whether a suspended SteppedGeneratorValue can be handed on as a parked generator."""
     tracer = gen.tracer
     code = tracer.code
-    return (gen.yield_inst is not None and gen.yield_inst.opname == "YIELD_VALUE" and not tracer.stack
+    return (gen.yield_inst is not None and gen.yield_inst.opname == "YIELD_VALUE"
+            and all(_stack_value_ok(v) for v in tracer.stack)
             and not code.co_cellvars and not gen.runs_code_when_closed()
             and not getattr(tracer, "handled_exceptions", None) and not getattr(tracer, "active_withs", None))
 
 
+def _stack_value_ok(value) -> bool:
+    """A value below the yield that can be handed on: the iterator of a for loop over a list, tuple,
+    range or str (rebuilt at its position), unless it runs over a list from outside changed meanwhile."""
+    from kiln.capture.values.iterators import SequenceIterator
+
+    seq = getattr(value, "seq", None)
+    return type(value) is SequenceIterator and not (
+        getattr(seq, "created_here", True) is False and getattr(seq, "changed_during_trace", False))
+
+
 def handed_on_values(gen) -> list:
-    """The values a parked generator is made from: the function, then the bound locals."""
-    return [gen.fn_value, *_bound_locals(gen).values()]
+    """The values a parked generator is made from: the function, its stack below the yield, its bound
+    locals."""
+    return [gen.fn_value, *gen.tracer.stack, *_bound_locals(gen).values()]
 
 
 def _bound_locals(gen) -> dict:
@@ -107,14 +126,14 @@ def _bound_locals(gen) -> dict:
 
 def reconstruct(gen, cg) -> None:
     """Emit `parked_generator(<code>, <function>, *<locals>)`."""
-    bound = _bound_locals(gen)
-    code = resume_generator_code(gen.tracer.code, gen.yield_inst.offset, tuple(bound))
+    bound, stack = _bound_locals(gen), list(gen.tracer.stack)
+    code = resume_generator_code(gen.tracer.code, gen.yield_inst.offset, tuple(bound), len(stack))
     cg.prepare_call(parked_generator)
     cg.load_const(code)
     cg.reconstruct(gen.fn_value)
-    for value in bound.values():
+    for value in stack + list(bound.values()):
         cg.reconstruct(value)
-    cg.call(2 + len(bound))
+    cg.call(2 + len(stack) + len(bound))
 
 
 # ---- handing it on as its state, rebuilt by the resume function ------------------------------------------
@@ -158,12 +177,13 @@ def split_generators(tracer, stack: list, locals_values: dict, continuations: li
     for gen, names in held.values():
         if id(gen) in reachable or len(names) > 1:
             continue  # something else may hold it: it must be one real object (parked as it is)
-        bound = _bound_locals(gen)
+        bound, stack = _bound_locals(gen), list(gen.tracer.stack)
         prefix = f"___gen_{names[0]}"
         pieces = {f"{prefix}_make": _Helper(), f"{prefix}_fn": gen.fn_value,
+                  **{f"{prefix}_stack{i}": value for i, value in enumerate(stack)},
                   **{f"{prefix}_{local}": value for local, value in bound.items()}}
         locals_values.update(pieces)
-        made = resume_generator_code(code_of(gen), gen.yield_inst.offset, tuple(bound))
+        made = resume_generator_code(code_of(gen), gen.yield_inst.offset, tuple(bound), len(stack))
         names_of_pieces = list(pieces)
         parts = (names_of_pieces[0], made, *names_of_pieces[1:])
         for name in names:
@@ -215,6 +235,9 @@ def trace_parked_generator(tx, args, kwargs):
     if f_globals is None or len(values) != code.co_argcount:
         unsupported("parked_generator() of a function kiln cannot read")
     name = fn.__qualname__ if fn is not None else fn_value.qualname
+    from kiln.capture.values.lazy_generators import refuse_if_called_as_python
+
+    refuse_if_called_as_python(code, name)  # its generators are real ones from now on (lazy_generators.py)
     child = GeneratorTracer(code, f_globals, tx.f_builtins, tx.output, tx, tx.options, name)
     child.locals = dict(zip(code.co_varnames[:code.co_argcount], values))
     child.cells.update(fn_value.bind_closure(child))

@@ -87,3 +87,18 @@ def test_a_resume_function_rebuilds_a_generator_held_by_a_local_only_and_traces_
     # the second graph holds the generator's second step (t + 2), traced in the resume function
     assert len(graphs) == 2 and sum(n.op == "call_function" for n in graphs[1].graph.nodes) == 2
     assert sum(kiln.stats.graph_breaks.values()) == 1
+
+
+def _looping(t):
+    for k in (1, 2, 3):
+        got = yield t * k
+        t = t + (got or 0)
+
+
+def test_a_generator_parked_inside_its_own_for_loop_gets_the_loop_iterator_back():
+    first = _yield_offsets(_looping)[0]
+    code = resume_generator_code(_looping.__code__, first, ("t", "k"), n_stack=1)
+    it = iter((1, 2, 3))
+    next(it)  # the loop took k = 1 and yielded
+    g = parked_generator(code, _looping, it, 10, 1)
+    assert g.send(5) == 30 and list(g) == [45]  # t = 15: 15 * 2, then 15 * 3

@@ -114,15 +114,32 @@ class _Stepper:
             yield t * k
 
 
-def test_a_generator_inside_a_for_loop_of_its_own_runs_as_python_after_the_break():
+def test_a_generator_suspended_inside_a_for_loop_of_its_own():
     def fn(x, s):
-        it = s.steps(x)  # suspended with its loop's iterator on its stack: not handed on, run as Python
+        it = s.steps(x)  # suspended with its loop's iterator on its stack (handed on too, at its position)
         a = next(it)
         print("between")
         b = next(it)
-        return a + b, list(s.seen)
+        return a + b, list(s.seen), list(it)
 
-    check(fn, _t(3), _Stepper(), graphs=0, inputs_mutated=True)
+    check(fn, _t(3), _Stepper(), graphs=2, breaks=1, inputs_mutated=True, dynamo_graphs=0)
+
+
+def _over_a_list(t, items):
+    for k in items:
+        yield t * k
+
+
+def test_a_generator_suspended_in_a_loop_over_a_list_the_caller_extends_after_the_break():
+    def fn(x):
+        items = [1, 2]
+        it = _over_a_list(x, items)
+        a = next(it)
+        print("between")
+        items.append(3)  # the generator's list iterator sees it (the same list object)
+        return a, list(it)
+
+    check(fn, _t(3), graphs=2, dynamo_graphs=0)
 
 
 @pytest.mark.skipif(USE_DYNAMO, reason="TorchDynamo runs this frame eagerly (no graph)")
