@@ -139,6 +139,18 @@ def test_counter_of_an_input_and_a_tensor_made_here():
     check(fn, _t(3), breaks=0)
 
 
+def test_counter_with_dict_subclass_arguments():
+    def fn(x, y):
+        d = collections.defaultdict(int)
+        d[x] += 2
+        c = collections.Counter(d)
+        c.update(collections.OrderedDict([(y, 3)]))
+        plain = collections.Counter(a=1)
+        return c[x], c[y], plain == collections.defaultdict(int, a=1), x + 1
+
+    check(fn, _t(3), _t(3, seed=1), breaks=0)
+
+
 def test_containers_keyed_by_tensors_made_in_the_function():
     def fn(x, y):
         d = dict.fromkeys([x, y], 0)

@@ -258,6 +258,10 @@ def _real_mapping(d: DictValue, what: str, kind=dict):
 
     if any(isinstance(k, HashedObjectKey) for k in d.entries):
         unsupported(f"{what} keyed by objects with a Python __hash__ in a Counter operation")
+    if kind is collections.defaultdict:
+        kind = dict  # the same items, order and comparisons; its factory is never called here
+    if kind not in (dict, collections.OrderedDict, collections.Counter):
+        unsupported(f"a Counter operation with a {kind.__name__}")
     return kind((k, _constant(v)) for k, v in d.entries.items())
 
 
