@@ -311,7 +311,7 @@ def _check_function_source(exprs: list[tuple[str, str]], shared: set[str]) -> st
                 rhs = substitute(place)
                 assigned[place] = f"v{len(assigned)}"
                 lines.append(f"{assigned[place]} = {rhs}")
-        lines.append(f"if not ({substitute(expr)}):  # {what}"[:400])
+        lines.append(f"if not ({substitute(expr)}):  # {what[:300]}")  # (a long expression stays whole)
         lines.append("    return False")
     body = "\n        ".join(lines + ["return True"])
     return (f"def check(L, G, C, B):\n    try:\n        {body}\n"
@@ -357,7 +357,7 @@ class _Namer:
     """Gives names to objects a guard refers to (types, modules, dtypes)."""
 
     def __init__(self) -> None:
-        from kiln.capture.values.set_tensor_order import set_order
+        from kiln.capture.values.set_tensor_order import set_order_is
 
         self.namespace: dict[str, Any] = {
             "___grad_enabled": torch.is_grad_enabled,
@@ -376,7 +376,7 @@ class _Namer:
             "___autograd_kind": autograd_kind,
             "___same_constant": same_constant,
             "___same_keys": same_keys,
-            "___set_order": set_order,
+            "___set_order_is": set_order_is,
             "id": id,
         }
         self._by_id: dict[int, str] = {}

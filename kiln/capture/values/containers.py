@@ -367,9 +367,9 @@ class SetValue(Value):
         self.kind = kind
         self.order = (set() if real is None else real) if created_here else None
         self.outside = outside  # the real set from the frame (read, never changed while tracing)
-        # made empty and then only added to, one member at a time: its real table is what adding `members`
-        # in their order gives (set_tensor_order.py replays it with the hashes of another call's tensors)
-        self.added_one_by_one = created_here and real is None and not members
+        # the adds and discards (True/False, key) that made its real table from an empty set, where that
+        # is all that happened (set_tensor_order.py replays them with the hashes of another call's tensors)
+        self.history: list | None = [] if created_here and real is None and not members else None
         for m in members:
             key = set_key(None, m)
             self.members.setdefault(key, m)
@@ -388,7 +388,7 @@ class SetValue(Value):
         keys = [k for k in dict.fromkeys(added) if k in real] if added is not None else list(real)
         values = values or {}
         made = cls([values.get(k) or ConstantValue(k) for k in keys], kind=type(real), real=real)
-        made.added_one_by_one = one_by_one
+        made.history = [(True, k) for k in added] if one_by_one else None
         return made
 
     def python_type(self) -> type:
@@ -440,10 +440,13 @@ class SetValue(Value):
         self.members.setdefault(key, value)
         if self.order is not None:
             self.order.add(key)
+        if self.history is not None:
+            self.history.append((True, key))
 
     def _discard(self, key) -> None:
         self.members.pop(key, None)
-        self.added_one_by_one = False
+        if self.history is not None:
+            self.history.append((False, key))
         if self.order is not None:
             self.order.discard(key)
 
@@ -462,7 +465,9 @@ class SetValue(Value):
                 operands = [real_operand(tx, a) for a in args]
                 self.order.update(*operands)
                 if not all(isinstance(o, (list, tuple, str)) for o in operands):
-                    self.added_one_by_one = False  # a set is merged, a dict resizes the table first
+                    self.history = None  # a set is merged, a dict resizes the table first
+                elif self.history is not None:
+                    self.history += [(True, k) for o in operands for k in o]
             for arg in args:
                 for v in arg.items(tx):
                     self.members.setdefault(set_key(tx, v, self.members), v)
@@ -475,7 +480,7 @@ class SetValue(Value):
             return ConstantValue(None)
         if name == "clear" and not args:
             self.members.clear()
-            self.added_one_by_one = False
+            self.history = [] if self.order is not None else None  # a new empty table, as a new set
             if self.order is not None:
                 self.order.clear()
             return ConstantValue(None)
