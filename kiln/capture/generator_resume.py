@@ -157,6 +157,7 @@ def split_generators(tracer, stack: list, locals_values: dict, continuations: li
     """Hand on as their state the suspended generators held only by plain locals (see above): replaces
     them in `locals_values` and in the continuations' live lists by their pieces. Returns (continuations,
     rebuilt) where rebuilt maps each such local to the parts make_resume_code's prologue calls."""
+    from kiln.capture.graph_break import _reachable_iterators as _walk  # every value reachable from one
     from kiln.capture.values.lazy_generators import SteppedGeneratorValue
 
     code = tracer.code
@@ -201,18 +202,6 @@ def split_generators(tracer, stack: list, locals_values: dict, continuations: li
 
 def code_of(gen):
     return gen.tracer.code
-
-
-def _walk(value, seen: set) -> None:
-    from kiln.capture.codegen import child_values_of
-
-    pending = [value]
-    while pending:
-        v = pending.pop()
-        if v is None or id(v) in seen:
-            continue
-        seen.add(id(v))
-        pending.extend(child_values_of(v))
 
 
 def rebuilt_for(live: list, rebuilt: dict) -> tuple:
