@@ -250,6 +250,12 @@ def compile_with_break(code, f_locals, f_globals, f_builtins, closure, options, 
     continuations = [(t, [n for n in live if n in locals_values]) for t, live in continuations]
     handler_live = [n for n in handler_live if n in locals_values]
 
+    rebuilt: dict = {}
+    if not in_try:  # suspended generators held by locals only: handed on as their state (generator_resume.py)
+        from kiln.capture.generator_resume import split_generators
+
+        continuations, rebuilt = split_generators(tracer, stack, locals_values, continuations,
+                                                  list(tracer.output.side_effects.values()))
     _mark_loop_iterators(tracer, break_index, stack, locals_values)
     from kiln.capture.values.lazy_generators import check_abandoned
 
@@ -282,7 +288,9 @@ def compile_with_break(code, f_locals, f_globals, f_builtins, closure, options, 
     built = []
     for i, (target, live) in enumerate(continuations):
         shape = survivor_shape + [True] * pushed
-        resume_code = make_resume_code(code, target.offset, shape, live)
+        from kiln.capture.generator_resume import rebuilt_for
+
+        resume_code = make_resume_code(code, target.offset, shape, live, rebuilt_for(live, rebuilt))
         built.append((shape, live, resume_code))
     exception_continuation = None
     if in_try:

@@ -341,7 +341,7 @@ def _check_function_source(exprs: list[tuple[str, str]], shared: set[str], gate=
                     rhs = substitute(place)
                     assigned[place] = f"v{len(assigned)}"
                     lines.append(f"{indent}{assigned[place]} = {rhs}")
-            lines.append(f"{indent}if not ({substitute(expr)}):  # {what}"[:400])
+            lines.append(f"{indent}if not ({substitute(expr)}):  # {what[:300]}")  # (a long expression stays whole)
             lines.append(f"{indent}    return False")
 
     lines: list[str] = []
@@ -396,6 +396,8 @@ class _Namer:
     """Gives names to objects a guard refers to (types, modules, dtypes)."""
 
     def __init__(self) -> None:
+        from kiln.capture.values.set_tensor_order import set_order_is
+
         self.namespace: dict[str, Any] = {
             "___grad_enabled": torch.is_grad_enabled,
             "___default_dtype": torch.get_default_dtype,
@@ -413,6 +415,7 @@ class _Namer:
             "___autograd_kind": autograd_kind,
             "___same_constant": same_constant,
             "___same_keys": same_keys,
+            "___set_order_is": set_order_is,
             "id": id,
         }
         self._by_id: dict[int, str] = {}

@@ -58,7 +58,8 @@ def live_locals(instructions: list[Instruction], start: Instruction, names: set[
     return live_in[index[id(start)]] & names
 
 
-def make_resume_code(original: types.CodeType, resume_offset: int, stack: list[bool], live: list[str]) -> types.CodeType:
+def make_resume_code(original: types.CodeType, resume_offset: int, stack: list[bool], live: list[str],
+                     rebuilt: tuple = ()) -> types.CodeType:
     """A code object continuing `original` at `resume_offset`.
 
     stack: for each stack slot at that point (bottom first), True if it holds a value (passed as an
@@ -67,10 +68,13 @@ def make_resume_code(original: types.CodeType, resume_offset: int, stack: list[b
     the prologue enters again (`with torch.autocast(...)`: its __exit__ lands in that slot).
     live: local variable names passed in as arguments after the stack values; when live[0] is the
     original's first argument it comes first (before the stack values), as `super()` needs.
+    rebuilt: (local, parts) pairs: the prologue stores `parts[0](*parts[1:])` into the local first (each
+    part an argument name among `live`, or a code object loaded as a constant): a generator handed on
+    as its state (generator_resume.py).
     """
     # `super()` without arguments reads the first local: keep the original first argument first
     first = [live[0]] if live and original.co_argcount and live[0] == original.co_varnames[0] else []
-    key = (original, resume_offset, tuple(stack), tuple(live))
+    key = (original, resume_offset, tuple(stack), tuple(live), tuple(rebuilt))
     found = _CACHE.get(key)
     if found is not None:
         return found
@@ -79,6 +83,11 @@ def make_resume_code(original: types.CodeType, resume_offset: int, stack: list[b
     stack_args = [f"___stack{i}" for i, present in enumerate(stack) if present is True]
     args = first + stack_args + [name for name in live if name not in first]
     prologue = bc.function_prologue(tuple(original.co_cellvars), len(original.co_freevars))
+    for local, parts in rebuilt:
+        prologue += bc.push_null()
+        for part in parts:  # argument names, and code objects as constants
+            prologue += bc.load_fast(part) if isinstance(part, str) else bc.load_const(part)
+        prologue += bc.call(len(parts) - 1) + bc.store_fast(local)
     for i, present in enumerate(stack):
         if isinstance(present, tuple):
             prologue += _enter_autocast_again(present[1])

@@ -17,13 +17,16 @@ def _code():
     return g.__code__
 
 
-def _stepped(code):
+def _stepped(code, stack=(ConstantValue("pending"),)):
+    """A stand-in; by default with a value pending on its stack below the yield (as a for loop's iterator
+    in the generator's body), so a suspended one cannot be parked (capture/generator_resume.py)."""
     from kiln.capture.interpreter import instructions_of
 
     instructions = instructions_of(code)
     tracer = types.SimpleNamespace(code=code, function_name="g", add_yielded=None, instructions=instructions,
                                    index_of={id(i): n for n, i in enumerate(instructions)},
-                                   output=types.SimpleNamespace(stepped_generators=[]))
+                                   output=types.SimpleNamespace(stepped_generators=[]), stack=list(stack),
+                                   locals={})
     gen = SteppedGeneratorValue(tracer, ConstantValue(None), [], {})
     gen.yield_inst = next(i for i in instructions if i.opname == "YIELD_VALUE")
     return gen
@@ -70,12 +73,20 @@ def test_children_are_the_call_only_before_the_generator_starts():
     gen = _stepped(_code())
     assert len(gen.children()) == 1
     gen.state = "closed"
-    assert gen.children() == []
+    assert gen.children() == [gen.fn_value]  # rebuilt as a closed generator of its function
     gen.state = "suspended"
     CALLED_AS_PYTHON.discard(gen.tracer.code)
     with pytest.raises(RetraceFrame):
         gen.children()
     CALLED_AS_PYTHON.discard(gen.tracer.code)
+
+
+def test_a_suspended_generator_with_nothing_pending_is_handed_on_parked():
+    gen = _stepped(_code(), stack=())
+    gen.state = "suspended"
+    CALLED_AS_PYTHON.discard(gen.tracer.code)
+    assert gen.children() == [gen.fn_value]  # the function, then its (no) locals: no retrace
+    assert gen.tracer.code not in CALLED_AS_PYTHON
 
 
 def _yields(fn):

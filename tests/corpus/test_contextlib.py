@@ -351,7 +351,7 @@ def test_exit_stack_with_an_exception_in_the_block():
             y = x * 3
         return y, order
 
-    check(fn, _t(3), graphs=(0, 1, 2))
+    check(fn, _t(3), breaks=0)  # more cases: test_exit_stack_exceptions.py
 
 
 def test_contextlib_suppress_swallows_only_its_classes():

@@ -397,7 +397,8 @@ def construct_builtin_type(tx, cls, args, kwargs) -> Value:
             from kiln.capture.values.container_keys import set_key
 
             values = {set_key(tx, v): v for v in reversed(source.elements)}  # the first of equal ones
-        return SetValue.from_real(cls(operand), added, values)  # CPython's order (values/set_order.py)
+        return SetValue.from_real(cls(operand), added, values,  # CPython's order (values/set_order.py)
+                                  one_by_one=isinstance(operand, (list, tuple, str)))
     if cls is dict or (issubclass(cls, dict) and cls.__module__ == "collections"):
         entries = {}
         if args:

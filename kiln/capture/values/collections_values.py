@@ -14,7 +14,7 @@ changing one is a recorded side effect: after the graph the same object gets its
   (construction from iterables/mappings, missing key 0, most_common, arithmetic, update/subtract,
   elements, total).
 - deque: a deque of symbolic values, so append/appendleft/pop/popleft/extend/extendleft/rotate/maxlen
-  are Python's own deque operations on them; `count`/`index`/`remove`/`in` compare constants only.
+  are Python's own deque operations on them; `count`/`index`/`remove`/`in` compare identity then `==`.
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ import operator
 
 from kiln.capture.values.base import ConstantValue, Value, note_mutation, unsupported
 from kiln.capture.values.containers import DictValue, ListValue, TupleValue
-from kiln.capture.values.container_keys import dict_key
+from kiln.capture.values.container_keys import TensorKey, dict_key, key_value
 from kiln.capture.values.iterators import ListIteratorValue
 
 _COLLECTION_DICTS = (collections.OrderedDict, collections.defaultdict, collections.Counter)
@@ -167,9 +167,9 @@ class CounterValue(CollectionDictValue):
         return collections.Counter({k: v.as_constant() for k, v in self.entries.items()})
 
     def real(self) -> collections.Counter:
-        if not self.is_constant():
-            unsupported("a Counter holding values that are not constants")
-        return self.as_constant()
+        """A real Counter of the counts (constants) keyed by the dict keys: constants, and tensors and
+        objects by identity (container_keys), which hash and compare as the objects themselves do."""
+        return collections.Counter(_real_mapping(self, "a Counter"))
 
     def set_from(self, counter: collections.Counter) -> None:
         self.entries = {k: ConstantValue(v) for k, v in dict(counter).items()}
@@ -187,14 +187,14 @@ class CounterValue(CollectionDictValue):
         if name in ("update", "subtract", "clear", "popitem"):
             self._check_mutable(tx, f"Counter.{name}")
             real = self.real()
-            result = _on_real(f"Counter.{name}()", getattr(real, name), *[_counter_arg(tx, a) for a in args],
+            result = _on_real(f"Counter.{name}()", getattr(real, name), *[_counter_arg(tx, a, self) for a in args],
                               **{k: _constant(v) for k, v in kwargs.items()})
             self.set_from(real)
             return _wrap(result)
         if name in ("most_common", "elements", "total"):
             result = getattr(self.real(), name)(*[_constant(a) for a in args])
             if name == "elements":
-                return ListIteratorValue([ConstantValue(v) for v in result])
+                return ListIteratorValue([key_value(v) for v in result])
             return _wrap(result)
         return super().call_method(tx, name, args, kwargs)
 
@@ -207,7 +207,7 @@ class CounterValue(CollectionDictValue):
         if not isinstance(other, DictValue):
             return NotImplemented
         mine = self.real()
-        theirs = other.real() if isinstance(other, CounterValue) else other.as_constant()
+        theirs = other.real() if isinstance(other, CounterValue) else _real_mapping(other, "a dict", other.dict_type)
         a, b = (theirs, mine) if reflected else (mine, theirs)
         try:
             result = op(a, b)  # in place: on a fresh real Counter (self.real() is a copy)
@@ -233,21 +233,50 @@ def _constant(v: Value):
     return v.as_constant()
 
 
-def _counter_arg(tx, v: Value):
+def _counter_arg(tx, v: Value, counter: "CounterValue | None" = None):
+    """An argument of Counter(...)/update/subtract as the real Counter sees it: a mapping of dict keys
+    (constants; tensors and plain objects by identity) to constants, or the list of an iterable's keys."""
     if isinstance(v, CounterValue):
         return v.real()
     if isinstance(v, DictValue):
-        return _constant(v)
+        return _real_mapping(v, "a dict", v.dict_type)
     if v.is_constant():
         return v.as_constant()
-    return [_constant(item) for item in tx.items(v)]
+    items = tx.items(v)
+    from kiln.capture.values.ops import check_tensor_identity_guarded
+    from kiln.capture.values.tensors import TensorValue
+
+    tensors = [item for item in items if isinstance(item, TensorValue)]
+    tensors += [k.value for k in (counter.entries if counter is not None else ()) if type(k) is TensorKey]
+    check_tensor_identity_guarded(tx, tensors)  # an input and a parameter may be one object later
+    return [_constant(item) if item.is_constant() else dict_key(tx, item) for item in items]
+
+
+def _real_mapping(d: DictValue, what: str, kind=dict):
+    """d's entries as a real mapping from its keys (constant or identity keys) to constant values."""
+    from kiln.capture.values.container_keys import HashedObjectKey
+
+    if any(isinstance(k, HashedObjectKey) for k in d.entries):
+        unsupported(f"{what} keyed by objects with a Python __hash__ in a Counter operation")
+    if kind is collections.defaultdict:
+        kind = dict  # the same items, order and comparisons; its factory is never called here
+    if kind not in (dict, collections.OrderedDict, collections.Counter):
+        unsupported(f"a Counter operation with a {kind.__name__}")
+    return kind((k, _constant(v)) for k, v in d.entries.items())
 
 
 def _wrap(result) -> Value:
+    """A real result back as a value: Counters keep their keys; other results hold keys as the values
+    they stand for (most_common's pairs, popitem's)."""
     if isinstance(result, collections.Counter):
         return CounterValue({k: ConstantValue(v) for k, v in result.items()})
     from kiln.capture.values.builder import wrap_constant_result
+    from kiln.capture.values.container_keys import ObjectKey
 
+    if isinstance(result, ObjectKey):
+        return key_value(result)
+    if type(result) in (list, tuple) and any(isinstance(r, (ObjectKey, list, tuple)) for r in result):
+        return (ListValue if type(result) is list else TupleValue)([_wrap(r) for r in result])
     return wrap_constant_result(result)
 
 
@@ -342,26 +371,35 @@ class DequeValue(Value):
         unsupported(f"deque.{name}")
 
     def _by_equality(self, tx, name: str, args) -> Value:
-        target = args[0]
-        matches = []
-        for item in self.items_:
-            if item is target:
-                matches.append(True)
-            elif item.is_constant() and target.is_constant():
-                matches.append(item.as_constant() == target.as_constant())
+        """count/index/remove/`in` as CPython's deque does: each item compared with the value, identity
+        first, then `item == value` (ops.equal_bool: a tensor pair raises eager's error or breaks),
+        stopping at the first match except for count."""
+        from kiln.capture.values.ops import equal_bool
+
+        if len(args) != 1:
+            unsupported(f"deque.{name} with start/stop arguments")
+        target, count = args[0], 0
+        snapshot = list(self.items_)
+        for position, item in enumerate(snapshot):
+            found = equal_bool(tx, item, target)
+            if len(self.items_) != len(snapshot) or any(a is not b for a, b in zip(self.items_, snapshot)):
+                unsupported(f"deque.{name}: an __eq__ changed the deque (RuntimeError)")
+            if not found:
+                continue
+            if name == "count":
+                count += 1
+            elif name == "__contains__":
+                return ConstantValue(True)
+            elif name == "index":
+                return ConstantValue(position)
             else:
-                unsupported(f"deque.{name} comparing {item} with {target}")
+                del self.items_[position]
+                return ConstantValue(None)
         if name == "count":
-            return ConstantValue(sum(matches))
+            return ConstantValue(count)
         if name == "__contains__":
-            return ConstantValue(any(matches))
-        if True not in matches:
-            unsupported(f"deque.{name}: the value is not present (ValueError)")
-        position = matches.index(True)
-        if name == "index":
-            return ConstantValue(position)
-        del self.items_[position]
-        return ConstantValue(None)
+            return ConstantValue(False)
+        unsupported(f"deque.{name}: the value is not present (ValueError)")
 
     def new_contents(self) -> Value:
         return ListValue(list(self.items_))

@@ -367,6 +367,9 @@ class SetValue(Value):
         self.kind = kind
         self.order = (set() if real is None else real) if created_here else None
         self.outside = outside  # the real set from the frame (read, never changed while tracing)
+        # the adds and discards (True/False, key) that made its real table from an empty set, where that
+        # is all that happened (set_tensor_order.py replays them with the hashes of another call's tensors)
+        self.history: list | None = [] if created_here and real is None and not members else None
         for m in members:
             key = set_key(None, m)
             self.members.setdefault(key, m)
@@ -376,13 +379,17 @@ class SetValue(Value):
         self.source = source
 
     @classmethod
-    def from_real(cls, real, added: list | None = None, values: dict | None = None) -> "SetValue":
+    def from_real(cls, real, added: list | None = None, values: dict | None = None,
+                  one_by_one: bool = False) -> "SetValue":
         """The result of a set operation computed on real sets (its order is the real one's). `added`:
         the members in the order they were added, where known (a rebuild replays it); `values`: the
-        symbolic value of each key (tensors), else constants."""
+        symbolic value of each key (tensors), else constants; `one_by_one`: `real` was made by adding
+        `added` one at a time to an empty set."""
         keys = [k for k in dict.fromkeys(added) if k in real] if added is not None else list(real)
         values = values or {}
-        return cls([values.get(k) or ConstantValue(k) for k in keys], kind=type(real), real=real)
+        made = cls([values.get(k) or ConstantValue(k) for k in keys], kind=type(real), real=real)
+        made.history = [(True, k) for k in added] if one_by_one else None
+        return made
 
     def python_type(self) -> type:
         return self.kind
@@ -433,9 +440,13 @@ class SetValue(Value):
         self.members.setdefault(key, value)
         if self.order is not None:
             self.order.add(key)
+        if self.history is not None:
+            self.history.append((True, key))
 
     def _discard(self, key) -> None:
         self.members.pop(key, None)
+        if self.history is not None:
+            self.history.append((False, key))
         if self.order is not None:
             self.order.discard(key)
 
@@ -451,7 +462,12 @@ class SetValue(Value):
             if self.order is not None:  # CPython's update depends on the argument's kind (set_order.py)
                 from kiln.capture.values.set_order import real_operand
 
-                self.order.update(*[real_operand(tx, a) for a in args])
+                operands = [real_operand(tx, a) for a in args]
+                self.order.update(*operands)
+                if not all(isinstance(o, (list, tuple, str)) for o in operands):
+                    self.history = None  # a set is merged, a dict resizes the table first
+                elif self.history is not None:
+                    self.history += [(True, k) for o in operands for k in o]
             for arg in args:
                 for v in arg.items(tx):
                     self.members.setdefault(set_key(tx, v, self.members), v)
@@ -464,6 +480,7 @@ class SetValue(Value):
             return ConstantValue(None)
         if name == "clear" and not args:
             self.members.clear()
+            self.history = [] if self.order is not None else None  # a new empty table, as a new set
             if self.order is not None:
                 self.order.clear()
             return ConstantValue(None)

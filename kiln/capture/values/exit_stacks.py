@@ -3,11 +3,12 @@ the `with` block (or `close()`) ends, as contextlib's `_BaseExitStack.__exit__` 
 
 Modelled: `ExitStack()`, `with stack:` (`__enter__` gives the stack itself), `stack.callback(fn, *args,
 **kwargs)` (returns fn), `stack.enter_context(cm)` for context managers whose `__enter__`/`__exit__` are
-Python kiln traces into (returns what `__enter__` gives), `stack.close()`. What breaks: an exception
-leaving the block or raised by a callback (ExitStack then hands it to the remaining callbacks, which
-may suppress it), a callback's non-constant return value (its truth is read), `push`, `pop_all` and
-any other method, and keeping the stack after the graph once something was registered or the block
-entered. As for @contextmanager blocks, a graph break inside the block moves to its `with` (the stack
+Python kiln traces into (returns what `__enter__` gives), `stack.close()`, and `__exit__` as contextlib's
+`_BaseExitStack.__exit__` runs it: the exception leaving the block handed to each callback, last first;
+a true result suppresses it; an exception a callback raises is chained to the pending one (its
+`__context__`, as `_fix_exception_context` sets it) and handed on; the last pending one is raised. What
+breaks: `push`, `pop_all` and any other method, a callback result whose truth depends on data, and
+keeping the stack after the graph once something was registered or the block entered. As for @contextmanager blocks, a graph break inside the block moves to its `with` (the stack
 is then made again, empty, by `contextlib.ExitStack()`).
 """
 from __future__ import annotations
@@ -65,27 +66,37 @@ class ExitStackValue(Value):
         if name == "__enter__" and not args and not kwargs:
             self.entered = True
             return self
+        if name == "__exit__" and len(args) == 3 and not kwargs:
+            return ExitStackExitValue(self).call(tx, args, {})
         unsupported(f"ExitStack.{name}(...) inside compiled code")
 
-    def unwind(self, tx) -> None:
-        """__exit__(None, None, None): every callback, last registered first, each once."""
+    def unwind(self, tx, exc: Value | None = None) -> bool:
+        """`_BaseExitStack.__exit__`: every callback, last registered first, each once, with the exception
+        leaving the block (`exc`, or None). A callback's true result suppresses it; a traced exception a
+        callback raises is chained to the one before it (contextlib's _fix_exception_context) and handed
+        to the rest; the last one pending is raised with that context. True: the block's exception
+        was suppressed."""
         from kiln.capture.values.exceptions import TracedRaise
 
         note_mutation(tx, self)
-        none = ConstantValue(None)
+        received, suppressed, pending = exc is not None, False, False
+        frame_exc = _handled_exception(tx)
         while self.callbacks:
             entry = self.callbacks.pop()
             try:
-                if entry[0] == "call":
+                if entry[0] == "call":  # contextlib's _exit_wrapper: calls it, returns None
                     _, fn, args, kwargs = entry
                     fn.call(tx, args, kwargs)
                     continue
-                result = entry[1].call(tx, [none, none, none], {})
-            except TracedRaise:
-                unsupported("an ExitStack callback raised: ExitStack hands the exception to the remaining "
-                            "callbacks, which kiln does not model")
-            if not result.is_constant():
-                unsupported(f"an ExitStack __exit__ callback returned {result} (ExitStack reads its truth)")
+                if tx.truth(entry[1].call(tx, _exc_details(exc), {})):
+                    suppressed, pending, exc = True, False, None
+            except TracedRaise as raised:
+                new = raised.exc_value
+                _fix_exception_context(new, exc, frame_exc)
+                pending, exc = True, new
+        if pending:
+            raise TracedRaise(exc)  # `raise exc` then its context put back: the context set above
+        return received and suppressed
 
     def child_values(self) -> list[Value]:
         out = []
@@ -106,6 +117,47 @@ class ExitStackValue(Value):
         return f"ExitStack({len(self.callbacks)} callbacks)"
 
 
+def _handled_exception(tx) -> Value | None:
+    """sys.exc_info()[1] where the stack's __exit__ runs: the exception the innermost frame handles."""
+    frame = tx
+    while frame is not None and not getattr(frame, "handled_exceptions", None):
+        frame = getattr(frame, "parent", None)
+    return frame.handled_exceptions[-1] if frame is not None else None
+
+
+def _exc_details(exc: Value | None) -> list[Value]:
+    """What a callback is called with: (type, exception, traceback); kiln passes None as the traceback,
+    as WITH_EXCEPT_START does for a user __exit__."""
+    from kiln.capture.values.objects import ClassValue
+
+    if exc is None:
+        return [ConstantValue(None)] * 3
+    return [ClassValue(exc.cls), exc, ConstantValue(None)]
+
+
+def _fix_exception_context(new: Value, old: Value | None, frame_exc: Value | None) -> None:
+    """contextlib's _fix_exception_context(new_exc, old_exc): the end of new's context chain that points
+    at the exception the frame handles (frame_exc) points at `old` instead."""
+    from kiln.capture.values.exceptions import ExceptionValue
+
+    seen = set()
+    while True:
+        if not isinstance(new, ExceptionValue) or id(new) in seen:
+            unsupported("an ExitStack callback raised an exception whose context chain kiln does not know")
+        seen.add(id(new))
+        context = new.context
+        if context is None and frame_exc is not None:
+            # raised while frame_exc was handled: CPython set it as the context (kiln's builtin errors
+            # do not record it)
+            context = frame_exc
+        if context is None or context is old:
+            return
+        if context is frame_exc:
+            break
+        new = context
+    new.context = old
+
+
 class ExitStackExitValue(Value):
     """The `__exit__` of an entered ExitStack block."""
 
@@ -115,13 +167,16 @@ class ExitStackExitValue(Value):
         self.stack = stack
 
     def call(self, tx, args, kwargs) -> Value:
+        from kiln.capture.values.exceptions import ExceptionValue
+
         exc = args[1] if len(args) > 1 else ConstantValue(None)
-        if not (exc.is_constant() and exc.as_constant() is None):
-            unsupported("an exception leaving an ExitStack block (its callbacks may suppress or replace it)")
-        self.stack.unwind(tx)
+        if exc.is_constant() and exc.as_constant() is None:
+            exc = None
+        elif not isinstance(exc, ExceptionValue):
+            unsupported(f"{exc} leaving an ExitStack block")
         if self.with_index in tx.open_generator_withs:
             tx.open_generator_withs.remove(self.with_index)  # the block is closed: breaks after it are fine
-        return ConstantValue(False)
+        return ConstantValue(self.stack.unwind(tx, exc))
 
     def reconstruct(self, cg) -> None:
         unsupported("handing on the exit of an ExitStack block")

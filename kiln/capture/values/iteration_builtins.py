@@ -53,6 +53,12 @@ def _next(tx, it, default=None):
         return default if item is None else item
     if it.is_constant() or hasattr(it, "elements") or hasattr(it, "entries"):
         raise_traced(TypeError, f"{it.python_type().__name__!r} object is not an iterator")
+    from kiln.capture.generator_resume import is_parked
+
+    if is_parked(getattr(it, "obj", None)):
+        unsupported("next() on a generator handed on at a graph break: a real generator now, its steps run "
+                    "as Python", hint="consume the generator (list(...)) before the graph break to keep "
+                                      "its steps in the graph")
     unsupported(f"next() on {it}")
 
 

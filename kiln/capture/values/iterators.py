@@ -293,9 +293,9 @@ class SetIterator(IteratorValue):
 
     iter_type = type(iter(set()))
 
-    def __init__(self, set_value: Value):
+    def __init__(self, set_value: Value, tx=None):
         self.set_value = set_value
-        self.members = set_value.items(None)  # in a real set's order
+        self.members = set_value.items(tx)  # in a real set's order (guarded where it needs a guard)
         self.size = len(self.members)
         self.position = 0
 
@@ -533,7 +533,7 @@ def make_iterator(tx, value: Value) -> IteratorValue:
     if isinstance(value, DictViewValue):
         return value.iterate()
     if isinstance(value, SetValue):
-        return SetIterator(value)
+        return SetIterator(value, tx)
     if value.is_constant() and not hasattr(value, "elements"):
         found = _constant_iterator(value)
         if found is not None:

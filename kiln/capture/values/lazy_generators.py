@@ -23,8 +23,9 @@ Its body's frame is linked to the consumer's at each resume (as CPython links th
 its caller's), so exceptions raised in it take their __context__ from the consumer.
 
 Kept after the graph (a graph break, the return value), a generator not started yet is made by calling
-its function again and a finished one is an exhausted generator. One suspended half-way has a frame kiln
-cannot hand on: its function's code goes into `CALLED_AS_PYTHON` and the frame is traced again
+its function again and a finished one is an exhausted generator. One suspended half-way is a real
+generator parked at the same yield where its frame holds nothing else (capture/generator_resume.py);
+otherwise its function's code goes into `CALLED_AS_PYTHON` and the frame is traced again
 (`RetraceFrame`); from then on each call of that function breaks the graph, so the generator is a real
 one made by Python and the loop over it runs as Python.
 """
@@ -230,19 +231,29 @@ class SteppedGeneratorValue(IteratorValue):
         if self.state == _CREATED:
             return [self.fn_value, *self.args, *self.kwargs.values()]
         if self.state != _CLOSED:
+            from kiln.capture import generator_resume
+
+            if self.state == _SUSPENDED and generator_resume.can_hand_on(self):
+                return generator_resume.handed_on_values(self)  # a real generator parked at its yield
             self._cannot_hand_on()
-        return []
+        return [self.fn_value]  # closed: rebuilt as a closed generator of its function
 
     def reconstruct(self, cg) -> None:
         from kiln.capture import bytecode as bc
 
-        if self.state == _CLOSED:
-            from kiln.capture.values.generator_expressions import exhausted_generator
+        if self.state == _CLOSED:  # a closed generator of the same function (its gi_code, names)
+            from kiln.capture.generator_resume import closed_generator
 
-            cg.prepare_call(exhausted_generator)
-            cg.call(0)
+            cg.prepare_call(closed_generator)
+            cg.reconstruct(self.fn_value)
+            cg.call(1)
             return
         if self.state != _CREATED:
+            from kiln.capture import generator_resume
+
+            if self.state == _SUSPENDED and generator_resume.can_hand_on(self):
+                generator_resume.reconstruct(self, cg)
+                return
             self._cannot_hand_on()
         cg.extend(bc.push_null())
         cg.reconstruct(self.fn_value)

@@ -278,6 +278,12 @@ class ClassValue(Value):
     def as_constant(self):
         return self.cls
 
+    def truth(self, tx) -> bool:
+        meta = type(self.cls)
+        if getattr(meta, "__bool__", None) is not None or getattr(meta, "__len__", None) is not None:
+            unsupported(f"truth value of {self.cls!r}, whose metaclass defines __bool__ or __len__")
+        return True  # object_bool: a class without them is true
+
     def getattr(self, tx, name: str) -> Value:
         from kiln.capture.values.builder import wrap
 

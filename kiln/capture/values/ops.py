@@ -231,7 +231,9 @@ def equal_bool(tx, a: Value, b: Value) -> bool:
     if a is b or (is_python_object(a) and is_python_object(b) and is_op(tx, a, b)):
         return True
     if isinstance(a, TensorValue) or isinstance(b, TensorValue):
-        unsupported("comparing tensors with == inside `in` or list.index depends on their data")
+        from kiln.capture.values.tensor_compare import tensor_equal_bool
+
+        return tensor_equal_bool(tx, a, b)  # identity, then bool(a == b): eager's error or a break
     if a.is_constant() and b.is_constant() and not (is_python_object(a) or is_python_object(b)):
         return a.as_constant() == b.as_constant()
     return tx.truth(binary_op(tx, operator.eq, a, b))
@@ -294,6 +296,7 @@ def _definite_object(v: Value) -> bool:
     """Values that stand for one known object (so `is` between them can be decided while tracing)."""
     from kiln.capture.values.base import KnownFunctionValue
     from kiln.capture.values.builder import OpaqueObjectValue
+    from kiln.capture.values.exceptions import ExceptionValue
     from kiln.capture.values.exit_stacks import ExitStackValue
     from kiln.capture.values.functions import NestedFunctionValue, UserFunctionValue
     from kiln.capture.values.modules import NNModuleValue
@@ -301,7 +304,8 @@ def _definite_object(v: Value) -> bool:
 
     return isinstance(v, (TensorValue, SequenceValue, DictValue, SetValue, IteratorValue, NNModuleValue,
                           UserFunctionValue, NestedFunctionValue, UserObjectValue, NewObjectValue,
-                          OpaqueObjectValue, ClassValue, KnownFunctionValue, ExitStackValue)) or v.is_constant()
+                          OpaqueObjectValue, ClassValue, KnownFunctionValue, ExitStackValue,
+                          ExceptionValue)) or v.is_constant()
 
 
 def _eq_is_identity(v: Value) -> bool:
@@ -389,7 +393,10 @@ def contains_op(tx, item: Value, container: Value) -> bool:
                                                           if isinstance(m, TensorValue)]])
             return set_key(tx, item, container.members) in container.members  # tensors by identity
         return dict_key(tx, item, container.entries) in container.entries
-    if isinstance(container, TensorValue) or isinstance(item, TensorValue) and not isinstance(container, SequenceValue):
+    from kiln.capture.values.collections_values import DequeValue
+
+    if isinstance(container, TensorValue) or isinstance(item, TensorValue) and not isinstance(
+            container, (SequenceValue, IteratorValue, DequeValue)):  # these compare as equal_bool does
         unsupported("`in` on a tensor depends on its data")
     if container.is_constant() and item.is_constant():
         return item.as_constant() in container.as_constant()
@@ -401,18 +408,8 @@ def contains_op(tx, item: Value, container: Value) -> bool:
             elements = iter(lambda: container.next_item(tx), None)
         else:
             elements = container.items(tx)
-        for element in elements:
-            if element is item:
-                return True
-            if element.is_constant() and item.is_constant() and not (is_python_object(element) or
-                                                                     is_python_object(item)):
-                if element.as_constant() == item.as_constant():
-                    return True
-            elif isinstance(element, TensorValue) or isinstance(item, TensorValue):
-                unsupported("`in` comparing tensors depends on their data")
-            elif equal_bool(tx, element, item):  # element == item, as list_contains compares
-                return True
-        return False
+        # element == item after an identity check, as list_contains compares (equal_bool)
+        return any(equal_bool(tx, element, item) for element in elements)
     from kiln.capture.values.instance_dicts import InstanceDictValue
 
     if isinstance(container, InstanceDictValue):

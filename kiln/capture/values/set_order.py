@@ -37,8 +37,11 @@ class SetOrderSource(Source):
 def real_set(tx, value, iterating: bool = True) -> set:
     """A real set (or frozenset) with `value`'s members in its iteration order."""
     if iterating and value.has_identity_members() and len(value.members) > 1:
-        unsupported("iterating over a set of tensors or objects: their order follows their memory addresses",
-                    hint="kiln runs it as Python")
+        from kiln.capture.values.set_tensor_order import identity_members_order
+
+        if tx is None:
+            unsupported("iterating over a set of tensors or objects: their order follows their memory addresses")
+        return identity_members_order(tx, value)  # learned from the real objects' hashes, guarded
     if value.order is not None:
         return value.order
     if value.outside is None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 
-from kiln.capture import polyfills, refuse
+from kiln.capture import generator_resume, polyfills, refuse
 from kiln.capture.values import (collections_values, dataclass_calls, exit_stacks, functools_values, generator_contexts,
                                  module_getattr, namespaces)
 
@@ -42,6 +42,7 @@ def _refuse(tx, args, kwargs):
 # library functions kiln traces its own Python version of (capture/polyfills.py)
 LIBRARY_CALLS.update({fn: _polyfill_handler(polyfill) for fn, polyfill in polyfills.POLYFILLS.items()})
 LIBRARY_CALLS[refuse.refuse] = _refuse
+LIBRARY_CALLS[generator_resume.parked_generator] = generator_resume.trace_parked_generator  # resume functions
 # Python functions of skipped files recognized by code object (a new function per decoration), called
 # with (tx, fn_value, args, kwargs)
 LIBRARY_CODES: dict = {generator_contexts.HELPER_CODE: generator_contexts.call_contextmanager_helper}
