@@ -767,14 +767,17 @@ all_aligned(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 /* guard gates: _guard_gate.c */
 PyObject *kiln_gate_unchanged(PyObject *module, PyObject *state);
 PyObject *kiln_gate_record(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
+PyObject *kiln_gate_snapshot(PyObject *module, PyObject *state);
 PyObject *kiln_type_version(PyObject *module, PyObject *tp);
 
 static PyMethodDef methods[] = {
     {"gate_unchanged", (PyCFunction)kiln_gate_unchanged, METH_O,
      "gate_unchanged(state) -> bool: the dicts and types a guard block reads through are unchanged "
      "since it last passed (kiln/capture/guard_gate.py)."},
+    {"gate_snapshot", (PyCFunction)kiln_gate_snapshot, METH_O,
+     "gate_snapshot(state) -> bytes: the watched dicts' and types' version tags now."},
     {"gate_record", (PyCFunction)(void (*)(void))kiln_gate_record, METH_FASTCALL,
-     "gate_record(state, reached) -> bool: store the watched dicts' version tags after the block passed."},
+     "gate_record(state, reached, snap) -> bool: store a snapshot's dict tags after the block passed."},
     {"type_version", (PyCFunction)kiln_type_version, METH_O,
      "type_version(tp) -> int: the type's version tag (assigned if needed), 0 when it has none."},
     {"all_aligned", (PyCFunction)(void (*)(void))all_aligned, METH_FASTCALL,

@@ -86,6 +86,18 @@ types_and_owners_same(PyObject *state)
     return 1;
 }
 
+/* Gives `tp` a version tag if it has none (a lookup through the method cache assigns one). */
+static void
+assign_version_tag(PyTypeObject *tp)
+{
+    static PyObject *probe = NULL;
+    if (probe == NULL && (probe = PyUnicode_InternFromString("__kiln_gate_probe__")) == NULL) {
+        PyErr_Clear();
+        return;
+    }
+    (void)_PyType_Lookup(tp, probe);
+}
+
 /* gate_unchanged(state) -> bool: tags were recorded and nothing watched changed since. */
 PyObject *
 kiln_gate_unchanged(PyObject *module, PyObject *state)
@@ -106,38 +118,73 @@ kiln_gate_unchanged(PyObject *module, PyObject *state)
     return PyBool_FromLong(same);
 }
 
-/* gate_record(state, reached) -> bool: after the gated guards passed, reading through the objects in
- * `reached`: when those are the planned objects (identity) and types and owners are unchanged, store
- * the dicts' current tags (the next call may skip the block while they hold) and answer True;
- * otherwise clear the flag and answer False. */
+/* gate_snapshot(state) -> bytes: the watched dicts' version tags (8 bytes each), then the watched types'
+ * (4 bytes each), taken before the gated guards run: what gate_record stores after they pass. (Tags taken
+ * after the guards could include a change another thread made between a guard's read and the record.) */
+PyObject *
+kiln_gate_snapshot(PyObject *module, PyObject *state)
+{
+    (void)module;
+    if (!state_ok(state))
+        return NULL;
+    PyObject *dicts = PyTuple_GET_ITEM(state, G_DICTS), *types = PyTuple_GET_ITEM(state, G_TYPES);
+    Py_ssize_t nd = PyTuple_GET_SIZE(dicts), nt = PyTuple_GET_SIZE(types);
+    PyObject *snap = PyBytes_FromStringAndSize(NULL, 8 * nd + 4 * nt);
+    if (snap == NULL)
+        return NULL;
+    uint64_t *dtags = (uint64_t *)PyBytes_AS_STRING(snap);
+    uint32_t *ttags = (uint32_t *)(PyBytes_AS_STRING(snap) + 8 * nd);
+    for (Py_ssize_t i = 0; i < nd; i++)
+        dtags[i] = ((PyDictObject *)PyTuple_GET_ITEM(dicts, i))->ma_version_tag;
+    for (Py_ssize_t i = 0; i < nt; i++) {
+        PyTypeObject *tp = (PyTypeObject *)PyTuple_GET_ITEM(types, i);
+        if (!(tp->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG) || tp->tp_version_tag == 0)
+            assign_version_tag(tp); /* (a type changed since: its new tag, as the guards' reads would give it) */
+        ttags[i] = (tp->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG) ? tp->tp_version_tag : 0;
+    }
+    return snap;
+}
+
+/* gate_record(state, reached, snap) -> bool: after the gated guards passed, reading through the objects
+ * in `reached`: when those are the planned objects (identity), owners keep their __dict__, objects their
+ * type, and the snapshot's type tags are the planned ones, store the snapshot's dict tags (the next call
+ * may skip the block while they hold) and answer True; otherwise clear the flag and answer False. */
 PyObject *
 kiln_gate_record(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)module;
-    if (nargs != 2 || !PyTuple_Check(args[1])) {
-        PyErr_SetString(PyExc_TypeError, "gate_record(state, reached): a state and a tuple");
+    if (nargs != 3 || !PyTuple_Check(args[1]) || !PyBytes_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "gate_record(state, reached, snap): a state, a tuple and bytes");
         return NULL;
     }
-    PyObject *state = args[0], *reached = args[1];
+    PyObject *state = args[0], *reached = args[1], *snap = args[2];
     if (!state_ok(state))
         return NULL;
     char *flag = PyByteArray_AS_STRING(PyTuple_GET_ITEM(state, G_FLAG));
     flag[0] = 0;
+    PyObject *dicts = PyTuple_GET_ITEM(state, G_DICTS), *types = PyTuple_GET_ITEM(state, G_TYPES);
+    Py_ssize_t nd = PyTuple_GET_SIZE(dicts), nt = PyTuple_GET_SIZE(types);
+    if (PyBytes_GET_SIZE(snap) != 8 * nd + 4 * nt) {
+        PyErr_SetString(PyExc_ValueError, "gate_record: a snapshot of another state");
+        return NULL;
+    }
     PyObject *expected = PyTuple_GET_ITEM(state, G_EXPECTED);
     if (PyTuple_GET_SIZE(expected) != PyTuple_GET_SIZE(reached))
         Py_RETURN_FALSE;
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(expected); i++)
         if (PyTuple_GET_ITEM(expected, i) != PyTuple_GET_ITEM(reached, i))
             Py_RETURN_FALSE;
+    const uint32_t *snap_ttags = (const uint32_t *)(PyBytes_AS_STRING(snap) + 8 * nd);
+    const uint32_t *type_tags = (const uint32_t *)PyByteArray_AS_STRING(PyTuple_GET_ITEM(state, G_TYPE_TAGS));
+    for (Py_ssize_t i = 0; i < nt; i++)
+        if (snap_ttags[i] == 0 || snap_ttags[i] != type_tags[i])
+            Py_RETURN_FALSE;
     int same = types_and_owners_same(state);
     if (same < 0)
         return NULL;
     if (!same)
         Py_RETURN_FALSE;
-    PyObject *dicts = PyTuple_GET_ITEM(state, G_DICTS);
-    uint64_t *tags = (uint64_t *)PyByteArray_AS_STRING(PyTuple_GET_ITEM(state, G_TAGS));
-    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(dicts); i++)
-        tags[i] = ((PyDictObject *)PyTuple_GET_ITEM(dicts, i))->ma_version_tag;
+    memcpy(PyByteArray_AS_STRING(PyTuple_GET_ITEM(state, G_TAGS)), PyBytes_AS_STRING(snap), 8 * nd);
     flag[0] = 1;
     Py_RETURN_TRUE;
 }
@@ -152,12 +199,8 @@ kiln_type_version(PyObject *module, PyObject *tp)
         return NULL;
     }
     PyTypeObject *t = (PyTypeObject *)tp;
-    if (!(t->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG) || t->tp_version_tag == 0) {
-        static PyObject *probe = NULL; /* a lookup through the method cache assigns a tag */
-        if (probe == NULL && (probe = PyUnicode_InternFromString("__kiln_gate_probe__")) == NULL)
-            return NULL;
-        (void)_PyType_Lookup(t, probe);
-    }
+    if (!(t->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG) || t->tp_version_tag == 0)
+        assign_version_tag(t);
     if (!(t->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG))
         return PyLong_FromLong(0);
     return PyLong_FromUnsignedLong(t->tp_version_tag);

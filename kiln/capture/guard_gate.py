@@ -47,11 +47,12 @@ _MISSING = object()
 
 
 def gate_functions():
-    """(gate_unchanged, gate_record, type_version) of kiln's C extension, or None when it is missing or
+    """(gate_unchanged, gate_record, type_version, gate_snapshot) of kiln's C extension, or None when it is missing or
     older than them (the guards then run in full every call, as before)."""
     from kiln.capture import hook
 
-    fns = tuple(getattr(hook._C, name, None) for name in ("gate_unchanged", "gate_record", "type_version"))
+    fns = tuple(getattr(hook._C, name, None)
+                for name in ("gate_unchanged", "gate_record", "type_version", "gate_snapshot"))
     return fns if all(fns) else None
 
 
@@ -64,25 +65,26 @@ class GatePlan:
     record: Any = None  # the check function's ___gate_record (make_recorder)
 
 
-def make_recorder(plan: GatePlan, c_record, type_version):
-    """``record(state, reached)`` for the check function: the C record; when it refuses because a
-    watched type changed (a class attribute set anywhere in its bases: torch.compile's first call sets
-    some on nn.Module), every read through those types is checked again to still be plain, and the
-    types' new tags are taken, so the gate opens again."""
+def make_recorder(plan: GatePlan, c_record):
+    """``record(state, reached, snap)`` for the check function: the C record of the tags in ``snap``
+    (taken before the gated guards ran). When it refuses because a watched type changed (a class
+    attribute set anywhere in its bases: torch.compile's first call sets some on nn.Module), every read
+    through those types is checked again to still be plain, and the snapshot's type tags become the
+    planned ones, so the gate opens again."""
 
-    def record(state, reached) -> bool:
-        if c_record(state, reached):
+    def record(state, reached, snap) -> bool:
+        if c_record(state, reached, snap):
             return True
         typed, types = state[5], state[6]
         if any(type(o) is not t for o, t in zip(typed, types)):
             return True
         if not all(reads_plainly(o, a, g) for o, a, g in plan.rechecks):
             return True
-        tags = [type_version(t) for t in types]
-        if not all(tags):
+        type_tags = snap[8 * len(state[1]):]
+        if any(int.from_bytes(type_tags[i:i + 4], sys.byteorder) == 0 for i in range(0, len(type_tags), 4)):
             return True
-        state[7][:] = b"".join(int(tag).to_bytes(4, sys.byteorder) for tag in tags)
-        c_record(state, reached)
+        state[7][:] = type_tags
+        c_record(state, reached, snap)
         return True
 
     return record
@@ -298,5 +300,5 @@ def plan_gate(guards: list, frame: tuple | None, min_gated: int = 8) -> GatePlan
     state = (bytearray(1), dicts, bytearray(8 * len(dicts)), owners, owner_dicts, typed, types, type_tags,
              tuple(obj for _, obj in reached))
     plan = GatePlan(gated, state, [text for text, _ in reached], list(w.rechecks))
-    plan.record = make_recorder(plan, fns[1], fns[2])
+    plan.record = make_recorder(plan, fns[1])
     return plan

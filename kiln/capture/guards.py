@@ -227,7 +227,7 @@ class GuardSet:
         gate = None
         if plan is not None:
             gate = (names.ref(plan.state), self._gated_expressions(names, plan), plan.reached, names.ref(plan.record))
-            names.namespace["___gate_unchanged"] = _gate_unchanged()
+            names.namespace["___gate_unchanged"], names.namespace["___gate_snapshot"] = _gate_checks()
         src = _check_function_source(self._expressions(names, batch_held=True, gated=plan.gated if plan else ()),
                                      self._shared_places(), gate)
         ns = dict(names.namespace)
@@ -309,10 +309,11 @@ class _PlaceIndex:
         return "".join(out)
 
 
-def _gate_unchanged():
+def _gate_checks():
     from kiln.capture.guard_gate import gate_functions
 
-    return gate_functions()[0]
+    fns = gate_functions()
+    return fns[0], fns[3]
 
 
 def _check_function_source(exprs: list[tuple[str, str]], shared: set[str], gate=None) -> str:
@@ -350,8 +351,9 @@ def _check_function_source(exprs: list[tuple[str, str]], shared: set[str], gate=
         state, gated, reached, record = gate
         lines.append(f"if not ___gate_unchanged({state}):  # {len(gated)} guards below read only through "
                      f"dicts and types unchanged since they last passed (guard_gate.py)")
+        lines.append(f"    ___snap = ___gate_snapshot({state})  # the tags before the guards read")
         emit(lines, gated, "    ")
-        lines.append(f"    {record}({state}, ({substitute(', '.join(reached))},))  # the tags now: the gate opens")
+        lines.append(f"    {record}({state}, ({substitute(', '.join(reached))},), ___snap)  # the gate opens")
     body = "\n        ".join(lines + ["return True"])
     return (f"def check(L, G, C, B):\n    try:\n        {body}\n"
             f"    except Exception:\n        return False\n")

@@ -37,7 +37,7 @@ def test_the_check_function_gates_the_module_tree():
     head, gated = src.split("___gate_unchanged", 1)
     assert "padding" not in head and "padding" in gated  # config attributes: gated
     assert "L['input']" in head and "held tensors" in head  # inputs and tensor metadata: every call
-    assert "the gate opens" in gated
+    assert "the gate opens" in gated and "___gate_snapshot" in gated
 
 
 def _check_changes(mutate, recompiles=True):
@@ -271,3 +271,25 @@ def test_gate_reopens_after_an_unrelated_class_change(monkeypatch):
         assert unchanged(plans[0].state)  # reopened
     finally:
         del nn.Module._kiln_test_marker
+
+
+def test_a_change_while_the_gated_guards_run_is_not_recorded(monkeypatch):
+    """The recorded tags are those taken before the gated guards read (gate_snapshot): a change made
+    between a guard's read and the record (another thread) keeps the gate shut for the next call."""
+    import kiln.capture.guard_gate as gg
+
+    plans = []
+    real = gg.plan_gate
+    monkeypatch.setattr(gg, "plan_gate", lambda *a, **k: plans.append(real(*a, **k)) or plans[-1])
+    unchanged, _, _, snapshot = gg.gate_functions()
+    m = net()
+    x = torch.randn(2, 3, 8, 8)
+    cm = compiled(m)
+    cm(x)
+    plan = plans[0]
+    reached = plan.state[8]
+    snap = snapshot(plan.state)
+    m[0].padding = (0, 0)  # after the snapshot: as if between a guard's read and the record
+    assert plan.record(plan.state, reached, snap)
+    assert not unchanged(plan.state)
+    torch.testing.assert_close(cm(x), m(x))  # the full check runs, fails, recompiles
