@@ -160,8 +160,9 @@ class GuardSet:
 
     # ---- compilation -------------------------------------------------------------------------
 
-    def _expressions(self, names: "_Namer", batch_held: bool = False, gated=()) -> list[tuple[str, str]]:
-        """(python expression, description) for each guard, global state first. With ``batch_held``
+    def _expressions(self, names: "_Namer", batch_held: bool = False, gated=()) -> list[tuple]:
+        """(python expression, description[, the places it reads]) for each guard, global state first
+        (``_check_function_source`` reads each shared place once). With ``batch_held``
         (and kiln's C extension built), the held tensors' metadata is one C call at the end. The guards
         in ``gated`` are left out (``_gated_expressions`` gives theirs)."""
         exprs = [
@@ -185,17 +186,19 @@ class GuardSet:
                 continue
             if g.key() in skip:
                 continue
-            exprs.extend(_guard_exprs(g, names))
+            exprs.extend(_read_through(g, _guard_exprs(g, names)))
         tensor_sources = [g.source for g in ordered if g.kind in (GuardKind.TENSOR, GuardKind.DYNAMIC_TENSOR)]
         if len(tensor_sources) > 1:
-            exprs.extend(_guard_exprs(Guard(GuardKind.DISTINCT, tensor_sources[0], tensor_sources), names))
+            distinct = Guard(GuardKind.DISTINCT, tensor_sources[0], tensor_sources)
+            exprs.extend(_read_through(distinct, _guard_exprs(distinct, names)))
         if self.shape_env is not None and self.dynamic_inputs:
             env = self.shape_env
             check = self._shape_check
             places = ", ".join(s.name() for s in self.dynamic_inputs)
             facts = "; ".join(str(g.fact) for g in env.guards) or "none"
             exprs.append((f"{names.ref(check)}({places}) is None",
-                          f"sizes of {places} (symbols {', '.join(map(str, env.symbols))}; guards: {facts})"[:300]))
+                          f"sizes of {places} (symbols {', '.join(map(str, env.symbols))}; guards: {facts})"[:300],
+                          _chain_names(self.dynamic_inputs)))
             self._shape_call = f"{names.ref(check)}({places})"
         if held:
             tensors = tuple(g.value for g in held)
@@ -209,7 +212,7 @@ class GuardSet:
         typed = {g.source.name() for g in self._guards.values() if g.kind is GuardKind.CONSTANT}
         ordered = sorted(plan.gated, key=lambda g: (g.source.name().count("."), g.source.name()))
         return [e for g in ordered if not (g.kind is GuardKind.TYPE and g.source.name() in typed)
-                for e in _guard_exprs(g, names)]
+                for e in _read_through(g, _guard_exprs(g, names))]
 
     def compile(self, frame: tuple | None = None) -> "CompiledGuards":
         """The check function. ``frame``: the values ``(L, G, C, B)`` of the call being compiled; with
@@ -252,10 +255,36 @@ class GuardSet:
         return {name for name, n in counts.items() if n >= 2}
 
 
-def _one_checks(exprs: list[tuple[str, str]], names: "_Namer") -> list[tuple[str, str, Callable[..., bool]]]:
+def _read_through(g: Guard, pairs: list[tuple[str, str]]) -> list[tuple[str, str, tuple[str, ...]]]:
+    """``pairs`` (expression, description) of guard ``g`` with the places their texts read."""
+    sources = [g.source]
+    if isinstance(g.value, Source):
+        sources.append(g.value)
+    elif g.kind is GuardKind.DISTINCT:
+        sources += g.value
+    elif g.kind is GuardKind.STORAGE_ALIASING:
+        sources += g.value[0]
+    reads = _chain_names(sources)
+    return [(expr, what, reads) for expr, what in pairs]
+
+
+def _chain_names(sources) -> tuple[str, ...]:
+    """The printed names of ``sources`` and of every source they are read through."""
+    names = []
+    for node in sources:
+        while node is not None:
+            names.append(node.name())
+            key = getattr(node, "key", None)
+            if isinstance(key, Source):
+                names.append(key.name())
+            node = getattr(node, "base", None)
+    return tuple(names)
+
+
+def _one_checks(exprs: list[tuple], names: "_Namer") -> list[tuple[str, str, Callable[..., bool]]]:
     """(expression, description, function) for each guard on its own, for ``first_failure``."""
     checks = []
-    for expr, what in exprs:
+    for expr, what, *_ in exprs:
         fn_ns = dict(names.namespace)
         exec(compile(f"def one(L, G, C, B):\n    return {expr}\n", "<kiln guard>", "exec"), fn_ns)
         checks.append((expr, what, fn_ns["one"]))
@@ -329,20 +358,22 @@ def _check_function_source(exprs: list[tuple[str, str]], shared: set[str], gate=
     index = _PlaceIndex(shared)
     assigned: dict[str, str] = {}
 
-    def substitute(text: str) -> str:
-        found = [p for p in index.candidates(text) if p in assigned]
+    def substitute(text: str, places=None) -> str:
+        found = [p for p in (index.candidates(text) if places is None else places) if p in assigned]
         for place in sorted(found, key=lambda p: (-len(p), int(assigned[p][1:]))):  # (v<n>: n-th assigned)
             text = index.replace(text, place, assigned[place])
         return text
 
-    def emit(lines: list[str], pairs: list[tuple[str, str]], indent: str = "") -> None:
-        for expr, what in pairs:
-            for place in sorted(index.candidates(expr), key=lambda p: (len(p), p)):
+    def emit(lines: list[str], exprs: list[tuple], indent: str = "") -> None:
+        for expr, what, *reads in exprs:
+            # (the places a guard's text reads: its sources' chains where known, else found in the text)
+            places = {p for p in reads[0] if p in shared} if reads else index.candidates(expr)
+            for place in sorted(places, key=lambda p: (len(p), p)):
                 if place not in assigned:
                     rhs = substitute(place)
                     assigned[place] = f"v{len(assigned)}"
                     lines.append(f"{indent}{assigned[place]} = {rhs}")
-            lines.append(f"{indent}if not ({substitute(expr)}):  # {what[:300]}")  # (a long expression stays whole)
+            lines.append(f"{indent}if not ({substitute(expr, places)}):  # {what[:300]}")  # (a long expression stays whole)
             lines.append(f"{indent}    return False")
 
     lines: list[str] = []
@@ -353,7 +384,8 @@ def _check_function_source(exprs: list[tuple[str, str]], shared: set[str], gate=
                      f"dicts and types unchanged since they last passed (guard_gate.py)")
         lines.append(f"    ___snap = ___gate_snapshot({state})  # the tags before the guards read")
         emit(lines, gated, "    ")
-        lines.append(f"    {record}({state}, ({substitute(', '.join(reached))},), ___snap)  # the gate opens")
+        reached_text = ", ".join(substitute(text) for text in reached)  # (one short text at a time: linear)
+        lines.append(f"    {record}({state}, ({reached_text},), ___snap)  # the gate opens")
     body = "\n        ".join(lines + ["return True"])
     return (f"def check(L, G, C, B):\n    try:\n        {body}\n"
             f"    except Exception:\n        return False\n")
