@@ -818,7 +818,6 @@ class _Suppress:
         return et is ValueError
 
 
-@kiln_gap('an exception suppressed by a user __exit__ (returns True): whole frame eager')
 def test_user_context_manager_suppresses():
     def fn(x):
         log = []

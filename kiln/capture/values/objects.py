@@ -278,6 +278,13 @@ class ClassValue(Value):
     def as_constant(self):
         return self.cls
 
+    def truth(self, tx) -> bool:
+        """`if cls:` is True unless the metaclass defines `__bool__` or `__len__` (EnumMeta's, a user's)."""
+        if any(("__bool__" in vars(meta) or "__len__" in vars(meta)) for meta in type(self.cls).__mro__
+               if meta is not type and meta is not object):
+            unsupported(f"truth value of class {self.cls!r}: its metaclass defines __bool__ or __len__")
+        return True
+
     def getattr(self, tx, name: str) -> Value:
         from kiln.capture.values.builder import wrap
 

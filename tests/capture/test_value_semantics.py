@@ -1,0 +1,40 @@
+"""Unit tests of single value kinds at the capture stage: what a construct gives while tracing (one graph,
+no break) and where it refuses (the break reason)."""
+import torch
+
+import kiln
+from kiln.capture.values.objects import ClassValue
+
+
+def setup_function():
+    kiln.reset()
+
+
+def _explain(fn, *args):
+    report = kiln.explain(fn, backend="eager")(*args)
+    return report.graph_count, [str(r) for r in report.break_reasons]
+
+
+class _LenMeta(type):
+    def __len__(cls):
+        return 0
+
+
+class _Empty(metaclass=_LenMeta):
+    pass
+
+
+def test_class_truth_is_true_unless_its_metaclass_says():
+    assert ClassValue(ValueError).truth(None) is True
+
+    def fn(x, cls=ValueError):
+        return x + 1 if cls else x
+
+    assert _explain(fn, torch.ones(2)) == (1, [])
+
+    def fn_meta(x, cls=_Empty):
+        return x + 1 if cls else x - 1  # bool(_Empty) is False: len() of its metaclass
+
+    graphs, reasons = _explain(fn_meta, torch.ones(2))
+    assert any("metaclass defines __bool__ or __len__" in r for r in reasons), reasons
+    assert torch.equal(kiln.compile(fn_meta, backend="eager")(torch.ones(2)), torch.zeros(2))
