@@ -1,5 +1,7 @@
 """Unit tests of single value kinds at the capture stage: what a construct gives while tracing (one graph,
 no break) and where it refuses (the break reason)."""
+import contextlib
+
 import torch
 
 import kiln
@@ -38,3 +40,31 @@ def test_class_truth_is_true_unless_its_metaclass_says():
     graphs, reasons = _explain(fn_meta, torch.ones(2))
     assert any("metaclass defines __bool__ or __len__" in r for r in reasons), reasons
     assert torch.equal(kiln.compile(fn_meta, backend="eager")(torch.ones(2)), torch.zeros(2))
+
+
+@contextlib.contextmanager
+def _logged(log, name):
+    log.append("enter " + name)
+    try:
+        yield name
+    finally:
+        log.append("exit " + name)
+
+
+def test_exit_stack_enters_contextmanager_objects_suppress_and_stacks():
+    def fn(x):
+        log = []
+        with contextlib.ExitStack() as stack:
+            a = stack.enter_context(_logged(log, "a"))
+            inner = stack.enter_context(contextlib.ExitStack())
+            inner.callback(log.append, "inner callback")
+            b = stack.enter_context(_logged(log, "b"))
+            none = stack.enter_context(contextlib.suppress(KeyError))
+            y = x * len(a + b)
+        return y, log, none
+
+    assert _explain(fn, torch.ones(2)) == (1, [])
+    expected = fn(torch.ones(2))
+    assert expected[1] == ["enter a", "enter b", "exit b", "inner callback", "exit a"]
+    out = kiln.compile(fn, backend="eager")(torch.ones(2))
+    assert torch.equal(out[0], expected[0]) and out[1:] == expected[1:]

@@ -757,7 +757,6 @@ def test_contextmanager_generator_nested():
     check(fn, _t(3), breaks=0)
 
 
-@kiln_gap('ExitStack.enter_context of a @contextmanager and ExitStack.callback: whole frame eager')
 def test_exitstack_enters_several():
     def fn(x):
         log = []
