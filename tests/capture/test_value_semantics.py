@@ -68,3 +68,24 @@ def test_exit_stack_enters_contextmanager_objects_suppress_and_stacks():
     assert expected[1] == ["enter a", "enter b", "exit b", "inner callback", "exit a"]
     out = kiln.compile(fn, backend="eager")(torch.ones(2))
     assert torch.equal(out[0], expected[0]) and out[1:] == expected[1:]
+
+
+def test_closure_of_a_nested_function_is_its_cells_one_tuple():
+    def fn(x, y):
+        def make(b):
+            def apply(t):
+                return t + b
+            return apply
+
+        f = make(y)
+        cells = f.__closure__
+        return (f(x) + cells[0].cell_contents, cells is f.__closure__, (lambda t: t).__closure__ is None,
+                type(cells[0]).__name__, f, cells)
+
+    assert _explain(fn, torch.ones(2), torch.ones(2)) == (1, [])
+    out = kiln.compile(fn, backend="eager")(torch.ones(2), torch.ones(2))
+    assert torch.equal(out[0], torch.full((2,), 3.0)) and out[1:4] == (True, True, "cell")
+    f, cells = out[4:]
+    assert f.__closure__ is cells  # rebuilt as the function's own tuple, not a copy
+    cells[0].cell_contents = torch.zeros(2)
+    assert torch.equal(f(torch.ones(2)), torch.ones(2))

@@ -960,7 +960,6 @@ def test_stacked_decorators_with_args():
     check(fn, _t(3), breaks=0)
 
 
-@kiln_gap("reading a nested function's __closure__ breaks the graph")
 def test_closure_factory_captures_tensor():
     def make_bias(b):
         def apply(t):

@@ -5,6 +5,7 @@ import functools
 import types
 
 from kiln.capture.values.base import ConstantValue, Value, unsupported
+from kiln.capture.values.containers import TupleValue
 
 
 class UserFunctionValue(Value):
@@ -111,6 +112,14 @@ class CellValue(Value):
             unsupported("reading a free variable before it is assigned")
         return self.contents
 
+    def python_type(self) -> type:
+        return types.CellType
+
+    def getattr(self, tx, name: str) -> Value:
+        if name == "cell_contents":
+            return self.get()
+        unsupported(f"attribute {name!r} of a closure cell")
+
     def set(self, value: Value) -> None:
         if not self.created_here:
             unsupported("assigning to a nonlocal variable of a function outside the compiled one",
@@ -172,7 +181,17 @@ class NestedFunctionValue(Value):
             return ConstantValue(self.code.co_name if name == "__name__" else self.qualname)
         if name == "__module__":
             return ConstantValue(self.f_globals.get("__name__"))
+        if name == "__code__":
+            return ConstantValue(self.code)
+        if name == "__closure__":  # None without free variables, else one tuple of the cells (the same object)
+            if not self.closure:
+                return ConstantValue(None)
+            if self.closure_tuple is None:
+                self.closure_tuple = ClosureTupleValue(self)
+            return self.closure_tuple
         unsupported(f"attribute {name!r} of nested function {self.qualname}")
+
+    closure_tuple = None  # the value `__closure__` gives
 
     def call(self, tx, args, kwargs) -> Value:
         return tx.inline_user_function(self, args, kwargs)
@@ -210,6 +229,21 @@ class NestedFunctionValue(Value):
 
     def __repr__(self) -> str:
         return f"NestedFunction({self.qualname})"
+
+
+class ClosureTupleValue(TupleValue):
+    """`fn.__closure__` of a function made while tracing: its cells, and after the graph the very tuple the
+    rebuilt function holds (CPython hands out the function's own tuple: `f.__closure__ is f.__closure__`)."""
+
+    has_identity = True
+
+    def __init__(self, fn: NestedFunctionValue):
+        super().__init__(list(fn.closure))
+        self.function = fn
+
+    def reconstruct(self, cg) -> None:
+        cg.reconstruct(self.function)
+        cg.load_attr("__closure__")
 
 
 def set_cell_contents(cell, value) -> None:
