@@ -1,7 +1,9 @@
 """Unit tests of single value kinds at the capture stage: what a construct gives while tracing (one graph,
 no break) and where it refuses (the break reason)."""
 import contextlib
+import enum
 
+import pytest
 import torch
 
 import kiln
@@ -89,3 +91,34 @@ def test_closure_of_a_nested_function_is_its_cells_one_tuple():
     assert f.__closure__ is cells  # rebuilt as the function's own tuple, not a copy
     cells[0].cell_contents = torch.zeros(2)
     assert torch.equal(f(torch.ones(2)), torch.ones(2))
+
+
+class _Mode(enum.Enum):
+    TRAIN = "train"
+    EVAL = "eval"
+    ALSO_TRAIN = "train"  # an alias: not iterated
+
+
+class _Perm(enum.Flag):
+    R = 1
+    W = 2
+
+
+def test_enum_class_call_looks_members_up_by_value_and_iterates():
+    def fn(x, name="eval"):
+        mode = _Mode(name)
+        same = _Mode(_Mode.TRAIN)
+        return x * len(list(_Mode)), mode, same, [m.name for m in _Mode], _Perm(1)
+
+    assert _explain(fn, torch.ones(2)) == (1, [])
+    out = kiln.compile(fn, backend="eager")(torch.ones(2))
+    assert out[1:] == (_Mode.EVAL, _Mode.TRAIN, ["TRAIN", "EVAL"], _Perm.R)
+
+
+def test_enum_class_call_of_an_unknown_value_breaks_and_raises_as_eager():
+    def fn(x, name="test"):
+        return x + 1, _Mode(name)
+
+    with pytest.raises(ValueError, match="'test' is not a valid _Mode"):
+        kiln.compile(fn, backend="eager")(torch.ones(2))
+    assert any("is not a value of its members" in r for r in kiln.stats.graph_breaks), kiln.stats.graph_breaks
