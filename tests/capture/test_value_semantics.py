@@ -122,3 +122,26 @@ def test_enum_class_call_of_an_unknown_value_breaks_and_raises_as_eager():
     with pytest.raises(ValueError, match="'test' is not a valid _Mode"):
         kiln.compile(fn, backend="eager")(torch.ones(2))
     assert any("is not a value of its members" in r for r in kiln.stats.graph_breaks), kiln.stats.graph_breaks
+
+
+def test_inplace_set_and_dict_operators_change_the_object_itself():
+    def fn(x, given):
+        s = {1, 2}
+        alias = s
+        s |= {3, 4}
+        s -= {1}
+        s &= {2, 3, 4, 9}
+        s ^= {4, 7}
+        d = {"a": 1}
+        d_alias = d
+        d |= [("b", 2)]  # dict |= takes what update takes
+        given |= {5}
+        return x + len(alias), alias, s is alias, d_alias, d is d_alias
+
+    graphs, reasons = _explain(fn, torch.ones(1), {1})
+    assert graphs == 1 and reasons == []
+    given_eager, given_compiled = {1}, {1}
+    expected = fn(torch.ones(1), given_eager)
+    out = kiln.compile(fn, backend="eager")(torch.ones(1), given_compiled)
+    assert out[1:] == expected[1:] and torch.equal(out[0], expected[0])
+    assert given_compiled == given_eager == {1, 5}

@@ -583,3 +583,21 @@ def test_ema_update_through_data():
         return None
 
     check(fn, model, ema, 0.9, graphs=(1, 2, 3, 4, 5), inputs_mutated=True)
+
+
+def test_inplace_set_and_dict_operators_keep_the_object():
+    # `s |= t`, `s -= t`, `d |= e` change the object itself: an alias and a set passed in see the change
+    # (kiln rebound the name to a new set or dict: the alias kept the old members, the caller's set too)
+    def fn(x, given):
+        s = {1}
+        alias = s
+        s |= {2, 3}
+        s -= {1}
+        d = {"a": 1}
+        d_alias = d
+        d |= {"b": 2}
+        given |= {7}
+        given ^= {1}
+        return x + len(alias), sorted(alias), d_alias, s is alias
+
+    check(fn, torch.ones(2), {1, 2}, inputs_mutated=True, breaks=0)

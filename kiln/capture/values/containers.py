@@ -469,6 +469,12 @@ class SetValue(Value):
             return ConstantValue(None)
         if name == "__len__":
             return ConstantValue(len(self.members))
+        if name in ("difference_update", "intersection_update", "symmetric_difference_update") and not kwargs:
+            from kiln.capture.values.set_order import set_update_method
+
+            self._check_mutable(tx, f"set.{name}")
+            set_update_method(tx, self, name, args)
+            return ConstantValue(None)
         if name in ("union", "intersection", "difference", "symmetric_difference", "issubset", "issuperset",
                     "isdisjoint", "copy") and not kwargs:
             from kiln.capture.values.set_order import set_method

@@ -82,6 +82,12 @@ def binary_op(tx, op: Callable, a: Value, b: Value) -> Value:
     if isinstance(a, SequenceValue) and plain is operator.mul and b.is_constant() or \
             isinstance(b, SequenceValue) and plain is operator.mul and a.is_constant():
         return _repeat(tx, op, a, b)
+    if op in _SET_INPLACE_METHODS and isinstance(a, SetValue) and a.kind is set and _set_like(b):
+        a.call_method(tx, _SET_INPLACE_METHODS[op], [b], {})  # s |= t changes s itself (set_ior and co.)
+        return a
+    if op is operator.ior and isinstance(a, DictValue) and a.python_type() is dict:
+        a.call_method(tx, "update", [b], {})  # d |= other is d.update(other), on d itself (dict_ior)
+        return a
     if (isinstance(a, SetValue) or isinstance(b, SetValue)) and _set_like(a) and _set_like(b) and \
             plain in (operator.or_, operator.and_, operator.sub, operator.xor):
         from kiln.capture.values.set_order import set_binary
@@ -117,6 +123,9 @@ def binary_op(tx, op: Callable, a: Value, b: Value) -> Value:
             return result
     unsupported(f"operator {_sym(plain)} between {a} and {b}")
 
+
+_SET_INPLACE_METHODS = {operator.ior: "update", operator.iand: "intersection_update",
+                        operator.isub: "difference_update", operator.ixor: "symmetric_difference_update"}
 
 _REFLECTED = {operator.eq: operator.eq, operator.ne: operator.ne, operator.lt: operator.gt,
               operator.gt: operator.lt, operator.le: operator.ge, operator.ge: operator.le}
