@@ -145,3 +145,16 @@ def test_inplace_set_and_dict_operators_change_the_object_itself():
     out = kiln.compile(fn, backend="eager")(torch.ones(1), given_compiled)
     assert out[1:] == expected[1:] and torch.equal(out[0], expected[0])
     assert given_compiled == given_eager == {1, 5}
+
+
+def test_set_update_methods_and_comparisons():
+    def fn(x):
+        a = {1, 2, 3, 4}
+        a.difference_update({1}, [2])
+        a.intersection_update(range(10))
+        a.symmetric_difference_update([4, 5])
+        return x * len(a), sorted(a), a <= {3, 5, 6}, a < {3, 5}, {3} < a, a >= frozenset({5}), a == {5, 3}
+
+    assert _explain(fn, torch.ones(1)) == (1, [])
+    out = kiln.compile(fn, backend="eager")(torch.ones(1))
+    assert out[1:] == fn(torch.ones(1))[1:]

@@ -93,6 +93,11 @@ def binary_op(tx, op: Callable, a: Value, b: Value) -> Value:
         from kiln.capture.values.set_order import set_binary
 
         return set_binary(tx, plain, a, b)  # on real sets: the result iterates as eager's (set_order.py)
+    if (isinstance(a, SetValue) or isinstance(b, SetValue)) and _set_like(a) and _set_like(b) and \
+            plain in (operator.le, operator.lt, operator.ge, operator.gt, operator.eq, operator.ne):
+        from kiln.capture.values.set_order import set_compare
+
+        return set_compare(tx, plain, a, b)  # subset/superset/equality of the members
     if isinstance(a, DictValue) and isinstance(b, DictValue) and plain is operator.or_:
         from kiln.capture.values.hashed_keys import merge
 

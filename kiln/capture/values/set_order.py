@@ -116,6 +116,12 @@ def set_binary(tx, op, a, b) -> Value:
     return SetValue.from_real(result, values=_member_values(tx, [a, b]))
 
 
+def set_compare(tx, op, a, b) -> Value:
+    """a <= b, a < b, a == b, ... of two sets: members compared as keys (constants by value, tensors and
+    objects by identity, as their id-based hashes make CPython's set lookups do)."""
+    return ConstantValue(op(real_operand(tx, a), real_operand(tx, b)))
+
+
 def real_operand(tx, v: Value):
     """What CPython's set code would get for `v`: a real set (same order) for sets, a real dict for
     dicts (their update path resizes first), constants as themselves, else the keys in order."""
