@@ -601,3 +601,30 @@ def test_inplace_set_and_dict_operators_keep_the_object():
         return x + len(alias), sorted(alias), d_alias, s is alias
 
     check(fn, torch.ones(2), {1, 2}, inputs_mutated=True, breaks=0)
+
+
+def test_containers_passed_twice_are_one_object():
+    # a set, deque or defaultdict passed in two arguments is one object: a change through one is seen
+    # through the other (kiln made two values: the second saw the old members)
+    def fn(x, a, b):
+        a.add(3)
+        return x + len(b), sorted(b), a is b
+
+    check_recompiles(fn, [(torch.ones(2), {1, 2}, {1, 2}), (torch.ones(2), *[{1}] * 2)], graphs=(2,))
+
+    def fn_deque(x, a, b):
+        a.append(3)
+        return x + len(b), list(b)
+
+    shared = collections.deque([1])
+    check(fn_deque, torch.ones(2), shared, shared, inputs_mutated=True)
+
+
+@dynamo_bug("`a is b` traced False for two lists is reused when one list is passed twice")
+def test_is_between_lists_guarded_when_distinct():
+    # `a is b` decided False for two different lists must not be reused when one list is passed twice
+    def fn(x, a, b):
+        return x + 1, a is b
+
+    shared = [1]
+    check_recompiles(fn, [(torch.ones(2), [1], [1]), (torch.ones(2), shared, shared)], graphs=(2,))

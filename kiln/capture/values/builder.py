@@ -33,7 +33,7 @@ def wrap(tx, value: Any, source: Source | None, qualname: str | None = None) -> 
     if key is not None and key in out.values_by_source:
         return out.values_by_source[key]
     # a mutable object reached through two places is one value, so writes through one are seen by the other
-    mutable = type(value) in (list, dict) or type(value) in _READABLE_ITERATORS or isinstance(value, torch.nn.Module) or (
+    mutable = type(value) in _MUTABLE_CONTAINERS or type(value) in _READABLE_ITERATORS or isinstance(value, torch.nn.Module) or (
         not is_constant_literal(value) and type(value).__module__ not in ("builtins",) and hasattr(value, "__dict__")
         and not isinstance(value, (type, types.FunctionType, types.ModuleType)))
     if mutable and id(value) in out.values_by_id:
@@ -47,6 +47,10 @@ def wrap(tx, value: Any, source: Source | None, qualname: str | None = None) -> 
     if mutable:
         out.values_by_id[id(value)] = result
     return result
+
+
+_MUTABLE_CONTAINERS = (list, dict, set, collections.deque, collections.defaultdict, collections.OrderedDict,
+                       collections.Counter)
 
 
 def _int_place(source: Source | None) -> bool:

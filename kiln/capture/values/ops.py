@@ -385,12 +385,13 @@ def is_op(tx, a: Value, b: Value) -> bool:
     from kiln.capture.values.builder import underlying_object
 
     ra, rb = underlying_object(a), underlying_object(b)
-    if ra is not None and rb is not None:
-        sa, sb = getattr(a, "source", None), getattr(b, "source", None)
-        if ra is not rb and tx is not None and sa is not None and sb is not None:
-            tx.output.guards.not_same(sa, sb)  # the same object passed in both places later is `is`
-        return ra is rb
-    return a is b
+    same = ra is rb if ra is not None and rb is not None else a is b
+    sa, sb = getattr(a, "source", None), getattr(b, "source", None)
+    if not same and tx is not None and sa is not None and sb is not None:
+        # two places that held different objects (lists, sets, objects passed in): the same object
+        # passed in both places later is `is` (and one value: builder.wrap memoizes mutable objects by id)
+        tx.output.guards.not_same(sa, sb)
+    return same
 
 
 def contains_op(tx, item: Value, container: Value) -> bool:
