@@ -1,5 +1,6 @@
 """Unit tests of single value kinds at the capture stage: what a construct gives while tracing (one graph,
 no break) and where it refuses (the break reason)."""
+import collections
 import contextlib
 import enum
 
@@ -158,3 +159,20 @@ def test_set_update_methods_and_comparisons():
     assert _explain(fn, torch.ones(1)) == (1, [])
     out = kiln.compile(fn, backend="eager")(torch.ones(1))
     assert out[1:] == fn(torch.ones(1))[1:]
+
+
+def test_deque_operators_follow_cpython():
+    def fn(x, given):
+        q = collections.deque([x], maxlen=4)
+        alias = q
+        q += [x * 2, x * 3]  # extend, in place
+        q *= 2  # in place, the maxlen keeps the last four
+        joined = q + collections.deque([x * 9])  # a new deque of q's maxlen
+        given += (5,)
+        return sum(alias), q is alias, joined.maxlen, len(joined), 2 * collections.deque([1]), given is not None
+
+    given = collections.deque([1])
+    assert _explain(fn, torch.ones(1), collections.deque([1])) == (1, [])
+    expected = fn(torch.ones(1), collections.deque([1]))
+    out = kiln.compile(fn, backend="eager")(torch.ones(1), given)
+    assert torch.equal(out[0], expected[0]) and out[1:] == expected[1:] and given == collections.deque([1, 5])

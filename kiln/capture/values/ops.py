@@ -308,6 +308,7 @@ def _definite_object(v: Value) -> bool:
     """Values that stand for one known object (so `is` between them can be decided while tracing)."""
     from kiln.capture.values.base import KnownFunctionValue
     from kiln.capture.values.builder import OpaqueObjectValue
+    from kiln.capture.values.collections_values import DequeValue
     from kiln.capture.values.exit_stacks import ExitStackValue
     from kiln.capture.values.functions import NestedFunctionValue, UserFunctionValue
     from kiln.capture.values.modules import NNModuleValue
@@ -315,7 +316,7 @@ def _definite_object(v: Value) -> bool:
 
     return isinstance(v, (TensorValue, SequenceValue, DictValue, SetValue, IteratorValue, NNModuleValue,
                           UserFunctionValue, NestedFunctionValue, UserObjectValue, NewObjectValue,
-                          OpaqueObjectValue, ClassValue, KnownFunctionValue, ExitStackValue)) or v.is_constant()
+                          OpaqueObjectValue, ClassValue, KnownFunctionValue, ExitStackValue, DequeValue)) or v.is_constant()
 
 
 def _eq_is_identity(v: Value) -> bool:
