@@ -172,7 +172,7 @@ class OutputGraph:
         fake = self.fake_mode.from_real(tensor)
         self.inference.note_input(tensor, fake)
         node.meta["example_value"] = fake
-        return TensorValue(node, fake)
+        return TensorValue(node, fake, tensor_type=type(tensor))  # nn.Parameter: isinstance/type() see it
 
     def _unique(self, name: str) -> str:
         taken = {n.name for n in self.graph.nodes} | set(dir(self.root))

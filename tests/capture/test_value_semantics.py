@@ -176,3 +176,15 @@ def test_deque_operators_follow_cpython():
     expected = fn(torch.ones(1), collections.deque([1]))
     out = kiln.compile(fn, backend="eager")(torch.ones(1), given)
     assert torch.equal(out[0], expected[0]) and out[1:] == expected[1:] and given == collections.deque([1, 5])
+
+
+def test_held_parameter_value_has_the_parameter_type():
+    from kiln.capture.values.tensors import TensorValue
+
+    def fn(m, x):
+        return x + 1, isinstance(m.weight, torch.nn.Parameter), isinstance(m.running_mean, torch.nn.Parameter)
+
+    bn = torch.nn.BatchNorm1d(2)
+    assert kiln.compile(fn, backend="eager")(bn, torch.ones(2))[1:] == (True, False)
+    assert _explain(fn, bn, torch.ones(2)) == (1, [])
+    assert TensorValue(None, torch.ones(1), tensor_type=torch.nn.Parameter).python_type() is torch.nn.Parameter

@@ -628,3 +628,13 @@ def test_is_between_lists_guarded_when_distinct():
 
     shared = [1]
     check_recompiles(fn, [(torch.ones(2), [1], [1]), (torch.ones(2), shared, shared)], graphs=(2,))
+
+
+def test_parameter_of_a_module_is_a_parameter():
+    # a module's parameter read in the frame is an nn.Parameter (kiln's get_attr value said torch.Tensor:
+    # isinstance(w, nn.Parameter) was False, type(w).__name__ 'Tensor')
+    def fn(m, x):
+        w = m.weight
+        return x @ w.t(), isinstance(w, torch.nn.Parameter), type(w).__name__, type(m.bias) is torch.nn.Parameter
+
+    check(fn, torch.nn.Linear(3, 2), torch.ones(2, 3), breaks=0)
