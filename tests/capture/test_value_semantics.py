@@ -2,6 +2,7 @@
 no break) and where it refuses (the break reason)."""
 import collections
 import contextlib
+import dataclasses
 import enum
 
 import pytest
@@ -188,3 +189,33 @@ def test_held_parameter_value_has_the_parameter_type():
     assert kiln.compile(fn, backend="eager")(bn, torch.ones(2))[1:] == (True, False)
     assert _explain(fn, bn, torch.ones(2)) == (1, [])
     assert TensorValue(None, torch.ones(1), tensor_type=torch.nn.Parameter).python_type() is torch.nn.Parameter
+
+
+@dataclasses.dataclass(order=True)
+class _Version:
+    major: int
+    minor: int = 0
+
+
+class _OnlyLess:
+    calls = []
+
+    def __init__(self, v):
+        self.v = v
+
+    def __lt__(self, other):
+        _OnlyLess.calls.append((self.v, other.v))
+        return self.v < other.v
+
+
+def test_sorted_min_max_trace_python_comparison_methods():
+    def fn(x):
+        _OnlyLess.calls.clear()
+        versions = sorted([_Version(2), _Version(1, 5), _Version(1, 2)])
+        top = max([_OnlyLess(3), _OnlyLess(7), _OnlyLess(2)])  # item > best: the reflected __lt__
+        return x * versions[0].minor, [(v.major, v.minor) for v in versions], top.v, list(_OnlyLess.calls)
+
+    assert _explain(fn, torch.ones(1)) == (1, [])
+    expected = fn(torch.ones(1))
+    out = kiln.compile(fn, backend="eager")(torch.ones(1))
+    assert torch.equal(out[0], expected[0]) and out[1:] == expected[1:]
