@@ -4,6 +4,7 @@ import collections
 import contextlib
 import dataclasses
 import enum
+import operator
 
 import pytest
 import torch
@@ -219,3 +220,13 @@ def test_sorted_min_max_trace_python_comparison_methods():
     expected = fn(torch.ones(1))
     out = kiln.compile(fn, backend="eager")(torch.ones(1))
     assert torch.equal(out[0], expected[0]) and out[1:] == expected[1:]
+
+
+def test_names_of_builtin_functions_and_the_class_of_a_tensor():
+    def fn(x):
+        ops = [operator.add, operator.mul, len]
+        return (x + 1, [op.__name__ for op in ops], operator.add.__module__, x.__class__ is torch.Tensor,
+                x.__class__.__name__)
+
+    assert _explain(fn, torch.ones(1)) == (1, [])
+    assert kiln.compile(fn, backend="eager")(torch.ones(1))[1:] == fn(torch.ones(1))[1:]

@@ -57,6 +57,8 @@ class BuiltinValue(KnownFunctionValue):
                                                                               "__init_subclass__"):
                 _IMMUTABLE_TYPE_METHODS.add(real)
                 return BuiltinValue(real)
+        if name in ("__name__", "__qualname__", "__module__") and isinstance(getattr(self.fn, name, None), str):
+            return ConstantValue(getattr(self.fn, name))  # operator.add.__name__: fixed strings of a C object
         return super().getattr(tx, name)
 
     def call(self, tx, args: list[Value], kwargs: dict[str, Value]) -> Value:

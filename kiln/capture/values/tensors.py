@@ -83,6 +83,10 @@ class TensorValue(Value):
             return read_grad(tx, self)
         if name == "data":
             return tx.output.tensor_data(self)
+        if name == "__class__":  # the exact type (inputs' is guarded with their metadata)
+            from kiln.capture.values.objects import ClassValue
+
+            return ClassValue(self.python_type())
         if name in ("grad_fn", "_version", "_base"):
             unsupported(f"Tensor.{name} inside a compiled function",
                         hint="autograd state is not captured yet; read it outside the compiled function")
