@@ -5,6 +5,7 @@ import contextlib
 import dataclasses
 import enum
 import operator
+import typing
 
 import pytest
 import torch
@@ -230,3 +231,13 @@ def test_names_of_builtin_functions_and_the_class_of_a_tensor():
 
     assert _explain(fn, torch.ones(1)) == (1, [])
     assert kiln.compile(fn, backend="eager")(torch.ones(1))[1:] == fn(torch.ones(1))[1:]
+
+
+def test_typing_cast_returns_its_value():
+    def fn(x):
+        y = typing.cast(torch.Tensor, x)
+        return y + 1, typing.cast("int", 3), typing.cast(typ=list, val=[x])[0] is x
+
+    assert _explain(fn, torch.ones(1)) == (1, [])
+    out = kiln.compile(fn, backend="eager")(torch.ones(1))
+    assert torch.equal(out[0], torch.full((1,), 2.0)) and out[1:] == (3, True)

@@ -42,6 +42,19 @@ def _refuse(tx, args, kwargs):
 # library functions kiln traces its own Python version of (capture/polyfills.py)
 LIBRARY_CALLS.update({fn: _polyfill_handler(polyfill) for fn, polyfill in polyfills.POLYFILLS.items()})
 LIBRARY_CALLS[refuse.refuse] = _refuse
+
+
+def _typing_cast(tx, args, kwargs):
+    """typing.cast(typ, val) returns val unchanged (it checks nothing)."""
+    from kiln.capture.values.base import unsupported
+
+    bound = dict(zip(("typ", "val"), args), **kwargs)
+    if len(args) > 2 or set(bound) != {"typ", "val"}:
+        unsupported("typing.cast() with other arguments than (typ, val) (TypeError)")
+    return bound["val"]
+
+
+LIBRARY_CALLS[__import__("typing").cast] = _typing_cast
 # Python functions of skipped files recognized by code object (a new function per decoration), called
 # with (tx, fn_value, args, kwargs)
 LIBRARY_CODES: dict = {generator_contexts.HELPER_CODE: generator_contexts.call_contextmanager_helper}
