@@ -10,7 +10,7 @@ eagerly without counting a break and kiln counts one.
 First run under kiln (2026-11-27, before any fix): 91 of 100 matched TorchDynamo (same results, same graph
 and break counts); 0 wrong results, 0 crashes; 2 ran the whole frame eagerly where TorchDynamo gets one
 graph, 3 took extra breaks (same graph count); 4 captured more than TorchDynamo (1 graph where TorchDynamo
-gets 2, or 1 where it gets 0)."""
+gets 2, or 1 where it gets 0). After this round's fixes all 100 pass with TorchDynamo's counts."""
 import collections
 import contextlib
 import dataclasses
@@ -21,16 +21,10 @@ import math
 import operator
 import typing
 
-import pytest
 import torch
 from torch import nn
 
-from .harness import USE_DYNAMO, check, dynamo_bug
-
-
-def kiln_gap(reason):
-    """A case kiln does not yet pass (the reference engine does)."""
-    return pytest.mark.xfail(not USE_DYNAMO, strict=True, reason=f"kiln: {reason}")
+from .harness import check, dynamo_bug
 
 
 def _t(*shape, seed=0):
