@@ -241,3 +241,20 @@ def test_typing_cast_returns_its_value():
     assert _explain(fn, torch.ones(1)) == (1, [])
     out = kiln.compile(fn, backend="eager")(torch.ones(1))
     assert torch.equal(out[0], torch.full((1,), 2.0)) and out[1:] == (3, True)
+
+
+class _Reduction(enum.Enum):
+    SUM = "sum"
+    MEAN = "mean"
+
+    def apply(self, t):
+        return t.sum() if self is _Reduction.SUM else t.mean()
+
+
+def test_enum_member_methods_are_traced_with_tensor_arguments():
+    def fn(x, how=_Reduction.MEAN):
+        return how.apply(x), _Reduction.SUM.apply(x), how.name
+
+    assert _explain(fn, torch.ones(3)) == (1, [])
+    out = kiln.compile(fn, backend="eager")(torch.arange(3.0))
+    assert out[0].item() == 1.0 and out[1].item() == 3.0 and out[2] == "MEAN"

@@ -45,3 +45,23 @@ def enum_class_members(cls) -> list[Value]:
     if type(cls).__iter__ is not enum.EnumMeta.__iter__:
         unsupported(f"iterating over enum class {cls.__qualname__}: its metaclass defines __iter__")
     return [ConstantValue(cls._member_map_[name]) for name in cls._member_names_]
+
+
+def enum_member_method(tx, member: Value, name: str) -> Value | None:
+    """`member.method` of an Enum member (a constant) where the class defines `method` as a plain Python
+    function kiln traces: the bound method, so calls are inlined (with tensor arguments too). None: not
+    such a method (other attributes are read as before)."""
+    import types
+
+    from kiln.capture.skipfiles import is_inlinable
+    from kiln.capture.sources import ConstantSource
+    from kiln.capture.values.builder import wrap
+    from kiln.capture.values.functions import UserMethodValue
+
+    cls = type(member.as_constant())
+    if name in vars(member.as_constant()):
+        return None
+    attr = next((vars(k)[name] for k in cls.__mro__ if name in vars(k)), None)
+    if not isinstance(attr, types.FunctionType) or not is_inlinable(attr.__code__):
+        return None
+    return UserMethodValue(wrap(tx, attr, ConstantSource(attr.__qualname__, attr)), member)
