@@ -258,3 +258,24 @@ def test_enum_member_methods_are_traced_with_tensor_arguments():
     assert _explain(fn, torch.ones(3)) == (1, [])
     out = kiln.compile(fn, backend="eager")(torch.arange(3.0))
     assert out[0].item() == 1.0 and out[1].item() == 3.0 and out[2] == "MEAN"
+
+
+class _Evens:
+    steps = []
+
+    def __init__(self, n):
+        self.n = n
+
+    def __iter__(self):
+        for i in range(self.n):
+            _Evens.steps.append(i)
+            yield i * 2
+
+
+def test_in_steps_the_iterator_of_an_object_without_contains():
+    def fn(x):
+        _Evens.steps.clear()
+        return x + 1, 4 in _Evens(5), 3 in _Evens(2), list(_Evens.steps)  # stops at the first match
+
+    assert _explain(fn, torch.ones(1)) == (1, [])
+    assert kiln.compile(fn, backend="eager")(torch.ones(1))[1:] == (True, False, [0, 1, 2, 0, 1])

@@ -433,8 +433,28 @@ def contains_op(tx, item: Value, container: Value) -> bool:
 
     if isinstance(container, InstanceDictValue):
         return tx.truth(container.call_method(tx, "__contains__", [item], {}))
+    found = _contains_by_iteration(tx, item, container)
+    if found is not None:
+        return found
     result = container.call_method(tx, "__contains__", [item], {})
     return tx.truth(result)
+
+
+def _contains_by_iteration(tx, item: Value, container: Value) -> bool | None:
+    """`item in obj` for an object of a Python class with `__iter__` and no `__contains__`: CPython's
+    _PySequence_IterSearch, which steps the iterator (lazily) until an element is `item` or `== item`.
+    None for other containers."""
+    import types
+
+    from kiln.capture.values.iterators import iterate
+    from kiln.capture.values.objects import NewObjectValue, UserObjectValue
+
+    if not isinstance(container, (NewObjectValue, UserObjectValue)):
+        return None
+    cls = container.python_type()
+    if hasattr(cls, "__contains__") or not isinstance(getattr(cls, "__iter__", None), types.FunctionType):
+        return None
+    return any(equal_bool(tx, element, item) for element in iterate(tx, container))
 
 
 def getitem(tx, obj: Value, index: Value) -> Value:
