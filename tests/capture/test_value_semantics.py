@@ -279,3 +279,25 @@ def test_in_steps_the_iterator_of_an_object_without_contains():
 
     assert _explain(fn, torch.ones(1)) == (1, [])
     assert kiln.compile(fn, backend="eager")(torch.ones(1))[1:] == (True, False, [0, 1, 2, 0, 1])
+
+
+class _Second:
+    def __index__(self):
+        return 1
+
+
+class _Magnitude:
+    def __init__(self, v):
+        self.v = v
+
+    def __abs__(self):
+        return self.v.abs()
+
+
+def test_index_and_abs_dunders_of_python_classes():
+    def fn(x):
+        return [x, x * 2][_Second()], (5, 6)[_Second()], "ab"[_Second()], abs(_Magnitude(x - 3))
+
+    assert _explain(fn, torch.ones(2)) == (1, [])
+    out = kiln.compile(fn, backend="eager")(torch.ones(2))
+    assert torch.equal(out[0], torch.full((2,), 2.0)) and out[1:3] == (6, "b") and torch.equal(out[3], torch.full((2,), 2.0))

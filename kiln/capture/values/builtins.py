@@ -68,6 +68,11 @@ class BuiltinValue(KnownFunctionValue):
 
             if any(isinstance(a, NDArrayValue) for a in args):  # abs(a), pow(a, 2): NumPy's ufuncs
                 return builtin_on_arrays(tx, fn, args)
+        if fn is abs and len(args) == 1 and not kwargs:
+            from kiln.capture.values.ops import is_python_object, unary_op
+
+            if is_python_object(args[0]):  # abs(obj): its class's Python __abs__
+                return unary_op(tx, operator.abs, args[0])
         handler = _HANDLERS.get(fn)
         if handler is None:
             from kiln.capture.values.stdlib import BUILTIN_CALLS  # functools, collections (values/stdlib.py)

@@ -357,7 +357,8 @@ def unary_op(tx, op: Callable, a: Value) -> Value:
         return wrap_const(op(a.as_constant()))
     from kiln.capture.values.objects import user_dunder
 
-    name = {operator.neg: "__neg__", operator.pos: "__pos__", operator.invert: "__invert__"}.get(op)
+    name = {operator.neg: "__neg__", operator.pos: "__pos__", operator.invert: "__invert__",
+            operator.abs: "__abs__"}.get(op)
     result = user_dunder(tx, a, name, []) if name else None
     if result is not None:
         return result
@@ -457,9 +458,26 @@ def _contains_by_iteration(tx, item: Value, container: Value) -> bool | None:
     return any(equal_bool(tx, element, item) for element in iterate(tx, container))
 
 
+def _as_index(tx, obj: Value) -> Value:
+    """The int a Python class's `__index__` gives (CPython's TypeError when it gives something else)."""
+    from kiln.capture.values.objects import user_dunder
+
+    result = user_dunder(tx, obj, "__index__", [])
+    if result is None:
+        unsupported(f"indexing a sequence with {obj}, whose class has no Python __index__ (TypeError)")
+    if not (result.is_constant() and type(result.as_constant()) is int):
+        from kiln.capture.values.exceptions import raise_traced
+
+        raise_traced(TypeError, f"__index__ returned non-int (type {result.python_type().__name__})")
+    return result
+
+
 def getitem(tx, obj: Value, index: Value) -> Value:
     if isinstance(obj, TensorValue):
         return tx.output.call("call_function", operator.getitem, [obj, index], {})
+    if is_python_object(index) and (isinstance(obj, SequenceValue) or
+                                    obj.is_constant() and type(obj.as_constant()) in (tuple, str, bytes, range)):
+        index = _as_index(tx, index)  # seq[obj]: PyNumber_AsSsize_t calls the class's __index__
     if isinstance(obj, (SequenceValue, DictValue)):
         return obj.getitem(tx, index)
     if hasattr(obj, "getitem"):
