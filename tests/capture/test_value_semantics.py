@@ -301,3 +301,13 @@ def test_index_and_abs_dunders_of_python_classes():
     assert _explain(fn, torch.ones(2)) == (1, [])
     out = kiln.compile(fn, backend="eager")(torch.ones(2))
     assert torch.equal(out[0], torch.full((2,), 2.0)) and out[1:3] == (6, "b") and torch.equal(out[3], torch.full((2,), 2.0))
+
+
+def test_make_function_sets_the_annotations_of_a_rebuilt_function():
+    from kiln.capture.values.functions import make_function
+
+    def typed(a: int, b: "str" = "z") -> None:
+        return None
+
+    rebuilt = make_function(typed.__code__, globals(), "typed", ("z",), {}, (), ("a", int, "b", "str", "return", None))
+    assert rebuilt.__annotations__ == typed.__annotations__ and rebuilt.__defaults__ == ("z",)

@@ -638,3 +638,23 @@ def test_parameter_of_a_module_is_a_parameter():
         return x @ w.t(), isinstance(w, torch.nn.Parameter), type(w).__name__, type(m.bias) is torch.nn.Parameter
 
     check(fn, torch.nn.Linear(3, 2), torch.ones(2, 3), breaks=0)
+
+
+def test_nested_function_rebuilt_after_a_break_keeps_its_annotations():
+    # functools.singledispatch's register() reads the annotations of a function made in the frame; kiln
+    # rebuilt it without them after the graph: TypeError "Invalid first argument to `register()`"
+    def fn(x):
+        @functools.singledispatch
+        def describe(v):
+            return "object"
+
+        @describe.register
+        def _(v: int):
+            return "int"
+
+        def typed(a: int, b: "str" = "z") -> torch.Tensor:
+            return x
+
+        return x + 1, describe(1), describe("s"), typed.__annotations__ == {"a": int, "b": "str", "return": torch.Tensor}
+
+    check(fn, torch.ones(2), graphs=1, dynamo_graphs=0)

@@ -171,6 +171,7 @@ class NestedFunctionValue(Value):
         return self.getattr(tx, name)
 
     has_annotations = False
+    annotations = None  # MAKE_FUNCTION's annotations tuple (name, value, ...), set again when rebuilt
 
     def getattr(self, tx, name: str) -> Value:
         if name in self.attrs:
@@ -217,7 +218,9 @@ class NestedFunctionValue(Value):
         for cell in self.closure:
             cg.reconstruct(cell)
         cg.build(tuple, len(self.closure))
-        cg.call(6)
+        if self.annotations is not None:
+            cg.reconstruct(self.annotations)
+        cg.call(6 if self.annotations is None else 7)
         if self.attrs:
             cg.reconstruct(DictValue(dict(self.attrs)))
             cg.call(2)
@@ -225,7 +228,9 @@ class NestedFunctionValue(Value):
     def child_values(self) -> list[Value]:
         """What reconstruct rebuilds: defaults, closure cells and attributes (a closure over a tensor
         made in the graph needs that tensor as a graph output)."""
-        return [*self.default_values, *self.kwdefault_values.values(), *self.closure, *self.attrs.values()]
+        annotations = [self.annotations] if self.annotations is not None else []
+        return [*self.default_values, *self.kwdefault_values.values(), *self.closure, *self.attrs.values(),
+                *annotations]
 
     def __repr__(self) -> str:
         return f"NestedFunction({self.qualname})"
@@ -258,12 +263,14 @@ def set_function_attrs(fn, attrs: dict):
     return fn
 
 
-def make_function(code, f_globals, qualname, defaults, kwdefaults, closure):
-    """The runtime half of NestedFunctionValue.reconstruct."""
+def make_function(code, f_globals, qualname, defaults, kwdefaults, closure, annotations=None):
+    """The runtime half of NestedFunctionValue.reconstruct (annotations: MAKE_FUNCTION's name/value tuple)."""
     fn = types.FunctionType(code, f_globals, code.co_name, defaults or None, closure or None)
     fn.__qualname__ = qualname
     if kwdefaults:
         fn.__kwdefaults__ = kwdefaults
+    if annotations is not None:
+        fn.__annotations__ = dict(zip(annotations[::2], annotations[1::2]))
     return fn
 
 
