@@ -4,6 +4,7 @@ import collections
 import contextlib
 import dataclasses
 import enum
+import functools
 import operator
 import typing
 
@@ -311,3 +312,38 @@ def test_make_function_sets_the_annotations_of_a_rebuilt_function():
 
     rebuilt = make_function(typed.__code__, globals(), "typed", ("z",), {}, (), ("a", int, "b", "str", "return", None))
     assert rebuilt.__annotations__ == typed.__annotations__ and rebuilt.__defaults__ == ("z",)
+
+
+def test_lru_cache_made_in_the_frame_models_its_cache():
+    def fn(x):
+        runs = []
+
+        @functools.lru_cache(maxsize=2)
+        def square(n):
+            runs.append(n)
+            return [n * n]  # a mutable result: a hit hands back the same list
+
+        a, _, again, _, _, evicted = square(1), square(2), square(1), square(3), square(2), square(1)
+
+        @functools.cache
+        def fib(n):
+            return n if n < 2 else fib(n - 1) + fib(n - 2)
+
+        return x * fib(15), a is again, a is evicted, runs
+
+    assert _explain(fn, torch.ones(1)) == (1, [])
+    out = kiln.compile(fn, backend="eager")(torch.ones(1))
+    assert out[0].item() == 610 and out[1:] == (True, False, [1, 2, 3, 2, 1])
+
+
+def test_lru_cache_made_in_the_frame_with_entries_is_not_handed_on():
+    def fn(x):
+        @functools.lru_cache(maxsize=None)
+        def double(n):
+            return n * 2
+
+        double(3)
+        return x + double(3), double
+
+    out = kiln.compile(fn, backend="eager")(torch.ones(1))
+    assert out[1](3) == 6 and out[1].cache_info().currsize == 1  # eager's wrapper, with its entry

@@ -55,6 +55,7 @@ def _typing_cast(tx, args, kwargs):
 
 
 LIBRARY_CALLS[__import__("typing").cast] = _typing_cast
+LIBRARY_CALLS.update(__import__("kiln.capture.values.lru_in_frame", fromlist=["x"]).LIBRARY_HANDLERS)
 # Python functions of skipped files recognized by code object (a new function per decoration), called
 # with (tx, fn_value, args, kwargs)
 LIBRARY_CODES: dict = {generator_contexts.HELPER_CODE: generator_contexts.call_contextmanager_helper}
