@@ -347,3 +347,20 @@ def test_lru_cache_made_in_the_frame_with_entries_is_not_handed_on():
 
     out = kiln.compile(fn, backend="eager")(torch.ones(1))
     assert out[1](3) == 6 and out[1].cache_info().currsize == 1  # eager's wrapper, with its entry
+
+
+def _three_parameters(a, b=2, *, c=3):
+    return a
+
+
+def test_signature_parameters_models_names_and_rebuilds_the_real_mapping():
+    import inspect
+
+    def fn(x):
+        params = inspect.signature(_three_parameters).parameters
+        return x * len(params), "c" in params, [n for n in params], params
+
+    assert _explain(fn, torch.ones(1)) == (1, [])
+    out = kiln.compile(fn, backend="eager")(torch.ones(1))
+    assert out[1:3] == (True, ["a", "b", "c"]) and out[3] == inspect.signature(_three_parameters).parameters
+    assert type(out[3]).__name__ == "mappingproxy"

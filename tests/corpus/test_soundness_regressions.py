@@ -11,6 +11,7 @@ and the entry's code called `member(0, 64)`, the constant it was traced with: `0
 import collections
 import contextlib
 import functools
+import inspect
 import io
 import types
 import warnings
@@ -658,3 +659,17 @@ def test_nested_function_rebuilt_after_a_break_keeps_its_annotations():
         return x + 1, describe(1), describe("s"), typed.__annotations__ == {"a": int, "b": "str", "return": torch.Tensor}
 
     check(fn, torch.ones(2), graphs=1, dynamo_graphs=0)
+
+
+def _signature_helper(a, b=2, *, c=3):
+    return a
+
+
+def test_signature_parameters_is_the_real_mapping_after_a_break():
+    # kiln modelled inspect.signature(f).parameters as a tuple of the names: `params["b"]`, run as Python at
+    # the graph break, raised TypeError (tuple indices must be integers)
+    def fn(x):
+        params = inspect.signature(_signature_helper).parameters
+        return x * len(params), "c" in params, list(params), params["b"].default, type(params).__name__
+
+    check(fn, torch.ones(2), graphs=1)
