@@ -98,6 +98,17 @@ def test_closure_of_a_nested_function_is_its_cells_one_tuple():
     assert torch.equal(f(torch.ones(2)), torch.ones(2))
 
 
+def test_defaults_of_a_nested_function_are_its_own_tuple():
+    def fn(x):
+        scale = lambda t, k=x * 2: t * k  # noqa: E731
+        defaults = scale.__defaults__
+        return scale(x), defaults is scale.__defaults__, (lambda: 1).__defaults__, scale, defaults
+
+    assert _explain(fn, torch.ones(1)) == (1, [])
+    out = kiln.compile(fn, backend="eager")(torch.ones(1))
+    assert out[1:3] == (True, None) and out[3].__defaults__ is out[4]
+
+
 class _Mode(enum.Enum):
     TRAIN = "train"
     EVAL = "eval"

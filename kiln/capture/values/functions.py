@@ -141,6 +141,7 @@ class NestedFunctionValue(Value):
         self.closure = closure or ()
         self.source = None
         self.attrs: dict[str, Value] = {}  # attributes set while tracing (functools.wraps)
+        self.attr_tuples: dict[str, Value] = {}  # what `__closure__` and `__defaults__` gave (one object each)
 
     def python_type(self) -> type:
         return types.FunctionType
@@ -184,15 +185,14 @@ class NestedFunctionValue(Value):
             return ConstantValue(self.f_globals.get("__name__"))
         if name == "__code__":
             return ConstantValue(self.code)
-        if name == "__closure__":  # None without free variables, else one tuple of the cells (the same object)
-            if not self.closure:
+        if name in ("__closure__", "__defaults__"):  # None, else the function's own tuple (the same object)
+            items = self.closure if name == "__closure__" else self.default_values
+            if not items:
                 return ConstantValue(None)
-            if self.closure_tuple is None:
-                self.closure_tuple = ClosureTupleValue(self)
-            return self.closure_tuple
+            if name not in self.attr_tuples:
+                self.attr_tuples[name] = FunctionTupleValue(self, name, items)
+            return self.attr_tuples[name]
         unsupported(f"attribute {name!r} of nested function {self.qualname}")
-
-    closure_tuple = None  # the value `__closure__` gives
 
     def call(self, tx, args, kwargs) -> Value:
         return tx.inline_user_function(self, args, kwargs)
@@ -236,19 +236,20 @@ class NestedFunctionValue(Value):
         return f"NestedFunction({self.qualname})"
 
 
-class ClosureTupleValue(TupleValue):
-    """`fn.__closure__` of a function made while tracing: its cells, and after the graph the very tuple the
-    rebuilt function holds (CPython hands out the function's own tuple: `f.__closure__ is f.__closure__`)."""
+class FunctionTupleValue(TupleValue):
+    """`fn.__closure__` (its cells) or `fn.__defaults__` of a function made while tracing, and after the graph
+    the very tuple the rebuilt function holds (CPython hands out the function's own tuple:
+    `f.__closure__ is f.__closure__`)."""
 
     has_identity = True
 
-    def __init__(self, fn: NestedFunctionValue):
-        super().__init__(list(fn.closure))
-        self.function = fn
+    def __init__(self, fn: NestedFunctionValue, attr: str, items):
+        super().__init__(list(items))
+        self.function, self.attr = fn, attr
 
     def reconstruct(self, cg) -> None:
         cg.reconstruct(self.function)
-        cg.load_attr("__closure__")
+        cg.load_attr(self.attr)
 
 
 def set_cell_contents(cell, value) -> None:
