@@ -375,3 +375,21 @@ def test_signature_parameters_models_names_and_rebuilds_the_real_mapping():
     out = kiln.compile(fn, backend="eager")(torch.ones(1))
     assert out[1:3] == (True, ["a", "b", "c"]) and out[3] == inspect.signature(_three_parameters).parameters
     assert type(out[3]).__name__ == "mappingproxy"
+
+
+def test_grad_mode_objects_are_handed_on_and_read_from_the_frame():
+    def fn(x, outer):
+        inner = torch.no_grad()
+        with inner:
+            y = x * 2
+        print(end="")  # a graph break: `inner` is handed on (rebuilt with the mode its __enter__ saved)
+        with inner, outer:
+            z = x * 3
+        return y, z, type(inner).__name__, inner
+
+    given = torch.enable_grad()
+    out = kiln.compile(fn, backend="eager")(torch.ones(2, requires_grad=True), given)
+    assert out[2] == "no_grad" and not out[0].requires_grad and out[1].requires_grad
+    assert out[3].prev is True and given.prev is False  # what each __enter__ saved, as in eager
+    graphs, reasons = _explain(fn, torch.ones(2, requires_grad=True), torch.enable_grad())
+    assert graphs == 2 and len(reasons) == 1 and "print" in reasons[0], reasons  # (the frame ran eagerly)

@@ -113,3 +113,14 @@ def test_typing_cast_and_tensor_class():
         return y * 2, x.__class__ is torch.Tensor
 
     check(fn, _t(3), breaks=0)
+
+
+def test_no_grad_object_made_before_a_break_used_after_it():
+    def fn(x):
+        ctx = torch.no_grad()
+        print(end="")
+        with ctx:
+            y = x * 2
+        return y, y.requires_grad
+
+    check(fn, torch.ones(3, requires_grad=True), breaks=1)

@@ -132,6 +132,13 @@ def _wrap(tx, value, source, qualname) -> Value:
         if source is not None:
             guards.identity(source, value)
         return ConstantValue(value, source)
+    if type(value) in (torch.no_grad, torch.enable_grad) and source is not None:
+        from kiln.capture.values.contexts import GradModeValue
+
+        guards.type(source, value)  # outside its block its only state is the class (__enter__ saves the mode)
+        found = GradModeValue(type(value) is torch.enable_grad)
+        found.source, found.obj = source, value
+        return found
     if isinstance(value, types.ModuleType):
         if source is not None and not isinstance(source, ConstantSource):
             guards.identity(source, value)
