@@ -393,3 +393,22 @@ def test_grad_mode_objects_are_handed_on_and_read_from_the_frame():
     assert out[3].prev is True and given.prev is False  # what each __enter__ saved, as in eager
     graphs, reasons = _explain(fn, torch.ones(2, requires_grad=True), torch.enable_grad())
     assert graphs == 2 and len(reasons) == 1 and "print" in reasons[0], reasons  # (the frame ran eagerly)
+
+
+def test_list_iadd_of_any_iterable_and_dict_pop_of_a_missing_key():
+    def fn(x):
+        items = [1]
+        alias = items
+        items += (2, 3)
+        items += "ab"
+        items += range(2)
+        items += {"k": 0}
+        d = {"a": 1}
+        try:
+            d.pop("missing")
+        except KeyError as e:
+            caught = e.args
+        return x + 1, alias, caught
+
+    assert _explain(fn, torch.ones(1)) == (1, [])
+    assert kiln.compile(fn, backend="eager")(torch.ones(1))[1:] == fn(torch.ones(1))[1:]

@@ -317,6 +317,10 @@ class DictValue(Value):
                 return self.entries.pop(k)
             if len(args) > 1:
                 return args[1]
+            if self.dict_type in (dict, collections.OrderedDict) and args[0].is_constant():
+                from kiln.capture.values.exceptions import raise_as_traced
+
+                raise_as_traced(KeyError(args[0].as_constant()), f"dict.pop({k!r})")
             unsupported(f"KeyError: {k!r}")
         if name == "__setitem__":
             self.setitem(tx, args[0], args[1])

@@ -76,8 +76,11 @@ def binary_op(tx, op: Callable, a: Value, b: Value) -> Value:
             (isinstance(a, SequenceValue) or isinstance(b, SequenceValue)):
         # tuple.__add__ (a namedtuple's too): a plain tuple of both items
         return TupleValue(_tuple_items(a) + _tuple_items(b))
-    if isinstance(a, ListValue) and op is operator.iadd and isinstance(b, (IteratorValue, DictViewValue)):
-        a.call_method(tx, "extend", [b], {})  # list += iterable extends it
+    if isinstance(a, ListValue) and op is operator.iadd and (isinstance(b, (IteratorValue, DictViewValue, SetValue,
+                                                                          DictValue)) or
+                                                           b.is_constant() and type(b.as_constant()) in
+                                                           (tuple, str, bytes, range, frozenset)):
+        a.call_method(tx, "extend", [b], {})  # list += iterable extends it (list_inplace_concat)
         return a
     if isinstance(a, SequenceValue) and plain is operator.mul and b.is_constant() or \
             isinstance(b, SequenceValue) and plain is operator.mul and a.is_constant():
