@@ -174,6 +174,10 @@ class OutputGraph:
         node.meta["example_value"] = fake
         return TensorValue(node, fake, tensor_type=type(tensor))  # nn.Parameter: isinstance/type() see it
 
+    def held_tensor_of(self, fake) -> torch.Tensor | None:
+        """The parameter/buffer a get_attr value's fake stands for (None: not a held tensor)."""
+        return next((t for t, f, _ in self._held if f is fake), None)
+
     def _unique(self, name: str) -> str:
         taken = {n.name for n in self.graph.nodes} | set(dir(self.root))
         if name not in taken:

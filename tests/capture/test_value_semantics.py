@@ -412,3 +412,23 @@ def test_list_iadd_of_any_iterable_and_dict_pop_of_a_missing_key():
 
     assert _explain(fn, torch.ones(1)) == (1, [])
     assert kiln.compile(fn, backend="eager")(torch.ones(1))[1:] == fn(torch.ones(1))[1:]
+
+
+def test_is_leaf_and_grad_fn_of_inputs_parameters_and_graph_values():
+    lin = torch.nn.Linear(2, 2)
+
+    def fn(m, x):
+        y = x * 2
+        with torch.no_grad():
+            z = x * 3
+        return y, m.bias.is_leaf, m.bias.grad_fn is None, x.grad_fn is None, z.is_leaf, z.grad_fn is None
+
+    assert _explain(fn, lin, torch.ones(2, requires_grad=True)) == (1, [])
+    out = kiln.compile(fn, backend="eager")(lin, torch.ones(2, requires_grad=True))
+    assert out[1:] == (True, True, True, True, True)
+
+    def non_leaf(x):
+        return (x * 2).grad_fn is None
+
+    graphs, reasons = _explain(non_leaf, torch.ones(2, requires_grad=True))
+    assert any("grad_fn" in r for r in reasons), reasons

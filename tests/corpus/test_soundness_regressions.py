@@ -673,3 +673,12 @@ def test_signature_parameters_is_the_real_mapping_after_a_break():
         return x * len(params), "c" in params, list(params), params["b"].default, type(params).__name__
 
     check(fn, torch.ones(2), graphs=1)
+
+
+def test_parameter_is_a_leaf():
+    # kiln answered `m.weight.is_leaf` by the rule for graph values (a leaf iff it needs no grad): False
+    def fn(m, x):
+        w = m.weight
+        return x + 1, w.is_leaf, w.grad_fn is None, (w * 2).is_leaf
+
+    check(fn, torch.nn.Linear(2, 2), torch.ones(2), breaks=0)
