@@ -455,7 +455,7 @@ def _call_library_function(tx, fn_value, args, kwargs) -> Value:
     if fn is inspect.signature and len(args) == 1 and not kwargs:
         real = _real_callable(args[0])
         if real is not None:
-            return SignatureValue(inspect.signature(real))
+            return SignatureValue(inspect.signature(real), args[0])
     if all(a.is_constant() for a in args) and all(v.is_constant() for v in kwargs.values()) and \
             fn.__module__ in ("math", "operator", "functools", "typing", "copy", "numbers", "inspect", "enum") + \
             ("torch.nn.modules.utils", "torch.nn.common_types", "torch.overrides", "torch._jit_internal"):
@@ -532,12 +532,14 @@ def _real_callable(value: Value):
 class SignatureValue(Value):
     """inspect.signature(fn) of a function kiln knows: its parameters are constants of the trace."""
 
-    def __init__(self, signature: inspect.Signature):
-        self.signature = signature
+    def __init__(self, signature: inspect.Signature, fn: Value):
+        self.signature, self.fn = signature, fn
 
     def getattr(self, tx, name: str) -> Value:
-        if name == "parameters":
-            return ConstantValue(tuple(self.signature.parameters))  # names: len(), `in`, iteration
+        if name == "parameters":  # names: len(), `in`, iteration (values/signatures.py)
+            from kiln.capture.values.signatures import SignatureParametersValue
+
+            return SignatureParametersValue(self.fn, tuple(self.signature.parameters))
         unsupported(f"inspect.Signature.{name}")
 
 

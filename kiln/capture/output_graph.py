@@ -172,7 +172,11 @@ class OutputGraph:
         fake = self.fake_mode.from_real(tensor)
         self.inference.note_input(tensor, fake)
         node.meta["example_value"] = fake
-        return TensorValue(node, fake)
+        return TensorValue(node, fake, tensor_type=type(tensor))  # nn.Parameter: isinstance/type() see it
+
+    def held_tensor_of(self, fake) -> torch.Tensor | None:
+        """The parameter/buffer a get_attr value's fake stands for (None: not a held tensor)."""
+        return next((t for t, f, _ in self._held if f is fake), None)
 
     def _unique(self, name: str) -> str:
         taken = {n.name for n in self.graph.nodes} | set(dir(self.root))

@@ -11,6 +11,7 @@ and the entry's code called `member(0, 64)`, the constant it was traced with: `0
 import collections
 import contextlib
 import functools
+import inspect
 import io
 import types
 import warnings
@@ -583,3 +584,101 @@ def test_ema_update_through_data():
         return None
 
     check(fn, model, ema, 0.9, graphs=(1, 2, 3, 4, 5), inputs_mutated=True)
+
+
+def test_inplace_set_and_dict_operators_keep_the_object():
+    # `s |= t`, `s -= t`, `d |= e` change the object itself: an alias and a set passed in see the change
+    # (kiln rebound the name to a new set or dict: the alias kept the old members, the caller's set too)
+    def fn(x, given):
+        s = {1}
+        alias = s
+        s |= {2, 3}
+        s -= {1}
+        d = {"a": 1}
+        d_alias = d
+        d |= {"b": 2}
+        given |= {7}
+        given ^= {1}
+        return x + len(alias), sorted(alias), d_alias, s is alias
+
+    check(fn, torch.ones(2), {1, 2}, inputs_mutated=True, breaks=0)
+
+
+def test_containers_passed_twice_are_one_object():
+    # a set, deque or defaultdict passed in two arguments is one object: a change through one is seen
+    # through the other (kiln made two values: the second saw the old members)
+    def fn(x, a, b):
+        a.add(3)
+        return x + len(b), sorted(b), a is b
+
+    check_recompiles(fn, [(torch.ones(2), {1, 2}, {1, 2}), (torch.ones(2), *[{1}] * 2)], graphs=(2,))
+
+    def fn_deque(x, a, b):
+        a.append(3)
+        return x + len(b), list(b)
+
+    shared = collections.deque([1])
+    check(fn_deque, torch.ones(2), shared, shared, inputs_mutated=True)
+
+
+@dynamo_bug("`a is b` traced False for two lists is reused when one list is passed twice")
+def test_is_between_lists_guarded_when_distinct():
+    # `a is b` decided False for two different lists must not be reused when one list is passed twice
+    def fn(x, a, b):
+        return x + 1, a is b
+
+    shared = [1]
+    check_recompiles(fn, [(torch.ones(2), [1], [1]), (torch.ones(2), shared, shared)], graphs=(2,))
+
+
+def test_parameter_of_a_module_is_a_parameter():
+    # a module's parameter read in the frame is an nn.Parameter (kiln's get_attr value said torch.Tensor:
+    # isinstance(w, nn.Parameter) was False, type(w).__name__ 'Tensor')
+    def fn(m, x):
+        w = m.weight
+        return x @ w.t(), isinstance(w, torch.nn.Parameter), type(w).__name__, type(m.bias) is torch.nn.Parameter
+
+    check(fn, torch.nn.Linear(3, 2), torch.ones(2, 3), breaks=0)
+
+
+def test_nested_function_rebuilt_after_a_break_keeps_its_annotations():
+    # functools.singledispatch's register() reads the annotations of a function made in the frame; kiln
+    # rebuilt it without them after the graph: TypeError "Invalid first argument to `register()`"
+    def fn(x):
+        @functools.singledispatch
+        def describe(v):
+            return "object"
+
+        @describe.register
+        def _(v: int):
+            return "int"
+
+        def typed(a: int, b: "str" = "z") -> torch.Tensor:
+            return x
+
+        return x + 1, describe(1), describe("s"), typed.__annotations__ == {"a": int, "b": "str", "return": torch.Tensor}
+
+    check(fn, torch.ones(2), graphs=1, dynamo_graphs=0)
+
+
+def _signature_helper(a, b=2, *, c=3):
+    return a
+
+
+def test_signature_parameters_is_the_real_mapping_after_a_break():
+    # kiln modelled inspect.signature(f).parameters as a tuple of the names: `params["b"]`, run as Python at
+    # the graph break, raised TypeError (tuple indices must be integers)
+    def fn(x):
+        params = inspect.signature(_signature_helper).parameters
+        return x * len(params), "c" in params, list(params), params["b"].default, type(params).__name__
+
+    check(fn, torch.ones(2), graphs=1)
+
+
+def test_parameter_is_a_leaf():
+    # kiln answered `m.weight.is_leaf` by the rule for graph values (a leaf iff it needs no grad): False
+    def fn(m, x):
+        w = m.weight
+        return x + 1, w.is_leaf, w.grad_fn is None, (w * 2).is_leaf
+
+    check(fn, torch.nn.Linear(2, 2), torch.ones(2), breaks=0)

@@ -64,8 +64,7 @@ def MAKE_FUNCTION(tx, inst):
         tx.pop()
     code = code_value.as_constant()
     closure = tx.pop() if flags & 0x08 else None
-    if flags & 0x04:
-        tx.pop()  # annotations
+    annotations = tx.pop() if flags & 0x04 else None  # a tuple: name, value, name, value, ...
     kwdefaults = tx.pop() if flags & 0x02 else None
     defaults = tx.pop() if flags & 0x01 else None
     cells = tuple(closure.elements) if closure is not None else None
@@ -79,6 +78,7 @@ def MAKE_FUNCTION(tx, inst):
         cells,
     )
     fn.has_annotations = bool(flags & 0x04)
+    fn.annotations = annotations
     tx.push(fn)
 
 

@@ -1,6 +1,7 @@
 """The base of all symbolic values, plus Python constants and the NULL marker of the call protocol."""
 from __future__ import annotations
 
+import enum
 import itertools
 import operator
 from typing import TYPE_CHECKING, Any, Callable, NoReturn
@@ -186,6 +187,12 @@ class ConstantValue(Value):
     def getattr(self, tx, name: str) -> Value:
         from kiln.capture.values.builder import wrap_constant_result
 
+        if isinstance(self.value, enum.Enum):
+            from kiln.capture.values.enums import enum_member_method
+
+            method = enum_member_method(tx, self, name)  # a Python method of an Enum class: traced
+            if method is not None:
+                return method
         try:
             attr = getattr(self.value, name)
         except AttributeError:

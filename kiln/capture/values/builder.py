@@ -33,7 +33,7 @@ def wrap(tx, value: Any, source: Source | None, qualname: str | None = None) -> 
     if key is not None and key in out.values_by_source:
         return out.values_by_source[key]
     # a mutable object reached through two places is one value, so writes through one are seen by the other
-    mutable = type(value) in (list, dict) or type(value) in _READABLE_ITERATORS or isinstance(value, torch.nn.Module) or (
+    mutable = type(value) in _MUTABLE_CONTAINERS or type(value) in _READABLE_ITERATORS or isinstance(value, torch.nn.Module) or (
         not is_constant_literal(value) and type(value).__module__ not in ("builtins",) and hasattr(value, "__dict__")
         and not isinstance(value, (type, types.FunctionType, types.ModuleType)))
     if mutable and id(value) in out.values_by_id:
@@ -47,6 +47,10 @@ def wrap(tx, value: Any, source: Source | None, qualname: str | None = None) -> 
     if mutable:
         out.values_by_id[id(value)] = result
     return result
+
+
+_MUTABLE_CONTAINERS = (list, dict, set, collections.deque, collections.defaultdict, collections.OrderedDict,
+                       collections.Counter)
 
 
 def _int_place(source: Source | None) -> bool:
@@ -128,6 +132,13 @@ def _wrap(tx, value, source, qualname) -> Value:
         if source is not None:
             guards.identity(source, value)
         return ConstantValue(value, source)
+    if type(value) in (torch.no_grad, torch.enable_grad) and source is not None:
+        from kiln.capture.values.contexts import GradModeValue
+
+        guards.type(source, value)  # outside its block its only state is the class (__enter__ saves the mode)
+        found = GradModeValue(type(value) is torch.enable_grad)
+        found.source, found.obj = source, value
+        return found
     if isinstance(value, types.ModuleType):
         if source is not None and not isinstance(source, ConstantSource):
             guards.identity(source, value)

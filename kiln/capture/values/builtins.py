@@ -57,6 +57,8 @@ class BuiltinValue(KnownFunctionValue):
                                                                               "__init_subclass__"):
                 _IMMUTABLE_TYPE_METHODS.add(real)
                 return BuiltinValue(real)
+        if name in ("__name__", "__qualname__", "__module__") and isinstance(getattr(self.fn, name, None), str):
+            return ConstantValue(getattr(self.fn, name))  # operator.add.__name__: fixed strings of a C object
         return super().getattr(tx, name)
 
     def call(self, tx, args: list[Value], kwargs: dict[str, Value]) -> Value:
@@ -66,6 +68,11 @@ class BuiltinValue(KnownFunctionValue):
 
             if any(isinstance(a, NDArrayValue) for a in args):  # abs(a), pow(a, 2): NumPy's ufuncs
                 return builtin_on_arrays(tx, fn, args)
+        if fn is abs and len(args) == 1 and not kwargs:
+            from kiln.capture.values.ops import is_python_object, unary_op
+
+            if is_python_object(args[0]):  # abs(obj): its class's Python __abs__
+                return unary_op(tx, operator.abs, args[0])
         handler = _HANDLERS.get(fn)
         if handler is None:
             from kiln.capture.values.stdlib import BUILTIN_CALLS  # functools, collections (values/stdlib.py)

@@ -370,6 +370,28 @@ class DequeValue(Value):
             return self._by_equality(tx, name, args)
         unsupported(f"deque.{name}")
 
+    def binary(self, tx, op, other: Value, reflected: bool):
+        """deque += iterable (extend, in place), deque + deque (a new deque of the same maxlen), deque * n
+        and deque *= n (in place), as CPython's deque_concat / deque_inplace_concat / deque_repeat do."""
+        if reflected and op is operator.mul and other.is_constant() and type(other.as_constant()) is int:
+            return self.binary(tx, op, other, reflected=False)  # n * deque
+        if reflected:
+            return NotImplemented
+        if op is operator.iadd:
+            self.call_method(tx, "extend", [other], {})
+            return self
+        if op is operator.add and isinstance(other, DequeValue):
+            result = DequeValue(list(self.items_), self.items_.maxlen)
+            result.items_.extend(list(other.items_))
+            return result
+        if op in (operator.mul, operator.imul) and other.is_constant() and type(other.as_constant()) is int:
+            target = self if op is operator.imul else DequeValue(list(self.items_), self.items_.maxlen)
+            if op is operator.imul:
+                self._changing(tx, "__imul__")
+            target.items_ *= other.as_constant()
+            return target
+        return NotImplemented
+
     def _by_equality(self, tx, name: str, args) -> Value:
         """count/index/remove/`in` as CPython's deque does: each item compared with the value, identity
         first, then `item == value` (ops.equal_bool: a tensor pair raises eager's error or breaks),

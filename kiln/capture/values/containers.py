@@ -317,6 +317,10 @@ class DictValue(Value):
                 return self.entries.pop(k)
             if len(args) > 1:
                 return args[1]
+            if self.dict_type in (dict, collections.OrderedDict) and args[0].is_constant():
+                from kiln.capture.values.exceptions import raise_as_traced
+
+                raise_as_traced(KeyError(args[0].as_constant()), f"dict.pop({k!r})")
             unsupported(f"KeyError: {k!r}")
         if name == "__setitem__":
             self.setitem(tx, args[0], args[1])
@@ -486,6 +490,12 @@ class SetValue(Value):
             return ConstantValue(None)
         if name == "__len__":
             return ConstantValue(len(self.members))
+        if name in ("difference_update", "intersection_update", "symmetric_difference_update") and not kwargs:
+            from kiln.capture.values.set_order import set_update_method
+
+            self._check_mutable(tx, f"set.{name}")
+            set_update_method(tx, self, name, args)
+            return ConstantValue(None)
         if name in ("union", "intersection", "difference", "symmetric_difference", "issubset", "issuperset",
                     "isdisjoint", "copy") and not kwargs:
             from kiln.capture.values.set_order import set_method

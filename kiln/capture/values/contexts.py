@@ -30,18 +30,50 @@ class GradModeValue(Value):
         self.already_entered = already_entered  # set_grad_enabled(...) switches on construction
         self.previous = previous
 
+    has_identity = True  # one object however many places hold it (codegen.reconstruct)
+    inside = False  # between its __enter__ and __exit__
+    obj = None  # the real no_grad/enable_grad object read from the frame (its `prev` store is a side effect)
+
     def python_type(self) -> type:
-        return torch.autograd.grad_mode.set_grad_enabled if self.already_entered else torch.no_grad
+        if self.already_entered:
+            return torch.autograd.grad_mode.set_grad_enabled
+        return torch.enable_grad if self.target else torch.no_grad
 
     def enter(self, tx) -> Value:
         if not self.already_entered:
             self.previous = tx.output.grad_enabled
             set_grad_mode(tx, self.target)
+            if self.obj is not None:  # __enter__ saves the mode in the object: `self.prev = ...`
+                tx.output.side_effects.store_attr(self, "prev", ConstantValue(self.previous))
+        self.inside = True
         return ConstantValue(None)
 
     def exit(self, tx) -> Value:
         set_grad_mode(tx, self.previous)
+        self.inside = False
         return ConstantValue(None)
+
+    def reconstruct(self, cg) -> None:
+        """torch.no_grad() / torch.enable_grad() outside its block: a new one is the same (its __enter__
+        saves the mode afresh); set_grad_enabled(), which switched the mode when made, is not rebuilt."""
+        if self.source is not None and not self.inside:
+            self.source.emit(cg)  # the object from the frame itself
+            return
+        if self.already_entered or self.inside:
+            unsupported("handing on a grad-mode context manager that set_grad_enabled() made or that is "
+                        "inside its block")
+        cg.prepare_call(_grad_mode_object)
+        cg.load_const(torch.enable_grad if self.target else torch.no_grad)
+        cg.load_const(self.previous)
+        cg.call(2)
+
+
+def _grad_mode_object(cls, prev):
+    """A no_grad/enable_grad object as eager's is after its blocks: `prev` is what its last __enter__ saved."""
+    obj = cls()
+    if prev is not None:
+        obj.prev = prev
+    return obj
 
     def getattr(self, tx, name: str) -> Value:
         if name in ("__enter__", "__exit__"):

@@ -51,6 +51,11 @@ class ExitStackValue(Value):
         if name == "enter_context" and len(args) == 1 and not kwargs:
             from kiln.capture.values.contexts import user_context_methods
 
+            if hasattr(args[0], "enter_with"):  # @contextmanager objects, suppress, a nested ExitStack
+                exit_, result = args[0].enter_with(tx)
+                note_mutation(tx, self)
+                self.callbacks.append(("exit", exit_))
+                return result
             methods = user_context_methods(tx, args[0])
             if methods is None:
                 unsupported(f"ExitStack.enter_context({args[0]}): kiln models context managers written in "

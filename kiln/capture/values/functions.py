@@ -5,6 +5,7 @@ import functools
 import types
 
 from kiln.capture.values.base import ConstantValue, Value, unsupported
+from kiln.capture.values.containers import TupleValue
 
 
 class UserFunctionValue(Value):
@@ -111,6 +112,14 @@ class CellValue(Value):
             unsupported("reading a free variable before it is assigned")
         return self.contents
 
+    def python_type(self) -> type:
+        return types.CellType
+
+    def getattr(self, tx, name: str) -> Value:
+        if name == "cell_contents":
+            return self.get()
+        unsupported(f"attribute {name!r} of a closure cell")
+
     def set(self, value: Value) -> None:
         if not self.created_here:
             unsupported("assigning to a nonlocal variable of a function outside the compiled one",
@@ -132,6 +141,7 @@ class NestedFunctionValue(Value):
         self.closure = closure or ()
         self.source = None
         self.attrs: dict[str, Value] = {}  # attributes set while tracing (functools.wraps)
+        self.attr_tuples: dict[str, Value] = {}  # what `__closure__` and `__defaults__` gave (one object each)
 
     def python_type(self) -> type:
         return types.FunctionType
@@ -162,6 +172,7 @@ class NestedFunctionValue(Value):
         return self.getattr(tx, name)
 
     has_annotations = False
+    annotations = None  # MAKE_FUNCTION's annotations tuple (name, value, ...), set again when rebuilt
 
     def getattr(self, tx, name: str) -> Value:
         if name in self.attrs:
@@ -172,6 +183,15 @@ class NestedFunctionValue(Value):
             return ConstantValue(self.code.co_name if name == "__name__" else self.qualname)
         if name == "__module__":
             return ConstantValue(self.f_globals.get("__name__"))
+        if name == "__code__":
+            return ConstantValue(self.code)
+        if name in ("__closure__", "__defaults__"):  # None, else the function's own tuple (the same object)
+            items = self.closure if name == "__closure__" else self.default_values
+            if not items:
+                return ConstantValue(None)
+            if name not in self.attr_tuples:
+                self.attr_tuples[name] = FunctionTupleValue(self, name, items)
+            return self.attr_tuples[name]
         unsupported(f"attribute {name!r} of nested function {self.qualname}")
 
     def call(self, tx, args, kwargs) -> Value:
@@ -198,7 +218,9 @@ class NestedFunctionValue(Value):
         for cell in self.closure:
             cg.reconstruct(cell)
         cg.build(tuple, len(self.closure))
-        cg.call(6)
+        if self.annotations is not None:
+            cg.reconstruct(self.annotations)
+        cg.call(6 if self.annotations is None else 7)
         if self.attrs:
             cg.reconstruct(DictValue(dict(self.attrs)))
             cg.call(2)
@@ -206,10 +228,28 @@ class NestedFunctionValue(Value):
     def child_values(self) -> list[Value]:
         """What reconstruct rebuilds: defaults, closure cells and attributes (a closure over a tensor
         made in the graph needs that tensor as a graph output)."""
-        return [*self.default_values, *self.kwdefault_values.values(), *self.closure, *self.attrs.values()]
+        annotations = [self.annotations] if self.annotations is not None else []
+        return [*self.default_values, *self.kwdefault_values.values(), *self.closure, *self.attrs.values(),
+                *annotations]
 
     def __repr__(self) -> str:
         return f"NestedFunction({self.qualname})"
+
+
+class FunctionTupleValue(TupleValue):
+    """`fn.__closure__` (its cells) or `fn.__defaults__` of a function made while tracing, and after the graph
+    the very tuple the rebuilt function holds (CPython hands out the function's own tuple:
+    `f.__closure__ is f.__closure__`)."""
+
+    has_identity = True
+
+    def __init__(self, fn: NestedFunctionValue, attr: str, items):
+        super().__init__(list(items))
+        self.function, self.attr = fn, attr
+
+    def reconstruct(self, cg) -> None:
+        cg.reconstruct(self.function)
+        cg.load_attr(self.attr)
 
 
 def set_cell_contents(cell, value) -> None:
@@ -224,12 +264,14 @@ def set_function_attrs(fn, attrs: dict):
     return fn
 
 
-def make_function(code, f_globals, qualname, defaults, kwdefaults, closure):
-    """The runtime half of NestedFunctionValue.reconstruct."""
+def make_function(code, f_globals, qualname, defaults, kwdefaults, closure, annotations=None):
+    """The runtime half of NestedFunctionValue.reconstruct (annotations: MAKE_FUNCTION's name/value tuple)."""
     fn = types.FunctionType(code, f_globals, code.co_name, defaults or None, closure or None)
     fn.__qualname__ = qualname
     if kwdefaults:
         fn.__kwdefaults__ = kwdefaults
+    if annotations is not None:
+        fn.__annotations__ = dict(zip(annotations[::2], annotations[1::2]))
     return fn
 
 

@@ -175,7 +175,7 @@ def _minmax(fn):
                         hint=f"use torch.{'maximum' if fn is max else 'minimum'} instead")
         from kiln.capture.values.ordering import order_proxies
 
-        proxies = order_proxies(keys)  # Python's own min/max over comparisons decided while tracing
+        proxies = order_proxies(keys, tx)  # Python's own min/max over comparisons decided while tracing
         return items[fn(range(len(items)), key=proxies.__getitem__)]
     return handler
 
@@ -214,7 +214,7 @@ def _sorted(tx, iterable, key=None, reverse=None):
         return ListValue([items[i] for i in order])
     from kiln.capture.values.ordering import order_proxies
 
-    proxies = order_proxies(keys)  # Python's own (stable) sort over comparisons decided while tracing
+    proxies = order_proxies(keys, tx)  # Python's own (stable) sort over comparisons decided while tracing
     return ListValue([items[i] for i in sorted(range(len(items)), key=proxies.__getitem__, reverse=rev)])
 
 

@@ -278,11 +278,19 @@ class ClassValue(Value):
     def as_constant(self):
         return self.cls
 
+    def items(self, tx) -> list[Value]:
+        from kiln.capture.values.enums import enum_class_members, is_enum_class
+
+        if is_enum_class(self.cls):
+            return enum_class_members(self.cls)
+        return super().items(tx)
+
     def truth(self, tx) -> bool:
-        meta = type(self.cls)
-        if getattr(meta, "__bool__", None) is not None or getattr(meta, "__len__", None) is not None:
-            unsupported(f"truth value of {self.cls!r}, whose metaclass defines __bool__ or __len__")
-        return True  # object_bool: a class without them is true
+        """`if cls:` is True unless the metaclass defines `__bool__` or `__len__` (EnumMeta's, a user's)."""
+        if any(("__bool__" in vars(meta) or "__len__" in vars(meta)) for meta in type(self.cls).__mro__
+               if meta is not type and meta is not object):
+            unsupported(f"truth value of class {self.cls!r}: its metaclass defines __bool__ or __len__")
+        return True
 
     def getattr(self, tx, name: str) -> Value:
         from kiln.capture.values.builder import wrap
@@ -366,6 +374,10 @@ class ClassValue(Value):
             else:
                 obj.raw_init(tx, args, kwargs)
             return obj
+        from kiln.capture.values.enums import call_enum_class, is_enum_class
+
+        if is_enum_class(cls):
+            return call_enum_class(tx, cls, args, kwargs)
         if has_python_new(cls):
             return self._call_python_new(tx, args, kwargs)
         if not plainly_instantiable(cls):

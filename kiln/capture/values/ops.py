@@ -76,17 +76,31 @@ def binary_op(tx, op: Callable, a: Value, b: Value) -> Value:
             (isinstance(a, SequenceValue) or isinstance(b, SequenceValue)):
         # tuple.__add__ (a namedtuple's too): a plain tuple of both items
         return TupleValue(_tuple_items(a) + _tuple_items(b))
-    if isinstance(a, ListValue) and op is operator.iadd and isinstance(b, (IteratorValue, DictViewValue)):
-        a.call_method(tx, "extend", [b], {})  # list += iterable extends it
+    if isinstance(a, ListValue) and op is operator.iadd and (isinstance(b, (IteratorValue, DictViewValue, SetValue,
+                                                                          DictValue)) or
+                                                           b.is_constant() and type(b.as_constant()) in
+                                                           (tuple, str, bytes, range, frozenset)):
+        a.call_method(tx, "extend", [b], {})  # list += iterable extends it (list_inplace_concat)
         return a
     if isinstance(a, SequenceValue) and plain is operator.mul and b.is_constant() or \
             isinstance(b, SequenceValue) and plain is operator.mul and a.is_constant():
         return _repeat(tx, op, a, b)
+    if op in _SET_INPLACE_METHODS and isinstance(a, SetValue) and a.kind is set and _set_like(b):
+        a.call_method(tx, _SET_INPLACE_METHODS[op], [b], {})  # s |= t changes s itself (set_ior and co.)
+        return a
+    if op is operator.ior and isinstance(a, DictValue) and a.python_type() is dict:
+        a.call_method(tx, "update", [b], {})  # d |= other is d.update(other), on d itself (dict_ior)
+        return a
     if (isinstance(a, SetValue) or isinstance(b, SetValue)) and _set_like(a) and _set_like(b) and \
             plain in (operator.or_, operator.and_, operator.sub, operator.xor):
         from kiln.capture.values.set_order import set_binary
 
         return set_binary(tx, plain, a, b)  # on real sets: the result iterates as eager's (set_order.py)
+    if (isinstance(a, SetValue) or isinstance(b, SetValue)) and _set_like(a) and _set_like(b) and \
+            plain in (operator.le, operator.lt, operator.ge, operator.gt, operator.eq, operator.ne):
+        from kiln.capture.values.set_order import set_compare
+
+        return set_compare(tx, plain, a, b)  # subset/superset/equality of the members
     if isinstance(a, DictValue) and isinstance(b, DictValue) and plain is operator.or_:
         from kiln.capture.values.hashed_keys import merge
 
@@ -117,6 +131,9 @@ def binary_op(tx, op: Callable, a: Value, b: Value) -> Value:
             return result
     unsupported(f"operator {_sym(plain)} between {a} and {b}")
 
+
+_SET_INPLACE_METHODS = {operator.ior: "update", operator.iand: "intersection_update",
+                        operator.isub: "difference_update", operator.ixor: "symmetric_difference_update"}
 
 _REFLECTED = {operator.eq: operator.eq, operator.ne: operator.ne, operator.lt: operator.gt,
               operator.gt: operator.lt, operator.le: operator.ge, operator.ge: operator.le}
@@ -297,6 +314,7 @@ def _definite_object(v: Value) -> bool:
     from kiln.capture.values.base import KnownFunctionValue
     from kiln.capture.values.builder import OpaqueObjectValue
     from kiln.capture.values.exceptions import ExceptionValue
+    from kiln.capture.values.collections_values import DequeValue
     from kiln.capture.values.exit_stacks import ExitStackValue
     from kiln.capture.values.functions import NestedFunctionValue, UserFunctionValue
     from kiln.capture.values.modules import NNModuleValue
@@ -305,7 +323,7 @@ def _definite_object(v: Value) -> bool:
     return isinstance(v, (TensorValue, SequenceValue, DictValue, SetValue, IteratorValue, NNModuleValue,
                           UserFunctionValue, NestedFunctionValue, UserObjectValue, NewObjectValue,
                           OpaqueObjectValue, ClassValue, KnownFunctionValue, ExitStackValue,
-                          ExceptionValue)) or v.is_constant()
+                          ExceptionValue, DequeValue)) or v.is_constant()
 
 
 def _eq_is_identity(v: Value) -> bool:
@@ -346,7 +364,8 @@ def unary_op(tx, op: Callable, a: Value) -> Value:
         return wrap_const(op(a.as_constant()))
     from kiln.capture.values.objects import user_dunder
 
-    name = {operator.neg: "__neg__", operator.pos: "__pos__", operator.invert: "__invert__"}.get(op)
+    name = {operator.neg: "__neg__", operator.pos: "__pos__", operator.invert: "__invert__",
+            operator.abs: "__abs__"}.get(op)
     result = user_dunder(tx, a, name, []) if name else None
     if result is not None:
         return result
@@ -375,12 +394,13 @@ def is_op(tx, a: Value, b: Value) -> bool:
     from kiln.capture.values.builder import underlying_object
 
     ra, rb = underlying_object(a), underlying_object(b)
-    if ra is not None and rb is not None:
-        sa, sb = getattr(a, "source", None), getattr(b, "source", None)
-        if ra is not rb and tx is not None and sa is not None and sb is not None:
-            tx.output.guards.not_same(sa, sb)  # the same object passed in both places later is `is`
-        return ra is rb
-    return a is b
+    same = ra is rb if ra is not None and rb is not None else a is b
+    sa, sb = getattr(a, "source", None), getattr(b, "source", None)
+    if not same and tx is not None and sa is not None and sb is not None:
+        # two places that held different objects (lists, sets, objects passed in): the same object
+        # passed in both places later is `is` (and one value: builder.wrap memoizes mutable objects by id)
+        tx.output.guards.not_same(sa, sb)
+    return same
 
 
 def contains_op(tx, item: Value, container: Value) -> bool:
@@ -414,13 +434,50 @@ def contains_op(tx, item: Value, container: Value) -> bool:
 
     if isinstance(container, InstanceDictValue):
         return tx.truth(container.call_method(tx, "__contains__", [item], {}))
+    found = _contains_by_iteration(tx, item, container)
+    if found is not None:
+        return found
     result = container.call_method(tx, "__contains__", [item], {})
     return tx.truth(result)
+
+
+def _contains_by_iteration(tx, item: Value, container: Value) -> bool | None:
+    """`item in obj` for an object of a Python class with `__iter__` and no `__contains__`: CPython's
+    _PySequence_IterSearch, which steps the iterator (lazily) until an element is `item` or `== item`.
+    None for other containers."""
+    import types
+
+    from kiln.capture.values.iterators import iterate
+    from kiln.capture.values.objects import NewObjectValue, UserObjectValue
+
+    if not isinstance(container, (NewObjectValue, UserObjectValue)):
+        return None
+    cls = container.python_type()
+    if hasattr(cls, "__contains__") or not isinstance(getattr(cls, "__iter__", None), types.FunctionType):
+        return None
+    return any(equal_bool(tx, element, item) for element in iterate(tx, container))
+
+
+def _as_index(tx, obj: Value) -> Value:
+    """The int a Python class's `__index__` gives (CPython's TypeError when it gives something else)."""
+    from kiln.capture.values.objects import user_dunder
+
+    result = user_dunder(tx, obj, "__index__", [])
+    if result is None:
+        unsupported(f"indexing a sequence with {obj}, whose class has no Python __index__ (TypeError)")
+    if not (result.is_constant() and type(result.as_constant()) is int):
+        from kiln.capture.values.exceptions import raise_traced
+
+        raise_traced(TypeError, f"__index__ returned non-int (type {result.python_type().__name__})")
+    return result
 
 
 def getitem(tx, obj: Value, index: Value) -> Value:
     if isinstance(obj, TensorValue):
         return tx.output.call("call_function", operator.getitem, [obj, index], {})
+    if is_python_object(index) and (isinstance(obj, SequenceValue) or
+                                    obj.is_constant() and type(obj.as_constant()) in (tuple, str, bytes, range)):
+        index = _as_index(tx, index)  # seq[obj]: PyNumber_AsSsize_t calls the class's __index__
     if isinstance(obj, (SequenceValue, DictValue)):
         return obj.getitem(tx, index)
     if hasattr(obj, "getitem"):

@@ -16,7 +16,17 @@ import operator
 from kiln.capture.values.base import Value, unsupported
 
 
-def _equal(a: Value, b: Value) -> bool:
+def _python_objects_compared(tx, op, a: Value, b: Value) -> bool | None:
+    """`a <op> b` (as PyObject_RichCompare, then its truth) where one side is an object of a Python class (a
+    dataclass with order=True, a class with __lt__): its methods are traced. None where neither is one."""
+    from kiln.capture.values.ops import is_python_object, rich_compare
+
+    if tx is None or not (is_python_object(a) or is_python_object(b)):
+        return None
+    return tx.truth(rich_compare(tx, op, a, b))
+
+
+def _equal(a: Value, b: Value, tx=None) -> bool:
     if a is b:
         return True
     if a.is_constant() and b.is_constant():
@@ -24,12 +34,15 @@ def _equal(a: Value, b: Value) -> bool:
     from kiln.capture.values.containers import SequenceValue
 
     if isinstance(a, SequenceValue) and isinstance(b, SequenceValue) and a.python_kind is b.python_kind:
-        return len(a.elements) == len(b.elements) and all(_equal(x, y) for x, y in zip(a.elements, b.elements))
+        return len(a.elements) == len(b.elements) and all(_equal(x, y, tx) for x, y in zip(a.elements, b.elements))
+    compared = _python_objects_compared(tx, operator.eq, a, b)
+    if compared is not None:
+        return compared
     unsupported(f"comparing {a} with {b} while ordering: kiln cannot decide it without tensor data",
                 hint="sort by a key= that gives numbers or strings")
 
 
-def _compare(op, a: Value, b: Value) -> bool:
+def _compare(op, a: Value, b: Value, tx=None) -> bool:
     from kiln.capture.values.containers import SequenceValue
 
     if a.is_constant() and b.is_constant():
@@ -39,36 +52,41 @@ def _compare(op, a: Value, b: Value) -> bool:
             unsupported(f"ordering raised TypeError: {exc}")
     if isinstance(a, SequenceValue) and isinstance(b, SequenceValue) and a.python_kind is b.python_kind:
         for x, y in zip(a.elements, b.elements):
-            if not _equal(x, y):
-                return _compare(op, x, y)
+            if not _equal(x, y, tx):
+                return _compare(op, x, y, tx)
         return op(len(a.elements), len(b.elements))
+    compared = _python_objects_compared(tx, op, a, b)
+    if compared is not None:
+        return compared
     unsupported(f"ordering {a} and {b}: kiln cannot compare them without tensor data",
                 hint="sort by a key= that gives numbers or strings")
 
 
 class _Ordered:
-    __slots__ = ("value",)
+    __slots__ = ("value", "tx")
 
-    def __init__(self, value: Value):
+    def __init__(self, value: Value, tx=None):
         self.value = value
+        self.tx = tx
 
     def __lt__(self, other):
-        return _compare(operator.lt, self.value, other.value)
+        return _compare(operator.lt, self.value, other.value, self.tx)
 
     def __gt__(self, other):
-        return _compare(operator.gt, self.value, other.value)
+        return _compare(operator.gt, self.value, other.value, self.tx)
 
 
 def _keys(tx, items: list[Value], key: Value | None) -> list:
     if key is None or key.is_constant() and key.as_constant() is None:
-        return [_Ordered(v) for v in items]
-    return order_proxies([key.call(tx, [v], {}) for v in items])
+        return [_Ordered(v, tx) for v in items]
+    return order_proxies([key.call(tx, [v], {}) for v in items], tx)
 
 
-def order_proxies(keys: list[Value]) -> list:
+def order_proxies(keys: list[Value], tx=None) -> list:
     """Objects Python's sort/min/max can order for already computed key values (functools.cmp_to_key's
-    keys order themselves through the traced comparison function)."""
-    return [k.as_constant() if type(k).__name__ == "_CmpKeyValue" else _Ordered(k) for k in keys]
+    keys order themselves through the traced comparison function). With the tracer, objects of Python
+    classes compare through their traced methods."""
+    return [k.as_constant() if type(k).__name__ == "_CmpKeyValue" else _Ordered(k, tx) for k in keys]
 
 
 def sort_values(tx, items: list[Value], key: Value | None, reverse: bool) -> list[Value]:

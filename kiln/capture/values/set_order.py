@@ -69,6 +69,32 @@ def set_method(tx, value, name: str, args: list[Value]) -> Value:
     return ConstantValue(result)
 
 
+def set_update_method(tx, value, name: str, args: list[Value]) -> None:
+    """set.difference_update/intersection_update/symmetric_difference_update, in place: run on a real set
+    with the same members (and order, for a set made while tracing: its `order` is changed by the same
+    method), then keep the members that are left, in the order they were added."""
+    refuse_hashed_members(value)
+    real_args = [real_operand(tx, a) for a in args]
+    real = value.order if value.order is not None else set(value.members)
+    try:
+        getattr(real, name)(*real_args)
+    except TypeError as exc:  # s.intersection_update(1): the program's own "not iterable"
+        from kiln.capture.values.exceptions import raise_as_traced
+
+        raise_as_traced(exc, f"set.{name}()")
+    known = _member_values(tx, [value, *args])
+    added = [k for k in real if k not in value.members]
+    if any(k not in known and not isinstance(k, _LITERAL_KEYS) for k in added):
+        unsupported(f"set.{name}() adding members kiln has no value for", hint="kiln runs it as Python")
+    for key in [k for k in value.members if k not in real]:
+        del value.members[key]
+    for key in added:
+        value.members[key] = known.get(key) or ConstantValue(key)
+
+
+_LITERAL_KEYS = (int, float, str, bytes, bool, type(None), tuple, frozenset)
+
+
 def _member_values(tx, operands) -> dict:
     """key -> value of every member of the operands (a result's members are among them)."""
     from kiln.capture.values.containers import SetValue
@@ -91,6 +117,12 @@ def set_binary(tx, op, a, b) -> Value:
     except TypeError as exc:
         unsupported(f"set operator raised TypeError: {exc}")
     return SetValue.from_real(result, values=_member_values(tx, [a, b]))
+
+
+def set_compare(tx, op, a, b) -> Value:
+    """a <= b, a < b, a == b, ... of two sets: members compared as keys (constants by value, tensors and
+    objects by identity, as their id-based hashes make CPython's set lookups do)."""
+    return ConstantValue(op(real_operand(tx, a), real_operand(tx, b)))
 
 
 def real_operand(tx, v: Value):

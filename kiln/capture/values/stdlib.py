@@ -43,6 +43,20 @@ def _refuse(tx, args, kwargs):
 LIBRARY_CALLS.update({fn: _polyfill_handler(polyfill) for fn, polyfill in polyfills.POLYFILLS.items()})
 LIBRARY_CALLS[refuse.refuse] = _refuse
 LIBRARY_CALLS[generator_resume.parked_generator] = generator_resume.trace_parked_generator  # resume functions
+
+
+def _typing_cast(tx, args, kwargs):
+    """typing.cast(typ, val) returns val unchanged (it checks nothing)."""
+    from kiln.capture.values.base import unsupported
+
+    bound = dict(zip(("typ", "val"), args), **kwargs)
+    if len(args) > 2 or set(bound) != {"typ", "val"}:
+        unsupported("typing.cast() with other arguments than (typ, val) (TypeError)")
+    return bound["val"]
+
+
+LIBRARY_CALLS[__import__("typing").cast] = _typing_cast
+LIBRARY_CALLS.update(__import__("kiln.capture.values.lru_in_frame", fromlist=["x"]).LIBRARY_HANDLERS)
 # Python functions of skipped files recognized by code object (a new function per decoration), called
 # with (tx, fn_value, args, kwargs)
 LIBRARY_CODES: dict = {generator_contexts.HELPER_CODE: generator_contexts.call_contextmanager_helper}

@@ -62,10 +62,7 @@ class TensorValue(Value):
         ex = self.example
         if name in _METADATA_ATTRS:
             if name == "is_leaf":
-                if self.source is not None:  # an input: as the caller's tensor is (w * 1 is no leaf), guarded
-                    return ConstantValue(tx.output.input_is_leaf(self.source))
-                # a fresh graph value is a leaf exactly when it does not require grad
-                return ConstantValue(not ex.requires_grad)
+                return ConstantValue(self.is_leaf(tx))
             if name == "device":
                 return ConstantValue(ex.fake_device if hasattr(ex, "fake_device") else ex.device)
             if name == "shape" and has_symbolic(ex.shape):  # dynamic dims: sizes computed by the graph
@@ -83,6 +80,12 @@ class TensorValue(Value):
             return read_grad(tx, self)
         if name == "data":
             return tx.output.tensor_data(self)
+        if name == "__class__":  # the exact type (inputs' is guarded with their metadata)
+            from kiln.capture.values.objects import ClassValue
+
+            return ClassValue(self.python_type())
+        if name == "grad_fn" and self.is_leaf(tx):
+            return ConstantValue(None)  # a leaf has no grad_fn (a non-leaf's Node object is made at run time)
         if name in ("grad_fn", "_version", "_base"):
             unsupported(f"Tensor.{name} inside a compiled function",
                         hint="autograd state is not captured yet; read it outside the compiled function")
@@ -94,6 +97,14 @@ class TensorValue(Value):
 
     def call_method(self, tx, name: str, args, kwargs) -> Value:
         return TensorMethodValue(self, name).call(tx, args, kwargs)
+
+    def is_leaf(self, tx) -> bool:
+        if self.source is not None:  # an input: as the caller's tensor is (w * 1 is no leaf), guarded
+            return tx.output.input_is_leaf(self.source)
+        held = tx.output.held_tensor_of(self.example)
+        if held is not None:  # a parameter or buffer (identity-guarded): as it is
+            return held.is_leaf
+        return not self.example.requires_grad  # a fresh graph value is a leaf exactly when it needs no grad
 
     def __repr__(self) -> str:
         ex = self.example
