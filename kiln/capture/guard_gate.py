@@ -44,6 +44,7 @@ _IMMUTABLE_SCALARS = (int, float, complex, str, bytes, bool, type(None), type(El
                       torch.dtype, torch.device, torch.layout, torch.memory_format)
 _HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
 _MISSING = object()
+_IMMUTABLETYPE = 1 << 8  # Py_TPFLAGS_IMMUTABLETYPE: a class whose attributes cannot be set (int, function, ...)
 
 
 def gate_functions():
@@ -168,6 +169,8 @@ def reads_plainly(obj: Any, attr: str, generic: bool) -> bool:
             on_class = klass.__dict__[attr]
             break
     kind = type(on_class)
+    if on_class is not _MISSING and not kind.__flags__ & _IMMUTABLETYPE:
+        return False  # (its class may gain __get__/__set__ later: a change to no tag the gate watches)
     if on_class is not _MISSING and (hasattr(kind, "__set__") or hasattr(kind, "__delete__")):
         return False  # a data descriptor (property, slot, __dict__) decides
     if attr not in instance_dict and (on_class is _MISSING or hasattr(kind, "__get__")):
