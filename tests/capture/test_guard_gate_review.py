@@ -646,3 +646,61 @@ def test_reads_plainly_refuses_a_class_attribute_of_a_mutable_class():
     assert reads_plainly(s, "own", False)
     assert reads_plainly(s, "plain", False)  # a float: its class cannot gain __get__
     assert not reads_plainly(s, "marked", False)  # Mk.__get__/__set__ may be set later
+
+
+# ---- a change made while the check function runs (another thread) ----------------------------------
+
+class Sized(nn.Module):
+    def __init__(self, scale):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+        self.bn = nn.BatchNorm2d(4)
+        self.sizes = [scale, 1.0]  # a list: its guard runs on every call, reading through L['self']._modules['body']
+
+    def forward(self, x):
+        return self.bn(self.conv(x)).relu() * self.sizes[0]
+
+
+class Outer(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.body = Sized(2.0).eval()
+        self.head = nn.Sequential(nn.Conv2d(4, 4, 1), nn.ReLU(), nn.Conv2d(4, 4, 1)).eval()
+
+    def forward(self, x):
+        return self.head(self.body(x))
+
+
+def test_a_change_between_the_ungated_reads_and_the_snapshot():
+    """A submodule replaced after the every-call guards read it but before the gate's snapshot: the
+    gated guards must not check the object read before the change while the tags recorded are those
+    after it (the gate would then stay open with the new submodule unchecked)."""
+    import sys
+
+    snapshot = gate_functions()[3]
+    m = Outer()
+    cm = kiln.compile(m, backend="eager")
+    cm(X)
+    cm(X)
+    m.body.bn.train()  # a watched change: the next call runs the gated guards (and fails, recompiles)
+    cm(X)
+    m.body.bn.eval()
+    cm(X)  # an entry passes again; the gated block runs (tags of its last pass differ)
+    torch.manual_seed(1)
+    other = Sized(2.0).eval()  # (the every-call guard on its sizes passes: other weights)
+    done = []
+
+    def profile(frame, event, arg):
+        if event == "c_call" and arg is snapshot and not done:
+            done.append(1)
+            m._modules["body"] = other  # as another thread would, just before the snapshot
+    m.body.bn.momentum = 0.2  # (a watched change, so the next call runs the gated block)
+    sys.setprofile(profile)
+    try:
+        cm(X)  # (this call may use either submodule: it raced with the change)
+    finally:
+        sys.setprofile(None)
+    assert done
+    torch.testing.assert_close(cm(X), m(X))
+    torch.testing.assert_close(cm(X), m(X))
