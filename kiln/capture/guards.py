@@ -377,12 +377,15 @@ def _check_function_source(exprs: list[tuple[str, str]], shared: set[str], gate=
             lines.append(f"{indent}    return False")
 
     lines: list[str] = []
+    if gate is not None:  # (the tags are taken before any guard reads: the guards below may read a place
+        # once for both blocks, and a change made after that read must not be in the tags recorded)
+        state, gated, reached, record = gate
+        lines.append(f"___gate_open = ___gate_unchanged({state})  # {len(gated)} guards read only through dicts "
+                     f"and types unchanged since they last passed (guard_gate.py)")
+        lines.append(f"___snap = None if ___gate_open else ___gate_snapshot({state})  # the tags before any read")
     emit(lines, exprs)
     if gate is not None:
-        state, gated, reached, record = gate
-        lines.append(f"if not ___gate_unchanged({state}):  # {len(gated)} guards below read only through "
-                     f"dicts and types unchanged since they last passed (guard_gate.py)")
-        lines.append(f"    ___snap = ___gate_snapshot({state})  # the tags before the guards read")
+        lines.append("if not ___gate_open:  # the gated guards")
         emit(lines, gated, "    ")
         reached_text = ", ".join(substitute(text) for text in reached)  # (one short text at a time: linear)
         lines.append(f"    {record}({state}, ({reached_text},), ___snap)  # the gate opens")
