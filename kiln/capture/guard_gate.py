@@ -29,7 +29,6 @@ from __future__ import annotations
 import collections
 import dataclasses
 import sys
-import types as pytypes
 from typing import Any
 
 import torch
@@ -148,8 +147,9 @@ def reads_plainly(obj: Any, attr: str, generic: bool) -> bool:
     own ``__getattribute__``, no data descriptor (property, slot), no ``__getattr__``, no method bound
     anew on each read. ``__dict__`` itself: the object's own plain dict."""
     cls = type(obj)
-    if not generic and cls.__getattribute__ not in (object.__getattribute__, pytypes.ModuleType.__getattribute__):
-        return False
+    getattribute = next(k.__dict__["__getattribute__"] for k in cls.__mro__ if "__getattribute__" in k.__dict__)
+    if not generic and getattribute is not object.__dict__["__getattribute__"]:
+        return False  # (looked up in the MRO, as Python does: `cls.__getattribute__` would ask the metaclass)
     if isinstance(obj, type):
         return False  # (a class's attributes: type.__getattribute__ and the metaclass decide)
     own = next((k.__dict__["__dict__"] for k in cls.__mro__ if "__dict__" in k.__dict__), None)

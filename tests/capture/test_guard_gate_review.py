@@ -700,3 +700,26 @@ def test_a_change_between_the_ungated_reads_and_the_snapshot():
     assert done
     torch.testing.assert_close(cm(X), m(X))
     torch.testing.assert_close(cm(X), m(X))
+
+
+def test_reads_plainly_looks_getattribute_up_in_the_mro():
+    """`cls.__getattribute__` asks the metaclass, which may answer anything; Python calls the MRO's."""
+    from kiln.capture.guard_gate import reads_plainly
+
+    class Lying(type):
+        def __getattribute__(cls, name):
+            if name == "__getattribute__":
+                return object.__getattribute__
+            return super().__getattribute__(name)
+
+    class Counting(metaclass=Lying):
+        def __init__(self):
+            self.k = 2.0
+
+        def __getattribute__(self, name):
+            return 7.0 if name == "k" else object.__getattribute__(self, name)
+
+    c = Counting()
+    assert c.k == 7.0
+    assert not reads_plainly(c, "k", False)
+    assert reads_plainly(c, "k", True)  # (object.__getattribute__ itself: the instance dict)
