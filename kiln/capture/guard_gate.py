@@ -106,11 +106,13 @@ class _Watch:
         self.dicts: dict[int, Any] = {}
         self.owners: dict[int, tuple[Any, Any]] = {}
         self.typed: dict[int, tuple[Any, type, int]] = {}
-        self.reached: dict[int, tuple[str, Any]] = {}  # id -> (place text, object)
+        # place text -> object: every place, also one holding an object already reached at another (the
+        # object is watched once; each place must still hold it for the tags to stand for what is read)
+        self.reached: dict[str, Any] = {}
         self.rechecks: list[tuple[Any, str, bool]] = []  # (obj, attr, generic): reads_plainly held
 
     def reach(self, text: str, obj: Any) -> None:
-        self.reached.setdefault(id(obj), (text, obj))
+        self.reached.setdefault(text, obj)
 
     def dict(self, text: str, d: Any) -> bool:
         if type(d) not in (dict, collections.OrderedDict):
@@ -299,7 +301,7 @@ def plan_gate(guards: list, frame: tuple | None, min_gated: int = 8) -> GatePlan
     typed = tuple(o for o, _, _ in w.typed.values())
     types = tuple(t for _, t, _ in w.typed.values())
     type_tags = bytearray(b"".join(int(tag).to_bytes(4, sys.byteorder) for _, _, tag in w.typed.values()))
-    reached = list(w.reached.values())
+    reached = list(w.reached.items())
     state = (bytearray(1), dicts, bytearray(8 * len(dicts)), owners, owner_dicts, typed, types, type_tags,
              tuple(obj for _, obj in reached))
     plan = GatePlan(gated, state, [text for text, _ in reached], list(w.rechecks))

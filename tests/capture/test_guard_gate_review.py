@@ -723,3 +723,52 @@ def test_reads_plainly_looks_getattribute_up_in_the_mro():
     assert c.k == 7.0
     assert not reads_plainly(c, "k", False)
     assert reads_plainly(c, "k", True)  # (object.__getattribute__ itself: the instance dict)
+
+
+def test_one_object_at_two_places_then_one_place_rebound():
+    """An object reached at two places is watched once; one place then gets another object (equal, so
+    the guards pass): the record must see that the second place holds an object no tag watches."""
+    class S(Wrap):
+        def __init__(self):
+            super().__init__()
+            self.a_cfg = self.b_cfg = Cfg()
+
+        def forward(self, x):
+            return self.body(x) * self.a_cfg.k + self.b_cfg.k
+
+    m = S()
+    cm = kiln.compile(m, backend="eager")
+    cm(X)
+    cm(X)
+    m.b_cfg = Cfg()  # equal values: the gated guards run and pass
+    torch.testing.assert_close(cm(X), m(X))
+    torch.testing.assert_close(cm(X), m(X))
+    m.b_cfg.k = 5.0  # a change to the new object only
+    torch.testing.assert_close(cm(X), m(X))
+
+
+def test_every_place_of_a_reached_object_is_checked():
+    """Guards that read one object at two places with no guard that the places alias (the tracer adds
+    one; a guard set need not): after one place gets another, equal object, the record must not open
+    the gate, since no tag watches the new object."""
+    from kiln.capture.guards import GuardSet
+    from kiln.capture.sources import AttrSource, LocalSource
+
+    h = Cfg()
+    h.a = h.b = Cfg()
+    gs = GuardSet()
+    root = LocalSource("self")
+    gs.identity(root, h)
+    for place in ("a", "b"):
+        gs.type(AttrSource(root, place), h.a)
+        gs.constant(AttrSource(AttrSource(root, place), "k"), 2.0)
+    for i in range(8):
+        setattr(h, f"c{i}", i)
+        gs.constant(AttrSource(root, f"c{i}"), i)
+    frame = ({"self": h}, {}, (), {})
+    check = gs.compile(frame).check
+    assert check(*frame) and check(*frame)
+    h.b = Cfg()  # equal: the guards pass
+    assert check(*frame) and check(*frame)
+    h.b.k = 5.0  # only the new object changes
+    assert not check(*frame)
