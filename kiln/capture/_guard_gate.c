@@ -11,7 +11,8 @@
  *   dicts       tuple of dicts whose versions are compared; tags: bytearray(8 * len(dicts))
  *   owners      tuple of objects whose __dict__ must still be owner_dicts[i]
  *   typed       tuple of objects whose type must still be types[i], with tp_version_tag
- *               type_tags[i] (uint32 each, taken when the gate was planned)
+ *               type_tags[i] (uint32 each, taken when the gate was planned; guard_gate.make_recorder
+ *               replaces them after checking the reads through a changed type again)
  *   expected    tuple of objects the guards reach (identity), in the order of gate_record's tuple
  */
 #define PY_SSIZE_T_CLEAN

@@ -14,14 +14,18 @@ type's version tag when it or a base class changes. So ``plan_gate`` sorts the g
 are *gated* (the block above) and the rest, and lists what the gated ones read through: dicts (their
 versions), owners (whose `__dict__` must still be that dict), and objects whose type (and the type's
 version tag) must not change. The check function then runs the gated block only when
-``gate_unchanged`` (C, ``_guard_gate.c``) says something changed; after the block passes it calls
-``gate_record``, which stores the current version tags, but only when the guards reached exactly the
-planned objects (a submodule replaced and put back, a dict swapped for another: the tags are then not
-stored and the block runs every time until the objects are the planned ones again).
+``gate_unchanged`` (C, ``_guard_gate.c``) says something changed. The tags are taken (``gate_snapshot``)
+at the top of the check function, before any guard reads: a change made after a read (another thread)
+must not be in the tags recorded, and the every-call guards may read a place the gated ones use again.
+After the block passes it calls ``gate_record``, which stores those tags, but only when every place
+the guards read through still holds the planned object (a submodule replaced and put back, a dict
+swapped for another, one of two places holding one object rebound: the tags are then not stored and
+the block runs every time until the objects are the planned ones again).
 
 What is never gated: tensor metadata (its own C check), global state, anything read through a list,
-a property or other data descriptor, a class's own `__getattribute__`, a call, an iterator, or a
-mutable constant (a list value is compared each time). The printed guard function shows the block
+a property or other data descriptor, a class's own `__getattribute__`, a call, an iterator, a mutable
+constant (a list value is compared each time), or an attribute the class also has with a value of a
+mutable class (that class may gain ``__get__``/``__set__`` later, changing the read and no tag watched). The printed guard function shows the block
 under ``if not ___gate_unchanged(...)``.
 """
 from __future__ import annotations
@@ -73,19 +77,19 @@ def make_recorder(plan: GatePlan, c_record):
     planned ones, so the gate opens again."""
 
     def record(state, reached, snap) -> bool:
+        """Whether the tags were stored (the gate opens); False when the guards must run next call too."""
         if c_record(state, reached, snap):
             return True
         typed, types = state[5], state[6]
         if any(type(o) is not t for o, t in zip(typed, types)):
-            return True
+            return False
         if not all(reads_plainly(o, a, g) for o, a, g in plan.rechecks):
-            return True
+            return False
         type_tags = snap[8 * len(state[1]):]
         if any(int.from_bytes(type_tags[i:i + 4], sys.byteorder) == 0 for i in range(0, len(type_tags), 4)):
-            return True
+            return False
         state[7][:] = type_tags
-        c_record(state, reached, snap)
-        return True
+        return bool(c_record(state, reached, snap))
 
     return record
 
