@@ -772,3 +772,65 @@ def test_every_place_of_a_reached_object_is_checked():
     assert check(*frame) and check(*frame)
     h.b.k = 5.0  # only the new object changes
     assert not check(*frame)
+
+
+# ---- modules: sys.modules, a module's globals --------------------------------------------------------
+
+class Importing(Wrap):
+    def forward(self, x):
+        import tests.capture.other_module as om
+
+        return om.scaled(self.body(x))
+
+
+def test_module_replaced_in_sys_modules():
+    import sys
+    import types
+
+    import tests.capture.other_module as om
+
+    m = Importing()
+    fake = types.ModuleType(om.__name__)
+    fake.scaled = lambda x: x * 7.0
+    pkg = sys.modules["tests.capture"]
+
+    def mutate():
+        sys.modules[om.__name__] = fake
+        pkg.other_module = fake  # (`import a.b.c as x` reads the attribute of the package)
+    try:
+        after(m, mutate)
+    finally:
+        sys.modules[om.__name__] = om
+        pkg.other_module = om
+
+
+def test_module_global_changed():
+    import tests.capture.other_module as om
+
+    m = Importing()
+
+    def mutate():
+        om.SCALE = 3.0
+    try:
+        after(m, mutate)
+    finally:
+        om.SCALE = 2.0
+
+
+def test_weakref_proxy_attribute():
+    import weakref
+
+    class Holder(Wrap):
+        def __init__(self, cfg):
+            super().__init__()
+            self.cfg = weakref.proxy(cfg)
+
+        def forward(self, x):
+            return self.body(x) * self.cfg.k
+
+    cfg = Cfg()
+    m = Holder(cfg)
+
+    def mutate():
+        cfg.k = 3.0
+    after(m, mutate)
