@@ -834,3 +834,43 @@ def test_weakref_proxy_attribute():
     def mutate():
         cfg.k = 3.0
     after(m, mutate)
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_plain_tensor_attribute_changed_in_place_and_rebound(backend):
+    class S(Wrap):
+        def __init__(self):
+            super().__init__()
+            self.mask = torch.ones(4, 1, 1)
+
+        def forward(self, x):
+            return self.body(x) * self.mask
+
+    m = S()
+
+    def mutate():
+        m.mask.mul_(2)
+        m.body[1].running_var.add_(1.0)
+    after(m, mutate, backend=backend)
+    m.mask = torch.full((4, 1, 1), 3.0)
+    cm = kiln.compile(m, backend=backend)
+    torch.testing.assert_close(cm(X), m(X))
+
+
+def test_a_mapping_proxy_attribute():
+    import types
+
+    class S(Wrap):
+        def __init__(self, d):
+            super().__init__()
+            self.cfg = types.MappingProxyType(d)
+
+        def forward(self, x):
+            return self.body(x) * self.cfg["k"]
+
+    d = {"k": 2.0}
+    m = S(d)
+
+    def mutate():
+        d["k"] = 3.0
+    after(m, mutate)
