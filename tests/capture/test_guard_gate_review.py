@@ -15,17 +15,19 @@ pytestmark = pytest.mark.skipif(gate_functions() is None, reason="kiln's C exten
 
 @pytest.fixture(autouse=True)
 def _no_grad():
-    with torch.no_grad():
+    """One grad mode throughout; the global RNG as it was after each test (the models are seeded)."""
+    with torch.no_grad(), torch.random.fork_rng():
         yield
 
 
 def body():
     """Enough submodules that the planner gates (at least 8 guards)."""
-    torch.manual_seed(0)
-    return nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(), nn.Conv2d(4, 4, 1)).eval()
+    with torch.random.fork_rng():  # (also called at import: the global RNG stays as it was)
+        torch.manual_seed(0)
+        return nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(), nn.Conv2d(4, 4, 1)).eval()
 
 
-X = torch.randn(2, 3, 8, 8)
+X = torch.randn(2, 3, 8, 8, generator=torch.Generator().manual_seed(0))
 
 
 def after(m, mutate, x=X, backend="eager", gated=True):
