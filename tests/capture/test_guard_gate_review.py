@@ -82,31 +82,6 @@ def test_class_attribute_type_becomes_a_data_descriptor(backend):
     after(m, mutate, backend=backend)
 
 
-def test_class_attribute_type_becomes_a_non_data_descriptor():
-    """A class attribute read from the class (no instance value): its type gains __get__."""
-    class Mk:
-        def __mul__(self, other):
-            return other * 3.0
-
-        __rmul__ = __mul__
-
-    class S(nn.Module):
-        k = 2.0
-
-        def __init__(self):
-            super().__init__()
-            self.body = body()
-
-        def forward(self, x):
-            return self.body(x) * self.k
-
-    m = S()
-
-    def mutate():
-        S.k = 3.0  # the class's own tag changes
-    after(m, mutate)
-
-
 # ---- the instance dict, the class, the type --------------------------------------------------------
 
 def test_instance_dict_replaced():
@@ -233,20 +208,60 @@ def test_metaclass_attribute_changed():
 
 # ---- values that hold mutable objects ---------------------------------------------------------------
 
-def test_tuple_holding_a_list():
+def holding(cfg, read):
+    """Wrap with ``self.cfg = cfg``, returning ``body(x) * read(self.cfg)``."""
     class S(Wrap):
         def __init__(self):
             super().__init__()
-            self.cfg = ([2.0],)
+            self.cfg = cfg
 
         def forward(self, x):
-            return self.body(x) * self.cfg[0][0]
+            return self.body(x) * read(self.cfg)
 
-    m = S()
+    return S()
+
+
+def test_tuple_holding_a_list():
+    m = holding(([2.0],), lambda c: c[0][0])
 
     def mutate():
         m.cfg[0][0] = 3.0
     after(m, mutate)
+
+
+class Cfg:
+    def __init__(self):
+        self.k = 2.0
+        self.shift = 1.0
+
+
+class Slotted:
+    __slots__ = ("k",)
+
+    def __init__(self):
+        self.k = 2.0
+
+
+class D(dict):
+    pass
+
+
+@pytest.mark.parametrize("make, change, gated", [
+    (Cfg, lambda c: c.__dict__.update(k=3.0), True),  # a plain object's dict
+    (Slotted, lambda c: object.__setattr__(c, "k", 3.0), True),  # a slot: read every call
+], ids=["dict", "slots"])
+def test_config_object_attribute_changed(make, change, gated):
+    m = holding(make(), lambda c: c.k)
+    after(m, lambda: change(m.cfg), gated=gated)
+
+
+@pytest.mark.parametrize("make, change, gated", [
+    (dict, lambda d: d.update(k=3.0), True),
+    (D, lambda d: dict.__setitem__(d, "k", 3.0), False),  # a dict subclass: never gated
+], ids=["dict", "dict-subclass"])
+def test_config_mapping_changed(make, change, gated):
+    m = holding(make(k=2.0), lambda c: c["k"])
+    after(m, lambda: change(m.cfg), gated=gated)
 
 
 def test_partial_rebound_by_setstate():
@@ -263,83 +278,6 @@ def test_partial_rebound_by_setstate():
     def mutate():
         m.op.__setstate__((torch.add, (), {"other": 2.0}, None))
     after(m, mutate, gated=False)
-
-
-def test_plain_object_attribute_changed():
-    class Cfg:
-        def __init__(self):
-            self.k = 2.0
-
-    class S(Wrap):
-        def __init__(self):
-            super().__init__()
-            self.cfg = Cfg()
-
-        def forward(self, x):
-            return self.body(x) * self.cfg.k
-
-    m = S()
-
-    def mutate():
-        m.cfg.__dict__["k"] = 3.0
-    after(m, mutate)
-
-
-def test_slot_attribute_changed():
-    class Cfg:
-        __slots__ = ("k",)
-
-        def __init__(self):
-            self.k = 2.0
-
-    class S(Wrap):
-        def __init__(self):
-            super().__init__()
-            self.cfg = Cfg()
-
-        def forward(self, x):
-            return self.body(x) * self.cfg.k
-
-    m = S()
-
-    def mutate():
-        object.__setattr__(m.cfg, "k", 3.0)
-    after(m, mutate)
-
-
-def test_dict_subclass_attribute_changed():
-    class D(dict):
-        pass
-
-    class S(Wrap):
-        def __init__(self):
-            super().__init__()
-            self.cfg = D(k=2.0)
-
-        def forward(self, x):
-            return self.body(x) * self.cfg["k"]
-
-    m = S()
-
-    def mutate():
-        dict.__setitem__(m.cfg, "k", 3.0)
-    after(m, mutate, gated=False)
-
-
-def test_plain_dict_attribute_changed():
-    class S(Wrap):
-        def __init__(self):
-            super().__init__()
-            self.cfg = {"k": 2.0}
-
-        def forward(self, x):
-            return self.body(x) * self.cfg["k"]
-
-    m = S()
-
-    def mutate():
-        m.cfg.update(k=3.0)
-    after(m, mutate)
 
 
 # ---- nn.Module's own ways of changing a module ------------------------------------------------------
@@ -533,12 +471,6 @@ def test_sequential_grows():
 
 
 # ---- functions: globals, closures, config objects ---------------------------------------------------
-
-class Cfg:
-    def __init__(self):
-        self.k = 2.0
-        self.shift = 1.0
-
 
 CFG = Cfg()
 NET = body()
