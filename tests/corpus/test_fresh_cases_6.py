@@ -376,7 +376,6 @@ def test_reduce_mul_over_tensors():
     check(fn, [_t(3, seed=i) for i in range(3)], breaks=0)
 
 
-@kiln_gap("a recursive lru_cache'd pure helper (it reads its own global name) breaks the graph")
 def test_lru_cached_pure_helper():
     def fn(x):
         return x * _fib(10)
