@@ -2,7 +2,7 @@
 TorchDynamo's graph count."""
 import torch
 
-from .harness import check
+from .harness import check, dynamo_bug
 
 
 def _t(*shape, seed=0):
@@ -26,3 +26,26 @@ def test_slice_object_with_a_size_part():
         return x[sl] * 2, sl.stop
 
     check(fn, _t(6), breaks=0)
+
+
+@dynamo_bug("zip(strict=True) raises with a different message than CPython's")
+def test_zip_strict_message_caught():
+    def fn(x):
+        try:
+            list(zip([1, 2], [3], strict=True))
+        except ValueError as e:
+            return x + 1, str(e)
+        return x, ""
+
+    check(fn, _t(3), breaks=0)
+
+
+@dynamo_bug("y in [x] does not raise the ambiguous-bool RuntimeError of the == between two tensors")
+def test_tensor_membership_by_equality_raises_and_is_caught():
+    def fn(x, y):
+        try:
+            return y in [x], 0
+        except RuntimeError:
+            return x + 1, 1
+
+    check(fn, _t(3), _t(3, seed=1), breaks=0)
