@@ -432,3 +432,14 @@ def test_is_leaf_and_grad_fn_of_inputs_parameters_and_graph_values():
 
     graphs, reasons = _explain(non_leaf, torch.ones(2, requires_grad=True))
     assert any("grad_fn" in r for r in reasons), reasons
+
+
+def test_slice_value_attributes_are_its_parts():
+    from kiln.capture.values.base import ConstantValue
+    from kiln.capture.values.containers import SliceValue
+
+    start, stop, step = ConstantValue(1), ConstantValue(None), ConstantValue(2)
+    sl = SliceValue(start, stop, step)
+    assert sl.getattr(None, "start") is start and sl.getattr(None, "stop") is stop
+    assert sl.getattr(None, "step") is step
+    assert sl.getattr(None, "indices").call(None, [ConstantValue(7)], {}).as_constant() == (1, 7, 2)

@@ -326,6 +326,44 @@ def test_lru_cache_calling_math():
     one_graph(fn, _t(3, 4))
 
 
+@functools.lru_cache(maxsize=None)
+def _tri(n):
+    return n if n < 2 else n + _tri(n - 1)
+
+
+@functools.lru_cache(maxsize=None)
+def _tri_plus_pattern(n):
+    return _tri(n) + sum(_pattern(n))
+
+
+@functools.lru_cache(maxsize=None)
+def _tri_scaled(n):
+    return n * _SCALE[0] if n < 2 else n + _tri_scaled(n - 1)
+
+
+def test_lru_cache_recursive_through_its_global_name():
+    # the recursive call reads G['_tri'] (the wrapper itself) and its __wrapped__: both checked calls
+    def fn(x):
+        return x * _tri(6)
+
+    one_graph(fn, _t(3))
+
+
+def test_lru_cache_calling_other_lru_cache_functions():
+    def fn(x):
+        return x + _tri_plus_pattern(5)
+
+    one_graph(fn, _t(3))
+
+
+def test_lru_cache_recursive_reading_a_global_still_breaks():
+    # the innermost level reads _SCALE: eager's cache would keep the old result once it changes
+    def fn(x):
+        return x * _tri_scaled(4)
+
+    check(fn, _t(3), graphs=1, breaks=1)
+
+
 def test_wrapped_function_handed_back_keeps_attributes():
     def fn(x):
         def inner(y):

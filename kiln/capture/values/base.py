@@ -212,8 +212,9 @@ class ConstantValue(Value):
             method = getattr(self.value, name, None)
             if method is None:
                 unsupported(f"{type(self.value).__name__!r} object has no attribute {name!r}")
-            if isinstance(self.value, (str, bytes, int, float, complex, tuple, torch.Size, range, frozenset)) or \
-                    self.value is None or isinstance(self.value, (torch.dtype, torch.device)):
+            immutable = (str, bytes, int, float, complex, tuple, torch.Size, range, frozenset, slice)
+            if isinstance(self.value, immutable) or self.value is None or \
+                    isinstance(self.value, (torch.dtype, torch.device)):
                 try:
                     result = method(*[a.as_constant() for a in args], **{k: v.as_constant() for k, v in kwargs.items()})
                 except Exception as exc:

@@ -534,6 +534,15 @@ class SliceValue(Value):
     def as_constant(self):
         return slice(*[p.as_constant() for p in self.parts])
 
+    def getattr(self, tx, name: str) -> Value:
+        """start/stop/step are the values the slice was built from (the same objects, as in Python); its
+        methods (indices, ...) run on the constant slice, and break when a part is not a constant."""
+        if name in ("start", "stop", "step"):
+            return self.parts[("start", "stop", "step").index(name)]
+        if not self.is_constant():
+            unsupported(f"attribute {name!r} of a slice with parts that are not constants: {self.parts}")
+        return ConstantValue(self.as_constant()).getattr(tx, name)
+
     def reconstruct(self, cg) -> None:
         for p in self.parts:
             cg.reconstruct(p)

@@ -169,8 +169,10 @@ class LruCacheFunctionValue(Value):
     its arguments are hashable constants; its body records no side effect, no graph op and changes no
     value that existed before the call; it reads nothing that needs a guard (so nothing that can change
     between calls: no global number, container or object attribute; modules, classes and builtins are
-    fine); and its result is an immutable constant (number, string, None, tuple of those), so a cached
-    result and a recomputed one are indistinguishable (equal, and with no identity to tell apart).
+    fine, and so are lru_cache functions, the function itself included (a recursive call reads its global
+    name): their calls are checked by this same rule); and its result is an immutable constant (number,
+    string, None, tuple of those), so a cached result and a recomputed one are indistinguishable (equal,
+    and with no identity to tell apart).
     What differs is only the cache itself: `cache_info()` does not count the traced calls."""
 
     def __init__(self, wrapper, source=None):
@@ -238,7 +240,8 @@ def _call_purely(tx, fn: Value, args, kwargs, name: str) -> Value:
     reads: list = []
 
     def watching_add(kind, source, value=None):
-        if kind not in (GuardKind.IDENTITY, GuardKind.TYPE) or not _unchanging(value):
+        unchanging = kind in (GuardKind.IDENTITY, GuardKind.TYPE) and _unchanging(value)
+        if not unchanging and not _body_of_lru_function(output.values_by_source, source):
             reads.append((kind, source))
         return original_add(kind, source, value)
 
@@ -253,7 +256,7 @@ def _call_purely(tx, fn: Value, args, kwargs, name: str) -> Value:
         hits = output.values_by_source.hits
         memo.update(output.values_by_source)
         output.values_by_source = memo
-    reads.extend((None, key) for key in hits if not _unchanging_value(memo[key]))
+    reads.extend((None, key) for key in hits if not (_unchanging_value(memo[key]) or _body_of_lru_function(memo, key)))
     if output.side_effects.write_count != effects_before or len(output.graph.nodes) != nodes_before:
         unsupported(f"lru_cache function {name} has side effects or computes tensors: kiln cannot tell "
                     f"whether eager would run it or return a cached result")
@@ -284,12 +287,23 @@ def _unchanging_value(value: Value) -> bool:
     from kiln.capture.values.objects import ClassValue
     from kiln.capture.values.torch_functions import PythonModuleValue
 
-    return isinstance(value, (PythonModuleValue, ClassValue, KnownFunctionValue))
+    return isinstance(value, (PythonModuleValue, ClassValue, KnownFunctionValue, LruCacheFunctionValue))
+
+
+def _body_of_lru_function(memo: dict, place) -> bool:
+    """Whether `place` (a source, or its name) is `wrapper.__wrapped__` of an lru_cache function: a nested
+    call reads it to find the body it traces (as the outermost call does before the reads are watched);
+    what the body reads is checked."""
+    name = place if isinstance(place, str) else place.name() if place is not None else ""
+    suffix = ".__wrapped__"
+    return name.endswith(suffix) and isinstance(dict.get(memo, name[:-len(suffix)]), LruCacheFunctionValue)
 
 
 def _unchanging(value) -> bool:
-    """Objects whose reading cannot go stale: modules, classes, builtins (identity/type guards on them)."""
-    return isinstance(value, (types.ModuleType, type, types.BuiltinFunctionType))
+    """Objects whose reading cannot go stale: modules, classes, builtins (identity/type guards on them),
+    and lru_cache wrappers (a recursive helper reads its own global name): a call through one is checked
+    by this same purity rule, so what it returns cannot depend on anything that changes between calls."""
+    return isinstance(value, (types.ModuleType, type, types.BuiltinFunctionType, functools._lru_cache_wrapper))
 
 
 # ---- cmp_to_key -----------------------------------------------------------------------------------
