@@ -37,6 +37,7 @@ class NNModuleValue(Value):
     def truth(self, tx) -> bool:
         if isinstance(self.module, (torch.nn.ModuleList, torch.nn.Sequential, torch.nn.ModuleDict,
                                     torch.nn.ParameterList, torch.nn.ParameterDict)):
+            self.guard_contents(tx)
             return len(self.module) > 0
         return True
 
@@ -121,6 +122,17 @@ class NNModuleValue(Value):
         if self.source is not None:
             tx.output.guards.dict_keys(AttrSource(self.source, "_modules"), self.module._modules)
 
+    def guard_contents(self, tx) -> None:
+        """What a container module holds (ModuleList/Sequential/ModuleDict: its submodules' names in
+        order; ParameterList/ParameterDict: its parameters'): its length, truth, iteration and integer
+        indexing depend on it (an `append` after compiling must recompile)."""
+        if self.source is None:
+            return
+        if isinstance(self.module, (torch.nn.ParameterList, torch.nn.ParameterDict)):
+            tx.output.guards.dict_keys(AttrSource(self.source, "_parameters"), self.module._parameters)
+        else:
+            self.guard_children(tx)
+
     def named_submodules(self, tx, prefix: str = "") -> list[tuple[str, "NNModuleValue"]]:
         """`named_modules()`: this module and every module below it, depth first, each once."""
         seen: set[int] = set()
@@ -169,11 +181,13 @@ class NNModuleValue(Value):
                 return ListIteratorValue([self._child(tx, k, m[k]) for k in keys])
             return ListIteratorValue([TupleValue([ConstantValue(k), self._child(tx, k, m[k])]) for k in keys])
         if name == "__len__":
+            self.guard_contents(tx)
             return ConstantValue(len(m))
         return super().call_method(tx, name, args, kwargs)
 
     def items(self, tx) -> list[Value]:
         m = self.module
+        self.guard_contents(tx)
         if isinstance(m, (torch.nn.ModuleList, torch.nn.Sequential)):
             return [self._child(tx, k, c) for k, c in m._modules.items()]
         if isinstance(m, torch.nn.ModuleDict):
@@ -187,6 +201,8 @@ class NNModuleValue(Value):
         if not index.is_constant():
             unsupported(f"indexing module {type(m).__name__} with {index}")
         idx = index.as_constant()
+        if isinstance(m, (torch.nn.ModuleList, torch.nn.Sequential, torch.nn.ParameterList)):
+            self.guard_contents(tx)  # (which child an int or a slice picks depends on the names in order)
         if isinstance(m, (torch.nn.ModuleList, torch.nn.Sequential)):
             keys = list(m._modules.keys())
             if isinstance(idx, slice):
