@@ -91,10 +91,10 @@ class Options:
     distributed_agreement_timeout: seconds ranks wait for each other to agree, graph by graph, that
         every rank compiled it (else all run it eagerly); 0: off, a rank whose compile fails runs that
         graph eagerly alone (KILN_DIST_AGREEMENT_TIMEOUT; kiln/distributed/consistency.py).
-    ddp_agreement_timeout: the same agreement, on by default, for graphs compiled inside a
-        DistributedDataParallel forward or an FSDP2-sharded module's forward (every rank compiles the
-        same graphs there, in step); at most half the process group's timeout; 0: off
-        (KILN_DDP_AGREEMENT_TIMEOUT).
+    ddp_agreement_timeout: the same agreement, for graphs compiled inside a DistributedDataParallel
+        forward or an FSDP2-sharded module's forward (every rank compiles the same graphs there, in
+        step); at most half the process group's timeout; 0 (the default until it is checked on NCCL
+        GPUs): off (KILN_DDP_AGREEMENT_TIMEOUT).
     warm_cache: keep what the backend made of each captured graph under ``cache_dir`` and reuse it in
         later processes (no tracing, lowering or code generation; docs/caching.md; KILN_WARM_CACHE=0 off).
     fused_optimizer: where ``optimizer.step()`` of Adam/AdamW/SGD runs as kiln's fused step (kiln/optim,
@@ -128,7 +128,7 @@ class Options:
     choose_faster: bool = True
     ddp_split: bool = True
     distributed_agreement_timeout: float = 0.0
-    ddp_agreement_timeout: float = 300.0
+    ddp_agreement_timeout: float = 0.0
     warm_cache: bool = True
     inplace_stores: bool = True
     fused_optimizer: str = "cpu"
@@ -188,7 +188,7 @@ def _read_environment() -> Options:
         choose_faster=_env_int("KILN_CHOOSE_FASTER", 1) != 0,
         ddp_split=_env_int("KILN_DDP_SPLIT", 1) != 0,
         distributed_agreement_timeout=float(_env_str("KILN_DIST_AGREEMENT_TIMEOUT") or 0.0),
-        ddp_agreement_timeout=float(_env_str("KILN_DDP_AGREEMENT_TIMEOUT") or 300.0),
+        ddp_agreement_timeout=float(_env_str("KILN_DDP_AGREEMENT_TIMEOUT") or 0.0),
         warm_cache=_env_int("KILN_WARM_CACHE", 1) != 0,
         inplace_stores=_env_int("KILN_INPLACE_STORES", 1) != 0,
         fused_optimizer=_env_choice("KILN_FUSED_OPTIMIZER", FUSED_OPTIMIZER_CHOICES, "cpu"),

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import datetime
 import hashlib
+import re
 import sys
 import warnings
 import weakref
@@ -110,8 +111,14 @@ def fsdp_forward_running() -> bool:
     return False
 
 
+_DEVICE_INDEX = re.compile(r"(device\(type='[a-z]+', index=)\d+|('[a-z]+:)\d+'")
+
+
 def _digest(gm) -> str:
-    return hashlib.sha256(gm.code.encode()).hexdigest()[:20]
+    """The graph's code, the same on every rank: each rank's own device index (`cuda:1` on rank 1) is
+    left out (on 2 GPUs the digests differed, and every rank waited out the timeout)."""
+    code = _DEVICE_INDEX.sub(lambda m: (m.group(1) or m.group(2)) + "N" + ("" if m.group(1) else "'"), gm.code)
+    return hashlib.sha256(code.encode()).hexdigest()[:20]
 
 
 def agree(digest: str, ok: bool, timeout: float) -> bool:

@@ -36,7 +36,7 @@ def ddp_run(rank, backend, options):
 def fsdp_run(rank, backend):
     from tests.distributed.fsdp_workers import scenario
 
-    out = scenario(rank, "per_block", backend=backend)  # (resets kiln.stats first)
+    out = scenario(rank, "per_block", backend=backend, options={"ddp_agreement_timeout": 30.0})  # (resets kiln.stats)
     return {**out, "fallbacks": sum(kiln.stats.eager_fallbacks.values())}
 
 
@@ -57,10 +57,10 @@ def collective_run(rank, backend, options):
 def run(rank, world_size):
     agree = {"distributed_agreement_timeout": 30.0}
     return {
-        "ddp_fail_rank1": ddp_run(rank, failing_on(1), None),  # DDP graphs: agreement by default
+        "ddp_fail_rank1": ddp_run(rank, failing_on(1), {"ddp_agreement_timeout": 30.0}),  # DDP graphs
         "ddp_fail_rank1_no_agreement": ddp_run(rank, failing_on(1), {"ddp_agreement_timeout": 0.0}),
         "ddp_ok": ddp_run(rank, "aot_eager", None),
-        "fsdp_fail_rank1": fsdp_run(rank, failing_on(1)),  # FSDP2 block graphs: agreement by default
+        "fsdp_fail_rank1": fsdp_run(rank, failing_on(1)),  # FSDP2 block graphs (KILN_DDP_AGREEMENT_TIMEOUT)
         "ddp_fail_rank1_agree": ddp_run(rank, failing_on(1), agree),
         "ddp_ok_agree": ddp_run(rank, "aot_eager", agree),
         "collective_fail_rank0_agree": collective_run(rank, failing_on(0), agree),

@@ -30,7 +30,7 @@ class Net(torch.nn.Module):
         return self.head(x)
 
 
-def make(how, backend, mixed_precision, device="cpu"):
+def make(how, backend, mixed_precision, device="cpu", options=None):
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
@@ -46,9 +46,9 @@ def make(how, backend, mixed_precision, device="cpu"):
     fully_shard(model, **kwargs)
     if how == "per_block":  # FSDP's hooks run around each compiled block
         for i, block in enumerate(model.blocks):
-            model.blocks[i] = kiln.compile(block, backend=backend)
+            model.blocks[i] = kiln.compile(block, backend=backend, options=options)
     elif how == "whole":  # the graph breaks at each sharded block's hooks
-        return model, kiln.compile(model, backend=backend)
+        return model, kiln.compile(model, backend=backend, options=options)
     return model, model
 
 
@@ -66,12 +66,12 @@ def train(model, rank, steps=4, device="cpu"):
     return losses
 
 
-def scenario(rank, how, backend="aot_eager", mixed_precision=False, device="cpu"):
+def scenario(rank, how, backend="aot_eager", mixed_precision=False, device="cpu", options=None):
     kiln.reset()
     kiln.stats.reset()
     ref, _ = make("eager", backend, mixed_precision, device)
     ref_losses = train(ref, rank, device=device)
-    params, model = make(how, backend, mixed_precision, device)
+    params, model = make(how, backend, mixed_precision, device, options)
     losses = train(model, rank, device=device)
     diffs = [(a.full_tensor() - b.full_tensor()).abs().max().item()
              for a, b in zip(ref.parameters(), params.parameters())]

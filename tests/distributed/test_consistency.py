@@ -12,9 +12,9 @@ def results(cpu_ranks):
     return section(cpu_ranks, "consistency")  # a hang fails cpu_ranks with RanksHung
 
 
-def test_ddp_graphs_agree_by_default(results):
+def test_ddp_graphs_agree_with_the_option(results):
     """Inside a DDP forward every rank compiles the same pieces in step: a piece that fails on rank 1
-    runs eagerly on every rank (Options.ddp_agreement_timeout, on by default)."""
+    runs eagerly on every rank (Options.ddp_agreement_timeout > 0; off by default)."""
     rank0, rank1 = (r["ddp_fail_rank1"] for r in results)
     assert rank0["fallbacks"] > 0 and rank0["fallbacks"] == rank1["fallbacks"], (rank0, rank1)
     assert rank0["pieces"] >= 3 and rank0["param_diff"] <= 1e-6 and rank1["param_diff"] <= 1e-6
@@ -22,7 +22,7 @@ def test_ddp_graphs_agree_by_default(results):
         assert r["ddp_ok"]["fallbacks"] == 0 and r["ddp_ok"]["param_diff"] <= 1e-6, r["ddp_ok"]
 
 
-def test_fsdp_block_graphs_agree_by_default(results):
+def test_fsdp_block_graphs_agree_with_the_option(results):
     """A block sharded with fully_shard compiles inside its forward on every rank in step: a compile
     failing on rank 1 sends that block's graph to eager on both ranks."""
     rank0, rank1 = (r["fsdp_fail_rank1"] for r in results)
