@@ -30,6 +30,14 @@ def compiled(m):
     return kiln.compile(m, backend="eager")
 
 
+def compiled_and_called_twice(m, x):
+    """``m`` compiled, called twice (the second call finds the entry and records the gate's tags)."""
+    cm = compiled(m)
+    cm(x)
+    cm(x)
+    return cm
+
+
 def test_the_check_function_gates_the_module_tree():
     m = net()
     x = torch.randn(2, 3, 8, 8)
@@ -156,9 +164,7 @@ def test_global_function_rebound():
 
     m = Deep()
     x = torch.randn(2, 4)
-    cm = compiled(m)
-    cm(x)
-    cm(x)
+    cm = compiled_and_called_twice(m, x)
     old = torch.relu
     try:
         torch.relu = torch.tanh  # the module global the graph read
@@ -243,9 +249,7 @@ def test_ordered_dict_reorder_is_seen():
 
     m = M()
     x = torch.randn(2, 4)
-    cm = compiled(m)
-    cm(x)
-    cm(x)
+    cm = compiled_and_called_twice(m, x)
     m.order.move_to_end("a")
     torch.testing.assert_close(cm(x), m(x))
 
