@@ -421,7 +421,6 @@ def test_submodule_replaced_through_modules_dict():
     after(m, mutate)
 
 
-@pytest.mark.xfail(strict=True, reason="not the gate (the full check misses it too): a submodule read through _modules is not guarded absent from __dict__")
 def test_instance_dict_entry_shadows_a_submodule():
     m = Wrap()
 

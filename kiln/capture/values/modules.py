@@ -55,15 +55,20 @@ class NNModuleValue(Value):
             return pending
         m = self.module
         d = m.__dict__
+        # Python reads the instance dict before nn.Module.__getattr__ reaches the tables below: an entry
+        # there (`m.__dict__[name] = other`, now or later) shadows the parameter, buffer or submodule
+        in_tables = name not in d and any(name in d.get(t, {}) for t in ("_parameters", "_buffers", "_modules"))
+        if in_tables and self.source is not None:
+            tx.output.guards.contains(AttrSource(self.source, "__dict__"), name, False)
         for table in ("_parameters", "_buffers"):
-            if name in d.get(table, {}):
+            if in_tables and name in d.get(table, {}):
                 _refuse_shadowed(tx, type(m), name)
                 t = d[table][name]
                 if self.source is not None:
                     # the graph holds this very tensor: a reassigned parameter must recompile
                     tx.output.guards.identity(DictEntrySource(self.source, table, name), t)
                 return ConstantValue(None) if t is None else tx.output.add_attr(t, f"{self.qualname}.{name}")
-        if name in d.get("_modules", {}):
+        if in_tables and name in d.get("_modules", {}):
             _refuse_shadowed(tx, type(m), name)
             sub = d["_modules"][name]
             return ConstantValue(None) if sub is None else self._child(tx, name, sub)
