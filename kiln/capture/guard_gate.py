@@ -113,7 +113,7 @@ class _Watch:
         # place text -> object: every place, also one holding an object already reached at another (the
         # object is watched once; each place must still hold it for the tags to stand for what is read)
         self.reached: dict[str, Any] = {}
-        self.rechecks: list[tuple[Any, str, bool]] = []  # (obj, attr, generic): reads_plainly held
+        self.rechecks: dict[tuple, tuple[Any, str, bool]] = {}  # (obj, attr, generic): reads_plainly held
 
     def reach(self, text: str, obj: Any) -> None:
         self.reached.setdefault(text, obj)
@@ -141,7 +141,7 @@ class _Watch:
         if not reads_plainly(obj, attr, generic) or not self.typed_object(text, obj):
             return False
         instance_dict = object.__getattribute__(obj, "__dict__")
-        self.rechecks.append((obj, attr, generic))
+        self.rechecks.setdefault((id(obj), attr, generic), (obj, attr, generic))  # (one per read, not per guard)
         self.owners.setdefault(id(obj), (obj, instance_dict))
         self.dicts.setdefault(id(instance_dict), instance_dict)
         return True
@@ -308,6 +308,6 @@ def plan_gate(guards: list, frame: tuple | None, min_gated: int = 8) -> GatePlan
     reached = list(w.reached.items())
     state = (bytearray(1), dicts, bytearray(8 * len(dicts)), owners, owner_dicts, typed, types, type_tags,
              tuple(obj for _, obj in reached))
-    plan = GatePlan(gated, state, [text for text, _ in reached], list(w.rechecks))
+    plan = GatePlan(gated, state, [text for text, _ in reached], list(w.rechecks.values()))
     plan.record = make_recorder(plan, fns[1])
     return plan

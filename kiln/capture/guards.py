@@ -164,7 +164,7 @@ class GuardSet:
         """(python expression, description[, the places it reads]) for each guard, global state first
         (``_check_function_source`` reads each shared place once). With ``batch_held``
         (and kiln's C extension built), the held tensors' metadata is one C call at the end. The guards
-        in ``gated`` are left out (``_gated_expressions`` gives theirs)."""
+        in ``gated`` are left out (``compile`` puts theirs in the gated block)."""
         exprs = [
             (f"___grad_enabled() is {torch.is_grad_enabled()}", "grad mode"),
             (f"___default_dtype() is {names.ref(torch.get_default_dtype())}", "default dtype"),
@@ -173,20 +173,12 @@ class GuardSet:
         ]
         if torch.cuda.is_available():
             exprs.append((f"___autocast('cuda') is {torch.is_autocast_enabled('cuda')}", "autocast (cuda)"))
-        ordered = sorted(self._guards.values(), key=lambda g: (g.source.name().count("."), g.source.name()))
-        # every constant guard implies its place's exact type (`is` for None/True/False/Ellipsis)
-        typed = {g.source.name() for g in ordered if g.kind is GuardKind.CONSTANT}
+        ordered = _in_order(self._guards.values())
         match = _held_tensors_match() if batch_held else None
         held = [g for g in ordered if g.kind is GuardKind.HELD_TENSOR] if match is not None else []
         skip = {g.key() for g in gated}
-        for g in ordered:
-            if g.kind is GuardKind.TYPE and g.source.name() in typed:
-                continue  # the constant guard on the same place checks its type too
-            if held and g.kind is GuardKind.HELD_TENSOR:
-                continue
-            if g.key() in skip:
-                continue
-            exprs.extend(_read_through(g, _guard_exprs(g, names)))
+        exprs += self._guard_texts([g for g in ordered if g.key() not in skip
+                                    and not (held and g.kind is GuardKind.HELD_TENSOR)], names)
         tensor_sources = [g.source for g in ordered if g.kind in (GuardKind.TENSOR, GuardKind.DYNAMIC_TENSOR)]
         if len(tensor_sources) > 1:
             distinct = Guard(GuardKind.DISTINCT, tensor_sources[0], tensor_sources)
@@ -207,17 +199,17 @@ class GuardSet:
                           f"the {len(held)} held tensors keep their dtype, device, size, strides, requires_grad"))
         return exprs
 
-    def _gated_expressions(self, names: "_Namer", plan) -> list[tuple[str, str]]:
-        """The gated guards' expressions (guard_gate.py), in the order of ``_expressions``."""
+    def _guard_texts(self, guards: list[Guard], names: "_Namer") -> list[tuple]:
+        """(expression, description, places read) of ``guards``, in their order, less the type guards a
+        constant guard on the same place implies (it checks the exact type too: `is` for None/True/...)."""
         typed = {g.source.name() for g in self._guards.values() if g.kind is GuardKind.CONSTANT}
-        ordered = sorted(plan.gated, key=lambda g: (g.source.name().count("."), g.source.name()))
-        return [e for g in ordered if not (g.kind is GuardKind.TYPE and g.source.name() in typed)
+        return [e for g in guards if not (g.kind is GuardKind.TYPE and g.source.name() in typed)
                 for e in _read_through(g, _guard_exprs(g, names))]
 
     def compile(self, frame: tuple | None = None) -> "CompiledGuards":
         """The check function. ``frame``: the values ``(L, G, C, B)`` of the call being compiled; with
         them, the guards that read only through an unchanged module tree are gated (guard_gate.py)."""
-        from kiln.capture.guard_gate import plan_gate
+        from kiln.capture.guard_gate import gate_functions, plan_gate
 
         names = _Namer()
         if self.shape_env is not None and self.dynamic_inputs:  # (made once: both texts below name it alike)
@@ -229,8 +221,10 @@ class GuardSet:
         plan = plan_gate(list(self._guards.values()), frame)
         gate = None
         if plan is not None:
-            gate = (names.ref(plan.state), self._gated_expressions(names, plan), plan.reached, names.ref(plan.record))
-            names.namespace["___gate_unchanged"], names.namespace["___gate_snapshot"] = _gate_checks()
+            gate = (names.ref(plan.state), self._guard_texts(_in_order(plan.gated), names), plan.reached,
+                    names.ref(plan.record))
+            unchanged, _, _, snapshot = gate_functions()
+            names.namespace["___gate_unchanged"], names.namespace["___gate_snapshot"] = unchanged, snapshot
         src = _check_function_source(self._expressions(names, batch_held=True, gated=plan.gated if plan else ()),
                                      self._shared_places(), gate)
         ns = dict(names.namespace)
@@ -253,6 +247,11 @@ class GuardSet:
                 counts[node.name()] = counts.get(node.name(), 0) + 1
                 node = getattr(node, "base", None)
         return {name for name, n in counts.items() if n >= 2}
+
+
+def _in_order(guards) -> list[Guard]:
+    """Guards by depth of their place, then by its text (roots' checks come before what is read through them)."""
+    return sorted(guards, key=lambda g: (g.source.name().count("."), g.source.name()))
 
 
 def _read_through(g: Guard, pairs: list[tuple[str, str]]) -> list[tuple[str, str, tuple[str, ...]]]:
@@ -338,14 +337,7 @@ class _PlaceIndex:
         return "".join(out)
 
 
-def _gate_checks():
-    from kiln.capture.guard_gate import gate_functions
-
-    fns = gate_functions()
-    return fns[0], fns[3]
-
-
-def _check_function_source(exprs: list[tuple[str, str]], shared: set[str], gate=None) -> str:
+def _check_function_source(exprs: list[tuple], shared: set[str], gate=None) -> str:
     """The text of `check(L, G, C, B)`: guards in order, each shared place read once into a local.
     ``gate``: (the gate state's name, the gated guards' expressions, the places they reach, the
     recorder's name): those

@@ -12,11 +12,12 @@ process group's store: each posts whether its compile succeeded under a key made
 and how many graphs with that code it compiled before, then waits (up to the timeout) for the others'.
 If any failed, or did not post in time (it compiled something else), this rank runs the graph eagerly
 too: the same graphs on all ranks, or eager on all. It is off by default for graphs in general: a rank
-that alone compiles a graph (an evaluation only rank 0 runs) would wait the whole timeout. It is on by
-default (``Options.ddp_agreement_timeout``, 300 s, at most half the process group's timeout) for graphs
-compiled inside a DistributedDataParallel forward, DDP pieces included, or inside the forward of a module
-sharded with FSDP2: there every rank runs the same module on its batch, so every rank compiles the same
-graphs in the same order, and waiting costs only the difference of their compile times.
+that alone compiles a graph (an evaluation only rank 0 runs) would wait the whole timeout. A separate
+option (``Options.ddp_agreement_timeout``, at most half the process group's timeout; 0, off, by default
+until it has run on NCCL GPUs) covers graphs compiled inside a DistributedDataParallel forward, DDP pieces
+included, or inside the forward of a module sharded with FSDP2: there every rank runs the same module on
+its batch, so every rank compiles the same graphs in the same order, and waiting costs only the
+difference of their compile times.
 """
 from __future__ import annotations
 
