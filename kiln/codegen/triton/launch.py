@@ -19,6 +19,7 @@ import json
 import os
 import tempfile
 
+from kiln.codegen.triton.bench import time_each
 from kiln.debug.stats import stats
 
 TUNE_MIN_ELEMENTS = 1 << 20
@@ -227,26 +228,23 @@ class Launcher:
         return best
 
     def _time(self, configs, grid_of, args) -> LaunchConfig:
-        from triton.testing import do_bench
-
         with stats.timed("autotune"):
-            timings = self._time_configs(configs, grid_of, args, do_bench)
+            timings = self._time_configs(configs, grid_of, args, time_each)
         return min(timings, key=lambda t: t[0])[1] if timings else configs[0]
 
-    def _time_configs(self, configs, grid_of, args, do_bench) -> list:
-        timings = []
+    def _time_configs(self, configs, grid_of, args, time_each) -> list:
+        """(ms, config) of each config that runs, timed by ``time_each`` (``bench.py``)."""
         # timing runs each config many times: never on the real buffers it writes
         params = getattr(self.kernel, "params", None)
         written = None if params is None else [i for i, (_, kind) in enumerate(params) if kind != "in"]
         args = twin_args(args, written)
-        for cfg in configs:
-            launch, meta = self.fn[grid_of(cfg)], cfg.kwargs()
-            try:
-                ms = do_bench(lambda: launch(*args, **meta), warmup=5, rep=25)
-            except Exception:  # a config that does not compile (too many registers) is skipped
-                continue
-            timings.append((ms, cfg))
-        return timings
+        device = next((a.device for a in args if hasattr(a, "device")), None)
+        launches = [_launch_of(self.fn[grid_of(cfg)], args, cfg.kwargs()) for cfg in configs]
+        return [(ms, cfg) for ms, cfg in zip(time_each(launches, device), configs) if ms is not None]
+
+
+def _launch_of(launch, args, meta):
+    return lambda: launch(*args, **meta)
 
 
 def twin_args(args, written=None) -> list:

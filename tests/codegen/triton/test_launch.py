@@ -1,5 +1,6 @@
 """FastLaunch: after the first launch through Triton, kernels are launched through the compiled
 kernel's C launcher directly (stand-ins for the compiled kernel here; the real one is cuda-tested)."""
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -110,21 +111,39 @@ def test_autotuning_times_configs_on_copies_of_the_arguments():
                 return None
             return launch
 
-    def do_bench(fn, warmup, rep):
-        for _ in range(warmup + rep):
-            fn()
-        return 1.0
+    from kiln.codegen.triton.bench import time_each
 
     kernel = SimpleNamespace(xnumel=8, style="pointwise", name="k", params=[("buf0", "out"), ("arg0", "in")])
     launcher = Launcher(Fn(), kernel, [LaunchConfig(4, 0, 1), LaunchConfig(8, 0, 1)], None)
     out, src = torch.zeros(8), torch.ones(8)
     seen = []
-    real_bench = do_bench
     launcher._time_configs(launcher.configs, lambda cfg: (1,), [out, src],
-                           lambda fn, warmup, rep: seen.append(fn) or real_bench(fn, warmup, rep))
+                           lambda fns, device: seen.extend(fns) or time_each(fns, device))
+    assert len(seen) == 2
     assert torch.equal(out, torch.zeros(8))
     twins = twin_args([out, src], written=[0])
     assert twins[0].data_ptr() != out.data_ptr() and twins[1] is src  # what it only reads: not copied
     view = torch.arange(12.0)[2:10:2]
     twin = twin_args([view])[0]
     assert twin.data_ptr() != view.data_ptr() and twin.stride() == view.stride() and torch.equal(twin, view)
+
+
+def test_time_each_gives_each_candidate_its_median_and_drops_the_ones_that_raise():
+    from kiln.codegen.triton.bench import time_each
+
+    calls = []
+
+    def fast():
+        calls.append("fast")
+
+    def slow():
+        calls.append("slow")
+        time.sleep(0.002)
+
+    def broken():
+        raise RuntimeError("out of registers")
+
+    fast_ms, broken_ms, slow_ms = time_each([fast, broken, slow], rounds=3)
+    assert broken_ms is None
+    assert slow_ms >= 2.0 and fast_ms < slow_ms
+    assert calls.count("fast") == calls.count("slow") == 4  # one untimed first run, then one per round
