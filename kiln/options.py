@@ -65,6 +65,9 @@ class Options:
         (KILN_TRITON_FAST_LAUNCH=0 keeps Triton's launch path for every call).
     cudagraphs: record each CUDA graph's work into CUDA graphs and replay them (set by
         ``kiln.compile(mode="reduce-overhead")``; see ``kiln/codegen/cudagraphs.py``).
+    default_cudagraphs: in default mode, the speed race (``choose_faster``) also times a GPU inference
+        graph replayed from a CUDA graph and keeps it where it is faster (``kiln/backends/default_graphs.py``;
+        KILN_DEFAULT_CUDAGRAPHS=0 turns it off).
     matmul_templates: with Triton kernels, generate a tiled Triton matmul for each 2-D mm/addmm with the
         pointwise ops that consume its result fused into it, and use it where it is faster than the
         library call (cuBLAS) followed by the separate epilogue kernel (set by the "max-autotune"
@@ -118,6 +121,7 @@ class Options:
     triton_max_block: int = 0
     triton_fast_launch: bool = True
     cudagraphs: bool = False
+    default_cudagraphs: bool = True
     matmul_templates: bool = False
     matmul_choice: str = "autotune"
     compile_workers: int = 0
@@ -186,6 +190,7 @@ def _read_environment() -> Options:
         dynamic_ints=_env_int("KILN_DYNAMIC_INTS", 0) != 0,
         dynamic_floats=_env_int("KILN_DYNAMIC_FLOATS", 1) != 0,
         choose_faster=_env_int("KILN_CHOOSE_FASTER", 1) != 0,
+        default_cudagraphs=_env_int("KILN_DEFAULT_CUDAGRAPHS", 1) != 0,
         ddp_split=_env_int("KILN_DDP_SPLIT", 1) != 0,
         distributed_agreement_timeout=float(_env_str("KILN_DIST_AGREEMENT_TIMEOUT") or 0.0),
         ddp_agreement_timeout=float(_env_str("KILN_DDP_AGREEMENT_TIMEOUT") or 0.0),

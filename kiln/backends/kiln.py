@@ -23,6 +23,7 @@ from kiln.aot.graph import format_graph
 from kiln.aot.joint import JointUnsupported, needs_joint_graph
 from kiln.aot.symbols import shape_env_of
 from kiln.backends.choose_faster import race
+from kiln.backends.default_graphs import graph_candidate
 from kiln.backends.aot_eager import captured_graph_runs_eagerly, compile_aot_eager, explain_aten_graph, run_graph_module
 from kiln.backends.registry import register_backend
 from kiln.backends.warm_cache import WarmStart
@@ -423,8 +424,10 @@ def _kiln_backend(gm, example_inputs, options=None):
     runtime = warm.lookup()
     if runtime is not None:
         inference = getattr(runtime, "aten_graph", None) is not None
-        loaded = _gpu_runtime(runtime, gm, options) if target == "triton" and inference else _timed(runtime)
-        return race(gm, example_inputs, loaded, options, warm)
+        if target == "triton" and inference:
+            loaded = _gpu_runtime(runtime, gm, options)
+            return race(gm, example_inputs, loaded, options, warm, graph_candidate(loaded, runtime, options))
+        return race(gm, example_inputs, _timed(runtime), options, warm)
     if target == "triton":
         warm_pool(options.compile_workers)  # the compile workers start while the graph is traced and lowered
     layout_note = ""
@@ -456,7 +459,8 @@ def _kiln_backend(gm, example_inputs, options=None):
     runtime.codegen_complete = bool(graphs) and len(graphs) == len(compiler.compiled)
     warm.store(runtime, compiler)
     if target == "triton" and plan is None and runtime.compiled_graph is not None:
-        return race(gm, example_inputs, _gpu_runtime(runtime, gm, options), options, warm)
+        outer = _gpu_runtime(runtime, gm, options)
+        return race(gm, example_inputs, outer, options, warm, graph_candidate(outer, runtime, options))
     return race(gm, example_inputs, _timed(runtime), options, warm)
 
 

@@ -6,7 +6,7 @@ import torch
 
 import kiln
 from kiln.backends import choose_faster
-from kiln.backends.choose_faster import EARLY, TRIALS, FasterOfTwo
+from kiln.backends.choose_faster import EARLY, GRAPHS_MARGIN, MARGIN, TRIALS, FastestOf, _pick
 from kiln.debug.stats import stats
 
 ON = {"choose_faster": True}
@@ -19,7 +19,11 @@ def _slow(fn, seconds):
     return run
 
 
-def test_faster_of_two_keeps_the_faster_and_runs_only_it_afterwards():
+def _two(kiln_fn, eager_fn, in_one_call=False):
+    return FastestOf({"kiln": kiln_fn, "eager": eager_fn}, "g", False, in_one_call)
+
+
+def test_one_run_per_call_keeps_the_faster_and_runs_only_it_afterwards():
     calls = {"kiln": 0, "eager": 0}
 
     def counted(name, fn):
@@ -29,7 +33,7 @@ def test_faster_of_two_keeps_the_faster_and_runs_only_it_afterwards():
         return run
 
     stats.reset()
-    chooser = FasterOfTwo(counted("kiln", _slow(lambda x: x + 1, 0.004)), counted("eager", lambda x: x + 1), "g", False)
+    chooser = _two(counted("kiln", _slow(lambda x: x + 1, 0.004)), counted("eager", lambda x: x + 1))
     outs = [chooser(torch.ones(2)) for _ in range(2 + 2 * TRIALS)]
     assert all(torch.equal(o, torch.full((2,), 2.0)) for o in outs)
     assert chooser.chosen == "eager" and stats.speed_choices == {"eager": 1}
@@ -39,9 +43,62 @@ def test_faster_of_two_keeps_the_faster_and_runs_only_it_afterwards():
     assert "eager runs" in chooser.describe() and "generated code" in chooser.describe()
 
 
+def test_side_effect_free_graph_is_decided_within_its_second_call():
+    calls = {"kiln": 0, "eager": 0}
+
+    def counted(name, fn):
+        def run(x):
+            calls[name] += 1
+            return fn(x)
+        return run
+
+    stats.reset()
+    chooser = _two(counted("kiln", lambda x: x + 1), counted("eager", _slow(lambda x: x + 1, 0.004)), in_one_call=True)
+    assert torch.equal(chooser(torch.ones(2)), torch.full((2,), 2.0)) and calls == {"kiln": 1, "eager": 0}
+    assert torch.equal(chooser(torch.ones(2)), torch.full((2,), 2.0))
+    assert chooser.chosen == "kiln" and stats.speed_choices == {"kiln": 1}
+    assert calls["eager"] == 1 + EARLY and calls["kiln"] == 1 + EARLY  # a warm-up, then EARLY rounds: clear winner
+    chooser(torch.ones(2))
+    assert calls["eager"] == 1 + EARLY and calls["kiln"] == 2 + EARLY
+
+
+def test_a_candidate_that_fails_its_check_is_not_timed_and_said_why():
+    runs = []
+    chooser = FastestOf({"kiln": lambda x: runs.append("kiln") or x, "eager": lambda x: runs.append("eager") or x,
+                         "graphs": lambda x: runs.append("graphs") or x}, "g", False, True,
+                        warmups={"graphs": 2}, check={"graphs": lambda: "its recording holds 9000 MiB"})
+    chooser(1)
+    chooser(1)
+    assert runs.count("graphs") == 2 and chooser.chosen in ("kiln", "eager") and "graphs" not in chooser.medians
+    assert "not timed: its recording holds 9000 MiB" in chooser.describe()
+
+
+def test_pick_prefers_generated_code_and_graphs_only_by_their_margins():
+    assert _pick({"kiln": 1.0, "eager": 1.0}) == "kiln"
+    assert _pick({"kiln": 1.0, "eager": MARGIN * 0.99}) == "eager"
+    assert _pick({"kiln": 1.0, "eager": 2.0, "graphs": GRAPHS_MARGIN * 1.01}) == "kiln"
+    assert _pick({"kiln": 1.0, "eager": 2.0, "graphs": GRAPHS_MARGIN * 0.99}) == "graphs"
+    assert _pick({"kiln": 1.0, "eager": 0.5, "graphs": 0.6}) == "eager"
+    assert _pick({"kiln": 1.0, "eager": 0.6, "graphs": 0.5}) == "graphs"
+
+
+def test_end_to_end_a_graph_that_mutates_its_input_runs_once_per_call():
+    def f(x, buf):
+        buf.add_(1)
+        return (x * 2).relu() + buf
+    stats.reset()
+    g = kiln.compile(f, options=ON)
+    x = torch.randn(8)
+    buf, ref = torch.zeros(8), torch.zeros(8)
+    for i in range(3 + 2 * TRIALS):
+        torch.testing.assert_close(g(x, buf), f(x, ref))
+        assert torch.equal(buf, ref), i
+    assert sum(stats.speed_choices.values()) == 1, stats.speed_choices
+
+
 def test_generated_code_kept_when_not_slower():
     stats.reset()
-    chooser = FasterOfTwo(lambda x: x * 2, _slow(lambda x: x * 2, 0.004), "g", False)
+    chooser = _two(lambda x: x * 2, _slow(lambda x: x * 2, 0.004))
     for _ in range(2 + 2 * TRIALS):
         chooser(torch.ones(3))
     assert chooser.chosen == "kiln" and stats.speed_choices == {"kiln": 1}
@@ -53,9 +110,11 @@ def test_end_to_end_every_call_equals_eager_and_one_choice_is_made():
     stats.reset()
     g = kiln.compile(f, options=ON)
     x, w = torch.randn(16, 32), torch.randn(32, 8)
-    for i in range(3 + 2 * TRIALS):
+    for i in range(2):
         torch.testing.assert_close(g(x + i, w), f(x + i, w))
-    assert sum(stats.speed_choices.values()) == 1, stats.speed_choices
+    assert sum(stats.speed_choices.values()) == 1, stats.speed_choices  # decided within the second call
+    for i in range(3):
+        torch.testing.assert_close(g(x + i, w), f(x + i, w))
     report = "\n".join(kiln.explain(f, backend="kiln", options=ON)(x, w).backend_reports)
     assert "speed choice:" in report
 
@@ -102,7 +161,7 @@ def test_should_race_reasons():
 
 def test_race_ends_early_only_for_a_clear_winner():
     stats.reset()
-    chooser = FasterOfTwo(lambda x: x + 1, lambda x: x + 1, "g", False)
+    chooser = _two(lambda x: x + 1, lambda x: x + 1)
     chooser.calls = 2
     chooser.times = {"kiln": [1.0, 1.1], "eager": [2.0, 1.7]}
     assert chooser._clear_winner()

@@ -55,7 +55,7 @@ def test_choice_is_kept_and_replayed_without_a_race(opts):
         assert kept["chosen"] == chosen and valid_choice(kept, cuda=False) is None
 
         def eager_won(entry):
-            entry["speed_choice"] = dict(entry["speed_choice"], chosen="eager", medians=[2e-3, 1e-3])
+            entry["speed_choice"] = dict(entry["speed_choice"], chosen="eager", medians={"kiln": 2e-3, "eager": 1e-3})
 
         fn = _reload(m, opts, eager_won)
         out = fn(x)
@@ -106,10 +106,10 @@ def test_entry_without_a_choice_races_and_random_ops_stay_unraced(opts):
 
 
 def test_narrow_eager_win_is_kept_as_generated_code():
-    from kiln.backends.choose_faster import KEEP_EAGER, FasterOfTwo
+    from kiln.backends.choose_faster import KEEP_EAGER, FastestOf
 
-    chooser = FasterOfTwo(lambda x: x, lambda x: x, "g", False)
-    chooser._choose("eager", (1.0, 0.9))  # eager won by 10%: runs here, not kept
+    chooser = FastestOf({"kiln": lambda x: x, "eager": lambda x: x}, "g", False)
+    chooser._choose("eager", {"kiln": 1.0, "eager": 0.9})  # eager won by 10%: runs here, not kept
     assert chooser.run is chooser.eager and chooser.choice()["chosen"] == "kiln"
-    chooser._choose("eager", (1.0, KEEP_EAGER * 0.9))
+    chooser._choose("eager", {"kiln": 1.0, "eager": KEEP_EAGER * 0.9})
     assert chooser.choice()["chosen"] == "eager"

@@ -2,6 +2,8 @@
 import pytest
 import torch
 
+import kiln
+
 from kiln.aot.graph import format_graph
 import torch.fx as fx
 
@@ -114,6 +116,48 @@ def test_reduce_overhead_records_and_replays_cuda_graphs():
     # 4 calls: a plain warm-up run, the recording (which replays once to give its results), 2 replays
     assert cg.cudagraphs.recordings and cg.cudagraphs.replays == 3, cg.cudagraphs.explain()
     assert "1 kept of 1 recorded" in cg.explain() and "3 replays" in cg.explain()
+
+
+def test_default_mode_races_cuda_graph_replay_and_keeps_results_exact():
+    """Default mode: the speed race times the generated code, eager and CUDA-graph replay within the
+    second call (backends/default_graphs.py); every call's result equals eager's whichever is chosen,
+    and results are fresh tensors."""
+    from kiln.debug.stats import stats
+
+    m = torch.nn.Sequential(*[torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.GELU()) for _ in range(12)])
+    m = m.cuda().eval()
+    kiln.reset()
+    stats.reset()
+    opts = default_options().replace(choose_faster=True, warm_cache=False)
+    compiled = kiln.compile(m, options=opts)
+    outs = []
+    with torch.no_grad():
+        for i in range(6):
+            x = cuda(8, 64)
+            outs.append(compiled(x))
+            torch.testing.assert_close(outs[-1], m(x), atol=1e-4, rtol=1e-4)
+            if i == 1:
+                assert sum(stats.speed_choices.values()) == 1, stats.speed_choices  # chosen within call 2
+    assert not torch.equal(outs[-1], outs[-2])
+    report = "\n".join(kiln.explain(m, options=opts)(cuda(8, 64)).backend_reports)
+    assert "speed choice:" in report
+    # 12 tiny layers: launch-bound, so replay wins (printed for the record when it does not)
+    print(dict(stats.speed_choices), report[-400:])
+
+
+def test_default_mode_gives_no_graph_candidate_to_a_graph_that_mutates_its_input():
+    from kiln.backends.default_graphs import graph_candidate
+
+    class Rt:
+        mutated = [0]
+
+        class aten_graph:
+            state = []
+
+    assert graph_candidate(object(), Rt(), default_options()) is None
+    Rt.mutated = []
+    assert graph_candidate(object(), Rt(), default_options()) is not None
+    assert graph_candidate(object(), Rt(), default_options().replace(default_cudagraphs=False)) is None
 
 
 def test_big_full_reductions_split_in_two_stages():
