@@ -221,7 +221,8 @@ def main() -> int:
     p.add_argument("--batch", type=int, default=None, help="batch size of the HF models' input")
     p.add_argument("--seq", type=int, default=None, help="sequence length of the HF models' input")
     p.add_argument("--warm-runs", type=int, default=1, help="warm processes per model and compiler")
-    p.add_argument("--profile", default=None, help="a folder: cProfile of the first warm run's first call")
+    p.add_argument("--profile", default=None, help="a folder: cProfile of the first call of one run (--profile-phase)")
+    p.add_argument("--profile-phase", default="warm", choices=("cold", "warm"), help="the run --profile profiles")
     p.add_argument("--calls", type=int, default=20)
     p.add_argument("--timeout", type=int, default=1800)
     p.add_argument("--json", default=None)
@@ -247,9 +248,9 @@ def main() -> int:
                 phases = ("cold",) if compiler in ("eager", "import") else ("cold",) + ("warm",) * args.warm_runs
                 for i, phase in enumerate(phases):
                     profile = None
-                    if args.profile and phase == "warm" and i == 1:
+                    if args.profile and phase == args.profile_phase and i == (1 if phase == "warm" else 0):
                         os.makedirs(args.profile, exist_ok=True)
-                        profile = os.path.join(args.profile, f"{name}-{compiler}-warm.prof")
+                        profile = os.path.join(args.profile, f"{name}-{compiler}-{phase}.prof")
                     r = run(name, compiler, phase, cache, args, profile)
                     rows.append({"model": name, "compiler": compiler, "phase": phase, **r})
                     print(f"{name:<14} {compiler:<14} {phase:<5} {summary(r)}", flush=True)

@@ -169,3 +169,20 @@ def test_race_ends_early_only_for_a_clear_winner():
     assert not chooser._clear_winner()
     chooser.times = {"kiln": [1.0], "eager": [9.0]}  # fewer than EARLY calls each
     assert not chooser._clear_winner()
+
+
+def test_attention_without_dropout_is_not_a_random_op():
+    """SDPA's fused kernels are tagged as seeded (for dropout): with dropout_p 0 they draw nothing, and a
+    graph of them is raced like any other (HF GPT-2 and Llama on the GPU were never raced)."""
+    from kiln.backends.choose_faster import draws_random
+
+    aten = torch.ops.aten
+    g = torch.fx.Graph()
+    q = g.placeholder("q")
+    flash = aten._scaled_dot_product_flash_attention.default
+    eff = aten._scaled_dot_product_efficient_attention.default
+    nodes = [g.call_function(flash, (q, q, q)), g.call_function(flash, (q, q, q, 0.0, True)),
+             g.call_function(flash, (q, q, q, 0.1)), g.call_function(eff, (q, q, q, None, False), {"dropout_p": 0.0}),
+             g.call_function(eff, (q, q, q, None, False, 0.5)), g.call_function(aten.rand.default, ([2],)),
+             g.call_function(aten.add.Tensor, (q, q))]
+    assert [draws_random(n) for n in nodes] == [False, False, True, False, True, True, False]
