@@ -44,6 +44,10 @@ def compile(model: Callable | None = None, *, backend: str | Callable = "kiln", 
     def make(target):
         if not callable(target):
             raise TypeError(f"kiln.compile expects a function or an nn.Module, not {type(target).__name__}")
+        if backend_name == "kiln":
+            from kiln.codegen.triton.precompile import prewarm_for_gpu
+
+            prewarm_for_gpu()
         compiler = FrameCompiler(backend_name, ddp_aware(backend_fn, opts), fullgraph, opts, dynamic)
         config = CompileConfig(backend_name, mode, fullgraph, dynamic, opts, compiler)
         if isinstance(target, torch.nn.Module):

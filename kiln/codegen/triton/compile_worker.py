@@ -60,10 +60,26 @@ def compile_job(path, name, signature, constexprs, attrs, options, target) -> st
         from triton.compiler import ASTSource
 
         ns = _runtime().load_module_file(path, interpret=False)
-        triton.compile(ASTSource(ns[name], signature, constexprs, attrs), target=target, options=options)
+        compiled = triton.compile(ASTSource(ns[name], signature, constexprs, attrs), target=target, options=options)
     except Exception as exc:  # noqa: BLE001 -- reported by the launch, which compiles it again
         return f"{type(exc).__name__}: {str(exc)[:300]}"
+    build_launcher(compiled, target)
     return None
+
+
+def build_launcher(compiled, target) -> None:
+    """Build the kernel's C launcher into Triton's cache too. Triton compiles one (a C file, by gcc: about
+    0.1-0.3 s) for each kernel signature when the kernel is first loaded in a process: in the parent,
+    one after another, on the first launches (2.3 s of a cold GPT-2 compile on the H200). The parent
+    then finds it in the cache by its source's hash. Best effort: on any failure the parent builds it."""
+    if getattr(target, "backend", None) != "cuda":
+        return
+    try:
+        from triton.backends.nvidia.driver import CudaLauncher
+
+        CudaLauncher(compiled.src, compiled.metadata)
+    except Exception:  # noqa: BLE001 -- the parent builds it at the first launch as before
+        pass
 
 
 JOBS = {"ready": ready, "compile_job": compile_job}
