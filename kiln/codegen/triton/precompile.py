@@ -98,8 +98,8 @@ _KEY_THREAD: threading.Thread | None = None
 
 
 def prewarm_for_gpu() -> None:
-    """At ``kiln.compile`` on a machine with a GPU: import Triton and hash its files (``triton_key``) in a
-    daemon thread while the first call's frame is captured. A warm start (kernels in the caches)
+    """At ``kiln.compile`` on a machine with a GPU: import Triton, make its driver and hash its files
+    (``triton_key``) in a daemon thread while the first call's frame is captured. A warm start (kernels in the caches)
     otherwise paid both on its first kernel load: about 0.4 s of a 1.5 s first call (GPT-2, H200)."""
     global _KEY_THREAD
     if _KEY_THREAD is not None:
@@ -113,9 +113,14 @@ def prewarm_for_gpu() -> None:
 
     def warm():
         try:
+            from triton.runtime import driver
             from triton.runtime.cache import triton_key
         except ImportError:
             return
+        try:
+            driver.active  # noqa: B018 -- made on first use (its C utilities loaded): 0.5 s of a first compile
+        except Exception:  # noqa: BLE001 -- the first launch makes it and reports any error
+            pass
         triton_key()
 
     _KEY_THREAD = threading.Thread(target=warm, name="kiln-triton-key", daemon=True)
