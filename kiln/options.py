@@ -201,7 +201,7 @@ def _read_environment() -> Options:
 
 
 def _default_workers() -> int:
-    return max(1, min(8, (os.cpu_count() or 2) - 1))
+    return max(1, min(16, (os.cpu_count() or 2) - 1))
 
 
 _DEFAULT = _read_environment()
