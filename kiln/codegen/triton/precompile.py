@@ -127,6 +127,15 @@ def prewarm_for_gpu() -> None:
     _KEY_THREAD.start()
 
 
+def wait_for_prewarm(timeout: float = 10.0) -> None:
+    """Before the first kernel is loaded: let the prewarm thread finish. Triton's ``triton_key`` is
+    memoized without a lock, so a caller that does not wait computes the hash again, competing with
+    the thread for the same files."""
+    thread = _KEY_THREAD
+    if thread is not None and thread.is_alive():
+        thread.join(timeout)
+
+
 def _warm_triton_key() -> None:
     """Triton's first kernel launch in a process hashes Triton's sources and its 100+ MB library for
     the cache key (``triton_key``, memoized): about 0.4 s on the H100 host, on the critical path of
@@ -177,6 +186,7 @@ def launch_job(jit_fn, path: str, name: str, dtypes, meta: dict):
 def precompile(launches, workers: int) -> int:
     """Compile ``launches`` -- (jit function, source path, kernel name, argument dtypes, meta) -- in the
     worker pool, then warm each in this process. Returns how many were compiled by workers."""
+    wait_for_prewarm()
     jobs = []
     for fn, path, name, dtypes, meta in launches:
         job = launch_job(fn, path, name, dtypes, meta)
