@@ -36,6 +36,7 @@ class GraphCandidate:
         self.outer, self.aten_runtime, self.n_state = outer, aten_runtime, n_state
         self.runner: CudaGraphRunner | None = None
         self.reserved_before: int | None = None
+        self.device = None  # the device of the first CUDA input (where the recording's memory is)
 
     def _runner(self) -> CudaGraphRunner:
         if self.runner is None:
@@ -48,7 +49,8 @@ class GraphCandidate:
     def candidate(self, *args):
         rt = self.aten_runtime
         if self.reserved_before is None:
-            self.reserved_before = torch.cuda.memory_reserved()
+            self.device = next((a.device for a in args if isinstance(a, torch.Tensor) and a.is_cuda), None)
+            self.reserved_before = torch.cuda.memory_reserved(self.device)
         plain, rt.run = rt.run, self._runner()
         try:
             return self.outer(*args)
@@ -63,8 +65,9 @@ class GraphCandidate:
         if runner is None or not runner.recordings:
             why = next(iter(runner.declined.values()), None) if runner is not None else None
             return why or "no recording was made"
-        grew = torch.cuda.memory_reserved() - (self.reserved_before or 0)
-        limit = min(MAX_POOL_BYTES, MAX_POOL_SHARE * torch.cuda.get_device_properties(0).total_memory)
+        grew = torch.cuda.memory_reserved(self.device) - (self.reserved_before or 0)
+        total = torch.cuda.get_device_properties(self.device or torch.cuda.current_device()).total_memory
+        limit = min(MAX_POOL_BYTES, MAX_POOL_SHARE * total)
         if grew > limit:
             return f"its recording holds {grew / 2**20:.0f} MiB (more than {limit / 2**20:.0f} MiB in default mode)"
         return None
