@@ -16,6 +16,8 @@ Memory:
     python benchmarks/train.py --models mlp,gpt2 --steps 5 --json train.json
     python benchmarks/train.py --device cuda --dtype bfloat16    # autocast to bfloat16 on the GPU
     python benchmarks/train.py --size base                       # BERT-base / GPT-2 small (124M) configs
+    python benchmarks/train.py --device cuda --dtype bf16 --backend kiln --size standard \
+        --models mlp,block,resnet18,resnet50,bert,gpt2,llama  # the configs users train (issue 19)
     python benchmarks/train.py --whole-step                      # compile the step function, optimizer included
 
 Before timing, the first step's gradients are compared with eager's (max abs difference printed).
@@ -76,6 +78,53 @@ def _hf_models(size: str):
         return transformers.GPT2LMHeadModel(cfg), (), dict(input_ids=ids, labels=ids)
 
     return {"bert": bert_model, "gpt2": gpt2_model}
+
+
+def _standard_models():
+    """--size standard: the configs users train (issue 19): an MLP, a hand-written attention block,
+    torchvision ResNet-18 (batch 64) and timm ResNet-50 (batch 32) at 224x224, HF BERT-base (batch 16,
+    seq 256), GPT-2 124M with its 50257-word vocabulary and a Llama-style model with grouped-query
+    attention (batch 8, seq 512)."""
+    import transformers
+
+    from tests.models.test_small_models import MLP, TransformerBlock
+
+    def image(name, batch):
+        def make(dev):
+            if name == "resnet18":
+                import torchvision
+
+                model = torchvision.models.resnet18()
+            else:
+                import timm
+
+                model = timm.create_model(name, pretrained=False)
+            return model, (torch.randn(batch, 3, 224, 224, device=dev),), {}
+        return make
+
+    def lm(kind):
+        def make(dev):
+            if kind == "bert":
+                cfg = transformers.BertConfig()
+                ids = torch.randint(0, cfg.vocab_size, (16, 256), device=dev)
+                return transformers.BertForMaskedLM(cfg), (), dict(input_ids=ids)
+            if kind == "gpt2":
+                cfg = transformers.GPT2Config(bos_token_id=0, eos_token_id=0)
+                model = transformers.GPT2LMHeadModel(cfg)
+            else:
+                cfg = transformers.LlamaConfig(hidden_size=1024, intermediate_size=2816, num_hidden_layers=8,
+                                               num_attention_heads=16, num_key_value_heads=4, vocab_size=32000)
+                model = transformers.LlamaForCausalLM(cfg)
+            ids = torch.randint(0, cfg.vocab_size, (8, 512), device=dev)
+            return model, (), dict(input_ids=ids, labels=ids)
+        return make
+
+    return {
+        "mlp": lambda dev: (MLP(d=1024, hidden=4096, out=1024), (torch.randn(256, 1024, device=dev),), {}),
+        "block": lambda dev: (TransformerBlock(dim=512, heads=8), (torch.randn(16, 128, 512, device=dev),), {}),
+        "resnet18": image("resnet18", 64), "resnet50": image("resnet50", 32),
+        "bert": lm("bert"), "gpt2": lm("gpt2"), "llama": lm("llama"),
+    }
 
 
 # measuring ----------------------------------------------------------------------------------------
@@ -186,15 +235,6 @@ def peak_bytes(step: Step, device: str) -> int:
     return max(total for _, _, total in events) - base
 
 
-def first_grads(make, device, runner_factory, dtype, seed=0):
-    model, args, kwargs = make_model(make, device)
-    runner = runner_factory(model)
-    step = Step(model, runner, args, kwargs, device, dtype)
-    torch.manual_seed(seed)
-    step.forward_loss().backward()
-    return [p.grad.detach().float().clone() if p.grad is not None else None for p in model.parameters()]
-
-
 _MODEL_CACHE: dict = {}
 
 
@@ -219,10 +259,12 @@ def measure(name, make, runner_factory, device, dtype, steps, warmup):
     step()
     _sync(device)
     first = time.perf_counter() - start
+    # the first step's gradients (compared with eager's; the optimizer step leaves them in place)
+    grads = [p.grad.detach().float().clone() if p.grad is not None else None for p in model.parameters()]
     for _ in range(warmup):
         step()
     return {"first_s": first, "step_ms": median_ms(step, steps, device), "saved_bytes": saved_bytes(step),
-            "peak_bytes": peak_bytes(step, device)}
+            "peak_bytes": peak_bytes(step, device)}, grads
 
 
 def runners(args):
@@ -254,7 +296,10 @@ def _max_diff(a, b) -> float:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="mlp,convnet,block,bert,gpt2")
-    parser.add_argument("--size", choices=("tiny", "base"), default="tiny", help="HF model configs")
+    parser.add_argument("--size", choices=("tiny", "base", "standard"), default="tiny",
+                        help="model configs: tiny, base (BERT-base / GPT-2 small at batch 4, seq 128), standard "
+                             "(every model at the size users train it: --models mlp,block,resnet18,resnet50,"
+                             "bert,gpt2,llama)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", choices=("fp32", "float32", "bf16", "bfloat16"), default="fp32",
                         help="bf16/bfloat16: the forward under torch.autocast(device, bfloat16)")
@@ -278,7 +323,7 @@ def main(argv=None) -> int:
 
     logging.disable(logging.WARNING)
     dtype = torch.bfloat16 if args.dtype in ("bf16", "bfloat16") else None
-    makers = {**_small_models(), **_hf_models(args.size)}
+    makers = _standard_models() if args.size == "standard" else {**_small_models(), **_hf_models(args.size)}
     wanted = [m for m in args.models.split(",") if m]
     rows = []
     for name in wanted:
@@ -286,9 +331,8 @@ def main(argv=None) -> int:
         row = {"model": name}
         grads = {}
         for rname, factory in runners(args).items():
-            grads[rname] = first_grads(make, args.device, factory, dtype)
             kiln.stats.reset()
-            row[rname] = measure(name, make, factory, args.device, dtype, args.steps, args.warmup)
+            row[rname], grads[rname] = measure(name, make, factory, args.device, dtype, args.steps, args.warmup)
             if rname == "kiln":
                 row["kiln"]["joint_graphs"] = kiln.stats.joint_graphs
                 row["kiln"]["graphs"] = kiln.stats.graphs
