@@ -560,6 +560,12 @@ class RootTracer(Tracer):
         for i, name in enumerate(code.co_freevars):
             self.cells[name] = _LazyCell(self, i, name)
 
+    def run(self) -> Value:
+        from kiln.capture.class_guards import recording
+
+        with recording(self.output.guards):  # (the classes read through are guarded: class_guards.py)
+            return super().run()
+
     def read_local(self, name: str) -> Value:
         v = self.locals.get(name)
         if isinstance(v, _LazyLocal):
