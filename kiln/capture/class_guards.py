@@ -9,14 +9,17 @@ new_fn`` on a base, ``S.body = other`` shadowing a submodule) would run the old 
 
 By construction: every Python class whose value kiln made while tracing (an object from the frame or
 made in the trace, a module, a class itself) or whose MRO it looked a name up in (``class_attribute``,
-``python_slot``, ``data_descriptor_of``) is noted (``note_class``) in the trace's GuardSet. The frame's
-guards then get one more, ``ClassGuard``: each noted class has the same MRO, and each mutable class in
-those MROs has the same class dict, i.e. the same names, each holding the same object. Two exceptions,
-both read through guarded places anyway: a name the trace itself stores into the class (replayed after
-the graph: ``class_stores.py``), and a non-dunder name whose old and new values are both immutable
-plain data (an int or str config: every read of one is guarded by value through ``type(obj).name``,
-so a counter kept on a class does not recompile each call). A name added to a class dict fails the
-guard whatever it is (it may shadow a base's method or a submodule, or be ``__getattr__``).
+``python_slot``, ``data_descriptor_of``) is noted (``note_class``) in the trace's GuardSet, and so is
+every attribute name the trace looks up (``note_name``: each attribute read of the interpreter,
+``getattr``/``hasattr``, ``super()``, the class lookups). The frame's guards then get one more,
+``ClassGuard``: each noted class has the same MRO, and in each mutable class of those MROs no name was
+removed, and every dunder name and every name looked up is present exactly when it was (an added one
+may shadow a base's method or a submodule, or be ``__getattr__``) and holds the same object. Names
+the trace never looked up may change freely (torch.compile adds one to nn.Module; a registry kept on
+a class), and two more changes are allowed, both read through guarded places anyway: a name the trace
+itself stores into the class (replayed after the graph: ``class_stores.py``), and a non-dunder name
+whose old and new values are both immutable plain data (an int or str config: every read of one is
+guarded by value through ``type(obj).name``; a counter kept on a class does not recompile each call).
 
 Cost: CPython clears a type's ``tp_version_tag`` whenever the type or a base changes. The guard is
 ``___gate_unchanged(state) or recheck()``: the C check compares the classes' tags with those recorded
@@ -53,10 +56,21 @@ def recording(guards):
         _ACTIVE.pop()
 
 
-def note_class(cls: Any) -> None:
-    """A class the running trace reads through (its methods, attributes, or a name's absence)."""
-    if _ACTIVE and isinstance(cls, type) and cls.__flags__ & _HEAPTYPE:
-        _ACTIVE[-1].classes.setdefault(id(cls), cls)
+def note_class(cls: Any, name: str | None = None) -> None:
+    """A class the running trace reads through (its methods, attributes, or a name's absence); ``name``:
+    the name looked up in it."""
+    if _ACTIVE:
+        if isinstance(cls, type) and cls.__flags__ & _HEAPTYPE:
+            _ACTIVE[-1].classes.setdefault(id(cls), cls)
+        if name is not None:
+            _ACTIVE[-1].class_names.add(name)
+
+
+def note_name(name: Any) -> None:
+    """An attribute name the running trace looks up (on an object, or a class: where it is found, or
+    that it is not, along a class's MRO may matter)."""
+    if _ACTIVE and type(name) is str:
+        _ACTIVE[-1].class_names.add(name)
 
 
 def _plain(value: Any) -> bool:
@@ -73,7 +87,7 @@ class ClassGuard:
     """The noted classes' MROs and the dicts of the mutable classes in them, as they were at the end of
     the trace (see the module docstring); ``stored``: (class, name) the trace stores into."""
 
-    def __init__(self, classes: list[type], stored=()):
+    def __init__(self, classes: list[type], stored=(), names=()):
         self.mros = [(cls, cls.__mro__) for cls in classes if mutable_class(cls)]
         seen: dict[int, type] = {}
         for _, mro in self.mros:
@@ -83,6 +97,7 @@ class ClassGuard:
         self.types = tuple(seen.values())  # (whose tags the gate watches)
         self.dicts = [(klass, dict(vars(klass))) for klass in self.types]
         self.stored = {(id(k), name) for k, name in stored}
+        self.looked_up = frozenset(names)
         self.state = None  # the gate state of self.types (make_state), when kiln's C extension has one
 
     def __len__(self) -> int:
@@ -100,20 +115,25 @@ class ClassGuard:
                 return False
         for klass, before in self.dicts:
             now = vars(klass)
-            if len(now) != len(before):
-                return False  # (a name added, or one removed)
             for name, old in before.items():
                 new = now.get(name, _MISSING)
                 if new is old:
                     continue
                 if new is _MISSING:
-                    return False
-                if (id(klass), name) in self.stored:
-                    continue  # stored by the trace itself: read through guarded places
+                    return False  # (removed)
+                if not self._matters(name) or (id(klass), name) in self.stored:
+                    continue  # (stored by the trace itself: read through guarded places)
                 if not _dunder(name) and _plain(old) and _plain(new):
                     continue  # plain data: its reads are guarded by value
                 return False
+            if len(now) > len(before) and any(name not in before and self._matters(name) for name in now):
+                return False  # (added: it may shadow what a lookup found, or was relied on not to find)
         return True
+
+    def _matters(self, name) -> bool:
+        """Whether a change to ``name`` in a class dict may change what the trace read: a name it looked
+        up, or a dunder (type slots and protocols, which capture also asks for by name in many places)."""
+        return _dunder(name) or name in self.looked_up
 
     def recheck(self) -> bool:
         """After a watched class changed (or before the first record): compare the dicts; when they are

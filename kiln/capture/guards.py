@@ -67,6 +67,7 @@ class GuardSet:
         self.dynamic_inputs: list[Source] = []  # its inputs with symbolic sizes, in the ShapeEnv's order
         self.classes: dict[int, type] = {}  # classes the trace read through (class_guards.note_class)
         self.class_stores: set = set()  # (class, name) the trace stores into (the OutputGraph's side effects')
+        self.class_names: set[str] = set()  # attribute names the trace looked up (class_guards.note_name)
 
     def add(self, kind: GuardKind, source: Source | None, value: Any = None) -> None:
         if source is not None and not _guardable(source):
@@ -247,7 +248,7 @@ class GuardSet:
 
         if not self.classes or (GuardKind.CLASS_STATE, "classes") in self._guards:
             return
-        guard = ClassGuard(list(self.classes.values()), self.class_stores)
+        guard = ClassGuard(list(self.classes.values()), self.class_stores, self.class_names)
         if len(guard):
             self._guards[(GuardKind.CLASS_STATE, "classes")] = Guard(GuardKind.CLASS_STATE,
                                                                      ConstantSource("classes", guard), guard)

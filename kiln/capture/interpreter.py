@@ -15,6 +15,7 @@ import sys
 import types
 from typing import Any
 
+from kiln.capture.class_guards import note_name
 from kiln.capture.bytecode import decode
 from kiln.capture.opcodes import OPCODE_HANDLERS
 from kiln.capture.output_graph import OutputGraph
@@ -190,6 +191,7 @@ class Tracer:
         return v.items(self) if it is None else it.items(self)
 
     def getattr(self, obj: Value, name: str) -> Value:
+        note_name(name)  # (where it is found along a class's MRO, or that it is not, is guarded: class_guards.py)
         return obj.getattr(self, name)
 
     def setattr(self, obj: Value, name: str, value: Value) -> None:
