@@ -129,6 +129,10 @@ class Tracer:
             return False
         if self.parent is None:
             self.caught_at.setdefault(id(exc.exc_value), self.ip - 1)
+        if any(getattr(v, "loop_only", False) for v in self.stack[entry.depth:]):
+            from kiln.capture.values.lazy_generators import drop_loop_iterators
+
+            drop_loop_iterators(self, self.stack[entry.depth:][::-1])  # (closed as CPython pops them)
         del self.stack[entry.depth:]
         if entry.lasti:
             self.push(ConstantValue(inst.offset))
