@@ -37,7 +37,7 @@ def test_method_replaced_on_the_objects_own_class():
     after(lambda x: act.apply(x) + 1, mutate)
 
 
-def test_method_replaced_on_a_base_class():
+def base_and_child():
     class Base:
         def apply(self, x):
             return x * 2
@@ -45,6 +45,11 @@ def test_method_replaced_on_a_base_class():
     class Child(Base):
         pass
 
+    return Base, Child
+
+
+def test_method_replaced_on_a_base_class():
+    Base, Child = base_and_child()
     obj = Child()
 
     def mutate():
@@ -53,13 +58,7 @@ def test_method_replaced_on_a_base_class():
 
 
 def test_method_of_a_base_shadowed_on_the_subclass_later():
-    class Base:
-        def apply(self, x):
-            return x * 2
-
-    class Child(Base):
-        pass
-
+    Base, Child = base_and_child()
     obj = Child()
 
     def mutate():

@@ -5,27 +5,7 @@ right there, running its finally / with-block exit. kiln traces that close at th
 import torch
 
 from .harness import check
-
-LOG = []
-
-
-def _t(*shape, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    return torch.randn(*shape, generator=g)
-
-
-def _logged(x):
-    try:
-        for i in range(5):
-            yield x + i
-    finally:
-        LOG.append("closed")
-
-
-def _in_no_grad(x):
-    with torch.no_grad():
-        yield x * 2
-        yield x * 3
+from .test_stepped_generators import _FIN_LOG as LOG, _gen_in_no_grad as _in_no_grad, _gen_with_finally as _logged, _t
 
 
 def test_break_closes_the_generator_before_the_next_statement():
