@@ -4,10 +4,13 @@ right there, running its finally / with-block exit. kiln traces that close at th
 (values/lazy_generators.mark_loop_only); a generator held anywhere else is still left to Python."""
 import torch
 
-from .harness import check
+from .harness import check, dynamo_bug
+
+_DYNAMO_LATE_CLOSE = "the generator's finally / with exit runs after the frame, not where the loop is left (torch 2.13)"
 from .test_stepped_generators import _FIN_LOG as LOG, _gen_in_no_grad as _in_no_grad, _gen_with_finally as _logged, _t
 
 
+@dynamo_bug(_DYNAMO_LATE_CLOSE, strict=False)
 def test_break_closes_the_generator_before_the_next_statement():
     def fn(x):
         LOG.clear()
@@ -19,6 +22,7 @@ def test_break_closes_the_generator_before_the_next_statement():
     check(fn, _t(3))
 
 
+@dynamo_bug(_DYNAMO_LATE_CLOSE, strict=False)
 def test_return_inside_the_loop_closes_the_generator():
     def inner(x):
         for v in _in_no_grad(x):
@@ -44,6 +48,7 @@ def test_a_nested_generator_function_with_a_with_block():
     check(fn, _t(3).requires_grad_())
 
 
+@dynamo_bug(_DYNAMO_LATE_CLOSE, strict=False)
 def test_a_generator_method_of_an_object():
     class Source:
         def items(self, x):
@@ -75,6 +80,7 @@ def test_a_generator_held_in_a_local_is_left_to_python():
     check(fn, _t(3), graphs=0)
 
 
+@dynamo_bug(_DYNAMO_LATE_CLOSE, strict=False)
 def test_a_generator_from_a_wrapper_is_left_to_python():
     def make(x):
         return _logged(x)  # (kiln does not follow who else may hold what a call returns)
@@ -101,4 +107,4 @@ def test_a_generator_that_ignores_generator_exit_is_left_to_python():
             break
         return v * 2
 
-    check(fn, _t(3), graphs=0)
+    check(fn, _t(3), graphs=0, dynamo_graphs=1)
