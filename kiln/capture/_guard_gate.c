@@ -10,7 +10,8 @@
  *   flag        bytearray(1): 1 once tags were recorded while the objects below were current
  *   dicts       tuple of dicts whose versions are compared; tags: bytearray(8 * len(dicts))
  *   owners      tuple of objects whose __dict__ must still be owner_dicts[i]
- *   typed       tuple of objects whose type must still be types[i], with tp_version_tag
+ *   typed       tuple of objects whose type must still be types[i] (None: types[i] itself is watched, not
+ *               an object's type: kiln/capture/class_guards.py), with tp_version_tag
  *               type_tags[i] (uint32 each, taken when the gate was planned; guard_gate.make_recorder
  *               replaces them after checking the reads through a changed type again)
  *   expected    tuple of objects the guards reach (identity), in the order of gate_record's tuple
@@ -73,7 +74,8 @@ types_and_owners_same(PyObject *state)
     const uint32_t *type_tags = (const uint32_t *)PyByteArray_AS_STRING(PyTuple_GET_ITEM(state, G_TYPE_TAGS));
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(typed); i++) {
         PyTypeObject *tp = (PyTypeObject *)PyTuple_GET_ITEM(types, i);
-        if (Py_TYPE(PyTuple_GET_ITEM(typed, i)) != tp)
+        PyObject *obj = PyTuple_GET_ITEM(typed, i);
+        if (obj != Py_None && Py_TYPE(obj) != tp)
             return 0;
         if (!(tp->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG) || tp->tp_version_tag == 0 ||
             tp->tp_version_tag != type_tags[i])

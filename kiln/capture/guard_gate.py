@@ -81,8 +81,8 @@ def make_recorder(plan: GatePlan, c_record):
         if c_record(state, reached, snap):
             return True
         typed, types = state[5], state[6]
-        if any(type(o) is not t for o, t in zip(typed, types)):
-            return False
+        if any(o is not None and type(o) is not t for o, t in zip(typed, types)):
+            return False  # (None: a class watched itself, class_guards.py)
         if not all(reads_plainly(o, a, g) for o, a, g in plan.rechecks):
             return False
         type_tags = snap[8 * len(state[1]):]
@@ -133,6 +133,16 @@ class _Watch:
             return False
         self.typed.setdefault(id(obj), (obj, type(obj), tag))
         self.reach(text, obj)
+        return True
+
+    def own_tags(self, classes) -> bool:
+        """Watch the tags of ``classes`` themselves (a ClassGuard's: its own check compares their dicts
+        again after a change, before the record takes the new tags)."""
+        tags = [self.type_version(t) for t in classes]
+        if not all(tags):
+            return False
+        for t, tag in zip(classes, tags):
+            self.typed.setdefault(("class", id(t)), (None, t, tag))
         return True
 
     def attribute_owner(self, text: str, obj: Any, attr: str, generic: bool) -> bool:
@@ -258,6 +268,8 @@ class _Planner:
         kind = g.kind.name
         if isinstance(g.source, _ROOTS) and kind == "IDENTITY":
             return False  # the roots' own identity: checked on every call
+        if kind == "CLASS_STATE":
+            return self.watch.own_tags(g.value.types)
         if kind not in ("IDENTITY", "NOT_OBJECT", "NONE", "CONSTANT", "TYPE", "LENGTH", "DICT_KEYS", "CONTAINS",
                         "IDENTITY_OF_SOURCE", "NOT_SAME", "NO_MODULE_HOOKS"):
             return False

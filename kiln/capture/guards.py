@@ -40,6 +40,7 @@ class GuardKind(enum.Enum):
     STORAGE_ALIASING = "storage_aliasing"  # which tensor inputs share memory (graphs that write tensors)
     NO_MODULE_HOOKS = "no_module_hooks"  # an nn.Module's forward/backward hook dicts are all empty
     NO_GLOBAL_MODULE_HOOKS = "no_global_module_hooks"  # torch.nn.modules.module's global hook dicts: empty
+    CLASS_STATE = "class_state"  # the classes the trace read through keep their MROs and dicts (class_guards.py)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,6 +65,9 @@ class GuardSet:
         self.shape_env = None  # the ShapeEnv of a frame with dynamic sizes (kiln.fake.symbolic)
         self._shape_call = ""  # the shape check's call text (it returns what failed, or None)
         self.dynamic_inputs: list[Source] = []  # its inputs with symbolic sizes, in the ShapeEnv's order
+        self.classes: dict[int, type] = {}  # classes the trace read through (class_guards.note_class)
+        self.class_stores: set = set()  # (class, name) the trace stores into (the OutputGraph's side effects')
+        self.class_names: set[str] = set()  # attribute names the trace looked up (class_guards.note_name)
 
     def add(self, kind: GuardKind, source: Source | None, value: Any = None) -> None:
         if source is not None and not _guardable(source):
@@ -211,6 +215,7 @@ class GuardSet:
         them, the guards that read only through an unchanged module tree are gated (guard_gate.py)."""
         from kiln.capture.guard_gate import gate_functions, plan_gate
 
+        self._add_class_guard()
         names = _Namer()
         if self.shape_env is not None and self.dynamic_inputs:  # (made once: both texts below name it alike)
             self._shape_check = self.shape_env.check_function()
@@ -235,6 +240,18 @@ class GuardSet:
             exec(compile(f"def why(L, G, C, B):\n    return {self._shape_call}\n", "<kiln shape reason>", "exec"), fn_ns)
             guards.shape_reason = (f"{self._shape_call} is None", fn_ns["why"])
         return guards
+
+    def _add_class_guard(self) -> None:
+        """The guard that the classes noted while tracing are unchanged (class_guards.py)."""
+        from kiln.capture.class_guards import ClassGuard
+        from kiln.capture.sources import ConstantSource
+
+        if not self.classes or (GuardKind.CLASS_STATE, "classes") in self._guards:
+            return
+        guard = ClassGuard(list(self.classes.values()), self.class_stores, self.class_names)
+        if len(guard):
+            self._guards[(GuardKind.CLASS_STATE, "classes")] = Guard(GuardKind.CLASS_STATE,
+                                                                     ConstantSource("classes", guard), guard)
 
     def _shared_places(self) -> set[str]:
         """Places (printed sources) that more than one guard reads through: read once, into a local."""
@@ -596,6 +613,10 @@ def _guard_exprs(g: Guard, names: _Namer) -> list[tuple[str, str]]:
     if k is GuardKind.NO_MODULE_HOOKS:
         return [(f"not ({x}._forward_hooks or {x}._forward_pre_hooks or {x}._backward_hooks or "
                  f"{x}._backward_pre_hooks)", f"module {x} has no hooks")]
+    if k is GuardKind.CLASS_STATE:
+        from kiln.capture.class_guards import class_guard_exprs
+
+        return class_guard_exprs(g.value, names.ref)
     if k is GuardKind.NO_GLOBAL_MODULE_HOOKS:
         return [(f"not ({x}._global_forward_hooks or {x}._global_forward_pre_hooks or {x}._global_backward_hooks "
                  f"or {x}._global_backward_pre_hooks or {x}._global_forward_hooks_always_called)",

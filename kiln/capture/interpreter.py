@@ -15,6 +15,7 @@ import sys
 import types
 from typing import Any
 
+from kiln.capture.class_guards import note_name
 from kiln.capture.bytecode import decode
 from kiln.capture.opcodes import OPCODE_HANDLERS
 from kiln.capture.output_graph import OutputGraph
@@ -128,6 +129,10 @@ class Tracer:
             return False
         if self.parent is None:
             self.caught_at.setdefault(id(exc.exc_value), self.ip - 1)
+        if any(getattr(v, "loop_only", False) for v in self.stack[entry.depth:]):
+            from kiln.capture.values.lazy_generators import drop_loop_iterators
+
+            drop_loop_iterators(self, self.stack[entry.depth:][::-1])  # (closed as CPython pops them)
         del self.stack[entry.depth:]
         if entry.lasti:
             self.push(ConstantValue(inst.offset))
@@ -190,6 +195,7 @@ class Tracer:
         return v.items(self) if it is None else it.items(self)
 
     def getattr(self, obj: Value, name: str) -> Value:
+        note_name(name)  # (where it is found along a class's MRO, or that it is not, is guarded: class_guards.py)
         return obj.getattr(self, name)
 
     def setattr(self, obj: Value, name: str, value: Value) -> None:
@@ -559,6 +565,12 @@ class RootTracer(Tracer):
                 self.locals[name] = _LazyLocal(name)
         for i, name in enumerate(code.co_freevars):
             self.cells[name] = _LazyCell(self, i, name)
+
+    def run(self) -> Value:
+        from kiln.capture.class_guards import recording
+
+        with recording(self.output.guards):  # (the classes read through are guarded: class_guards.py)
+            return super().run()
 
     def read_local(self, name: str) -> Value:
         v = self.locals.get(name)

@@ -35,6 +35,7 @@ class OutputGraph:
         self.root = torch.nn.Module()
         self.guards = GuardSet()
         self.side_effects = SideEffects()
+        self.guards.class_stores = self.side_effects.class_stores  # (exempt from the class guard: class_guards.py)
         self.grad_enabled = torch.is_grad_enabled()  # the mode ops run under at this point of the graph
         self.changes_grad_mode = False
         self.autocast_stack: list[tuple] = []  # autocast blocks open at this point of the graph

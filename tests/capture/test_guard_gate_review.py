@@ -171,8 +171,6 @@ def test_class_attribute_on_instance_class_changed():
     after(m, mutate)
 
 
-@pytest.mark.xfail(strict=True, reason="not the gate: kiln inlines a class's methods as constants, "
-                                        "unguarded (the full check misses this too)")
 def test_inherited_method_replaced_on_a_base():
     class Act(nn.Module):
         def forward(self, x):
@@ -429,7 +427,6 @@ def test_instance_dict_entry_shadows_a_submodule():
     after(m, mutate)
 
 
-@pytest.mark.xfail(strict=True, reason="not the gate (the full check misses it too): a submodule read through _modules is not guarded absent from the class")
 def test_class_attribute_shadows_a_submodule():
     class S(Wrap):
         pass

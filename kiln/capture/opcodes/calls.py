@@ -31,7 +31,12 @@ def CALL(tx, inst):
         args = args[:len(args) - len(names)]
         kwargs = dict(zip(names, values))
         tx.kw_names = ()
-    tx.push(tx.call(fn, args, kwargs))
+    made = tx.call(fn, args, kwargs)
+    if type(made).__name__ == "SteppedGeneratorValue":  # `for v in gen(...)`: closed when the loop is left
+        from kiln.capture.values.lazy_generators import mark_loop_only
+
+        mark_loop_only(tx, fn, made)
+    tx.push(made)
 
 
 @handles()

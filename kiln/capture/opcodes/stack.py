@@ -12,7 +12,11 @@ def NOP(tx, inst):
 
 @handles()
 def POP_TOP(tx, inst):
-    tx.pop()
+    value = tx.pop()
+    if getattr(value, "loop_only", False):  # a `break` out of `for v in gen(...)`: its last reference
+        from kiln.capture.values.lazy_generators import drop_loop_iterators
+
+        drop_loop_iterators(tx, [value])
 
 
 @handles()
@@ -22,7 +26,10 @@ def PUSH_NULL(tx, inst):
 
 @handles()
 def COPY(tx, inst):
-    tx.push(tx.stack[-inst.arg])
+    value = tx.stack[-inst.arg]
+    if getattr(value, "loop_only", False):
+        value.loop_only = False  # (two references: not closed when one goes)
+    tx.push(value)
 
 
 @handles()

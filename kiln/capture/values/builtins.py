@@ -11,6 +11,7 @@ from typing import Callable
 
 import torch
 
+from kiln.capture.class_guards import note_name
 from kiln.capture.values.base import BINARY_OPERATORS, ConstantValue, KnownFunctionValue, Value, unsupported
 from kiln.capture.values.containers import DictValue, ListValue, SequenceValue, SetValue, SliceValue, TupleValue
 from kiln.capture.values.container_keys import dict_key
@@ -196,6 +197,7 @@ def _hasattr(tx, obj, name):
     from kiln.capture.values.objects import UserObjectValue, has_generic_getattribute
 
     attr = name.as_constant()
+    note_name(attr)
     if isinstance(obj, TensorValue):
         return ConstantValue(hasattr(obj.example, attr))
     written = isinstance(obj, UserObjectValue) and tx.output.side_effects.load_attr(obj, attr) is not None

@@ -447,6 +447,21 @@ class SetValue(Value):
         if self.history is not None:
             self.history.append((True, key))
 
+    def _record_update(self, args: list, operands: list) -> None:
+        """``update``'s steps in the history: each member of a list, tuple or str added in turn; a set
+        (or frozenset) made while tracing with a known history merged whole ("merge", its history: CPython
+        merges a set's table, which the guard replays with a real set); anything else (a dict resizes the
+        table first) leaves the history unknown."""
+        for arg, operand in zip(args, operands):
+            if self.history is None:
+                return
+            if isinstance(operand, (list, tuple, str)):
+                self.history += [(True, k) for k in operand]
+            elif isinstance(arg, SetValue) and arg.history is not None and isinstance(operand, (set, frozenset)):
+                self.history.append(("merge", list(arg.history)))
+            else:
+                self.history = None
+
     def _discard(self, key) -> None:
         self.members.pop(key, None)
         if self.history is not None:
@@ -468,10 +483,7 @@ class SetValue(Value):
 
                 operands = [real_operand(tx, a) for a in args]
                 self.order.update(*operands)
-                if not all(isinstance(o, (list, tuple, str)) for o in operands):
-                    self.history = None  # a set is merged, a dict resizes the table first
-                elif self.history is not None:
-                    self.history += [(True, k) for o in operands for k in o]
+                self._record_update(args, operands)
             for arg in args:
                 for v in arg.items(tx):
                     self.members.setdefault(set_key(tx, v, self.members), v)

@@ -18,6 +18,7 @@ guarded not to hold the name), and exceptions traced code constructs and raises 
 """
 from __future__ import annotations
 
+from kiln.capture.class_guards import note_class
 from kiln.capture.values.base import ConstantValue, Value, unsupported
 from kiln.errors import Unsupported
 
@@ -27,6 +28,7 @@ class ExceptionValue(Value):
 
     def __init__(self, cls: type, args: list[Value]):
         self.cls = cls
+        note_class(cls)
         self.args = list(args)
         self.cause: Value | None = None  # raise ... from cause
         self.context: Value | None = None  # the exception being handled where this one was raised

@@ -16,8 +16,10 @@ prints, in-place ops) happen in eager's order:
 
 A generator left suspended where closing it would run its own code (inside a try/finally or a with
 block) would run that code when CPython drops its last reference (a `break` out of the loop over it,
-an exception leaving that loop, `del g`, the frame's end); kiln does not count references, so where a
-graph ends with one such generator (`check_abandoned`), the whole frame runs as Python.
+an exception leaving that loop, `del g`, the frame's end). kiln does not count references in general,
+but one made in the `for` statement itself (`for v in gen(x):`, `mark_loop_only`) is held only by the
+loop's iterator slot: leaving the loop closes it, traced at that point (`drop_loop_iterators`). Where a
+graph ends with another such generator (`check_abandoned`), the whole frame runs as Python.
 
 Its body's frame is linked to the consumer's at each resume (as CPython links the generator's frame to
 its caller's), so exceptions raised in it take their __context__ from the consumer.
@@ -89,6 +91,7 @@ class SteppedGeneratorValue(IteratorValue):
         self.yield_inst = None  # the `yield` it is suspended at
         self.return_value: Value = ConstantValue(None)  # what `yield from` it gives once finished
         self.stop_value: Value | None = None  # set by the step that returned: next()'s StopIteration(value)
+        self.loop_only = False  # held only by a for loop's iterator slot (mark_loop_only)
         tracer.output.stepped_generators.append(self)  # checked when the graph ends (check_abandoned)
 
     def _suspend(self, value: Value):
@@ -323,6 +326,38 @@ def _close_runs_code(tracer, inst) -> bool:
                 return True
             inst = tracer.instructions[tracer.index_of[id(inst)] + 1]
     return True
+
+
+def mark_loop_only(tx, fn: Value, made: Value) -> None:
+    """``for v in gen(...)``: a generator made by calling its generator function directly (the CALL's own
+    result; not a wrapper's, which may keep it) and taken by GET_ITER and FOR_ITER right after is held by
+    nothing but the loop's iterator slot, which Python code cannot reach. Leaving the loop (``break``,
+    ``return``: a POP_TOP of the slot; an exception: the unwinding) drops its last reference, and CPython
+    closes it there (``dropped``): kiln traces that close at the same point."""
+    from kiln.capture.values.functions import NestedFunctionValue, UserFunctionValue, UserMethodValue
+
+    if not isinstance(made, SteppedGeneratorValue) or made.state != _CREATED:
+        return
+    direct = fn.fn if isinstance(fn, UserMethodValue) else fn
+    if type(direct) not in (UserFunctionValue, NestedFunctionValue) or direct.get_code() is not made.tracer.code:
+        return
+    following = tx.instructions[tx.ip: tx.ip + 2]
+    if [inst.opname for inst in following] == ["GET_ITER", "FOR_ITER"]:
+        made.loop_only = True
+
+
+def drop_loop_iterators(tx, values) -> None:
+    """``values`` leave the stack (top first): a generator only the loop held is closed now, as CPython
+    closes it when its last reference goes away (an exception its close raises would be unraisable)."""
+    from kiln.capture.values.exceptions import TracedRaise
+
+    for value in values:
+        if isinstance(value, SteppedGeneratorValue) and value.loop_only:
+            value.loop_only = False
+            try:
+                value.call_method(tx, "close", [], {})
+            except TracedRaise:
+                unsupported("closing a generator dropped by its loop raised (CPython reports it as unraisable)")
 
 
 def check_abandoned(output) -> None:

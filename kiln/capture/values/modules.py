@@ -6,6 +6,7 @@ import types
 import torch
 from torch.nn.modules import module as nn_module_internals
 
+from kiln.capture.class_guards import note_class, note_name
 from kiln.capture.sources import AttrSource, ConstantSource, DictEntrySource
 from kiln.capture.values.base import ConstantValue, Value, unsupported
 from kiln.capture.values.functions import UserFunctionValue, UserMethodValue
@@ -30,6 +31,7 @@ class NNModuleValue(Value):
         self.module = module
         self.source = source
         self.qualname = qualname  # dotted path for naming graph attributes, e.g. "self.encoder.layer.0"
+        note_class(type(module))  # (its forward, class attributes, names absent: guarded, class_guards.py)
 
     def python_type(self) -> type:
         return type(self.module)
@@ -50,6 +52,7 @@ class NNModuleValue(Value):
     def getattr(self, tx, name: str) -> Value:
         from kiln.capture.values.builder import wrap
 
+        note_name(name)  # (a class attribute of that name added later shadows what is read: class_guards.py)
         pending = tx.output.side_effects.load_attr(self, name)
         if pending is not None:
             return pending

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 
+from kiln.capture.class_guards import note_class
 from kiln.capture.values.base import ConstantValue, Value, note_mutation, unsupported
 from kiln.capture.values.containers import DictValue, TupleValue
 
@@ -16,6 +17,7 @@ class NamedTupleValue(TupleValue):
     def __init__(self, items, tuple_type: type, source=None, created_here: bool = True):
         super().__init__(items, source, created_here)
         self.tuple_type = tuple_type
+        note_class(tuple_type)
         self.attrs: dict[str, Value] = {}
 
     def python_type(self) -> type:

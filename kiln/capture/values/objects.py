@@ -5,6 +5,7 @@ import dataclasses
 import functools
 import types
 
+from kiln.capture.class_guards import note_class, note_name
 from kiln.capture.sources import AttrSource, ConstantSource
 from kiln.capture.values.base import ConstantValue, Value, unsupported
 from kiln.capture.values.class_stores import class_has_pending, class_source, pending_class_attribute, \
@@ -16,6 +17,7 @@ def class_attribute(tx, cls: type, name: str, self_value: Value | None) -> Value
     """Look `name` up on cls's MRO and bind it like Python would (methods, properties, static/classmethods)."""
     from kiln.capture.values.builder import wrap
 
+    note_class(cls, name)  # (what is found, or not, along its MRO is guarded: class_guards.py)
     for klass in cls.__mro__:
         pending = pending_class_attribute(tx, klass, name)
         if pending is not None:  # stored while tracing: plain data, no binding (class_stores.py)
@@ -132,6 +134,7 @@ class ObjectSlotMethod(Value):
 def python_slot(cls: type, name: str):
     """The Python function cls's MRO gives for `name` (e.g. __delattr__), or None when the first
     definition is not a plain Python function (object's C slot, a builtin base's)."""
+    note_class(cls, name)
     for klass in cls.__mro__:
         if name in vars(klass):
             found = vars(klass)[name]
@@ -141,6 +144,7 @@ def python_slot(cls: type, name: str):
 
 def data_descriptor_of(cls: type, name: str):
     """The data descriptor (property, slot, getset) cls's MRO has for `name`, else None."""
+    note_class(cls, name)
     for klass in cls.__mro__:
         if name in vars(klass):
             found = vars(klass)[name]
@@ -268,6 +272,7 @@ class ClassValue(Value):
     def __init__(self, cls: type, source=None):
         self.cls = cls
         self.source = source
+        note_class(cls)
 
     def python_type(self) -> type:
         return type(self.cls)
@@ -295,6 +300,7 @@ class ClassValue(Value):
     def getattr(self, tx, name: str) -> Value:
         from kiln.capture.values.builder import wrap
 
+        note_name(name)
         if name in ("__name__", "__qualname__", "__module__"):
             return ConstantValue(getattr(self.cls, name))
         if name == "_make" and isinstance(self.cls, type) and issubclass(self.cls, tuple):
@@ -493,6 +499,7 @@ class UserObjectValue(Value):
     def __init__(self, obj, source):
         self.obj = obj
         self.source = source
+        note_class(type(obj))
 
     def python_type(self) -> type:
         return type(self.obj)
@@ -512,6 +519,7 @@ class UserObjectValue(Value):
         from kiln.capture.side_effects import DELETED
         from kiln.capture.values.builder import wrap
 
+        note_name(name)
         pending = tx.output.side_effects.load_attr(self, name)
         if pending is not None and pending is not DELETED:
             return pending
@@ -619,6 +627,7 @@ class NewObjectValue(Value):
         self.cls = cls
         self.attrs: dict[str, Value] = {}
         self.source = None
+        note_class(cls)
 
     def python_type(self) -> type:
         return self.cls
@@ -640,6 +649,7 @@ class NewObjectValue(Value):
 
     def generic_getattr(self, tx, name: str) -> Value:
         """object.__getattribute__ on an object whose every instance attribute is known."""
+        note_name(name)
         if name in self.attrs and (_python_slot(self.cls, name) or data_descriptor_of(self.cls, name) is None):
             return self.attrs[name]  # (a data descriptor of the class comes first, as in object.__getattribute__)
         if name == "__class__":

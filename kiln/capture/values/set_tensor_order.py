@@ -7,8 +7,10 @@ objects' hashes built as the program built its set, and guarded: the guard build
 hashes of the tensors the next call passes (`___set_order_is((id(L['x']), ...), ops, order)`), so
 another order recompiles. This is exact only where the program's set was made
 from an empty one by adding and discarding members (BUILD_SET, set/frozenset of a list or tuple, add,
-update with a list, discard/remove, clear): that history (`SetValue.history`) is what the guard replays,
-dummies and resizes included. A set changed otherwise (set operators, update with a set or dict, a copy)
+update with a list, discard/remove, clear) and merging such sets (update with a set made so, replayed
+as a real set's update, i.e. CPython's table merge): that history (`SetValue.history`) is what the
+guard replays, dummies and resizes included. A set changed otherwise (set operators, update with a
+dict or a set from the frame, a copy)
 or holding a tensor the graph makes, now or before (its address is not known until the graph runs),
 breaks the graph, and so do other objects hashed by identity.
 """
@@ -25,7 +27,7 @@ from kiln.capture.values.base import unsupported
 @dataclasses.dataclass(frozen=True)
 class SetOrderOfHashesSource(Source):
     """`___set_order_is((h0, h1, ...), ops, order)`: whether a set made from an empty one by `ops` ((1, i):
-    add member i; (0, i): discard it) iterates its members in `order` (their positions). Each `part` is a
+    add member i; (0, i): discard it; (2, ops): merge a set made from an empty one by those) iterates its members in `order` (their positions). Each `part` is a
     place's `id(...)` (a tensor passed in) or a fixed hash (a held tensor, a constant). Guarded to be
     True: one call per check."""
 
@@ -60,13 +62,20 @@ def set_order(hashes: tuple, ops: tuple | None = None) -> tuple | None:
     if len(set(hashes)) != len(hashes):
         return None
     members = [_Hashed(h, position) for position, h in enumerate(hashes)]
-    built = set()
-    for is_add, position in ops if ops is not None else ((1, i) for i in range(len(hashes))):
-        if is_add:
-            built.add(members[position])
-        else:
-            built.discard(members[position])
-    return tuple(member.position for member in built)
+
+    def replay(steps) -> set:
+        built = set()
+        for op, arg in steps:
+            if op == 2:  # another set made by its own ops, merged (set.update with a set)
+                built.update(replay(arg))
+            elif op:
+                built.add(members[arg])
+            else:
+                built.discard(members[arg])
+        return built
+
+    return tuple(member.position for member in replay(ops if ops is not None else
+                                                       tuple((1, i) for i in range(len(hashes)))))
 
 
 def set_order_is(hashes: tuple, ops: tuple, order: tuple) -> bool:
@@ -80,17 +89,27 @@ def identity_members_order(tx, value) -> list:
                     "members: its order follows the tensors' addresses", hint="kiln runs it as Python")
     inputs = {id(fake): (source, real) for source, real, fake, *_ in tx.output._tensor_inputs}
     held = {id(fake): real for real, fake, _ in tx.output._held}
-    keys, parts, hashes, ops = [], [], [], []
+    keys, parts, hashes = [], [], []
     index: dict = {}
-    for is_add, key in value.history:
-        if key not in index:
-            index[key] = len(keys)
-            part, h = _hash_part(key, inputs, held)
-            keys.append(key)
-            parts.append(part)
-            hashes.append(h)
-        ops.append((int(is_add), index[key]))
-    order = set_order(tuple(hashes), tuple(ops))
+
+    def steps(history) -> tuple:
+        """The history as ops over member positions (a merged set's own history nested: (2, its ops))."""
+        ops = []
+        for op, key in history:
+            if op == "merge":
+                ops.append((2, steps(key)))
+                continue
+            if key not in index:
+                index[key] = len(keys)
+                part, h = _hash_part(key, inputs, held)
+                keys.append(key)
+                parts.append(part)
+                hashes.append(h)
+            ops.append((int(op), index[key]))
+        return tuple(ops)
+
+    ops = steps(value.history)
+    order = set_order(tuple(hashes), ops)
     if order is None:
         unsupported("iterating over a set whose members' hashes collide")
     if {keys[i] for i in order} != set(value.members):

@@ -19,8 +19,10 @@ class SuperValue(Value):
         self.self_value = self_value
 
     def getattr(self, tx, name: str) -> Value:
+        from kiln.capture.class_guards import note_name
         from kiln.capture.values.builder import wrap
 
+        note_name(name)
         # super(C, cls) with a class (in __new__ or a classmethod): the class's own MRO, functions unbound
         of_class = isinstance(self.self_value, ClassValue) and issubclass(self.self_value.cls, self.cls)
         start_type = self.self_value.cls if of_class else self.self_value.python_type()
