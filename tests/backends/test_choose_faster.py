@@ -19,11 +19,8 @@ def _slow(fn, seconds):
     return run
 
 
-def _two(kiln_fn, eager_fn, in_one_call=False):
-    return FastestOf({"kiln": kiln_fn, "eager": eager_fn}, "g", False, in_one_call)
-
-
-def test_one_run_per_call_keeps_the_faster_and_runs_only_it_afterwards():
+def _counter():
+    """(runs per name, counted(name, fn): fn counting its runs under name)."""
     calls = {"kiln": 0, "eager": 0}
 
     def counted(name, fn):
@@ -32,6 +29,15 @@ def test_one_run_per_call_keeps_the_faster_and_runs_only_it_afterwards():
             return fn(x)
         return run
 
+    return calls, counted
+
+
+def _two(kiln_fn, eager_fn, in_one_call=False):
+    return FastestOf({"kiln": kiln_fn, "eager": eager_fn}, "g", False, in_one_call)
+
+
+def test_one_run_per_call_keeps_the_faster_and_runs_only_it_afterwards():
+    calls, counted = _counter()
     stats.reset()
     chooser = _two(counted("kiln", _slow(lambda x: x + 1, 0.004)), counted("eager", lambda x: x + 1))
     outs = [chooser(torch.ones(2)) for _ in range(2 + 2 * TRIALS)]
@@ -44,14 +50,7 @@ def test_one_run_per_call_keeps_the_faster_and_runs_only_it_afterwards():
 
 
 def test_side_effect_free_graph_is_decided_within_its_second_call():
-    calls = {"kiln": 0, "eager": 0}
-
-    def counted(name, fn):
-        def run(x):
-            calls[name] += 1
-            return fn(x)
-        return run
-
+    calls, counted = _counter()
     stats.reset()
     chooser = _two(counted("kiln", lambda x: x + 1), counted("eager", _slow(lambda x: x + 1, 0.004)), in_one_call=True)
     assert torch.equal(chooser(torch.ones(2)), torch.full((2,), 2.0)) and calls == {"kiln": 1, "eager": 0}
