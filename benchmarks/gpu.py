@@ -244,7 +244,8 @@ def kiln_notes() -> dict:
     return {"graphs": st.graphs, "graph_breaks": sum(st.graph_breaks.values()),
             "recompilations": sum(st.recompilations.values()), "eager_frames": dict(st.eager_fallbacks),
             "aten_fallbacks": dict(st.aten_fallbacks), "kernels": st.kernels_generated,
-            "matmul_choices": dict(st.matmul_choices)}
+            "matmul_choices": dict(st.matmul_choices),
+            "stages_s": {k: round(v, 3) for k, v in st.seconds.items()}}  # where the first call's time went
 
 
 # ------------------------------------------------------------------------------------- sections
@@ -519,6 +520,10 @@ def _print_notes(res):
             fallbacks = "; ".join(f"{k} x{v}" for k, v in list(notes["aten_fallbacks"].items())[:6]) or "none"
             print(f"    kiln: {notes['graphs']} graphs, {notes['graph_breaks']} breaks, "
                   f"{notes['recompilations']} recompiles, {notes['kernels']} kernels; ATen fallbacks: {fallbacks}")
+            stages = sorted(notes.get("stages_s", {}).items(), key=lambda kv: -kv[1])[:6]
+            if stages:
+                print(f"    kiln first call {r.get('first_call_s', 0):.2f} s, by stage: "
+                      + ", ".join(f"{k} {v:.2f}" for k, v in stages))
             for why, n in list(notes["eager_frames"].items())[:4]:
                 print(f"      frame run eagerly x{n}: {why[:150]}")
 
