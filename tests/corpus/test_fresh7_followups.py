@@ -19,17 +19,23 @@ def _t(*shape, seed=0):
     return torch.randn(*shape, generator=g)
 
 
-def _same_over_calls(make, calls=3):
+def _same_over_calls(make, calls=3, between=None):
     """``make()`` gives (fn, state): a fresh function and a callable reading the state it changes across
     calls (a default argument, ...). Eager and compiled each get their own; results and state must agree
     call by call, so state carried from one call to the next is exercised (check() shares state between
-    its eager and compiled runs, so it cannot)."""
+    its eager and compiled runs, so it cannot). ``between()``, if given, runs before the last call of each."""
     eager_fn, eager_state = make()
-    expected = [eager_fn(_t(2)) for _ in range(calls)]
+    expected = [eager_fn(_t(2)) for _ in range(calls - 1)]
+    if between is not None:
+        between()
+    expected.append(eager_fn(_t(2)))
     reset()
     comp_fn, comp_state = make()
     compiled = compile_fn(comp_fn, CountingBackend())
-    got = [compiled(_t(2)) for _ in range(calls)]
+    got = [compiled(_t(2)) for _ in range(calls - 1)]
+    if between is not None:
+        between()
+    got.append(compiled(_t(2)))
     assert_same(got, expected, path="results per call")
     assert_same(comp_state(), eager_state(), path="state after the calls")
 
@@ -37,6 +43,30 @@ def _same_over_calls(make, calls=3):
 def _append_default(x, acc=[]):  # noqa: B006 - the mutable default is the point
     acc.append(1)
     return x * len(acc)
+
+
+def _kwonly_dict_default(x, *, cache={}):  # noqa: B006
+    cache[len(cache)] = 1
+    return x * len(cache)
+
+
+def _set_default(x, seen=set()):  # noqa: B006
+    seen.add(len(seen))
+    return x * len(seen)
+
+
+def _counter_default(x, c=collections.Counter()):  # noqa: B006
+    c["a"] += 1
+    return x * c["a"]
+
+
+def _deque_default(x, d=collections.deque()):  # noqa: B006
+    d.append(1)
+    return x * len(d)
+
+
+def _config_default(x, cfg={"k": 1}):  # noqa: B006
+    return x * cfg["k"]
 
 
 class _Runner:
@@ -73,6 +103,52 @@ def test_mutable_list_default_of_method_across_calls():
         return fn, lambda: list(_Runner.run.__defaults__[0])
 
     _same_over_calls(make)
+
+
+_DEFAULT_KINDS = {
+    "kwonly_dict": (_kwonly_dict_default, lambda: dict(_kwonly_dict_default.__kwdefaults__["cache"])),
+    "set": (_set_default, lambda: set(_set_default.__defaults__[0])),
+    "counter": (_counter_default, lambda: collections.Counter(_counter_default.__defaults__[0])),
+    "deque": (_deque_default, lambda: list(_deque_default.__defaults__[0])),
+}
+
+
+def _clear_defaults():
+    _kwonly_dict_default.__kwdefaults__["cache"].clear()
+    for f in (_set_default, _counter_default, _deque_default):
+        f.__defaults__[0].clear()
+
+
+@kiln_gap("WRONG RESULT: the same unguarded ConstantSource('default') as the list case: x * 1 on every call; "
+          "the dict/set are left with the first call's contents, the Counter and deque are not even written "
+          "back (collections_values: a ConstantSource is not 'placed')")
+@pytest.mark.parametrize("kind", sorted(_DEFAULT_KINDS))
+def test_mutable_container_default_of_module_function_across_calls(kind):
+    target, state = _DEFAULT_KINDS[kind]
+
+    def make():
+        _clear_defaults()
+
+        def fn(x):
+            return target(x)
+
+        return fn, state
+
+    _same_over_calls(make)
+
+
+@kiln_gap("WRONG RESULT: a dict default only read, changed outside between calls: its contents are not "
+          "guarded (ConstantSource('default')), so the cached graph still multiplies by the old value 1 (eager 5)")
+def test_dict_default_changed_between_calls_is_seen():
+    def make():
+        _config_default.__defaults__[0]["k"] = 1
+
+        def fn(x):
+            return _config_default(x)
+
+        return fn, lambda: dict(_config_default.__defaults__[0])
+
+    _same_over_calls(make, between=lambda: _config_default.__defaults__[0].__setitem__("k", 5))
 
 
 def test_mutable_list_default_of_nested_function_across_calls():
