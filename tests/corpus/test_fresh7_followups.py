@@ -184,3 +184,31 @@ def test_fraction_arithmetic_scales_a_tensor():
         return x * float(fr), fr == 1
 
     check(fn, _t(3), graphs=1, breaks=0)
+
+
+def _patched_target(t):
+    return t * 1
+
+
+def _patch_body(t):
+    return t * 9
+
+
+_ORIGINAL_CODE = _patched_target.__code__
+
+
+@kiln_gap("WRONG RESULT (rare): a module-level function is guarded by identity only, not its __code__; after "
+          "`f.__code__ = other.__code__` the cached graph still inlines the old body (x * 1, eager x * 9)")
+def test_function_code_swapped_between_calls():
+    def make():
+        _patched_target.__code__ = _ORIGINAL_CODE
+
+        def fn(x):
+            return _patched_target(x)
+
+        return fn, lambda: None
+
+    try:
+        _same_over_calls(make, between=lambda: setattr(_patched_target, "__code__", _patch_body.__code__))
+    finally:
+        _patched_target.__code__ = _ORIGINAL_CODE
