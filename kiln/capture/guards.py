@@ -9,6 +9,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import enum
+import operator
 import re
 from typing import Any, Callable
 
@@ -41,6 +42,7 @@ class GuardKind(enum.Enum):
     NO_MODULE_HOOKS = "no_module_hooks"  # an nn.Module's forward/backward hook dicts are all empty
     NO_GLOBAL_MODULE_HOOKS = "no_global_module_hooks"  # torch.nn.modules.module's global hook dicts: empty
     CLASS_STATE = "class_state"  # the classes the trace read through keep their MROs and dicts (class_guards.py)
+    FUNCTION_CODES = "function_codes"  # the functions kiln inlined still have the code it inlined
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,6 +70,7 @@ class GuardSet:
         self.classes: dict[int, type] = {}  # classes the trace read through (class_guards.note_class)
         self.class_stores: set = set()  # (class, name) the trace stores into (the OutputGraph's side effects')
         self.class_names: set[str] = set()  # attribute names the trace looked up (class_guards.note_name)
+        self.function_codes: dict[int, tuple] = {}  # id(fn) -> (fn, fn.__code__) of each function inlined
 
     def add(self, kind: GuardKind, source: Source | None, value: Any = None) -> None:
         if source is not None and not _guardable(source):
@@ -216,6 +219,7 @@ class GuardSet:
         from kiln.capture.guard_gate import gate_functions, plan_gate
 
         self._add_class_guard()
+        self._add_function_codes_guard()
         names = _Namer()
         if self.shape_env is not None and self.dynamic_inputs:  # (made once: both texts below name it alike)
             self._shape_check = self.shape_env.check_function()
@@ -252,6 +256,23 @@ class GuardSet:
         if len(guard):
             self._guards[(GuardKind.CLASS_STATE, "classes")] = Guard(GuardKind.CLASS_STATE,
                                                                      ConstantSource("classes", guard), guard)
+
+    def note_function_code(self, fn) -> None:
+        """A function whose body the trace inlined: its ``__code__`` must still be that body (it can be
+        replaced in place: IPython's autoreload does, for every function of an edited module)."""
+        self.function_codes.setdefault(id(fn), (fn, fn.__code__))
+
+    def _add_function_codes_guard(self) -> None:
+        """One guard for every inlined function's code, checked in one pass (``___same_codes``): a guard
+        per function was a fifth of BERT's guards. The functions are the objects the trace held; which
+        object a place holds is guarded by the places' own guards."""
+        from kiln.capture.sources import ConstantSource
+
+        if not self.function_codes:
+            return
+        fns, codes = zip(*self.function_codes.values())
+        self._guards[(GuardKind.FUNCTION_CODES, "codes")] = Guard(
+            GuardKind.FUNCTION_CODES, ConstantSource("function codes", fns), (tuple(fns), tuple(codes)))
 
     def _shared_places(self) -> set[str]:
         """Places (printed sources) that more than one guard reads through: read once, into a local."""
@@ -461,6 +482,7 @@ class _Namer:
             "___autograd_kind": autograd_kind,
             "___same_constant": same_constant,
             "___same_keys": same_keys,
+            "___same_codes": _same_codes,
             "___set_order_is": set_order_is,
             "id": id,
         }
@@ -504,6 +526,18 @@ def _iterator_remaining(it):
     from kiln.capture.sources import iterator_remaining
 
     return iterator_remaining(it)
+
+
+def _same_codes(fns, codes) -> bool:
+    return all(map(operator.is_, map(_CODE_OF, fns), codes))
+
+
+_CODE_OF = operator.attrgetter("__code__")
+
+
+def _names_of(fns) -> str:
+    shown = ", ".join(getattr(f, "__qualname__", "?") for f in fns[:3])
+    return shown + (f" and {len(fns) - 3} more" if len(fns) > 3 else "")
 
 
 def _guardable(source: Source) -> bool:
@@ -617,6 +651,10 @@ def _guard_exprs(g: Guard, names: _Namer) -> list[tuple[str, str]]:
         from kiln.capture.class_guards import class_guard_exprs
 
         return class_guard_exprs(g.value, names.ref)
+    if k is GuardKind.FUNCTION_CODES:
+        fns, codes = g.value
+        return [(f"___same_codes({names.ref(fns)}, {names.ref(codes)})",
+                 f"the {len(fns)} functions inlined keep their code ({_names_of(fns)})")]
     if k is GuardKind.NO_GLOBAL_MODULE_HOOKS:
         return [(f"not ({x}._global_forward_hooks or {x}._global_forward_pre_hooks or {x}._global_backward_hooks "
                  f"or {x}._global_backward_pre_hooks or {x}._global_forward_hooks_always_called)",

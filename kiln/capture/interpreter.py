@@ -320,6 +320,8 @@ class Tracer:
                 return call_grad_mode_decorated(self, fn_value, args, kwargs)
             if not is_inlinable(code):
                 return _call_library_function(self, fn_value, args, kwargs)
+            if not fn_value.guarded_by_code:
+                _guard_code(self, fn_value)
             f_globals = fn.__globals__
             name = fn.__qualname__
         else:
@@ -366,7 +368,6 @@ def _python_setattr(cls: type) -> bool:
 class InliningTracer(Tracer):
     def bind_arguments(self, fn_value, args: list[Value], kwargs: dict[str, Value]) -> None:
         code = self.code
-        defaults, kwdefaults = fn_value.defaults(self)
         nargs = code.co_argcount
         nkw = code.co_kwonlyargcount
         names = code.co_varnames
@@ -386,6 +387,8 @@ class InliningTracer(Tracer):
                 if name in bound:
                     unsupported(f"{self.function_name}() got multiple values for argument {name!r}")
                 bound[name] = kwargs.pop(name)
+        unbound = [name for name in names[:nargs + nkw] if name not in bound]
+        defaults, kwdefaults = fn_value.defaults(self) if unbound else ((), {})  # (read, and guarded, when used)
         n_defaults = len(defaults)
         for i, name in enumerate(names[:nargs]):
             if name not in bound:
@@ -420,6 +423,14 @@ class GeneratorTracer(InliningTracer):
 
     def add_yielded(self, value: Value) -> None:
         raise NotImplementedError("set by the generator value that owns this tracer")
+
+
+def _guard_code(tx, fn_value) -> None:
+    """The body kiln inlines is the one the function still has: ``fn.__code__`` can be replaced in place
+    (IPython's autoreload does, for every function of an edited module), which identity guards on the
+    function do not see: checked for all of them by one guard (GuardSet.note_function_code). (A nested
+    function is guarded by its code already: builder.py.)"""
+    tx.output.guards.note_function_code(fn_value.fn)
 
 
 def _default_value(tx, value) -> Value:

@@ -81,9 +81,6 @@ class _Runner:
         return x + len(seen)
 
 
-@kiln_gap("WRONG RESULT: the list default of a module-level function is wrapped with ConstantSource('default') "
-          "(interpreter._default_value) and guards._guardable skips ConstantSource places, so its length is not "
-          "guarded: every call returns x * 1 and the write-back after the graph leaves the list as [1]")
 def test_mutable_list_default_of_module_function_across_calls():
     def make():
         _append_default.__defaults__[0].clear()
@@ -96,8 +93,6 @@ def test_mutable_list_default_of_module_function_across_calls():
     _same_over_calls(make)
 
 
-@kiln_gap("WRONG RESULT: as the module-level function's list default (a method found on the class is guarded "
-          "by identity, its defaults held as constants): x + 1 on every call, the list left as [0]")
 def test_mutable_list_default_of_method_across_calls():
     def make():
         _Runner.run.__defaults__[0].clear()
@@ -125,9 +120,6 @@ def _clear_defaults():
         f.__defaults__[0].clear()
 
 
-@kiln_gap("WRONG RESULT: the same unguarded ConstantSource('default') as the list case: x * 1 on every call; "
-          "the dict/set are left with the first call's contents, the Counter and deque are not even written "
-          "back (collections_values: a ConstantSource is not 'placed')")
 @pytest.mark.parametrize("kind", sorted(_DEFAULT_KINDS))
 def test_mutable_container_default_of_module_function_across_calls(kind):
     target, state = _DEFAULT_KINDS[kind]
@@ -143,8 +135,6 @@ def test_mutable_container_default_of_module_function_across_calls(kind):
     _same_over_calls(make)
 
 
-@kiln_gap("WRONG RESULT: a dict default only read, changed outside between calls: its contents are not "
-          "guarded (ConstantSource('default')), so the cached graph still multiplies by the old value 1 (eager 5)")
 def test_dict_default_changed_between_calls_is_seen():
     def make():
         _config_default.__defaults__[0]["k"] = 1
@@ -203,8 +193,6 @@ def _patch_body(t):
 _ORIGINAL_CODE = _patched_target.__code__
 
 
-@kiln_gap("WRONG RESULT (rare): a module-level function is guarded by identity only, not its __code__; after "
-          "`f.__code__ = other.__code__` the cached graph still inlines the old body (x * 1, eager x * 9)")
 def test_function_code_swapped_between_calls():
     def make():
         _patched_target.__code__ = _ORIGINAL_CODE

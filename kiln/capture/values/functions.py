@@ -65,20 +65,27 @@ class UserFunctionValue(Value):
     guarded_by_code = False  # True: not guarded by identity (a nested function), see builder.wrap
 
     def defaults(self, tx) -> tuple[tuple, dict]:
-        if self.guarded_by_code:  # another function object of the same code may have other defaults
-            from kiln.capture.sources import AttrSource
-            from kiln.capture.values.builder import wrap
+        """The default values, read through ``fn.__defaults__`` / ``fn.__kwdefaults__`` so that they are
+        guarded like any other place: a mutable default (a list, a dict, a Counter) is state kept
+        between calls (a list appended to on every call), and either attribute may be reassigned. A
+        function kiln holds directly (found through a class or another object) is the base of those
+        reads. Called only when a call leaves a parameter to its default."""
+        from kiln.capture.sources import AttrSource, ConstantSource
+        from kiln.capture.values.builder import wrap
 
-            defaults = wrap(tx, self.fn.__defaults__, AttrSource(self.source, "__defaults__"))
-            kwdefaults = wrap(tx, self.fn.__kwdefaults__, AttrSource(self.source, "__kwdefaults__"))
-            if self.fn.__defaults__ is None:
-                positional = ()
-            elif isinstance(defaults, ConstantValue):  # a tuple of literals, guarded by value
+        fn = self.fn
+        base = self.source if self.source is not None else ConstantSource("function", fn)
+        positional: tuple = ()
+        if fn.__defaults__ is not None:
+            defaults = wrap(tx, fn.__defaults__, AttrSource(base, "__defaults__"))
+            if isinstance(defaults, ConstantValue):  # a tuple of literals, guarded by value
                 positional = tuple(ConstantValue(v) for v in defaults.value)
             else:
                 positional = tuple(defaults.elements)
-            return positional, dict(kwdefaults.entries) if self.fn.__kwdefaults__ is not None else {}
-        return self.fn.__defaults__ or (), self.fn.__kwdefaults__ or {}
+        keyword: dict = {}
+        if fn.__kwdefaults__ is not None:
+            keyword = dict(wrap(tx, fn.__kwdefaults__, AttrSource(base, "__kwdefaults__")).entries)
+        return positional, keyword
 
     def __repr__(self) -> str:
         return f"Function({self.fn.__qualname__})"
