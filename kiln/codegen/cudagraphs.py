@@ -57,8 +57,9 @@ class CudaGraphRunner:
 
     device_type = "cuda"  # the device every input must be on (tests on CPU stand in fake graphs)
 
-    def __init__(self, run, n_state: int, max_graphs: int = MAX_GRAPHS):
+    def __init__(self, run, n_state: int, max_graphs: int = MAX_GRAPHS, warmed_up: bool = False):
         self.run, self.n_state, self.max_graphs = run, n_state, max_graphs
+        self.warmed_up = warmed_up  # ``run`` has run already (kernels built): the first call records
         self.recordings: collections.OrderedDict[tuple, _Recording] = collections.OrderedDict()  # LRU order
         self.warm: set[tuple] = set()
         self.declined: dict[tuple, str] = {}  # signature -> why no graph is used for it
@@ -83,9 +84,10 @@ class CudaGraphRunner:
         if reason is not None:
             self.declined[key] = reason
             return self.run(*inputs)
-        if key not in self.warm:
+        if key not in self.warm and not self.warmed_up:
             self.warm.add(key)
             return self.run(*inputs)
+        self.warmed_up = False  # (only the first signature: another one runs plainly once first)
         rec = self._record(key, inputs)
         if rec is None:
             return self.run(*inputs)

@@ -8,8 +8,9 @@ from kiln.backends import default_graphs
 
 
 class FakeRunner:
-    def __init__(self, plain, n_state):
+    def __init__(self, plain, n_state, warmed_up=False):
         self.plain, self.recordings, self.declined = plain, {}, {}
+        self.warmed_up = warmed_up  # (the trial's runner: the plain code ran in call 1)
 
     def __call__(self, *args):
         self.recordings["sig"] = True
@@ -38,7 +39,7 @@ def test_candidate_replays_only_while_it_runs_and_is_kept_or_dropped(monkeypatch
     _fake_cuda(monkeypatch, reserved)
     rt, outer = _runtime()
     cand = default_graphs.GraphCandidate(outer, rt, 0)
-    assert cand.candidate(torch.ones(2)) == ("replayed",)
+    assert cand.candidate(torch.ones(2)) == ("replayed",) and cand.runner.warmed_up
     assert outer(torch.ones(2)) == ("plain",)  # the other candidates run plain launches
     assert cand.why_not() is None
     assert cand.keep("graphs") is outer and outer(torch.ones(2)) == ("replayed",)

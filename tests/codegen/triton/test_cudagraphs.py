@@ -155,3 +155,12 @@ def test_reduce_overhead_mode_turns_on_cudagraphs():
     # CPU tensors: no CUDA graphs, same results
     x = torch.randn(4)
     torch.testing.assert_close(f(x), x + 1)
+
+
+def test_a_runner_whose_wrapper_ran_already_records_on_its_first_call(fake_cuda):
+    wrapper, w = Wrapper(), torch.randn(8)
+    runner = runner_for(wrapper, warmed_up=True)
+    check(runner, torch.randn(8), w)  # recorded at once (the speed trial's runner: the code ran in call 1)
+    assert len(runner.recordings) == 1 and runner.replays == 1
+    check(runner, torch.randn(4), w[:4])  # another signature: a plain run first, as always
+    assert len(runner.recordings) == 1
