@@ -38,8 +38,8 @@ import time
 import torch
 
 from kiln.aot.graph import is_collective
-from kiln.aot.schema import is_random
 from kiln.aot.symbols import has_symbols
+from kiln.backends.seeded_ops import draws_random_numbers
 from kiln.debug.stats import stats
 
 TRIALS = 5  # timed calls of each candidate
@@ -69,8 +69,7 @@ def should_race(gm, example_inputs, runtime, options) -> str | None:
 
 def ops_reason(nodes) -> str | None:
     """Why graphs with these nodes are not raced (random ops, collectives), or None."""
-    if any(n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload) and is_random(n.target)
-           for n in nodes):
+    if any(draws_random_numbers(n) for n in nodes):
         return "random ops"
     if any(n.op == "call_function" and is_collective(n.target) for n in nodes):
         return "collectives (every rank must run the same code: a choice by timing may differ per rank)"
