@@ -38,8 +38,13 @@ def _realized_in_order(g, value, node):
     val = node.meta.get("val") if hasattr(node, "meta") else None
     if not isinstance(value, Lazy) or not isinstance(val, torch.Tensor) or tuple(val.shape) != tuple(value.size):
         return value
-    stride = dense_in_order(tuple(val.shape), tuple(val.stride()))
-    return g.realize(value, stride) if stride is not None else value
+    size, stride = tuple(val.shape), tuple(val.stride())
+    if not all(type(v) is int for v in (*size, *stride)):
+        return value  # symbolic sizes: the default layout
+    if any(st == 0 for sz, st in zip(size, stride) if sz != 1):
+        return value  # a broadcast: realized as a view of its base (GraphLowering.realize_as_view)
+    dense = dense_in_order(size, stride)
+    return g.realize(value, dense) if dense is not None else value  # (a dense view keeps its strides)
 
 
 @lowering(aten._scaled_dot_product_flash_attention_for_cpu.default)

@@ -78,3 +78,15 @@ def test_training_decomposes_attention_and_gradients_match():
     compiled = kiln.compile(f)
     got = torch.autograd.grad(compiled(q), q)[0]
     torch.testing.assert_close(got, torch.autograd.grad(f(q), q)[0])
+
+
+def test_broadcast_and_dynamic_queries_keep_the_default_realization():
+    q, k = torch.randn(1, 2, 8, 16), torch.randn(3, 2, 8, 16)
+    f = lambda q, k: F.scaled_dot_product_attention((q * 2).expand(3, 2, 8, 16), k, k) + 1  # noqa: E731
+    with torch.no_grad():
+        torch.testing.assert_close(_compiled(f, q, k)(q, k), f(q, k))
+        g = kiln.compile(lambda q: F.scaled_dot_product_attention(q.transpose(1, 2) * 2, q.transpose(1, 2), q.transpose(1, 2)),
+                         dynamic=True)
+        for t in (8, 11):
+            x = torch.randn(1, t, 2, 16)
+            torch.testing.assert_close(g(x), F.scaled_dot_product_attention(x.transpose(1, 2) * 2, x.transpose(1, 2), x.transpose(1, 2)))
