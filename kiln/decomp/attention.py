@@ -53,19 +53,17 @@ def sdpa_flash_cpu(q, k, v, dropout_p=0.0, is_causal=False, *, attn_mask=None, s
 
 
 # On the CPU, ATen's flash kernel (blocked, online softmax, vectorized exp) beats the math pattern in
-# inference once the score matrix is more than a few rows: nanoGPT's [1, 6, 128, 64] causal attention
+# inference: nanoGPT's [1, 6, 128, 64] causal attention
 # ran 0.3 ms in ATen's kernel, 0.65-0.9 ms decomposed (two BLAS bmm calls and a masked softmax over the
-# float32 scores). Training graphs decompose (kiln differentiates the math pattern).
-CPU_FLASH_MIN_ROWS = 0  # query rows (L) from which the CPU flash kernel is kept whole
-
-
+# float32 scores); it won at every size measured (docs/backend.md). Training graphs decompose (kiln
+# differentiates the math pattern).
 def keep_cpu_flash(q, k, v, dropout_p, attn_mask) -> bool:
     """Whether ``_scaled_dot_product_flash_attention_for_cpu`` stays whole (inference, no dropout)."""
     if dropout_p > 0 or q.device.type != "cpu" or q.dtype not in (torch.float32, torch.float64):
         return False
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (q, k, v, attn_mask)):
         return False
-    return q.shape[-2] >= CPU_FLASH_MIN_ROWS
+    return True
 
 
 # On CUDA the fused kernels (flash, memory-efficient) stay whole: until kiln generates its own attention
