@@ -6,6 +6,9 @@
     python benchmarks/cpu.py --threads 2              # OMP/torch threads (default: all cores)
     python benchmarks/cpu.py --threads 1 --timer cpu  # on a busy shared machine: CPU time, one thread
     python benchmarks/cpu.py --interleave             # backends alternate call batches round by round (noisy boxes)
+    python benchmarks/cpu.py --cases issue19 --isolate --threads 1 --timer cpu --interleave --no-compile-time
+                                                      # issue 19's models (cpu_models.py), batch 1, float32; every
+                                                      # compiler in a process of its own (timed against eager there)
 
 On the 16-core GPU host (one command is limited to 10 minutes), split the run in two:
 
@@ -231,6 +234,10 @@ def all_cases(size: str) -> dict:
     out = {name: ("micro", fn) for name, fn in _micro_cases(size).items()}
     out.update({name: ("micro", fn) for name, fn in _scatter_cases(size).items()})
     out.update({name: ("model", fn) for name, fn in _model_cases(size).items()})
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from cpu_models import issue19_cases
+
+    out.update({name: ("model", fn) for name, fn in issue19_cases(size).items()})
     return out
 
 
@@ -381,6 +388,10 @@ def run_case(name: str, size: str, backends, iters: int, min_time: float, interl
         else:
             secs = {backend: median_time(cf, args, iters, min_time) for backend, cf in timed.items()}
         row["ms"] = {backend: 1e3 * s for backend, s in secs.items()}
+    if "kiln" in timed:  # graphs whose generated code runs (k) / eager runs (e): backends/choose_faster.py
+        import kiln
+
+        row["kiln_choice"] = dict(kiln.stats.speed_choices)
     return row
 
 
@@ -388,6 +399,42 @@ def _kiln_kernel_count(cf):
     import kiln
 
     return kiln.stats.kernels_generated
+
+
+def isolated_case(name: str, args, backends) -> dict:
+    """``run_case`` with every compiler in a fresh process of its own, timed there against eager (the
+    compilers' thread pools, caches and allocations do not meet). The row's eager time is the median
+    of the children's; ``eager_ms_by`` keeps each child's eager time (the ratio that counts compares a
+    compiler with the eager time measured beside it: ``ratio_vs_eager``)."""
+    compilers = [b for b in backends if b != "eager"] or ["eager"]
+    row, eager_ms = None, {}
+    for backend in compilers:
+        cmd = [sys.executable, os.path.abspath(__file__), "--child-run", name, "--size", args.size,
+               "--backends", ",".join(dict.fromkeys(["eager", backend])), "--iters", str(args.iters),
+               "--min-time", str(args.min_time), "--timer", args.timer] + (["--interleave"] if args.interleave else [])
+        if args.threads:
+            cmd += ["--threads", str(args.threads)]
+        done = subprocess.run(cmd, env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True, text=True, timeout=3600)
+        lines = [ln for ln in done.stdout.splitlines() if ln.startswith("RESULT ")]
+        if done.returncode != 0 or not lines:
+            got = {"case": name, "kind": "model", "shape": "?", "ms": {},
+                   "errors": {backend: (done.stderr.strip().splitlines() or ["?"])[-1][:160]}}
+        else:
+            got = json.loads(lines[-1][len("RESULT "):])
+        if row is None:
+            row = {**got, "ms": {}, "errors": {}}
+        row["errors"].update(got["errors"])
+        if backend in got["ms"]:
+            row["ms"][backend] = got["ms"][backend]
+        if "eager" in got["ms"]:
+            eager_ms[backend] = got["ms"]["eager"]
+        for key in ("kiln_kernels", "kiln_choice"):
+            if key in got:
+                row[key] = got[key]
+    if eager_ms:
+        row["ms"]["eager"] = statistics.median(eager_ms.values())
+        row["eager_ms_by"] = eager_ms
+    return row
 
 
 # ---------------------------------------------------------------------------------- compile time
@@ -465,14 +512,17 @@ def _bandwidth_lines(rows, backends) -> list[str]:
 
 def format_table(rows, backends) -> str:
     head = f"{'case':<18} {'shape':<34}" + "".join(f" {b + ' ms':>11}" for b in backends)
-    head += f" {'eager/kiln':>10} {'ind/kiln':>9} {'kern':>5}"
+    head += f" {'eager/kiln':>10} {'ind/kiln':>9} {'kern':>5}  chose"
     lines = [head, "-" * len(head)]
     for r in rows:
         ms = r["ms"]
         line = f"{r['case']:<18} {r['shape'][:34]:<34}" + "".join(f" {_fmt_ms(ms.get(b)):>11}" for b in backends)
         k = ms.get("kiln")
-        ratio = lambda other: f"{ms[other] / k:.2f}x" if k and ms.get(other) else "-"  # noqa: E731
+        beside = dict(ms, eager=r.get("eager_ms_by", {}).get("kiln", ms.get("eager")))  # isolated: kiln's own eager
+        ratio = lambda other: f"{beside[other] / k:.2f}x" if k and beside.get(other) else "-"  # noqa: E731
         line += f" {ratio('eager'):>10} {ratio('inductor'):>9} {str(r.get('kiln_kernels', '-')):>5}"
+        choice = r.get("kiln_choice") or {}
+        line += f"  {'+'.join(f'{n}{k[0]}' for k, n in sorted(choice.items()) if n)}"
         lines.append(line)
         for b, err in r["errors"].items():
             lines.append(f"    !! {b}: {err}")
@@ -507,7 +557,10 @@ def main() -> int:
     parser.add_argument("--compile-time-micro", action="store_true", help="also measure compile time of microbenchmarks")
     parser.add_argument("--json", default=None)
     parser.add_argument("--list", action="store_true")
+    parser.add_argument("--isolate", action="store_true",
+                        help="each compiler in a process of its own, timed there against eager (interleaved with --interleave)")
     parser.add_argument("--child-compile", nargs=2, metavar=("CASE", "BACKEND"), help=argparse.SUPPRESS)
+    parser.add_argument("--child-run", metavar="CASE", help=argparse.SUPPRESS)
     args = parser.parse_args()
 
     if args.threads:
@@ -522,15 +575,22 @@ def main() -> int:
     if args.child_compile:
         child_compile(args.child_compile[0], args.size, args.child_compile[1])
         return 0
+    backends = args.backends.split(",")
+    if args.child_run:
+        print("RESULT " + json.dumps(run_case(args.child_run, args.size, backends, args.iters, args.min_time,
+                                              args.interleave)), flush=True)
+        return 0
     names = list(all_cases(args.size))
     if args.list:
         print("\n".join(names))
         return 0
-    chosen = args.cases.split(",") if args.cases else names
+    from cpu_models import ISSUE19_CASES
+
+    chosen = [c for group in args.cases.split(",") for c in (ISSUE19_CASES if group == "issue19" else [group])] \
+        if args.cases else names
     unknown = [c for c in chosen if c not in names]
     if unknown:
         parser.error(f"unknown case(s) {unknown}; known: {names}")
-    backends = args.backends.split(",")
     os.environ.setdefault("KILN_CACHE_DIR", tempfile.mkdtemp(prefix="kiln_bench_"))
 
     import kiln
@@ -540,14 +600,17 @@ def main() -> int:
         kiln.reset()
         kiln.stats.reset()
         torch._dynamo.reset()
-        row = run_case(name, args.size, backends, args.iters, args.min_time, args.interleave)
+        if args.isolate:
+            row = isolated_case(name, args, backends)
+        else:
+            row = run_case(name, args.size, backends, args.iters, args.min_time, args.interleave)
         if args.compile_time and (row["kind"] == "model" or args.compile_time_micro):
             row["compile"] = {b: compile_times(name, args.size, b, args.threads) for b in backends if b != "eager"}
         rows.append(row)
         print(format_table([row], backends).splitlines()[2], flush=True)
     print()
     print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, size {args.size}"
-          + (", interleaved" if args.interleave else "") + (", cpu timer" if args.timer == "cpu" else ""))
+          + (", interleaved" if args.interleave else "") + (", isolated" if args.isolate else "") + (", cpu timer" if args.timer == "cpu" else ""))
     print(format_table(rows, backends))
     if args.json:
         with open(args.json, "w") as f:

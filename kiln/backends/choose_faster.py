@@ -45,8 +45,8 @@ import time
 import torch
 
 from kiln.aot.graph import is_collective
-from kiln.aot.schema import is_random
 from kiln.aot.symbols import has_symbols
+from kiln.backends.seeded_ops import draws_random_numbers
 from kiln.debug.stats import stats
 
 TRIALS = 5  # timed runs of each candidate
@@ -79,26 +79,11 @@ def should_race(gm, example_inputs, runtime, options) -> str | None:
 
 def ops_reason(nodes) -> str | None:
     """Why graphs with these nodes are not raced (random ops, collectives), or None."""
-    if any(n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload) and draws_random(n) for n in nodes):
+    if any(draws_random_numbers(n) for n in nodes):
         return "random ops"
     if any(n.op == "call_function" and is_collective(n.target) for n in nodes):
         return "collectives (every rank must run the same code: a choice by timing may differ per rank)"
     return None
-
-
-def draws_random(node) -> bool:
-    """Whether an op node draws random numbers: a seeded op, unless its only randomness is a dropout whose
-    ``dropout_p`` is 0 (the attention kernels: flash, memory-efficient, cuDNN take a generator only
-    for dropout, and eval-mode attention passes 0)."""
-    if not is_random(node.target):
-        return False
-    schema_args = node.target._schema.arguments
-    names = [a.name for a in schema_args]
-    if "dropout_p" not in names:
-        return True
-    i = names.index("dropout_p")
-    p = node.args[i] if i < len(node.args) else node.kwargs.get("dropout_p", schema_args[i].default_value)
-    return not (isinstance(p, (int, float)) and p == 0)
 
 
 class FastestOf:

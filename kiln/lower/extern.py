@@ -18,7 +18,8 @@ LIBRARY_OPS = {
     "sort (library kernel)": [aten.sort.default, aten.sort.stable, aten.topk.default],
     "fused attention (library kernel)": [aten._scaled_dot_product_flash_attention.default,
                                          aten._scaled_dot_product_efficient_attention.default,
-                                         aten._scaled_dot_product_cudnn_attention.default],
+                                         aten._scaled_dot_product_cudnn_attention.default,
+                                         aten._scaled_dot_product_flash_attention_for_cpu.default],
 }
 
 
@@ -30,10 +31,14 @@ def _library(reason):
     return lower
 
 
-# lower/sort.py lowers these (generated C++ on CPU) and makes them library calls where it does not
-_LOWERED_ELSEWHERE = {aten.sort.default, aten.sort.stable, aten.topk.default}
+# lower/sort.py lowers these (generated C++ on CPU) and makes them library calls where it does not;
+# lower/cpu_attention.py chooses the layouts of the CPU flash kernel's inputs
+_LOWERED_ELSEWHERE = {aten.sort.default, aten.sort.stable, aten.topk.default,
+                      aten._scaled_dot_product_flash_attention_for_cpu.default}
 
 for _reason, _ops in LIBRARY_OPS.items():
     for _op in _ops:
         if _op not in _LOWERED_ELSEWHERE:
             lowering(_op)(_library(_reason))
+
+from kiln.lower import cpu_attention  # noqa: E402,F401  (registers the CPU flash attention lowering)

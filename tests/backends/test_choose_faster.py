@@ -173,7 +173,7 @@ def test_race_ends_early_only_for_a_clear_winner():
 def test_attention_without_dropout_is_not_a_random_op():
     """SDPA's fused kernels are tagged as seeded (for dropout): with dropout_p 0 they draw nothing, and a
     graph of them is raced like any other (HF GPT-2 and Llama on the GPU were never raced)."""
-    from kiln.backends.choose_faster import draws_random
+    from kiln.backends.seeded_ops import draws_random_numbers as draws_random
 
     aten = torch.ops.aten
     g = torch.fx.Graph()

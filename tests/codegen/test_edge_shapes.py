@@ -78,9 +78,10 @@ def test_tracing_runs_atens_own_composite_kernels_not_python_ones(monkeypatch):
 
     op = torch.ops.aten.matmul.default
     monkeypatch.setitem(op.py_kernels, torch._C.DispatchKey.CompositeImplicitAutograd, python_kernel)
-    from kiln.decomp import decomposition_table
+    from kiln.decomp import attention, decomposition_table
 
-    # attention's decomposition calls matmul under kiln's dispatch mode
+    # attention's decomposition calls matmul under kiln's dispatch mode (decomposed, not ATen's CPU flash kernel)
+    monkeypatch.setattr(attention, "keep_cpu_flash", lambda *args: False)
     gm = fx.symbolic_trace(lambda q, k, v: torch.nn.functional.scaled_dot_product_attention(q, k, v))
     ag = aot_trace(gm, [torch.randn(2, 4, 8, 16)] * 3, decompositions=decomposition_table())
     called = {str(n.target) for n in ag.gm.graph.nodes if n.op == "call_function"}

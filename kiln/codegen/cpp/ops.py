@@ -92,6 +92,12 @@ def c_literal(value, dtype: torch.dtype) -> str:
     return f"static_cast<{T}>({v}LL)"
 
 
+def _bool_load(ptr: str, index: str) -> str:
+    """A bool element read as a byte: GCC 12 does not vectorize a loop that loads through a ``bool*``
+    and selects floats with it (a masked softmax's ``where(mask, -inf, x)`` ran scalar, exp included)."""
+    return f"(reinterpret_cast<const uint8_t*>({ptr})[{index}] != 0)"
+
+
 def _math_type(dtype):
     return "float" if dtype in (torch.float16, torch.bfloat16) else CTYPE[dtype]
 
@@ -215,8 +221,9 @@ class CppOps(OpsHandler):
         if ptr is None:
             return CppVal(self.ctx.local_scalar(name), dtype)
         idx = self.ctx.rename(self.ctx.local_index(name, index))
-        key = self._row_key(lambda i: f"{ptr}[{print_index_c(i)}]", sympy.sympify(idx))
-        return self._emit(f"{ptr}[{print_index_c(idx)}]", dtype, key)
+        text = _bool_load if dtype == torch.bool else "{}[{}]".format
+        key = self._row_key(lambda i: text(ptr, print_index_c(i)), sympy.sympify(idx))
+        return self._emit(text(ptr, print_index_c(idx)), dtype, key)
 
     def store(self, name, index, value):
         self._sink(value)
