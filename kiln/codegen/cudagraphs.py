@@ -11,7 +11,9 @@ devices) it:
 3. then, on every call: copies the inputs into the static buffers, replays the graph, and returns
    copies of the static results (a later replay overwrites them, so callers never see that).
 
-Graphs are not used, and ``run`` runs plainly, when: an input is not a CUDA tensor, an input has
+Only the thread and CUDA stream that recorded a graph replay it (its static buffers are shared by every
+replay); a call from another thread or stream runs plainly. Graphs are not used, and ``run`` runs
+plainly, when: an input is not a CUDA tensor, an input has
 overlapping memory (expanded), a result shares memory with an input or another result, or recording
 fails (an op that synchronizes or touches CPU memory). A parameter whose memory moved is re-recorded.
 ``explain()`` says which and why.
@@ -24,6 +26,7 @@ recording took is kept for ``explain()``.
 from __future__ import annotations
 
 import collections
+import threading
 import time
 
 import torch
@@ -35,9 +38,19 @@ MAX_GRAPHS = 8  # recordings kept per runner (input signatures); the least recen
 
 
 class _Recording:
-    def __init__(self, graph, static_inputs, static_results, state_ptrs):
+    def __init__(self, graph, static_inputs, static_results, state_ptrs, caller):
         self.graph, self.static_inputs, self.static_results = graph, static_inputs, static_results
         self.state_ptrs = state_ptrs
+        self.caller = caller  # (thread, stream) that recorded it: the only one that replays it (_caller)
+
+
+def _caller(device_type: str) -> tuple:
+    """The calling thread and its current CUDA stream. A recording's static buffers are shared by every
+    replay: two threads (or two streams) replaying at once would copy their inputs over each other's
+    between copy-in and replay, so only the thread and stream that recorded it replay it; any other
+    caller runs the code plainly (correct, and as fast as default mode's launches)."""
+    stream = torch._C._cuda_getCurrentRawStream(torch.cuda.current_device()) if device_type == "cuda" else None
+    return threading.get_ident(), stream
 
 
 def _signature(inputs) -> tuple:
@@ -67,6 +80,7 @@ class CudaGraphRunner:
         self.evicted = 0
         self.record_seconds: list[float] = []  # per recording made
         self.pool = None  # the memory pool every recording of this runner shares (made at the first)
+        self.other_callers = 0  # calls from another thread or stream than the recording's: run plainly
 
     # ----------------------------------------------------------------------------------- calls
 
@@ -76,6 +90,9 @@ class CudaGraphRunner:
         key = _signature(inputs[:len(inputs) - self.n_state])
         rec = self.recordings.get(key)
         if rec is not None and self._state_in_place(rec, inputs):
+            if rec.caller != _caller(self.device_type):
+                self.other_callers += 1
+                return self.run(*inputs)
             self.recordings.move_to_end(key)
             return self._replay(rec, inputs)
         if key in self.declined:
@@ -146,7 +163,8 @@ class CudaGraphRunner:
         if reason is not None:
             self.declined[key] = reason
             return None
-        rec = _Recording(graph, static, tuple(results), [t.data_ptr() for t in inputs[n_user:]])
+        rec = _Recording(graph, static, tuple(results), [t.data_ptr() for t in inputs[n_user:]],
+                         _caller(self.device_type))
         self.recordings[key] = rec
         self.record_seconds.append(time.perf_counter() - start)
         stats.cudagraph_recordings += 1
@@ -160,6 +178,9 @@ class CudaGraphRunner:
         if made:
             lines.append(f"  recording time per new shape: {1000 * sum(self.record_seconds) / made:.1f} ms mean, "
                          f"{1000 * max(self.record_seconds):.1f} ms max")
+        if self.other_callers:
+            lines.append(f"  {self.other_callers} calls from another thread or CUDA stream than the recording's ran "
+                         f"plainly (replays share the recording's buffers)")
         lines += [f"  not used for one input signature: {why}" for why in dict.fromkeys(self.declined.values())]
         return "\n".join(lines)
 

@@ -164,3 +164,23 @@ def test_a_runner_whose_wrapper_ran_already_records_on_its_first_call(fake_cuda)
     assert len(runner.recordings) == 1 and runner.replays == 1
     check(runner, torch.randn(4), w[:4])  # another signature: a plain run first, as always
     assert len(runner.recordings) == 1
+
+
+def test_only_the_recording_thread_replays(fake_cuda):
+    """Replays share the recording's static buffers: another thread calling at the same time would copy
+    its inputs over the first one's, so it runs the code plainly."""
+    import threading
+
+    wrapper, w = Wrapper(), torch.randn(8)
+    runner = runner_for(wrapper)
+    check(runner, torch.randn(8), w)
+    check(runner, torch.randn(8), w)  # recorded here
+    assert runner.replays == 1
+    done = []
+    thread = threading.Thread(target=lambda: done.append(check(runner, torch.randn(8), w)))
+    thread.start()
+    thread.join()
+    assert done and runner.replays == 1 and runner.other_callers == 1
+    check(runner, torch.randn(8), w)
+    assert runner.replays == 2
+    assert "another thread" in runner.explain()
