@@ -102,7 +102,6 @@ class FastestOf:
         self.calls = 0
         self.times: dict[str, list[float]] = {k: [] for k in self.candidates}
         self.dropped: dict[str, str] = {}  # candidate -> why it was not timed
-        self.trial_seconds = 0.0  # wall time of the trial call (in_one_call)
         self.chosen = None  # the chosen candidate's name once decided
         self.run = None  # the chosen callable
         self.on_decide = None  # called with the choice (``choice()``) once decided: the warm cache keeps it
@@ -159,14 +158,13 @@ class FastestOf:
                 out = self._timed(name, args)
             if rounds >= EARLY and (self._clear_winner() or time.perf_counter() - start > TRIAL_BUDGET_S):
                 break
-        self.trial_seconds = time.perf_counter() - start
         self._decide()
         return out
 
     def _clear_winner(self) -> bool:
         """After EARLY timed runs of each: every run of one was SEPARATION x faster than every run of each
         other, so more trials cannot change the choice (the race ends sooner)."""
-        runs = [t for t in self.times.values()]
+        runs = list(self.times.values())
         if len(runs[0]) < EARLY or any(len(t) != len(runs[0]) for t in runs):
             return False
         best = min(runs, key=max)
@@ -176,7 +174,8 @@ class FastestOf:
         return {k: statistics.median(t) for k, t in self.times.items() if t}
 
     def _decide(self) -> None:
-        self._choose(_pick(self._medians()), self._medians())
+        medians = self._medians()
+        self._choose(_pick(medians), medians)
         if self.on_decide is not None:
             self.on_decide(self.choice())
 

@@ -87,9 +87,6 @@ class GraphCandidate:
             time_first_call(rt)
         return self.outer
 
-    def explain(self) -> str:
-        return self.runner.explain() if self.runner is not None else ""
-
 
 def graph_candidate(outer, aten_runtime, options) -> GraphCandidate | None:
     """The CUDA-graph candidate of a default-mode GPU inference graph, or None where there is none."""

@@ -29,8 +29,7 @@ from kiln.backends.registry import register_backend
 from kiln.backends.warm_cache import WarmStart
 from kiln.codegen.cpp.build import load_library
 from kiln.codegen.cudagraphs import CudaGraphRunner
-from kiln.codegen.triton.precompile import wait_for_prewarm
-from kiln.codegen.triton.precompile import warm_pool
+from kiln.codegen.triton.precompile import wait_for_prewarm, warm_pool
 from kiln.codegen.triton.runtime import triton_available
 from kiln.codegen.wrapper_runtime import INPLACE_FLAG, tensor_call
 from kiln.debug.stats import stats, time_first_call

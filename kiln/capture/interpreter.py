@@ -321,7 +321,10 @@ class Tracer:
             if not is_inlinable(code):
                 return _call_library_function(self, fn_value, args, kwargs)
             if not fn_value.guarded_by_code:
-                _guard_code(self, fn_value)
+                # the body inlined is the one the function still has: fn.__code__ can be replaced in place
+                # (IPython's autoreload does); one guard checks every such function (a nested function
+                # is guarded by its code already: builder.py)
+                self.output.guards.note_function_code(fn)
             f_globals = fn.__globals__
             name = fn.__qualname__
         else:
@@ -423,14 +426,6 @@ class GeneratorTracer(InliningTracer):
 
     def add_yielded(self, value: Value) -> None:
         raise NotImplementedError("set by the generator value that owns this tracer")
-
-
-def _guard_code(tx, fn_value) -> None:
-    """The body kiln inlines is the one the function still has: ``fn.__code__`` can be replaced in place
-    (IPython's autoreload does, for every function of an edited module), which identity guards on the
-    function do not see: checked for all of them by one guard (GuardSet.note_function_code). (A nested
-    function is guarded by its code already: builder.py.)"""
-    tx.output.guards.note_function_code(fn_value.fn)
 
 
 def _default_value(tx, value) -> Value:

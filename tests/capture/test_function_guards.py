@@ -1,5 +1,5 @@
 """Functions kiln inlines: their defaults are read through guarded places, and one guard checks that
-every inlined function keeps the code kiln inlined (interpreter._guard_code, GuardSet.note_function_code)."""
+every inlined function keeps the code kiln inlined (GuardSet.note_function_code, called where the interpreter inlines a function)."""
 import torch
 
 import kiln

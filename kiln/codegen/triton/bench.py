@@ -43,30 +43,33 @@ def time_each(fns, device=None, rounds: int = ROUNDS) -> list:
     return [statistics.median(samples[i]) if samples.get(i) else None for i in range(len(fns))]
 
 
+def _in_rounds(alive, rounds):
+    """The candidates' indices, ``rounds`` times, each round starting one later (rotating order)."""
+    for r in range(rounds):
+        shift = r % len(alive)
+        yield from alive[shift:] + alive[:shift]
+
+
 def _time_cuda(fns, alive, samples, rounds, device) -> None:
     import torch
 
     flush = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device=device)  # (the caching allocator keeps it)
     events = []
-    for r in range(rounds):
-        shift = r % len(alive)
-        for i in alive[shift:] + alive[:shift]:
-            flush.zero_()
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fns[i]()
-            end.record()
-            events.append((i, start, end))
+    for i in _in_rounds(alive, rounds):
+        flush.zero_()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fns[i]()
+        end.record()
+        events.append((i, start, end))
     torch.cuda.synchronize(device)
     for i, start, end in events:
         samples[i].append(start.elapsed_time(end))
 
 
 def _time_wall(fns, alive, samples, rounds, device) -> None:
-    for r in range(rounds):
-        shift = r % len(alive)
-        for i in alive[shift:] + alive[:shift]:
-            start = time.perf_counter()
-            fns[i]()
-            samples[i].append((time.perf_counter() - start) * 1e3)
+    for i in _in_rounds(alive, rounds):
+        start = time.perf_counter()
+        fns[i]()
+        samples[i].append((time.perf_counter() - start) * 1e3)
 

@@ -98,33 +98,15 @@ _KEY_THREAD: threading.Thread | None = None
 
 
 def prewarm_for_gpu() -> None:
-    """At ``kiln.compile`` on a machine with a GPU: import Triton, make its driver and hash its files
-    (``triton_key``) in a daemon thread while the first call's frame is captured. A warm start (kernels in the caches)
-    otherwise paid both on its first kernel load: about 0.4 s of a 1.5 s first call (GPT-2, H200)."""
-    global _KEY_THREAD
-    if _KEY_THREAD is not None:
-        return
+    """At ``kiln.compile`` on a machine with a GPU: start the prewarm thread (``_warm_triton_key``) while
+    the first call's frame is captured. A warm start (kernels in the caches) otherwise paid for the
+    driver and the hash on its first kernel load: about 0.4 s of a 1.5 s first call (GPT-2, H200)."""
     import importlib.util
 
     import torch
 
-    if importlib.util.find_spec("triton") is None or not torch.cuda.is_available():
-        return
-
-    def warm():
-        try:
-            from triton.runtime import driver
-            from triton.runtime.cache import triton_key
-        except ImportError:
-            return
-        try:
-            driver.active  # noqa: B018 -- made on first use (its C utilities loaded): 0.5 s of a first compile
-        except Exception:  # noqa: BLE001 -- the first launch makes it and reports any error
-            pass
-        triton_key()
-
-    _KEY_THREAD = threading.Thread(target=warm, name="kiln-triton-key", daemon=True)
-    _KEY_THREAD.start()
+    if importlib.util.find_spec("triton") is not None and torch.cuda.is_available():
+        _warm_triton_key()
 
 
 def wait_for_prewarm(timeout: float = 10.0) -> None:
@@ -137,18 +119,28 @@ def wait_for_prewarm(timeout: float = 10.0) -> None:
 
 
 def _warm_triton_key() -> None:
-    """Triton's first kernel launch in a process hashes Triton's sources and its 100+ MB library for
-    the cache key (``triton_key``, memoized): about 0.4 s on the H100 host, on the critical path of
-    a warm start. Computed here in a daemon thread while the graph is traced and lowered; hashing and
-    reading release the GIL. Triton versions without it are left alone."""
+    """Triton's first kernel launch in a process makes its driver (its C utilities loaded) and hashes
+    Triton's sources and its 100+ MB library for the cache key (``triton_key``, memoized): about 0.4 s
+    on the H100 host, on the critical path of a warm start. Done here once per process, in a daemon
+    thread, while the graph is captured, traced and lowered; hashing and reading release the GIL.
+    Triton versions without it are left alone."""
     global _KEY_THREAD
     if _KEY_THREAD is not None:
         return
-    try:
-        from triton.runtime.cache import triton_key
-    except ImportError:
-        return
-    _KEY_THREAD = threading.Thread(target=triton_key, name="kiln-triton-key", daemon=True)
+
+    def warm():  # (Triton is imported in the thread: at kiln.compile it may not be imported yet)
+        try:
+            from triton.runtime import driver
+            from triton.runtime.cache import triton_key
+        except ImportError:
+            return
+        try:
+            driver.active  # noqa: B018 -- made on first use
+        except Exception:  # noqa: BLE001 -- no GPU driver here: the first launch makes it and reports any error
+            pass
+        triton_key()
+
+    _KEY_THREAD = threading.Thread(target=warm, name="kiln-triton-key", daemon=True)
     _KEY_THREAD.start()
 
 
