@@ -85,7 +85,7 @@ class NanoBlock(nn.Module):
 
 
 class NanoGPT(nn.Module):
-    """nanoGPT's GPT (inference path: ``targets=None`` returns the last position's logits)."""
+    """nanoGPT's GPT: ``targets=None`` returns the last position's logits; with targets, (logits, loss)."""
 
     def __init__(self, n_layer=6, n_head=6, n_embd=384, block_size=256, vocab_size=65, bias=False):
         super().__init__()
@@ -110,14 +110,18 @@ class NanoGPT(nn.Module):
         elif isinstance(module, nn.Embedding):
             nn.init.normal_(module.weight, mean=0.0, std=0.02)
 
-    def forward(self, idx):
+    def forward(self, idx, targets=None):
         b, t = idx.size()
         pos = torch.arange(0, t, dtype=torch.long, device=idx.device)
         x = self.transformer.drop(self.transformer.wte(idx) + self.transformer.wpe(pos))
         for block in self.transformer.h:
             x = block(x)
         x = self.transformer.ln_f(x)
-        return self.lm_head(x[:, [-1], :])
+        if targets is None:
+            return self.lm_head(x[:, [-1], :])
+        logits = self.lm_head(x)  # training, as nanoGPT: logits of every position and the loss
+        loss = torch.nn.functional.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=-1)
+        return logits, loss
 
 
 # ------------------------------------------------------------------------------------- builders

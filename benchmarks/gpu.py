@@ -6,6 +6,7 @@
                                                    # gathers (benchmarks/gpu_families.py): GB/s, share of copy bandwidth
     python benchmarks/gpu.py --json out.json
     python benchmarks/gpu.py --sections models --models mlp,hf_bert --dtypes bf16 --backends eager,kiln,kiln_ro
+    python benchmarks/gpu.py --sections models --set standard --dtypes bf16   # issue 19's configs
     python benchmarks/gpu.py --sections models --modes max-autotune   # models also with torch.compile and
                                                    # kiln max-autotune ("ma"; slow: matmul configs are timed)
 
@@ -385,6 +386,65 @@ def model_cases(quick: bool):
             ("timm_vit_base", timm_model("vit_base_patch16_224", 224))]
 
 
+def standard_model_cases():
+    """``--set standard``: the configs issue 19 measures, at the sizes users run (inference): an MLP
+    (256x1024 -> 4096 -> 1024), a hand-written attention block (batch 16, seq 128, 512 wide, 8 heads, causal
+    mask), HF BERT-base (batch 16, seq 256), GPT-2 124M with its LM head and 50257-word vocabulary (batch 8,
+    seq 512, logits), a Llama-style causal LM with grouped-query attention (1024 wide, 8 layers, 4 KV heads,
+    batch 8, seq 512, logits), nanoGPT at GPT-2 size (12 layers, 768 wide, vocab 50304, batch 8, seq 512),
+    timm ResNet-50 (batch 32) and torchvision ResNet-18 (batch 64) at 224x224."""
+    import torch.nn as nn
+
+    from cpu_models import NanoGPT, _Field
+    from tests.models.test_small_models import TransformerBlock
+
+    def mlp():
+        m = nn.Sequential(nn.Linear(1024, 4096), nn.GELU(), nn.Linear(4096, 1024), nn.LayerNorm(1024))
+        return m, (torch.randn(256, 1024),)
+
+    def attention_block():
+        return TransformerBlock(dim=512, heads=8), (torch.randn(16, 128, 512),)
+
+    def hf(kind):
+        def build():
+            import transformers
+
+            if kind == "bert":
+                cfg = transformers.BertConfig()
+                return (_Field(transformers.BertModel(cfg), "last_hidden_state"),
+                        (torch.randint(0, cfg.vocab_size, (16, 256)),))
+            if kind == "gpt2":
+                cfg = transformers.GPT2Config()
+                model = transformers.GPT2LMHeadModel(cfg)
+            else:
+                cfg = transformers.LlamaConfig(hidden_size=1024, intermediate_size=2816, num_hidden_layers=8,
+                                               num_attention_heads=16, num_key_value_heads=4, vocab_size=32000)
+                model = transformers.LlamaForCausalLM(cfg)
+            return _Field(model, "logits"), (torch.randint(0, cfg.vocab_size, (8, 512)),)
+
+        return build
+
+    def nanogpt():
+        m = NanoGPT(n_layer=12, n_head=12, n_embd=768, block_size=1024, vocab_size=50304, bias=False)
+        return m, (torch.randint(0, 50304, (8, 512)),)
+
+    def image(name, batch):
+        def build():
+            if name == "resnet18":
+                import torchvision
+
+                return torchvision.models.resnet18(), (torch.randn(batch, 3, 224, 224),)
+            import timm
+
+            return timm.create_model(name, pretrained=False), (torch.randn(batch, 3, 224, 224),)
+
+        return build
+
+    return [("mlp", mlp), ("attention_block", attention_block), ("hf_bert", hf("bert")), ("hf_gpt2_lm", hf("gpt2")),
+            ("llama_gqa_lm", hf("llama")), ("nanogpt", nanogpt), ("timm_resnet50", image("resnet50", 32)),
+            ("tv_resnet18", image("resnet18", 64))]
+
+
 def on_gpu(model, args, dtype):
     """``model`` in eval mode and its example ``args`` on the GPU, floating point ones in ``dtype``."""
     model = model.eval().to("cuda")
@@ -393,9 +453,11 @@ def on_gpu(model, args, dtype):
     return model, tuple(a.to("cuda", dtype) if a.is_floating_point() else a.to("cuda") for a in args)
 
 
-def run_models(quick: bool, only: list[str] | None, dtypes=(torch.float32, torch.bfloat16)) -> list[dict]:
+def run_models(quick: bool, only: list[str] | None, dtypes=(torch.float32, torch.bfloat16),
+               model_set: str = "small") -> list[dict]:
     rows = []
-    for name, build in model_cases(quick):
+    cases = standard_model_cases() if model_set == "standard" else model_cases(quick)
+    for name, build in cases:
         if only and name not in only:
             continue
         for dtype in dtypes:
@@ -548,6 +610,10 @@ def main() -> int:
     parser.add_argument("--modes", default="", help="extra compile modes for the models section: "
                         + ",".join(MODE_BACKENDS) + " (torch.compile and kiln with that mode; off by default: slow)")
     parser.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
+    parser.add_argument("--set", dest="model_set", choices=("small", "standard"), default="small",
+                        help="the models section's models: small (the default) or standard (issue 19's configs: "
+                        "MLP, attention block, BERT-base 16x256, GPT-2 LM 8x512, Llama GQA LM, nanoGPT 124M, "
+                        "ResNet-50 b32, ResNet-18 b64)")
     parser.add_argument("--families", default="scan,sort,scatter,gather", help="the families section's families")
     parser.add_argument("--family-dtypes", default="f32,bf16", help="the families section's dtypes")
     parser.add_argument("--json", default=None)
@@ -595,7 +661,8 @@ def main() -> int:
         report["families"] = run_families(bench_backends, BACKENDS_SELECTED, copy_gbs, "quick" if args.quick else "full",
                                           [f for f in args.families.split(",") if f], family_dtypes)
     if "models" in sections:
-        report["models"] = run_models(args.quick, [m for m in args.models.split(",") if m] or None, dtypes)
+        report["models"] = run_models(args.quick, [m for m in args.models.split(",") if m] or None, dtypes,
+                                      args.model_set)
         report["model_geomean_speedup_over_eager"] = geomean_speedups(report["models"])
         print("geomean speedup over eager (models):",
               ", ".join(f"{b} {v:.2f}x" for b, v in report["model_geomean_speedup_over_eager"].items()))

@@ -34,6 +34,7 @@ import time
 import warnings
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # cpu_models (nanoGPT)
 
 import torch  # noqa: E402
 
@@ -84,7 +85,7 @@ def _standard_models():
     """--size standard: the configs users train (issue 19): an MLP, a hand-written attention block,
     torchvision ResNet-18 (batch 64) and timm ResNet-50 (batch 32) at 224x224, HF BERT-base (batch 16,
     seq 256), GPT-2 124M with its 50257-word vocabulary and a Llama-style model with grouped-query
-    attention (batch 8, seq 512)."""
+    attention (batch 8, seq 512), and nanoGPT at GPT-2 size (12 layers, 768 wide, vocab 50304, batch 8, seq 512)."""
     import transformers
 
     from tests.models.test_small_models import MLP, TransformerBlock
@@ -119,16 +120,25 @@ def _standard_models():
             return model, (), dict(input_ids=ids, labels=ids)
         return make
 
+    def nanogpt(dev):
+        from cpu_models import NanoGPT
+
+        ids = torch.randint(0, 50304, (8, 512), device=dev)
+        model = NanoGPT(n_layer=12, n_head=12, n_embd=768, block_size=1024, vocab_size=50304, bias=False)
+        return model, (ids, ids), {}
+
     return {
         "mlp": lambda dev: (MLP(d=1024, hidden=4096, out=1024), (torch.randn(256, 1024, device=dev),), {}),
         "block": lambda dev: (TransformerBlock(dim=512, heads=8), (torch.randn(16, 128, 512, device=dev),), {}),
         "resnet18": image("resnet18", 64), "resnet50": image("resnet50", 32),
-        "bert": lm("bert"), "gpt2": lm("gpt2"), "llama": lm("llama"),
+        "bert": lm("bert"), "gpt2": lm("gpt2"), "llama": lm("llama"), "nanogpt": nanogpt,
     }
 
 
 # measuring ----------------------------------------------------------------------------------------
 def _loss(out, kwargs):
+    if isinstance(out, tuple):  # nanoGPT: (logits, loss)
+        return out[1]
     if getattr(out, "loss", None) is not None:
         return out.loss
     if hasattr(out, "logits"):
@@ -299,7 +309,7 @@ def main(argv=None) -> int:
     parser.add_argument("--size", choices=("tiny", "base", "standard"), default="tiny",
                         help="model configs: tiny, base (BERT-base / GPT-2 small at batch 4, seq 128), standard "
                              "(every model at the size users train it: --models mlp,block,resnet18,resnet50,"
-                             "bert,gpt2,llama)")
+                             "bert,gpt2,llama,nanogpt)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", choices=("fp32", "float32", "bf16", "bfloat16"), default="fp32",
                         help="bf16/bfloat16: the forward under torch.autocast(device, bfloat16)")
