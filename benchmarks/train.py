@@ -273,8 +273,17 @@ def measure(name, make, runner_factory, device, dtype, steps, warmup):
     grads = [p.grad.detach().float().clone() if p.grad is not None else None for p in model.parameters()]
     for _ in range(warmup):
         step()
-    return {"first_s": first, "step_ms": median_ms(step, steps, device), "saved_bytes": saved_bytes(step),
-            "peak_bytes": peak_bytes(step, device)}, grads
+    out = {"first_s": first, "step_ms": median_ms(step, steps, device), "saved_bytes": saved_bytes(step),
+           "peak_bytes": peak_bytes(step, device)}
+    if PROFILE_TOP and device == "cuda":  # --profile: where the step's GPU time goes (benchmarks/gpu_profile.py)
+        from gpu_profile import report
+
+        report(name, RUNNER_NAME[0], lambda: step(), (), iters=5, top=PROFILE_TOP)
+    return out, grads
+
+
+PROFILE_TOP = 0  # --profile N
+RUNNER_NAME = [""]
 
 
 def runners(args):
@@ -323,7 +332,12 @@ def main(argv=None) -> int:
                              "step), not only the model: kiln runs AdamW as its fused step (docs/optimizers.md)")
     parser.add_argument("--models-only", dest="whole_step", action="store_false")
     parser.add_argument("--json", default="")
+    parser.add_argument("--profile", type=int, default=0, metavar="N",
+                        help="CUDA: after timing, profile 5 steps of each runner and print wall, enqueue and GPU "
+                             "time per step, GPU time by kind of kernel and the top N kernels")
     args = parser.parse_args(argv)
+    global PROFILE_TOP
+    PROFILE_TOP = args.profile
     if args.torch_backend is None:
         args.torch_backend = {"kiln": "inductor"}.get(args.backend, args.backend)
     if args.threads:
@@ -341,6 +355,7 @@ def main(argv=None) -> int:
         row = {"model": name}
         grads = {}
         for rname, factory in runners(args).items():
+            RUNNER_NAME[0] = rname
             kiln.stats.reset()
             row[rname], grads[rname] = measure(name, make, factory, args.device, dtype, args.steps, args.warmup)
             if rname == "kiln":
