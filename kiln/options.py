@@ -72,7 +72,7 @@ class Options:
         pointwise ops that consume its result fused into it, and use it where it is faster than the
         library call (cuBLAS) followed by the separate epilogue kernel (set by the "max-autotune"
         modes; KILN_MATMUL_TEMPLATES=1 turns it on; see ``kiln/schedule/templates.py``).
-    conv_channels_last: run 2-D convolutions of inference graphs on channels-last inputs and weights
+    conv_channels_last: run 2-D convolutions (inference and training graphs) on channels-last inputs and weights
         (``kiln/aot/channels_last.py``; KILN_CONV_CHANNELS_LAST=1 or 0). None (the default): on for graphs
         on CUDA (cuDNN's NHWC kernels; timm resnet50 on an H100: GPU time 4.1 -> 3.3 ms in float32,
         2.7 -> 1.8 ms in bfloat16), off on CPU (not measured there).

@@ -9,7 +9,10 @@ of activations fuse into the kernels that produce them (computed in memory order
 ``lower/graph.memory_order``); only weights are converted on each call.
 Graph outputs, and stride-sensitive ops (``view``), see eager's strides again (``use_channels_last``).
 
-Layout only: every value is the same as without the pass. It applies to inference graphs (no grad).
+Layout only: every value is the same as without the pass. It applies to inference and training graphs:
+in a joint graph the conversions are differentiated like any op (a gradient flows back through
+``contiguous`` unchanged), and a weight's gradient reaches ``AccumulateGrad``, which stores it in the
+parameter's own layout, as eager's does.
 """
 from __future__ import annotations
 

@@ -20,7 +20,7 @@ import torch
 from kiln.aot.compile import aot_compile
 from kiln.aot.channels_last import use_channels_last
 from kiln.aot.graph import format_graph
-from kiln.aot.joint import JointUnsupported, needs_joint_graph
+from kiln.aot.joint import JointUnsupported
 from kiln.aot.symbols import shape_env_of
 from kiln.backends.choose_faster import race
 from kiln.backends.default_graphs import graph_candidate
@@ -432,7 +432,7 @@ def _kiln_backend(gm, example_inputs, options=None):
     if target == "triton":
         warm_pool(options.compile_workers)  # the compile workers start while the graph is traced and lowered
     layout_note = ""
-    if _wants_channels_last(options, example_inputs) and not needs_joint_graph(gm, example_inputs):
+    if _wants_channels_last(options, example_inputs):
         if use_channels_last(gm):
             layout_note = ("2-D convolutions run channels-last (inputs and weights converted; "
                            "Options.conv_channels_last / KILN_CONV_CHANNELS_LAST=0 turns it off)\n")

@@ -162,3 +162,41 @@ def test_graph_with_view_output_is_left_alone():
     before = str(gm.graph)
     assert not use_channels_last(gm)
     assert str(gm.graph) == before
+
+
+class _TrainNet(nn.Module):
+    """Strided convolution, batch norm in training mode, max pooling, a residual block, a head."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 8, 3, stride=2, padding=1, bias=False), nn.BatchNorm2d(8), nn.ReLU(),
+                                  nn.MaxPool2d(3, 2, 1))
+        self.c1, self.b1 = nn.Conv2d(8, 8, 3, padding=1, bias=False), nn.BatchNorm2d(8)
+        self.head = nn.Linear(8, 5)
+
+    def forward(self, x):
+        y = self.stem(x)
+        y = torch.relu(y + self.b1(self.c1(y)))
+        return self.head(y.mean((2, 3)))
+
+
+def test_training_gradients_buffers_and_strides_are_eagers():
+    import copy
+
+    torch.manual_seed(0)
+    model = _TrainNet()
+    ref = copy.deepcopy(model)
+    compiled = _compile(model, None)
+    x = torch.randn(4, 3, 32, 32)
+    for _ in range(2):
+        out, want = compiled(x), ref(x)
+        out.square().mean().backward()
+        want.square().mean().backward()
+        torch.testing.assert_close(out, want, rtol=1e-4, atol=1e-4)
+        for (name, p), q in zip(model.named_parameters(), ref.parameters()):
+            torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-4, msg=name)
+            assert p.grad.stride() == q.grad.stride(), name  # gradients in the parameters' own layout
+        for b, c in zip(model.buffers(), ref.buffers()):  # running statistics
+            torch.testing.assert_close(b, c)
+    assert kiln.stats.joint_graphs == 1
+    assert "run channels-last" in str(kiln.explain(compiled)(x))
