@@ -54,19 +54,33 @@ def reduce(g, node, x, dims, kind: str, src_dtype: torch.dtype):
     return g.add_reduction(out_size, rsize, body, kind, src_dtype, val.dtype, val.device)
 
 
-# Full reductions (to one value) of at least SPLIT_MIN elements on these devices run in two stages:
-# SPLIT_PARTS programs each reduce one contiguous chunk, then one program reduces their partial results
-# (one program looping over everything leaves the GPU idle). argmax/argmin are not split.
+# Large reductions on these devices run in two stages: SPLIT programs each reduce one chunk of the
+# flattened reduction space into a partial result, then the partials are reduced.
+# - Full reductions (to one value) of at least SPLIT_MIN elements: one program looping over everything
+#   leaves the GPU idle; up to SPLIT_MAX_PARTS chunks of at least SPLIT_MIN_CHUNK elements.
+# - Reductions to few outputs over long rows (training batch norm: one output per channel, each over
+#   N*H*W elements, up to 800k for ResNet-18): one row per output gives too few programs, and where the
+#   rows are strided (channels-last, C innermost) each program's loads are scattered. Split when there
+#   are at most SPLIT_ROWS_MAX_OUT outputs of at least SPLIT_ROWS_MIN elements each, into enough chunks
+#   to make about SPLIT_ROWS_TARGET rows (out, chunk) of at least SPLIT_MIN_CHUNK elements; the partials
+#   are laid out [chunk, *out], so neighbouring rows are neighbouring outputs (coalesced loads in
+#   channels-last tensors).
+# argmax/argmin are not split; neither are symbolic sizes.
 SPLIT_DEVICES = ("cuda",)
 SPLIT_MIN = 1 << 16
 SPLIT_MAX_PARTS = 1024
 SPLIT_MIN_CHUNK = 2048
+SPLIT_ROWS_MAX_OUT = 4096
+SPLIT_ROWS_MIN = 8192
+SPLIT_ROWS_TARGET = 4096
 SPLIT_KINDS = ("sum", "prod", "max", "min", "any", "all")
 
 
 def _split_parts(out_size, rsize, kind, device) -> int:
-    """How many chunks a full reduction is split into (0: not split; symbolic sizes are not split)."""
+    """How many chunks a reduction is split into (0: not split; see above)."""
     if any_symbolic(out_size) or any_symbolic(rsize):
+        return 0
+    if kind not in SPLIT_KINDS or device.type not in SPLIT_DEVICES:
         return 0
     n = 1
     for s in rsize:
@@ -74,14 +88,17 @@ def _split_parts(out_size, rsize, kind, device) -> int:
     out = 1
     for s in out_size:
         out *= int(s)
-    if out != 1 or kind not in SPLIT_KINDS or n < SPLIT_MIN or device.type not in SPLIT_DEVICES:
+    if out == 1:
+        return max(2, min(SPLIT_MAX_PARTS, n // SPLIT_MIN_CHUNK)) if n >= SPLIT_MIN else 0
+    if out > SPLIT_ROWS_MAX_OUT or n < SPLIT_ROWS_MIN:
         return 0
-    return max(2, min(SPLIT_MAX_PARTS, n // SPLIT_MIN_CHUNK))
+    parts = min(n // SPLIT_MIN_CHUNK, -(-SPLIT_ROWS_TARGET // out), SPLIT_MAX_PARTS)
+    return parts if parts >= 2 else 0
 
 
 def _split_reduction(g, out_size, rsize, body, kind, src_dtype, val):
     """``kind`` over ``rsize`` as partial results per chunk of the flattened reduction space (accumulated
-    in ``src_dtype``), then ``kind`` over the partials."""
+    in ``src_dtype``, laid out [chunk, *out_size]), then ``kind`` over the partials."""
     from kiln.loopir.index import FloorDiv, ModularIndexing
 
     from kiln.lower.shape import index_in_range
@@ -92,7 +109,6 @@ def _split_reduction(g, out_size, rsize, body, kind, src_dtype, val):
     parts = _split_parts(out_size, rsize, kind, val.device)
     chunk = -(-n // parts)
     parts = -(-n // chunk)
-    zeros = [sympy.Integer(0)] * len(out_size)
 
     def unflatten(flat):
         out, inner = [], n
@@ -103,16 +119,16 @@ def _split_reduction(g, out_size, rsize, body, kind, src_dtype, val):
 
     def partial_body(ops, index, rindex):
         flat = index[0] * chunk + rindex[0]
-        read = lambda: body(ops, zeros, unflatten(flat))  # noqa: E731
+        read = lambda: body(ops, list(index[1:]), unflatten(flat))  # noqa: E731
         if parts * chunk == n:
             return read()
         return ops.masked(index_in_range(ops, flat, hi=n), read, reduction_identity(kind, src_dtype))
 
-    partial = g.add_reduction((parts,), (chunk,), partial_body, kind, src_dtype, src_dtype, val.device)
+    partial = g.add_reduction((parts, *out_size), (chunk,), partial_body, kind, src_dtype, src_dtype, val.device)
     load = partial.loader()
 
     def final_body(ops, index, rindex):
-        return load(ops, [rindex[0]])
+        return load(ops, [rindex[0], *index])
 
     return g.add_reduction(out_size, (parts,), final_body, kind, src_dtype, val.dtype, val.device)
 

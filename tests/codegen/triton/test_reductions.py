@@ -105,6 +105,34 @@ def test_split_full_reductions(split_on_cpu, shape, chunk):
     assert ("masked" in text) == (chunk == 62)
 
 
+@pytest.fixture
+def split_rows_on_cpu(split_on_cpu, monkeypatch):
+    import kiln.lower.reduction as red
+
+    monkeypatch.setattr(red, "SPLIT_ROWS_MIN", 64)
+    monkeypatch.setattr(red, "SPLIT_ROWS_TARGET", 20)
+
+
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_split_reductions_to_few_outputs(split_rows_on_cpu, channels_last):
+    # batch norm's statistics in training: one output per channel over N*H*W; 4 channels over
+    # 3*7*9 = 189 elements: 5 chunks (20 // 4) of 38 (the last one masked), partials laid out [5, 4]
+    x = torch.randn(3, 4, 7, 9)
+    if channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
+    x[1, 2, 3, 4] = float("nan")
+
+    def f(x):
+        y = torch.nan_to_num(x)
+        return (y.sum((0, 2, 3)), y.mean((0, 2, 3), keepdim=True), x.amax((0, 2, 3)), (y > 2).any(3).any(2).any(0),
+                y.to(torch.bfloat16).sum((0, 2, 3), dtype=torch.float32), y.sum(3))  # y.sum(3): rows too short
+
+    cg = check(f, x, atol=1e-4, rtol=1e-4)
+    text = cg.lg.format()
+    assert "reduction sum over [5, 4] x [38]" in text and "reduction sum over [4] x [5]" in text
+    assert "reduction sum over [3, 4, 7] x [9]" in text
+
+
 def test_full_reduction_not_split_on_cpu_by_default():
     x = torch.randn(300, 300)
     cg = check(lambda x: x.sum(), x, atol=1e-3, rtol=1e-4)
