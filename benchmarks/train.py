@@ -266,7 +266,17 @@ def measure(name, make, runner_factory, device, dtype, steps, warmup):
     torch.manual_seed(0)
     _sync(device)
     start = time.perf_counter()
-    step()
+    if CPROFILE_FIRST and RUNNER_NAME[0] == "kiln":  # --cprofile-first: where kiln's first step goes
+        import cProfile
+        import pstats
+
+        prof = cProfile.Profile()
+        prof.runcall(step)
+        _sync(device)
+        pstats.Stats(prof).sort_stats("cumulative").print_stats(CPROFILE_FIRST)
+        pstats.Stats(prof).sort_stats("tottime").print_stats(CPROFILE_FIRST)
+    else:
+        step()
     _sync(device)
     first = time.perf_counter() - start
     # the first step's gradients (compared with eager's; the optimizer step leaves them in place)
@@ -283,6 +293,7 @@ def measure(name, make, runner_factory, device, dtype, steps, warmup):
 
 
 PROFILE_TOP = 0  # --profile N
+CPROFILE_FIRST = 0  # --cprofile-first N
 RUNNER_NAME = [""]
 
 
@@ -332,12 +343,14 @@ def main(argv=None) -> int:
                              "step), not only the model: kiln runs AdamW as its fused step (docs/optimizers.md)")
     parser.add_argument("--models-only", dest="whole_step", action="store_false")
     parser.add_argument("--json", default="")
+    parser.add_argument("--cprofile-first", type=int, default=0, metavar="N",
+                        help="run kiln's first step under cProfile and print its top N functions")
     parser.add_argument("--profile", type=int, default=0, metavar="N",
                         help="CUDA: after timing, profile 5 steps of each runner and print wall, enqueue and GPU "
                              "time per step, GPU time by kind of kernel and the top N kernels")
     args = parser.parse_args(argv)
-    global PROFILE_TOP
-    PROFILE_TOP = args.profile
+    global PROFILE_TOP, CPROFILE_FIRST
+    PROFILE_TOP, CPROFILE_FIRST = args.profile, args.cprofile_first
     if args.torch_backend is None:
         args.torch_backend = {"kiln": "inductor"}.get(args.backend, args.backend)
     if args.threads:
