@@ -58,21 +58,27 @@ def reduce(g, node, x, dims, kind: str, src_dtype: torch.dtype):
 # flattened reduction space into a partial result, then the partials are reduced.
 # - Full reductions (to one value) of at least SPLIT_MIN elements: one program looping over everything
 #   leaves the GPU idle; up to SPLIT_MAX_PARTS chunks of at least SPLIT_MIN_CHUNK elements.
-# - Reductions to few outputs over long rows (training batch norm: one output per channel, each over
-#   N*H*W elements, up to 800k for ResNet-18): one row per output gives too few programs, and where the
-#   rows are strided (channels-last, C innermost) each program's loads are scattered. Split when there
-#   are at most SPLIT_ROWS_MAX_OUT outputs of at least SPLIT_ROWS_MIN elements each, into enough chunks
-#   to make about SPLIT_ROWS_TARGET rows (out, chunk) of at least SPLIT_MIN_CHUNK elements; the partials
-#   are laid out [chunk, *out], so neighbouring rows are neighbouring outputs (coalesced loads in
-#   channels-last tensors).
+# - Reductions to few outputs over long rows: training batch norm (one output per channel, each over
+#   N*H*W elements, up to 800k for ResNet-18) and the weight gradients of layer norms and biases (one
+#   output per feature, each over batch*sequence rows, a column of a row-major tensor). One row per
+#   output gives too few programs, each walking a long row; a column's loads are scattered unless the
+#   kernel takes many neighbouring columns at once (``codegen/triton/kernel.column_reads``). Split when
+#   there are at most SPLIT_ROWS_MAX_OUT outputs, each over at least SPLIT_ROWS_MIN elements and 4x more
+#   elements than outputs, SPLIT_ROWS_MIN_WORK elements in all, into enough chunks to make about
+#   SPLIT_ROWS_TARGET rows (chunk, out) of at least SPLIT_ROWS_MIN_CHUNK elements; the partials are laid
+#   out [chunk, *out], so neighbouring rows are neighbouring outputs (coalesced loads along columns and
+#   in channels-last tensors). Rows of layer norm or softmax (as many outputs as elements per row, or
+#   more) are left whole: they fuse with their consumers.
 # argmax/argmin are not split; neither are symbolic sizes.
 SPLIT_DEVICES = ("cuda",)
 SPLIT_MIN = 1 << 16
 SPLIT_MAX_PARTS = 1024
 SPLIT_MIN_CHUNK = 2048
-SPLIT_ROWS_MAX_OUT = 4096
-SPLIT_ROWS_MIN = 8192
-SPLIT_ROWS_TARGET = 4096
+SPLIT_ROWS_MAX_OUT = 1024
+SPLIT_ROWS_MIN = 1024
+SPLIT_ROWS_MIN_WORK = 1 << 20
+SPLIT_ROWS_MIN_CHUNK = 256
+SPLIT_ROWS_TARGET = 16384
 SPLIT_KINDS = ("sum", "prod", "max", "min", "any", "all")
 
 
@@ -90,9 +96,9 @@ def _split_parts(out_size, rsize, kind, device) -> int:
         out *= int(s)
     if out == 1:
         return max(2, min(SPLIT_MAX_PARTS, n // SPLIT_MIN_CHUNK)) if n >= SPLIT_MIN else 0
-    if out > SPLIT_ROWS_MAX_OUT or n < SPLIT_ROWS_MIN:
+    if out > SPLIT_ROWS_MAX_OUT or n < SPLIT_ROWS_MIN or n < 4 * out or out * n < SPLIT_ROWS_MIN_WORK:
         return 0
-    parts = min(n // SPLIT_MIN_CHUNK, -(-SPLIT_ROWS_TARGET // out), SPLIT_MAX_PARTS)
+    parts = min(n // SPLIT_ROWS_MIN_CHUNK, -(-SPLIT_ROWS_TARGET // out), SPLIT_MAX_PARTS)
     return parts if parts >= 2 else 0
 
 

@@ -59,6 +59,7 @@ class TritonKernel:
     xnumel_expr: object = None  # xnumel as a size expression (symbolic: the grid is computed per call)
     rnumel_expr: object = None  # rnumel as a size expression (symbolic: the block sizes are chosen per call)
     ynumel_expr: object = 1  # a tiled kernel's ynumel as a size expression
+    column: bool = False  # a row kernel whose reads run along its rows' outer loops (column_reads)
 
 
 # ------------------------------------------------------------------------------- fusion legality
@@ -141,6 +142,34 @@ def _unit_stride_dim(index, dims: dict) -> int | None:
                 and rest.args[2].is_Integer and int(rest.args[2]) >= TILE_MIN:
             return dims[rest.args[0]]
     return None
+
+
+def column_reads(group: FusedGroup, buffers: dict) -> bool:
+    """For a row kernel: do most bytes it reads from memory (reads that move along the rows' inner
+    loops) advance by one element along an outer loop rather than an inner one? A column reduction
+    (``x.sum(0)`` of a row-major matrix, batch norm's statistics of a channels-last tensor) is: a block
+    of one row and many inner elements touches one element per memory segment; it needs many
+    neighbouring rows per block and few inner elements (``launch.candidate_configs``)."""
+    k = group.depth
+    produced = {w for m in group.members for w in m.writes}
+    along_outer = along_inner = 0
+    for m in group.members:
+        inner = set(_inner_vars(m, k))
+        if not inner:
+            continue
+        dims = {var("x", d): "outer" for d in range(k)}
+        dims.update({v: "inner" for v in inner})
+        for name, index in m.reads:
+            index = sympy.sympify(index)
+            if name in produced or not (index.free_symbols & inner):
+                continue
+            where = _unit_stride_dim(index, dims)
+            size = buffers[name].dtype.itemsize
+            if where == "outer":
+                along_outer += size
+            elif where == "inner":
+                along_inner += size
+    return along_outer > along_inner
 
 
 def tile_dim(group: FusedGroup, buffers: dict) -> int | None:
@@ -429,7 +458,7 @@ def generate_kernel(group: FusedGroup, buffers: dict, index: int, persistent_max
     src = header + [jit, f"def {name}({', '.join(params)}):"] + _indent(body)
     return TritonKernel(name, "\n".join(src) + "\n", kctx.params, origins, style, hint(xnumel), hint(rnumel),
                         ynumel=hint(ynumel), size_args=size_args, xnumel_expr=xnumel, rnumel_expr=rnumel,
-                        ynumel_expr=ynumel)
+                        ynumel_expr=ynumel, column=row and column_reads(group, buffers))
 
 
 def _tiled_head(sizes, tile: int, xnumel: int, ynumel: int, pid: str) -> list[str]:

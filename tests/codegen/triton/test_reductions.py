@@ -110,6 +110,8 @@ def split_rows_on_cpu(split_on_cpu, monkeypatch):
     import kiln.lower.reduction as red
 
     monkeypatch.setattr(red, "SPLIT_ROWS_MIN", 64)
+    monkeypatch.setattr(red, "SPLIT_ROWS_MIN_WORK", 256)
+    monkeypatch.setattr(red, "SPLIT_ROWS_MIN_CHUNK", 16)
     monkeypatch.setattr(red, "SPLIT_ROWS_TARGET", 20)
 
 
@@ -131,6 +133,23 @@ def test_split_reductions_to_few_outputs(split_rows_on_cpu, channels_last):
     text = cg.lg.format()
     assert "reduction sum over [5, 4] x [38]" in text and "reduction sum over [4] x [5]" in text
     assert "reduction sum over [3, 4, 7] x [9]" in text
+
+
+def test_split_column_sums_take_many_columns_per_program(split_rows_on_cpu):
+    # a layer norm's weight gradient: one output per feature over all rows of a row-major [rows, features]
+    # tensor; the partial kernel reads along its outputs (columns), so it gets wide x blocks
+    from kiln.codegen.triton.launch import candidate_configs
+
+    g, xhat = torch.randn(300, 6), torch.randn(300, 6)
+    cg = check(lambda g, xhat: ((g * xhat).sum(0), g.sum(0), g.sum(1)), g, xhat, atol=1e-4, rtol=1e-4)
+    text = cg.lg.format()
+    assert "reduction sum over [4, 6] x [75]" in text  # 20 // 6 + 1 = 4 chunks of 75 rows
+    partial = [k for k in cg.kernels.values() if k.xnumel == 24]
+    assert partial and all(k.column for k in partial)
+    assert all(k.column for k in cg.kernels.values() if k.xnumel == 6)  # the final sums: columns of [4, 6]
+    assert all(not k.column for k in cg.kernels.values() if k.xnumel == 300)  # g.sum(1) reads rows
+    cfg = candidate_configs(partial[0])[0]
+    assert cfg.XBLOCK == 32  # every partial row (24) in one block of a persistent kernel: 32 x 128
 
 
 def test_full_reduction_not_split_on_cpu_by_default():
