@@ -53,8 +53,18 @@ def ready() -> bool:
     return True
 
 
-def compile_job(path, name, signature, constexprs, attrs, options, target) -> str | None:
-    """Compile kernel ``name`` of the source file ``path`` into Triton's cache. None, or the error."""
+def compile_job(path, name, signature, constexprs, attrs, options, target, cache_dir=None) -> str | None:
+    """Compile kernel ``name`` of the source file ``path`` into Triton's cache. None, or the error.
+
+    ``cache_dir``: the parent's ``TRITON_CACHE_DIR`` when it sent the job (None: unset), where the
+    parent's launch will look for the binary. The parent's environment can change after the workers
+    started: torch.compile (Inductor) sets ``TRITON_CACHE_DIR`` in its process the first time it runs a
+    kernel. Binaries compiled into another directory were never found, and the parent compiled every
+    kernel again, one at a time (94 s of a Llama training graph's first step)."""
+    if cache_dir is None:
+        os.environ.pop("TRITON_CACHE_DIR", None)
+    else:
+        os.environ["TRITON_CACHE_DIR"] = cache_dir
     try:
         import triton
         from triton.compiler import ASTSource

@@ -18,6 +18,7 @@ reports its error there, with the launch's context).
 """
 from __future__ import annotations
 
+import os
 import queue
 import subprocess
 import sys
@@ -172,7 +173,7 @@ def launch_job(jit_fn, path: str, name: str, dtypes, meta: dict):
         options, signature, constexprs, attrs = jit_fn._pack_args(backend, kwargs, bound, specialization, options)
     except Exception:  # noqa: BLE001 -- another Triton: the launch compiles it
         return None
-    return (path, name, signature, constexprs, attrs, dict(options.__dict__), target)
+    return (path, name, signature, constexprs, attrs, dict(options.__dict__), target, os.environ.get("TRITON_CACHE_DIR"))
 
 
 def precompile(launches, workers: int) -> int:

@@ -58,10 +58,11 @@ def test_worker_compiles_into_tritons_cache(tmp_path, monkeypatch):
     try:
         assert pool.submit("ready").get(timeout=120) is True
         sig = {"in_ptr0": "*fp32", "out_ptr0": "*fp32", "XBLOCK": "constexpr"}
+        cache = os.environ["TRITON_CACHE_DIR"]  # the parent's, sent with each job
         ok = pool.submit("compile_job", str(source), "triton_add_one", sig, {"XBLOCK": 128}, {},
-                         {"num_warps": 4}, GPUTarget("cuda", 90, 32))
+                         {"num_warps": 4}, GPUTarget("cuda", 90, 32), cache)
         broken = pool.submit("compile_job", str(source), "triton_broken", {"in_ptr0": "*fp32", "XBLOCK": "constexpr"},
-                             {"XBLOCK": 128}, {}, {"num_warps": 4}, GPUTarget("cuda", 90, 32))
+                             {"XBLOCK": 128}, {}, {"num_warps": 4}, GPUTarget("cuda", 90, 32), cache)
         assert ok.get(timeout=300) is None
         error = broken.get(timeout=300)
         assert isinstance(error, str) and "undefined_name" in error
@@ -73,6 +74,43 @@ def test_worker_compiles_into_tritons_cache(tmp_path, monkeypatch):
     assert any(f.endswith(".cubin") for f in cached), cached
     if torch.cuda.is_available():  # its C launcher too (built with libcuda: only where there is one)
         assert any(f.startswith("__triton_launcher") for f in cached), cached
+
+
+@needs_ptxas
+def test_worker_compiles_into_the_cache_dir_the_job_names(tmp_path, monkeypatch):
+    # the parent's TRITON_CACHE_DIR changed after the workers started (torch.compile sets it the first
+    # time it runs a kernel): the binary must land where the parent's launch looks, not in the
+    # directory of the worker's own environment
+    from triton.backends.compiler import GPUTarget
+
+    from kiln.codegen.triton.runtime import MODULE_HEADER
+
+    source = tmp_path / "kiln_test.py"
+    source.write_text(MODULE_HEADER + _KERNEL)
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "at-start"))
+    pool = precompile.WorkerPool(1)
+    try:
+        sig = {"in_ptr0": "*fp32", "out_ptr0": "*fp32", "XBLOCK": "constexpr"}
+        job = pool.submit("compile_job", str(source), "triton_add_one", sig, {"XBLOCK": 64}, {}, {"num_warps": 4},
+                          GPUTarget("cuda", 90, 32), str(tmp_path / "later"))
+        assert job.get(timeout=300) is None
+    finally:
+        for proc in pool.procs:
+            proc.stdin.close()
+            proc.wait(timeout=30)
+    later = [f for _, _, files in os.walk(tmp_path / "later") for f in files]
+    assert any(f.endswith(".cubin") for f in later), later
+    assert not (tmp_path / "at-start").exists()
+
+
+def test_jobs_carry_the_parents_cache_dir(monkeypatch):
+    monkeypatch.setenv("TRITON_CACHE_DIR", "/somewhere/else")
+    cg = check(lambda x: torch.relu(x) + 1, torch.randn(8))
+    (k,) = cg.kernels.values()
+    job = precompile.launch_job(k.fn.fn, "path.py", k.name, [torch.float32, torch.float32], k.fn.config.kwargs())
+    if job is None:
+        pytest.skip("this Triton's internals are not the ones launch_job was written for")
+    assert job[-1] == "/somewhere/else"
 
 
 def test_dead_workers_fail_jobs_instead_of_hanging():
