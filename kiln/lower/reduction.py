@@ -49,8 +49,9 @@ def reduce(g, node, x, dims, kind: str, src_dtype: torch.dtype):
             full[d] = rindex[i]
         return load(ops, [sympy.Integer(0) if e is None else e for e in full])
 
-    if _split_parts(out_size, rsize, kind, val.device):
-        return _split_reduction(g, out_size, rsize, body, kind, src_dtype, val)
+    across_batch = 0 in rdims
+    if _split_parts(out_size, rsize, kind, val.device, across_batch):
+        return _split_reduction(g, out_size, rsize, body, kind, src_dtype, val, across_batch)
     return g.add_reduction(out_size, rsize, body, kind, src_dtype, val.dtype, val.device)
 
 
@@ -67,8 +68,9 @@ def reduce(g, node, x, dims, kind: str, src_dtype: torch.dtype):
 #   elements than outputs, SPLIT_ROWS_MIN_WORK elements in all, into enough chunks to make about
 #   SPLIT_ROWS_TARGET rows (chunk, out) of at least SPLIT_ROWS_MIN_CHUNK elements; the partials are laid
 #   out [chunk, *out], so neighbouring rows are neighbouring outputs (coalesced loads along columns and
-#   in channels-last tensors). Rows of layer norm or softmax (as many outputs as elements per row, or
-#   more) are left whole: they fuse with their consumers.
+#   in channels-last tensors). Only reductions across the first (batch) dimension are split this way:
+#   per-sample rows (softmax, layer norm, logsumexp, a loss over a vocabulary) are left whole, fused
+#   with their consumers (online softmax: one pass).
 # argmax/argmin are not split; neither are symbolic sizes.
 SPLIT_DEVICES = ("cuda",)
 SPLIT_MIN = 1 << 16
@@ -82,8 +84,9 @@ SPLIT_ROWS_TARGET = 16384
 SPLIT_KINDS = ("sum", "prod", "max", "min", "any", "all")
 
 
-def _split_parts(out_size, rsize, kind, device) -> int:
-    """How many chunks a reduction is split into (0: not split; see above)."""
+def _split_parts(out_size, rsize, kind, device, across_batch: bool = True) -> int:
+    """How many chunks a reduction is split into (0: not split; see above). ``across_batch``: the
+    reduction is over the first dimension too (only those are split into rows)."""
     if any_symbolic(out_size) or any_symbolic(rsize):
         return 0
     if kind not in SPLIT_KINDS or device.type not in SPLIT_DEVICES:
@@ -96,13 +99,13 @@ def _split_parts(out_size, rsize, kind, device) -> int:
         out *= int(s)
     if out == 1:
         return max(2, min(SPLIT_MAX_PARTS, n // SPLIT_MIN_CHUNK)) if n >= SPLIT_MIN else 0
-    if out > SPLIT_ROWS_MAX_OUT or n < SPLIT_ROWS_MIN or n < 4 * out or out * n < SPLIT_ROWS_MIN_WORK:
+    if not across_batch or out > SPLIT_ROWS_MAX_OUT or n < SPLIT_ROWS_MIN or n < 4 * out or out * n < SPLIT_ROWS_MIN_WORK:
         return 0
     parts = min(n // SPLIT_ROWS_MIN_CHUNK, -(-SPLIT_ROWS_TARGET // out), SPLIT_MAX_PARTS)
     return parts if parts >= 2 else 0
 
 
-def _split_reduction(g, out_size, rsize, body, kind, src_dtype, val):
+def _split_reduction(g, out_size, rsize, body, kind, src_dtype, val, across_batch: bool = True):
     """``kind`` over ``rsize`` as partial results per chunk of the flattened reduction space (accumulated
     in ``src_dtype``, laid out [chunk, *out_size]), then ``kind`` over the partials."""
     from kiln.loopir.index import FloorDiv, ModularIndexing
@@ -112,7 +115,7 @@ def _split_reduction(g, out_size, rsize, body, kind, src_dtype, val):
     n = 1
     for s in rsize:
         n *= int(s)
-    parts = _split_parts(out_size, rsize, kind, val.device)
+    parts = _split_parts(out_size, rsize, kind, val.device, across_batch)
     chunk = -(-n // parts)
     parts = -(-n // chunk)
 

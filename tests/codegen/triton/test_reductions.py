@@ -127,12 +127,14 @@ def test_split_reductions_to_few_outputs(split_rows_on_cpu, channels_last):
     def f(x):
         y = torch.nan_to_num(x)
         return (y.sum((0, 2, 3)), y.mean((0, 2, 3), keepdim=True), x.amax((0, 2, 3)), (y > 2).any(3).any(2).any(0),
-                y.to(torch.bfloat16).sum((0, 2, 3), dtype=torch.float32), y.sum(3))  # y.sum(3): rows too short
+                y.to(torch.bfloat16).sum((0, 2, 3), dtype=torch.float32), y.sum(3),  # y.sum(3): rows too short
+                y.sum((1, 2, 3)))  # per-sample rows are never split (softmax, layer norm: fused with their users)
 
     cg = check(f, x, atol=1e-4, rtol=1e-4)
     text = cg.lg.format()
     assert "reduction sum over [5, 4] x [38]" in text and "reduction sum over [4] x [5]" in text
     assert "reduction sum over [3, 4, 7] x [9]" in text
+    assert "reduction sum over [3] x [4, 7, 9]" in text
 
 
 def test_split_column_sums_take_many_columns_per_program(split_rows_on_cpu):
