@@ -76,6 +76,7 @@ class Stats:
         self.kernel_compiles = 0
         self.kernel_cache_hits = 0
         self.triton_precompiled = 0
+        self.triton_slow_loads: list = []  # (seconds, kernel) of precompiled kernels that took long to load
         self.matmul_choices: collections.Counter[str] = collections.Counter()
         self.cudagraph_recordings = 0  # CUDA graphs recorded (mode="reduce-overhead"; time in seconds["cudagraph_record"])
         self.dynamic_graphs = 0  # graphs compiled once into size-generic code

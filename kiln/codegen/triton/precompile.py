@@ -23,6 +23,7 @@ import queue
 import subprocess
 import sys
 import threading
+import time
 
 from kiln.codegen.triton import compile_worker
 from kiln.debug.stats import stats
@@ -176,6 +177,9 @@ def launch_job(jit_fn, path: str, name: str, dtypes, meta: dict):
     return (path, name, signature, constexprs, attrs, dict(options.__dict__), target, os.environ.get("TRITON_CACHE_DIR"))
 
 
+SLOW_LOAD_S = 0.2  # loading a worker-built binary takes milliseconds; longer means it was compiled here
+
+
 def precompile(launches, workers: int) -> int:
     """Compile ``launches`` -- (jit function, source path, kernel name, argument dtypes, meta) -- in the
     worker pool, then warm each in this process. Returns how many were compiled by workers."""
@@ -195,10 +199,14 @@ def precompile(launches, workers: int) -> int:
         for ((fn, dtypes, meta), _), result in zip(jobs, results):
             if result is not None:  # the worker failed: the first launch compiles it and reports why
                 continue
+            start = time.perf_counter()
             try:
                 fn.warmup(*dtypes, grid=(1,), **meta)
                 done += 1
             except Exception:  # noqa: BLE001 -- likewise
                 pass
+            took = time.perf_counter() - start
+            if took > SLOW_LOAD_S:  # a load that compiled after all (Triton's cache missed the worker's binary)
+                stats.triton_slow_loads.append((round(took, 3), getattr(fn, "__name__", str(fn))))
     stats.triton_precompiled += done
     return done
