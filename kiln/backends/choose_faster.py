@@ -106,6 +106,7 @@ class FastestOf:
         self.run = None  # the chosen callable
         self.on_decide = None  # called with the choice (``choice()``) once decided: the warm cache keeps it
         self.replayed = False  # the choice came from the warm cache (no calls were timed in this process)
+        self.trial_seconds = 0.0  # what the race cost: its warm-ups and timed runs (explain reports it)
 
     @property
     def compiled(self):
@@ -140,6 +141,8 @@ class FastestOf:
         if self.cuda:
             torch.cuda.synchronize()
         self.times[which].append(time.perf_counter() - start)
+        if not self.in_one_call:
+            self.trial_seconds += self.times[which][-1]
         return out
 
     def _trial(self, args):
@@ -158,6 +161,7 @@ class FastestOf:
                 out = self._timed(name, args)
             if rounds >= EARLY and (self._clear_winner() or time.perf_counter() - start > TRIAL_BUDGET_S):
                 break
+        self.trial_seconds = time.perf_counter() - start
         self._decide()
         return out
 
@@ -216,7 +220,15 @@ class FastestOf:
                  else f"median of {len(self.times['kiln'])} runs each")
         measured = ", ".join(f"{LABELS.get(k, k)} {v * 1e3:.3f} ms" for k, v in self.medians.items())
         dropped = "".join(f"; {LABELS.get(k, k)} not timed: {why}" for k, why in self.dropped.items())
-        return f"{self.name}: {LABELS.get(self.chosen, self.chosen)} runs ({timed}: {measured}{dropped})"
+        cost = ""
+        if not self.replayed:
+            where = "in its second call" if self.in_one_call else f"over calls 3 to {self.calls}"
+            cost = f"; the race took {self.trial_seconds * 1e3:.1f} ms {where}"
+        text = f"{self.name}: {LABELS.get(self.chosen, self.chosen)} runs ({timed}: {measured}{dropped}{cost})"
+        runner = getattr(self.run, "explain", None) if self.chosen == "graphs" else None
+        if callable(runner):  # the CUDA-graph runner's own report: recordings, their time, plain runs and why
+            text += "\n" + runner()
+        return text
 
     def __getattr__(self, name):
         return getattr(self.__dict__["candidates"]["kiln"], name)

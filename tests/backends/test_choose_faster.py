@@ -72,6 +72,33 @@ def test_a_candidate_that_fails_its_check_is_not_timed_and_said_why():
     assert "not timed: its recording holds 9000 MiB" in chooser.describe()
 
 
+def test_explain_says_what_the_race_cost_and_gives_the_graph_runners_report():
+    class Runner:
+        def __call__(self, x):
+            return x + 1
+
+        def explain(self):
+            return "cudagraphs: 1 recording (0.8 ms)"
+
+    runner = Runner()
+    chooser = FastestOf({"kiln": _slow(lambda x: x + 1, 0.003), "eager": _slow(lambda x: x + 1, 0.003),
+                         "graphs": lambda x: x + 1}, "g", False, True, on_keep=lambda name: runner if name == "graphs" else None)
+    chooser(torch.ones(1))
+    start = time.perf_counter()
+    chooser(torch.ones(1))
+    took = time.perf_counter() - start
+    assert chooser.chosen == "graphs" and chooser.run is runner
+    text = chooser.describe()
+    assert "the race took" in text and "in its second call" in text
+    assert 0.006 < chooser.trial_seconds <= took  # at least a warm-up and one timed run of each slow candidate
+    assert text.endswith("\ncudagraphs: 1 recording (0.8 ms)")
+    per_call = _two(lambda x: x + 1, _slow(lambda x: x + 1, 0.003))
+    for _ in range(2 + 2 * TRIALS):
+        per_call(torch.ones(1))
+    assert per_call.chosen == "kiln" and "over calls 3 to" in per_call.describe()
+    assert per_call.trial_seconds >= 0.003 * EARLY
+
+
 def test_pick_prefers_generated_code_and_graphs_only_by_their_margins():
     assert _pick({"kiln": 1.0, "eager": 1.0}) == "kiln"
     assert _pick({"kiln": 1.0, "eager": MARGIN * 0.99}) == "eager"
