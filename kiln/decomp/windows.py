@@ -1,5 +1,6 @@
 """Decompositions: sliding-window data movement -- ``im2col`` (``F.unfold``) as pad + unfold views +
-one copy, and max pooling's backward as a scatter-add of the output gradient to the saved indices.
+one copy, and max pooling's backward as a scatter-add of the output gradient to the saved indices
+(2-D pooling with static sizes is left whole: ``lower/pool_backward.py`` lowers it as a gather).
 """
 from __future__ import annotations
 
@@ -41,8 +42,33 @@ def _max_pool_backward(grad, x, indices, n):
     return aten.view.default(aten.scatter_add.default(zeros, len(lead), flat_idx, flat_grad), list(x.shape))
 
 
+MAX_GATHER_TAPS = 16  # windows overlapping one position, above which the scatter form reads less
+
+
+def max_pool2d_gather_taps(x_size, grad_size, kernel_size, stride, padding, dilation, dtype):
+    """(taps per dim, stride, padding) when 2-D max pooling's backward is lowered as a gather
+    (``lower/pool_backward.py``): static sizes, a real dtype, dilation 1 and at most MAX_GATHER_TAPS
+    windows over one position; else None (the scatter-add decomposition below)."""
+    if dtype.is_complex or len(x_size) not in (3, 4) or len(grad_size) != len(x_size):
+        return None
+    if not all(isinstance(v, int) for v in tuple(x_size[-2:]) + tuple(grad_size[-2:])):
+        return None
+    kernel = pool_tuple(kernel_size, 2)
+    stride = pool_tuple(stride, 2) if stride else kernel
+    padding, dilation = pool_tuple(padding, 2), pool_tuple(dilation, 2)
+    if dilation != (1, 1) and dilation != [1, 1]:
+        return None
+    taps = [-(-kernel[i] // stride[i]) for i in range(2)]
+    if taps[0] * taps[1] > MAX_GATHER_TAPS:
+        return None
+    return taps, list(stride), list(padding)
+
+
 @decomposition(aten.max_pool2d_with_indices_backward.default)
 def max_pool2d_backward(grad, x, kernel_size, stride, padding, dilation, ceil_mode, indices):
+    if max_pool2d_gather_taps(tuple(x.shape), tuple(grad.shape), kernel_size, stride, padding, dilation,
+                              grad.dtype) is not None:
+        return NotImplemented  # lowered as a gather (lower/pool_backward.py)
     return _max_pool_backward(grad, x, indices, 2)
 
 

@@ -14,7 +14,8 @@ from typing import Callable
 import torch
 
 _LOWERINGS: dict = {}
-_FAMILIES = ("pointwise", "reduction", "views", "misc", "shape", "indexing", "scatter", "extern", "scan", "sort")
+_FAMILIES = ("pointwise", "reduction", "views", "misc", "shape", "indexing", "scatter", "extern", "scan", "sort",
+             "pool_backward")
 _loaded = False
 
 

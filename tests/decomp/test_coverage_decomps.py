@@ -142,10 +142,13 @@ def test_im2col_and_max_pool_backward():
     for args in (((3, 2), (1, 1), (0, 0), (1, 1)), ((2, 3), (2, 1), (1, 2), (2, 3))):
         _same(TABLE[aten.im2col.default](x, *args), aten.im2col.default(x, *args), exact=True)
         _same(TABLE[aten.im2col.default](x[0], *args), aten.im2col.default(x[0], *args), exact=True)
-    out, idx = F.max_pool2d(x, 3, 1, 1, return_indices=True)  # overlapping windows: gradients add up
+    out, idx = F.max_pool2d(x, 3, 1, 1, dilation=2, return_indices=True)  # overlapping windows: gradients add up
     grad = torch.randn_like(out)
-    args = (grad, x, [3, 3], [1, 1], [1, 1], [1, 1], False, idx)
+    args = (grad, x, [3, 3], [1, 1], [1, 1], [2, 2], False, idx)  # dilated: the scatter-add form
     _same(TABLE[aten.max_pool2d_with_indices_backward.default](*args), aten.max_pool2d_with_indices_backward.default(*args))
+    out, idx = F.max_pool2d(x, 3, 1, 1, return_indices=True)
+    args = (torch.randn_like(out), x, [3, 3], [1, 1], [1, 1], [1, 1], False, idx)  # lowered as a gather instead
+    assert TABLE[aten.max_pool2d_with_indices_backward.default](*args) is NotImplemented
 
 
 def test_distances_losses_and_renorm():

@@ -1,6 +1,7 @@
 """End to end: training graphs whose backward has window/resampling/norm backward ops compile through
 kiln's codegen (joint graph, generated kernels, no ATen fallback) and match eager's outputs and input
 gradients."""
+import pytest
 import torch
 import torch.fx as fx
 import torch.nn.functional as F
@@ -84,3 +85,23 @@ def test_masked_scatter_backward():
 def test_cdist_backward():
     a, b = torch.randn(2, 4, 3), torch.randn(2, 5, 3)
     check_training(lambda a, b: [torch.cdist(a, b, p=1.5), torch.cdist(a, b, p=2.0) * 2, torch.cdist(a, b, p=1.0)], a, b)
+
+
+@pytest.mark.parametrize("k,s,p,ceil", [(3, 2, 1, False), (3, 1, 1, False), (2, 2, 0, False), (3, 2, 1, True),
+                                        ((2, 3), (2, 1), (1, 0), True)])
+def test_max_pool2d_backward_is_one_gather_kernel(k, s, p, ceil):
+    # each input position gathers the gradients of the windows that picked it: one pointwise kernel,
+    # no scatter-add (atomics on the GPU), equal to ATen's, ties included (windows overlap)
+    from tests.lower.helpers import check
+
+    x = torch.randn(2, 3, 11, 10)
+    x.view(-1)[::7] = 0.0  # ties: several windows pick one position
+    out, idx = F.max_pool2d(x, k, s, p, ceil_mode=ceil, return_indices=True)
+    grad = torch.randn_like(out)
+    kk, ss, pp = ([v, v] if isinstance(v, int) else list(v) for v in (k, s, p))
+
+    def f(grad, x, idx):
+        return torch.ops.aten.max_pool2d_with_indices_backward(grad * 2, x, kk, ss, pp, [1, 1], ceil, idx)
+
+    cg = check(f, grad, x, idx, kernels=1)
+    assert "scatter" not in cg.lg.format()
