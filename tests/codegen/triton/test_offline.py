@@ -100,3 +100,22 @@ def test_tiled_transposes_compile_for_sm90():
     assert list(kernel_signature(k, cg.lg.buffers()))[-2:] == ["XBLOCK", "YBLOCK"]
     errors = compile_for_gpu(cg, all_configs=True)
     assert errors and all(e is None for e in errors.values()), errors
+
+
+@needs_ptxas
+def test_max_pool_backward_gather_and_column_sums_compile_for_sm90():
+    # the gather form of max pooling's backward (masked loads at computed window positions, bf16) and a
+    # column reduction with its wide-block configs build for the real GPU, not only in the interpreter
+    import torch.nn.functional as F
+
+    x = torch.randn(2, 4, 11, 10).to(torch.bfloat16)
+    out, idx = F.max_pool2d(x, 3, 2, 1, return_indices=True)
+    grad = torch.randn_like(out)
+
+    def f(grad, x, idx, m):
+        gx = torch.ops.aten.max_pool2d_with_indices_backward(grad, x, [3, 3], [2, 2], [1, 1], [1, 1], False, idx)
+        return gx, m.float().sum(0)
+
+    _, cg = compile_fn(f, [grad, x, idx, torch.randn(300, 40).to(torch.bfloat16)])
+    errors = compile_for_gpu(cg, all_configs=True)
+    assert errors and all(e is None for e in errors.values()), errors
