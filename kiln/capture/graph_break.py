@@ -11,7 +11,7 @@ import types
 from typing import Callable
 
 from kiln.capture import bytecode as bc
-from kiln.capture.codegen import break_code, collect_tensors
+from kiln.capture.codegen import break_code, cell_temp, collect_tensors
 from kiln.capture.interpreter import BreakSignal, RootTracer
 from kiln.capture.resume import live_locals, make_resume_code
 from kiln.capture.values.base import NULL, unsupported
@@ -55,31 +55,29 @@ def _close_open_autocasts(output, stack) -> None:
 def _resume_args(code, instructions, target) -> list[str]:
     """The locals a resume function starting at `target` takes, in order: the original first argument
     first (zero-argument super() reads the first local, even where liveness does not see it), then
-    the other live locals by name."""
-    live = sorted(live_locals(instructions, target, set(code.co_varnames + code.co_cellvars)))
+    the other live locals by name. Cell variables are not among them: the resume function gets the
+    cells themselves, as free variables (_shared_cells)."""
+    live = sorted(live_locals(instructions, target, set(code.co_varnames) - set(code.co_cellvars)))
     first = code.co_varnames[0] if code.co_argcount else None
     if first is not None and (first in live or "__class__" in code.co_freevars):
         live = [first] + [name for name in live if name != first]
     return live
 
 
-def _cell_written_around_break(code, instructions, break_index: int, name: str) -> bool:
-    """Whether the closure cell `name` may be assigned once the frame is split at `break_index`: by a nested
-    function (a `nonlocal` store), or by the frame itself after the break (a store at or after it, or
-    anywhere in a loop around it). A cell assigned once before the break (a recursive nested function's
-    own name) is safe to hand on as its value."""
-    writes = ("STORE_DEREF", "DELETE_DEREF")
-    pending = [c for c in code.co_consts if isinstance(c, types.CodeType)]
-    while pending:
-        nested = pending.pop()
-        pending.extend(c for c in nested.co_consts if isinstance(c, types.CodeType))
-        if name in nested.co_freevars and any(i.opname in writes and i.argval == name for i in bc.decode(nested)):
-            return True
-    position = {id(inst): index for index, inst in enumerate(instructions)}
-    back_targets = [position.get(id(i.target), len(instructions)) for i in instructions[break_index:]
-                    if i.target is not None]  # jumps from the break on back to it or before: a loop
-    loop_start = min([t for t in back_targets if t <= break_index], default=break_index)
-    return any(i.opname in writes and i.argval == name for i in instructions[loop_start:])
+def _shared_cells(code, tracer) -> dict:
+    """The frame's cell variables, name -> cell value, each handed to the resume functions as the same
+    cell object (their first free variables): nested functions made before the break hold these cells,
+    and CPython's frame, closures and the code after the break all see one cell per variable."""
+    if not code.co_cellvars:
+        return {}
+    if "__class__" in code.co_freevars and code.co_argcount and code.co_varnames[0] in code.co_cellvars:
+        # zero-argument super() reads the first local; a resume function would have it as a free variable
+        unsupported("a graph break in a method whose first argument is shared with a nested function",
+                    hint="kiln runs the function eagerly")
+    missing = [name for name in code.co_cellvars if name not in tracer.cells]
+    if missing:
+        unsupported(f"a graph break before the cell of {missing[0]!r} exists (internal inconsistency)")
+    return {name: tracer.cells[name] for name in code.co_cellvars}
 
 
 def _mark_loop_iterators(tracer, break_index: int, stack: list, locals_values: dict) -> None:
@@ -233,19 +231,11 @@ def compile_with_break(code, f_locals, f_globals, f_builtins, closure, options, 
     handler_live = _resume_args(code, instructions, inst.exn_tab_entry.target) if in_try else []
     needed_locals = set(handler_live).union(*(live for _, live in continuations))
 
+    cells = _shared_cells(code, tracer)
     locals_values = {}
     for name in sorted(needed_locals):
         if name in tracer.locals:
             locals_values[name] = tracer.read_local(name)
-        elif name in tracer.cells and name in code.co_cellvars:
-            cell = tracer.cells[name]
-            if getattr(cell, "captured", False) and _cell_written_around_break(code, instructions, break_index, name):
-                # the resume function would hold a copy in a new cell, while the nested function that
-                # shares this one may still change it (nonlocal) or read it: the two would diverge
-                unsupported(f"a graph break where local {name!r} is shared with a nested function (a closure "
-                            f"cell) and used after the break", hint="kiln runs the function eagerly")
-            if cell.contents is not None:
-                locals_values[name] = cell.contents
     # a local that is live but unbound here stays unbound in the resume function: drop it from its args
     continuations = [(t, [n for n in live if n in locals_values]) for t, live in continuations]
     handler_live = [n for n in handler_live if n in locals_values]
@@ -269,16 +259,21 @@ def compile_with_break(code, f_locals, f_globals, f_builtins, closure, options, 
         collect_tensors(v, tensors, seen)
     for v in tracer.output.side_effects.values():
         collect_tensors(v, tensors, seen)
+    for v in cells.values():
+        collect_tensors(v, tensors, seen)
     # autocast blocks open at the break end with the graph; the transformed code enters them again as
     # Python around the breaking instruction, and each resume function re-enters them in its prologue
     _close_open_autocasts(tracer.output, stack)
     graph_call, graph_outputs, gm = finish_graph(tracer.output, tensors)
 
     def make_resume_fn(cg, resume_code):
-        if code.co_freevars:
-            for name in code.co_freevars:
-                cg.extend(bc.load_closure(name))
-            cg.extend(bc.build_tuple(len(code.co_freevars)))
+        if resume_code.co_freevars:  # the frame's cells (rebuilt into temps by break_code), its free variables
+            for name in resume_code.co_freevars:
+                if name in cells:
+                    cg.load_fast(cell_temp(name))
+                else:
+                    cg.extend(bc.load_closure(name))
+            cg.extend(bc.build_tuple(len(resume_code.co_freevars)))
             cg.load_const(resume_code)
             cg.extend(bc.make_function(bc.FN_CLOSURE))
         else:
@@ -290,7 +285,7 @@ def compile_with_break(code, f_locals, f_globals, f_builtins, closure, options, 
         shape = survivor_shape + [True] * pushed
         from kiln.capture.generator_resume import rebuilt_for
 
-        resume_code = make_resume_code(code, target.offset, shape, live, rebuilt_for(live, rebuilt))
+        resume_code = make_resume_code(code, target.offset, shape, live, rebuilt_for(live, rebuilt), tuple(cells))
         built.append((shape, live, resume_code))
     exception_continuation = None
     if in_try:
@@ -298,10 +293,10 @@ def compile_with_break(code, f_locals, f_globals, f_builtins, closure, options, 
         below = stack[: entry.depth]
         shape = [v is not NULL for v in below] + ([True] if entry.lasti else []) + [True]
         lasti = inst.offset // 2 if entry.lasti else None  # in code units, as CPython pushes it
-        handler_code = make_resume_code(code, entry.target.offset, shape, handler_live)
+        handler_code = make_resume_code(code, entry.target.offset, shape, handler_live, cells=tuple(cells))
         exception_continuation = (entry.depth, lasti, handler_live, handler_code)
     copied = bc.inherit_positions(_copy_instructions(inst, tracer), inst)  # errors point at the user's line
     new_code = break_code(code, graph_call, graph_outputs, tracer.output.side_effects, stack, popped, pushed,
                           locals_values, copied, built, make_resume_fn,
-                          exception_continuation)
+                          exception_continuation, cells)
     return new_code, gm, tracer

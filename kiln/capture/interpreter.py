@@ -606,9 +606,16 @@ class _LazyLocal(Value):
 
 
 class _LazyCell(CellValue):
+    """A closure cell of the frame's function (free variable `name`); functions inlined whose closures
+    hold the same cell share this value (values/functions.py: existing_cell)."""
+
     def __init__(self, tx: RootTracer, index: int, name: str):
-        super().__init__(None)
+        from kiln.capture.sources import ClosureCellSource
+
+        super().__init__(None, source=ClosureCellSource(index, name))
         self.tx, self.index, self.name = tx, index, name
+        self.var_name = name  # a write is replayed as STORE_DEREF of this name (codegen._apply)
+        self.real = tx.closure[index]
 
     def reconstruct(self, cg) -> None:
         from kiln.capture import bytecode as bc
@@ -617,7 +624,7 @@ class _LazyCell(CellValue):
 
     def set(self, value: Value) -> None:
         self.contents = value
-        self.tx.output.side_effects.store_cell(self.name, value)
+        self.tx.output.side_effects.store_cell(self, value)
 
     def get(self) -> Value:
         if self.contents is None:

@@ -208,9 +208,6 @@ def test_function_code_swapped_between_calls():
         _patched_target.__code__ = _ORIGINAL_CODE
 
 
-@kiln_gap("WHOLE FRAME EAGER (documented limit): a cell shared with a nested function that stores to it "
-          "(nonlocal) after a break cannot be handed to a resume function (graph_break._cell_written_around_break, "
-          "docs/capture.md), so the frame runs eagerly: 0 graphs, Dynamo 1 graph + 1 break (print)")
 def test_nonlocal_counter_bumped_across_a_print_break():
     def fn(x):
         n = 0
