@@ -576,7 +576,15 @@ class RootTracer(Tracer):
         from kiln.capture.class_guards import recording
 
         with recording(self.output.guards):  # (the classes read through are guarded: class_guards.py)
-            return super().run()
+            result = super().run()
+            from kiln.capture.values.lazy_generators import close_at_frame_end
+
+            self.output.user_tx = self  # (the frame is current again while its locals are cleared)
+            try:
+                close_at_frame_end(self, result)
+            finally:
+                self.output.user_tx = None
+            return result
 
     def read_local(self, name: str) -> Value:
         v = self.locals.get(name)

@@ -19,7 +19,9 @@ block) would run that code when CPython drops its last reference (a `break` out 
 an exception leaving that loop, `del g`, the frame's end). kiln does not count references in general,
 but one made in the `for` statement itself (`for v in gen(x):`, `mark_loop_only`) is held only by the
 loop's iterator slot: leaving the loop closes it, traced at that point (`drop_loop_iterators`). Where a
-graph ends with another such generator (`check_abandoned`), the whole frame runs as Python.
+graph ends with another such generator (`check_abandoned`), the whole frame runs as Python, unless the
+frame returns there and only its local variables hold the generator: CPython closes it as it clears
+them, and so does kiln (`close_at_frame_end`).
 
 Its body's frame is linked to the consumer's at each resume (as CPython links the generator's frame to
 its caller's), so exceptions raised in it take their __context__ from the consumer.
@@ -358,6 +360,43 @@ def drop_loop_iterators(tx, values) -> None:
                 value.call_method(tx, "close", [], {})
             except TracedRaise:
                 unsupported("closing a generator dropped by its loop raised (CPython reports it as unraisable)")
+
+
+def close_at_frame_end(tx, result: Value) -> None:
+    """The root frame returns `result`: CPython then clears its local variables, slot by slot, and a
+    generator whose last reference goes with them is closed right there, before the caller gets the
+    result (`g = gen(x); for v in g: break; return v`: its finally runs at the return). kiln closes, in
+    that order, the suspended generators (ones whose close runs code) that only locals of the frame hold:
+    held by no other value (the result, a side effect, a container, an object, a cell, another
+    generator's frame, itself). Any other generator is left to check_abandoned; a close that raises
+    (CPython reports it as unraisable) runs the frame as Python."""
+    from kiln.capture.graph_break import _reachable_iterators as walk  # every value reachable from one
+    from kiln.capture.values.exceptions import TracedRaise
+
+    pending = {id(g): g for g in tx.output.stepped_generators if g.runs_code_when_closed()}
+    if not pending:
+        return
+    slots = {name: i for i, name in enumerate(tx.code.co_varnames)}
+    last_slot: dict[int, int] = {}  # id(generator) -> the local slot whose clearing drops its last reference
+    reachable: set = set()
+    roots = [result, *tx.output.side_effects.values(), *tx.cells.values()]
+    for name, value in tx.locals.items():
+        if id(value) in pending and name in slots:
+            last_slot[id(value)] = max(last_slot.get(id(value), -1), slots[name])
+        else:
+            roots.append(value)
+    from kiln.capture.generator_resume import handed_on_values
+
+    for gen in pending.values():  # (what its suspended frame holds)
+        roots.extend(handed_on_values(gen))
+    for value in roots:
+        walk(value, reachable)
+    for _, gen_id in sorted((slot, gen_id) for gen_id, slot in last_slot.items() if gen_id not in reachable):
+        try:
+            pending[gen_id].call_method(tx, "close", [], {})
+        except TracedRaise:
+            refuse_frame(f"closing generator {pending[gen_id].tracer.function_name} at the end of the frame "
+                         f"raised (CPython reports that as unraisable)")
 
 
 def check_abandoned(output) -> None:
