@@ -13,7 +13,7 @@ from typing import Callable
 from kiln.capture import bytecode as bc
 from kiln.capture.codegen import break_code, cell_temp, collect_tensors
 from kiln.capture.interpreter import BreakSignal, RootTracer
-from kiln.capture.resume import live_locals, make_resume_code
+from kiln.capture.resume import cells_used_from, live_locals, make_resume_code
 from kiln.capture.values.base import NULL, unsupported
 
 _JUMPS = {
@@ -64,20 +64,46 @@ def _resume_args(code, instructions, target) -> list[str]:
     return live
 
 
-def _shared_cells(code, tracer) -> dict:
-    """The frame's cell variables, name -> cell value, each handed to the resume functions as the same
-    cell object (their first free variables): nested functions made before the break hold these cells,
-    and CPython's frame, closures and the code after the break all see one cell per variable."""
-    if not code.co_cellvars:
-        return {}
-    if "__class__" in code.co_freevars and code.co_argcount and code.co_varnames[0] in code.co_cellvars:
-        # zero-argument super() reads the first local; a resume function would have it as a free variable
-        unsupported("a graph break in a method whose first argument is shared with a nested function",
-                    hint="kiln runs the function eagerly")
-    missing = [name for name in code.co_cellvars if name not in tracer.cells]
+def _shared_cells(code, tracer, starts: list) -> dict:
+    """The frame's cell variables that code after the break (from `starts`) uses, name -> cell value,
+    each handed to the resume functions as the same cell object (their first free variables): nested
+    functions made before the break hold these cells, and CPython's frame, closures and the code after
+    the break all see one cell per variable. (A cell the rest never names is a fresh one there.) Not the
+    first argument of a method using zero-argument super(): see _super_self_cell."""
+    used = cells_used_from(tracer.instructions, starts, set(code.co_cellvars))
+    used.discard(_super_self_cell(code))
+    missing = [name for name in code.co_cellvars if name in used and name not in tracer.cells]
     if missing:
         unsupported(f"a graph break before the cell of {missing[0]!r} exists (internal inconsistency)")
-    return {name: tracer.cells[name] for name in code.co_cellvars}
+    return {name: tracer.cells[name] for name in code.co_cellvars if name in used}
+
+
+def _super_self_cell(code) -> str | None:
+    """The first argument of a method using zero-argument super(), when a nested function shares it (a
+    cell variable): super() reads the resume function's first local, so the resume function takes it as
+    an argument (its value, in a cell of its own) rather than as the shared cell. Sound only while
+    nothing assigns it (_cell_written_around_break; `self` is rarely assigned)."""
+    if "__class__" in code.co_freevars and code.co_argcount and code.co_varnames[0] in code.co_cellvars:
+        return code.co_varnames[0]
+    return None
+
+
+def _cell_written_around_break(code, instructions, break_index: int, name: str) -> bool:
+    """Whether the closure cell `name` may be assigned once the frame is split at `break_index`: by a nested
+    function (a `nonlocal` store), or by the frame itself after the break (a store at or after it, or
+    anywhere in a loop around it)."""
+    writes = ("STORE_DEREF", "DELETE_DEREF")
+    pending = [c for c in code.co_consts if isinstance(c, types.CodeType)]
+    while pending:
+        nested = pending.pop()
+        pending.extend(c for c in nested.co_consts if isinstance(c, types.CodeType))
+        if name in nested.co_freevars and any(i.opname in writes and i.argval == name for i in bc.decode(nested)):
+            return True
+    position = {id(inst): index for index, inst in enumerate(instructions)}
+    back_targets = [position.get(id(i.target), len(instructions)) for i in instructions[break_index:]
+                    if i.target is not None]  # jumps from the break on back to it or before: a loop
+    loop_start = min([t for t in back_targets if t <= break_index], default=break_index)
+    return any(i.opname in writes and i.argval == name for i in instructions[loop_start:])
 
 
 def _mark_loop_iterators(tracer, break_index: int, stack: list, locals_values: dict) -> None:
@@ -231,11 +257,18 @@ def compile_with_break(code, f_locals, f_globals, f_builtins, closure, options, 
     handler_live = _resume_args(code, instructions, inst.exn_tab_entry.target) if in_try else []
     needed_locals = set(handler_live).union(*(live for _, live in continuations))
 
-    cells = _shared_cells(code, tracer)
+    cells = _shared_cells(code, tracer, [t for t, _ in continuations] + ([inst.exn_tab_entry.target] if in_try else []))
     locals_values = {}
     for name in sorted(needed_locals):
         if name in tracer.locals:
             locals_values[name] = tracer.read_local(name)
+        elif name == _super_self_cell(code) and name in tracer.cells:
+            cell = tracer.cells[name]
+            if getattr(cell, "captured", False) and _cell_written_around_break(code, instructions, break_index, name):
+                unsupported(f"a graph break in a method using super() whose first argument {name!r} is shared "
+                            f"with a nested function and assigned", hint="kiln runs the function eagerly")
+            if cell.contents is not None:
+                locals_values[name] = cell.contents
     # a local that is live but unbound here stays unbound in the resume function: drop it from its args
     continuations = [(t, [n for n in live if n in locals_values]) for t, live in continuations]
     handler_live = [n for n in handler_live if n in locals_values]

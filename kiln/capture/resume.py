@@ -58,6 +58,32 @@ def live_locals(instructions: list[Instruction], start: Instruction, names: set[
     return live_in[index[id(start)]] & names
 
 
+_DEREFS = {"LOAD_DEREF", "STORE_DEREF", "DELETE_DEREF", "LOAD_CLOSURE", "LOAD_CLASSDEREF"}
+
+
+def cells_used_from(instructions: list[Instruction], starts: list[Instruction], names: set[str]) -> set[str]:
+    """Cell variables in `names` that code reachable from any of `starts` reads, writes or captures."""
+    index = {id(inst): i for i, inst in enumerate(instructions)}
+    pending = [index[id(inst)] for inst in starts]
+    seen: set[int] = set()
+    used: set[str] = set()
+    while pending:
+        i = pending.pop()
+        if i in seen or i >= len(instructions):
+            continue
+        seen.add(i)
+        inst = instructions[i]
+        if inst.opname in _DEREFS and inst.argval in names:
+            used.add(inst.argval)
+        if inst.opname not in _TERMINAL and inst.opname not in _UNCONDITIONAL:
+            pending.append(i + 1)
+        if inst.target is not None:
+            pending.append(index[id(inst.target)])
+        if inst.exn_tab_entry is not None:
+            pending.append(index[id(inst.exn_tab_entry.target)])
+    return used
+
+
 def make_resume_code(original: types.CodeType, resume_offset: int, stack: list[bool], live: list[str],
                      rebuilt: tuple = (), cells: tuple[str, ...] = ()) -> types.CodeType:
     """A code object continuing `original` at `resume_offset`.

@@ -280,3 +280,38 @@ def test_lambda_made_after_the_break_shares_the_cell_with_one_made_before():
         return y + before() + after()
 
     check_breaks(fn, t(3), graphs=2, breaks=1)
+
+
+class _Base(torch.nn.Module):
+    def forward(self, x):
+        return x * 2
+
+
+class _ClosureOverSelf(_Base):
+    def __init__(self):
+        super().__init__()
+        self.scale = 3
+
+    def forward(self, x):
+        scale = lambda: self.scale  # noqa: E731 (`self` is a cell variable)
+        y = x + scale()
+        _opaque()
+        return super().forward(y) + scale()  # zero-argument super() reads the first local
+
+
+def test_method_using_super_whose_self_is_captured_by_a_closure():
+    check_breaks(_ClosureOverSelf(), t(3), graphs=2, breaks=1)
+
+
+def test_cell_not_named_after_the_break_is_not_handed_on():
+    def fn(x):
+        n = 1
+
+        def get():
+            return n
+
+        y = x + get()
+        _opaque()
+        return y * 2
+
+    check_breaks(fn, t(3), graphs=2, breaks=1)

@@ -7,7 +7,7 @@ import torch
 
 import kiln
 from kiln.capture import bytecode as bc
-from kiln.capture.resume import make_resume_code
+from kiln.capture.resume import cells_used_from, make_resume_code
 
 
 def setup_function():
@@ -144,3 +144,27 @@ def test_resume_code_takes_the_cells_as_free_variables():
     resume = types.FunctionType(code, sample.__globals__, "resume", None, (cell,))
     assert resume(None, get) == 3
     assert cell.cell_contents == 3  # the write after the break landed in the shared cell
+
+
+def test_cells_used_from_follows_jumps_and_handlers():
+    def sample(a, flag):
+        n = a
+        m = a
+
+        def get():
+            return n + m
+
+        print(get())
+        if flag:
+            try:
+                return n
+            finally:
+                m = 0
+        return 1
+
+    insts = bc.decode(sample.__code__)
+    calls = [i for i in insts if i.opname == "CALL"]
+    after_print = insts[insts.index(calls[-1]) + 1]
+    assert cells_used_from(insts, [after_print], {"n", "m"}) == {"n", "m"}
+    last_return = [i for i in insts if i.opname in ("RETURN_VALUE", "RETURN_CONST")][-1]
+    assert cells_used_from(insts, [last_return], {"n", "m"}) == set()
