@@ -315,3 +315,26 @@ def test_cell_not_named_after_the_break_is_not_handed_on():
         return y * 2
 
     check_breaks(fn, t(3), graphs=2, breaks=1)
+
+
+def _breaking_helper(v):
+    print("", end="")  # a graph break inside the inlined call: the break moves to the call
+    return v + 1
+
+
+def test_break_in_the_arguments_of_a_call_to_the_counting_closure():
+    """`inner(_breaking_helper(y))`: the breaking call sits in the arguments of a call to a closure that
+    bumps the counter; the closure and the counter after the break share the frame's cell."""
+    def fn(x):
+        n = 0
+
+        def inner(v):
+            nonlocal n
+            n += 1
+            return v * n
+
+        y = inner(x)
+        z = inner(_breaking_helper(y))
+        return z + n
+
+    check_breaks(fn, t(3), graphs=3, breaks=2)  # (the helper's own frame breaks at its print too)
