@@ -144,6 +144,29 @@ def test_a_generator_also_held_by_a_list_is_left_to_python():
     check(fn, _t(3), graphs=0, dynamo_graphs=1)
 
 
+def _passing_on(it):
+    for v in it:
+        yield v
+
+
+@dynamo_bug("the generators' finally blocks never run (torch 2.13)", strict=False)
+def test_a_generator_also_held_by_another_generators_frame_is_left_to_python():
+    """`g` goes with `h`'s frame (a later slot than `mid`): CPython closes mid, then g. Looking for who
+    holds `g` must not ask `h` to be handed on (that used to make `_passing_on` run as Python and gave the
+    closes in the wrong order)."""
+    def fn(x):
+        LOG.clear()
+        g = _tagged(x, "g")
+        mid = _tagged(x, "mid")
+        h = _passing_on(g)
+        next(h)
+        next(mid)
+        return x + len(LOG)
+
+    check(fn, _t(3), graphs=0, dynamo_graphs=1)
+    _log_after_the_call(fn, _t(3), graphs=0)
+
+
 def test_a_generator_whose_close_raises_at_the_frame_end_is_left_to_python():
     def failing(x):
         try:

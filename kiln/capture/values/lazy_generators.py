@@ -368,35 +368,61 @@ def close_at_frame_end(tx, result: Value) -> None:
     result (`g = gen(x); for v in g: break; return v`: its finally runs at the return). kiln closes, in
     that order, the suspended generators (ones whose close runs code) that only locals of the frame hold:
     held by no other value (the result, a side effect, a container, an object, a cell, another
-    generator's frame, itself). Any other generator is left to check_abandoned; a close that raises
-    (CPython reports it as unraisable) runs the frame as Python."""
-    from kiln.capture.graph_break import _reachable_iterators as walk  # every value reachable from one
+    generator's frame or pending call, itself). Any other generator is left to check_abandoned; a close
+    that raises (CPython reports it as unraisable) runs the frame as Python."""
     from kiln.capture.values.exceptions import TracedRaise
+    from kiln.errors import Unsupported
 
     pending = {id(g): g for g in tx.output.stepped_generators if g.runs_code_when_closed()}
     if not pending:
         return
     slots = {name: i for i, name in enumerate(tx.code.co_varnames)}
     last_slot: dict[int, int] = {}  # id(generator) -> the local slot whose clearing drops its last reference
-    reachable: set = set()
     roots = [result, *tx.output.side_effects.values(), *tx.cells.values()]
     for name, value in tx.locals.items():
         if id(value) in pending and name in slots:
             last_slot[id(value)] = max(last_slot.get(id(value), -1), slots[name])
         else:
             roots.append(value)
-    from kiln.capture.generator_resume import handed_on_values
-
-    for gen in pending.values():  # (what its suspended frame holds)
-        roots.extend(handed_on_values(gen))
-    for value in roots:
-        walk(value, reachable)
+    for gen in tx.output.stepped_generators:  # what each generator's frame (or pending call) holds
+        roots.extend(_held_by_generator(gen))
+    try:
+        reachable = _reachable(roots)
+    except Unsupported:  # a value kiln cannot look inside: leave the generators to check_abandoned
+        return
     for _, gen_id in sorted((slot, gen_id) for gen_id, slot in last_slot.items() if gen_id not in reachable):
         try:
             pending[gen_id].call_method(tx, "close", [], {})
         except TracedRaise:
             refuse_frame(f"closing generator {pending[gen_id].tracer.function_name} at the end of the frame "
                          f"raised (CPython reports that as unraisable)")
+
+
+def _held_by_generator(gen) -> list:
+    if gen.state == _SUSPENDED:
+        from kiln.capture.generator_resume import handed_on_values
+
+        return handed_on_values(gen)
+    if gen.state == _CREATED:
+        return [gen.fn_value, *gen.args, *gen.kwargs.values()]
+    return []
+
+
+def _reachable(roots: list) -> set:
+    """The ids of every value reachable from `roots` (as codegen.child_values_of walks them), looking
+    into generators without asking them to be handed on (their children() would decide that)."""
+    from kiln.capture.codegen import child_values_of
+
+    seen: set = set()
+    pending = list(roots)
+    while pending:
+        value = pending.pop()
+        if value is None or id(value) in seen:
+            continue
+        seen.add(id(value))
+        pending.extend(_held_by_generator(value) if isinstance(value, SteppedGeneratorValue)
+                       else child_values_of(value))
+    return seen
 
 
 def check_abandoned(output) -> None:
