@@ -9,7 +9,9 @@ new_fn`` on a base, ``S.body = other`` shadowing a submodule) would run the old 
 
 By construction: every Python class whose value kiln made while tracing (an object from the frame or
 made in the trace, a module, a class itself) or whose MRO it looked a name up in (``class_attribute``,
-``python_slot``, ``data_descriptor_of``) is noted (``note_class``) in the trace's GuardSet, and so is
+``python_slot``, ``data_descriptor_of``) is noted (``note_class``) in the trace's GuardSet, with its
+metaclass when that is a Python class (``cls.name`` asks the metaclass first; its ``__call__`` makes
+the instances), and so is
 every attribute name the trace looks up (``note_name``: each attribute read of the interpreter,
 ``getattr``/``hasattr``, ``super()``, the class lookups). The frame's guards then get one more,
 ``ClassGuard``: each noted class has the same MRO, and in each mutable class of those MROs no name was
@@ -62,6 +64,9 @@ def note_class(cls: Any, name: str | None = None) -> None:
     if _ACTIVE:
         if isinstance(cls, type) and cls.__flags__ & _HEAPTYPE:
             _ACTIVE[-1].classes.setdefault(id(cls), cls)
+            meta = type(cls)  # a lookup on the class asks its metaclass first (data descriptors, __call__)
+            if meta.__flags__ & _HEAPTYPE:
+                _ACTIVE[-1].classes.setdefault(id(meta), meta)
         if name is not None:
             _ACTIVE[-1].class_names.add(name)
 

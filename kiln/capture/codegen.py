@@ -70,7 +70,12 @@ def _apply(cg: "PyCodegen", effect, temp: str) -> None:
         cg.extend([bc.create_instruction("STORE_GLOBAL", argval=effect.name)])
     elif isinstance(effect, CellWrite):
         cg.load_fast(temp)
-        cg.extend(bc.store_deref(effect.var_name))
+        var_name = getattr(effect.cell, "var_name", None)
+        if var_name is not None:  # the frame's own free variable
+            cg.extend(bc.store_deref(var_name))
+        else:  # a cell reached through a function's closure
+            effect.cell.source.emit(cg)
+            cg.extend(bc.store_attr("cell_contents"))
     elif isinstance(effect, IteratorAdvance):
         from kiln.capture.sources import advance_iterator
 
@@ -372,10 +377,15 @@ def transformed_code(original: types.CodeType, graph_call: tuple[Any, list] | No
     return _assemble(cg, original, temps)
 
 
+def cell_temp(name: str) -> str:
+    """The temp holding the rebuilt cell of the frame's cell variable `name` (break_code)."""
+    return f"__kiln_cell_{name}"
+
+
 def break_code(original: types.CodeType, graph_call, graph_outputs: dict[int, int], side_effects,
                stack: list, consumed: int, pushed: int, locals_: dict[str, Value], break_insts: list,
                continuations: list, make_resume_fn,
-               exception_continuation: tuple | None = None) -> types.CodeType:
+               exception_continuation: tuple | None = None, cells: dict | None = None) -> types.CodeType:
     """The code that replaces `original` when tracing stopped at an instruction it cannot trace.
 
     It runs the graph, computes the stack and the live locals into temporaries, applies the side
@@ -388,6 +398,8 @@ def break_code(original: types.CodeType, graph_call, graph_outputs: dict[int, in
     except/finally clause, or the with block's cleanup calling its __exit__) runs in a resume function
     that starts there. Stack slots of kind ("autocast", args) hold the exit of an autocast block the
     transformed code entered again: it is left before each resume function, which re-enters it.
+    `cells` (name -> cell value): the frame's cell variables, rebuilt once into temps (cell_temp) that
+    make_resume_fn hands to the resume functions as their closure.
     """
     from kiln.capture.values.base import NULL
 
@@ -411,6 +423,10 @@ def break_code(original: types.CodeType, graph_call, graph_outputs: dict[int, in
     temps.extend(local_temps)
     for temp in reversed(local_temps):
         cg.extend(bc.store_fast(temp))
+    for name, cell in (cells or {}).items():  # the same cell objects the rebuilt closures hold
+        cg.reconstruct(cell)
+        temps.append(cell_temp(name))
+        cg.extend(bc.store_fast(cell_temp(name)))
     _compute_and_apply_effects(cg, side_effects, temps)
     for name, temp in zip(names, local_temps):
         cg.load_fast(temp)

@@ -11,9 +11,9 @@ import types
 from typing import Callable
 
 from kiln.capture import bytecode as bc
-from kiln.capture.codegen import break_code, collect_tensors
+from kiln.capture.codegen import break_code, cell_temp, collect_tensors
 from kiln.capture.interpreter import BreakSignal, RootTracer
-from kiln.capture.resume import live_locals, make_resume_code
+from kiln.capture.resume import cells_used_from, live_locals, make_resume_code
 from kiln.capture.values.base import NULL, unsupported
 
 _JUMPS = {
@@ -55,19 +55,43 @@ def _close_open_autocasts(output, stack) -> None:
 def _resume_args(code, instructions, target) -> list[str]:
     """The locals a resume function starting at `target` takes, in order: the original first argument
     first (zero-argument super() reads the first local, even where liveness does not see it), then
-    the other live locals by name."""
-    live = sorted(live_locals(instructions, target, set(code.co_varnames + code.co_cellvars)))
+    the other live locals by name. Cell variables are not among them: the resume function gets the
+    cells themselves, as free variables (_shared_cells)."""
+    live = sorted(live_locals(instructions, target, set(code.co_varnames) - set(code.co_cellvars)))
     first = code.co_varnames[0] if code.co_argcount else None
     if first is not None and (first in live or "__class__" in code.co_freevars):
         live = [first] + [name for name in live if name != first]
     return live
 
 
+def _shared_cells(code, tracer, starts: list) -> dict:
+    """The frame's cell variables that code after the break (from `starts`) uses, name -> cell value,
+    each handed to the resume functions as the same cell object (their first free variables): nested
+    functions made before the break hold these cells, and CPython's frame, closures and the code after
+    the break all see one cell per variable. (A cell the rest never names is a fresh one there.) Not the
+    first argument of a method using zero-argument super(): see _super_self_cell."""
+    used = cells_used_from(tracer.instructions, starts, set(code.co_cellvars))
+    used.discard(_super_self_cell(code))
+    missing = [name for name in code.co_cellvars if name in used and name not in tracer.cells]
+    if missing:
+        unsupported(f"a graph break before the cell of {missing[0]!r} exists (internal inconsistency)")
+    return {name: tracer.cells[name] for name in code.co_cellvars if name in used}
+
+
+def _super_self_cell(code) -> str | None:
+    """The first argument of a method using zero-argument super(), when a nested function shares it (a
+    cell variable): super() reads the resume function's first local, so the resume function takes it as
+    an argument (its value, in a cell of its own) rather than as the shared cell. Sound only while
+    nothing assigns it (_cell_written_around_break; `self` is rarely assigned)."""
+    if "__class__" in code.co_freevars and code.co_argcount and code.co_varnames[0] in code.co_cellvars:
+        return code.co_varnames[0]
+    return None
+
+
 def _cell_written_around_break(code, instructions, break_index: int, name: str) -> bool:
     """Whether the closure cell `name` may be assigned once the frame is split at `break_index`: by a nested
     function (a `nonlocal` store), or by the frame itself after the break (a store at or after it, or
-    anywhere in a loop around it). A cell assigned once before the break (a recursive nested function's
-    own name) is safe to hand on as its value."""
+    anywhere in a loop around it)."""
     writes = ("STORE_DEREF", "DELETE_DEREF")
     pending = [c for c in code.co_consts if isinstance(c, types.CodeType)]
     while pending:
@@ -233,17 +257,16 @@ def compile_with_break(code, f_locals, f_globals, f_builtins, closure, options, 
     handler_live = _resume_args(code, instructions, inst.exn_tab_entry.target) if in_try else []
     needed_locals = set(handler_live).union(*(live for _, live in continuations))
 
+    cells = _shared_cells(code, tracer, [t for t, _ in continuations] + ([inst.exn_tab_entry.target] if in_try else []))
     locals_values = {}
     for name in sorted(needed_locals):
         if name in tracer.locals:
             locals_values[name] = tracer.read_local(name)
-        elif name in tracer.cells and name in code.co_cellvars:
+        elif name == _super_self_cell(code) and name in tracer.cells:
             cell = tracer.cells[name]
             if getattr(cell, "captured", False) and _cell_written_around_break(code, instructions, break_index, name):
-                # the resume function would hold a copy in a new cell, while the nested function that
-                # shares this one may still change it (nonlocal) or read it: the two would diverge
-                unsupported(f"a graph break where local {name!r} is shared with a nested function (a closure "
-                            f"cell) and used after the break", hint="kiln runs the function eagerly")
+                unsupported(f"a graph break in a method using super() whose first argument {name!r} is shared "
+                            f"with a nested function and assigned", hint="kiln runs the function eagerly")
             if cell.contents is not None:
                 locals_values[name] = cell.contents
     # a local that is live but unbound here stays unbound in the resume function: drop it from its args
@@ -269,16 +292,21 @@ def compile_with_break(code, f_locals, f_globals, f_builtins, closure, options, 
         collect_tensors(v, tensors, seen)
     for v in tracer.output.side_effects.values():
         collect_tensors(v, tensors, seen)
+    for v in cells.values():
+        collect_tensors(v, tensors, seen)
     # autocast blocks open at the break end with the graph; the transformed code enters them again as
     # Python around the breaking instruction, and each resume function re-enters them in its prologue
     _close_open_autocasts(tracer.output, stack)
     graph_call, graph_outputs, gm = finish_graph(tracer.output, tensors)
 
     def make_resume_fn(cg, resume_code):
-        if code.co_freevars:
-            for name in code.co_freevars:
-                cg.extend(bc.load_closure(name))
-            cg.extend(bc.build_tuple(len(code.co_freevars)))
+        if resume_code.co_freevars:  # the frame's cells (rebuilt into temps by break_code), its free variables
+            for name in resume_code.co_freevars:
+                if name in cells:
+                    cg.load_fast(cell_temp(name))
+                else:
+                    cg.extend(bc.load_closure(name))
+            cg.extend(bc.build_tuple(len(resume_code.co_freevars)))
             cg.load_const(resume_code)
             cg.extend(bc.make_function(bc.FN_CLOSURE))
         else:
@@ -290,7 +318,7 @@ def compile_with_break(code, f_locals, f_globals, f_builtins, closure, options, 
         shape = survivor_shape + [True] * pushed
         from kiln.capture.generator_resume import rebuilt_for
 
-        resume_code = make_resume_code(code, target.offset, shape, live, rebuilt_for(live, rebuilt))
+        resume_code = make_resume_code(code, target.offset, shape, live, rebuilt_for(live, rebuilt), tuple(cells))
         built.append((shape, live, resume_code))
     exception_continuation = None
     if in_try:
@@ -298,10 +326,10 @@ def compile_with_break(code, f_locals, f_globals, f_builtins, closure, options, 
         below = stack[: entry.depth]
         shape = [v is not NULL for v in below] + ([True] if entry.lasti else []) + [True]
         lasti = inst.offset // 2 if entry.lasti else None  # in code units, as CPython pushes it
-        handler_code = make_resume_code(code, entry.target.offset, shape, handler_live)
+        handler_code = make_resume_code(code, entry.target.offset, shape, handler_live, cells=tuple(cells))
         exception_continuation = (entry.depth, lasti, handler_live, handler_code)
     copied = bc.inherit_positions(_copy_instructions(inst, tracer), inst)  # errors point at the user's line
     new_code = break_code(code, graph_call, graph_outputs, tracer.output.side_effects, stack, popped, pushed,
                           locals_values, copied, built, make_resume_fn,
-                          exception_continuation)
+                          exception_continuation, cells)
     return new_code, gm, tracer

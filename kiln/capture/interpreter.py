@@ -576,7 +576,15 @@ class RootTracer(Tracer):
         from kiln.capture.class_guards import recording
 
         with recording(self.output.guards):  # (the classes read through are guarded: class_guards.py)
-            return super().run()
+            result = super().run()
+            from kiln.capture.values.lazy_generators import close_at_frame_end
+
+            self.output.user_tx = self  # (the frame is current again while its locals are cleared)
+            try:
+                close_at_frame_end(self, result)
+            finally:
+                self.output.user_tx = None
+            return result
 
     def read_local(self, name: str) -> Value:
         v = self.locals.get(name)
@@ -606,9 +614,16 @@ class _LazyLocal(Value):
 
 
 class _LazyCell(CellValue):
+    """A closure cell of the frame's function (free variable `name`); functions inlined whose closures
+    hold the same cell share this value (values/functions.py: existing_cell)."""
+
     def __init__(self, tx: RootTracer, index: int, name: str):
-        super().__init__(None)
+        from kiln.capture.sources import ClosureCellSource
+
+        super().__init__(None, source=ClosureCellSource(index, name))
         self.tx, self.index, self.name = tx, index, name
+        self.var_name = name  # a write is replayed as STORE_DEREF of this name (codegen._apply)
+        self.real = tx.closure[index]
 
     def reconstruct(self, cg) -> None:
         from kiln.capture import bytecode as bc
@@ -617,7 +632,7 @@ class _LazyCell(CellValue):
 
     def set(self, value: Value) -> None:
         self.contents = value
-        self.tx.output.side_effects.store_cell(self.name, value)
+        self.tx.output.side_effects.store_cell(self, value)
 
     def get(self) -> Value:
         if self.contents is None:

@@ -50,6 +50,9 @@ class OutputGraph:
         self.example_inputs: list[Any] = []
         self.values_by_source: dict[str, Value] = {}
         self.values_by_id: dict[int, Value] = {}  # mutable objects, by identity (see builder.wrap)
+        # closure cells that existed before the call, by identity: (the cell, its value); one value per
+        # cell, however many functions' closures reach it (values/functions.py: existing_cell)
+        self.cells_by_id: dict[int, tuple] = {}
         self._attr_names: dict[int, str] = {}
         self._placeholders: list[fx.Node] = []
         self._input_values: list = []

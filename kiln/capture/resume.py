@@ -58,8 +58,34 @@ def live_locals(instructions: list[Instruction], start: Instruction, names: set[
     return live_in[index[id(start)]] & names
 
 
+_DEREFS = {"LOAD_DEREF", "STORE_DEREF", "DELETE_DEREF", "LOAD_CLOSURE", "LOAD_CLASSDEREF"}
+
+
+def cells_used_from(instructions: list[Instruction], starts: list[Instruction], names: set[str]) -> set[str]:
+    """Cell variables in `names` that code reachable from any of `starts` reads, writes or captures."""
+    index = {id(inst): i for i, inst in enumerate(instructions)}
+    pending = [index[id(inst)] for inst in starts]
+    seen: set[int] = set()
+    used: set[str] = set()
+    while pending:
+        i = pending.pop()
+        if i in seen or i >= len(instructions):
+            continue
+        seen.add(i)
+        inst = instructions[i]
+        if inst.opname in _DEREFS and inst.argval in names:
+            used.add(inst.argval)
+        if inst.opname not in _TERMINAL and inst.opname not in _UNCONDITIONAL:
+            pending.append(i + 1)
+        if inst.target is not None:
+            pending.append(index[id(inst.target)])
+        if inst.exn_tab_entry is not None:
+            pending.append(index[id(inst.exn_tab_entry.target)])
+    return used
+
+
 def make_resume_code(original: types.CodeType, resume_offset: int, stack: list[bool], live: list[str],
-                     rebuilt: tuple = ()) -> types.CodeType:
+                     rebuilt: tuple = (), cells: tuple[str, ...] = ()) -> types.CodeType:
     """A code object continuing `original` at `resume_offset`.
 
     stack: for each stack slot at that point (bottom first), True if it holds a value (passed as an
@@ -71,10 +97,13 @@ def make_resume_code(original: types.CodeType, resume_offset: int, stack: list[b
     rebuilt: (local, parts) pairs: the prologue stores `parts[0](*parts[1:])` into the local first (each
     part an argument name among `live`, or a code object loaded as a constant): a generator handed on
     as its state (generator_resume.py).
+    cells: cell variables of `original` the resume function shares with the breaking frame: they become
+    its first free variables, so the transformed code hands it the very cell objects (nested functions
+    made before the break hold them too); the original's free variables follow.
     """
     # `super()` without arguments reads the first local: keep the original first argument first
     first = [live[0]] if live and original.co_argcount and live[0] == original.co_varnames[0] else []
-    key = (original, resume_offset, tuple(stack), tuple(live), tuple(rebuilt))
+    key = (original, resume_offset, tuple(stack), tuple(live), tuple(rebuilt), tuple(cells))
     found = _CACHE.get(key)
     if found is not None:
         return found
@@ -82,7 +111,9 @@ def make_resume_code(original: types.CodeType, resume_offset: int, stack: list[b
     target = next(inst for inst in body if inst.offset == resume_offset)
     stack_args = [f"___stack{i}" for i, present in enumerate(stack) if present is True]
     args = first + stack_args + [name for name in live if name not in first]
-    prologue = bc.function_prologue(tuple(original.co_cellvars), len(original.co_freevars))
+    cellvars = tuple(name for name in original.co_cellvars if name not in cells)
+    freevars = tuple(cells) + tuple(original.co_freevars)
+    prologue = bc.function_prologue(cellvars, len(freevars))
     for local, parts in rebuilt:
         prologue += bc.push_null()
         for part in parts:  # argument names, and code objects as constants
@@ -95,12 +126,12 @@ def make_resume_code(original: types.CodeType, resume_offset: int, stack: list[b
             prologue += bc.load_fast(f"___stack{i}") if present else bc.push_null()
     prologue += bc.jump(target)
     bc.inherit_positions(prologue, target)
-    varnames = tuple(args) + tuple(v for v in original.co_varnames if v not in args)
+    varnames = tuple(args) + tuple(v for v in original.co_varnames if v not in args and v not in cells)
     name = f"resume_in_{original.co_name}_at_{resume_offset}"
     code = bc.assemble(
         prologue + body, original,
         co_argcount=len(args), co_posonlyargcount=0, co_kwonlyargcount=0,
-        co_varnames=varnames,
+        co_varnames=varnames, co_cellvars=cellvars, co_freevars=freevars,
         co_flags=original.co_flags & ~(CO_VARARGS | CO_VARKEYWORDS),
         co_name=name, co_qualname=f"{original.co_qualname}.<{name}>",
     )

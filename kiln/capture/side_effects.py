@@ -53,7 +53,10 @@ class GlobalWrite:
 
 @dataclasses.dataclass
 class CellWrite:
-    var_name: str
+    """A write to a closure cell that existed before the call: the frame's own free variable (a
+    `var_name` on the cell value: STORE_DEREF) or a cell reached through a function's closure."""
+
+    cell: Value
     value: Value
 
 
@@ -177,14 +180,11 @@ class SideEffects:
         found = self._effects.get(("global", name))
         return found.value if found is not None else None
 
-    def store_cell(self, var_name: str, value: Value) -> None:
+    def store_cell(self, cell: Value, value: Value) -> None:
         self.write_count += 1
-        self._move_to_end(("cell", var_name))
-        self._effects[("cell", var_name)] = CellWrite(var_name, value)
-
-    def load_cell(self, var_name: str) -> Value | None:
-        found = self._effects.get(("cell", var_name))
-        return found.value if found is not None else None
+        key = ("cell", id(cell.real))
+        self._move_to_end(key)
+        self._effects[key] = CellWrite(cell, value)
 
     def _before_a_call(self, key) -> bool:
         if key not in self._effects or not self._calls:

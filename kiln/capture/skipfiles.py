@@ -43,8 +43,9 @@ def _package_dir(name: str) -> str | None:
 # gave a wrong result)
 _SKIPPED_PACKAGES = tuple(d for d in (_package_dir("numpy"), _package_dir("triton")) if d)
 # pure-Python protocol mixins of the standard library that user containers inherit (Mapping.__contains__,
-# Mapping.get, ...): traced like user code
-_INLINABLE_STDLIB = ("<frozen _collections_abc>",) + tuple(os.path.join(d, "_collections_abc.py") for d in _STDLIB_DIRS)
+# Mapping.get, ...), and pure-Python number types (fractions.Fraction, numbers' mixins): traced like user code
+_INLINABLE_STDLIB = ("<frozen _collections_abc>",) + tuple(
+    os.path.join(d, name) for d in _STDLIB_DIRS for name in ("_collections_abc.py", "fractions.py", "numbers.py"))
 
 _decisions: dict[str, bool] = {}
 
@@ -90,6 +91,7 @@ def is_namedtuple_new(code: types.CodeType, f_globals: dict) -> bool:
 
 def _library_codes() -> frozenset:
     """Standard-library and torch functions traced like user code, though their files are skipped."""
+    import collections
     import contextlib
 
     import torch.backends.mha
@@ -101,7 +103,21 @@ def _library_codes() -> frozenset:
     fastpath = torch.backends.mha.get_fastpath_enabled
     # pure helpers of torch.nn.init that model code calls in forward (a gain from a nonlinearity's name)
     init_helpers = (torch.nn.init.calculate_gain,)
-    return frozenset(f.__code__ for f in (null.__init__, null.__enter__, null.__exit__, fastpath, *init_helpers))
+    return frozenset(f.__code__ for f in (null.__init__, null.__enter__, null.__exit__, fastpath, *init_helpers,
+                                          *_class_functions(collections.ChainMap)))
+
+
+def _class_functions(cls: type) -> list:
+    """The Python functions a pure-Python standard-library class defines (its methods, classmethods,
+    properties' accessors), traced like user code (collections.ChainMap: plain dict/list code)."""
+    found = []
+    for attr in vars(cls).values():
+        attr = getattr(attr, "__func__", attr)  # classmethod, staticmethod
+        if isinstance(attr, property):
+            found += [f for f in (attr.fget, attr.fset, attr.fdel) if f is not None]
+        elif isinstance(attr, types.FunctionType):
+            found.append(getattr(attr, "__wrapped__", attr))  # (reprlib.recursive_repr's wrapper)
+    return found
 
 
 _INLINABLE_CODES = _library_codes()

@@ -94,6 +94,22 @@ class ClosureSource(Source):
 
 
 @dataclasses.dataclass(frozen=True)
+class ClosureCellSource(Source):
+    """The frame function's closure cell `index` itself (free variable `var_name`), not its contents."""
+
+    index: int
+    var_name: str
+
+    def name(self) -> str:
+        return f"C[{self.index}]"
+
+    def emit(self, cg) -> None:
+        from kiln.capture import bytecode as bc
+
+        cg.extend(bc.load_closure(self.var_name))
+
+
+@dataclasses.dataclass(frozen=True)
 class AttrSource(Source):
     base: Source
     attr: str

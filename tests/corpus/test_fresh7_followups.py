@@ -5,7 +5,7 @@ Found: a wrong result class (mutable defaults of functions kiln guards by identi
 methods, staticmethods, lambdas used as defaults; their defaults are held as ConstantSource('default'), whose
 contents are neither guarded nor, for Counter/deque, written back), a rarer one (__code__ swapped), two
 parity gaps (ChainMap, Fraction not traced into) and a documented whole-frame-eager limit (nonlocal store
-around a break). Dynamo is exact on all of them."""
+around a break), all since fixed. Dynamo is exact on all of them."""
 import collections
 import fractions
 
@@ -162,8 +162,6 @@ def test_mutable_list_default_of_nested_function_across_calls():
     _same_over_calls(make)
 
 
-@kiln_gap("EXTRA BREAKS: collections.ChainMap is not traced into ('call to collections.ChainMap.__init__/"
-          "__getitem__/__iter__, which kiln does not trace into'): 2 graphs, Dynamo 1")
 def test_chainmap_lookup_and_iteration():
     def fn(x):
         cm = collections.ChainMap({"a": 1}, {"a": 2, "b": 3})
@@ -172,8 +170,6 @@ def test_chainmap_lookup_and_iteration():
     check(fn, _t(3), graphs=1, breaks=0)
 
 
-@kiln_gap("EXTRA BREAKS: fractions.Fraction is not traced into (Fraction.__new__, its operators and __eq__; "
-          "then float(fraction)): 2 graphs, Dynamo 1")
 def test_fraction_arithmetic_scales_a_tensor():
     def fn(x):
         fr = fractions.Fraction(3, 4) + fractions.Fraction(1, 4)
@@ -208,9 +204,6 @@ def test_function_code_swapped_between_calls():
         _patched_target.__code__ = _ORIGINAL_CODE
 
 
-@kiln_gap("WHOLE FRAME EAGER (documented limit): a cell shared with a nested function that stores to it "
-          "(nonlocal) after a break cannot be handed to a resume function (graph_break._cell_written_around_break, "
-          "docs/capture.md), so the frame runs eagerly: 0 graphs, Dynamo 1 graph + 1 break (print)")
 def test_nonlocal_counter_bumped_across_a_print_break():
     def fn(x):
         n = 0

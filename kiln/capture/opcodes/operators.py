@@ -109,4 +109,16 @@ def DELETE_SUBSCR(tx, inst):
     if hasattr(obj, "delitem"):
         obj.delitem(tx, index)
         return
+    from kiln.capture.values.ops import is_python_object
+
+    if is_python_object(obj):  # the class's Python __delitem__ (looked up on the type, as the slot is)
+        from kiln.capture.values.exceptions import raise_traced
+        from kiln.capture.values.objects import class_attribute, python_slot
+
+        cls = obj.python_type()
+        if python_slot(cls, "__delitem__") is not None:
+            class_attribute(tx, cls, "__delitem__", obj).call(tx, [index], {})
+            return
+        if not hasattr(cls, "__delitem__"):
+            raise_traced(TypeError, f"'{cls.__name__}' object does not support item deletion")
     unsupported(f"del on {obj}")

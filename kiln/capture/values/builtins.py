@@ -74,6 +74,11 @@ class BuiltinValue(KnownFunctionValue):
 
             if is_python_object(args[0]):  # abs(obj): its class's Python __abs__
                 return unary_op(tx, operator.abs, args[0])
+        if fn is round and 1 <= len(args) <= 2 and not kwargs:
+            from kiln.capture.values.ops import is_python_object
+
+            if is_python_object(args[0]):
+                return _round_object(tx, args)
         handler = _HANDLERS.get(fn)
         if handler is None:
             from kiln.capture.values.stdlib import BUILTIN_CALLS  # functools, collections (values/stdlib.py)
@@ -331,8 +336,61 @@ def _tensor_number(kind):
 
         if isinstance(obj, NDArrayValue) and obj.known is not None and not rest:
             return ConstantValue(kind(obj.known))  # a NumPy scalar known while tracing
+        from kiln.capture.values.objects import NewObjectValue, UserObjectValue
+
+        if kind in (int, float) and isinstance(obj, (NewObjectValue, UserObjectValue)) and not rest:
+            return _number_of_object(tx, kind, obj)
         return NotImplemented
     return handler
+
+
+def _round_object(tx, args: list[Value]) -> Value:
+    """round(obj[, ndigits]) of a Python object: its class's __round__, called without arguments when
+    ndigits is left out or None (builtin_round)."""
+    from kiln.capture.values.exceptions import raise_traced
+    from kiln.capture.values.objects import class_attribute, python_slot
+
+    cls = args[0].python_type()
+    if python_slot(cls, "__round__") is None:
+        if hasattr(cls, "__round__"):
+            unsupported(f"round() of a {cls.__name__} (its __round__ is not a Python function)")
+        raise_traced(TypeError, f"type {cls.__name__} doesn't define __round__ method")
+    rest = [a for a in args[1:] if not (a.is_constant() and a.as_constant() is None)]
+    return class_attribute(tx, cls, "__round__", args[0]).call(tx, rest, {})
+
+
+def _number_of_object(tx, kind: type, obj: Value) -> Value:
+    """float(obj) / int(obj) of a Python object (PyNumber_Float / PyNumber_Long): its __float__ / __int__,
+    whose result must be exactly a float / an int, else its __index__; anything else is refused."""
+    from kiln.capture.values.exceptions import raise_traced
+    from kiln.capture.values.objects import class_attribute, python_slot
+
+    cls = obj.python_type()
+    if issubclass(cls, (int, float, str, bytes, bytearray)):
+        unsupported(f"{kind.__name__}() of an object of a {cls.__name__} subclass")
+    slot = "__float__" if kind is float else "__int__"
+    for name in (slot, "__index__"):
+        if python_slot(cls, name) is None:
+            if hasattr(cls, name):  # a slot CPython implements in C for this class: not modelled
+                unsupported(f"{kind.__name__}() of a {cls.__name__} ({name} is not a Python function)")
+            continue
+        result = class_attribute(tx, cls, name, obj).call(tx, [], {})
+        expected = float if name == "__float__" else int
+        if not result.is_constant():
+            unsupported(f"{cls.__name__}.{name} returned {result}")
+        value = result.as_constant()
+        if type(value) is not expected:
+            if isinstance(value, expected):  # a subclass: CPython warns (DeprecationWarning) and converts
+                unsupported(f"{cls.__name__}.{name} returned a {type(value).__name__} (a DeprecationWarning)")
+            owner = f"{cls.__name__}." if name == "__float__" else ""  # (CPython's messages)
+            raise_traced(TypeError, f"{owner}{name} returned non-{expected.__name__} (type {type(value).__name__})")
+        if kind is float and type(value) is int and not -2.0 ** 1023 * 2 < value < 2.0 ** 1023 * 2:
+            unsupported("float() of an __index__ too large for a float (OverflowError)")
+        return ConstantValue(kind(value))
+    if kind is int and hasattr(cls, "__trunc__"):
+        unsupported(f"int() of a {cls.__name__} through __trunc__ (deprecated)")
+    what = "a string or a real number" if kind is float else "a string, a bytes-like object or a real number"
+    raise_traced(TypeError, f"{kind.__name__}() argument must be {what}, not '{cls.__name__}'")
 
 
 def _builtin_hash(tx, *args, **kwargs):

@@ -51,15 +51,16 @@ class UserFunctionValue(Value):
         code = self.fn.__code__
         for i, name in enumerate(code.co_freevars):
             cell = self.fn.__closure__[i]
-            src = None
-            if self.source is not None:
-                src = AttrSource(GetItemSource(AttrSource(self.source, "__closure__"), i), "cell_contents")
-            try:
-                contents = cell.cell_contents
-            except ValueError:
-                unsupported(f"free variable {name!r} of {self.fn.__qualname__} is not set yet")
             cell_src = GetItemSource(AttrSource(self.source, "__closure__"), i) if self.source is not None else None
-            cells[name] = CellValue(wrap(tx, contents, src), source=cell_src)
+
+            def read(cell=cell, name=name, cell_src=cell_src) -> Value:
+                try:
+                    contents = cell.cell_contents
+                except ValueError:
+                    unsupported(f"free variable {name!r} of {self.fn.__qualname__} is not set yet")
+                return wrap(tx, contents, AttrSource(cell_src, "cell_contents") if cell_src is not None else None)
+
+            cells[name] = existing_cell(tx, cell, cell_src, read)
         return cells
 
     guarded_by_code = False  # True: not guarded by identity (a nested function), see builder.wrap
@@ -133,6 +134,59 @@ class CellValue(Value):
                         hint="kiln runs the assignment as Python; return the new value instead, or keep the "
                              "state in an object's attribute")
         self.contents = value
+
+
+class ExistingCellValue(CellValue):
+    """A closure cell that existed before the call, reached through a function's ``__closure__`` (its
+    `source`). One value per real cell (existing_cell): a write through one function's closure is
+    seen by every other function sharing the cell. Writes are side effects, replayed on the real cell
+    (``cell.cell_contents = value``) after the graph."""
+
+    def __init__(self, output, real, source, read):
+        super().__init__(None, source=source)
+        self.output, self.real, self._read = output, real, read
+
+    def get(self) -> Value:
+        if self.contents is None:
+            self.contents = self._read()
+        return self.contents
+
+    def set(self, value: Value) -> None:
+        if self.source is None:
+            unsupported("assigning to a nonlocal variable of a function kiln cannot locate",
+                        hint="kiln runs the assignment as Python")
+        self.contents = value
+        self.output.side_effects.store_cell(self, value)
+
+
+def existing_cell(tx, real: types.CellType, source, read) -> CellValue:
+    """The value for closure cell `real` found at `source` (None: not reachable from the frame). The
+    same real cell gives the same value (the frame's own free variables included), with a guard that
+    the two places still hold one cell; a new one is guarded to stay distinct from the cells seen so
+    far (a write through one must not be seen through the other). `read()` wraps its contents."""
+    from kiln.capture.guards import GuardKind
+
+    out = tx.output
+    found = out.cells_by_id.get(id(real))
+    if found is None:
+        root = tx.root()
+        for i, c in enumerate(getattr(root, "closure", None) or ()):
+            if c is real:
+                found = (real, root.cells[root.code.co_freevars[i]])
+                out.cells_by_id[id(real)] = found
+                break
+    if found is not None:
+        value = found[1]
+        if source is not None and value.source is not None and source != value.source:
+            out.guards.add(GuardKind.IDENTITY_OF_SOURCE, source, value.source)
+        return value
+    value = ExistingCellValue(out, real, source, read)
+    if source is not None:
+        for _, other in out.cells_by_id.values():
+            if other.source is not None:
+                out.guards.not_same(source, other.source)
+    out.cells_by_id[id(real)] = (real, value)
+    return value
 
 
 class NestedFunctionValue(Value):

@@ -745,9 +745,25 @@ def update_from_pairs(tx, entries: dict, iterable: Value) -> None:
     from kiln.capture.values.dict_views import DictViewValue
 
     if hasattr(iterable.python_type(), "keys") and not isinstance(iterable, DictViewValue):
-        unsupported(f"dict update from a mapping {iterable}")
+        from kiln.capture.values.objects import NewObjectValue, UserObjectValue
+
+        if not isinstance(iterable, (NewObjectValue, UserObjectValue)):
+            unsupported(f"dict update from a mapping {iterable}")
+        _update_from_user_mapping(tx, entries, iterable)
+        return
     for i, pair in enumerate(iterate(tx, iterable)):
         kv = tx.items(pair)
         if len(kv) != 2:
             raise_traced(ValueError, f"dictionary update sequence element #{i} has length {len(kv)}; 2 is required")
         entries[dict_key(tx, kv[0], entries)] = kv[1]
+
+
+def _update_from_user_mapping(tx, entries: dict, mapping: Value) -> None:
+    """dict(m) / d.update(m) of an object with a keys() method (a Mapping subclass, collections.ChainMap):
+    CPython lists m.keys() first, then stores m[key] for each key in that order (PyDict_Merge)."""
+    from kiln.capture.values.container_keys import dict_key
+    from kiln.capture.values.ops import getitem
+
+    keys = list(iterate(tx, tx.call(tx.getattr(mapping, "keys"), [], {})))
+    for key in keys:
+        entries[dict_key(tx, key, entries)] = getitem(tx, mapping, key)

@@ -19,7 +19,9 @@ block) would run that code when CPython drops its last reference (a `break` out 
 an exception leaving that loop, `del g`, the frame's end). kiln does not count references in general,
 but one made in the `for` statement itself (`for v in gen(x):`, `mark_loop_only`) is held only by the
 loop's iterator slot: leaving the loop closes it, traced at that point (`drop_loop_iterators`). Where a
-graph ends with another such generator (`check_abandoned`), the whole frame runs as Python.
+graph ends with another such generator (`check_abandoned`), the whole frame runs as Python, unless the
+frame returns there and only its local variables hold the generator: CPython closes it as it clears
+them, and so does kiln (`close_at_frame_end`).
 
 Its body's frame is linked to the consumer's at each resume (as CPython links the generator's frame to
 its caller's), so exceptions raised in it take their __context__ from the consumer.
@@ -358,6 +360,69 @@ def drop_loop_iterators(tx, values) -> None:
                 value.call_method(tx, "close", [], {})
             except TracedRaise:
                 unsupported("closing a generator dropped by its loop raised (CPython reports it as unraisable)")
+
+
+def close_at_frame_end(tx, result: Value) -> None:
+    """The root frame returns `result`: CPython then clears its local variables, slot by slot, and a
+    generator whose last reference goes with them is closed right there, before the caller gets the
+    result (`g = gen(x); for v in g: break; return v`: its finally runs at the return). kiln closes, in
+    that order, the suspended generators (ones whose close runs code) that only locals of the frame hold:
+    held by no other value (the result, a side effect, a container, an object, a cell, another
+    generator's frame or pending call, itself). Any other generator is left to check_abandoned; a close
+    that raises (CPython reports it as unraisable) runs the frame as Python."""
+    from kiln.capture.values.exceptions import TracedRaise
+    from kiln.errors import Unsupported
+
+    pending = {id(g): g for g in tx.output.stepped_generators if g.runs_code_when_closed()}
+    if not pending:
+        return
+    slots = {name: i for i, name in enumerate(tx.code.co_varnames)}
+    last_slot: dict[int, int] = {}  # id(generator) -> the local slot whose clearing drops its last reference
+    roots = [result, *tx.output.side_effects.values(), *tx.cells.values()]
+    for name, value in tx.locals.items():
+        if id(value) in pending and name in slots:
+            last_slot[id(value)] = max(last_slot.get(id(value), -1), slots[name])
+        else:
+            roots.append(value)
+    for gen in tx.output.stepped_generators:  # what each generator's frame (or pending call) holds
+        roots.extend(_held_by_generator(gen))
+    try:
+        reachable = _reachable(roots)
+    except Unsupported:  # a value kiln cannot look inside: leave the generators to check_abandoned
+        return
+    for _, gen_id in sorted((slot, gen_id) for gen_id, slot in last_slot.items() if gen_id not in reachable):
+        try:
+            pending[gen_id].call_method(tx, "close", [], {})
+        except TracedRaise:
+            refuse_frame(f"closing generator {pending[gen_id].tracer.function_name} at the end of the frame "
+                         f"raised (CPython reports that as unraisable)")
+
+
+def _held_by_generator(gen) -> list:
+    if gen.state == _SUSPENDED:
+        from kiln.capture.generator_resume import handed_on_values
+
+        return handed_on_values(gen)
+    if gen.state == _CREATED:
+        return [gen.fn_value, *gen.args, *gen.kwargs.values()]
+    return []
+
+
+def _reachable(roots: list) -> set:
+    """The ids of every value reachable from `roots` (as codegen.child_values_of walks them), looking
+    into generators without asking them to be handed on (their children() would decide that)."""
+    from kiln.capture.codegen import child_values_of
+
+    seen: set = set()
+    pending = list(roots)
+    while pending:
+        value = pending.pop()
+        if value is None or id(value) in seen:
+            continue
+        seen.add(id(value))
+        pending.extend(_held_by_generator(value) if isinstance(value, SteppedGeneratorValue)
+                       else child_values_of(value))
+    return seen
 
 
 def check_abandoned(output) -> None:

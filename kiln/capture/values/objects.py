@@ -266,6 +266,16 @@ def has_generic_delattr(cls: type) -> bool:
     return cls.__delattr__ in (object.__delattr__, types.SimpleNamespace.__delattr__)
 
 
+def _metaclass_data_descriptor(cls, name: str) -> bool:
+    """Whether `name` is a data descriptor (a property, a slot) in a Python metaclass of `cls`: then
+    `cls.name` calls its __get__ whatever the class's own MRO holds."""
+    for meta in type(cls).__mro__:
+        if meta.__flags__ & (1 << 9) and name in vars(meta):  # (Py_TPFLAGS_HEAPTYPE: a Python class)
+            kind = type(vars(meta)[name])
+            return hasattr(kind, "__set__") or hasattr(kind, "__delete__")
+    return False
+
+
 class ClassValue(Value):
     """A class: calling it builds an object (user classes are traced through __init__)."""
 
@@ -316,7 +326,8 @@ class ClassValue(Value):
         if name == "__dict__" and isinstance(self.cls, type) and tx.output.side_effects.class_stores and \
                 any(k is self.cls for k, _ in tx.output.side_effects.class_stores):
             unsupported(f"{self.cls.__qualname__}.__dict__ after a store to the class in this trace")
-        for klass in self.cls.__mro__:
+        # a data descriptor of a user metaclass wins over the class's own attributes (type.__getattribute__)
+        for klass in () if _metaclass_data_descriptor(self.cls, name) else self.cls.__mro__:
             stored = pending_class_attribute(tx, klass, name)
             if stored is not None:
                 return stored
