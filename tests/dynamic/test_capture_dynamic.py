@@ -97,6 +97,20 @@ def test_returned_size_follows_the_input():
     assert compiles(c) == 1
 
 
+def test_len_of_a_tensor_is_its_symbolic_first_size():
+    # len(x) is x.size(0): arithmetic, slices and a returned int stay symbolic (it was a constant: one
+    # compile per size); range(len(x)) still needs the number (one entry per size, as range(x.shape[0]))
+    def f(x):
+        return x[: len(x) // 2] / len(x), len(x)
+    c = run_sizes(f, [8, 5, 13, 6], lambda n: (torch.randn(n, 2),), dynamic=True)
+    assert compiles(c) == 1
+
+    def g(x):
+        return sum(x[i] for i in range(len(x)))
+    c = run_sizes(g, [3, 4, 3], lambda n: (torch.randn(n, 2),), dynamic=True)
+    assert compiles(c) == 2
+
+
 def test_size_across_a_graph_break():
     def f(x):
         b = x.size(0)

@@ -89,7 +89,6 @@ def test_max_of_two_sizes(backend):
     check(f, lambda n: (torch.randn(n, 2), torch.randn(7, 2)), backend, sizes=(8, 9, 13, 5, 3), graphs=3, dynamo_graphs=2)
 
 
-@pytest.mark.parametrize("backend", backends(xfail={"eager": 'len(x) of a tensor specializes its first size (guard Eq(s0, 2)) instead of a symbolic int'}))
 def test_len_in_condition(backend):
     def f(x):
         return x.max(0).values if len(x) > 3 else x.min(0).values

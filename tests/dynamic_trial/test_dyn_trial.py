@@ -35,7 +35,7 @@ Phase 2 (fixes in kiln, xfails removed): 10 of the 32 pass now (+1 new case): th
 (select at s0 - 1 in lowering), reflect pad and tril(diagonal=-n//2) (a size expression as a comparison
 operand), any/all, eye, floor_divide, group_norm (+ its backward), GRUCell (fake rules / a Python body),
 x[n - 2] and `cache[:, pos] = new` with Options.dynamic_ints (basic indexing at a symbolic int; pos 0 and 1
-are specialized, so 3 graphs). 22 xfails are left.
+are specialized, so 3 graphs); len(x) stays symbolic (+1 case). 22 xfails are left.
 
 What passed: automatic dynamic (2 graphs over many sizes), dynamic=True (1 graph, 0/1 specialized),
 dynamic=False, mark_dynamic/mark_static (min/max, list of dims, bad min/max and dim errors, the error naming
@@ -1300,9 +1300,14 @@ def test_pow_and_neg_abs_of_sizes():
     run(f, [rand(b, 2) for b in [2, 3, 5, 8, 13, 21]])
 
 
-@xfail('too many recompiles', 'x / len(x) or math.prod(x.shape) specializes the size')
+@xfail('too many recompiles', 'sum(x.shape) and math.prod(x.shape) specialize the size (len(x) stays symbolic '
+       'since phase 2)')
 def test_len_and_sum_of_shape():
     run(lambda x: x / len(x) + sum(x.shape) + math.prod(x.shape), [rand(b, n) for b, n in [(2, 3), (3, 5), (5, 7), (8, 2)]])
+
+
+def test_len_of_tensor_in_arithmetic():
+    run(lambda x: x[: len(x) // 2] / len(x) + len(x), [rand(b, 3) for b in BATCHES])
 
 
 @xfail('too many recompiles', "view(*x.shape[:-1], 2, -1): 'cannot infer the -1 size: s0*s1 / 2*s0' -> dynamic fallback")

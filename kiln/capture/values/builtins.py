@@ -131,6 +131,8 @@ def _len(tx, obj, **kw):
     if isinstance(obj, TensorValue):
         if obj.example.dim() == 0:
             unsupported("len() of a 0-d tensor")
+        if isinstance(obj.example.shape[0], torch.SymInt):  # a symbolic size: x.size(0), kept symbolic
+            return obj.call_method(tx, "size", [ConstantValue(0)], {})
         return ConstantValue(obj.example.shape[0])
     if isinstance(obj, SequenceValue):
         return ConstantValue(len(obj.elements))
