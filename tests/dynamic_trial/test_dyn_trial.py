@@ -35,7 +35,8 @@ Phase 2 (fixes in kiln, xfails removed): 10 of the 32 pass now (+1 new case): th
 (select at s0 - 1 in lowering), reflect pad and tril(diagonal=-n//2) (a size expression as a comparison
 operand), any/all, eye, floor_divide, group_norm (+ its backward), GRUCell (fake rules / a Python body),
 x[n - 2] and `cache[:, pos] = new` with Options.dynamic_ints (basic indexing at a symbolic int; pos 0 and 1
-are specialized, so 3 graphs); len(x) stays symbolic (+1 case). 22 xfails are left.
+are specialized, so 3 graphs); len(x) stays symbolic (+1 case), min/max of sizes pick under a guard.
+22 xfails are left.
 
 What passed: automatic dynamic (2 graphs over many sizes), dynamic=True (1 graph, 0/1 specialized),
 dynamic=False, mark_dynamic/mark_static (min/max, list of dims, bad min/max and dim errors, the error naming
@@ -1274,7 +1275,8 @@ def test_true_division_scale():
     run(lambda x: x * (x.shape[0] / 3) - x.shape[1] / x.shape[0], [rand(b, n) for b, n in [(2, 3), (3, 5), (5, 7), (7, 4)]])
 
 
-@xfail('too many recompiles', 'min/max/math.ceil/math.floor of sizes specialize')
+@xfail('too many recompiles',
+       'math.ceil(n / 3) / math.floor(n / 4) of sizes specialize (min/max stay symbolic since phase 2)')
 def test_min_max_ceil_of_sizes():
     def f(x):
         n = x.shape[0]

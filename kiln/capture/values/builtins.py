@@ -294,6 +294,30 @@ def _type(tx, obj, *rest, **kwargs):
     return ClassValue(obj.python_type())
 
 
+def _size_min_max(fn, otherwise):
+    """``min``/``max`` of ints where one is a symbolic size (``min(x.shape[0], 4)``): the argument the
+    comparisons pick, each comparison a guard (one entry per side), the picked value still symbolic.
+    Python's order: the first of equal ones. Anything else: ``otherwise`` (iteration_builtins' handler)."""
+    beats = operator.lt if fn is min else operator.gt
+
+    def handler(tx, *args, **kwargs):
+        from kiln.capture.values.symbolic import SymbolicInt, _plain_number, symbolic_binary
+
+        def size_like(a):
+            return (isinstance(a, SymbolicInt) and a.python_type() is int) or _plain_number(a)
+
+        if kwargs or len(args) < 2 or not any(isinstance(a, SymbolicInt) for a in args) \
+                or not all(size_like(a) for a in args):
+            return otherwise(tx, *args, **kwargs)
+        best = args[0]
+        for a in args[1:]:
+            test = symbolic_binary(tx, beats, a, best)
+            if test.truth(tx) if test is not None else beats(a.as_constant(), best.as_constant()):
+                best = a
+        return best
+    return handler
+
+
 def _range(tx, *args):
     return _fold(range, list(args), {})  # (range(1.5), range(0, 5, 0): the program's own errors)
 
@@ -449,3 +473,5 @@ def construct_builtin_type(tx, cls, args, kwargs) -> Value:
 from kiln.capture.values.iteration_builtins import register as _register_iteration_handlers  # noqa: E402
 
 _register_iteration_handlers(_HANDLERS)  # iter, next, zip, map, sum, ..., and itertools
+_HANDLERS[min] = _size_min_max(min, _HANDLERS[min])
+_HANDLERS[max] = _size_min_max(max, _HANDLERS[max])
