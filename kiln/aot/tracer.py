@@ -179,7 +179,9 @@ class AtenTracer(DispatchMode):
     def _trace_op(self, func, args, kwargs):
         if func in ATEN_RULES and has_symbolic_tensor(args):  # (its C++ body may not take symbolic sizes)
             with self:
-                return ATEN_RULES[func](*args, **kwargs)
+                out = ATEN_RULES[func](*args, **kwargs)
+            if out is not NotImplemented:  # (a rule that does not cover this call: the op as it is)
+                return out
         if has_composite_implicit(func) and func not in KEEP_COMPOSITE:
             with self:
                 out = run_composite_implicit(func, *args, **kwargs)

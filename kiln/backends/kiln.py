@@ -406,6 +406,8 @@ def kiln_backend(gm, example_inputs, options=None):
         try:
             return _kiln_backend(gm, example_inputs, options)
         except Exception as exc:  # noqa: BLE001 -- any failure: the static compile below decides
+            if os.environ.get("KILN_DYNAMIC_STRICT") == "1":  # debugging: see where size-generic code fails
+                raise
             stats.dynamic_fallbacks[f"kiln: {type(exc).__name__}: {str(exc)[:160]}"] += 1
             env.specialize_all()
     return _kiln_backend(gm, example_inputs, options)

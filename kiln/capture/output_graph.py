@@ -544,7 +544,10 @@ def _basic_index_view(t: torch.Tensor, index):
     parts = index if isinstance(index, tuple) else (index,)
     if not all(p is None or p is Ellipsis or isinstance(p, (int, slice, *SYMBOLIC_SCALARS)) for p in parts):
         return None
+    from kiln.fake.symbolic_composite import tensor_getitem
+
     try:
-        return t[index]
+        view = tensor_getitem(t, index)  # (a symbolic int index: t[index] would read it as a plain int)
+        return t[index] if view is NotImplemented else view
     except Exception:
         return None

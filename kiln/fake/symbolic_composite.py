@@ -118,6 +118,95 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     return aten.add(out, bias) if bias is not None else out
 
 
+def gru_cell(x, hx, w_ih, w_hh, b_ih=None, b_hh=None):
+    """``torch.gru_cell`` (``nn.GRUCell``) on the CPU as ATen's ``GRUCell`` computes it (RNN.cpp: its
+    checks read plain sizes); NotImplemented on other devices (a fused kernel there)."""
+    if x.device.type != "cpu" or x.dim() != 2 or hx.dim() != 2:
+        return NotImplemented
+    if x.shape[1] != w_ih.shape[1]:
+        raise RuntimeError(f"input has inconsistent input_size: got {x.shape[1]} expected {w_ih.shape[1]}")
+    if x.shape[0] != hx.shape[0]:
+        raise RuntimeError(f"Input batch size {x.shape[0]} doesn't match hidden batch size {hx.shape[0]}")
+    if hx.shape[1] != w_hh.shape[1]:
+        raise RuntimeError(f"hidden has inconsistent hidden_size: got {hx.shape[1]}, expected {w_hh.shape[1]}")
+    hidden = w_hh.shape[1]  # (unsafe_chunk's C++ body reads plain sizes: the same split by the gate size)
+    i_r, i_z, i_n = aten.split.Tensor(linear(x, w_ih, b_ih), hidden, 1)
+    h_r, h_z, h_n = aten.split.Tensor(linear(hx, w_hh, b_hh), hidden, 1)
+    reset = aten.sigmoid(aten.add(h_r, i_r))
+    update = aten.sigmoid(aten.add(h_z, i_z))
+    new = aten.tanh(aten.add(i_n, aten.mul(h_n, reset)))
+    return aten.add(aten.mul(aten.sub(hx, new), update), new)
+
+
+def _gru_cell_args(args, kwargs):
+    bound = _bind(args, kwargs, ("input", "hx", "w_ih", "w_hh", "b_ih", "b_hh"))
+    if bound is None or not all(isinstance(bound.get(n), torch.Tensor) for n in ("input", "hx", "w_ih", "w_hh")):
+        return None
+    return [bound["input"], bound["hx"], bound["w_ih"], bound["w_hh"], bound.get("b_ih"), bound.get("b_hh")]
+
+
+def _index_items(x, index):
+    """The items of a basic index (ints, SymInts, slices, None, Ellipsis) with the Ellipsis expanded, or
+    None for any other index (tensors, lists, bools: torch's own indexing)."""
+    items = list(index) if isinstance(index, tuple) else [index]
+    for i in items:
+        if isinstance(i, bool) or not (i is None or i is Ellipsis or isinstance(i, (int, torch.SymInt, slice))):
+            return None
+    used = sum(1 for i in items if i is not None and i is not Ellipsis)
+    if items.count(Ellipsis) > 1 or used > x.dim():
+        return None  # (torch raises its own error)
+    if Ellipsis in items:
+        at = items.index(Ellipsis)
+        items[at:at + 1] = [slice(None)] * (x.dim() - used)
+    return items
+
+
+def tensor_getitem(x, index):
+    """``x[index]`` where an integer index is a SymInt (``x[x.shape[0] - 2]``, ``cache[:, pos]``): the
+    select/slice/unsqueeze steps ATen's basic indexing takes. (torch's C++ ``__getitem__`` reads such an
+    index through ``__index__``: a plain int, so every size compiled again.) NotImplemented elsewhere."""
+    items = _index_items(x, index)
+    if items is None or not any(isinstance(i, torch.SymInt) for i in items):
+        return NotImplemented
+    out, dim = x, 0
+    for i in items:
+        if i is None:
+            out = aten.unsqueeze(out, dim)
+            dim += 1
+        elif isinstance(i, slice):
+            if i.step is not None and not (isinstance(i.step, int) and i.step > 0):
+                return NotImplemented  # (torch raises for a step <= 0; a symbolic step: its own path)
+            if i != slice(None):
+                out = aten.slice.Tensor(out, dim, i.start, i.stop, 1 if i.step is None else i.step)
+            dim += 1
+        else:
+            out = aten.select.int(out, dim, i)
+    return out
+
+
+def tensor_setitem(x, index, value):
+    """``x[index] = value`` for the indices of ``tensor_getitem``: a copy into the view (``copy_``
+    broadcasts and converts the dtype as ``__setitem__`` does; a number fills)."""
+    view = tensor_getitem(x, index)
+    if view is NotImplemented:
+        return NotImplemented
+    if isinstance(value, torch.Tensor):
+        aten.copy_(view, value)
+    elif isinstance(value, (int, float, bool)):
+        aten.fill_.Scalar(view, value)
+    else:
+        return NotImplemented
+    return None
+
+
+def _getitem_args(args, kwargs):
+    return None if kwargs or len(args) != 2 else list(args)
+
+
+def _setitem_args(args, kwargs):
+    return None if kwargs or len(args) != 3 else list(args)
+
+
 _MATH, _FLASH, _EFFICIENT, _CUDNN = 0, 1, 2, 3  # torch.nn.attention.SDPBackend values of _fused_sdp_choice
 
 
@@ -237,9 +326,13 @@ FUNCTION_RULES = {
     torch.max_pool1d: (_max_pool1d_args, max_pool1d),
     torch.nn.functional.max_pool1d: (_functional_max_pool1d_args, max_pool1d),
     torch.nn.functional.interpolate: (symbolic_upsample.interpolate_args, symbolic_upsample.interpolate),
+    torch.gru_cell: (_gru_cell_args, gru_cell),
+    torch.Tensor.__getitem__: (_getitem_args, tensor_getitem),
+    torch.Tensor.__setitem__: (_setitem_args, tensor_setitem),
 }
 # the same ops where they reach a dispatch mode (AOT tracing) as ATen ops
-ATEN_RULES = {aten.matmul.default: matmul, aten.linear.default: linear, aten.max_pool1d.default: max_pool1d}
+ATEN_RULES = {aten.matmul.default: matmul, aten.linear.default: linear, aten.max_pool1d.default: max_pool1d,
+              aten.gru_cell.default: gru_cell}
 
 
 class SymbolicCompositeMode(TorchFunctionMode):

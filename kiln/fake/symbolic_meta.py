@@ -595,6 +595,41 @@ def mean_dims(func, x, dim=None, keepdim=False, dtype=None):
     return sum_dims(func, x, dim, keepdim, dtype)
 
 
+def bool_reduction(func, x, dim=None, keepdim=False):
+    """any/all over ``dim`` (an int, a list, or None/[]: every dim): bool (uint8 for a uint8 input, as
+    ATen). (Their C++ kernels ask for plain sizes: torch raised an internal assert on symbolic ones.)"""
+    dims = [] if dim is None else (list(dim) if isinstance(dim, (list, tuple)) else [dim])
+    dims = {_dim(d, x.dim()) for d in dims} or set(range(x.dim()))
+    sizes = [1 if i in dims else n for i, n in enumerate(x.shape)] if keepdim else \
+        [n for i, n in enumerate(x.shape) if i not in dims]
+    return _new_row_major(sizes, torch.uint8 if x.dtype == torch.uint8 else torch.bool)
+
+
+def eye(func, n, m=None, *, dtype=None, layout=None, device=None, pin_memory=None):
+    """eye(n[, m]) of symbolic sizes: a row-major (n, m) matrix (its C++ kernel asks for plain sizes)."""
+    m = n if m is None else m
+    if n < 0 or m < 0:  # (a guard where symbolic; sizes are >= 2)
+        raise RuntimeError(f"n must be greater or equal to 0, got {n if n < 0 else m}")
+    return _new_row_major([n, m], dtype or torch.get_default_dtype())
+
+
+def native_group_norm(func, x, weight, bias, n, c, hxw, group, eps):
+    """(out, mean, rstd): out of x's shape (row-major inputs), mean and rstd (N, group) (its meta kernel
+    asks for plain sizes)."""
+    if not _is_row_major(x):
+        raise SymbolicShapeUnsupported(func, "an input that is not row-major")
+    stats_ = _new_row_major([n, group], x.dtype)
+    return _new_row_major(x.shape, x.dtype), stats_, _new_row_major([n, group], x.dtype)
+
+
+def native_group_norm_backward(func, grad, x, mean, rstd, weight, n, c, hxw, group, output_mask):
+    """(grad_input, grad_weight, grad_bias), each None where ``output_mask`` says so."""
+    if not _is_row_major(x):
+        raise SymbolicShapeUnsupported(func, "an input that is not row-major")
+    shapes = (x.shape, [c], [c])
+    return tuple(_new_row_major(shape, x.dtype) if want else None for shape, want in zip(shapes, output_mask))
+
+
 def nll_loss2d_forward(func, x, target, weight, reduction, ignore_index):
     """(N, C, H, W) scores: the loss per (N, H, W) position (reduction none) or a scalar; the total weight."""
     out_sizes = [x.shape[0]] + list(x.shape[2:]) if reduction == 0 else []
@@ -656,6 +691,17 @@ RULES.update({
     aten.mean.dim: mean_dims,  # (torch 2.11's Python meta of mean asserts on CUDA fakes with symbolic sizes)
     aten.mean.default: lambda func, x, dtype=None: mean_dims(func, x, None, False, dtype),
     aten.logsumexp.default: logsumexp,
+    aten.any.default: bool_reduction,
+    aten.any.dim: bool_reduction,
+    aten.any.dims: bool_reduction,
+    aten.all.default: bool_reduction,
+    aten.all.dim: bool_reduction,
+    aten.all.dims: bool_reduction,
+    aten.eye.default: eye,
+    aten.eye.m: eye,
+    aten.floor_divide.default: pointwise,
+    aten.native_group_norm.default: native_group_norm,
+    aten.native_group_norm_backward.default: native_group_norm_backward,  # (elementwise, but not tagged pointwise: no rule found it)
     aten._to_copy.default: to_copy,
     aten.constant_pad_nd.default: constant_pad_nd,
     aten.cumsum.default: _same_shape("dtype"),

@@ -30,6 +30,12 @@ def promoted(*args) -> torch.dtype:
     def meta(a):
         if isinstance(a, TensorValue):
             return torch.empty([1] * min(len(a.size), 1), dtype=a.dtype, device="meta")
+        if isinstance(a, torch.SymInt):
+            return 1
+        if isinstance(a, torch.SymFloat):
+            return 1.0
+        if isinstance(a, sympy.Basic):  # a number computed from the size symbols: promotes as its Python kind
+            return 1 if a.is_integer else 1.0
         return a
 
     items = [meta(a) for a in args]

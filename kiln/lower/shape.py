@@ -206,11 +206,12 @@ def lower_select_scatter(g, node, x, src, dim, index):
     val = fake_val(node)
     size = shape_of(val)
     dim = dim % len(size)
-    at = _normalize(index, size[dim])
+    at = index + size[dim] if lt(index, 0) else index  # (a size expression where the index is symbolic)
     read_x, read_src = reader(x, val.dtype), reader(src, val.dtype)
 
     def body(ops, idx):
-        hit = ops.eq(ops.index_expr(idx[dim], torch.int64), ops.constant(at, torch.int64))
+        place = ops.index_expr(at, torch.int64) if is_symbolic(at) else ops.constant(at, torch.int64)
+        hit = ops.eq(ops.index_expr(idx[dim], torch.int64), place)
         return ops.where(hit, read_src(ops, list(idx[:dim]) + list(idx[dim + 1:])), read_x(ops, idx))
 
     return _lazy(node, body, 2 + cost_of(x, src))

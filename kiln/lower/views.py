@@ -160,7 +160,7 @@ def _select_index(node, in_size, out_size, dim, idx):
     idx = idx + in_size[dim] if lt(idx, 0) else idx
 
     def mapping(index):
-        return list(index[:dim]) + [sympy.Integer(idx)] + list(index[dim:])
+        return list(index[:dim]) + [sympy.sympify(idx)] + list(index[dim:])
 
     return mapping
 

@@ -346,6 +346,45 @@ def test_constant_pad_by_a_symbolic_amount():
     assert b.env.guards == []
 
 
+
+
+def test_comparison_with_a_size_expression_operand_promotes_as_a_python_number():
+    # arange(n) >= n // 2 and x < n // 2 (reflect pad's and tril(diagonal=-(n // 2))'s masks): the scalar
+    # operand is a sympy expression, which promotes as a Python int (it went to torch.result_type: a
+    # TypeError, and every size compiled apart)
+    b = GraphBuilder()
+    x = b.input(lambda n: torch.randn(n, 3) * n)
+    n = b.size(x, 0)
+    half = b.op(operator.floordiv, n, 2)
+    from kiln.fake.mode import FakeTensorMode
+
+    with FakeTensorMode():
+        idx = b.op(aten.arange.start_step, 0, n, 1, dtype=torch.int64)
+    upper = b.op(aten.ge.Scalar, idx, half)  # compared as int64
+    below = b.op(aten.lt.Scalar, x, half)  # compared as float32
+    run_sizes(b, b.module(upper, below))
+
+
+
+def test_select_scatter_at_a_symbolic_index():
+    # cache[:, pos] = new with pos a size expression: the scatter compares with the index expression
+    # (it made a C++ literal of it: a TypeError, and every position compiled apart)
+    b = GraphBuilder()
+    x = b.input(lambda n: torch.randn(2, n, 4), dims=(1,))
+    src = b.input(lambda n: torch.randn(2, 4), dims=())
+    n = b.size(x, 1)
+    at = b.op(operator.sub, n, 2)
+    run_sizes(b, b.module(b.op(aten.select_scatter.default, x, src, 1, at)))
+
+def test_select_at_a_negative_index_of_a_symbolic_dim():
+    # x[:, -1] over a symbolic dim selects s0 - 1: the index mapping takes the size expression (it made
+    # sympy.Integer(s0 - 1), a TypeError, and every size compiled apart: greedy decoding's logits[:, -1])
+    b = GraphBuilder()
+    x = b.input(lambda n: torch.randn(3, n, 4), dims=(1,))
+    last = b.op(aten.select.int, b.op(aten.mul.Tensor, x, 2.0), 1, -1)
+    cg = run_sizes(b, b.module(b.op(aten.argmax.default, last, -1)))  # asserts one size-generic compile
+    assert "4*s0 - 4" in cg.lg.format()  # the load of row s0 - 1
+
 @triton_interpreted
 def test_triton_reduction_over_a_symbolic_row_is_persistent_under_a_shape_guard(monkeypatch):
     """A row that fits ``triton_persistent_max`` at the hint: the persistent style (one block per row,

@@ -97,6 +97,32 @@ def test_returned_size_follows_the_input():
     assert compiles(c) == 1
 
 
+def test_len_of_a_tensor_is_its_symbolic_first_size():
+    # len(x) is x.size(0): arithmetic, slices and a returned int stay symbolic (it was a constant: one
+    # compile per size); range(len(x)) still needs the number (one entry per size, as range(x.shape[0]))
+    def f(x):
+        return x[: len(x) // 2] / len(x), len(x)
+    c = run_sizes(f, [8, 5, 13, 6], lambda n: (torch.randn(n, 2),), dynamic=True)
+    assert compiles(c) == 1
+
+    def g(x):
+        return sum(x[i] for i in range(len(x)))
+    c = run_sizes(g, [3, 4, 3], lambda n: (torch.randn(n, 2),), dynamic=True)
+    assert compiles(c) == 2
+
+
+def test_min_max_of_sizes_pick_under_a_guard_and_stay_symbolic():
+    # min(n, 4) / max(n, m): each comparison is a guard (one entry per side), the result the symbol or
+    # the constant; Python's order for ties (the first of equal ones)
+    def f(x, y):
+        k = min(x.shape[0], 4)
+        m = max(x.shape[0], y.shape[0], 3)
+        return x[:k].sum(0) + m, torch.zeros(m), max(x.shape[0], 2)
+    c = run_sizes(f, [8, 5, 13, 6], lambda n: (torch.randn(n, 2), torch.randn(7, 2)), dynamic=True)
+    assert compiles(c) == 2  # s0 > 7 and s0 <= 7 (min(s0, 4) is 4 on both: s0 >= 5 here)
+    c = run_sizes(f, [3, 2, 3], lambda n: (torch.randn(n, 2), torch.randn(n, 2)), dynamic=True)
+
+
 def test_size_across_a_graph_break():
     def f(x):
         b = x.size(0)

@@ -69,7 +69,6 @@ def test_dtype_change_recompiles(backend):
     check(f, lambda n: (torch.randn(n, dtype=dtypes[n]),), backend, graphs=3)
 
 
-@pytest.mark.parametrize("backend", backends(xfail={"eager": 'min(x.shape[0], 4) then x[:k] specializes the size (guard Eq(s0, 3)); expected one entry per side of s0 > 4 (dynamo: 2)'}))
 def test_min_with_constant(backend):
     def f(x):
         k = min(x.shape[0], 4)
@@ -78,7 +77,6 @@ def test_min_with_constant(backend):
           dynamo_graphs=2)
 
 
-@pytest.mark.parametrize("backend", backends(xfail={"eager": 'max(x.shape[0], y.shape[0]) used as a size specializes; expected one entry per side of s0 > 7 (dynamo: 2)'}))
 def test_max_of_two_sizes(backend):
     def f(x, y):
         m = max(x.shape[0], y.shape[0])
@@ -89,7 +87,6 @@ def test_max_of_two_sizes(backend):
     check(f, lambda n: (torch.randn(n, 2), torch.randn(7, 2)), backend, sizes=(8, 9, 13, 5, 3), graphs=3, dynamo_graphs=2)
 
 
-@pytest.mark.parametrize("backend", backends(xfail={"eager": 'len(x) of a tensor specializes its first size (guard Eq(s0, 2)) instead of a symbolic int'}))
 def test_len_in_condition(backend):
     def f(x):
         return x.max(0).values if len(x) > 3 else x.min(0).values

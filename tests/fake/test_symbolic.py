@@ -174,6 +174,37 @@ def test_sum_of_a_bool_mask_is_int64():
     assert (x < 0).sum().dtype == torch.int64 and x.sum(dtype=torch.float64).dtype == torch.float64
 
 
+def test_any_all_eye_and_floor_divide_on_symbolic_sizes():
+    # their C++ kernels ask for plain sizes (any/all raised an internal assert): kiln's rules
+    env, x = _env_x()
+    m = x > 0
+    assert str(list(m.any(1).shape)) == "[s0]" and m.any(1).dtype == torch.bool
+    assert str(list(m.all(0, keepdim=True).shape)) == "[1, 16]" and m.all().dim() == 0
+    assert str(list(torch.ops.aten.any.dims(m, [0, 1]).shape)) == "[]"
+    assert x.to(torch.uint8).any(0).dtype == torch.uint8
+    n = x.shape[0]
+    from kiln.fake import FakeTensorMode
+
+    with FakeTensorMode():  # (a factory: the mode makes the fake)
+        eye = torch.eye(n)
+        assert str(list(eye.shape)) == "[s0, s0]" and eye.dtype == torch.float32
+        assert str(list(torch.eye(n, 3, dtype=torch.int64).shape)) == "[s0, 3]"
+    q = torch.ops.aten.floor_divide(x.to(torch.int64), 3)
+    assert str(list(q.shape)) == "[s0, 16]" and q.dtype == torch.int64
+    assert env.failed is None and env.guards == []
+
+
+def test_native_group_norm_and_its_backward_on_symbolic_sizes():
+    env, x = _env_x((2, 4, 6, 5), dims=(0, 2, 3))
+    n, c, hw = x.shape[0], 4, x.shape[2] * x.shape[3]
+    w = torch.ones(4)
+    out, mean, rstd = torch.ops.aten.native_group_norm(x, w, w, n, c, hw, 2, 1e-5)
+    assert str(list(out.shape)) == "[s0, 4, s1, s2]" and str(list(mean.shape)) == "[s0, 2]"
+    gi, gw, gb = torch.ops.aten.native_group_norm_backward(out, x, mean, rstd, w, n, c, hw, 2, [True, True, False])
+    assert str(list(gi.shape)) == "[s0, 4, s1, s2]" and list(gw.shape) == [4] and gb is None
+    assert env.failed is None
+
+
 def test_view_minus_one_divides_exactly_or_raises():
     from kiln.fake.symbolic_meta import _exact_div
 

@@ -108,3 +108,51 @@ def test_max_pool1d_body_equals_aten(args, shape):
     bound = _functional_max_pool1d_args((x, *args), {})
     torch.testing.assert_close(max_pool1d(*bound), torch.nn.functional.max_pool1d(x, *args), equal_nan=True)
     assert _functional_max_pool1d_args((x, 2), {"return_indices": True}) is None
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_gru_cell_body_equals_aten_and_runs_on_symbolic_fakes(bias):
+    # torch.gru_cell (nn.GRUCell) reads plain sizes in C++ (its checks, unsafe_chunk): kiln's body
+    from kiln.fake.symbolic_composite import gru_cell
+
+    torch.manual_seed(0)
+    cell = torch.nn.GRUCell(4, 6, bias=bias)
+    x, h = torch.randn(5, 4), torch.randn(5, 6)
+    args = (cell.weight_ih, cell.weight_hh, cell.bias_ih, cell.bias_hh)
+    torch.testing.assert_close(gru_cell(x, h, *args), torch.gru_cell(x, h, *args))
+    with pytest.raises(RuntimeError, match="inconsistent input_size"):
+        gru_cell(torch.randn(5, 3), h, *args)
+    with pytest.raises(RuntimeError, match="doesn't match hidden"):
+        gru_cell(x, torch.randn(4, 6), *args)
+    env = ShapeEnv()
+    mode = FakeTensorMode()
+    xs = symbolic_fake(x, env, "L['x']", {0})
+    hs = symbolic_fake(h, env, "L['h']", {0})
+    fargs = [mode.from_real(a) if a is not None else None for a in args]
+    with mode, SymbolicCompositeMode():
+        assert str(tuple(torch.gru_cell(xs, hs, *fargs).shape)) == "(s0, 6)"
+    assert env.failed is None
+
+
+def test_getitem_and_setitem_at_a_symbolic_int_index_keep_it_symbolic():
+    # torch's C++ __getitem__/__setitem__ read a SymInt index through __index__ (a plain int: every size
+    # compiled again); kiln's rules take select/slice steps instead
+    from kiln.fake.symbolic_composite import tensor_getitem
+
+    x = torch.arange(12.0).view(4, 3)
+    assert tensor_getitem(x, 1) is NotImplemented and tensor_getitem(x, (slice(None), 1)) is NotImplemented
+    env = ShapeEnv()
+    mode = FakeTensorMode()
+    xs = symbolic_fake(torch.randn(8, 16, 4), env, "L['x']", {0})
+    n = xs.shape[0]
+    with mode, SymbolicCompositeMode():
+        assert str(tuple(xs[n - 2].shape)) == "(16, 4)"
+        assert str(tuple(xs[..., None, n - 3, 1:].shape)) == "(s0, 1, 3)"
+        assert str(tuple(xs[:, n // 2].shape)) == "(s0, 4)"
+        cache = torch.zeros(2, 16, 4)
+        cache[:, n] = torch.ones(2, 4)
+        cache[0, n - 1] = 0.5
+    # bounds (the index within its dim, n - 3 not negative), no size pinned to its value
+    facts = [str(g.fact) for g in env.guards]
+    assert "s0 - 3 >= 0" in facts and not any("Eq" in f for f in facts), facts
+    assert env.failed is None

@@ -136,6 +136,8 @@ def _len(tx, obj, **kw):
     if isinstance(obj, TensorValue):
         if obj.example.dim() == 0:
             unsupported("len() of a 0-d tensor")
+        if isinstance(obj.example.shape[0], torch.SymInt):  # a symbolic size: x.size(0), kept symbolic
+            return obj.call_method(tx, "size", [ConstantValue(0)], {})
         return ConstantValue(obj.example.shape[0])
     if isinstance(obj, SequenceValue):
         return ConstantValue(len(obj.elements))
@@ -295,6 +297,30 @@ def _type(tx, obj, *rest, **kwargs):
     if rest or kwargs:
         unsupported("type(name, bases, dict): making a class inside compiled code")
     return ClassValue(obj.python_type())
+
+
+def _size_min_max(fn, otherwise):
+    """``min``/``max`` of ints where one is a symbolic size (``min(x.shape[0], 4)``): the argument the
+    comparisons pick, each comparison a guard (one entry per side), the picked value still symbolic.
+    Python's order: the first of equal ones. Anything else: ``otherwise`` (iteration_builtins' handler)."""
+    beats = operator.lt if fn is min else operator.gt
+
+    def handler(tx, *args, **kwargs):
+        from kiln.capture.values.symbolic import SymbolicInt, _plain_number, symbolic_binary
+
+        def size_like(a):
+            return (isinstance(a, SymbolicInt) and a.python_type() is int) or _plain_number(a)
+
+        if kwargs or len(args) < 2 or not any(isinstance(a, SymbolicInt) for a in args) \
+                or not all(size_like(a) for a in args):
+            return otherwise(tx, *args, **kwargs)
+        best = args[0]
+        for a in args[1:]:
+            test = symbolic_binary(tx, beats, a, best)
+            if test.truth(tx) if test is not None else beats(a.as_constant(), best.as_constant()):
+                best = a
+        return best
+    return handler
 
 
 def _range(tx, *args):
@@ -505,3 +531,5 @@ def construct_builtin_type(tx, cls, args, kwargs) -> Value:
 from kiln.capture.values.iteration_builtins import register as _register_iteration_handlers  # noqa: E402
 
 _register_iteration_handlers(_HANDLERS)  # iter, next, zip, map, sum, ..., and itertools
+_HANDLERS[min] = _size_min_max(min, _HANDLERS[min])
+_HANDLERS[max] = _size_min_max(max, _HANDLERS[max])
