@@ -341,6 +341,11 @@ def run_overhead() -> list[dict]:
     return rows
 
 
+# the Llama-style model of the models section (grouped-query attention: 16 heads, 4 KV heads)
+LLAMA_GQA = dict(hidden_size=1024, intermediate_size=2816, num_hidden_layers=8, num_attention_heads=16,
+                 num_key_value_heads=4, vocab_size=32000)
+
+
 def model_cases(quick: bool):
     """(name, builder) pairs; a builder returns (module, example args) or raises ImportError."""
     import torch.nn as nn
@@ -365,8 +370,7 @@ def model_cases(quick: bool):
                 cfg = transformers.GPT2Config()
                 model = transformers.GPT2Model(cfg)
             else:
-                cfg = transformers.LlamaConfig(hidden_size=1024, intermediate_size=2816, num_hidden_layers=8,
-                                               num_attention_heads=16, num_key_value_heads=4, vocab_size=32000)
+                cfg = transformers.LlamaConfig(**LLAMA_GQA)
                 model = transformers.LlamaModel(cfg)
             ids = torch.randint(0, cfg.vocab_size, (batch, seq))
             return model, (ids,)
@@ -417,8 +421,7 @@ def standard_model_cases():
                 cfg = transformers.GPT2Config()
                 model = transformers.GPT2LMHeadModel(cfg)
             else:
-                cfg = transformers.LlamaConfig(hidden_size=1024, intermediate_size=2816, num_hidden_layers=8,
-                                               num_attention_heads=16, num_key_value_heads=4, vocab_size=32000)
+                cfg = transformers.LlamaConfig(**LLAMA_GQA)
                 model = transformers.LlamaForCausalLM(cfg)
             return _Field(model, "logits"), (torch.randint(0, cfg.vocab_size, (8, 512)),)
 
