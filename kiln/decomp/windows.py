@@ -56,7 +56,7 @@ def max_pool2d_gather_taps(x_size, grad_size, kernel_size, stride, padding, dila
     kernel = pool_tuple(kernel_size, 2)
     stride = pool_tuple(stride, 2) if stride else kernel
     padding, dilation = pool_tuple(padding, 2), pool_tuple(dilation, 2)
-    if dilation != (1, 1) and dilation != [1, 1]:
+    if tuple(dilation) != (1, 1):
         return None
     taps = [-(-kernel[i] // stride[i]) for i in range(2)]
     if taps[0] * taps[1] > MAX_GATHER_TAPS:

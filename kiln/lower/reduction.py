@@ -49,9 +49,9 @@ def reduce(g, node, x, dims, kind: str, src_dtype: torch.dtype):
             full[d] = rindex[i]
         return load(ops, [sympy.Integer(0) if e is None else e for e in full])
 
-    across_batch = 0 in rdims
-    if _split_parts(out_size, rsize, kind, val.device, across_batch):
-        return _split_reduction(g, out_size, rsize, body, kind, src_dtype, val, across_batch)
+    parts = _split_parts(out_size, rsize, kind, val.device, across_batch=0 in rdims)
+    if parts:
+        return _split_reduction(g, out_size, rsize, body, kind, src_dtype, val, parts)
     return g.add_reduction(out_size, rsize, body, kind, src_dtype, val.dtype, val.device)
 
 
@@ -84,7 +84,7 @@ SPLIT_ROWS_TARGET = 16384
 SPLIT_KINDS = ("sum", "prod", "max", "min", "any", "all")
 
 
-def _split_parts(out_size, rsize, kind, device, across_batch: bool = True) -> int:
+def _split_parts(out_size, rsize, kind, device, across_batch: bool) -> int:
     """How many chunks a reduction is split into (0: not split; see above). ``across_batch``: the
     reduction is over the first dimension too (only those are split into rows)."""
     if any_symbolic(out_size) or any_symbolic(rsize):
@@ -105,9 +105,10 @@ def _split_parts(out_size, rsize, kind, device, across_batch: bool = True) -> in
     return parts if parts >= 2 else 0
 
 
-def _split_reduction(g, out_size, rsize, body, kind, src_dtype, val, across_batch: bool = True):
-    """``kind`` over ``rsize`` as partial results per chunk of the flattened reduction space (accumulated
-    in ``src_dtype``, laid out [chunk, *out_size]), then ``kind`` over the partials."""
+def _split_reduction(g, out_size, rsize, body, kind, src_dtype, val, parts: int):
+    """``kind`` over ``rsize`` as partial results per chunk of the flattened reduction space (about
+    ``parts`` chunks, from ``_split_parts``; accumulated in ``src_dtype``, laid out [chunk, *out_size]),
+    then ``kind`` over the partials."""
     from kiln.loopir.index import FloorDiv, ModularIndexing
 
     from kiln.lower.shape import index_in_range
@@ -115,7 +116,6 @@ def _split_reduction(g, out_size, rsize, body, kind, src_dtype, val, across_batc
     n = 1
     for s in rsize:
         n *= int(s)
-    parts = _split_parts(out_size, rsize, kind, val.device, across_batch)
     chunk = -(-n // parts)
     parts = -(-n // chunk)
 

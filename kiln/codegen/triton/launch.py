@@ -100,7 +100,7 @@ def candidate_configs(kernel, max_block: int = 0) -> list[LaunchConfig]:
         return configs
     r = kernel.rnumel
     if getattr(kernel, "column", False):
-        return _column_configs(kernel, cap)
+        return _column_configs(kernel, cap, tune=x * r >= TUNE_MIN_ELEMENTS and not max_block)
     if kernel.style == "persistent":
         rb = _pow2(r)
         xb = min(_clamp(2048 // rb, 1, 256), _pow2(x), cap)
@@ -124,7 +124,7 @@ def candidate_configs(kernel, max_block: int = 0) -> list[LaunchConfig]:
     return list(dict.fromkeys(configs))
 
 
-def _column_configs(kernel, cap: int) -> list[LaunchConfig]:
+def _column_configs(kernel, cap: int, tune: bool) -> list[LaunchConfig]:
     """A row kernel reading along its outer loop (``kernel.column_reads``): blocks of many neighbouring
     rows (XBLOCK, coalesced: Triton orders the block's threads along the contiguous dimension) and few
     inner elements; a persistent kernel holds its whole inner space (RBLOCK), so fewer rows fit."""
@@ -134,14 +134,14 @@ def _column_configs(kernel, cap: int) -> list[LaunchConfig]:
         rb = _pow2(r)
         xb = min(_clamp(16384 // rb, 1, 128), xs, cap)
         configs = [LaunchConfig(xb, rb, _clamp(xb * rb // 1024, 2, 8))]
-        if x * r >= TUNE_MIN_ELEMENTS and not cap < (1 << 30):
+        if tune:
             for xb2 in (xb // 2, xb // 4):
                 if xb2 >= 1:
                     configs.append(LaunchConfig(xb2, rb, _clamp(xb2 * rb // 1024, 2, 8)))
         return list(dict.fromkeys(configs))
     xb, rb = min(64, xs, cap), min(16, _pow2(r), cap)
     configs = [LaunchConfig(xb, rb, 4)]
-    if x * r >= TUNE_MIN_ELEMENTS and not cap < (1 << 30):
+    if tune:
         configs += [LaunchConfig(min(128, xs), 8, 4), LaunchConfig(min(32, xs), 32, 4), LaunchConfig(min(128, xs), 32, 8)]
     return list(dict.fromkeys(configs))
 
