@@ -376,6 +376,7 @@ def main(argv=None) -> int:
                 row["kiln"]["graphs"] = kiln.stats.graphs
                 row["kiln"]["stages_s"] = {k: round(v, 2) for k, v in kiln.stats.seconds.items()}
                 row["kiln"]["triton_slow_loads"] = sorted(kiln.stats.triton_slow_loads, reverse=True)
+                row["kiln"]["triton_key_mismatches"] = len(kiln.stats.triton_key_mismatches)
         row["kiln_grad_max_diff"] = _max_diff(grads["kiln"], grads["eager"])
         row["torch_grad_max_diff"] = _max_diff(grads["torch.compile"], grads["eager"])
         rows.append(row)
@@ -385,7 +386,8 @@ def main(argv=None) -> int:
         slow = row["kiln"]["triton_slow_loads"]
         if slow:  # precompiled kernels the parent compiled again (issue 20: seen after other models in one process)
             print(f"    {len(slow)} precompiled kernels loaded slowly ({sum(s for s, _ in slow):.1f} s): "
-                  + ", ".join(f"{n} {s:.2f}" for s, n in slow[:5]))
+                  + ", ".join(f"{n} {s:.2f}" for s, n in slow[:5])
+                  + f"; {row['kiln']['triton_key_mismatches']} built by workers under another cache key")
     print(f"(torch {torch.__version__}, device {args.device}, {args.dtype}, kiln backend {args.backend!r}, "
           f"torch.compile backend {args.torch_backend!r}; median of {args.steps} steps; 'x' columns: speedup over eager)")
     if args.json:

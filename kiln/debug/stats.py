@@ -40,7 +40,9 @@ class Stats:
     recompilations: by the guard that failed. eager_fallbacks: frames run eagerly, by reason.
     kernels_generated / aten_fallbacks: filled in by code generation (fallbacks by op and reason).
     kernel_compiles / kernel_cache_hits: kernel libraries built by the system compiler / found in the
-    disk cache. triton_precompiled: Triton kernel configs compiled by the worker pool before launch.
+    disk cache. triton_precompiled: Triton kernel configs compiled by the worker pool before launch;
+    triton_slow_loads: (seconds, kernel) of those whose load here took long (compiled here after all);
+    triton_key_mismatches: kernels a worker built under another Triton cache key than this process's.
     matmul_choices: matmul templates by the path picked ("template" or "library"; max-autotune).
     dynamic_graphs / dynamic_fallbacks: graphs with symbolic sizes compiled into size-generic code / compiled
     for the sizes seen instead (by reason; the backend then specialized every size symbol).
@@ -77,6 +79,7 @@ class Stats:
         self.kernel_cache_hits = 0
         self.triton_precompiled = 0
         self.triton_slow_loads: list = []  # (seconds, kernel) of precompiled kernels that took long to load
+        self.triton_key_mismatches: list = []  # kernels whose worker-built binary is under another cache key
         self.matmul_choices: collections.Counter[str] = collections.Counter()
         self.cudagraph_recordings = 0  # CUDA graphs recorded (mode="reduce-overhead"; time in seconds["cudagraph_record"])
         self.dynamic_graphs = 0  # graphs compiled once into size-generic code
@@ -141,6 +144,8 @@ class Stats:
             "kernel_compiles": self.kernel_compiles,
             "kernel_cache_hits": self.kernel_cache_hits,
             "triton_precompiled": self.triton_precompiled,
+            "triton_slow_loads": list(self.triton_slow_loads),
+            "triton_key_mismatches": list(self.triton_key_mismatches),
             "seconds": {k: round(v, 6) for k, v in self.seconds.items()},
             "stages": {k: round(v, 6) for k, v in self.stages.items()},
             "warm_cache": dict(self.warm_cache),

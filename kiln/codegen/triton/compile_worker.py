@@ -53,18 +53,18 @@ def ready() -> bool:
     return True
 
 
-def compile_job(path, name, signature, constexprs, attrs, options, target, cache_dir=None) -> str | None:
-    """Compile kernel ``name`` of the source file ``path`` into Triton's cache. None, or the error.
+def compile_job(path, name, signature, constexprs, attrs, options, target, environment=None):
+    """Compile kernel ``name`` of the source file ``path`` into Triton's cache: ``(cache hash, None)``, or
+    ``(None, error)``.
 
-    ``cache_dir``: the parent's ``TRITON_CACHE_DIR`` when it sent the job (None: unset), where the
-    parent's launch will look for the binary. The parent's environment can change after the workers
-    started: torch.compile (Inductor) sets ``TRITON_CACHE_DIR`` in its process the first time it runs a
-    kernel. Binaries compiled into another directory were never found, and the parent compiled every
-    kernel again, one at a time (94 s of a Llama training graph's first step)."""
-    if cache_dir is None:
-        os.environ.pop("TRITON_CACHE_DIR", None)
-    else:
-        os.environ["TRITON_CACHE_DIR"] = cache_dir
+    ``environment``: the parent's Triton environment when it sent the job (``triton_environment()``;
+    None: leave this process's as it is). Everything in Triton's cache key must be the parent's, or the
+    binary lands under a key the parent's launch never looks up, and the parent compiles every kernel
+    again, one at a time (80 s of a Llama training graph's first step). The parent's environment can
+    change after the workers started: torch.compile (Inductor) sets ``TRITON_CACHE_DIR`` and
+    ``TRITON_PTXAS_PATH`` (its own ptxas, whose version is part of the key) the first time it runs."""
+    if environment is not None:
+        adopt_environment(environment)
     try:
         import triton
         from triton.compiler import ASTSource
@@ -72,9 +72,68 @@ def compile_job(path, name, signature, constexprs, attrs, options, target, cache
         ns = _runtime().load_module_file(path, interpret=False)
         compiled = triton.compile(ASTSource(ns[name], signature, constexprs, attrs), target=target, options=options)
     except Exception as exc:  # noqa: BLE001 -- reported by the launch, which compiles it again
-        return f"{type(exc).__name__}: {str(exc)[:300]}"
+        return None, f"{type(exc).__name__}: {str(exc)[:300]}"
     build_launcher(compiled, target)
-    return None
+    return compiled.hash, None
+
+
+# What Triton reads from the environment when it compiles (its knobs: TRITON_*, plus a few older names).
+TRITON_ENV_PREFIXES = ("TRITON_", "MLIR_", "LLVM_")
+TRITON_ENV_NAMES = frozenset({"DISABLE_LLVM_OPT", "DISABLE_MMA_V3", "DISABLE_PTXAS_OPT", "PTXAS_OPTIONS",
+                              "USE_IR_LOC", "NVPTX_ENABLE_DUMP", "AMDGCN_ENABLE_DUMP"})
+
+
+def triton_environment() -> dict:
+    """This process's environment variables that Triton's compiler reads."""
+    return {k: v for k, v in os.environ.items() if k.startswith(TRITON_ENV_PREFIXES) or k in TRITON_ENV_NAMES}
+
+
+def adopt_environment(environment: dict) -> None:
+    """Make this process's Triton environment exactly ``environment`` (variables it lacks are removed)."""
+    for key in triton_environment():
+        if key not in environment:
+            del os.environ[key]
+    os.environ.update(environment)
+    refresh_ptxas_version()
+
+
+_PTXAS_PATH_SEEN: list = []  # the TRITON_PTXAS_PATH that Triton's memoized ptxas version was read with
+
+
+def refresh_ptxas_version() -> None:
+    """Triton memoizes ptxas's version (part of every cache key) the first time a process compiles, and
+    never looks again when ``TRITON_PTXAS_PATH`` changes. Forget it when the path is not the one last
+    seen here (and the first time: it may have been read before), so parent and workers both key with
+    the ptxas the environment names now. Other Triton versions: nothing to do."""
+    path = os.environ.get("TRITON_PTXAS_PATH")
+    if _PTXAS_PATH_SEEN and _PTXAS_PATH_SEEN[0] == path:
+        return
+    try:
+        from triton.backends.nvidia.compiler import get_ptxas_version
+
+        get_ptxas_version.cache_clear()
+    except (ImportError, AttributeError):
+        pass
+    _PTXAS_PATH_SEEN[:] = [path]
+
+
+def cache_hash(jit_fn, signature, constexprs, attrs, options, target) -> str | None:
+    """The hash under which ``triton.compile`` caches (and looks up) this kernel in this process; None
+    when this Triton computes it differently. The parent compares it with the worker's."""
+    try:
+        import hashlib
+
+        from triton._C.libtriton import get_cache_invalidating_env_vars
+        from triton.compiler import ASTSource, make_backend
+        from triton.runtime.cache import get_cache_key
+
+        src = ASTSource(jit_fn, signature, constexprs, attrs)
+        backend = make_backend(target)
+        parsed = backend.parse_options(dict(options, **src.parse_options()))
+        key = get_cache_key(src, backend, parsed, env_vars=get_cache_invalidating_env_vars())
+        return hashlib.sha256(key.encode("utf-8")).hexdigest()
+    except Exception:  # noqa: BLE001 -- another Triton: no check
+        return None
 
 
 def build_launcher(compiled, target) -> None:

@@ -174,7 +174,8 @@ def launch_job(jit_fn, path: str, name: str, dtypes, meta: dict):
         options, signature, constexprs, attrs = jit_fn._pack_args(backend, kwargs, bound, specialization, options)
     except Exception:  # noqa: BLE001 -- another Triton: the launch compiles it
         return None
-    return (path, name, signature, constexprs, attrs, dict(options.__dict__), target, os.environ.get("TRITON_CACHE_DIR"))
+    environment = compile_worker.triton_environment()
+    return (path, name, signature, constexprs, attrs, dict(options.__dict__), target, environment)
 
 
 SLOW_LOAD_S = 0.2  # loading a worker-built binary takes milliseconds; longer means it was compiled here
@@ -184,6 +185,7 @@ def precompile(launches, workers: int) -> int:
     """Compile ``launches`` -- (jit function, source path, kernel name, argument dtypes, meta) -- in the
     worker pool, then warm each in this process. Returns how many were compiled by workers."""
     wait_for_prewarm()
+    compile_worker.refresh_ptxas_version()  # key with the ptxas the environment names now, as the workers do
     jobs = []
     for fn, path, name, dtypes, meta in launches:
         job = launch_job(fn, path, name, dtypes, meta)
@@ -196,9 +198,13 @@ def precompile(launches, workers: int) -> int:
         results = [_result(box) for box in boxes]
     done = 0
     with stats.timed("triton load"):
-        for ((fn, dtypes, meta), _), result in zip(jobs, results):
-            if result is not None:  # the worker failed: the first launch compiles it and reports why
-                continue
+        for ((fn, dtypes, meta), job), result in zip(jobs, results):
+            if not isinstance(result, tuple) or result[0] is None:
+                continue  # the worker failed: the first launch compiles it and reports why
+            expected = compile_worker.cache_hash(fn, *job[2:7])
+            if expected is not None and expected != result[0]:
+                # the worker's binary is not where this process looks: the warm-up below compiles it here
+                stats.triton_key_mismatches.append(getattr(fn, "__name__", str(fn)))
             start = time.perf_counter()
             try:
                 fn.warmup(*dtypes, grid=(1,), **meta)

@@ -7,7 +7,7 @@ import torch
 
 pytest.importorskip("triton")
 
-from kiln.codegen.triton import precompile  # noqa: E402
+from kiln.codegen.triton import compile_worker, precompile  # noqa: E402
 from kiln.debug.stats import stats  # noqa: E402
 from tests.codegen.triton.helpers import check, compile_and_check_cuda, cuda  # noqa: E402
 from tests.codegen.triton.test_offline import needs_ptxas  # noqa: E402
@@ -58,14 +58,15 @@ def test_worker_compiles_into_tritons_cache(tmp_path, monkeypatch):
     try:
         assert pool.submit("ready").get(timeout=120) is True
         sig = {"in_ptr0": "*fp32", "out_ptr0": "*fp32", "XBLOCK": "constexpr"}
-        cache = os.environ["TRITON_CACHE_DIR"]  # the parent's, sent with each job
+        env = compile_worker.triton_environment()  # the parent's, sent with each job
         ok = pool.submit("compile_job", str(source), "triton_add_one", sig, {"XBLOCK": 128}, {},
-                         {"num_warps": 4}, GPUTarget("cuda", 90, 32), cache)
+                         {"num_warps": 4}, GPUTarget("cuda", 90, 32), env)
         broken = pool.submit("compile_job", str(source), "triton_broken", {"in_ptr0": "*fp32", "XBLOCK": "constexpr"},
-                             {"XBLOCK": 128}, {}, {"num_warps": 4}, GPUTarget("cuda", 90, 32), cache)
-        assert ok.get(timeout=300) is None
-        error = broken.get(timeout=300)
-        assert isinstance(error, str) and "undefined_name" in error
+                             {"XBLOCK": 128}, {}, {"num_warps": 4}, GPUTarget("cuda", 90, 32), env)
+        built, error = ok.get(timeout=300)
+        assert error is None and len(built) == 64
+        built, error = broken.get(timeout=300)
+        assert built is None and "undefined_name" in error
     finally:
         for proc in pool.procs:
             proc.stdin.close()
@@ -92,8 +93,8 @@ def test_worker_compiles_into_the_cache_dir_the_job_names(tmp_path, monkeypatch)
     try:
         sig = {"in_ptr0": "*fp32", "out_ptr0": "*fp32", "XBLOCK": "constexpr"}
         job = pool.submit("compile_job", str(source), "triton_add_one", sig, {"XBLOCK": 64}, {}, {"num_warps": 4},
-                          GPUTarget("cuda", 90, 32), str(tmp_path / "later"))
-        assert job.get(timeout=300) is None
+                          GPUTarget("cuda", 90, 32), {"TRITON_CACHE_DIR": str(tmp_path / "later")})
+        assert job.get(timeout=300)[1] is None
     finally:
         for proc in pool.procs:
             proc.stdin.close()
@@ -103,14 +104,59 @@ def test_worker_compiles_into_the_cache_dir_the_job_names(tmp_path, monkeypatch)
     assert not (tmp_path / "at-start").exists()
 
 
-def test_jobs_carry_the_parents_cache_dir(monkeypatch):
+def test_jobs_carry_the_parents_triton_environment(monkeypatch):
     monkeypatch.setenv("TRITON_CACHE_DIR", "/somewhere/else")
+    monkeypatch.setenv("TRITON_PTXAS_PATH", "/some/ptxas")  # torch.compile points Triton at torch's own ptxas
+    monkeypatch.setenv("PATH_UNRELATED_TO_TRITON", "x")
     cg = check(lambda x: torch.relu(x) + 1, torch.randn(8))
     (k,) = cg.kernels.values()
     job = precompile.launch_job(k.fn.fn, "path.py", k.name, [torch.float32, torch.float32], k.fn.config.kwargs())
     if job is None:
         pytest.skip("this Triton's internals are not the ones launch_job was written for")
-    assert job[-1] == "/somewhere/else"
+    env = job[-1]
+    assert env["TRITON_CACHE_DIR"] == "/somewhere/else" and env["TRITON_PTXAS_PATH"] == "/some/ptxas"
+    assert "PATH_UNRELATED_TO_TRITON" not in env
+
+
+def test_worker_adopts_the_parents_triton_environment_exactly(monkeypatch):
+    monkeypatch.setenv("TRITON_ONLY_IN_WORKER", "1")
+    monkeypatch.setenv("TRITON_CACHE_DIR", "/old")
+    monkeypatch.setenv("TRITON_PTXAS_PATH", "/before")  # (so that the test's end restores it)
+    compile_worker.adopt_environment({"TRITON_CACHE_DIR": "/new", "TRITON_PTXAS_PATH": "/p"})
+    assert os.environ["TRITON_CACHE_DIR"] == "/new" and os.environ["TRITON_PTXAS_PATH"] == "/p"
+    assert "TRITON_ONLY_IN_WORKER" not in os.environ
+
+
+def test_memoized_ptxas_version_is_forgotten_when_the_ptxas_path_changes(monkeypatch):
+    nvidia = pytest.importorskip("triton.backends.nvidia.compiler")
+    calls = []
+    monkeypatch.setattr(nvidia.get_ptxas_version, "cache_clear", lambda: calls.append(1))
+    monkeypatch.setattr(compile_worker, "_PTXAS_PATH_SEEN", [])
+    monkeypatch.delenv("TRITON_PTXAS_PATH", raising=False)
+    compile_worker.refresh_ptxas_version()  # first time: it may have been read before
+    compile_worker.refresh_ptxas_version()  # unchanged
+    monkeypatch.setenv("TRITON_PTXAS_PATH", "/torch/bin/ptxas")
+    compile_worker.refresh_ptxas_version()
+    assert len(calls) == 2
+
+
+@needs_ptxas
+def test_parent_computes_the_workers_cache_hash(tmp_path, monkeypatch):
+    # the check that tells a worker-built binary the parent will not find (stats.triton_key_mismatches)
+    from triton.backends.compiler import GPUTarget
+
+    from kiln.codegen.triton.runtime import MODULE_HEADER, load_module_file
+
+    source = tmp_path / "kiln_test.py"
+    source.write_text(MODULE_HEADER + _KERNEL)
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "cache"))
+    fn = load_module_file(str(source), interpret=False)["triton_add_one"]
+    sig = {"in_ptr0": "*fp32", "out_ptr0": "*fp32", "XBLOCK": "constexpr"}
+    args = (sig, {"XBLOCK": 32}, {}, {"num_warps": 4}, GPUTarget("cuda", 90, 32))
+    built, error = compile_worker.compile_job(str(source), "triton_add_one", *args)
+    assert error is None
+    assert compile_worker.cache_hash(fn, *args) == built
+    assert compile_worker.cache_hash(fn, sig, {"XBLOCK": 64}, *args[2:]) != built
 
 
 def test_dead_workers_fail_jobs_instead_of_hanging():
