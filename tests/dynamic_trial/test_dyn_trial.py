@@ -65,8 +65,11 @@ from tests.dynamic_trial.harness import (compile_fn, fresh, raises_like_eager, r
 BATCHES = [2, 3, 5, 8, 13, 21]
 
 
-def xfail(kind: str, why: str):
-    return pytest.mark.xfail(strict=True, reason=f"{kind}: {why}")
+def xfail(kind: str, why: str, condition: bool = True):
+    return pytest.mark.xfail(condition, strict=True, reason=f"{kind}: {why}")
+
+
+BEFORE_TORCH_2_13 = tuple(int(p) for p in torch.__version__.split(".")[:2]) < (2, 13)
 
 
 # ---------------------------------------------------------------- automatic dynamic (dynamic=None)
@@ -709,6 +712,9 @@ def test_transformer_block_variable_batch_and_seq():
                min_dynamic=1)
 
 
+@xfail('too many recompiles', "torch 2.11's C++ linear asks the input for concrete sizes inside "
+       "F.multi_head_attention_forward, which runs whole on fakes (kiln/fake/symbolic_composite.py): "
+       "compiled static, one graph per size", condition=BEFORE_TORCH_2_13)
 def test_nn_transformer_encoder_layer_seq():
     def make():
         return nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True)
@@ -943,6 +949,9 @@ def test_inplace_on_dynamic_input():
     run(f, [rand(b, 3) for b in BATCHES])
 
 
+@xfail('too many recompiles', "torch 2.11's C++ kernel behind the slice assignment asks whether its size (s0 // 2) is 1: "
+       "one more graph once the batch passes 3 (size-1 specialization, as TorchDynamo's)",
+       condition=BEFORE_TORCH_2_13)
 def test_mutate_slice_of_size():
     def f(x):
         x[: x.shape[0] // 2] *= -1
