@@ -289,11 +289,21 @@ def measure(name, make, runner_factory, device, dtype, steps, warmup):
         from gpu_profile import report
 
         report(name, RUNNER_NAME[0], lambda: step(), (), iters=5, top=PROFILE_TOP)
+    if CPROFILE_STEPS and RUNNER_NAME[0] != "eager":  # --cprofile-steps: where a steady step's host time goes
+        import cProfile
+        import pstats
+
+        prof = cProfile.Profile()
+        prof.runcall(lambda: [step() for _ in range(10)])
+        _sync(device)
+        print(f"--- {name} / {RUNNER_NAME[0]}: 10 steady steps under cProfile")
+        pstats.Stats(prof).sort_stats("tottime").print_stats(CPROFILE_STEPS)
     return out, grads
 
 
 PROFILE_TOP = 0  # --profile N
 CPROFILE_FIRST = 0  # --cprofile-first N
+CPROFILE_STEPS = 0  # --cprofile-steps N
 RUNNER_NAME = [""]
 
 
@@ -345,12 +355,15 @@ def main(argv=None) -> int:
     parser.add_argument("--json", default="")
     parser.add_argument("--cprofile-first", type=int, default=0, metavar="N",
                         help="run kiln's first step under cProfile and print its top N functions")
+    parser.add_argument("--cprofile-steps", type=int, default=0, metavar="N",
+                        help="after timing, run 10 steady steps of each compiled runner under cProfile and print "
+                             "its top N functions by own time (host overhead)")
     parser.add_argument("--profile", type=int, default=0, metavar="N",
                         help="CUDA: after timing, profile 5 steps of each runner and print wall, enqueue and GPU "
                              "time per step, GPU time by kind of kernel and the top N kernels")
     args = parser.parse_args(argv)
-    global PROFILE_TOP, CPROFILE_FIRST
-    PROFILE_TOP, CPROFILE_FIRST = args.profile, args.cprofile_first
+    global PROFILE_TOP, CPROFILE_FIRST, CPROFILE_STEPS
+    PROFILE_TOP, CPROFILE_FIRST, CPROFILE_STEPS = args.profile, args.cprofile_first, args.cprofile_steps
     if args.torch_backend is None:
         args.torch_backend = {"kiln": "inductor"}.get(args.backend, args.backend)
     if args.threads:
