@@ -77,6 +77,10 @@ def aot_compile(
         part = partition(joint)
     forward = AtenGraph(part.fwd, joint.inputs, joint.state, joint.mutated_inputs, joint.outputs, joint.out_spec,
                         joint.sizes)
+    # as for inference: the forward's first outputs are the new values of these inputs (BatchNorm's running
+    # statistics), which its kernels may store in place (schedule/inplace.py; the partition keeps the
+    # backward off mutated inputs, and an input also saved for the backward is not stored into)
+    part.fwd.meta["kiln_mutated_inputs"] = list(joint.mutated_inputs)
     fwd = compile_fwd(part.fwd, [*example_inputs, *joint.state])
     bwd = (compile_bwd or compile_fwd)(part.bwd, placeholder_values(part.bwd))
     runtime = TrainingRuntime(joint, fwd, bwd)

@@ -59,6 +59,44 @@ def _max_over_taps(windows, kernel):
     return out
 
 
+def _argmax_over_taps(windows, kernel, outs, stride, padding, dilation, device):
+    """Which tap of each window (flat over the window's dims) ATen's pooling kernels pick: among the taps
+    inside the input, in order, each one greater than the maximum so far, or NaN, takes over (so the
+    first maximum, or the last NaN); where none does (every value -inf), the window's first tap inside
+    the input. A pointwise chain over the taps, like the values: it fuses with them and is written in
+    the result's layout (an ``argmax`` reduction wrote its buffer channels-first under a channels-last
+    input: 0.54 ms of a ResNet-18 training step on the H100, its reads strided by the channel count).
+    Padding taps are -inf and never take over."""
+    first_window_dim = windows.dim() - len(kernel)
+    n = len(kernel)
+    first_inside = None  # per output position: the flat index of its window's first tap inside the input
+    for i in range(n):
+        if padding[i] == 0:
+            continue
+        start = aten.sub.Scalar(aten.mul.Scalar(aten.arange.start_step(0, outs[i], 1, dtype=torch.int64, device=device),
+                                                stride[i]), padding[i])
+        before = aten.clamp_min.default(aten.neg.default(start), 0)  # taps of this dim left of the input
+        skip = aten.div.Tensor_mode(aten.add.Scalar(before, dilation[i] - 1), dilation[i], rounding_mode="floor")
+        skip = aten.mul.Scalar(aten.view.default(skip, [outs[i]] + [1] * (n - 1 - i)), math.prod(kernel[i + 1:]))
+        first_inside = skip if first_inside is None else aten.add.Tensor(first_inside, skip)
+    if first_inside is None:
+        first_inside = aten.scalar_tensor.default(0, dtype=torch.int64, device=device)
+    best = arg = None
+    for k, index in enumerate(itertools.product(*(range(size) for size in kernel))):
+        tap = windows
+        for i in index:
+            tap = aten.select.int(tap, first_window_dim, i)
+        if best is None:  # against a maximum of -inf so far: any value but -inf (NaN too) takes over
+            take = aten.ne.Scalar(tap, float("-inf"))
+            best, arg = tap, aten.where.self(take, aten.scalar_tensor.default(0, dtype=torch.int64, device=device),
+                                             first_inside)
+            continue
+        take = aten.logical_or.default(aten.gt.Tensor(tap, best), aten.isnan.default(tap))
+        best = aten.where.self(take, tap, best)
+        arg = aten.where.self(take, aten.scalar_tensor.default(k, dtype=torch.int64, device=device), arg)
+    return arg
+
+
 def _pool_memory_format(x):
     """The layout eager's pooling kernels give their results: ATen's ``suggest_memory_format`` of the
     input (channels-last when a 4-D input's strides order its dims N, H, W, C)."""
@@ -81,8 +119,12 @@ def _max_pool(x, n, kernel_size, stride, padding, dilation, ceil_mode):
     windows, outs = _windows(x, n, kernel, stride, padding, dilation, ceil_mode, float("-inf"))
     batch = list(windows.shape[: windows.dim() - 2 * n])
     flat = aten.reshape.default(windows, batch + outs + [-1])
-    values = _max_over_taps(windows, kernel) if math.prod(kernel) <= MAX_POOL_TAPS else aten.amax.default(flat, [-1])
-    arg = aten.argmax.default(flat, -1)  # dropped from the graph when only the values are read
+    if math.prod(kernel) <= MAX_POOL_TAPS:
+        values = _max_over_taps(windows, kernel)
+        arg = _argmax_over_taps(windows, kernel, outs, stride, padding, dilation, x.device)
+    else:
+        values = aten.amax.default(flat, [-1])
+        arg = aten.argmax.default(flat, -1)  # dropped from the graph when only the values are read
     # the input position of each window's maximum, flattened over the pooled dims
     index = None
     rest = arg

@@ -290,3 +290,31 @@ def test_saved_value_of_a_mutated_buffer_is_the_old_value():
     assert runtimes[0].plan.joint.mutated_inputs
     clones = [n for n in runtimes[0].plan.partition.fwd.graph.nodes if n.target is aten.clone.default]
     assert clones  # the saved buffer value is a copy
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs a CUDA GPU"))])
+def test_batch_norm_running_stats_are_stored_in_place_in_training(device):
+    # the training forward's kernels write BatchNorm's new running statistics (and the step counter)
+    # straight into the module's buffers, as inference graphs do: no copy kernel per buffer and step
+    import copy
+
+    import kiln
+    from kiln.debug.stats import stats
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+                                torch.nn.Conv2d(8, 8, 3), torch.nn.BatchNorm2d(8)).to(device)
+    eager = copy.deepcopy(model)
+    compiled = kiln.compile(model)
+    before = stats.inplace_stores
+    for _ in range(3):
+        x = torch.randn(4, 3, 12, 12, device=device)
+        compiled(x).square().sum().backward()
+        eager(x).square().sum().backward()
+    assert stats.inplace_stores - before == 6  # running mean, running var, num_batches_tracked, twice
+    for (name, got), (_, want) in zip(model.named_buffers(), eager.named_buffers()):
+        torch.testing.assert_close(got, want, msg=name)
+        assert got._version == want._version, name
+    for (name, got), (_, want) in zip(model.named_parameters(), eager.named_parameters()):
+        torch.testing.assert_close(got.grad, want.grad, rtol=1e-3, atol=2e-3, msg=name)
