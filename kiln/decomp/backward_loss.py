@@ -193,23 +193,28 @@ def native_batch_norm_backward(grad, x, weight, running_mean, running_var, save_
     mean, invstd = aten.view.default(mean, shape), aten.view.default(invstd, shape)
     x_hat = aten.mul.Tensor(aten.sub.Tensor(xf, mean), invstd)
     scale = invstd if weight is None else aten.mul.Tensor(invstd, aten.view.default(upcast(weight), shape))
+    # sum(g) and sum(g x_hat) per channel, each computed once for the input's gradient and the bias's and
+    # weight's (kept-dim and dropped-dim sums are different ops: made twice, they were two more reductions
+    # per layer, and under split reductions two more kernels each)
     grad_x = grad_w = grad_b = None
+    x_train = output_mask[0] and train
+    sum_g = aten.sum.dim_IntList(g, axes, False) if x_train or output_mask[2] else None
+    sum_gx = aten.sum.dim_IntList(aten.mul.Tensor(g, x_hat), axes, False) if x_train or output_mask[1] else None
     if output_mask[0]:
         if train:
             # (g - mean(g) - x_hat mean(g x_hat)) invstd w
             n = x.numel() // channels
-            g_mean = aten.div.Scalar(aten.sum.dim_IntList(g, axes, True), n)
-            proj = aten.div.Scalar(aten.sum.dim_IntList(aten.mul.Tensor(g, x_hat), axes, True), n)
+            g_mean = aten.div.Scalar(aten.view.default(sum_g, shape), n)
+            proj = aten.div.Scalar(aten.view.default(sum_gx, shape), n)
             centered = aten.sub.Tensor(aten.sub.Tensor(g, g_mean), aten.mul.Tensor(x_hat, proj))
             grad_x = aten.mul.Tensor(centered, scale)
         else:
             grad_x = aten.mul.Tensor(g, scale)
         grad_x = to_dtype(grad_x, x.dtype)
     if output_mask[1]:
-        grad_w = aten.sum.dim_IntList(aten.mul.Tensor(g, x_hat), axes, False)
-        grad_w = to_dtype(grad_w, weight.dtype if weight is not None else x.dtype)
+        grad_w = to_dtype(sum_gx, weight.dtype if weight is not None else x.dtype)
     if output_mask[2]:
-        grad_b = to_dtype(aten.sum.dim_IntList(g, axes, False), weight.dtype if weight is not None else x.dtype)
+        grad_b = to_dtype(sum_g, weight.dtype if weight is not None else x.dtype)
     return grad_x, grad_w, grad_b
 
 

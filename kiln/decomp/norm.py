@@ -11,11 +11,17 @@ aten = torch.ops.aten
 
 def _normalize(x, dims, eps):
     """(x - mean) * rstd over ``dims``; returns (normalized, mean, rstd) with kept dims; biased var."""
+    out, mean, rstd, _ = _normalize_with_var(x, dims, eps)
+    return out, mean, rstd
+
+
+def _normalize_with_var(x, dims, eps):
+    """``_normalize``, and the biased variance it normalized with (kept dims)."""
     mean = aten.mean.dim(x, dims, True)
     centered = aten.sub.Tensor(x, mean)
     var = aten.mean.dim(aten.mul.Tensor(centered, centered), dims, True)
     rstd = aten.rsqrt.default(aten.add.Scalar(var, eps))
-    return aten.mul.Tensor(centered, rstd), mean, rstd
+    return aten.mul.Tensor(centered, rstd), mean, rstd, var
 
 
 @decomposition(aten.native_layer_norm.default)
@@ -55,14 +61,16 @@ def _batch_norm(x, weight, bias, running_mean, running_var, training, momentum, 
     shape = [1, x.shape[1]] + [1] * (x.dim() - 2)
     new_rm = new_rv = None
     if training:
-        out, mean, rstd = _normalize(xf, reduce_dims, eps)
+        out, mean, rstd, batch_var = _normalize_with_var(xf, reduce_dims, eps)
         save_mean = aten.view.default(mean, [x.shape[1]])
         save_invstd = aten.view.default(rstd, [x.shape[1]])
         if running_mean is not None:
             n = x.numel() // x.shape[1]
-            # the running statistics are not part of autograd, as in the eager kernel
+            # the running statistics are not part of autograd, as in the eager kernel; the variance is
+            # the one normalized with, as there (computing it again from a detached input took two more
+            # passes over the input per layer: a mean and a variance of its own)
             batch_mean = aten.detach.default(save_mean)
-            var = aten.var.correction(aten.detach.default(xf), reduce_dims, correction=0)
+            var = aten.detach.default(aten.view.default(batch_var, [x.shape[1]]))
             if isinstance(n, torch.SymInt):  # n / (n - 1) as a float would make the size a constant
                 unbiased = aten.div.Scalar(aten.mul.Scalar(var, n), max(n - 1, 1))
             else:
