@@ -363,10 +363,37 @@ class GpuBuildCheck:
 def enable_inplace_stores(runtime) -> None:
     """From now on the runtime's generated wrapper stores mutated inputs' new values in place (its kernels
     have all been built; codegen/wrapper.py, schedule/inplace.py)."""
-    fn = getattr(runtime, "run", None)
+    _enable_wrapper_inplace(getattr(runtime, "run", None))
+
+
+def _enable_wrapper_inplace(fn) -> None:
     namespace = getattr(fn, "__globals__", None)
     if namespace is not None and INPLACE_FLAG in namespace:
         namespace[INPLACE_FLAG] = True
+
+
+class InplaceAfterFirstForward:
+    """A training runtime's compiled forward on the GPU for its first call: the wrapper computes its
+    first call functionally (its Triton kernels are built and loaded then), and stores mutated inputs'
+    new values in place from then on (BatchNorm's running statistics), as ``GpuBuildCheck`` does for
+    inference graphs. It then hands the runtime the wrapper itself: later calls pay nothing."""
+
+    def __init__(self, runtime, fwd):
+        self.runtime, self.fwd = runtime, fwd
+
+    def __call__(self, *args):
+        out = self.fwd(*args)
+        _enable_wrapper_inplace(self.fwd)
+        self.runtime.fwd = self.fwd
+        return out
+
+
+def store_in_place_after_first_forward(runtime, options, target: str) -> None:
+    """For a training runtime whose forward was generated for the GPU (``inplace_at_once`` off)."""
+    from kiln.aot.training import TrainingRuntime
+
+    if target == "triton" and isinstance(runtime, TrainingRuntime) and not options.cudagraphs:
+        runtime.fwd = InplaceAfterFirstForward(runtime, runtime.fwd)
 
 
 def _is_triton_error(exc: BaseException) -> bool:
@@ -430,6 +457,7 @@ def _kiln_backend(gm, example_inputs, options=None):
         if target == "triton" and inference:
             loaded = _gpu_runtime(runtime, gm, options)
             return race(gm, example_inputs, loaded, options, warm, graph_candidate(loaded, runtime, options))
+        store_in_place_after_first_forward(runtime, options, target)
         return race(gm, example_inputs, _timed(runtime), options, warm)
     if target == "triton":
         warm_pool(options.compile_workers)  # the compile workers start while the graph is traced and lowered
@@ -461,6 +489,7 @@ def _kiln_backend(gm, example_inputs, options=None):
     runtime.compiled_graphs = graphs
     runtime.codegen_complete = bool(graphs) and len(graphs) == len(compiler.compiled)
     warm.store(runtime, compiler)
+    store_in_place_after_first_forward(runtime, options, target)
     if target == "triton" and plan is None and runtime.compiled_graph is not None:
         outer = _gpu_runtime(runtime, gm, options)
         return race(gm, example_inputs, outer, options, warm, graph_candidate(outer, runtime, options))

@@ -309,14 +309,49 @@ def test_batch_norm_running_stats_are_stored_in_place_in_training(device):
     compiled = kiln.compile(model)
     before = stats.inplace_stores
     versions = [(b._version, c._version) for b, c in zip(model.buffers(), eager.buffers())]
+    import kiln.aot.training as training
+
+    copied = []  # per forward: how many new values came back in their own memory (copied into the buffer)
+    real_write_back = training.write_back
+
+    def write_back(target, new, *args, **kwargs):
+        copied[-1] += new.data_ptr() != target.data_ptr()
+        return real_write_back(target, new, *args, **kwargs)
+
     for _ in range(3):
         x = torch.randn(4, 3, 12, 12, device=device)
-        compiled(x).square().sum().backward()
+        copied.append(0)
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(training, "write_back", write_back)
+            compiled(x).square().sum().backward()
         eager(x).square().sum().backward()
     assert stats.inplace_stores - before == 6  # running mean, running var, num_batches_tracked, twice
+    # stored in place from the first call (C++) or the second (GPU: the first builds the kernels)
+    assert copied[1:] == [0, 0] and copied[0] == (6 if device == "cuda" else 0), copied
     for (name, got), (_, want), (v_got, v_want) in zip(model.named_buffers(), eager.named_buffers(), versions):
         torch.testing.assert_close(got, want, msg=name)
         # (counted from the start: deepcopy of a CUDA module leaves its copy's buffers at version 1)
         assert got._version - v_got == want._version - v_want, name
     for (name, got), (_, want) in zip(model.named_parameters(), eager.named_parameters()):
         torch.testing.assert_close(got.grad, want.grad, rtol=1e-3, atol=2e-3, msg=name)
+
+
+def test_gpu_training_forward_stores_in_place_from_its_second_call():
+    # the wrapper generated for the GPU computes its first call functionally (its kernels are built then)
+    # and stores mutated inputs in place afterwards; the runtime then calls the wrapper directly
+    from kiln.backends.kiln import InplaceAfterFirstForward, store_in_place_after_first_forward
+    from kiln.codegen.wrapper_runtime import INPLACE_FLAG
+    from kiln.options import default_options
+
+    namespace = {INPLACE_FLAG: False}
+    exec("def call(x):\n    return x + 1 if _INPLACE else x - 1", namespace)
+    runtime = TrainingRuntime.__new__(TrainingRuntime)
+    runtime.fwd = namespace["call"]
+    store_in_place_after_first_forward(runtime, default_options(), "cpp")  # C++: in place from the start
+    assert runtime.fwd is namespace["call"]
+    store_in_place_after_first_forward(runtime, default_options().replace(cudagraphs=True), "triton")
+    assert runtime.fwd is namespace["call"]  # (recorded graphs replay the first call's buffers)
+    store_in_place_after_first_forward(runtime, default_options(), "triton")
+    assert isinstance(runtime.fwd, InplaceAfterFirstForward)
+    assert runtime.fwd(1) == 0  # the first call: functional
+    assert runtime.fwd is namespace["call"] and runtime.fwd(1) == 2
