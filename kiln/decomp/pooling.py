@@ -43,6 +43,8 @@ def _windows(x, n, kernel, stride, padding, dilation, ceil_mode, pad_value):
 
 # windows of at most this many elements pool as a pointwise maximum over their taps (no reduction)
 MAX_POOL_TAPS = 25
+# windows of at most this many elements get ATen's indices as a pointwise chain (3x3x3 and 7x7 included)
+MAX_INDEX_TAPS = 64
 
 
 def _max_over_taps(windows, kernel):
@@ -59,17 +61,11 @@ def _max_over_taps(windows, kernel):
     return out
 
 
-def _argmax_over_taps(windows, kernel, outs, stride, padding, dilation, device):
-    """Which tap of each window (flat over the window's dims) ATen's pooling kernels pick: among the taps
-    inside the input, in order, each one greater than the maximum so far, or NaN, takes over (so the
-    first maximum, or the last NaN); where none does (every value -inf), the window's first tap inside
-    the input. A pointwise chain over the taps, like the values: it fuses with them and is written in
-    the result's layout (an ``argmax`` reduction wrote its buffer channels-first under a channels-last
-    input: 0.54 ms of a ResNet-18 training step on the H100, its reads strided by the channel count).
-    Padding taps are -inf and never take over."""
-    first_window_dim = windows.dim() - len(kernel)
+def _first_tap_inside(kernel, outs, stride, padding, dilation, device):
+    """Per output position: the flat index (over the window's dims) of its window's first tap inside
+    the input (the taps before it read padding)."""
     n = len(kernel)
-    first_inside = None  # per output position: the flat index of its window's first tap inside the input
+    first_inside = None
     for i in range(n):
         if padding[i] == 0:
             continue
@@ -81,6 +77,18 @@ def _argmax_over_taps(windows, kernel, outs, stride, padding, dilation, device):
         first_inside = skip if first_inside is None else aten.add.Tensor(first_inside, skip)
     if first_inside is None:
         first_inside = aten.scalar_tensor.default(0, dtype=torch.int64, device=device)
+    return first_inside
+
+
+def _argmax_over_taps(windows, kernel, first_inside, device):
+    """Which tap of each window (flat over the window's dims) ATen's pooling kernels pick: among the taps
+    inside the input, in order, each one greater than the maximum so far, or NaN, takes over (so the
+    first maximum, or the last NaN); where none does (every value -inf), the window's first tap inside
+    the input. A pointwise chain over the taps, like the values: it fuses with them and is written in
+    the result's layout (an ``argmax`` reduction wrote its buffer channels-first under a channels-last
+    input: 0.54 ms of a ResNet-18 training step on the H100, its reads strided by the channel count).
+    Padding taps are -inf and never take over."""
+    first_window_dim = windows.dim() - len(kernel)
     best = arg = None
     for k, index in enumerate(itertools.product(*(range(size) for size in kernel))):
         tap = windows
@@ -119,12 +127,13 @@ def _max_pool(x, n, kernel_size, stride, padding, dilation, ceil_mode):
     windows, outs = _windows(x, n, kernel, stride, padding, dilation, ceil_mode, float("-inf"))
     batch = list(windows.shape[: windows.dim() - 2 * n])
     flat = aten.reshape.default(windows, batch + outs + [-1])
-    if math.prod(kernel) <= MAX_POOL_TAPS:
-        values = _max_over_taps(windows, kernel)
-        arg = _argmax_over_taps(windows, kernel, outs, stride, padding, dilation, x.device)
-    else:
-        values = aten.amax.default(flat, [-1])
-        arg = aten.argmax.default(flat, -1)  # dropped from the graph when only the values are read
+    taps = math.prod(kernel)
+    values = _max_over_taps(windows, kernel) if taps <= MAX_POOL_TAPS else aten.amax.default(flat, [-1])
+    first_inside = _first_tap_inside(kernel, outs, stride, padding, dilation, x.device)
+    if taps <= MAX_INDEX_TAPS:  # (dropped from the graph when only the values are read)
+        arg = _argmax_over_taps(windows, kernel, first_inside, x.device)
+    else:  # an argmax reduction: as ATen, except with two NaNs in a window (it takes the first, ATen the last)
+        arg = aten.where.self(aten.eq.Scalar(values, float("-inf")), first_inside, aten.argmax.default(flat, -1))
     # the input position of each window's maximum, flattened over the pooled dims
     index = None
     rest = arg

@@ -83,13 +83,27 @@ def test_compiled_indices_match_eager(backend):
         assert not any("argmax" in name for name in cg.kernels), list(cg.kernels)
 
 
-def test_large_windows_keep_the_reduction():
-    # over MAX_POOL_TAPS taps the values are an amax and the indices an argmax reduction (the chain would
-    # grow with the window); the indices still agree with ATen away from -inf and NaN
+def test_3x3x3_windows_pick_atens_indices():
+    # 27 taps: over the values' chain limit (the values are an amax), the indices still a chain
+    x = _special((1, 2, 6, 7, 8), 2)
+    x[..., :2, :2, :2] = NEG_INF
+    want = aten.max_pool3d_with_indices(x, [3, 3, 3], [2, 2, 2], [1, 1, 1], [1, 1, 1], False)
+    got = max_pool3d_with_indices(x, [3, 3, 3], [2, 2, 2], [1, 1, 1], [1, 1, 1], False)
+    torch.testing.assert_close(got[0], want[0], equal_nan=True, rtol=0, atol=0)
+    assert torch.equal(got[1], want[1])
+
+
+def test_windows_over_the_chain_limit_keep_the_reduction():
+    # over MAX_INDEX_TAPS the indices are an argmax reduction; a window of -inf values still points at
+    # its first tap inside the input, not at padding (only two NaNs in one window differ from ATen)
     from kiln.decomp import pooling
 
-    k = math.isqrt(pooling.MAX_POOL_TAPS) + 1
-    x = torch.randn(1, 2, 12, 12)
-    want = aten.max_pool2d_with_indices(x, [k, k], [2, 2], [0, 0], [1, 1], False)
-    got = max_pool2d_with_indices(x, [k, k], [2, 2], [0, 0], [1, 1], False)
-    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+    k = math.isqrt(pooling.MAX_INDEX_TAPS) + 1
+    x = torch.randn(1, 2, 3 * k, 3 * k)
+    x[..., : k, : k] = NEG_INF
+    x[0, 1, 2 * k, 2 * k] = NAN  # one NaN in a window: it is picked, as by ATen
+    want = aten.max_pool2d_with_indices(x, [k, k], [2, 2], [k // 2, k // 2], [1, 1], False)
+    got = max_pool2d_with_indices(x, [k, k], [2, 2], [k // 2, k // 2], [1, 1], False)
+    torch.testing.assert_close(got[0], want[0], equal_nan=True, rtol=0, atol=0)
+    assert torch.equal(got[1], want[1])
+    assert (want[1] >= 0).all()

@@ -77,10 +77,10 @@ def compile_job(path, name, signature, constexprs, attrs, options, target, envir
     return compiled.hash, None
 
 
-# What Triton reads from the environment when it compiles (its knobs: TRITON_*, plus a few older names).
-TRITON_ENV_PREFIXES = ("TRITON_", "MLIR_", "LLVM_")
-TRITON_ENV_NAMES = frozenset({"DISABLE_LLVM_OPT", "DISABLE_MMA_V3", "DISABLE_PTXAS_OPT", "PTXAS_OPTIONS",
-                              "USE_IR_LOC", "NVPTX_ENABLE_DUMP", "AMDGCN_ENABLE_DUMP"})
+# What Triton reads from the environment when it compiles (its knobs: TRITON_*, and older names such as
+# DISABLE_MMA_V5 or ALLOW_LHS_TMEM_LAYOUT_CONVERSION that are in its cache key too).
+TRITON_ENV_PREFIXES = ("TRITON_", "MLIR_", "LLVM_", "DISABLE_", "ALLOW_", "AMDGCN_", "NVPTX_")
+TRITON_ENV_NAMES = frozenset({"PTXAS_OPTIONS", "USE_IR_LOC"})
 
 
 def triton_environment() -> dict:

@@ -119,12 +119,18 @@ def test_jobs_carry_the_parents_triton_environment(monkeypatch):
 
 
 def test_worker_adopts_the_parents_triton_environment_exactly(monkeypatch):
+    # (on a copy of this process's environment and ptxas memo: adopting removes every other Triton variable)
+    monkeypatch.setattr(os, "environ", os.environ.copy())
+    monkeypatch.setattr(compile_worker, "_PTXAS_PATH_SEEN", [])
+    nvidia = pytest.importorskip("triton.backends.nvidia.compiler")
+    monkeypatch.setattr(nvidia.get_ptxas_version, "cache_clear", lambda: None)
     monkeypatch.setenv("TRITON_ONLY_IN_WORKER", "1")
+    monkeypatch.setenv("DISABLE_MMA_V5", "1")  # (in Triton's cache key, without its prefix)
     monkeypatch.setenv("TRITON_CACHE_DIR", "/old")
     monkeypatch.setenv("TRITON_PTXAS_PATH", "/before")  # (so that the test's end restores it)
     compile_worker.adopt_environment({"TRITON_CACHE_DIR": "/new", "TRITON_PTXAS_PATH": "/p"})
     assert os.environ["TRITON_CACHE_DIR"] == "/new" and os.environ["TRITON_PTXAS_PATH"] == "/p"
-    assert "TRITON_ONLY_IN_WORKER" not in os.environ
+    assert "TRITON_ONLY_IN_WORKER" not in os.environ and "DISABLE_MMA_V5" not in os.environ
 
 
 def test_memoized_ptxas_version_is_forgotten_when_the_ptxas_path_changes(monkeypatch):
