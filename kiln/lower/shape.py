@@ -141,9 +141,9 @@ def lower_constant_pad_nd(g, node, x, pad, value=0):
 
 
 def _normalize(i, n):
-    if i is None:
-        return None
-    return i + n if i < 0 else i
+    """A non-negative position for index ``i`` of a dim of size ``n`` (a size expression where either
+    is symbolic: the sign of a symbolic index is guarded)."""
+    return i + n if lt(i, 0) else i
 
 
 @lowering(aten.slice_scatter.default)
@@ -206,7 +206,7 @@ def lower_select_scatter(g, node, x, src, dim, index):
     val = fake_val(node)
     size = shape_of(val)
     dim = dim % len(size)
-    at = index + size[dim] if lt(index, 0) else index  # (a size expression where the index is symbolic)
+    at = _normalize(index, size[dim])
     read_x, read_src = reader(x, val.dtype), reader(src, val.dtype)
 
     def body(ops, idx):
