@@ -10,13 +10,7 @@ aten = torch.ops.aten
 
 
 def _normalize(x, dims, eps):
-    """(x - mean) * rstd over ``dims``; returns (normalized, mean, rstd) with kept dims; biased var."""
-    out, mean, rstd, _ = _normalize_with_var(x, dims, eps)
-    return out, mean, rstd
-
-
-def _normalize_with_var(x, dims, eps):
-    """``_normalize``, and the biased variance it normalized with (kept dims)."""
+    """(x - mean) * rstd over ``dims``; returns (normalized, mean, rstd, biased var) with kept dims."""
     mean = aten.mean.dim(x, dims, True)
     centered = aten.sub.Tensor(x, mean)
     var = aten.mean.dim(aten.mul.Tensor(centered, centered), dims, True)
@@ -28,7 +22,7 @@ def _normalize_with_var(x, dims, eps):
 def native_layer_norm(x, normalized_shape, weight, bias, eps):
     axis = x.dim() - len(normalized_shape)
     dims = list(range(axis, x.dim()))
-    out, mean, rstd = _normalize(upcast(x), dims, eps)
+    out, mean, rstd, _ = _normalize(upcast(x), dims, eps)
     if weight is not None:
         out = aten.mul.Tensor(out, weight)
     if bias is not None:
@@ -41,7 +35,7 @@ def native_layer_norm(x, normalized_shape, weight, bias, eps):
 @decomposition(aten.native_group_norm.default)
 def native_group_norm(x, weight, bias, n, c, hw, group, eps):
     grouped = aten.view.default(upcast(x) if x.is_contiguous() else aten.clone.default(upcast(x), memory_format=torch.contiguous_format), [n, group, -1])
-    out, mean, rstd = _normalize(grouped, [2], eps)
+    out, mean, rstd, _ = _normalize(grouped, [2], eps)
     out = aten.view.default(out, list(x.shape))
     param_shape = [1, c] + [1] * (x.dim() - 2)
     if weight is not None:
@@ -61,7 +55,7 @@ def _batch_norm(x, weight, bias, running_mean, running_var, training, momentum, 
     shape = [1, x.shape[1]] + [1] * (x.dim() - 2)
     new_rm = new_rv = None
     if training:
-        out, mean, rstd, batch_var = _normalize_with_var(xf, reduce_dims, eps)
+        out, mean, rstd, batch_var = _normalize(xf, reduce_dims, eps)
         save_mean = aten.view.default(mean, [x.shape[1]])
         save_invstd = aten.view.default(rstd, [x.shape[1]])
         if running_mean is not None:

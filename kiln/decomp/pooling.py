@@ -47,33 +47,49 @@ MAX_POOL_TAPS = 25
 MAX_INDEX_TAPS = 64
 
 
-def _max_over_taps(windows, kernel):
-    """The maximum of each window as a chain of ``maximum`` over its taps (strided views of the padded
-    input): a pointwise value that fuses with what reads it (instead of a window copy and a reduction).
-    ``maximum`` propagates NaN like ATen's pooling kernels."""
+def _taps(windows, kernel):
+    """The taps of each window in order (flat over the window's dims): strided views of the padded input,
+    shaped (*batch, *outs)."""
     first_window_dim = windows.dim() - len(kernel)  # (*batch, *outs, *kernel)
-    out = None
     for index in itertools.product(*(range(k) for k in kernel)):
         tap = windows
         for i in index:  # each select drops the first remaining window dim
             tap = aten.select.int(tap, first_window_dim, i)
+        yield tap
+
+
+def _max_over_taps(windows, kernel):
+    """The maximum of each window as a chain of ``maximum`` over its taps: a pointwise value that fuses
+    with what reads it (instead of a window copy and a reduction). ``maximum`` propagates NaN like
+    ATen's pooling kernels."""
+    out = None
+    for tap in _taps(windows, kernel):
         out = tap if out is None else aten.maximum.default(out, tap)
     return out
 
 
-def _first_tap_inside(kernel, outs, stride, padding, dilation, device):
+def _window_starts(outs, stride, padding, device):
+    """Per pooled dim: the input position where each window starts (negative in the padding), shaped to
+    broadcast over the output's pooled dims."""
+    n = len(outs)
+    starts = []
+    for i in range(n):
+        start = aten.arange.start_step(0, outs[i], 1, dtype=torch.int64, device=device)
+        start = aten.sub.Scalar(aten.mul.Scalar(start, stride[i]), padding[i])
+        starts.append(aten.view.default(start, [outs[i]] + [1] * (n - 1 - i)))
+    return starts
+
+
+def _first_tap_inside(kernel, starts, padding, dilation, device):
     """Per output position: the flat index (over the window's dims) of its window's first tap inside
     the input (the taps before it read padding)."""
-    n = len(kernel)
     first_inside = None
-    for i in range(n):
+    for i, start in enumerate(starts):
         if padding[i] == 0:
             continue
-        start = aten.sub.Scalar(aten.mul.Scalar(aten.arange.start_step(0, outs[i], 1, dtype=torch.int64, device=device),
-                                                stride[i]), padding[i])
         before = aten.clamp_min.default(aten.neg.default(start), 0)  # taps of this dim left of the input
         skip = aten.div.Tensor_mode(aten.add.Scalar(before, dilation[i] - 1), dilation[i], rounding_mode="floor")
-        skip = aten.mul.Scalar(aten.view.default(skip, [outs[i]] + [1] * (n - 1 - i)), math.prod(kernel[i + 1:]))
+        skip = aten.mul.Scalar(skip, math.prod(kernel[i + 1:]))
         first_inside = skip if first_inside is None else aten.add.Tensor(first_inside, skip)
     if first_inside is None:
         first_inside = aten.scalar_tensor.default(0, dtype=torch.int64, device=device)
@@ -88,12 +104,8 @@ def _argmax_over_taps(windows, kernel, first_inside, device):
     the result's layout (an ``argmax`` reduction wrote its buffer channels-first under a channels-last
     input: 0.54 ms of a ResNet-18 training step on the H100, its reads strided by the channel count).
     Padding taps are -inf and never take over."""
-    first_window_dim = windows.dim() - len(kernel)
     best = arg = None
-    for k, index in enumerate(itertools.product(*(range(size) for size in kernel))):
-        tap = windows
-        for i in index:
-            tap = aten.select.int(tap, first_window_dim, i)
+    for k, tap in enumerate(_taps(windows, kernel)):
         if best is None:  # against a maximum of -inf so far: any value but -inf (NaN too) takes over
             take = aten.ne.Scalar(tap, float("-inf"))
             best, arg = tap, aten.where.self(take, aten.scalar_tensor.default(0, dtype=torch.int64, device=device),
@@ -129,7 +141,8 @@ def _max_pool(x, n, kernel_size, stride, padding, dilation, ceil_mode):
     flat = aten.reshape.default(windows, batch + outs + [-1])
     taps = math.prod(kernel)
     values = _max_over_taps(windows, kernel) if taps <= MAX_POOL_TAPS else aten.amax.default(flat, [-1])
-    first_inside = _first_tap_inside(kernel, outs, stride, padding, dilation, x.device)
+    starts = _window_starts(outs, stride, padding, x.device)
+    first_inside = _first_tap_inside(kernel, starts, padding, dilation, x.device)
     if taps <= MAX_INDEX_TAPS:  # (dropped from the graph when only the values are read)
         arg = _argmax_over_taps(windows, kernel, first_inside, x.device)
     else:  # an argmax reduction: as ATen, except with two NaNs in a window (it takes the first, ATen the last)
@@ -140,10 +153,7 @@ def _max_pool(x, n, kernel_size, stride, padding, dilation, ceil_mode):
     for i in reversed(range(n)):
         within = aten.remainder.Scalar(rest, kernel[i])
         rest = aten.div.Tensor_mode(rest, kernel[i], rounding_mode="floor")
-        start = aten.arange.start_step(0, outs[i], 1, dtype=torch.int64, device=x.device)
-        start = aten.sub.Scalar(aten.mul.Scalar(start, stride[i]), padding[i])
-        start = aten.view.default(start, [outs[i]] + [1] * (n - 1 - i))
-        pos = aten.add.Tensor(start, aten.mul.Scalar(within, dilation[i]))
+        pos = aten.add.Tensor(starts[i], aten.mul.Scalar(within, dilation[i]))
         stride_in = 1
         for j in range(i + 1, n):
             stride_in *= x.shape[x.dim() - n + j]
