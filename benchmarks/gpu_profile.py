@@ -13,7 +13,9 @@ kind of kernel:
 then the top kernels by total time. Wall time well above the GPU time (and near the ``enqueue`` time,
 the CPU's share) means the call is bound by the CPU (Python, launches): CUDA graphs
 (``reduce-overhead``) help there, and ``--cpu-profile`` shows where that time goes; GPU time above
-another backend's means slower or more kernels.
+another backend's means slower or more kernels. With ``GPU_PROFILE_JSON=path`` every report also
+appends one JSON line to that file: each kernel's microseconds and launches per call (also from
+``benchmarks/train.py --profile``).
 """
 from __future__ import annotations
 
@@ -44,8 +46,9 @@ def kind_of(name: str) -> str:
     return "aten"
 
 
-def profile_calls(fn, args, iters: int) -> tuple[dict, int]:
-    """{kernel name: total microseconds} over ``iters`` calls, and the number of kernel launches."""
+def profile_calls(fn, args, iters: int, counts: dict | None = None) -> tuple[dict, int]:
+    """{kernel name: total microseconds} over ``iters`` calls, and the number of kernel launches
+    (per kernel name in ``counts`` when one is given)."""
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
@@ -58,6 +61,8 @@ def profile_calls(fn, args, iters: int) -> tuple[dict, int]:
         if ev.device_type == torch.autograd.DeviceType.CUDA and ev.device_time > 0:
             times[ev.name] += ev.device_time
             launches += 1
+            if counts is not None:
+                counts[ev.name] = counts.get(ev.name, 0) + 1
     return times, launches
 
 
@@ -93,7 +98,15 @@ def python_profile(fn, args, iters: int, top: int) -> str:
 def report(label: str, backend: str, fn, args, iters: int, top: int, cpu_profile: bool = False) -> None:
     ms = median_ms(fn, args, iters=iters)
     cpu = enqueue_ms(fn, args, iters)
-    times, launches = profile_calls(fn, args, iters)
+    counts: dict = {}
+    times, launches = profile_calls(fn, args, iters, counts)
+    if os.environ.get("GPU_PROFILE_JSON"):  # every kernel's time and launches per call, one JSON line per report
+        import json
+
+        with open(os.environ["GPU_PROFILE_JSON"], "a") as f:
+            rows = {name: [us / iters, counts[name] / iters] for name, us in times.items()}
+            f.write(json.dumps({"label": label, "backend": backend, "wall_ms": ms, "enqueue_ms": cpu,
+                                "kernels": rows}) + "\n")
     busy = sum(times.values()) / iters / 1000
     by_kind: dict = collections.Counter()
     for name, us in times.items():

@@ -33,6 +33,8 @@ from kiln.fake.tensor import run_on_fakes
 aten = torch.ops.aten
 
 ALIGN_BYTES = 16
+# node.meta key: the lowering writes this node's value to a buffer of its own (kiln/lower/graph.py)
+REALIZE = "kiln_realize"
 _PADDED_DTYPES = (torch.bfloat16, torch.float16)
 # rough H100 rates: the misaligned kernel, the aligned one, and memory bandwidth for the copies
 _SLOW_FLOPS, _FAST_FLOPS, _BYTES_PER_S = 90e12, 600e12, 3e12
@@ -90,10 +92,45 @@ def _call(graph: fx.Graph, target, args: tuple, kwargs: dict | None = None) -> f
     return node
 
 
-def _pad(graph: fx.Graph, x: fx.Node, rows: int, cols: int) -> fx.Node:
+def _pad(graph: fx.Graph, x: fx.Node, rows: int, cols: int, memo: dict) -> fx.Node:
+    """``x`` with ``rows`` zero rows and ``cols`` zero columns added (its last two dims), as a row-major
+    copy; a transposed view of a row-major tensor (the ``grad.T`` of a weight gradient) is padded as
+    that tensor and transposed back, so the copy is written in the tensor's own order, not transposed,
+    and one padded copy serves every product that pads the same tensor the same way (GPT-2's LM-head
+    gradient, ``grad @ w`` and ``grad.T @ h``). ``memo`` holds the pads made so far."""
     if not (rows or cols):
         return x
-    return _call(graph, aten.constant_pad_nd.default, (x, [0, cols, 0, rows], 0.0))
+    base = _transposed_row_major_base(x)
+    if base is not None:
+        padded = _pad(graph, base, cols, rows, memo)
+        padded.meta[REALIZE] = True  # one buffer, read as it is and transposed (not two copies)
+        dims = list(range(_val(base).dim()))
+        dims[-2:] = dims[-1], dims[-2]
+        return _call(graph, aten.permute.default, (padded, dims))
+    key = (x, rows, cols)
+    if key not in memo:
+        memo[key] = _call(graph, aten.constant_pad_nd.default, (x, [0, cols, 0, rows], 0.0))
+    return memo[key]
+
+
+def _transposed_row_major_base(x: fx.Node) -> fx.Node | None:
+    """The tensor ``x`` swaps the last two dims of (``x = t(y)``, ``permute(y, [1, 0])``, ``y.transpose(-2,
+    -1)``, ``permute(y, [0, 2, 1])``), when that tensor is row-major; else None."""
+    if x.op != "call_function" or not x.args or not isinstance(x.args[0], fx.Node):
+        return None
+    y, val = x.args[0], _val(x.args[0])
+    if val is None or val.dim() not in (2, 3) or not val.is_contiguous():
+        return None
+    last = val.dim() - 1
+    if x.target is aten.t.default:
+        swaps = val.dim() == 2
+    elif x.target is aten.permute.default:
+        swaps = [d % val.dim() for d in x.args[1]] == [*range(last - 1), last, last - 1]
+    elif x.target is aten.transpose.int:
+        swaps = sorted(d % val.dim() for d in x.args[1:3]) == [last - 1, last]
+    else:
+        swaps = False
+    return y if swaps else None
 
 
 def pad_misaligned_matmuls(graph: fx.Graph, mode: str = "auto") -> int:
@@ -103,6 +140,7 @@ def pad_misaligned_matmuls(graph: fx.Graph, mode: str = "auto") -> int:
     if mode == "off":
         return 0
     rewritten = 0
+    memo: dict = {}  # (node, rows, cols) -> its padded copy
     for node in list(graph.nodes):
         if node.op != "call_function" or node.target not in (aten.mm.default, aten.bmm.default):
             continue
@@ -122,8 +160,8 @@ def pad_misaligned_matmuls(graph: fx.Graph, mode: str = "auto") -> int:
             continue
         pad_m, pad_k, pad_n = pads
         with graph.inserting_before(node):
-            a_padded = _pad(graph, a_node, pad_m, pad_k)
-            b_padded = _pad(graph, b_node, pad_k, pad_n)
+            a_padded = _pad(graph, a_node, pad_m, pad_k, memo)
+            b_padded = _pad(graph, b_node, pad_k, pad_n, memo)
             product = _call(graph, node.target, (a_padded, b_padded))
             result = product
             if pad_n:
@@ -136,5 +174,8 @@ def pad_misaligned_matmuls(graph: fx.Graph, mode: str = "auto") -> int:
                 result = _call(graph, aten.clone.default, (result,), {"memory_format": torch.contiguous_format})
         node.replace_all_uses_with(result)
         graph.erase_node(node)
+        for operand in {a_node, b_node}:  # a transpose read only by this product (its base was padded)
+            if not operand.users and operand.op == "call_function" and _transposed_row_major_base(operand):
+                graph.erase_node(operand)
         rewritten += 1
     return rewritten

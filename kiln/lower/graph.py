@@ -10,10 +10,12 @@ import dataclasses
 import operator
 from typing import Any
 
+import sympy
 import torch
 import torch.fx as fx
 from torch.utils._pytree import tree_flatten, tree_map
 
+from kiln.loopir.handlers import ReadsWrites
 from kiln.loopir.sizes import hint, shape_of, size, strides_of
 from kiln.loopir.nodes import (
     Buffer, ComputedBuffer, ConstantBuffer, ExternKernel, ExternOutput, InputBuffer, Lazy, Pointwise, Reduction,
@@ -21,13 +23,20 @@ from kiln.loopir.nodes import (
 )
 from kiln.lower.user_ops import lower_user_op, user_op_reason
 from kiln.lower.bias_fold import fold_bias_into_matmul
-from kiln.lower.gemm_padding import pad_misaligned_matmuls
+from kiln.lower.gemm_padding import REALIZE, pad_misaligned_matmuls
 from kiln.lower.registry import Unlowerable, lowerings
 
 # a Lazy whose body inlines more ops than this is realized even with one reader
 MAX_INLINE_COST = 64
 # a Lazy read by several nodes is realized when it costs more than this to recompute
 MULTI_USE_COST = 8
+# ... unless recomputing it reads little memory and does only cheap math (``cheap_to_recompute``): each
+# of its loads touches at most 1/RECOMPUTE_READ_RATIO as many distinct elements as the value has
+RECOMPUTE_READ_RATIO = 16
+CHEAP_OPS = frozenset(
+    "neg abs sign relu add sub mul truediv floordiv truncdiv mod maximum minimum bitwise_and bitwise_or "
+    "bitwise_xor bitwise_not lshift rshift eq ne lt le gt ge logical_and logical_or logical_xor logical_not "
+    "isnan isinf isfinite".split())
 
 
 @dataclasses.dataclass
@@ -112,6 +121,10 @@ class GraphLowering:
         return name
 
     # ------------------------------------------------------------------------------- realizing
+
+    def buffer_dtypes(self) -> "_BufferDtypes":
+        """Every buffer's dtype by name (the inputs, constants and buffers made so far)."""
+        return _BufferDtypes(self)
 
     def realize(self, value: TensorValue, stride=None) -> Stored:
         """Make ``value`` a view of a buffer, computing it into a new buffer if it is ``Lazy``.
@@ -278,8 +291,11 @@ class GraphLowering:
 
     def _maybe_realize(self, node, out):
         if isinstance(out, Lazy):
+            if node.meta.get(REALIZE):
+                return self.realize(out)
             readers = _separate_readers(node)
-            if out.cost > MAX_INLINE_COST or (readers > 1 and out.cost > MULTI_USE_COST):
+            if (out.cost > MAX_INLINE_COST and not _only_padded(node)) or (readers > 1 and out.cost > MULTI_USE_COST and not cheap_to_recompute(
+                    out, readers, self.buffer_dtypes(), memory_bound=self.codegen == "triton")):
                 return self.realize(out)
             if readers > 1 and node in self.new_input_values:
                 # a mutated input's new value, read again by later ops: they read it from the buffer it
@@ -321,6 +337,106 @@ def is_size_node(node) -> bool:
 
 _SIZE_OPS = (torch.ops.aten.sym_size.int, torch.ops.aten.sym_stride.int, torch.ops.aten.sym_numel.default,
              torch.ops.aten.sym_storage_offset.default)
+
+
+class _RecomputeCost(ReadsWrites):
+    """Records a body's loads and whether it does any math outside ``CHEAP_OPS`` or loads through an
+    index read from memory."""
+
+    def __init__(self, dtypes):
+        super().__init__(dtypes)
+        self.costly = self.indirect = False
+
+    def unary(self, op, x):
+        self.costly |= op not in CHEAP_OPS
+        return super().unary(op, x)
+
+    def binary(self, op, a, b):
+        self.costly |= op not in CHEAP_OPS
+        return super().binary(op, a, b)
+
+    def indirect_indexing(self, value, size, wrap_negative=True):
+        self.indirect = True  # a gather: its reads are wherever the indices point
+        return super().indirect_indexing(value, size, wrap_negative)
+
+
+class _AnyDtype(dict):
+    """Buffer dtypes when none are given: the loads' positions are what matters then."""
+
+    def __missing__(self, name):
+        return torch.float32
+
+
+class _BufferDtypes(dict):
+    """A lowering's buffer dtypes, collected on the first name it does not know yet."""
+
+    def __init__(self, lowering: "GraphLowering"):
+        super().__init__()
+        self.lowering = lowering
+
+    def __missing__(self, name):
+        low = self.lowering
+        for buf in [*low.inputs, *low.constants, *low.nodes]:
+            for b in (buf.outputs if isinstance(buf, ExternKernel) else [buf]):
+                self[b.name] = b.dtype
+        if name not in self:
+            self[name] = torch.float32  # (not a buffer of this graph: the position is what counts)
+        return dict.__getitem__(self, name)
+
+
+def cheap_to_recompute(value: Lazy, readers: int = 2, dtypes=None, memory_bound: bool = False) -> bool:
+    """Whether each of ``readers`` readers can compute ``value`` again instead of reading it from a
+    buffer written once for them all.
+
+    Always when its math is cheap (``CHEAP_OPS``: comparisons, selects, integer and sign arithmetic)
+    and each load touches few distinct elements, because its index leaves out the value's large dims
+    (a loss gradient built from one label per row, broadcast along a 50257-word vocabulary; a mask
+    made from positions): writing it costs a full write and a full read per reader. With
+    ``memory_bound`` (generated GPU kernels, where math is nearly free next to memory traffic), also
+    when the bytes the readers load to recompute it are fewer than writing it once and reading it
+    back in each reader (GPT-2's recomputed GELU: ``tanh(...) + 1`` as float32 from a bfloat16
+    input). ``dtypes`` maps buffer names to dtypes (for the bytes)."""
+    numel = 1
+    for n in value.size:
+        numel *= hint(n)
+    if numel < 2 * RECOMPUTE_READ_RATIO:
+        return False
+    index = [sympy.Symbol(f"d{i}", integer=True, nonnegative=True) for i in range(len(value.size))]
+    rw = _RecomputeCost(dtypes if dtypes is not None else _AnyDtype())
+    value.body(rw, index)
+    if rw.indirect:
+        return False
+    big_load_bytes = 0  # per element, of the loads that touch many distinct elements
+    for name, expr in rw.reads:
+        touched = 1
+        for i, sym in enumerate(index):
+            if sym in expr.free_symbols:
+                touched *= hint(value.size[i])
+        if touched * RECOMPUTE_READ_RATIO > numel:
+            big_load_bytes += rw.dtypes[name].itemsize
+    if not big_load_bytes and not rw.costly:
+        return True
+    written = value.dtype.itemsize
+    return memory_bound and readers * big_load_bytes < (1 + readers) * written
+
+
+_VIEWS = (torch.ops.aten.view.default, torch.ops.aten._unsafe_view.default, torch.ops.aten.reshape.default)
+
+
+def _only_padded(node) -> bool:
+    """Whether ``node``'s value is read only by a ``constant_pad_nd`` (through views): the padded
+    buffer is then computed with the value inlined, whatever its cost, rather than the value written
+    once and copied into the padded buffer (the padded gradient of a misaligned LM head, 412 MB per
+    step for GPT-2)."""
+    for _ in range(4):
+        if len(node.users) != 1:
+            return False
+        (node,) = node.users
+        if node.target is torch.ops.aten.constant_pad_nd.default:
+            return True
+        if node.target not in _VIEWS:
+            return False
+    return False
 
 
 def _separate_readers(node) -> int:

@@ -127,3 +127,28 @@ def test_symbolic_sizes_are_not_padded_and_not_guarded(mode):
     g.output(mm)
     assert pad_misaligned_matmuls(g, mode) == 0
     assert env.guards == []
+
+
+def test_a_gradient_and_its_transpose_share_one_straight_pad():
+    """An LM head's backward pads its gradient for ``grad @ w`` (K misaligned) and ``grad.T @ h`` (a
+    column-major M misaligned): one row-major pad of ``grad`` serves both (the second product reads it
+    transposed), instead of a second, transposed copy."""
+    from kiln.lower.gemm_padding import pad_misaligned_matmuls
+
+    g = torch.Generator().manual_seed(0)
+    args = [torch.randn(12, 21, generator=g), torch.randn(12, 8, generator=g), torch.randn(21, 8, generator=g)]
+
+    def fn(grad, h, w):
+        return grad.t() @ h, grad @ w
+
+    ag = trace(fn, args)
+    assert pad_misaligned_matmuls(ag.gm.graph, "always") == 2
+    pads = [n for n in ag.gm.graph.nodes if n.target is aten.constant_pad_nd.default]
+    grad_pads = [n for n in pads if n.args[0].op == "placeholder" and n.args[0].meta["val"].shape == (12, 21)]
+    assert len(grad_pads) == 1 and grad_pads[0].args[1] == [0, 3, 0, 0], [n.format_node() for n in pads]
+    assert len(pads) == 2, [n.format_node() for n in pads]  # grad's and w's: no transposed copy of grad
+    expected = fn(*args)
+    got, _ = _compiled(fn, args, "always")
+    for a, b in zip(got(*args), expected):
+        assert_same(a, b, "gradient products")
+        assert a.stride() == b.stride()

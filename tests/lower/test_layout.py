@@ -148,3 +148,67 @@ def test_max_pool_result_has_eagers_layout_whatever_the_input():
     kiln.reset()
     g = lambda v: torch.nn.functional.max_pool2d(v.transpose(2, 3), 3, 2).view(2, -1)  # noqa: E731
     torch.testing.assert_close(kiln.compile(g)(x), g(x))
+
+
+def test_a_value_cheap_to_recompute_is_inlined_into_each_reader():
+    # a cross-entropy gradient: -1/n at each row's label, 0 elsewhere, read by a row sum and by the
+    # softmax term; it reads one label per row, so each reader computes it again instead of reading a
+    # [rows, vocabulary] buffer written for them (GPT-2: 823 MB written, then read twice)
+    labels, logp = torch.randint(0, 64, (8,)), torch.randn(8, 64).log_softmax(-1)
+
+    def fn(labels, logp):
+        grad = torch.where(torch.arange(64) == labels[:, None], -1.0 / 8, 0.0)
+        return grad - logp.exp() * grad.sum(1, keepdim=True)
+
+    lg = lower_graph(trace(fn, [labels, logp]).gm)
+    assert [buf.size for buf in _computed(lg)] == [(8, 1), (8, 64)]  # the sum and the result
+    check(fn, labels, logp)
+
+    def costly(labels, logp):  # the same value through exp: computed once, read twice
+        grad = torch.where(torch.arange(64) == labels[:, None], -1.0 / 8, 0.0).exp().exp()
+        return grad - logp.exp() * grad.sum(1, keepdim=True)
+
+    lg = lower_graph(trace(costly, [labels, logp]).gm)
+    assert [buf.size for buf in _computed(lg)] == [(8, 64), (8, 1), (8, 64)]
+    check(costly, labels, logp)
+
+
+def test_cheap_to_recompute_counts_the_elements_each_load_touches():
+    from kiln.loopir.nodes import Lazy
+    from kiln.lower.graph import cheap_to_recompute
+
+    def lazy(index_of, size=(64, 512)):
+        def body(ops, index):
+            return ops.add(ops.load("x", index_of(index)), ops.constant(1.0, torch.float32))
+
+        return Lazy(size, torch.float32, torch.device("cpu"), body, 20)
+
+    assert cheap_to_recompute(lazy(lambda i: i[0]))  # one element per row
+    assert cheap_to_recompute(lazy(lambda i: i[1]))  # one row for all 64 rows
+    assert not cheap_to_recompute(lazy(lambda i: i[1], size=(8, 512)))  # one row for 8: 1/8 of the reads
+    assert not cheap_to_recompute(lazy(lambda i: 512 * i[0] + i[1]))
+    assert not cheap_to_recompute(lazy(lambda i: i[0], size=(4, 4)))  # too small to matter
+
+
+def test_on_the_gpu_a_value_is_recomputed_where_that_loads_fewer_bytes():
+    # GPT-2's recomputed GELU in the backward: tanh(x...) + 1 as float32 from a bfloat16 x, read by the
+    # GELU's output and by its derivative: two bf16 reads beat a float32 write and two float32 reads
+    from kiln.loopir.nodes import Lazy
+    from kiln.lower.graph import cheap_to_recompute
+
+    def body(ops, index):
+        x = ops.to_dtype(ops.load("x", 512 * index[0] + index[1]), torch.float32)
+        return ops.add(ops.tanh(ops.mul(x, x)), ops.constant(1.0, torch.float32))
+
+    value = Lazy((64, 512), torch.float32, torch.device("cuda"), body, 20)
+    dtypes = {"x": torch.bfloat16}
+    assert cheap_to_recompute(value, 2, dtypes, memory_bound=True)
+    assert not cheap_to_recompute(value, 2, dtypes, memory_bound=False)  # C++: tanh is not free there
+
+    def two_inputs(ops, index):
+        i = 512 * index[0] + index[1]
+        return ops.tanh(ops.add(ops.load("x", i), ops.load("y", i)))
+
+    value = Lazy((64, 512), torch.float32, torch.device("cuda"), two_inputs, 20)
+    dtypes = {"x": torch.float32, "y": torch.float32}
+    assert not cheap_to_recompute(value, 2, dtypes, memory_bound=True)  # 2 x 8 bytes loaded > 4 + 2 x 4
