@@ -162,6 +162,11 @@ def _max_pool(x, n, kernel_size, stride, padding, dilation, ceil_mode):
     # eager's kernels allocate both results in the input's suggested memory format (a copy-free clone
     # where they have it; without it the tap chain would follow any input layout)
     fmt = _pool_memory_format(x)
+    if n == 2 and fmt == torch.channels_last and x.device.type == "cuda":
+        # ATen's channels-last CUDA kernel starts every window's index at input position 0, not at its
+        # first tap inside the input: a window of only -inf keeps 0 (its other rules are the same)
+        index = aten.where.self(aten.eq.Scalar(values, float("-inf")),
+                                aten.scalar_tensor.default(0, dtype=torch.int64, device=x.device), index)
     return aten.clone.default(values, memory_format=fmt), aten.clone.default(index, memory_format=fmt)
 
 
