@@ -106,6 +106,12 @@ class Options:
     inplace_stores: a kernel that computes the new value of an input the graph mutates stores it into the
         input's memory where nothing reads the old contents afterwards, instead of the runtime copying
         it back (``kiln/schedule/inplace.py``; KILN_INPLACE_STORES=0 off).
+    dynamic_ints: int arguments (and int attributes of arguments) become size-like symbols where
+        ``dynamic=`` makes sizes symbols: from the first compile under ``dynamic=True``, once a compile
+        sees another value at the same place under ``dynamic=None`` (automatic dynamic, as
+        torch.compile's ints); 0, 1 and negative values stay constants (docs/dynamic.md;
+        KILN_DYNAMIC_INTS=0: every int value a guarded constant).
+    dynamic_floats: float arguments become graph inputs the same way (KILN_DYNAMIC_FLOATS=0 off).
     """
 
     recompile_limit: int = 8
@@ -127,7 +133,7 @@ class Options:
     compile_workers: int = 0
     conv_channels_last: bool | None = None
     gemm_padding: str = "auto"
-    dynamic_ints: bool = False
+    dynamic_ints: bool = True
     dynamic_floats: bool = True
     choose_faster: bool = True
     ddp_split: bool = True
@@ -187,7 +193,7 @@ def _read_environment() -> Options:
         matmul_choice=_env_choice("KILN_MATMUL_CHOICE", MATMUL_CHOICES, "autotune"),
         compile_workers=_env_int("KILN_COMPILE_WORKERS", _default_workers()),
         conv_channels_last=_env_flag("KILN_CONV_CHANNELS_LAST"),
-        dynamic_ints=_env_int("KILN_DYNAMIC_INTS", 0) != 0,
+        dynamic_ints=_env_int("KILN_DYNAMIC_INTS", 1) != 0,
         dynamic_floats=_env_int("KILN_DYNAMIC_FLOATS", 1) != 0,
         choose_faster=_env_int("KILN_CHOOSE_FASTER", 1) != 0,
         default_cudagraphs=_env_int("KILN_DEFAULT_CUDAGRAPHS", 1) != 0,

@@ -141,9 +141,15 @@ def test_training_slice(backend):
     assert compiles(compiled) == 1
 
 
-def test_off_by_default_recompiles_per_value(backend):
-    c = run(lambda x, n: x[:n] * 2, lambda n: (X, n), (4, 7, 9), backend, options={})
+def test_off_recompiles_per_value(backend):
+    c = run(lambda x, n: x[:n] * 2, lambda n: (X, n), (4, 7, 9), backend, options={"dynamic_ints": False})
     assert compiles(c) == 3
+
+
+def test_on_by_default_after_a_second_value(backend):
+    # automatic dynamic, as torch.compile's ints: the first value compiles a constant, the second a symbol
+    c = run(lambda x, n: x[:n] * 2, lambda n: (X, n), (4, 7, 9, 5), backend, options={})
+    assert compiles(c) == 2
 
 
 def test_bool_and_float_stay_constants(backend):

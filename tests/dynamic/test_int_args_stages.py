@@ -84,7 +84,7 @@ def test_capture_guard_on_int_branch_is_an_expression():
 
 
 def test_capture_without_option_keeps_ints_constants():
-    c = kiln.compile(lambda x, n: x[:n], backend="eager", dynamic=True)
+    c = kiln.compile(lambda x, n: x[:n], backend="eager", dynamic=True, options={"dynamic_ints": False})
     c(torch.randn(10), 4)
     places = [p for p in _graphs(c)[0].graph.nodes if p.op == "placeholder"]
     assert [p.target for p in places] == ["x"]
