@@ -36,10 +36,14 @@ CASES = [  # kernel, stride, padding, dilation, ceil_mode
 
 @pytest.mark.parametrize("case", CASES, ids=[str(i) for i in range(len(CASES))])
 @pytest.mark.parametrize("channels_last", [False, True])
-def test_decomposition_picks_atens_indices(case, channels_last):
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=[pytest.mark.cuda, pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs a CUDA GPU")])])
+def test_decomposition_picks_atens_indices(case, channels_last, device):
+    # CUDA's channels-last kernel starts each window's index at input position 0 (a window of -inf keeps
+    # 0); its contiguous kernel, like the CPU's, at the window's first tap inside the input
     kernel, stride, padding, dilation, ceil = case
     for seed in range(3):
-        x = _special((2, 3, 9, 8), seed)
+        x = _special((2, 3, 9, 8), seed).to(device)
         if channels_last:
             x = x.to(memory_format=torch.channels_last)
         want_v, want_i = aten.max_pool2d_with_indices(x, kernel, stride, padding, dilation, ceil)
@@ -47,24 +51,6 @@ def test_decomposition_picks_atens_indices(case, channels_last):
         torch.testing.assert_close(got_v, want_v, equal_nan=True, rtol=0, atol=0)
         assert torch.equal(got_i, want_i), (seed, (got_i != want_i).nonzero()[:5])
         assert got_i.stride() == want_i.stride()
-
-
-@pytest.mark.cuda
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-@pytest.mark.parametrize("case", CASES, ids=[str(i) for i in range(len(CASES))])
-@pytest.mark.parametrize("channels_last", [False, True])
-def test_decomposition_picks_cuda_atens_indices(case, channels_last):
-    # CUDA's channels-last kernel starts each window's index at input position 0 (a window of -inf keeps
-    # 0); its contiguous kernel, like the CPU's, at the window's first tap inside the input
-    kernel, stride, padding, dilation, ceil = case
-    for seed in range(3):
-        x = _special((2, 3, 9, 8), seed).cuda()
-        if channels_last:
-            x = x.to(memory_format=torch.channels_last)
-        want_v, want_i = aten.max_pool2d_with_indices(x, kernel, stride, padding, dilation, ceil)
-        got_v, got_i = max_pool2d_with_indices(x, kernel, stride, padding, dilation, ceil)
-        torch.testing.assert_close(got_v, want_v, equal_nan=True, rtol=0, atol=0)
-        assert torch.equal(got_i, want_i), (seed, (got_i != want_i).nonzero()[:5])
 
 
 def test_3d_decomposition_picks_atens_indices():
