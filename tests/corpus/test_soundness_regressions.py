@@ -683,3 +683,22 @@ def test_parameter_is_a_leaf():
         return x + 1, w.is_leaf, w.grad_fn is None, (w * 2).is_leaf
 
     check(fn, torch.nn.Linear(2, 2), torch.ones(2), breaks=0)
+
+
+class _PlainObject:
+    pass
+
+
+class _CallableObject:
+    def __call__(self):
+        return 1
+
+
+def test_callable_of_an_instance_asks_its_type_for_call():
+    # kiln answered callable(obj) by hasattr(type(obj), "__call__"), True for every class (through the
+    # metaclass): an instance of a class without __call__ was "callable", silently (a new user's case)
+    def fn(x, plain, calls):
+        made = _PlainObject()
+        return x + 1, callable(plain), callable(calls), callable(made), callable(_PlainObject), callable(len)
+
+    check(fn, torch.ones(2), _PlainObject(), _CallableObject(), breaks=0)

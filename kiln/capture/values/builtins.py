@@ -346,7 +346,9 @@ def _callable(tx, obj):
         return ConstantValue(False)
     if obj.is_constant():
         return ConstantValue(callable(obj.as_constant()))
-    return ConstantValue(callable(obj.python_type()) and hasattr(obj.python_type(), "__call__"))
+    # CPython's PyCallable_Check: the *type* has a __call__ slot (an instance attribute does not count;
+    # every class object answers hasattr(cls, "__call__") through its metaclass, so look in the MRO)
+    return ConstantValue(any("__call__" in vars(k) for k in obj.python_type().__mro__))
 
 
 def _super(tx, *args):
