@@ -23,6 +23,36 @@ _EQ_TENSOR = "gives a tensor where eager gives a bool (its == result is not pass
 
 # ---- `in`, index, count, remove -----------------------------------------------------------------------
 
+class _Members:
+    """A container whose `in` is its own Python code (identity only)."""
+
+    def __init__(self, items):
+        self.items = items
+
+    def __contains__(self, item):
+        return any(v is item for v in self.items)
+
+
+class _IterMembers:
+    """No __contains__: `in` steps its __iter__ (identity first, then ==)."""
+
+    def __init__(self, items):
+        self.items = items
+
+    def __iter__(self):
+        return iter(self.items)
+
+
+def test_in_on_a_python_container_runs_its_contains():
+    # `tensor in obj` broke the graph ("`in` on a tensor depends on its data") before asking the object's
+    # class: its __contains__ (or __iter__) is Python code, traced like any call (a new user's case)
+    def fn(x, y):
+        made = _Members([x])
+        return (x + 1 if x in _Members([y, x]) else x - 1), y in made, x in _IterMembers([x, y]), x in made
+
+    check(fn, _t(3), _t(3, seed=1), breaks=0)
+
+
 @dynamo_bug(_EQ_TENSOR)
 def test_in_and_index_decided_by_identity():
     def fn(x, y):

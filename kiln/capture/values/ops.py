@@ -416,7 +416,9 @@ def contains_op(tx, item: Value, container: Value) -> bool:
     from kiln.capture.values.collections_values import DequeValue
 
     if isinstance(container, TensorValue) or isinstance(item, TensorValue) and not isinstance(
-            container, (SequenceValue, IteratorValue, DequeValue)):  # these compare as equal_bool does
+            container, (SequenceValue, IteratorValue, DequeValue)) and not _python_membership(container):
+        # (sequences compare as equal_bool does; a Python __contains__/__iter__ is traced: whatever it
+        # does with the tensor is checked there)
         unsupported("`in` on a tensor depends on its data")
     if container.is_constant() and item.is_constant():
         return item.as_constant() in container.as_constant()
@@ -439,6 +441,22 @@ def contains_op(tx, item: Value, container: Value) -> bool:
         return found
     result = container.call_method(tx, "__contains__", [item], {})
     return tx.truth(result)
+
+
+def _python_membership(container: Value) -> bool:
+    """Whether `x in container` runs Python code of the container's class: its own `__contains__`
+    function, or (without one) its `__iter__` function (CPython's iteration search)."""
+    import types
+
+    from kiln.capture.values.objects import NewObjectValue, UserObjectValue
+
+    if not isinstance(container, (NewObjectValue, UserObjectValue)):
+        return False
+    cls = container.python_type()
+    contains = getattr(cls, "__contains__", None)
+    if contains is not None:
+        return isinstance(contains, types.FunctionType)
+    return isinstance(getattr(cls, "__iter__", None), types.FunctionType)
 
 
 def _contains_by_iteration(tx, item: Value, container: Value) -> bool | None:
