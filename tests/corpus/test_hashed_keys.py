@@ -80,6 +80,18 @@ def test_set_members_with_hash_and_eq():
     check(fn, _t(3))
 
 
+def test_set_of_a_list_adds_its_members_one_by_one():
+    # set(list) / frozenset(iterator) of such objects broke the graph ("its class defines __hash__/__eq__"),
+    # and the set then reached the resume function, which runs eagerly (a new user's case; dynamo: 1 graph)
+    def fn(x):
+        log = []
+        keys = [LKey("a", log), LKey("b", log), LKey("A", log, h=hash("a")), LKey("c", log)]
+        s, f = set(keys), frozenset(iter(keys))
+        return x * len(s), sorted(k.name for k in s), [k.name for k in f], type(f).__name__, LKey("b", log) in f, log
+
+    check(fn, _t(3), breaks=0)
+
+
 @dynamo_bug("wrong result: dict.update with equal (not identical) user keys adds a second key")
 def test_dict_update_and_merge_use_kept_hashes():
     def fn(x):

@@ -14,7 +14,7 @@ import torch
 from kiln.capture.class_guards import note_name
 from kiln.capture.values.base import BINARY_OPERATORS, ConstantValue, KnownFunctionValue, Value, unsupported
 from kiln.capture.values.containers import DictValue, ListValue, SequenceValue, SetValue, SliceValue, TupleValue
-from kiln.capture.values.container_keys import dict_key
+from kiln.capture.values.container_keys import dict_key, set_key
 from kiln.capture.values.namedtuples import NamedTupleValue
 from kiln.capture.values.tensors import TensorValue
 
@@ -467,6 +467,14 @@ _HANDLERS: dict = {
 }
 
 
+def _python_hashed(v: Value) -> bool:
+    """An object whose class hashes through a Python __hash__ (values/hashed_keys.py)."""
+    from kiln.capture.values import hashed_keys
+    from kiln.capture.values.ops import is_python_object
+
+    return is_python_object(v) and hashed_keys.has_python_hash(v.python_type())
+
+
 def construct_builtin_type(tx, cls, args, kwargs) -> Value:
     """tuple(...), list(...), dict(...), set(...), slice(...), object() and the numeric types."""
     if cls is tuple:
@@ -483,14 +491,19 @@ def construct_builtin_type(tx, cls, args, kwargs) -> Value:
 
         if isinstance(source, IteratorValue):  # consumed once: its items, in order
             source = ListValue(tx.items(source))
+        if isinstance(source, SequenceValue) and any(_python_hashed(v) for v in source.elements):
+            # set(list of objects with a Python __hash__): CPython adds the items one by one
+            # (set_update_internal), running their __hash__ and __eq__ as BUILD_SET does
+            made = SetValue([], kind=cls)
+            for item in source.elements:
+                made._add(set_key(tx, item, made.members), item)
+            return made
         operand = real_operand(tx, source)
         added = list(operand) if isinstance(operand, (list, tuple, str, dict)) else None
         values = {}
         if isinstance(source, SetValue):
             values = dict(source.members)
         elif isinstance(source, (SequenceValue, ListValue)):
-            from kiln.capture.values.container_keys import set_key
-
             values = {set_key(tx, v): v for v in reversed(source.elements)}  # the first of equal ones
         return SetValue.from_real(cls(operand), added, values,  # CPython's order (values/set_order.py)
                                   one_by_one=isinstance(operand, (list, tuple, str)))
