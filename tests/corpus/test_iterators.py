@@ -780,3 +780,35 @@ def test_iterating_tensor_rows_with_next_and_for():
         return [first * r for r in it], type(it).__name__
 
     check(fn, _t(3, 2))
+
+
+class _OldProtocol:
+    """Iterable through __getitem__ alone (no __iter__): CPython's sequence iterator calls it with 0, 1, ...
+    until IndexError (or StopIteration)."""
+
+    def __init__(self, items):
+        self.items = items
+
+    def __getitem__(self, i):
+        if i >= len(self.items):
+            raise IndexError(i)
+        return self.items[i] * 2
+
+
+class _StopsAtThree:
+    def __getitem__(self, i):
+        if i == 3:
+            raise StopIteration
+        return i
+
+
+def test_old_sequence_protocol_iterates_through_getitem():
+    # it broke the graph ("iterating over NewObject(...)") and ran __getitem__ eagerly (4 graphs; dynamo 1)
+    def fn(x, y):
+        seq = _OldProtocol([x, y, x + y])
+        it = iter(_OldProtocol([x, y]))
+        first = next(it)
+        return sum(seq) + first, list(_OldProtocol([1, 2])), list(_StopsAtThree()), [v for v in seq][1], \
+            type(it).__name__, 5 in _OldProtocol([1, 2, 3])
+
+    check(fn, torch.ones(2), torch.full((2,), 3.0), breaks=0)

@@ -371,6 +371,70 @@ class UserIteratorValue(IteratorValue):
         cg.reconstruct(self.obj)
 
 
+class _OldSequence:
+    def __getitem__(self, i):
+        raise IndexError(i)
+
+
+def sequence_iterator_at(obj, index: int, exhausted: bool):
+    """CPython's iterator over an object with __getitem__ and no __iter__, ``index`` items in (set without
+    calling __getitem__: the iterator's __setstate__), or one already exhausted."""
+    if exhausted:
+        it = iter(_OldSequence())
+        next(it, None)
+        return it
+    it = iter(obj)
+    it.__setstate__(index)
+    return it
+
+
+def old_sequence_protocol(cls) -> bool:
+    """iter() of an object of ``cls`` is CPython's sequence iterator over its Python __getitem__: the class
+    has no __iter__ (not even ``__iter__ = None``, which makes it not iterable)."""
+    import types
+
+    return not any("__iter__" in vars(k) for k in cls.__mro__) and \
+        isinstance(getattr(cls, "__getitem__", None), types.FunctionType)
+
+
+class GetItemIterator(IteratorValue):
+    """iter(obj) for an object whose class has a Python __getitem__ and no __iter__ (the old sequence
+    protocol): each step calls obj.__getitem__(0), (1), ... as traced code, until it raises IndexError or
+    StopIteration. Rebuilt at its position (``sequence_iterator_at``)."""
+
+    iter_type = type(iter(_OldSequence()))
+
+    def __init__(self, obj: Value):
+        self.obj = obj
+        self.index = 0
+        self.exhausted = False
+
+    def _next(self, tx):
+        if self.exhausted:
+            return None
+        try:
+            item = self.obj.call_method(tx, "__getitem__", [ConstantValue(self.index)], {})
+        except Exception as exc:
+            from kiln.capture.values.exceptions import TracedRaise
+
+            if isinstance(exc, TracedRaise) and (exc.matches(IndexError) or exc.matches(StopIteration)):
+                self.exhausted = True
+                return None
+            raise
+        self.index += 1
+        return item
+
+    def children(self) -> list[Value]:
+        return [self.obj]
+
+    def reconstruct(self, cg) -> None:
+        cg.prepare_call(sequence_iterator_at)
+        cg.reconstruct(self.obj)
+        cg.reconstruct(ConstantValue(self.index))
+        cg.reconstruct(ConstantValue(self.exhausted))
+        cg.call(3)
+
+
 # ---- iterators over other iterators -------------------------------------------------------------------
 
 class MapIterator(IteratorValue):
@@ -615,6 +679,8 @@ def user_iterator(tx, value: Value) -> IteratorValue | None:
     if not isinstance(value, (NewObjectValue, UserObjectValue)) or isinstance(value, DictObjectValue):
         return None
     cls = value.python_type()
+    if old_sequence_protocol(cls):
+        return GetItemIterator(value)
     if not isinstance(getattr(cls, "__iter__", None), types.FunctionType):
         return None
     result = class_attribute(tx, cls, "__iter__", value).call(tx, [], {})

@@ -456,22 +456,30 @@ def _python_membership(container: Value) -> bool:
     contains = getattr(cls, "__contains__", None)
     if contains is not None:
         return isinstance(contains, types.FunctionType)
-    return isinstance(getattr(cls, "__iter__", None), types.FunctionType)
+    return _iterable_in_python(cls)
+
+
+def _iterable_in_python(cls) -> bool:
+    """iter() of an object of ``cls`` runs Python code: its __iter__, or (without one) its __getitem__
+    (the old sequence protocol)."""
+    import types
+
+    from kiln.capture.values.iterators import old_sequence_protocol
+
+    return isinstance(getattr(cls, "__iter__", None), types.FunctionType) or old_sequence_protocol(cls)
 
 
 def _contains_by_iteration(tx, item: Value, container: Value) -> bool | None:
-    """`item in obj` for an object of a Python class with `__iter__` and no `__contains__`: CPython's
-    _PySequence_IterSearch, which steps the iterator (lazily) until an element is `item` or `== item`.
-    None for other containers."""
-    import types
-
+    """`item in obj` for an object of a Python class with `__iter__` (or only `__getitem__`) and no
+    `__contains__`: CPython's _PySequence_IterSearch, which steps the iterator (lazily) until an element
+    is `item` or `== item`. None for other containers."""
     from kiln.capture.values.iterators import iterate
     from kiln.capture.values.objects import NewObjectValue, UserObjectValue
 
     if not isinstance(container, (NewObjectValue, UserObjectValue)):
         return None
     cls = container.python_type()
-    if hasattr(cls, "__contains__") or not isinstance(getattr(cls, "__iter__", None), types.FunctionType):
+    if hasattr(cls, "__contains__") or not _iterable_in_python(cls):
         return None
     return any(equal_bool(tx, element, item) for element in iterate(tx, container))
 
