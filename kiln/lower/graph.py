@@ -54,14 +54,7 @@ class LoweredGraph:
     int_inputs: dict = dataclasses.field(default_factory=dict)
 
     def buffers(self) -> dict[str, Buffer]:
-        out = {b.name: b for b in self.inputs}
-        out.update({b.name: b for b in self.constants})
-        for n in self.nodes:
-            if isinstance(n, ExternKernel):
-                out.update({o.name: o for o in n.outputs})
-            else:
-                out.setdefault(n.name, n)  # a scatter update (loopir/scatter.py) keeps its copy's name
-        return out
+        return buffers_by_name(self.inputs, self.constants, self.nodes)
 
     def format(self) -> str:
         from kiln.loopir.handlers import format_buffer
@@ -76,6 +69,18 @@ class LoweredGraph:
                 lines.append(format_buffer(n, dtypes))
         lines.append("outputs: " + ", ".join(_describe_out(o) for o in self.outputs))
         return "\n".join(lines)
+
+
+def buffers_by_name(inputs, constants, nodes) -> dict[str, Buffer]:
+    """Every buffer of a lowered graph by name: inputs, constants, computed buffers, extern outputs."""
+    out = {b.name: b for b in inputs}
+    out.update({b.name: b for b in constants})
+    for n in nodes:
+        if isinstance(n, ExternKernel):
+            out.update({o.name: o for o in n.outputs})
+        else:
+            out.setdefault(n.name, n)  # a scatter update (loopir/scatter.py) keeps its copy's name
+    return out
 
 
 def _describe_out(o) -> str:
@@ -112,6 +117,7 @@ class GraphLowering:
         # id(Lazy) -> (the Lazy; a function returning it as a view of a smaller realized value, or None):
         # a broadcast (expand) is realized as its base with stride-0 dims, as ATen's view is
         self._as_view: dict[int, tuple[Lazy, Any]] = {}
+        self._dtypes = _BufferDtypes(self)  # buffer name -> dtype (cheap_to_recompute's bytes)
 
     # ---------------------------------------------------------------------------------- naming
 
@@ -121,10 +127,6 @@ class GraphLowering:
         return name
 
     # ------------------------------------------------------------------------------- realizing
-
-    def buffer_dtypes(self) -> "_BufferDtypes":
-        """Every buffer's dtype by name (the inputs, constants and buffers made so far)."""
-        return _BufferDtypes(self)
 
     def realize(self, value: TensorValue, stride=None) -> Stored:
         """Make ``value`` a view of a buffer, computing it into a new buffer if it is ``Lazy``.
@@ -294,8 +296,10 @@ class GraphLowering:
             if node.meta.get(REALIZE):
                 return self.realize(out)
             readers = _separate_readers(node)
-            if (out.cost > MAX_INLINE_COST and not _only_padded(node)) or (readers > 1 and out.cost > MULTI_USE_COST and not cheap_to_recompute(
-                    out, readers, self.buffer_dtypes(), memory_bound=self.codegen == "triton")):
+            too_big = out.cost > MAX_INLINE_COST and not _only_padded(node)
+            shared = readers > 1 and out.cost > MULTI_USE_COST and not cheap_to_recompute(
+                out, readers, self._dtypes, memory_bound=self.codegen == "triton")
+            if too_big or shared:
                 return self.realize(out)
             if readers > 1 and node in self.new_input_values:
                 # a mutated input's new value, read again by later ops: they read it from the buffer it
@@ -367,8 +371,9 @@ class _AnyDtype(dict):
         return torch.float32
 
 
-class _BufferDtypes(dict):
-    """A lowering's buffer dtypes, collected on the first name it does not know yet."""
+class _BufferDtypes(_AnyDtype):
+    """A lowering's buffer dtypes by name, filled in again from its buffers (those made so far) when a
+    name is not known yet."""
 
     def __init__(self, lowering: "GraphLowering"):
         super().__init__()
@@ -376,12 +381,8 @@ class _BufferDtypes(dict):
 
     def __missing__(self, name):
         low = self.lowering
-        for buf in [*low.inputs, *low.constants, *low.nodes]:
-            for b in (buf.outputs if isinstance(buf, ExternKernel) else [buf]):
-                self[b.name] = b.dtype
-        if name not in self:
-            self[name] = torch.float32  # (not a buffer of this graph: the position is what counts)
-        return dict.__getitem__(self, name)
+        self.update((n, b.dtype) for n, b in buffers_by_name(low.inputs, low.constants, low.nodes).items())
+        return self[name] if name in self else super().__missing__(name)
 
 
 def cheap_to_recompute(value: Lazy, readers: int = 2, dtypes=None, memory_bound: bool = False) -> bool:

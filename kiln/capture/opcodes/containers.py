@@ -5,7 +5,7 @@ from kiln.capture.opcodes.registry import handles
 from kiln.capture.values.base import ConstantValue, unsupported
 from kiln.capture.values.scalars import defer, format_value, join_strings
 from kiln.capture.values.containers import DictValue, ListValue, SetValue, SliceValue, TupleValue
-from kiln.capture.values.container_keys import dict_key, set_key
+from kiln.capture.values.container_keys import dict_key
 
 
 @handles()
@@ -20,11 +20,7 @@ def BUILD_LIST(tx, inst):
 
 @handles()
 def BUILD_SET(tx, inst):
-    items = tx.popn(inst.arg)
-    made = SetValue([])
-    for item in items:  # PySet_Add one by one: a Python __hash__/__eq__ runs as CPython runs it
-        made._add(set_key(tx, item, made.members), item)
-    tx.push(made)
+    tx.push(SetValue([]).add_each(tx, tx.popn(inst.arg)))
 
 
 @handles()

@@ -467,14 +467,6 @@ _HANDLERS: dict = {
 }
 
 
-def _python_hashed(v: Value) -> bool:
-    """An object whose class hashes through a Python __hash__ (values/hashed_keys.py)."""
-    from kiln.capture.values import hashed_keys
-    from kiln.capture.values.ops import is_python_object
-
-    return is_python_object(v) and hashed_keys.has_python_hash(v.python_type())
-
-
 def construct_builtin_type(tx, cls, args, kwargs) -> Value:
     """tuple(...), list(...), dict(...), set(...), slice(...), object() and the numeric types."""
     if cls is tuple:
@@ -491,13 +483,12 @@ def construct_builtin_type(tx, cls, args, kwargs) -> Value:
 
         if isinstance(source, IteratorValue):  # consumed once: its items, in order
             source = ListValue(tx.items(source))
-        if isinstance(source, SequenceValue) and any(_python_hashed(v) for v in source.elements):
+        from kiln.capture.values.hashed_keys import hashed_in_python
+
+        if isinstance(source, SequenceValue) and any(hashed_in_python(v) for v in source.elements):
             # set(list of objects with a Python __hash__): CPython adds the items one by one
             # (set_update_internal), running their __hash__ and __eq__ as BUILD_SET does
-            made = SetValue([], kind=cls)
-            for item in source.elements:
-                made._add(set_key(tx, item, made.members), item)
-            return made
+            return SetValue([], kind=cls).add_each(tx, source.elements)
         operand = real_operand(tx, source)
         added = list(operand) if isinstance(operand, (list, tuple, str, dict)) else None
         values = {}

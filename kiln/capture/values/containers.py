@@ -440,6 +440,13 @@ class SetValue(Value):
             self.outside = None  # its order after the replayed change is not known while tracing
             tx.output.side_effects.container_changed(self)  # the new members replace the old after the graph
 
+    def add_each(self, tx, items: list[Value]) -> "SetValue":
+        """PySet_Add of each item in turn (BUILD_SET, set(list)): a Python __hash__/__eq__ runs as CPython
+        runs it, against the members added before."""
+        for item in items:
+            self._add(set_key(tx, item, self.members), item)
+        return self
+
     def _add(self, key, value: Value) -> None:
         self.members.setdefault(key, value)
         if self.order is not None:

@@ -36,6 +36,13 @@ def has_python_hash(cls: type) -> bool:
         (cls.__eq__ is object.__eq__ or python_slot(cls, "__eq__") is not None)
 
 
+def hashed_in_python(value: Value) -> bool:
+    """An object of a Python class (over object alone) whose class hashes through a Python __hash__."""
+    from kiln.capture.values.ops import is_python_object
+
+    return is_python_object(value) and has_python_hash(value.python_type())
+
+
 def user_hash(tx, key: Value) -> int:
     """hash(key): its class's Python __hash__, traced; the int CPython makes of its result."""
     from kiln.capture.values.objects import class_attribute
@@ -135,14 +142,13 @@ class _KnownHash:
 
 def _known_hash(tx, value: Value) -> int | None:
     from kiln.capture.values.containers import TupleValue
-    from kiln.capture.values.ops import is_python_object
 
     if value.is_constant():
         try:
             return hash(value.as_constant())
         except TypeError:
             return None
-    if is_python_object(value) and has_python_hash(value.python_type()):
+    if hashed_in_python(value):
         return user_hash(tx, value)
     if type(value) is TupleValue:
         hashes = [_known_hash(tx, item) for item in value.elements]
