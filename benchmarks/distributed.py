@@ -277,7 +277,8 @@ def measure(mode, name, args, device) -> dict:
         times.append(time.perf_counter() - t0)
         losses.append(loss.item())
     peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
-    hidden = profile_overlap(step, device) if device.type == "cuda" and not args.no_profile else None
+    hidden = profile_overlap(step, device, timeline_path(args, name, mode)) \
+        if device.type == "cuda" and not args.no_profile else None
     del runner, model, step
     if device.type == "cuda":
         torch.cuda.empty_cache()
@@ -294,16 +295,39 @@ def kiln_report() -> dict:
     st = kiln.stats
     return {"graphs": st.graphs, "ddp_pieces": st.ddp_pieces, "recompilations": dict(st.recompilations),
             "eager_fallbacks": dict(st.eager_fallbacks), "graph_breaks": dict(st.graph_breaks),
-            "warm_cache": dict(st.warm_cache), "stages": dict(st.stages), "stages_text": st.format_stages()}
+            "warm_cache": dict(st.warm_cache), "tuning": dict(st.tuning), "stages": dict(st.stages), "stages_text": st.format_stages()}
 
 
-def profile_overlap(step, device) -> float | None:
+def profile_overlap(step, device, timeline: str = "") -> float | None:
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
                                             torch.profiler.ProfilerActivity.CUDA]) as prof:
         for _ in range(2):
             step()
         sync(device)
+    if timeline:
+        write_timeline(prof, timeline)
     return comm_share_hidden(prof)
+
+
+def timeline_path(args, name, mode) -> str:
+    if not args.timeline or dist.get_rank() != 0:
+        return ""
+    os.makedirs(args.timeline, exist_ok=True)
+    return os.path.join(args.timeline, f"{name}-{mode}.json")
+
+
+def write_timeline(prof, path: str) -> None:
+    """The profiled steps' GPU kernels as [name, start us, duration us, stream], in start order
+    (``--timeline DIR``): where each collective ran against the compute around it."""
+    rows = []
+    for event in prof.events():
+        if getattr(event, "device_type", None) != torch.autograd.DeviceType.CUDA:
+            continue
+        rows.append([event.name[:120], event.time_range.start, event.time_range.end - event.time_range.start,
+                     getattr(event, "device_resource_id", None)])
+    rows.sort(key=lambda r: r[1])
+    with open(path, "w") as f:
+        json.dump(rows, f)
 
 
 @contextlib.contextmanager
@@ -387,7 +411,7 @@ def print_row(row, rows):
           f"{row['first_step_s']:10.1f} {row['warmup_s']:9.1f} {row['loss']:8.4f} {drift:>11s}", flush=True)
     report = row.get("kiln")
     if report:
-        extra = {k: report[k] for k in ("warm_cache", "recompilations", "eager_fallbacks", "graph_breaks") if report[k]}
+        extra = {k: report[k] for k in ("warm_cache", "tuning", "recompilations", "eager_fallbacks", "graph_breaks") if report[k]}
         print(f"  kiln warm-up: {report['graphs']} graph(s), {report['ddp_pieces']} DDP piece(s)"
               f"{', ' + str(extra) if extra else ''}; seconds per stage (rank 0):", flush=True)
         print("\n".join("  " + line for line in report["stages_text"].splitlines()), flush=True)
@@ -414,6 +438,8 @@ def main(argv=None) -> int:
     parser.add_argument("--bucket-cap-mb", type=float, default=25.0, help="DDP's bucket_cap_mb (its default: 25)")
     parser.add_argument("--time-limit", type=float, default=0.0,
                         help="seconds: modes not started by then are skipped (0: no limit)")
+    parser.add_argument("--timeline", default="", metavar="DIR",
+                        help="rank 0 writes the profiled steps' GPU kernels to DIR/<model>-<mode>.json")
     parser.add_argument("--profile-warmup", default="", metavar="DIR",
                         help="cProfile rank 0's first step of each mode into DIR/<model>-<mode>.prof")
     args = parser.parse_args(argv)

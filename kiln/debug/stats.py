@@ -44,6 +44,10 @@ class Stats:
     triton_slow_loads: (seconds, kernel) of those whose load here took long (compiled here after all);
     triton_key_mismatches: kernels a worker built under another Triton cache key than this process's.
     matmul_choices: matmul templates by the path picked ("template" or "library"; max-autotune).
+    tuning: first calls of tuned Triton kernels (and matmul templates, and size buckets) by how their
+    config was found: "timed" (autotuned here), "shared" (another graph of this process timed the same
+    code), "saved" (read from the tune file on the first call; choices read when a graph is loaded are
+    not counted).
     dynamic_graphs / dynamic_fallbacks: graphs with symbolic sizes compiled into size-generic code / compiled
     for the sizes seen instead (by reason; the backend then specialized every size symbol).
     speed_choices: inference graphs by what runs them after timing both on the first calls ("kiln": the
@@ -81,6 +85,7 @@ class Stats:
         self.triton_slow_loads: list = []  # (seconds, kernel) of precompiled kernels that took long to load
         self.triton_key_mismatches: list = []  # kernels whose worker-built binary is under another cache key
         self.matmul_choices: collections.Counter[str] = collections.Counter()
+        self.tuning: collections.Counter[str] = collections.Counter()  # timed / shared / saved
         self.cudagraph_recordings = 0  # CUDA graphs recorded (mode="reduce-overhead"; time in seconds["cudagraph_record"])
         self.dynamic_graphs = 0  # graphs compiled once into size-generic code
         self.dynamic_fallbacks: collections.Counter[str] = collections.Counter()  # compiled static instead, by reason
@@ -136,6 +141,7 @@ class Stats:
             "optimizer_graphs": self.optimizer_graphs,
             "aten_fallbacks": dict(self.aten_fallbacks),
             "matmul_choices": dict(self.matmul_choices),
+            "tuning": dict(self.tuning),
             "cudagraph_recordings": self.cudagraph_recordings,
             "dynamic_graphs": self.dynamic_graphs,
             "dynamic_fallbacks": dict(self.dynamic_fallbacks),

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import functools
+import hashlib
 
 from kiln.codegen.triton.kernel import fusable, generate_kernel
 from kiln.codegen.triton.launch import Launcher, candidate_configs
@@ -116,14 +117,19 @@ def load_kernels(kernels: dict, buffers: dict, options, interpret: bool) -> str:
         key = _body_key(k)
         leader = leaders.get(key)
         fn = leader.fn if leader is not None else ns[k.name]
+        dtypes = tuple(str(buffers[name].dtype) for name, _ in k.params)
         if isinstance(k, MatmulKernel):
-            k.fn = MatmulChoice(fn, k, kernels.get(k.epilogue_kernel), offline_configs(k, options.triton_max_block),
-                                None if interpret else path + ".tune.json", options.matmul_choice, interpret,
-                                options.triton_fast_launch, leader=leader)
+            configs = offline_configs(k, options.triton_max_block)
+            epilogue = kernels.get(k.epilogue_kernel)
+            share = _share_key(key, dtypes, configs, _body_key(epilogue) if epilogue is not None else "")
+            k.fn = MatmulChoice(fn, k, epilogue, configs, None if interpret else path + ".tune.json",
+                                options.matmul_choice, interpret, options.triton_fast_launch, leader=leader,
+                                share_key=None if interpret else share)
         else:
             configs = candidate_configs(k, options.triton_max_block)  # (size-generic: per size bucket at run time)
             k.fn = Launcher(fn, k, configs, path + ".tune.json" if tune else None,
-                            fast_launch=options.triton_fast_launch, leader=leader, max_block=options.triton_max_block)
+                            fast_launch=options.triton_fast_launch, leader=leader, max_block=options.triton_max_block,
+                            share_key=_share_key(key, dtypes, configs, options.triton_max_block) if tune else None)
         leaders.setdefault(key, k.fn)
     if fresh and not interpret and options.compile_workers > 0:
         static = [launcher for launcher in leaders.values() if not getattr(launcher.kernel, "size_args", None)]
@@ -146,6 +152,11 @@ def _launches(distinct, buffers: dict, path: str):
             metas = [cfg.kwargs() for cfg in ([launcher.config] if launcher.config is not None else launcher.configs)]
         for meta in metas:
             yield launcher.fn, path, k.name, dtypes, meta
+
+
+def _share_key(body_key: str, *more) -> str:
+    """The key of a kernel's tuning choice in ``launch.SHARED_CHOICES``: its code and what it is timed among."""
+    return hashlib.sha256(repr((body_key,) + tuple(more)).encode()).hexdigest()
 
 
 def _body_key(k) -> str:

@@ -6,6 +6,11 @@ big enough for the choice to matter get a few candidates; on a GPU the first cal
 keeps the fastest, and the choice is saved beside the kernel source (``<source>.tune.json``) so a
 warm process does not time again. Under the interpreter the first candidate is used.
 
+A choice is shared by every kernel with the same code: within a graph through its ``leader`` (the
+first launcher of that code), across the graphs of one process through ``SHARED_CHOICES`` (keyed by
+the kernel's code: a model's repeated blocks compiled as separate graphs, as FSDP and per-block
+compilation do, tune once, not once per block), and across processes through the tune file.
+
 Launching: the first launch of a kernel goes through Triton's ``JITFunction`` (which compiles or loads
 the binary: tens of microseconds of Python per call); it returns the ``CompiledKernel``, and later
 launches call that kernel's C launcher directly with the precomputed grid and the current stream
@@ -48,6 +53,30 @@ class LaunchConfig:
 
     def as_list(self) -> list[int]:
         return [self.XBLOCK, self.RBLOCK, self.num_warps] + ([self.YBLOCK] if self.YBLOCK else [])
+
+
+class SharedChoices:
+    """Tuning choices made in this process, by a key of the kernel's code (``build._body_key``, with the
+    candidates it was timed among): a launcher with no choice of its own looks here before it times.
+
+    The choice is read at the first call, not when the launcher is built: the graphs of a model's
+    blocks are all built before the first backward kernel runs."""
+
+    def __init__(self):
+        self._chosen: dict = {}
+
+    def get(self, key):
+        return self._chosen.get(key) if key is not None else None
+
+    def put(self, key, choice) -> None:
+        if key is not None:
+            self._chosen.setdefault(key, choice)
+
+    def clear(self) -> None:
+        self._chosen.clear()
+
+
+SHARED_CHOICES = SharedChoices()
 
 
 def grid(kernel, cfg: LaunchConfig) -> tuple[int]:
@@ -156,10 +185,11 @@ class Launcher:
     kept with its fast launch."""
 
     def __init__(self, fn, kernel, configs: list[LaunchConfig], tune_path: str | None, fast_launch: bool = True,
-                 leader: "Launcher | None" = None, max_block: int = 0):
+                 leader: "Launcher | None" = None, max_block: int = 0, share_key: str | None = None):
         self.fn, self.kernel, self.configs, self.tune_path = fn, kernel, configs, tune_path
         self.fast_launch = fast_launch
         self.leader = leader  # an identical kernel earlier in the graph (same binary): its tuning is taken
+        self.share_key = share_key  # the key of this kernel's code in SHARED_CHOICES (None: not shared)
         self.max_block = max_block
         self.config: LaunchConfig | None = configs[0] if len(configs) == 1 or tune_path is None else None
         if getattr(kernel, "size_args", None):
@@ -202,8 +232,7 @@ class Launcher:
         if fast is not None and fast(args):
             return
         if self.config is None:
-            leader = self.leader
-            self.config = leader.config if leader is not None and leader.config is not None else self._autotune(args)
+            self.config = self._choose(args)
             self._bind()
         if self.grid[0] == 0:
             return
@@ -240,18 +269,44 @@ class Launcher:
         at_bucket = dataclasses.replace(self.kernel, xnumel=key[0], rnumel=key[1] or self.kernel.rnumel, ynumel=key[2])
         configs = candidate_configs(at_bucket, self.max_block)
         name = f"{self.kernel.name}@{key[0]}x{key[1]}" + (f"x{key[2]}" if self.ynumel is not None else "")
-        config = configs[0] if len(configs) == 1 or self.tune_path is None else _saved_choice(self.tune_path, name, configs)
-        if config is None:
-            config = self._time(configs, lambda cfg: (_programs(n, y, cfg),), args)
-            _save_choice(self.tune_path, name, config)
+        if len(configs) == 1 or self.tune_path is None:
+            config = configs[0]
+        else:
+            config = self._shared_or_saved(self._bucket_key(key), name, configs)
+            if config is None:
+                config = self._time(configs, lambda cfg: (_programs(n, y, cfg),), args)
+                _save_choice(self.tune_path, name, config)
+            SHARED_CHOICES.put(self._bucket_key(key), config)
         return _Bucket(config, config.kwargs())
 
-    def _autotune(self, args) -> LaunchConfig:
-        best = self._time(self.configs, lambda cfg: grid(self.kernel, cfg), args)
-        _save_choice(self.tune_path, self.kernel.name, best)
+    def _bucket_key(self, key):
+        return None if self.share_key is None else (self.share_key, key)
+
+    def _choose(self, args) -> LaunchConfig:
+        """The first call's config: the leader's, another graph's for the same code, the tune file's
+        (another graph of this module may have saved it since this launcher was built), or timed."""
+        leader = self.leader
+        if leader is not None and leader.config is not None:
+            return leader.config
+        best = self._shared_or_saved(self.share_key, self.kernel.name, self.configs)
+        if best is None:
+            best = self._time(self.configs, lambda cfg: grid(self.kernel, cfg), args)
+            _save_choice(self.tune_path, self.kernel.name, best)
+        SHARED_CHOICES.put(self.share_key, best)
         return best
 
+    def _shared_or_saved(self, key, name: str, configs) -> LaunchConfig | None:
+        shared = SHARED_CHOICES.get(key)
+        if shared in configs:
+            stats.tuning["shared"] += 1
+            return shared
+        saved = _saved_choice(self.tune_path, name, configs)
+        if saved is not None:
+            stats.tuning["saved"] += 1
+        return saved
+
     def _time(self, configs, grid_of, args) -> LaunchConfig:
+        stats.tuning["timed"] += 1
         with stats.timed("autotune"):
             timings = self._time_configs(configs, grid_of, args, time_each)
         return min(timings, key=lambda t: t[0])[1] if timings else configs[0]

@@ -16,7 +16,7 @@ import json
 
 import torch
 
-from kiln.codegen.triton.launch import FastLaunch, _save_raw, _saved_raw
+from kiln.codegen.triton.launch import SHARED_CHOICES, FastLaunch, _save_raw, _saved_raw
 from kiln.debug.stats import stats
 
 # (BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, num_warps, num_stages), the usual first pick first
@@ -135,10 +135,12 @@ class MatmulChoice:
     """The callable the wrapper calls for a template kernel; see the module docstring."""
 
     def __init__(self, fn, kernel, epilogue, configs, tune_path: str | None, choice: str = "autotune",
-                 interpret: bool = False, fast_launch: bool = True, leader: "MatmulChoice | None" = None):
+                 interpret: bool = False, fast_launch: bool = True, leader: "MatmulChoice | None" = None,
+                 share_key: str | None = None):
         self.fn, self.kernel, self.configs, self.tune_path = fn, kernel, configs, tune_path
         self.choice, self.interpret, self.fast_launch = choice, interpret, fast_launch
         self.leader = leader  # an identical template earlier in the graph: its choice is taken, not re-timed
+        self.share_key = share_key  # this template's code (and its epilogue's) in SHARED_CHOICES
         self.library = LibraryPath(kernel, epilogue)
         self.timings: dict[str, float] = {}  # path label -> ms, when this process measured them
         self.picked: str | None = None  # "template <config>" | "library"
@@ -173,8 +175,10 @@ class MatmulChoice:
     def __call__(self, *args):
         run = self.run
         if run is None:
-            if not self._follow():
+            if not (self._follow() or self._shared() or self._saved_since()):
                 self._autotune(args)
+                SHARED_CHOICES.put(self._key(), {"choice": self.picked, "ms": self.timings,
+                                                 "config": None if self.run is self.library else self.run.config})
             run = self.run
         run(args)
 
@@ -189,7 +193,37 @@ class MatmulChoice:
             self._take(leader.run.config, f" (as {leader.kernel.name})")
         return True
 
+    def _key(self):
+        return None if self.share_key is None else (self.share_key, self.choice)
+
+    def _shared(self) -> bool:
+        """Take the choice another graph of this process made for the same template (SharedChoices)."""
+        shared = SHARED_CHOICES.get(self._key())
+        if shared is None or (shared["config"] is not None and shared["config"] not in self.configs):
+            return False
+        stats.tuning["shared"] += 1
+        self._take("library" if shared["config"] is None else shared["config"], " (as timed in another graph)")
+        self.timings = dict(shared["ms"])
+        return True
+
+    def _saved_since(self) -> bool:
+        """Take a choice saved in the tune file since this launcher was built (another graph of the
+        same module timed it)."""
+        if self.tune_path is None or self.choice == "library":
+            return False
+        saved = _saved_raw(self.tune_path, self.kernel.name)
+        if not isinstance(saved, dict):
+            return False
+        try:
+            self._load(saved)
+        except (TypeError, ValueError, AttributeError):
+            self.run, self.picked, self.timings = None, None, {}
+        if self.run is not None:
+            stats.tuning["saved"] += 1
+        return self.run is not None
+
     def _autotune(self, args) -> None:
+        stats.tuning["timed"] += 1
         with stats.timed("autotune"):
             self._autotune_paths(args)
 

@@ -107,3 +107,25 @@ def test_max_autotune_mode_end_to_end(mode):
             torch.testing.assert_close(got, want, **TOL[torch.bfloat16])
         text = str(kiln.explain(compiled)(x))
     assert "matmul template" in text and "choice: " in text, text
+
+
+def test_a_second_graph_with_the_same_kernels_takes_the_first_ones_choices(tmp_path):
+    """A model's repeated blocks compiled as graphs of their own (FSDP, per-block compile) time each
+    kernel once in the process, not once per graph (the second graph's module is not the first's here:
+    another cache directory, so no tune file can tell it)."""
+    from kiln.codegen.triton import launch
+    from kiln.debug.stats import stats
+
+    def block(x, w, b, r):
+        return linear_gelu(x, w, b), torch.sigmoid(r) * r  # a template and a tuned pointwise kernel
+
+    x, w, b = cuda(1024, 1024, dtype=torch.bfloat16), cuda(2048, 1024, dtype=torch.bfloat16), cuda(2048, dtype=torch.bfloat16)
+    r = cuda(2048, 1024)
+    launch.SHARED_CHOICES.clear()
+    stats.reset()
+    _, cg = run(block, x, w, b, r, tol=TOL[torch.bfloat16], cache_dir=str(tmp_path / "a"))
+    timed = stats.tuning["timed"]
+    assert timed >= 2 and stats.tuning["shared"] == 0, stats.tuning
+    _, cg2 = run(block, x, w, b, r, tol=TOL[torch.bfloat16], cache_dir=str(tmp_path / "b"))
+    assert stats.tuning["timed"] == timed and stats.tuning["shared"] == timed, stats.tuning
+    assert template_of(cg2).fn.picked == template_of(cg).fn.picked.split(" (")[0] + " (as timed in another graph)"

@@ -147,3 +147,46 @@ def test_time_each_gives_each_candidate_its_median_and_drops_the_ones_that_raise
     assert broken_ms is None
     assert slow_ms >= 2.0 and fast_ms < slow_ms
     assert calls.count("fast") == calls.count("slow") == 4  # one untimed first run, then one per round
+
+
+# tuning choices shared across graphs -----------------------------------------------------------------
+def _tuned_launcher(share_key, tune_path, timed):
+    """A static launcher with two candidates and a stand-in timing that records its calls."""
+    kernel = SimpleNamespace(name="k0", xnumel=4096, ynumel=1, style="pointwise")
+    configs = [LaunchConfig(128, 0, 4), LaunchConfig(1024, 0, 8)]
+    fn = {(32,): None, (4,): None}  # fn[grid] is looked up when a config is bound
+    launcher = Launcher(fn, kernel, configs, tune_path, fast_launch=False, share_key=share_key)
+    launcher._time = lambda cfgs, grid_of, args: timed.append(share_key) or cfgs[1]
+    return launcher
+
+
+def test_a_choice_timed_in_one_graph_is_taken_by_the_same_code_in_another(tmp_path):
+    from kiln.codegen.triton import launch
+    from kiln.debug.stats import stats
+
+    launch.SHARED_CHOICES.clear()
+    stats.reset()
+    timed = []
+    # every launcher is built before any runs (a model's blocks as separate graphs)
+    first, second = (_tuned_launcher("same code", str(tmp_path / f"m{i}.tune.json"), timed) for i in range(2))
+    other = _tuned_launcher("other code", str(tmp_path / "m2.tune.json"), timed)
+    assert first.config is None and second.config is None
+    assert first._choose(()) == LaunchConfig(1024, 0, 8)
+    assert second._choose(()) == LaunchConfig(1024, 0, 8)
+    other._choose(())
+    assert timed == ["same code", "other code"]  # (the stand-in timing counts nothing)
+    assert stats.tuning == {"shared": 1}
+
+
+def test_a_choice_saved_after_the_launcher_was_built_is_read_at_its_first_call(tmp_path):
+    from kiln.codegen.triton import launch
+    from kiln.debug.stats import stats
+
+    launch.SHARED_CHOICES.clear()
+    stats.reset()
+    timed = []
+    path = str(tmp_path / "m.tune.json")
+    late = _tuned_launcher(None, path, timed)  # not shared in-process: only the file can tell it
+    launch._save_choice(path, "k0", LaunchConfig(128, 0, 4))  # another graph of the same module timed it
+    assert late._choose(()) == LaunchConfig(128, 0, 4)
+    assert timed == [] and stats.tuning == {"saved": 1}
