@@ -127,5 +127,7 @@ def test_a_second_graph_with_the_same_kernels_takes_the_first_ones_choices(tmp_p
     timed = stats.tuning["timed"]
     assert timed >= 2 and stats.tuning["shared"] == 0, stats.tuning
     _, cg2 = run(block, x, w, b, r, tol=TOL[torch.bfloat16], cache_dir=str(tmp_path / "b"))
-    assert stats.tuning["timed"] == timed and stats.tuning["shared"] == timed, stats.tuning
+    # nothing timed again; the template and the pointwise kernel shared (the library path's epilogue
+    # kernel was timed with the library path, and runs again only where the library path won)
+    assert stats.tuning["timed"] == timed and stats.tuning["shared"] >= 2, stats.tuning
     assert template_of(cg2).fn.picked == template_of(cg).fn.picked.split(" (")[0] + " (as timed in another graph)"
