@@ -17,14 +17,17 @@ values as each placeholder's ``meta["val"]``.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Callable, Mapping, Sequence
 
+import torch
 import torch.fx as fx
 
 from kiln.aot.graph import AtenGraph
 from kiln.aot.joint import JointGraph, needs_joint_graph, trace_joint
 from kiln.aot.partition import Partition, describe_saved, explain_rules, partition
 from kiln.aot.runtime import AtenRuntime, version_steps
+from kiln.aot.symbols import size_symbols
 from kiln.aot.trace import aot_trace
 from kiln.aot.training import TrainingRuntime
 from kiln.debug.stats import stats
@@ -84,11 +87,41 @@ def aot_compile(
     fwd = compile_fwd(part.fwd, [*example_inputs, *joint.state])
     bwd = (compile_bwd or compile_fwd)(part.bwd, placeholder_values(part.bwd))
     runtime = TrainingRuntime(joint, fwd, bwd)
+    if not _symbolic(part.bwd):
+        runtime.backward_without = functools.partial(_backward_without, part.bwd, compile_bwd or compile_fwd)
     runtime.steps = version_steps(gm, joint.mutated_inputs, len(joint.inputs) - len(joint.state), joint.state)
     runtime.plan = TrainingPlan(joint, part, forward)
     runtime.aten_graph = forward
     stats.joint_graphs += 1
     return runtime
+
+
+def _symbolic(gm: fx.GraphModule) -> bool:
+    return any(size_symbols(n.meta.get("val")) for n in gm.graph.nodes if n.op == "placeholder")
+
+
+def _backward_without(bwd: fx.GraphModule, compile_bwd: GraphCompiler, absent: tuple) -> Callable:
+    """The backward graph compiled with the tangents at positions ``absent`` (among the tangents) taken
+    as zeros: constants in its kernels, not inputs (``TrainingRuntime.backward_for``)."""
+    graph = fx.Graph()
+    graph.output(graph.graph_copy(bwd.graph, {}))
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    tangents = [n for n in placeholders if n.name.startswith("tangent")]
+    first_op = next(n for n in graph.nodes if n.op != "placeholder")
+    for i in absent:
+        node, val = tangents[i], tangents[i].meta["val"]
+        with graph.inserting_before(first_op):
+            zeros = graph.call_function(torch.ops.aten.full.default, ([int(d) for d in val.shape], 0),
+                                        {"dtype": val.dtype, "layout": torch.strided, "device": val.device,
+                                         "pin_memory": False})
+        zeros.meta = {"val": val}
+        node.replace_all_uses_with(zeros)
+        graph.erase_node(node)
+    gm = fx.GraphModule(bwd, graph, class_name="BackwardGraphModule")
+    gm.meta.update(bwd.meta)
+    gm.meta["kiln_role"] = f"backward without gradient(s) for tangent(s) {', '.join(map(str, absent))} (zeros)"
+    with stats.timed("backward_variant"):
+        return compile_bwd(gm, placeholder_values(gm))
 
 
 def placeholder_values(gm: fx.GraphModule) -> list:

@@ -6,6 +6,13 @@ chose with ``ctx.save_for_backward`` and returns the forward outputs; outputs th
 tangent (integer or bool tensors, values computed without grad) are marked non-differentiable.
 ``backward`` runs the compiled backward graph on the saved values and the incoming gradients.
 
+An output nothing differentiated (the logits a model returns beside its loss, when only the loss
+is differentiated) gets no gradient: autograd would hand the backward a tensor of zeros it fills for
+the occasion (412 MB for GPT-2's logits at 8 x 512). Where the runtime can compile the backward again
+(``backward_without``: static sizes), grads are not materialized, and a backward with such tangents
+runs a variant of the backward graph in which they are constant zeros: no fill and no read. The
+variant is compiled at the first backward that needs it and kept per set of absent tangents.
+
 User outputs are rebuilt around the Function as ``AtenRuntime`` does: constants, views of graph
 inputs replayed on the real inputs (so autograd records those views), and forward outputs.
 """
@@ -32,6 +39,8 @@ class CompiledFunction(torch.autograd.Function):
         outs = tuple(results[rt.n_mut: rt.n_mut + rt.n_out])
         ctx.save_for_backward(*results[rt.n_mut + rt.n_out:])
         ctx.rt = rt
+        if rt.backward_without is not None:
+            ctx.set_materialize_grads(False)  # absent gradients arrive as None: see backward_for
         frozen = [o for o, d in zip(outs, rt.differentiable) if not d and isinstance(o, torch.Tensor)]
         if frozen:
             ctx.mark_non_differentiable(*frozen)
@@ -41,8 +50,8 @@ class CompiledFunction(torch.autograd.Function):
     @once_differentiable  # the backward graph is not itself differentiated (no double backward yet)
     def backward(ctx, *grad_outputs):
         rt: TrainingRuntime = ctx.rt
-        tangents = [g.contiguous() for g, d in zip(grad_outputs, rt.differentiable) if d]
-        grads = run_as_traced(rt.bwd, *ctx.saved_tensors, *tangents)
+        bwd, tangents = rt.backward_for([g for g, d in zip(grad_outputs, rt.differentiable) if d])
+        grads = run_as_traced(bwd, *ctx.saved_tensors, *(g.contiguous() for g in tangents))
         per_input: list = [None] * rt.n_inputs
         for index, g in zip(rt.grad_inputs, grads):
             per_input[index] = g
@@ -66,6 +75,22 @@ class TrainingRuntime:
         self.sizes = joint.sizes
         self.grad_mode_after = joint.grad_mode_after
         self.steps: dict = {}  # mutated inputs whose version counters eager moves by other than one (runtime.version_steps)
+        # (absent tangent positions) -> the backward graph compiled with those tangents as zeros; None when
+        # this runtime cannot compile variants (autograd then materializes absent gradients)
+        self.backward_without: Callable | None = None
+        self._variants: dict = {}
+
+    def backward_for(self, tangents: list) -> tuple:
+        """(the backward to run, the tangents it takes) for these tangents, some None (absent)."""
+        if self.backward_without is None:
+            return self.bwd, tangents
+        absent = tuple(i for i, g in enumerate(tangents) if g is None)
+        if not absent:
+            return self.bwd, tangents
+        bwd = self._variants.get(absent)
+        if bwd is None:
+            bwd = self._variants[absent] = self.backward_without(absent)
+        return bwd, [g for g in tangents if g is not None]
 
     def __call__(self, *args):
         flat = [*args, *self.state]

@@ -292,6 +292,7 @@ class GraphCompiler:
         from kiln.lower.registry import Unlowerable
 
         target = self.target
+        role = gm.meta.get("kiln_role", role)  # (a backward variant names itself: aot/compile.py)
         devices = {x.device.type for x in example_inputs if isinstance(x, torch.Tensor)}
         devices |= {v.device.type for n in gm.graph.nodes if isinstance(v := n.meta.get("val"), torch.Tensor)}
         if devices == {"cuda"} and target != "triton" and triton_available() is None:

@@ -17,6 +17,7 @@ STAGES = {
     "aot": "ATen tracing on fake tensors, functionalization (aot/)",
     "decompositions": "decompositions applied while tracing (decomp/)",
     "partition": "min-cut split of a joint graph (training)",
+    "backward_variant": "a backward compiled again at its first call with absent gradients as zeros, less nested stages",
     "lower": "lowering to loop IR (lower/)",
     "schedule": "scheduling and fusion (schedule/)",
     "codegen": "C++/Triton kernel and wrapper source generation (codegen/)",
