@@ -9,7 +9,7 @@ from kiln.codegen.triton.launch import Launcher, candidate_configs
 from kiln.codegen.triton.matmul import MatmulKernel, generate_matmul
 from kiln.codegen.triton.matmul_launch import MatmulChoice, offline_configs
 from kiln.codegen.triton.precompile import precompile
-from kiln.codegen.triton.runtime import MODULE_HEADER, load_module
+from kiln.codegen.triton.runtime import MODULE_HEADER, load_module, mark_built
 
 
 def can_fuse(options):
@@ -106,7 +106,8 @@ def load_kernels(kernels: dict, buffers: dict, options, interpret: bool) -> str:
 
     Kernels with the same code under different names (a model's repeated layers) share the first
     one's Triton function, so they compile once and tune once. On the GPU, a module no process has
-    loaded before is compiled ahead of its launches by the worker pool (``precompile.py``)."""
+    finished building (``runtime.mark_built``) is compiled ahead of its launches by the worker pool
+    (``precompile.py``)."""
     source = module_source(kernels)
     if not kernels:
         return source
@@ -134,6 +135,7 @@ def load_kernels(kernels: dict, buffers: dict, options, interpret: bool) -> str:
     if fresh and not interpret and options.compile_workers > 0:
         static = [launcher for launcher in leaders.values() if not getattr(launcher.kernel, "size_args", None)]
         precompile(_launches(static, buffers, path), options.compile_workers)
+        mark_built(path)
     return source
 
 

@@ -92,22 +92,54 @@ _LOADED: dict[tuple[str, bool], dict] = {}
 
 def load_module(source: str, options, interpret: bool) -> tuple[dict, str, bool]:
     """The namespace of the executed kernel source (cached per process), the source file's path, and
-    whether this call wrote the file (no process compiled these kernels before)."""
+    whether its kernels still need building: this process had not loaded the module, and either it
+    wrote the file (no process compiled these kernels before) or no process has finished building
+    them (``mark_built``: another rank of a distributed job may have written the file a moment ago
+    and still be compiling)."""
     path = module_path(source, options)
     ns = _LOADED.get((path, interpret))
     if ns is not None:
         return ns, path, False
     from kiln.debug.stats import stats  # imported here: compile workers load this file alone, without kiln
 
-    fresh = not _holds(path, source)  # missing, or truncated/overwritten: written again
-    if fresh:
+    written = not _holds(path, source)  # missing, or truncated/overwritten: written again
+    if written:
         _write(path, source)
         stats.kernel_compiles += 1
     else:
         stats.kernel_cache_hits += 1
     ns = load_module_file(path, interpret)
     _LOADED[(path, interpret)] = ns
-    return ns, path, fresh
+    return ns, path, written or not interpret and not _built(path)
+
+
+BUILT_SUFFIX = ".built"  # beside a module whose kernels a process finished building (mark_built)
+
+
+def mark_built(path: str) -> None:
+    """Record that this module's kernels (every launch config its first calls use) were built into
+    Triton's cache; a later process loading the module skips the worker pool. A marker that cannot be
+    written only costs that process a pass through the pool (its jobs then hit Triton's cache)."""
+    try:
+        with open(path + BUILT_SUFFIX, "w") as f:
+            f.write(_device_name())
+    except OSError:
+        pass
+
+
+def _built(path: str) -> bool:
+    try:
+        with open(path + BUILT_SUFFIX) as f:
+            return f.read() == _device_name()
+    except OSError:
+        return False
+
+
+def _device_name() -> str:
+    """Binaries are per GPU kind: a marker written on another GPU does not count here."""
+    import torch
+
+    return torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
 
 
 def load_module_file(path: str, interpret: bool) -> dict:

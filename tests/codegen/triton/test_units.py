@@ -107,6 +107,24 @@ def test_module_cache_hits_in_a_warm_process(tmp_path):
     assert not fresh and stats.kernel_cache_hits == before + 1
 
 
+def test_a_module_written_by_another_process_is_built_until_one_marks_it_built(tmp_path):
+    """Two ranks of a distributed job: the second finds the file the first just wrote, but the first may
+    still be compiling; the second builds too (through its pool, Triton's cache takes both) until a
+    process has recorded that the module's kernels were built."""
+    from kiln.codegen.triton import runtime
+
+    options = triton_options(cache_dir=str(tmp_path))
+    source = "# kiln test module\n@jit\ndef triton_noop2(XBLOCK: tl.constexpr):\n    pass\n"
+    _, path, fresh = load_module(source, options, interpret=False)
+    assert fresh
+    runtime._LOADED.clear()
+    assert load_module(source, options, interpret=False)[2]  # written, not built yet
+    runtime.mark_built(path)
+    runtime._LOADED.clear()
+    assert not load_module(source, options, interpret=False)[2]
+    assert not load_module(source, options, interpret=False)[2]  # (loaded in this process)
+
+
 def test_launch_heuristics():
     class K:
         style, xnumel, rnumel = "pointwise", 1000, 1
