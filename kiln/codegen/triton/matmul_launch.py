@@ -3,7 +3,7 @@ library path (ATen ``mm``/``addmm``, then the epilogue group's own kernel).
 
 ``MatmulChoice(...)(*tensors)`` takes the template kernel's arguments. On its first call on the GPU
 (``Options.matmul_choice == "autotune"``) it times every candidate config of the template and the
-library path with the real arguments (``triton.testing.do_bench``), keeps the fastest, and saves
+library path with the real arguments (``bench.time_each``), keeps the fastest, and saves
 the choice with the timings beside the kernel source (``<source>.tune.json``, under the kernel's
 name) so a warm process does not time again. Under the interpreter it takes the template with the
 first config, unless ``matmul_choice == "library"``. Every path writes the same outputs, and nothing
@@ -12,6 +12,7 @@ else: the kernels are functional, so timing them repeatedly is harmless.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 
 import torch
@@ -228,20 +229,24 @@ class MatmulChoice:
             self._autotune_paths(args)
 
     def _autotune_paths(self, args) -> None:
-        from triton.testing import do_bench
+        from kiln.codegen.triton.bench import time_each
 
-        timings, paths = {}, {}  # (matmul paths only store their output: timing them on it is harmless)
+        # (matmul paths only store their output: timing them on it is harmless)
+        labels, paths, runs = [], {}, []
         for cfg in self.configs:
-            path = TemplatePath(self.fn, self.kernel, cfg, self.fast_launch)
-            try:
-                path(args)  # compiles, and binds the fast launch the chosen path will use
-                timings[cfg.label()] = do_bench(lambda: path(args), warmup=5, rep=25)
-            except Exception:  # a config that does not compile here (registers, shared memory) is skipped
-                continue
+            path = TemplatePath(self.fn, self.kernel, cfg, self.fast_launch)  # (its untimed run compiles it
+            labels.append(cfg.label())                                       # and binds the fast launch)
             paths[cfg.label()] = cfg
-        if self.choice == "autotune" or not paths:
-            self.library(args)  # the epilogue kernel compiles outside the timing
-            timings["library"] = do_bench(lambda: self.library(args), warmup=5, rep=25)
+            runs.append(functools.partial(path, args))
+        if self.choice == "autotune" or not runs:
+            labels.append("library")
+            paths["library"] = "library"
+            runs.append(functools.partial(self.library, args))
+        device = next((a.device for a in args if hasattr(a, "device")), None)
+        # a config that does not compile here (registers, shared memory) is skipped (None)
+        timings = {label: ms for label, ms in zip(labels, time_each(runs, device)) if ms is not None}
+        if not timings:  # no template config compiled here ("template" choice): the library path
+            timings = {"library": time_each([functools.partial(self.library, args)], device)[0] or 0.0}
             paths["library"] = "library"
         best = min(timings, key=timings.get)
         self.timings = timings
