@@ -5,7 +5,7 @@ import re
 
 import sympy
 
-from kiln.loopir.index import FloorDiv, ModularIndexing
+from kiln.loopir.index import FloorDiv, InRange, ModularIndexing
 
 
 def print_index_c(expr) -> str:
@@ -43,6 +43,8 @@ def _print(e, div: str) -> str:
         a, b, c = _print(e.args[0], div), _atom(e.args[1], div), _atom(e.args[2], div)
         inner = a if e.args[1] == 1 else f"({a} {div} {b})"
         return f"({inner} % {c})"
+    if isinstance(e, InRange):
+        return _print(e.args[0], div)
     if isinstance(e, sympy.Pow) and e.args[1].is_Integer and int(e.args[1]) > 0:
         return "*".join([_atom(e.args[0], div)] * int(e.args[1]))
     if isinstance(e, (sympy.Min, sympy.Max)):  # sizes of slices with symbolic bounds
@@ -55,6 +57,8 @@ def _print(e, div: str) -> str:
 
 
 def _atom(e, div) -> str:
+    if isinstance(e, InRange):
+        return _atom(e.args[0], div)
     s = _print(e, div)
     return s if e.is_Atom or s.startswith("(") else f"({s})"
 

@@ -11,7 +11,7 @@ import sympy
 from kiln.loopir.sizes import size
 import torch
 
-from kiln.loopir.index import FloorDiv, ModularIndexing, simplify_with_ranges, var
+from kiln.loopir.index import FloorDiv, InRange, ModularIndexing, simplify_with_ranges, var
 from kiln.loopir.nodes import ComputedBuffer, Pointwise, Reduction
 from kiln.loopir.ops import OpsHandler, reduction_identity, result_dtype
 
@@ -76,7 +76,7 @@ class SimplifiedIndices:
 
     def _simplify(self, index):
         index = sympy.sympify(index)
-        if not index.has(FloorDiv, ModularIndexing):
+        if not index.has(FloorDiv, ModularIndexing, InRange):
             return index
         return _simplify_cached(index, self._key)
 
@@ -268,6 +268,8 @@ def eval_index(expr, env: Mapping[sympy.Symbol, torch.Tensor]):
         return args[0] // args[1]
     if isinstance(expr, ModularIndexing):
         return (args[0] // args[1]) % args[2]
+    if isinstance(expr, InRange):
+        return args[0]
     if isinstance(expr, sympy.Pow) and expr.args[1].is_Integer and int(expr.args[1]) > 0:
         return args[0] ** int(expr.args[1])
     raise NotImplementedError(f"cannot evaluate index expression {expr}")

@@ -60,6 +60,30 @@ class ModularIndexing(sympy.Function):
         return None
 
 
+class InRange(sympy.Function):
+    """``a`` itself, in code that only matters where ``0 <= a < n``: the read of a padded or
+    concatenated input under its mask (lanes outside the range take the fill value instead).
+
+    The simplifier may use the range: the read of a pad's input ``[256, 1003]`` through a view of
+    its flat index at ``x1 < 1004`` folds ``(1003*x0 + x1) // 1003`` to ``x0`` for ``x1 < 1003``, where
+    without it every element loaded its row's values at a computed row index. ``simplify_with_ranges``
+    leaves no ``InRange`` in its result (it becomes ``a``), so code generators and analyses never see
+    one; printing and evaluating it gives ``a``.
+    """
+
+    is_integer = True
+
+    @classmethod
+    def eval(cls, a, n):
+        if a.is_Integer and n.is_Integer and 0 <= int(a) < int(n):
+            return a
+        return None
+
+
+def without_in_range(expr: sympy.Expr) -> sympy.Expr:
+    return expr.replace(lambda e: isinstance(e, InRange), lambda e: e.args[0]) if expr.has(InRange) else expr
+
+
 def linear_index(index: Sequence, stride: Sequence[int], offset: int = 0) -> sympy.Expr:
     """``offset + sum(index[d] * stride[d])``, skipping dims of stride 0 (strides and offset may be
     size expressions)."""
@@ -86,7 +110,7 @@ def expr_range(expr: sympy.Expr, ranges: Mapping[sympy.Symbol, int]) -> tuple[in
             top = int(coeff) * (ranges[rest] - 1)
             lo, hi = lo + min(0, top), hi + max(0, top)
             continue
-        if isinstance(rest, (FloorDiv, ModularIndexing)):
+        if isinstance(rest, (FloorDiv, ModularIndexing, InRange)):
             r = _func_range(rest, ranges)
             if r is None:
                 return None
@@ -129,6 +153,8 @@ def expr_bounds(expr: sympy.Expr, ranges: Mapping) -> tuple | None:
 
 
 def _func_range(e, ranges):
+    if isinstance(e, InRange):
+        return (0, int(e.args[1]) - 1) if e.args[1].is_Integer else None
     inner = expr_range(e.args[0], ranges)
     if inner is None or inner[0] < 0:
         return None
@@ -173,13 +199,14 @@ def _drop_small_terms(a: sympy.Expr, b: int, ranges):
 
 def simplify_with_ranges(expr: sympy.Expr, ranges: Mapping[sympy.Symbol, int]) -> sympy.Expr:
     """Rewrite FloorDiv / ModularIndexing away where the variables' extents allow (size expressions as
-    extents, coefficients or divisors: ``index_symbolic.simplify_symbolic``)."""
+    extents, coefficients or divisors: ``index_symbolic.simplify_symbolic``). An ``InRange`` lends its
+    range to the rewrites and is gone from the result."""
     if not expr.has(FloorDiv, ModularIndexing):
-        return expr
+        return without_in_range(expr)
     if _has_sizes(expr, ranges):
         from kiln.loopir.index_symbolic import simplify_symbolic
 
-        return simplify_symbolic(expr, ranges)
+        return simplify_symbolic(without_in_range(expr), ranges)
 
     def visit(e):
         if not e.args:
@@ -215,7 +242,7 @@ def simplify_with_ranges(expr: sympy.Expr, ranges: Mapping[sympy.Symbol, int]) -
             return ModularIndexing(a, b, c)
         return e.func(*args)
 
-    return _recombine(sympy.expand(visit(expr)))
+    return without_in_range(_recombine(sympy.expand(visit(expr))))
 
 
 def _has_sizes(expr, ranges) -> bool:

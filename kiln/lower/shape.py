@@ -10,6 +10,7 @@ from __future__ import annotations
 import sympy
 import torch
 
+from kiln.loopir.index import InRange
 from kiln.loopir.sizes import gt, is_symbolic, known, lt, shape_of, strides_of
 from kiln.loopir.sizes import size as size_expr
 from kiln.loopir.nodes import Lazy, TensorValue, numel
@@ -21,6 +22,11 @@ aten = torch.ops.aten
 
 # a cat of more inputs than this runs through ATen (one masked read per input in every element)
 MAX_CAT_INPUTS = 16
+
+
+def in_range(expr, n):
+    """``expr`` marked as read only where ``0 <= expr < n`` (``loopir.index.InRange``; static ``n``)."""
+    return InRange(expr, n) if isinstance(n, int) or getattr(n, "is_Integer", False) else expr
 
 
 def index_in_range(ops, expr, lo=None, hi=None):
@@ -88,9 +94,9 @@ def lower_cat(g, node, tensors, dim=0):
         def part(k):
             lo = parts[k][1]
 
-            def inner():
+            def inner():  # (read only where index[dim] is in the part: InRange lends that range to the index)
                 idx = list(index)
-                idx[dim] = index[dim] - lo
+                idx[dim] = in_range(index[dim] - lo, parts[k][2] - lo) if last else index[dim] - lo
                 return readers[k](ops, idx)
 
             return inner
@@ -135,7 +141,9 @@ def lower_constant_pad_nd(g, node, x, pad, value=0):
         mask = conds[0]
         for c in conds[1:]:
             mask = ops.logical_and(mask, c)
-        return ops.masked(mask, lambda: read(ops, idx), value)
+        # (read only where every index is inside the input: InRange lends that range to the read's index)
+        inside = [in_range(idx[d], in_size[d]) if check_lo[d] or check_hi[d] else idx[d] for d in range(ndim)]
+        return ops.masked(mask, lambda: read(ops, inside), value)
 
     return _lazy(node, body, 2 + cost_of(x))
 

@@ -41,6 +41,7 @@ are specialized, so 3 graphs); len(x) stays symbolic (+1 case), min/max of sizes
 Phase 3 (2026-11-28): int arguments become symbols on their second value by default (Options.dynamic_ints
 on, as torch.compile's automatic dynamic): an int argument used as a size compiles 2 graphs. The KV cache
 written at an int position still takes 3 (positions 0 and 1 are constants, as sizes 0 and 1). 21 left.
+Then sum(x.shape) and math.prod(x.shape) stay symbolic (graph nodes, not specialized): 20 left.
 
 What passed: automatic dynamic (2 graphs over many sizes), dynamic=True (1 graph, 0/1 specialized),
 dynamic=False, mark_dynamic/mark_static (min/max, list of dims, bad min/max and dim errors, the error naming
@@ -1314,8 +1315,6 @@ def test_pow_and_neg_abs_of_sizes():
     run(f, [rand(b, 2) for b in [2, 3, 5, 8, 13, 21]])
 
 
-@xfail('too many recompiles', 'sum(x.shape) and math.prod(x.shape) specialize the size (len(x) stays symbolic '
-       'since phase 2)')
 def test_len_and_sum_of_shape():
     run(lambda x: x / len(x) + sum(x.shape) + math.prod(x.shape), [rand(b, n) for b, n in [(2, 3), (3, 5), (5, 7), (8, 2)]])
 

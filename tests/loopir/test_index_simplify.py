@@ -67,3 +67,29 @@ def test_what_cannot_fold_stays_exact():
     ranges = {x0: 6, x1: 5}
     for e in (FloorDiv(5 * x0 + x1, 3), ModularIndexing(5 * x0 + x1, 2, 4), 3 * FloorDiv(x0, 3) + ModularIndexing(x0, 1, 2)):
         same_everywhere(e, simplify_with_ranges(e, ranges), ranges)
+
+
+def test_in_range_lends_its_range_and_leaves_no_trace():
+    from kiln.loopir.index import InRange
+
+    x0, x1 = vars_for("x", 2)
+    ranges = {x0: 256, x1: 1004}  # a pad's loop: one column more than its input's 1003
+    flat = 1003 * x0 + InRange(x1, 1003)  # the input read through a view of its flat index
+    assert simplify_with_ranges(FloorDiv(flat, 1003), ranges) == x0
+    assert simplify_with_ranges(ModularIndexing(flat, 1, 1003), ranges) == x1
+    assert simplify_with_ranges(flat, ranges) == 1003 * x0 + x1
+    # without it the loop's extent allows no folding
+    assert simplify_with_ranges(FloorDiv(1003 * x0 + x1, 1003), ranges) != x0
+    # a left pad: the read index is shifted
+    assert simplify_with_ranges(FloorDiv(1003 * x0 + InRange(x1 - 2, 1003), 1003), {x0: 256, x1: 1007}) == x0
+    assert InRange(sympy.Integer(5), sympy.Integer(10)) == 5
+
+
+def test_in_range_prints_and_evaluates_as_its_argument():
+    from kiln.codegen.common import print_index_py
+    from kiln.loopir.handlers import eval_index
+    from kiln.loopir.index import InRange
+
+    x1 = vars_for("x", 2)[1]
+    assert print_index_py(2 * InRange(x1, 7) + 1) == print_index_py(2 * x1 + 1)
+    assert eval_index(InRange(x1, 7) + 1, {x1: 9}) == 10  # (outside its range too: a masked-off lane)

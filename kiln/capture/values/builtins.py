@@ -323,6 +323,26 @@ def _size_min_max(fn, otherwise):
     return handler
 
 
+def _prod_of_sizes(tx, *args, **kwargs):
+    """``math.prod(x.shape)`` with symbolic sizes: multiplied as graph nodes, left to right from
+    ``start``, as math.prod does (other arguments: folded as a pure function of constants)."""
+    from kiln.capture.values.iterators import iterate
+    from kiln.capture.values.ops import binary_op
+    from kiln.capture.values.symbolic import SizeValue, SymbolicInt, _plain_number
+
+    if len(args) != 1 or set(kwargs) - {"start"} or not isinstance(args[0], (SizeValue, TupleValue)):
+        return NotImplemented
+    items = list(iterate(tx, args[0]))
+    start = kwargs.get("start", ConstantValue(1))
+    if not any(isinstance(v, SymbolicInt) for v in items) or \
+            not all((isinstance(v, SymbolicInt) and v.python_type() is int) or _plain_number(v) for v in items + [start]):
+        return NotImplemented
+    total = start
+    for v in items:
+        total = binary_op(tx, operator.mul, total, v)
+    return total
+
+
 def _range(tx, *args):
     return _fold(range, list(args), {})  # (range(1.5), range(0, 5, 0): the program's own errors)
 
@@ -538,4 +558,5 @@ from kiln.capture.values.iteration_builtins import register as _register_iterati
 
 _register_iteration_handlers(_HANDLERS)  # iter, next, zip, map, sum, ..., and itertools
 _HANDLERS[min] = _size_min_max(min, _HANDLERS[min])
+_HANDLERS[math.prod] = _prod_of_sizes
 _HANDLERS[max] = _size_min_max(max, _HANDLERS[max])

@@ -126,8 +126,11 @@ def _sum(tx, iterable, start=None):
     prefix = []
     items = iterate(tx, iterable)
     rest = None
-    for item in items:
-        if total.is_constant() and item.is_constant() and type(item.as_constant()) in (int, float, bool):
+    from kiln.capture.values.symbolic import is_symbolic_value
+
+    for item in items:  # (a symbolic size is added as a graph node: as_constant would specialize it)
+        if total.is_constant() and item.is_constant() and not is_symbolic_value(item) \
+                and type(item.as_constant()) in (int, float, bool):
             prefix.append(item.as_constant())
             continue
         rest = item

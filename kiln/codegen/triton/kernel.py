@@ -9,6 +9,11 @@ Two kernel shapes:
   *tiled* instead: each program handles a ``[YBLOCK, XBLOCK]`` tile, ``yindex`` (``[YBLOCK, 1]``)
   over that loop and ``xindex`` (``[1, XBLOCK]``) over the other loops flattened, so both accesses
   are coalesced (Triton moves the tile between the two layouts through shared memory).
+  A pointwise group that reads per-row values (a read that does not move along the last loop: a
+  softmax's max and sum, a loss's labels) is tiled by *rows* (``row_tiles``): ``yindex`` over every
+  loop but the last, flattened, and ``xindex`` over the last, so a row's values are loaded once per
+  row of the tile, where a 1-D block computed each element's row with ``//`` and loaded them once per
+  element (scalar loads beside the data's vector loads).
 * **row** (anything else): each program handles ``XBLOCK`` outer iterations ("rows": ``xindex`` is
   ``[XBLOCK, 1]``); each member then covers its own inner space (its inner pointwise loops or its
   reduction loops, flattened) along a second axis of ``RBLOCK`` lanes, ``[1, RBLOCK]``. When every
@@ -42,6 +47,8 @@ PERSISTENT_MAX = 4096  # inner spaces up to this many elements are held in regis
 SIDE_BY_SIDE_MIN_ROWS = 256  # see fusable: pointwise members sharing only outer loops need this many rows
 INT32_LIMIT = 2 ** 31 - 1
 TILE_MIN = 16  # a transposing pointwise kernel is tiled when both of its tile's loops are this long
+ROW_TILE_MIN_COLS = 256  # row tiles (row_tiles): the last loop at least this long ...
+ROW_TILE_MIN_ELEMENTS = 1 << 16  # ... and the kernel at least this large (static sizes)
 
 
 @dataclasses.dataclass
@@ -60,6 +67,7 @@ class TritonKernel:
     rnumel_expr: object = None  # rnumel as a size expression (symbolic: the block sizes are chosen per call)
     ynumel_expr: object = 1  # a tiled kernel's ynumel as a size expression
     column: bool = False  # a row kernel whose reads run along its rows' outer loops (column_reads)
+    row_tiles: bool = False  # a tiled kernel whose y axis is every loop but the last (row_tiles)
 
 
 # ------------------------------------------------------------------------------- fusion legality
@@ -204,6 +212,28 @@ def tile_dim(group: FusedGroup, buffers: dict) -> int | None:
     return max(across, key=lambda d: (across[d], d))
 
 
+def row_tiles(group: FusedGroup) -> bool:
+    """For a pointwise group that is no transpose: tile it rows x columns (y: every loop but the last,
+    x: the last) because some read from outside the group is a per-row value (its index moves with an
+    outer loop but not with the last one)."""
+    sizes = list(group.outer)
+    if len(sizes) < 2 or any_symbolic(sizes):
+        return False
+    if sizes[-1] < ROW_TILE_MIN_COLS or math.prod(sizes) < ROW_TILE_MIN_ELEMENTS:
+        return False
+    ranges = {var("x", d): n for d, n in enumerate(sizes)}
+    last = var("x", len(sizes) - 1)
+    produced = {w for m in group.members for w in m.writes}
+    for m in group.members:
+        for name, index in m.reads:
+            if name in produced:
+                continue
+            loops = simplify_with_ranges(sympy.sympify(index), ranges).free_symbols & set(ranges)
+            if loops and last not in loops:
+                return True
+    return False
+
+
 # ------------------------------------------------------------------------------------ generation
 
 
@@ -225,7 +255,7 @@ class KernelContext:
 
     def __init__(self, group: FusedGroup, buffers: dict):
         self.group, self.buffers, self.k = group, buffers, group.depth
-        self.tile: int | None = None  # tiled pointwise kernels: the loop along the tile's y axis
+        self.y_dims: tuple[int, ...] = ()  # tiled pointwise kernels: the loops along the tile's y axis
         writes = [w for m in group.members for w in m.writes if w not in group.locals]
         produced = {w for m in group.members for w in m.writes}
         reads = [r for m in group.members for r, _ in m.reads if r not in produced]
@@ -313,8 +343,8 @@ class MemberContext(MemberContextBase):
         self.rename = {s: sympy.Symbol(f"{self.prefix}{d}", integer=True, nonnegative=True)
                        for d, s in enumerate(inner_syms)}
         self.axis_of = {s: "x" for s in outer} if row else {s: "x" for s in self.ranges}
-        if not row and kctx.tile is not None:
-            self.axis_of[var("x", kctx.tile)] = "y"
+        if not row:
+            self.axis_of.update({var("x", d): "y" for d in kctx.y_dims})
         self.axis_of.update({s: "r" for s in self.rename.values()})
         self.indirect: dict = {}  # symbols made by ops.indirect_indexing -> the axes of their values
 
@@ -348,7 +378,7 @@ class MemberContext(MemberContextBase):
 
     def shape(self, axes) -> str:
         if not self.row:
-            if self.kctx.tile is not None:
+            if self.kctx.y_dims:
                 return f"[{'YBLOCK' if 'y' in axes else 1}, {'XBLOCK' if 'x' in axes else 1}]"
             return "[XBLOCK]"
         return f"[{'XBLOCK' if 'x' in axes else 1}, {'RBLOCK' if 'r' in axes else 1}]"
@@ -413,12 +443,14 @@ def generate_kernel(group: FusedGroup, buffers: dict, index: int, persistent_max
     wide = _index_dtype_is_64(group, buffers)
     pid = "tl.program_id(0).to(tl.int64)" if wide else "tl.program_id(0)"
     updates = any(kind == "inout" for _, kind in kctx.params)  # a scatter: 1-D blocks over its source
-    kctx.tile = tile_dim(group, buffers) if not row and not updates else None
+    tile = tile_dim(group, buffers) if not row and not updates else None
+    by_rows = tile is None and not row and not updates and row_tiles(group)
+    kctx.y_dims = (tile,) if tile is not None else tuple(range(len(group.outer) - 1)) if by_rows else ()
     ynumel = 1
-    if kctx.tile is not None:
-        style, ynumel = "tiled", group.outer[kctx.tile]
-        xnumel = prod([n for d, n in enumerate(group.outer) if d != kctx.tile])
-        body = _tiled_head(group.outer, kctx.tile, xnumel, ynumel, pid)
+    if kctx.y_dims:
+        style, ynumel = "tiled", prod([group.outer[d] for d in kctx.y_dims])
+        xnumel = prod([n for d, n in enumerate(group.outer) if d not in kctx.y_dims])
+        body = _tiled_head(group.outer, kctx.y_dims, xnumel, ynumel, pid)
     else:
         body = [f"xnumel = {_py(xnumel)}", f"xoffset = {pid} * XBLOCK"]
         if row:
@@ -448,7 +480,7 @@ def generate_kernel(group: FusedGroup, buffers: dict, index: int, persistent_max
         params.append("RBLOCK: tl.constexpr")
     if style == "tiled":
         params.append("YBLOCK: tl.constexpr")
-    how = f"tiled: x{kctx.tile} along y" if style == "tiled" else style
+    how = style if style != "tiled" else "tiled by rows" if by_rows else f"tiled: x{tile} along y"
     header = [f"# {name}: {', '.join(m.name for m in group.members)}  ({how})"]
     header += [f"#   {line}" for line in provenance(origins)]
     if group.locals:
@@ -458,20 +490,20 @@ def generate_kernel(group: FusedGroup, buffers: dict, index: int, persistent_max
     src = header + [jit, f"def {name}({', '.join(params)}):"] + _indent(body)
     return TritonKernel(name, "\n".join(src) + "\n", kctx.params, origins, style, hint(xnumel), hint(rnumel),
                         ynumel=hint(ynumel), size_args=size_args, xnumel_expr=xnumel, rnumel_expr=rnumel,
-                        ynumel_expr=ynumel, column=row and column_reads(group, buffers))
+                        ynumel_expr=ynumel, column=row and column_reads(group, buffers), row_tiles=by_rows)
 
 
-def _tiled_head(sizes, tile: int, xnumel: int, ynumel: int, pid: str) -> list[str]:
+def _tiled_head(sizes, y_dims: tuple, xnumel: int, ynumel: int, pid: str) -> list[str]:
     """The start of a tiled kernel: the program's tile (y tiles vary fastest across programs), the
-    block indices and masks, and the loop variables (``x{tile}`` from ``yindex``, the others from
-    ``xindex``, row-major)."""
-    rest = [d for d in range(len(sizes)) if d != tile]
+    block indices and masks, and the loop variables (those of ``y_dims`` from ``yindex``, the others
+    from ``xindex``, each row-major)."""
+    rest = [d for d in range(len(sizes)) if d not in y_dims]
     lines = [f"xnumel = {_py(xnumel)}", f"ynumel = {_py(ynumel)}", f"pid = {pid}",
              "ytiles = (ynumel + YBLOCK - 1) // YBLOCK",
              "yoffset = (pid % ytiles) * YBLOCK", "xoffset = (pid // ytiles) * XBLOCK",
              "yindex = yoffset + tl.arange(0, YBLOCK)[:, None]", "ymask = yindex < ynumel",
-             "xindex = xoffset + tl.arange(0, XBLOCK)[None, :]", "xmask = xindex < xnumel",
-             f"x{tile} = yindex"]
+             "xindex = xoffset + tl.arange(0, XBLOCK)[None, :]", "xmask = xindex < xnumel"]
+    lines += index_var_defs([f"x{d}" for d in y_dims], [sizes[d] for d in y_dims], "yindex")
     return lines + index_var_defs([f"x{d}" for d in rest], [sizes[d] for d in rest], "xindex")
 
 

@@ -114,6 +114,13 @@ def candidate_configs(kernel, max_block: int = 0) -> list[LaunchConfig]:
     looped kernel's RBLOCK (tests use it to exercise masks and loops with small shapes)."""
     cap = max_block or (1 << 30)
     x = kernel.xnumel
+    if kernel.style == "tiled" and getattr(kernel, "row_tiles", False):  # long x rows, few of them a tile
+        xb = min(1024, _pow2(x), cap)
+        yb = min(_clamp(2048 // xb, 1, 64), _pow2(kernel.ynumel), cap)
+        configs = [LaunchConfig(xb, 0, _clamp(xb * yb // 256, 1, 8), yb)]
+        if x * kernel.ynumel >= TUNE_MIN_ELEMENTS and not max_block:
+            configs += [LaunchConfig(2048, 0, 8, 1), LaunchConfig(1024, 0, 8, 4), LaunchConfig(512, 0, 4, 4)]
+        return list(dict.fromkeys(cfg for cfg in configs if cfg.XBLOCK <= _pow2(x)))
     if kernel.style == "tiled":  # square-ish tiles: each side long enough for coalesced accesses
         xb, yb = min(64, _pow2(x), cap), min(64, _pow2(kernel.ynumel), cap)
         configs = [LaunchConfig(xb, 0, _clamp(xb * yb // 512, 1, 8), yb)]

@@ -183,12 +183,13 @@ class TritonOps(OpsHandler):
             return reg
         ptr = self.ctx.pointer(name)
         idx, axes = self.ctx.index(index)
-        if self.masks:
-            want = axes.union(*(m.axes for m in self.masks))
+        masks = self._guarding(axes)
+        if masks:
+            want = axes.union(*(m.axes for m in masks))
             if want != axes:
                 idx = f"({idx}) + tl.full({self.ctx.shape(want)}, 0, tl.int32)"
                 axes = frozenset(want)
-        mask = " & ".join(filter(None, [self.ctx.mask(axes)] + [m.name for m in self.masks])) or None
+        mask = " & ".join(filter(None, [self.ctx.mask(axes)] + [m.name for m in masks])) or None
         args = f"{ptr} + ({idx})" + (f", {mask}, other=0" if mask else "")
         policy = self.ctx.eviction(name)
         if policy is not None:
@@ -198,6 +199,17 @@ class TritonOps(OpsHandler):
             # kept in its dtype; the lowering converts explicitly where it computes
             return val
         return val
+
+    def _guarding(self, axes) -> list:
+        """The enclosing ``masked`` conditions a load at an address varying along ``axes`` is made under:
+        those that vary along one of them. A condition only on other axes (a pad's column bound, for a
+        per-row value of a tiled or row kernel) does not guard this address: the address is the same in
+        the lanes where that condition holds (the load is valid there) as in those where it does not, so
+        the value is loaded once per row (``[YBLOCK, 1]``), not once per element of the tile; lanes
+        outside the condition compute with it and are then replaced by ``masked``'s fill value."""
+        if not axes:
+            return [m for m in self.masks if not m.axes]
+        return [m for m in self.masks if not m.axes or m.axes & axes]
 
     def store(self, name, index, value):
         self.ctx.record(name, value)

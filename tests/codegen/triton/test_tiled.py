@@ -81,3 +81,54 @@ def test_tiled_groups_with_several_members_padding_and_a_second_transposed_input
     for fn in cases:
         cg = check(fn, x, y, triton_max_block=16)
         assert "tiled" in {k.style for k in cg.kernels.values()}
+
+
+# tiles by rows: per-row values loaded once per row -------------------------------------------------
+def test_per_row_values_read_by_a_pad_are_loaded_once_per_row():
+    """A loss gradient written into a padded buffer (GPT-2's LM head): the row statistics are per-row
+    loads of a [YBLOCK, XBLOCK] tile (no ``//`` to find each element's row, no load per element), and the
+    pad's read of the viewed input folds to its row (``InRange``)."""
+    x, m = torch.randn(16, 8, 600), torch.randn(128)
+
+    def f(x, m):
+        rows = x.reshape(128, 600)
+        return torch.nn.functional.pad((rows.exp() * m[:, None]).view(16, 8, 600), (0, 5)) + 1
+
+    k = _only(check(f, x, m, atol=1e-5, rtol=1e-5))
+    assert k.style == "tiled" and k.row_tiles and (k.ynumel, k.xnumel) == (128, 605), k.source
+    (row_load,) = [line for line in k.source.splitlines() if "tl.load(in_ptr1" in line]
+    assert "(8*x0 + x1)" in row_load and row_load.endswith("ymask, other=0)"), row_load
+    (data_load,) = [line for line in k.source.splitlines() if "tl.load(in_ptr0" in line]
+    assert "(4800*x0 + 600*x1 + x2)" in data_load, data_load  # (no // on the column: the view folded)
+    assert candidate_configs(k)[0].YBLOCK >= 1 and candidate_configs(k)[0].XBLOCK >= 256
+
+
+def test_a_pad_of_rows_and_columns():
+    x, m = torch.randn(200, 330), torch.randn(200)
+
+    def f(x, m):
+        return torch.nn.functional.pad(x * m[:, None], (2, 3, 4, 1), value=0.5)
+
+    assert _only(check(f, x, m, atol=1e-6, rtol=1e-6)).row_tiles
+
+
+def test_row_conditions_still_mask_per_row_loads():
+    """Rows of the second part read nothing of the first part's scale: a condition on the rows stays on
+    a per-row load (only conditions on other axes are left off a load)."""
+    a, b, s, t = torch.randn(100, 500), torch.randn(60, 500), torch.randn(100, 1), torch.randn(60, 1)
+    k = _only(check(lambda a, b, s, t: torch.cat([a * s, b * t], dim=0), a, b, s, t))
+    assert k.row_tiles
+    loads = [line for line in k.source.splitlines() if "tl.load" in line and "x1" not in line]
+    assert len(loads) == 2 and all("ymask & tmp" in line and "xmask" not in line for line in loads), loads
+
+
+def test_cat_along_the_last_dim_of_per_row_scaled_parts():
+    a, b, s = torch.randn(128, 300), torch.randn(128, 300), torch.randn(128, 1)
+    k = _only(check(lambda a, b, s: torch.cat([a * s, b - s], dim=1), a, b, s))
+    assert k.row_tiles
+
+
+def test_small_or_short_rows_stay_one_dimensional():
+    x, m = torch.randn(500, 30), torch.randn(500)
+    k = _only(check(lambda x, m: x * m[:, None], x, m))
+    assert k.style == "pointwise" and not k.row_tiles  # rows of 30: a tile would waste its lanes
