@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import functools
+import sys
 import weakref
 from typing import Any, Callable
 
@@ -138,7 +139,24 @@ def _compiled_module(module: torch.nn.Module, config: CompileConfig) -> torch.nn
     wrapper = object.__new__(compiled_cls)
     object.__setattr__(wrapper, "__dict__", module.__dict__)
     _MODULE_CONFIGS[wrapper] = (config, module)
+    _share_composable_state(module, wrapper)
     return wrapper
+
+
+def _share_composable_state(module, wrapper) -> None:
+    """The state torch.distributed's composable APIs keep per module object (FSDP2's ``fully_shard``):
+    the wrapper is another object, so without it FSDP's methods called on the wrapper, or on a model whose
+    blocks were replaced by their wrappers (set_requires_gradient_sync, unshard, reshard, ...), found no
+    state ("No FSDP state found"). (Not imported when nothing imported it: then no module has any.)"""
+    composable = sys.modules.get("torch.distributed._composable_state")
+    if composable is None:
+        return
+    try:
+        state = composable._get_module_state(module)
+        if state is not None and wrapper not in composable._module_state_mapping:
+            composable._insert_module_state(wrapper, state)
+    except Exception:  # noqa: BLE001 -- another torch's internals: FSDP's methods on the wrapper then fail as before
+        pass
 
 
 _COMPILED_CLASSES: dict[type, type] = {}

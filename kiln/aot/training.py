@@ -36,7 +36,13 @@ class CompiledFunction(torch.autograd.Function):
         results = run_as_traced(rt.fwd, *flat)
         for k, index in enumerate(rt.mutated):
             write_back(flat[index], results[k], steps=rt.steps.get(index, 1))
-        outs = tuple(results[rt.n_mut: rt.n_mut + rt.n_out])
+        # an output that is a view of a buffer of the generated code (a Linear's [B*T, N] product seen as
+        # [B, T, N]) is handed out as a plain alias of it: autograd forbids in-place ops on a custom
+        # Function's view outputs, where eager's result (ATen's _unsafe_view) allows them. The alias
+        # shares the buffer's version counter, so an in-place change of a value saved for the backward is
+        # still caught by autograd, as in eager.
+        outs = tuple(o.detach() if isinstance(o, torch.Tensor) and o._base is not None else o
+                     for o in results[rt.n_mut: rt.n_mut + rt.n_out])
         ctx.save_for_backward(*results[rt.n_mut + rt.n_out:])
         ctx.rt = rt
         if rt.backward_without is not None:

@@ -26,12 +26,21 @@ from kiln.capture.graph_break import compile_with_break
 from kiln.capture.guards import CompiledGuards
 from kiln.capture.interpreter import RootTracer
 from kiln.capture.values.lazy_generators import CALLED_AS_PYTHON, RetraceFrame, check_abandoned
-from kiln.capture.skipfiles import is_namedtuple_new, should_offer
+from kiln.capture.skipfiles import is_library_dataclass_method, is_namedtuple_new, should_offer
 from kiln.debug.stats import stats
 from kiln.fake.symbolic import SpecializationError
 from kiln.fake.symbolic_meta import SymbolicShapeUnsupported
 from kiln.errors import BackendError, GraphBreakError, InternalError, Unsupported
 from kiln.options import Options
+
+
+def _in_checkpoint_forward() -> bool:
+    """Whether the innermost saved-tensor hooks are those of a non-reentrant torch.utils.checkpoint."""
+    hooks = _top_saved_tensors_hooks(False)
+    return hooks is not None and getattr(hooks[0], "__module__", None) == "torch.utils.checkpoint"
+
+
+_top_saved_tensors_hooks = torch._C._autograd._top_saved_tensors_default_hooks
 
 
 @dataclasses.dataclass
@@ -89,6 +98,13 @@ class FrameCompiler:
 
     # the callback the hook calls
     def __call__(self, code, f_locals, f_globals, f_builtins, closure):
+        if _in_checkpoint_forward():
+            # torch.utils.checkpoint (non-reentrant) recomputes this frame in the backward, eagerly (outside
+            # the compiled call), and requires the recomputation to save what the forward saved: so the
+            # forward runs eagerly too (a compiled graph saves what its partition chose)
+            if should_offer(code):
+                stats.eager_fallbacks["inside torch.utils.checkpoint (non-reentrant): its recomputation runs eagerly"] += 1
+            return None
         entries = self.cache.get(code)
         if entries:
             for entry in entries:
@@ -107,7 +123,8 @@ class FrameCompiler:
                                       "as explicit device=/dtype= arguments")
             stats.eager_fallbacks["a TorchFunctionMode is active"] += 1
             return None
-        if not should_offer(code) or is_kernel_code(code, f_globals) or is_namedtuple_new(code, f_globals):
+        if not should_offer(code) or is_kernel_code(code, f_globals) or is_namedtuple_new(code, f_globals) \
+                or is_library_dataclass_method(code, f_globals):
             hook.mark_skip(code)
             _SKIPPED_CODES.add(code)
             return None

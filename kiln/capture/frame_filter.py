@@ -52,6 +52,30 @@ def _array_types() -> tuple:
     return (numpy.ndarray, numpy.generic) if numpy is not None else ()
 
 
+_PLAIN_DICT: dict = {}  # type -> whether its instances' __dict__ is the interpreter's own (a C descriptor)
+
+
+def _instance_dict(obj):
+    """``obj.__dict__`` as the interpreter keeps it, read without running code of its class: a
+    ``__getattr__`` runs for a class with ``__slots__`` and no ``__dict__`` (sympy's SingletonRegistry,
+    half built while sympy is imported inside a compiled function, recursed forever in its own), and a
+    property could do anything. None when there is no such dict."""
+    cls = type(obj)
+    plain = _PLAIN_DICT.get(cls)
+    if plain is None:
+        found = next((k.__dict__["__dict__"] for k in cls.__mro__ if "__dict__" in k.__dict__), None)
+        if len(_PLAIN_DICT) > 10000:  # (classes made at run time: keep the table bounded)
+            _PLAIN_DICT.clear()
+        plain = _PLAIN_DICT[cls] = type(found) in (types.GetSetDescriptorType, types.MemberDescriptorType) \
+            or (found is None and getattr(cls, "__dictoffset__", 0) != 0)
+    if not plain:
+        return None
+    try:
+        return object.__getattribute__(obj, "__dict__")
+    except Exception:  # noqa: BLE001 -- (no dict on this instance)
+        return None
+
+
 def _reaches_tensor(roots: list, tensor_like: tuple) -> bool:
     """Whether a tensor or module is among `roots`, their container items and (plain) objects' attributes,
     up to _DEPTH levels down. Objects kiln cannot look into (C objects, slots) count as holding none,
@@ -72,7 +96,7 @@ def _reaches_tensor(roots: list, tensor_like: tuple) -> bool:
         elif isinstance(obj, dict):
             stack.extend((item, depth + 1) for item in list(obj.values()))
         elif not isinstance(obj, types.ModuleType):
-            attrs = getattr(obj, "__dict__", None)
+            attrs = _instance_dict(obj)
             if type(attrs) is dict:
                 stack.extend((item, depth + 1) for item in list(attrs.values()))
     return False

@@ -89,6 +89,14 @@ def is_namedtuple_new(code: types.CodeType, f_globals: dict) -> bool:
         str(f_globals.get("__name__", "")).startswith("namedtuple_")
 
 
+def is_library_dataclass_method(code: types.CodeType, f_globals: dict) -> bool:
+    """A method ``dataclasses`` generated (from "<string>", run in the class's module's globals) for a
+    class of a skipped file: run as it is, as the rest of that library (FSDP2's hooks compare their
+    FSDPMeshInfo dataclasses with the generated __eq__, which, offered, broke on its fields)."""
+    return code.co_filename == "<string>" and "__create_fn__" in code.co_qualname and \
+        is_skipped_file(str(f_globals.get("__file__", "")))
+
+
 def _library_codes() -> frozenset:
     """Standard-library and torch functions traced like user code, though their files are skipped."""
     import collections

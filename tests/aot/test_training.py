@@ -359,3 +359,63 @@ def test_gpu_training_forward_stores_in_place_from_its_second_call():
     assert isinstance(runtime.fwd, InplaceAfterFirstForward)
     assert runtime.fwd(1) == 0  # the first call: functional
     assert runtime.fwd is namespace["call"] and runtime.fwd(1) == 2
+
+
+def test_in_place_op_on_a_view_output():
+    """A Linear on a 3-D input returns its [B*T, N] product viewed as [B, T, N]: eager allows an in-place
+    op on it, and so must the compiled output (a custom Function's view outputs may not be changed in
+    place); a change of a value the backward needs is still caught, as in eager."""
+    torch.manual_seed(0)
+    lin, x = nn.Linear(6, 6), torch.randn(2, 3, 6)
+    expected = lin(x)
+    expected *= 0.5
+    expected.sum().backward()
+    want = lin.weight.grad.clone()
+    lin.weight.grad = None
+    kiln.reset()
+    got = kiln.compile(lin, backend="aot_eager")(x)
+    got *= 0.5
+    got.sum().backward()
+    torch.testing.assert_close(got, expected)
+    torch.testing.assert_close(lin.weight.grad, want)
+
+    def f(x, w):
+        h = x @ w
+        return h.view(2, -1), (h * h).sum()  # the product is returned and saved for the backward
+
+    for fn in (f, kiln.compile(f, backend="aot_eager")):
+        out, loss = fn(torch.randn(4, 3, requires_grad=True), torch.randn(3, 5, requires_grad=True))
+        out.mul_(2)
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            loss.backward()
+
+
+def test_non_reentrant_checkpoint_inside_a_compiled_model():
+    """torch.utils.checkpoint(use_reentrant=False) recomputes its function eagerly in the backward and
+    requires it to save what the forward saved: kiln runs that forward eagerly (counted in
+    stats.eager_fallbacks); the rest of the model is compiled."""
+    from torch.utils.checkpoint import checkpoint
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.blocks = nn.ModuleList([nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 8)) for _ in range(2)])
+            self.head = nn.Linear(8, 3)
+
+        def forward(self, x):
+            for b in self.blocks:
+                x = x + checkpoint(b, x, use_reentrant=False)
+            return self.head(x)
+
+    torch.manual_seed(0)
+    net, x = Net(), torch.randn(5, 8)
+    net(x).pow(2).mean().backward()
+    want = [p.grad.clone() for p in net.parameters()]
+    kiln.reset()
+    compiled = kiln.compile(net, backend="aot_eager")
+    for _ in range(2):
+        net.zero_grad()
+        compiled(x).pow(2).mean().backward()
+        for p, g in zip(net.parameters(), want):
+            torch.testing.assert_close(p.grad, g)
+    assert any("checkpoint" in reason for reason in kiln.stats.eager_fallbacks)

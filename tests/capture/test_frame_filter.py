@@ -135,3 +135,41 @@ def test_namedtuple_generated_new_is_not_offered():
 
     report = kiln.explain(fn, backend="eager")(torch.ones(2))
     assert report.graph_count == 1 and not report.eager_frames and not report.break_reasons
+
+
+class _SlotsWithGetattr:
+    """A half-built registry (sympy's SingletonRegistry while sympy is imported): no __dict__, and a
+    __getattr__ that recurses while its attributes are not set yet."""
+
+    __slots__ = ("_table",)
+
+    def __getattr__(self, name):
+        return self._table[name]
+
+
+class _DictProperty:
+    @property
+    def __dict__(self):
+        raise AssertionError("the frame filter ran a property")
+
+
+def test_objects_are_looked_into_without_running_their_code():
+    assert not may_use_tensors(*_frame_inputs(_Finder.find, _SlotsWithGetattr(), "a"))
+    assert not may_use_tensors(*_frame_inputs(_Finder.find, _DictProperty(), "a"))
+
+
+def test_a_lazily_imported_library_inside_a_compiled_function():
+    """torch.utils.checkpoint imports torch._dynamo (and sympy) on its first call; sympy's import ran
+    the frame filter on its half-built SingletonRegistry (a RecursionError)."""
+    import subprocess
+    import sys
+
+    code = ("import torch, kiln\n"
+            "from torch.utils.checkpoint import checkpoint\n"
+            "lin = torch.nn.Linear(4, 4)\n"
+            "f = kiln.compile(lambda x: checkpoint(lin, x, use_reentrant=False) * 2)\n"
+            "x = torch.randn(2, 4)\n"
+            "torch.testing.assert_close(f(x), lin(x) * 2)\n"
+            "print('ok')\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.stdout.strip().endswith("ok"), out.stderr[-2000:]

@@ -52,27 +52,32 @@ def make(how, backend, mixed_precision, device="cpu", options=None):
     return model, model
 
 
-def train(model, rank, steps=4, device="cpu"):
+def train(model, rank, steps=4, device="cpu", accumulate=1):
+    """AdamW steps; ``accumulate`` micro-batches per step, gradients reduced on the last one only (FSDP's
+    ``set_requires_gradient_sync``, called on the root, which reaches the compiled blocks)."""
     opt = torch.optim.AdamW(model.parameters(), lr=0.01)
     g = torch.Generator().manual_seed(100 + rank)
     losses = []
     for _ in range(steps):
-        x, y = torch.randn(6, 16, generator=g).to(device), torch.randn(6, 4, generator=g).to(device)
-        loss = F.mse_loss(model(x).float(), y)
-        loss.backward()
+        for micro in range(accumulate):
+            if accumulate > 1:
+                model.set_requires_gradient_sync(micro == accumulate - 1)
+            x, y = torch.randn(6, 16, generator=g).to(device), torch.randn(6, 4, generator=g).to(device)
+            loss = F.mse_loss(model(x).float(), y)
+            loss.backward()
         opt.step()
         opt.zero_grad()
         losses.append(loss.item())
     return losses
 
 
-def scenario(rank, how, backend="aot_eager", mixed_precision=False, device="cpu", options=None):
+def scenario(rank, how, backend="aot_eager", mixed_precision=False, device="cpu", options=None, accumulate=1):
     kiln.reset()
     kiln.stats.reset()
     ref, _ = make("eager", backend, mixed_precision, device)
-    ref_losses = train(ref, rank, device=device)
+    ref_losses = train(ref, rank, device=device, accumulate=accumulate)
     params, model = make(how, backend, mixed_precision, device, options)
-    losses = train(model, rank, device=device)
+    losses = train(model, rank, device=device, accumulate=accumulate)
     diffs = [(a.full_tensor() - b.full_tensor()).abs().max().item()
              for a, b in zip(ref.parameters(), params.parameters())]
     return {"param_diff": max(diffs), "loss_diff": max(abs(a - b) for a, b in zip(ref_losses, losses)),
@@ -85,6 +90,8 @@ SCENARIOS = {
     "per_block_bf16": dict(how="per_block", mixed_precision=True),
     "whole_bf16": dict(how="whole", mixed_precision=True),
     "per_block_kiln_bf16": dict(how="per_block", backend="kiln", mixed_precision=True),
+    # FSDP's methods reach the compiled blocks (their wrappers share the blocks' FSDP state)
+    "per_block_accumulate": dict(how="per_block", accumulate=2),
 }
 
 
