@@ -121,7 +121,8 @@ class FrameCompiler:
                                       code.co_filename, code.co_firstlineno,
                                       "call the compiled function outside the mode, or move the mode inside it "
                                       "as explicit device=/dtype= arguments")
-            stats.eager_fallbacks["a TorchFunctionMode is active"] += 1
+            if should_offer(code):  # (library frames run as they are anyway: not counted)
+                stats.eager_fallbacks["a TorchFunctionMode is active"] += 1
             return None
         if not should_offer(code) or is_kernel_code(code, f_globals) or is_namedtuple_new(code, f_globals) \
                 or is_library_dataclass_method(code, f_globals):

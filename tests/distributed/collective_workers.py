@@ -31,6 +31,12 @@ def in_place_all_reduce(x):
     return y + 1
 
 
+def rank_dependent(x):
+    """The default group's rank and size are constants of the graph (no break, a value per rank)."""
+    scale = dist.get_rank() + 1
+    return x * scale / dist.get_world_size(group=None) + dist.get_rank(dist.group.WORLD)
+
+
 def async_all_reduce(x):
     y = x * 2
     work = dist.all_reduce(y, async_op=True)  # a Work object: the graph breaks here
@@ -50,6 +56,7 @@ def run_backend(rank, backend):
         ("reduce_twice", reduce_twice, (x, w_compiled), (x, w_eager)),
         ("gather_and_scatter", gather_and_scatter, (x,), (x,)),
         ("in_place_all_reduce", in_place_all_reduce, (x,), (x,)),
+        ("rank_dependent", rank_dependent, (x,), (x,)),
         ("async_all_reduce", async_all_reduce, (x,), (x,)),
     ]:
         kiln.stats.reset()

@@ -20,7 +20,7 @@ def results(all_results, request):
     return [per_rank[request.param] for per_rank in all_results]
 
 
-@pytest.mark.parametrize("name", ["reduce_twice", "gather_and_scatter", "in_place_all_reduce"])
+@pytest.mark.parametrize("name", ["reduce_twice", "gather_and_scatter", "in_place_all_reduce", "rank_dependent"])
 def test_collectives_are_graph_ops(results, name):
     for rank_results in results:
         r = rank_results[name]

@@ -171,14 +171,34 @@ def in_place_all_reduce(tx, args, kwargs) -> Value:
     return ConstantValue(None)
 
 
+def _default_group_query(tx, fn, args, kwargs) -> Value:
+    """``torch.distributed.get_rank()`` / ``get_world_size()`` of the default group: a constant of the
+    graph, as the default group's name is in the collectives above (a process has one default group
+    for its life). Another group, or no process group yet, breaks the graph as before."""
+    import torch.distributed as dist
+
+    (group,) = _bind(args, kwargs, ["group"], {"group": None})
+    if not dist.is_initialized():
+        unsupported(f"torch.distributed.{fn.__name__}() before init_process_group (it raises)")
+    if group is not None and not (group.is_constant() and group.as_constant() is None):
+        obj, source = getattr(group, "obj", None), getattr(group, "source", None)
+        if obj is None or obj is not dist.group.WORLD or source is None:
+            unsupported(f"torch.distributed.{fn.__name__} of a group other than the default one")
+        tx.output.guards.identity(source, obj)  # (the default group, named: dist.group.WORLD)
+    return ConstantValue(fn())
+
+
 def functional_collective_handler(fn):
     """The handler for a function of torch.distributed._functional_collectives (or the in-place
-    torch.distributed.all_reduce), or None."""
-    if getattr(fn, "__module__", None) == "torch.distributed.distributed_c10d" and \
-            getattr(fn, "__name__", "") == "all_reduce":
+    torch.distributed.all_reduce, or the default group's rank and size), or None."""
+    if getattr(fn, "__module__", None) == "torch.distributed.distributed_c10d":
         import torch.distributed as dist
 
-        return in_place_all_reduce if fn is dist.all_reduce else None
+        if fn is dist.all_reduce:
+            return in_place_all_reduce
+        if fn is dist.get_rank or fn is dist.get_world_size:
+            return lambda tx, args, kwargs: _default_group_query(tx, fn, args, kwargs)
+        return None
     if getattr(fn, "__module__", None) != MODULE:
         return None
     handler = HANDLERS.get(getattr(fn, "__name__", ""))
