@@ -41,7 +41,8 @@ are specialized, so 3 graphs); len(x) stays symbolic (+1 case), min/max of sizes
 Phase 3 (2026-11-28): int arguments become symbols on their second value by default (Options.dynamic_ints
 on, as torch.compile's automatic dynamic): an int argument used as a size compiles 2 graphs. The KV cache
 written at an int position still takes 3 (positions 0 and 1 are constants, as sizes 0 and 1). 21 left.
-Then sum(x.shape) and math.prod(x.shape) stay symbolic (graph nodes, not specialized): 20 left.
+Then sum(x.shape) and math.prod(x.shape) stay symbolic (graph nodes, not specialized), and x.shape ==
+y.shape compares item by item with a guard per symbolic item (s0 == s1): 19 left.
 
 What passed: automatic dynamic (2 graphs over many sizes), dynamic=True (1 graph, 0/1 specialized),
 dynamic=False, mark_dynamic/mark_static (min/max, list of dims, bad min/max and dim errors, the error naming
@@ -1332,7 +1333,6 @@ def test_reversed_shape_reshape():
     run(lambda x: x.reshape(x.size()[::-1]) * 2, [rand(b, n) for b, n in [(2, 3), (3, 5), (5, 7), (8, 2)]])
 
 
-@xfail('too many recompiles', 'x.shape == y.shape specializes s0 (Eq(s0, 3)) instead of guarding s0 == s1: 5 graphs')
 def test_shape_equality_branch():
     def f(x, y):
         if x.shape == y.shape:
@@ -1706,3 +1706,7 @@ def test_advanced_index_2d():
     run(lambda w, idx: w[idx].sum(1),
         [(rand(10, 4), torch.randint(0, 10, (b, t), generator=torch.Generator().manual_seed(b * t)))
          for b, t in [(2, 3), (3, 5), (5, 2), (4, 7)]])
+
+
+def test_shape_compared_with_a_constant_tuple():
+    run(lambda x: x * 2 if x.shape != (3, 2) else x - 1, [rand(b, 2) for b in [2, 4, 3, 5, 3, 8]], max_graphs=3)

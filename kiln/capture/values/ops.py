@@ -49,6 +49,10 @@ def binary_op(tx, op: Callable, a: Value, b: Value) -> Value:
     if symbolic is not None:
         return symbolic
     plain = INPLACE_TO_PLAIN.get(op, op)
+    if plain in (operator.eq, operator.ne) and (_symbolic_sequence(a) or _symbolic_sequence(b)):
+        same = _sizes_equal(tx, a, b)  # (before the constant folding below, which would specialize them)
+        if same is not None:
+            return ConstantValue(same if plain is operator.eq else not same)
     for value, other, reflected in ((a, b, False), (b, a, True)):
         if hasattr(value, "binary"):  # values with their own operators (collections' containers)
             result = value.binary(tx, plain if reflected else op, other, reflected)
@@ -251,9 +255,36 @@ def equal_bool(tx, a: Value, b: Value) -> bool:
         from kiln.capture.values.tensor_compare import tensor_equal_bool
 
         return tensor_equal_bool(tx, a, b)  # identity, then bool(a == b): eager's error or a break
-    if a.is_constant() and b.is_constant() and not (is_python_object(a) or is_python_object(b)):
+    from kiln.capture.values.symbolic import is_symbolic_value
+
+    if a.is_constant() and b.is_constant() and not (is_python_object(a) or is_python_object(b)) \
+            and not (is_symbolic_value(a) or is_symbolic_value(b)):  # (a size's value would be guarded)
         return a.as_constant() == b.as_constant()
     return tx.truth(binary_op(tx, operator.eq, a, b))
+
+
+def _symbolic_sequence(v: Value) -> bool:
+    from kiln.capture.values.symbolic import is_symbolic_value
+
+    return isinstance(v, SequenceValue) and any(is_symbolic_value(x) for x in v.elements)
+
+
+def _sizes_equal(tx, a: Value, b: Value) -> bool | None:
+    """``a == b`` for tuples (``torch.Size`` among them) holding symbolic sizes, as tuple's own
+    comparison: lengths, then item by item (identity, then ``==``) to the first difference; each
+    symbolic comparison a guard on the expression (``s0 == s1``), not on the sizes' values. None where
+    either side is not a tuple (a list is never equal to a tuple: the generic path says so)."""
+    def items(v):
+        if isinstance(v, SequenceValue) and v.python_kind is tuple:
+            return list(v.elements)
+        if v.is_constant() and isinstance(v.as_constant(), tuple):
+            return [ConstantValue(x) for x in v.as_constant()]
+        return None
+
+    xs, ys = items(a), items(b)
+    if xs is None or ys is None:
+        return None
+    return len(xs) == len(ys) and all(equal_bool(tx, x, y) for x, y in zip(xs, ys))
 
 
 def _tuple_operand(v: Value) -> bool:
