@@ -306,13 +306,10 @@ def _size_min_max(fn, otherwise):
     beats = operator.lt if fn is min else operator.gt
 
     def handler(tx, *args, **kwargs):
-        from kiln.capture.values.symbolic import SymbolicInt, _plain_number, symbolic_binary
-
-        def size_like(a):
-            return (isinstance(a, SymbolicInt) and a.python_type() is int) or _plain_number(a)
+        from kiln.capture.values.symbolic import SymbolicInt, int_like, symbolic_binary
 
         if kwargs or len(args) < 2 or not any(isinstance(a, SymbolicInt) for a in args) \
-                or not all(size_like(a) for a in args):
+                or not all(int_like(a) for a in args):
             return otherwise(tx, *args, **kwargs)
         best = args[0]
         for a in args[1:]:
@@ -326,16 +323,14 @@ def _size_min_max(fn, otherwise):
 def _prod_of_sizes(tx, *args, **kwargs):
     """``math.prod(x.shape)`` with symbolic sizes: multiplied as graph nodes, left to right from
     ``start``, as math.prod does (other arguments: folded as a pure function of constants)."""
-    from kiln.capture.values.iterators import iterate
     from kiln.capture.values.ops import binary_op
-    from kiln.capture.values.symbolic import SizeValue, SymbolicInt, _plain_number
+    from kiln.capture.values.symbolic import SymbolicInt, int_like
 
-    if len(args) != 1 or set(kwargs) - {"start"} or not isinstance(args[0], (SizeValue, TupleValue)):
+    if len(args) != 1 or set(kwargs) - {"start"} or not isinstance(args[0], TupleValue):  # (SizeValue is one)
         return NotImplemented
-    items = list(iterate(tx, args[0]))
+    items = list(args[0].elements)
     start = kwargs.get("start", ConstantValue(1))
-    if not any(isinstance(v, SymbolicInt) for v in items) or \
-            not all((isinstance(v, SymbolicInt) and v.python_type() is int) or _plain_number(v) for v in items + [start]):
+    if not any(isinstance(v, SymbolicInt) for v in items) or not all(int_like(v) for v in items + [start]):
         return NotImplemented
     total = start
     for v in items:

@@ -80,6 +80,11 @@ def _plain_number(v: Value) -> bool:
     return type(v) is ConstantValue and type(v.value) in (int, bool)
 
 
+def int_like(v: Value) -> bool:
+    """A symbolic int or an int/bool constant: an operand size arithmetic keeps symbolic."""
+    return (isinstance(v, SymbolicInt) and v.python_type() is int) or _plain_number(v)
+
+
 def symbolic_binary(tx, op, a: Value, b: Value) -> Value | None:
     """`a op b` kept symbolic where one side is a SymbolicInt and the other an int or SymbolicInt; None
     where that does not apply (the caller's rules, which specialize, take over)."""

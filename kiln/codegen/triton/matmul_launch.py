@@ -151,12 +151,7 @@ class MatmulChoice:
         elif interpret or (choice == "template" and len(configs) == 1):
             self._take(configs[0])
         elif tune_path is not None:
-            saved = _saved_raw(tune_path, kernel.name)
-            if isinstance(saved, dict):
-                try:
-                    self._load(saved)
-                except (TypeError, ValueError, AttributeError):  # a damaged tune file: tuned again
-                    self.run, self.picked, self.timings = None, None, {}
+            self._load_saved()
 
     def _take(self, what, note: str = ""):
         stats.matmul_choices["library" if what == "library" else "template"] += 1
@@ -165,6 +160,17 @@ class MatmulChoice:
         else:
             self.run, self.picked = TemplatePath(self.fn, self.kernel, what, self.fast_launch), f"template {what.label()}"
         self.picked += note
+
+    def _load_saved(self) -> bool:
+        """Take the choice saved in the tune file under this kernel's name, if there is a usable one."""
+        saved = _saved_raw(self.tune_path, self.kernel.name)
+        if not isinstance(saved, dict):
+            return False
+        try:
+            self._load(saved)
+        except (TypeError, ValueError, AttributeError):  # a damaged tune file: tuned again
+            self.run, self.picked, self.timings = None, None, {}
+        return self.run is not None
 
     def _load(self, saved: dict):
         if saved.get("choice") == "library":
@@ -210,18 +216,10 @@ class MatmulChoice:
     def _saved_since(self) -> bool:
         """Take a choice saved in the tune file since this launcher was built (another graph of the
         same module timed it)."""
-        if self.tune_path is None or self.choice == "library":
+        if self.tune_path is None or self.choice == "library" or not self._load_saved():
             return False
-        saved = _saved_raw(self.tune_path, self.kernel.name)
-        if not isinstance(saved, dict):
-            return False
-        try:
-            self._load(saved)
-        except (TypeError, ValueError, AttributeError):
-            self.run, self.picked, self.timings = None, None, {}
-        if self.run is not None:
-            stats.tuning["saved"] += 1
-        return self.run is not None
+        stats.tuning["saved"] += 1
+        return True
 
     def _autotune(self, args) -> None:
         stats.tuning["timed"] += 1
