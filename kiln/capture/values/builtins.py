@@ -348,7 +348,9 @@ def _print(tx, *args, **kwargs):
 
 
 def _id(tx, obj):
-    unsupported("id() of a value")
+    from kiln.capture.values.object_ids import object_id
+
+    return object_id(tx, obj)
 
 
 def _callable(tx, obj):

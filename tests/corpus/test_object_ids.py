@@ -1,0 +1,98 @@
+"""id() inside compiled code (capture/values/object_ids.py): the real id of an object read from a place,
+under an identity guard; ids of objects made in the frame (and of tensors) compared with == / != as `is`;
+any other use of such an id breaks the graph. Counts are TorchDynamo's unless a comment says otherwise."""
+import torch
+from torch import nn
+
+from .harness import USE_DYNAMO, CountingBackend, check, compile_fn, reset
+
+
+def _t(*shape, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=g)
+
+
+class Box:
+    def __init__(self, v):
+        self.v = v
+
+
+SCALES = {}
+
+
+def _same_calls(fn, arg_sets, graphs):
+    """Call ``fn`` eagerly and compiled on the same argument objects (ids must be the objects' own: the
+    harness's deep copies would give new ones), comparing each call; ``graphs`` in all."""
+    reset()
+    counter = CountingBackend()
+    compiled = compile_fn(fn, counter)
+    for args in arg_sets:
+        torch.testing.assert_close(compiled(*args), fn(*args))
+    assert len(counter.graphs) == graphs, len(counter.graphs)
+
+
+def test_lookup_by_id_of_an_argument_object():
+    a, b = Box(2.0), Box(3.0)
+    scales = {id(a): 10.0, id(b): 100.0}
+
+    def fn(x, box):
+        return x * scales[id(box)] + box.v
+
+    # another object in the same place: the identity guard fails and the frame compiles again
+    x = _t(3)
+    _same_calls(fn, [(x, a), (x, a), (x, b), (x, a)], graphs=2)
+
+
+def test_optimizer_table_keyed_by_module_id():
+    m1, m2 = nn.Linear(3, 3), nn.Linear(3, 3)
+    table = {id(m1): 1.0, id(m2): -1.0}
+
+    def fn(m, x):
+        return m(x) * table[id(m)]
+
+    x = _t(2, 3)
+    with torch.no_grad():
+        _same_calls(fn, [(m1, x), (m2, x), (m1, x)], graphs=2)
+
+
+def test_ids_of_new_objects_compare_as_identity():
+    def fn(x):
+        p, q = Box(1), Box(1)
+        r = p
+        return x + 1, id(p) == id(r), id(p) != id(q), id(p) == id(q), id(x) == id(x), id(x) != id(x + 0)
+
+    check(fn, _t(3), graphs=1, breaks=0, dynamo_graphs=0)  # Dynamo runs this frame eagerly
+
+
+def test_id_of_none_and_bools():
+    def fn(x, flag):
+        return x * 2, id(None) == id(None), id(flag) == id(True)
+
+    check(fn, _t(3), True, graphs=1)
+
+
+def test_id_of_a_new_object_used_as_a_number_breaks_and_stays_right():
+    def fn(x):
+        p = Box(1)
+        seen = {id(p): p}  # a dict keyed by the number: only known when the code runs
+        return x * len(seen) + 1
+
+    # kiln: the dict needs the number, which only the run knows; the refusal comes at BUILD_MAP, where
+    # the frame cannot be split, so it runs eagerly (correct, no graph)
+    check(fn, _t(3), graphs=0, dynamo_graphs=1)
+
+
+def test_returned_id_is_the_objects_own():
+    if USE_DYNAMO:
+        return  # (the reference engine has nothing to add here)
+    reset()
+
+    def fn(x, box):
+        return x + 1, id(box), id(x)
+
+    compiled = compile_fn(fn, CountingBackend())
+    box, x = Box(1), _t(3)
+    out, box_id, x_id = compiled(x, box)
+    assert box_id == id(box) and x_id == id(x)
+    other = Box(2)
+    assert compiled(x, other)[1] == id(other)
