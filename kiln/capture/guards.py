@@ -464,6 +464,7 @@ class _Namer:
 
     def __init__(self) -> None:
         from kiln.capture.values.set_tensor_order import set_order_is
+        from kiln.capture.values.symbolic_float import GUARD_NAMES
 
         self.namespace: dict[str, Any] = {
             "___grad_enabled": torch.is_grad_enabled,
@@ -485,6 +486,7 @@ class _Namer:
             "___same_codes": _same_codes,
             "___set_order_is": set_order_is,
             "id": id,
+            **GUARD_NAMES,
         }
         self._by_id: dict[int, str] = {}
 

@@ -38,14 +38,14 @@ def test_mean_by_size_division(backend):
     check(f, lambda n: (torch.randn(n, 3),), backend, graphs=2)
 
 
-@pytest.mark.parametrize("backend", backends(xfail={"eager": 'math.sqrt of a symbolic size specializes it (guard Eq(s0, 2)); no symbolic floats (dynamo: 2 graphs)'}))
+@pytest.mark.parametrize("backend", backends())
 def test_sqrt_of_dynamic_dim_scaling(backend):
     def f(x):
         return x / math.sqrt(x.size(-1))
     check(f, lambda n: (torch.randn(3, n),), backend, graphs=2)
 
 
-@pytest.mark.parametrize("backend", backends(xfail={"eager": '1.0 / n and float(n) of a symbolic size specialize it (guard Eq(s0, 2)) (dynamo: 2 graphs)'}))
+@pytest.mark.parametrize("backend", backends())
 def test_size_as_float_scale(backend):
     def f(x):
         n = x.shape[0]

@@ -79,6 +79,15 @@ class BuiltinValue(KnownFunctionValue):
 
             if is_python_object(args[0]):
                 return _round_object(tx, args)
+        from kiln.capture.values.symbolic_float import float_function
+
+        number = float_function(tx, fn, args, kwargs)  # float(n), math.sqrt(n) of sizes: kept symbolic
+        if number is None and fn is divmod and len(args) == 2 and not kwargs:
+            from kiln.capture.values.symbolic import symbolic_divmod
+
+            number = symbolic_divmod(tx, *args)
+        if number is not None:
+            return number
         handler = _HANDLERS.get(fn)
         if handler is None:
             from kiln.capture.values.stdlib import BUILTIN_CALLS  # functools, collections (values/stdlib.py)

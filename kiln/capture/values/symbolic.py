@@ -92,13 +92,43 @@ def symbolic_binary(tx, op, a: Value, b: Value) -> Value | None:
         return None
     if not all(isinstance(v, SymbolicInt) or _plain_number(v) for v in (a, b)):
         return None
-    if op not in ARITHMETIC and op not in COMPARISONS:
-        return None
     if any(isinstance(v, SymbolicInt) and v.python_type() is not int for v in (a, b)):
+        return None
+    shifted = _bits_as_arithmetic(op, a, b)
+    if shifted is not None:
+        op, b = shifted
+    if op not in ARITHMETIC and op not in COMPARISONS:
         return None
     plain = {operator.iadd: operator.add, operator.isub: operator.sub, operator.imul: operator.mul,
              operator.ifloordiv: operator.floordiv, operator.imod: operator.mod}.get(op, op)
     return tx.output.call("call_function", plain, [a, b], {})
+
+
+_SHIFTS = {operator.rshift: operator.floordiv, operator.irshift: operator.floordiv,
+           operator.lshift: operator.mul, operator.ilshift: operator.mul}
+
+
+def _bits_as_arithmetic(op, a: Value, b: Value):
+    """(op, b) of the arithmetic a bit operation on an int equals for every int a: ``a >> k`` is
+    ``a // 2**k`` and ``a << k`` is ``a * 2**k`` (k >= 0), ``a & (2**j - 1)`` is ``a % 2**j`` (Python's
+    ints are two's complement of unbounded width, so these hold for negative a too). None otherwise."""
+    if not isinstance(a, SymbolicInt) or isinstance(b, SymbolicInt) or not _plain_number(b):
+        return None
+    k = b.value
+    if op in _SHIFTS and type(k) is int and 0 <= k < 63:
+        return _SHIFTS[op], ConstantValue(1 << k)
+    if op in (operator.and_, operator.iand) and type(k) is int and k >= 0 and (k + 1) & k == 0:
+        return operator.mod, ConstantValue(k + 1)
+    return None
+
+
+def symbolic_divmod(tx, a: Value, b: Value) -> Value | None:
+    """divmod(a, b) of a symbolic int and an int: (a // b, a % b), both symbolic."""
+    if not (isinstance(a, SymbolicInt) or isinstance(b, SymbolicInt)) or not (int_like(a) and int_like(b)):
+        return None
+    q = symbolic_binary(tx, operator.floordiv, a, b)
+    r = symbolic_binary(tx, operator.mod, a, b)
+    return None if q is None or r is None else TupleValue([q, r])
 
 
 def symbolic_unary(tx, op, a: Value) -> Value | None:

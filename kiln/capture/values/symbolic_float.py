@@ -77,6 +77,46 @@ class FloatPredicateSource(Source):
         raise NotImplementedError("a float predicate is only read by guards")
 
 
+@dataclasses.dataclass(frozen=True)
+class SizePlace(Source):
+    """An int computed from the frame's symbolic sizes (a ``SymbolicInt``) as a place of a float
+    expression: ``text`` computes it from the frame's inputs (``L['x'].size(0) * 2``), exactly (Python
+    ints), for guards; handed on, the int is computed again as the SymbolicInt is."""
+
+    text: str
+    symbolic: object = dataclasses.field(compare=False, hash=False)
+
+    def name(self) -> str:
+        return self.text
+
+    def emit(self, cg) -> None:
+        self.symbolic.reconstruct(cg)
+
+
+def size_place(v) -> SizePlace | None:
+    """The place of a symbolic int (None where it is not computable from the frame's inputs: a
+    data-dependent size)."""
+    from kiln.fake.symbolic import _py
+    from kiln.lazy import sympy
+
+    node = getattr(v.example, "node", None)
+    env = getattr(node, "env", None)
+    if env is None or node.hint is None or env.is_unbacked(node.expr):
+        return None
+    names: dict = {}
+    for inp in env.inputs:
+        if inp.scalar is not None:
+            names.setdefault(inp.scalar, inp.name)
+        for d, size in enumerate(inp.sizes):
+            if size.is_Symbol:
+                names.setdefault(size, f"{inp.name}.size({d})")
+    expr = node.expr
+    if not expr.free_symbols <= names.keys():
+        return None
+    text = _py(expr.xreplace({sym: sympy.Symbol(f"({names[sym]})") for sym in expr.free_symbols}))
+    return SizePlace(text, v)
+
+
 def _literal(v) -> str | None:
     """The exact source text of a constant operand (None: not one the expressions take)."""
     if type(v) is bool or type(v) is int:
@@ -97,12 +137,16 @@ class SymbolicFloat(_KnownScalar):
         self._build = build  # () -> the TensorValue of a computed number (None: an input float)
         self._tensor = None  # made at the first use by a tensor op (pure Python float code adds no graph)
         self.source = None
+        self.ratio = None  # (SymbolicInt p, int k > 0) where the number is p / k: floor/ceil/int stay exact
 
     @property
     def value(self) -> float:
         """The number as a constant: every place it depends on is guarded to keep its value."""
         for place in self.places:
-            self.output.guards.constant(place, _place_value(self.output, place))
+            if isinstance(place, SizePlace):
+                place.symbolic.value  # (the size expression pinned to its value: Eq(expr, hint))
+            else:
+                self.output.guards.constant(place, _place_value(self.output, place))
         return self._value
 
     def python_type(self) -> type:
@@ -136,7 +180,8 @@ class SymbolicFloat(_KnownScalar):
         if self.text == "a0":
             self.places[0].emit(cg)
             return
-        fn = eval(f"lambda {', '.join(f'a{i}' for i in range(len(self.places)))}: {self.text}")  # noqa: S307
+        fn = eval(f"lambda {', '.join(f'a{i}' for i in range(len(self.places)))}: {self.text}",  # noqa: S307
+                  dict(GUARD_NAMES))
         cg.prepare_call(fn)
         for place in self.places:
             place.emit(cg)
@@ -181,6 +226,9 @@ def _operand(v: Value):
     """(text, places, value) of a float-arithmetic operand, or None."""
     if isinstance(v, SymbolicFloat):
         return v.text, v.places, v._value
+    if _is_symbolic_int(v):
+        place = size_place(v)
+        return None if place is None else ("a0", [place], int(v.example.node.hint))
     if type(v) is ConstantValue or (isinstance(v, _KnownScalar) and v.python_type() in (int, float, bool)):
         value = v.value  # (a number read from the frame: guarded to keep its value, as any constant)
         if _literal(value) is not None:
@@ -202,16 +250,35 @@ def _merge(a, b):
     return ta, _substitute(tb, [f"a{renames[i]}" for i in range(len(pb))]), places
 
 
+def _is_symbolic_int(v) -> bool:
+    from kiln.capture.values.symbolic import SymbolicInt
+
+    return isinstance(v, SymbolicInt) and v.python_type() is int
+
+
+def _makes_float(op, a: Value, b: Value) -> bool:
+    """Whether ``a op b`` is float arithmetic this module keeps symbolic: a SymbolicFloat on one side, or
+    a symbolic int divided (``/``), or combined with a float constant."""
+    if isinstance(a, SymbolicFloat) or isinstance(b, SymbolicFloat):
+        return True
+    if not (_is_symbolic_int(a) or _is_symbolic_int(b)):
+        return False
+    if op in (operator.truediv, operator.itruediv):
+        return True
+    return any(type(v) is ConstantValue and type(v.value) is float for v in (a, b))
+
+
 def float_binary(tx, op, a: Value, b: Value) -> Value | None:
-    """``a op b`` where one side is a SymbolicFloat and the other a number or SymbolicFloat (None: the
-    usual rules, which make it a constant)."""
-    if not (isinstance(a, SymbolicFloat) or isinstance(b, SymbolicFloat)):
+    """``a op b`` where one side is a SymbolicFloat and the other a number, a symbolic int or a
+    SymbolicFloat, or a symbolic int divided or combined with a float (None: the usual rules, which make
+    it a constant)."""
+    if not _makes_float(op, a, b):
         return None
     op = _INPLACE.get(op, op)
     oa, ob = _operand(a), _operand(b)
     if oa is None or ob is None or (op not in _ARITHMETIC and op not in _COMPARISONS):
         return None
-    output = a.output if isinstance(a, SymbolicFloat) else b.output
+    output = tx.output
     ta, tb, places = _merge(oa, ob)
     if op in _COMPARISONS:
         result = op(oa[2], ob[2])
@@ -224,13 +291,26 @@ def float_binary(tx, op, a: Value, b: Value) -> Value | None:
         return None
     if op is operator.truediv and not isinstance(b, SymbolicFloat) and ob[2] == 0:
         return None
-    if op is operator.truediv and isinstance(b, SymbolicFloat):
+    if op is operator.truediv and (isinstance(b, SymbolicFloat) or _is_symbolic_int(b)):
         predicate(output, f"({tb} != 0)", places, True)  # Python raises ZeroDivisionError; a tensor gives inf
     def build():  # the 0-dim float64 tensor of a op b
-        args = [v.tensor() if isinstance(v, SymbolicFloat) else v for v in (a, b)]
-        return output.call("call_function", op, args, {})
+        return output.call("call_function", op, [_as_double(output, v) for v in (a, b)], {})
 
-    return SymbolicFloat(output, value, f"({ta} {_ARITHMETIC[op]} {tb})", places, build)
+    result = SymbolicFloat(output, value, f"({ta} {_ARITHMETIC[op]} {tb})", places, build)
+    if op is operator.truediv and _is_symbolic_int(a) and type(b) is ConstantValue and type(b.value) is int \
+            and b.value > 0:
+        result.ratio = (a, b.value)
+    return result
+
+
+def _as_double(output, v: Value):
+    """An operand of a computed number's graph form: a SymbolicFloat's 0-dim float64 tensor, a symbolic
+    int converted to one (exactly: sizes are far below 2**53), a constant as it is."""
+    if isinstance(v, SymbolicFloat):
+        return v.tensor()
+    if _is_symbolic_int(v):
+        return output.call("call_function", torch.scalar_tensor, [v], {"dtype": ConstantValue(torch.float64)})
+    return v
 
 
 def float_unary(tx, op, a: Value) -> Value | None:
@@ -240,6 +320,69 @@ def float_unary(tx, op, a: Value) -> Value | None:
         return a
     return SymbolicFloat(a.output, -a._value, f"(-{a.text})", a.places,
                          lambda: a.output.call("call_function", operator.neg, [a.tensor()], {}))
+
+
+# functions the expressions call, by the names guards read them under (capture/guards.py's namespace)
+GUARD_NAMES = {"___float": float, "___math_sqrt": math.sqrt}
+_FUNCTIONS = {float: ("___float", None), math.sqrt: ("___math_sqrt", torch.sqrt)}
+
+
+def _rounded_ratio(tx, fn, number: "SymbolicFloat") -> Value | None:
+    """math.floor / math.ceil / int() of ``p / k`` (a symbolic int over a positive int constant) as
+    integer arithmetic on p: exact, since the float p / k is within half an ulp of the rational, and a
+    rational that is not an integer is at least 1/k from one, which an ulp reaches only for |p| >= 2**53
+    (no size is). int() truncates toward zero: p's sign must be known for every size."""
+    from kiln.capture.values.ops import binary_op, unary_op
+
+    p, k = number.ratio
+    k = ConstantValue(k)
+    floor = lambda v: binary_op(tx, operator.floordiv, v, k)  # noqa: E731
+    ceil = lambda v: unary_op(tx, operator.neg, floor(unary_op(tx, operator.neg, v)))  # noqa: E731
+    if fn is math.floor:
+        return floor(p)
+    if fn is math.ceil:
+        return ceil(p)
+    env = p.example.node.env
+    from kiln.lazy import sympy
+
+    if env.static_value(sympy.Ge(p.example.node.expr, 0)) is True:
+        return floor(p)
+    if env.static_value(sympy.Le(p.example.node.expr, 0)) is True:
+        return ceil(p)
+    return None
+
+
+def float_function(tx, fn, args: list[Value], kwargs: dict) -> Value | None:
+    """``float(n)`` and ``math.sqrt(n)`` of a symbolic int or a SymbolicFloat (None: the usual call, which
+    makes the number a constant). math.sqrt is IEEE's correctly rounded square root both in Python and
+    as a float64 tensor op, so the graph's number is Python's."""
+    if fn in (math.floor, math.ceil, int) and len(args) == 1 and not kwargs \
+            and isinstance(args[0], SymbolicFloat) and args[0].ratio is not None:
+        return _rounded_ratio(tx, fn, args[0])
+    entry = _FUNCTIONS.get(fn) if len(args) == 1 and not kwargs else None
+    if entry is None:
+        return None
+    (arg,) = args
+    if not (isinstance(arg, SymbolicFloat) or _is_symbolic_int(arg)):
+        return None
+    operand = _operand(arg)
+    if operand is None:
+        return None
+    text, places, value = operand
+    name, tensor_fn = entry
+    try:
+        result = fn(value)
+    except (ArithmeticError, ValueError):
+        return None  # (math.sqrt(-1.0): raised by the usual path)
+    if fn is math.sqrt:
+        predicate(tx.output, f"({text} >= 0)", places, True)  # (math.sqrt raises below 0; a tensor gives nan)
+    output = tx.output
+
+    def build():
+        double = _as_double(output, arg)
+        return double if tensor_fn is None else output.call("call_function", tensor_fn, [double], {})
+
+    return SymbolicFloat(output, result, f"{name}({text})", places, build)
 
 
 _TENSOR_OPS = {operator.add, operator.sub, operator.mul, operator.truediv,

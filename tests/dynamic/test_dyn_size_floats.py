@@ -1,0 +1,130 @@
+"""Floats computed from symbolic sizes (capture/values/symbolic_float.py: ``SizePlace``): ``n / 3``,
+``float(n)``, ``math.sqrt(n)``, ``n * 0.5`` of sizes stay symbolic (one dynamic graph for every size),
+as Python computes them: a 0-dim float64 tensor made from the size (exact: sizes are far below 2**53),
+then IEEE double arithmetic in the user's order; comparisons are guards evaluated with Python floats
+over the sizes. Each call compared with eager, bit for bit where eager computes the scalar in the op
+math type (eager and aot_eager; kiln's generated kernels to rounding)."""
+import math
+
+import pytest
+import torch
+
+import kiln
+from kiln.api import config_of
+
+BACKENDS = ["eager", "aot_eager", "kiln"]
+CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+
+
+def compiles(compiled) -> int:
+    return sum(1 for r in config_of(compiled).compiler.records if r.graph is not None)
+
+
+def run(f, inputs, backend="kiln", graphs=1, dynamic=True, exact=True):
+    kiln.reset()
+    compiled = kiln.compile(f, backend=backend, dynamic=dynamic)
+    for args in inputs:
+        got, expected = compiled(*args), f(*args)
+        for g, e in zip(got if isinstance(got, tuple) else (got,), expected if isinstance(expected, tuple) else (expected,)):
+            if isinstance(e, torch.Tensor):
+                assert g.dtype == e.dtype and g.shape == e.shape
+                if exact and backend != "kiln":  # (kiln's fused kernels may contract a * b + c into an fma)
+                    assert torch.equal(g, e), (g - e).abs().max()
+                else:
+                    torch.testing.assert_close(g, e)
+            else:
+                assert type(g) is type(e) and g == e, (g, e)
+    assert compiles(compiled) == graphs, compiles(compiled)
+    return compiled
+
+
+def rand(*shape, device="cpu"):
+    return torch.randn(*shape, device=device)
+
+
+SIZES = [(3, 4), (5, 8), (7, 6), (12, 10)]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_true_division_of_a_size(backend):
+    run(lambda x: x * (x.shape[0] / 3) - x.shape[1] / x.shape[0], [(rand(*s),) for s in SIZES], backend)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_sqrt_of_a_size_as_attention_scale(backend):
+    run(lambda q, k: (q @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1]),
+        [(rand(2, t, d), rand(2, t, d)) for t, d in [(3, 4), (5, 8), (9, 16), (4, 2)]], backend, exact=False)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_float_of_a_size_and_a_float_constant(backend):
+    run(lambda x: x * float(x.shape[0]) + x.shape[1] * 0.5 - (x.shape[0] + 0.25), [(rand(*s),) for s in SIZES], backend)
+
+
+def test_comparison_of_a_size_float_is_a_guard_not_a_value():
+    def f(x):
+        if x.shape[0] / 4 > 1.5:  # sizes 7 and 12 take it, 3 and 5 do not
+            return x * 2
+        return x - 1
+
+    run(f, [(rand(*s),) for s in SIZES], graphs=2)
+
+
+def test_guard_uses_python_float_semantics():
+    # 1 / 3 as a float equals 0.3333333333333333 exactly; as a rational it is larger. The branch must follow
+    # Python's float comparison for every size.
+    def f(x):
+        if x.shape[0] / (3 * x.shape[0]) == 0.3333333333333333:
+            return x + 1
+        return x - 1
+
+    run(f, [(rand(*s),) for s in SIZES], graphs=1)
+
+
+def test_returned_float_follows_the_size():
+    run(lambda x: (x + 1, x.shape[0] / 4, math.sqrt(x.shape[1])), [(rand(*s),) for s in SIZES], backend="eager")
+
+
+def test_int_tensor_times_size_float_promotes_like_a_python_float():
+    run(lambda x: (x * 10).long() * (x.shape[0] / 2), [(rand(*s),) for s in SIZES], backend="aot_eager")
+
+
+def test_division_by_a_size_expression_that_can_be_zero_is_guarded():
+    def f(x, y):
+        return x / (x.shape[0] - y.shape[0] + 0.0) if x.shape[0] != y.shape[0] else x
+
+    compiled = kiln.compile(f, backend="aot_eager", dynamic=True)
+    for a, b in [(3, 5), (4, 7), (6, 6), (8, 2)]:
+        x, y = rand(a, 2), rand(b, 2)
+        torch.testing.assert_close(compiled(x, y), f(x, y))
+
+
+def test_uses_that_need_the_number_specialize():
+    # torch.full's fill value needs the number: the size becomes a constant (one graph per size)
+    run(lambda x: x + torch.full((x.shape[0],), float(x.shape[0])).unsqueeze(1), [(rand(*s),) for s in SIZES[:3]],
+        backend="eager", graphs=3)
+
+
+@CUDA
+@pytest.mark.parametrize("backend", ["aot_eager", "kiln"])
+def test_cuda_size_floats(backend):
+    run(lambda x: x * (x.shape[0] / 3) / math.sqrt(x.shape[1]) + float(x.shape[0]),
+        [(rand(*s, device="cuda"),) for s in SIZES], backend)
+
+
+@CUDA
+def test_cuda_size_float_read_twice():
+    # a number read by two kernels: it must not become a CPU buffer a CUDA kernel reads
+    def f(x):
+        s = x.shape[0] / 3
+        return (x * s).sum(0), (x + s).amax(1)
+
+    run(f, [(rand(*s, device="cuda"),) for s in SIZES], exact=False)
+
+
+@CUDA
+def test_cuda_float_argument():
+    compiled = kiln.compile(lambda x, lr: x * lr + lr, backend="kiln")
+    x = rand(8, 4, device="cuda")
+    for lr in (0.3, 0.05, 0.7, 1e-3):
+        torch.testing.assert_close(compiled(x, lr), x * lr + lr)
