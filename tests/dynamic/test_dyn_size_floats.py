@@ -128,3 +128,39 @@ def test_cuda_float_argument():
     x = rand(8, 4, device="cuda")
     for lr in (0.3, 0.05, 0.7, 1e-3):
         torch.testing.assert_close(compiled(x, lr), x * lr + lr)
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "kiln"])
+def test_floor_ceil_int_of_a_size_ratio(backend):
+    def f(x):
+        n = x.shape[0]
+        k = math.ceil(n / 3) + math.floor(n / 4) * 10 + int(n / 5) * 100 + int(-n / 4) * 1000
+        return x[: math.ceil(n / 2)] * k  # (a slice bound from a ceil: a size expression)
+
+    run(f, [(rand(b, 2),) for b in [3, 5, 8, 13, 21, 4]], backend)
+
+
+def test_padding_to_a_multiple_with_ceil():
+    def f(x):
+        pad = math.ceil(x.shape[-1] / 8) * 8 - x.shape[-1]
+        return torch.nn.functional.pad(x, (0, pad)).view(x.shape[0], -1, 8).sum(-1)
+
+    run(f, [(rand(2, n),) for n in [5, 8, 13, 21]], backend="aot_eager")
+
+
+def test_ceil_of_a_float_ratio_specializes():
+    # n * 0.3 is not a ratio of ints: floor/ceil of it would need the float's rounding: a constant size
+    run(lambda x: x * math.floor(x.shape[0] * 0.3), [(rand(b, 2),) for b in [3, 5, 8]], backend="eager", graphs=3)
+
+
+def test_bit_operations_and_divmod_of_sizes():
+    def f(x):
+        n = x.shape[0]
+        q, r = divmod(n, 3)
+        return x * ((n & 1) + (n >> 1) + q * 10 + r * 100 + (n << 2) + (n & 7) * 1000)
+
+    run(f, [(rand(b, 2),) for b in [3, 5, 8, 13, 21, 4]], backend="aot_eager")
+
+
+def test_xor_of_a_size_specializes():
+    run(lambda x: x * (x.shape[0] ^ 2), [(rand(b, 2),) for b in [3, 5, 8]], backend="eager", graphs=3)
