@@ -151,6 +151,8 @@ class TritonOps(OpsHandler):
             if x.dtype in (torch.float16, torch.bfloat16) and op not in ("isnan", "isinf", "isfinite"):
                 raise NotImplementedError(f"Triton: ops.{op} on {x.dtype} (lowerings compute in float32)")
             tmpl = _UNARY_FLOAT.get(op)
+            if op == "sqrt" and x.dtype == torch.float64:
+                tmpl = "tl.sqrt({0})"  # (tl.sqrt_rn takes float32 only; float64 sqrt is IEEE-rounded already)
         else:
             tmpl = _UNARY_INT.get(op)
         if tmpl is None:

@@ -120,3 +120,9 @@ def test_tanh_gelu_has_no_pow():
     x = torch.randn(8, 32)
     cg = check(lambda x: torch.nn.functional.gelu(x, approximate="tanh"), x, atol=1e-6, rtol=1e-6)
     assert "pow(" not in cg.source
+
+
+def test_float64_sqrt_and_division():
+    # tl.sqrt_rn takes float32 only: a float64 square root (a size's sqrt as an attention scale) uses tl.sqrt
+    x = torch.rand(7, 5, dtype=torch.float64) + 0.5
+    check(lambda x: (torch.sqrt(x) / 3.0, x.sqrt().float() * 2), x)
