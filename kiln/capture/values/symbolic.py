@@ -194,3 +194,37 @@ def concat_sizes(a: Value, b: Value) -> Value | None:
     for v in (a, b):
         items += v.elements if isinstance(v, TupleValue) else [ConstantValue(x) for x in v.value]
     return SizeValue(items)
+
+
+def tensor_of_sizes(tx, fn, args: list[Value], kwargs: dict) -> Value | None:
+    """``torch.tensor(n)``, ``torch.tensor(x.shape)``, ``torch.as_tensor([n, 2 * m])`` where the data holds
+    symbolic sizes (None: the usual call, which makes them constants). The data must be a symbolic int
+    or a flat list/tuple of ints with one at least; the result is what torch.tensor gives for Python
+    ints: int64 (or ``dtype``), on ``device`` or the default device, built from 0-dim tensors of each
+    number (``scalar_tensor``, the same int-to-dtype conversion) stacked."""
+    if fn not in (torch.tensor, torch.as_tensor) or len(args) != 1 or set(kwargs) - {"dtype", "device", "requires_grad"}:
+        return None
+    data = args[0]
+    items = [data] if isinstance(data, SymbolicInt) else list(getattr(data, "elements", None) or [])
+    if not items or not any(isinstance(v, SymbolicInt) for v in items) or not all(int_like(v) for v in items):
+        return None
+    if any(type(v) is ConstantValue and type(v.value) is bool for v in items):
+        return None  # (bools among ints: torch.tensor's own promotion rules)
+    if not isinstance(data, (SymbolicInt, TupleValue)) and type(data).__name__ != "ListValue":
+        return None
+    options = {k: v for k, v in kwargs.items()}
+    grad = options.pop("requires_grad", None)
+    if grad is not None and not (grad.is_constant() and grad.as_constant() is False):
+        return None
+    if any(not v.is_constant() for v in options.values()):
+        return None
+    dtype = options.get("dtype")
+    dtype = dtype.as_constant() if dtype is not None else None
+    if dtype is None:
+        options["dtype"] = ConstantValue(torch.int64)
+    elif not isinstance(dtype, torch.dtype) or dtype.is_complex or dtype == torch.bool:
+        return None
+    scalars = [tx.output.call("call_function", torch.scalar_tensor, [v], dict(options)) for v in items]
+    if isinstance(data, SymbolicInt):
+        return scalars[0]
+    return tx.output.call("call_function", torch.stack, [TupleValue(scalars)], {})

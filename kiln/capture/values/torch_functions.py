@@ -116,6 +116,12 @@ class TorchFunctionValue(KnownFunctionValue):
             if args[0].scalar:  # a NumPy scalar: a new 0-d tensor of its dtype
                 return tx.output.call("call_function", torch.ops.aten.clone.default, [args[0].tensor], {})
             return ndarray_as_tensor(tx, args, kwargs)  # an array: shares its memory, as from_numpy
+        if fn in (torch.tensor, torch.as_tensor):
+            from kiln.capture.values.symbolic import tensor_of_sizes
+
+            made = tensor_of_sizes(tx, fn, args, kwargs)  # torch.tensor(x.shape): sizes stay symbolic
+            if made is not None:
+                return made
         if fn in _NOT_IN_GRAPH and not (fn in _UNBACKED_FUNCTIONS and getattr(tx.output.dynamic, "unbacked", False)):
             unsupported(f"torch.{getattr(fn, '__name__', fn)} changes global state or needs tensor data")
         if fn is torch.is_grad_enabled:
