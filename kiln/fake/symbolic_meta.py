@@ -144,6 +144,13 @@ def _exact_div(total, known):
         if not divides:
             raise RuntimeError(f"shape '[-1, ...]' is invalid for input of size {env.size_hint(t)}")
         return env.symint(FloorDiv(t, k))
+    num, den = sympy.fraction(sympy.together(q))
+    if den.is_Integer and int(den) > 0 and num.free_symbols:
+        # s0*s1 / (2*s0) is s1 / 2 in lowest terms: total divides by known exactly where s1 is even
+        divides = env.evaluate(sympy.Eq(ModularIndexing(num, 1, den), 0), env.size_hint(num) % int(den) == 0)
+        if not divides:
+            raise RuntimeError(f"shape '[-1, ...]' is invalid for input of size {env.size_hint(t)}")
+        return env.symint(FloorDiv(num, den))
     raise SymbolicShapeUnsupported("view", f"cannot infer the -1 size: {t} / {k}")
 
 

@@ -243,3 +243,18 @@ def test_unbind_into_q_k_v(backend):
         return (q * k).sum(-1, keepdim=True) * v
 
     check(f, lambda n: (torch.randn(2, n, 3, 4),), backend, graphs=2)
+
+
+def test_view_minus_one_after_a_star_unpacked_shape(backend):
+    # the -1 is s0*(2*s1) / (2*s0): s1 in lowest terms; a size the view cannot split raises as in eager
+    check(lambda x: x.view(*x.shape[:-1], 2, -1).sum(-1), lambda n: (torch.randn(n, 2 * n + 4),), backend, graphs=2)
+
+
+def test_view_minus_one_needs_an_even_size():
+    import kiln
+
+    compiled = kiln.compile(lambda x: x.view(x.shape[0], 2, -1), backend="aot_eager", dynamic=True)
+    for n in (6, 10):
+        torch.testing.assert_close(compiled(torch.ones(3, n)), torch.ones(3, 2, n // 2))
+    with pytest.raises(RuntimeError, match="invalid for input of size 21"):
+        compiled(torch.ones(3, 7))
