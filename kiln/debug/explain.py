@@ -1,6 +1,7 @@
 """kiln.explain(fn)(*args, **kwargs): run fn once under kiln and report what was captured and why not."""
 from __future__ import annotations
 
+import copy
 import dataclasses
 from typing import Any, Callable
 
@@ -62,8 +63,9 @@ class ExplainReport:
 
 
 def explain(fn: Callable, *, backend=None, **compile_kwargs):
-    """`kiln.explain(fn)(*args, **kwargs)` compiles fn (or uses the settings of an already compiled fn),
-    runs it once on the arguments, and returns an ExplainReport."""
+    """`kiln.explain(fn)(*args, **kwargs)` compiles fn (or uses the settings of an already compiled fn, and
+    what it learned about changing sizes and numbers), runs it once on the arguments, and returns an
+    ExplainReport."""
     from kiln.api import compile as kiln_compile, config_of, original_of
     from kiln.backends.registry import lookup_backend
 
@@ -81,6 +83,11 @@ def explain(fn: Callable, *, backend=None, **compile_kwargs):
 
         before = dict(stats.stages)
         compiled = kiln_compile(target, backend=backend, **compile_kwargs)
+        if config is not None:
+            # what the compiled function learned so far (which dims, ints and floats changed between its
+            # compiles: automatic dynamic): the fresh compile starts from it, so the report shows the
+            # graphs the function runs now (a dynamic graph after sizes changed), not a first compile's
+            config_of(compiled).compiler.frame_shapes = copy.deepcopy(config.compiler.frame_shapes)
         result = compiled(*args, **kwargs)
         stages = {k: v - before.get(k, 0.0) for k, v in stats.stages.items() if v - before.get(k, 0.0) > 0}
         compiler = config_of(compiled).compiler
