@@ -219,6 +219,8 @@ def scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p=0.0, is_caus
         return NotImplemented
     choice = aten._fused_sdp_choice(q, k, v, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)
     grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
+    if choice == _MATH and _flash_for_every_size(q, k, v, attn_mask, dropout_p, is_causal, grad):
+        choice = _FLASH
     if choice == _FLASH and attn_mask is None:
         return aten._scaled_dot_product_flash_attention(q, k, v, dropout_p, is_causal, False, scale=scale)[0]
     if choice == _CUDNN and attn_mask is None:
@@ -233,6 +235,40 @@ def scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p=0.0, is_caus
         return NotImplemented
     bias = efficient_bias(attn_mask, q, k) if attn_mask is not None else None
     return aten._scaled_dot_product_efficient_attention(q, k, v, bias, grad, dropout_p, is_causal, scale=scale)[0]
+
+
+def _flash_for_every_size(q, k, v, attn_mask, dropout_p, is_causal, grad) -> bool:
+    """Whether the flash kernel runs this attention at every size its symbolic sequence and batch sizes
+    may take. ATen's choice asked of symbolic fakes comes back "math" (its checks read plain sizes), and
+    the math path runs two float32 GEMMs and a softmax: 2-3x the fused kernel's time in a dynamic GPT-2.
+    Flash's conditions that involve sizes are on the head dims (static here) and, for a causal mask, the
+    two sequence lengths being one expression; the rest (the device, dtypes, the user's enabled backends,
+    requires-grad support) are asked of ``torch.backends.cuda.can_use_flash_attention`` with tiny tensors
+    of the same dtypes, head dims and grad flags."""
+    from kiln.fake.symbolic import is_symbolic
+
+    if attn_mask is not None or dropout_p != 0.0 or q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
+        return False
+    if not any(is_symbolic(n) for t in (q, k, v) for n in t.shape):
+        return False  # (static sizes: ATen's own answer stands)
+    dims = [t.shape[-1] for t in (q, k, v)]
+    heads = [t.shape[1] for t in (q, k, v)]
+    if any(is_symbolic(n) for n in dims + heads + [t.stride(-1) for t in (q, k, v)]):
+        return False  # (no guard is made here: only static head dims, heads and last-dim strides pass)
+    if any(t.stride(-1) != 1 for t in (q, k, v)) or len(set(heads)) != 1:
+        return False  # (heads: equal; GQA is refused above)
+    if is_causal and not (q.shape[-2] is k.shape[-2] or str(q.shape[-2]) == str(k.shape[-2])):
+        return False  # (a causal mask over two lengths that may differ: ATen's rule depends on them)
+    if q.dtype not in (torch.float16, torch.bfloat16) or not (q.dtype == k.dtype == v.dtype):
+        return False
+    try:
+        with torch._C._DisableTorchDispatch():
+            tiny = [torch.empty((1, int(q.shape[1]), 64, int(d)), dtype=q.dtype, device=q.device).requires_grad_(
+                grad and t.requires_grad) for t, d in zip((q, k, v), dims)]
+            params = torch.backends.cuda.SDPAParams(*tiny, None, 0.0, is_causal, False)
+            return bool(torch.backends.cuda.can_use_flash_attention(params))
+    except (RuntimeError, TypeError, AttributeError):  # (another torch: keep ATen's answer)
+        return False
 
 
 def efficient_bias(mask, q, k):

@@ -156,3 +156,26 @@ def test_getitem_and_setitem_at_a_symbolic_int_index_keep_it_symbolic():
     facts = [str(g.fact) for g in env.guards]
     assert "s0 - 3 >= 0" in facts and not any("Eq" in f for f in facts), facts
     assert env.failed is None
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("causal", [False, True])
+def test_dynamic_sdpa_keeps_the_flash_kernel(causal):
+    # ATen's backend choice asked of symbolic fakes says "math" (two float32 GEMMs and a softmax); the
+    # dynamic graph must run flash attention as the static one does
+    import kiln
+
+    def f(q, k, v):
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+    kiln.reset()
+    compiled = kiln.compile(f, dynamic=True)
+    for t in (48, 100, 257):
+        q, k, v = (torch.randn(2, 4, t, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            got = compiled(q, k, v)
+            torch.cuda.synchronize()
+        torch.testing.assert_close(got, f(q, k, v), atol=2e-2, rtol=2e-2)
+        names = " ".join(e.name for e in prof.events())
+        assert "flash" in names.lower() and "gemm" not in names.lower(), names[:2000]
+    assert kiln.stats.dynamic_graphs >= 1
