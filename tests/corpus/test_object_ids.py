@@ -96,3 +96,37 @@ def test_returned_id_is_the_objects_own():
     assert box_id == id(box) and x_id == id(x)
     other = Box(2)
     assert compiled(x, other)[1] == id(other)
+
+
+def test_id_of_a_tuple_argument_is_the_arguments_own():
+    # (found by review: a graph break rebuilt the tuple as a constant and took the copy's id)
+    reset()
+
+    def fn(x, t):
+        return x + 1, id(t) == id(t), id(t)
+
+    compiled = compile_fn(fn, CountingBackend())
+    for t in ((1, 2), tuple([1, 2])):
+        assert compiled(torch.ones(2), t)[2] == id(t)
+
+
+def test_ids_of_equal_ints_follow_the_objects():
+    reset()
+
+    def fn(x, t):
+        return x + 1, id(t[0]) == id(t[1])
+
+    compiled = compile_fn(fn, CountingBackend())
+    p, q = int("1000"), int("1000")
+    for t in ((p, p), (p, q), (p, p)):
+        assert compiled(torch.ones(2), t)[1] == fn(torch.ones(2), t)[1]
+
+
+def test_ids_of_freed_temporaries_run_as_python():
+    # CPython may give a freed object's address to the next one: eager's answer depends on it
+    def fn(x):
+        return x + 1, id(x + 1) == id(x + 2), id([]) == id([])
+
+    reset()
+    compiled = compile_fn(fn, CountingBackend())
+    assert compiled(torch.ones(2))[1:] == fn(torch.ones(2))[1:]

@@ -164,3 +164,27 @@ def test_bit_operations_and_divmod_of_sizes():
 
 def test_xor_of_a_size_specializes():
     run(lambda x: x * (x.shape[0] ^ 2), [(rand(b, 2),) for b in [3, 5, 8]], backend="eager", graphs=3)
+
+
+def test_sizes_at_or_above_2_to_the_53_leave_the_exact_path():
+    # (found by review) p / k rounds once in Python; a float64 made from p >= 2**53 would round twice,
+    # and floor/ceil of p / k is integer arithmetic only below 2**53: a guard keeps such sizes out
+    big = 100000000000000002
+
+    def f(x):
+        n = x.shape[0]
+        return x * ((n * big) / 3), math.ceil((n << 40) / 3), math.floor(n * 10 ** 17 / 3)
+
+    kiln.reset()
+    compiled = kiln.compile(f, backend="aot_eager", dynamic=True)
+    for n in (2, 3, 12289, 2):
+        x = torch.ones(n, dtype=torch.float64)
+        got, expected = compiled(x), f(x)
+        assert torch.equal(got[0], expected[0]) and got[1:] == expected[1:], (n, got[1:], expected[1:])
+
+
+def test_tensor_of_a_size_outside_int64_raises_as_eager():
+    compiled = kiln.compile(lambda x: torch.tensor(x.shape[0] << 62), backend="aot_eager", dynamic=True)
+    for n in (2, 3):
+        with pytest.raises(ValueError):
+            compiled(torch.ones(n))

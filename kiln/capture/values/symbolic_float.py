@@ -117,6 +117,20 @@ def size_place(v) -> SizePlace | None:
     return SizePlace(text, v)
 
 
+EXACT_INT = 2 ** 53  # below this an int is a float64 exactly, and p / k rounds once either way
+
+
+def _size_operand(v):
+    """(text, places, value) of a symbolic int in float arithmetic, guarded to stay below 2**53 in
+    magnitude (None where it is not: the usual path makes it a constant)."""
+    place = size_place(v)
+    hint = int(v.example.node.hint) if place is not None else 0
+    if place is None or v.output is None or not -EXACT_INT < hint < EXACT_INT:
+        return None
+    predicate(v.output, f"({-EXACT_INT} < a0 < {EXACT_INT})", [place], True)
+    return "a0", [place], hint
+
+
 def _literal(v) -> str | None:
     """The exact source text of a constant operand (None: not one the expressions take)."""
     if type(v) is bool or type(v) is int:
@@ -227,8 +241,7 @@ def _operand(v: Value):
     if isinstance(v, SymbolicFloat):
         return v.text, v.places, v._value
     if _is_symbolic_int(v):
-        place = size_place(v)
-        return None if place is None else ("a0", [place], int(v.example.node.hint))
+        return _size_operand(v)
     if type(v) is ConstantValue or (isinstance(v, _KnownScalar) and v.python_type() in (int, float, bool)):
         value = v.value  # (a number read from the frame: guarded to keep its value, as any constant)
         if _literal(value) is not None:
