@@ -82,12 +82,6 @@ def _run_frame_as_python(reason: str):
     raise exc
 
 
-def _guardable(source) -> bool:
-    from kiln.capture.guards import _guardable as guardable
-
-    return guardable(source)
-
-
 def _alive(tx, value: Value) -> bool:
     """Whether ``value``'s object is certainly alive now (so it was alive when any id in the trace was
     taken): it came from a place the caller holds (a source), or a local variable of a frame being
@@ -104,6 +98,7 @@ def _alive(tx, value: Value) -> bool:
 
 def object_id(tx, obj: Value) -> Value:
     """The value of ``id(obj)`` (module docstring)."""
+    from kiln.capture.guards import _guardable
     from kiln.capture.values.builder import underlying_object
     from kiln.capture.values.containers import TupleValue
     from kiln.capture.values.tensors import TensorValue
@@ -122,7 +117,6 @@ def object_id(tx, obj: Value) -> Value:
         # ones may be one object or two, a tuple may be rebuilt after the graph)
         _run_frame_as_python(f"id() of the {obj.python_type().__name__} {obj}: kiln tracks its value, "
                              "not which object it is")
-    source = getattr(obj, "source", None)
     real = underlying_object(obj)
     if source is not None and real is not None and not isinstance(obj, TensorValue):
         tx.output.guards.identity(source, real)

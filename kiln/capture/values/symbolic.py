@@ -224,14 +224,11 @@ def tensor_of_sizes(tx, fn, args: list[Value], kwargs: dict) -> Value | None:
         options["dtype"] = ConstantValue(torch.int64)
     elif not isinstance(dtype, torch.dtype) or dtype.is_complex or dtype == torch.bool:
         return None
-    from kiln.capture.values.symbolic_float import predicate, size_place
+    from kiln.capture.values.symbolic_float import guarded_size_place
 
     for v in items:  # (torch.tensor raises ValueError for an int outside int64; scalar_tensor another error)
-        if isinstance(v, SymbolicInt):
-            place = size_place(v)
-            if place is None or not -2 ** 63 <= int(v.example.node.hint) < 2 ** 63:
-                return None
-            predicate(tx.output, f"({-2 ** 63} <= a0 < {2 ** 63})", [place], True)
+        if isinstance(v, SymbolicInt) and guarded_size_place(tx.output, v, -2 ** 63, 2 ** 63) is None:
+            return None
     scalars = [tx.output.call("call_function", torch.scalar_tensor, [v], dict(options)) for v in items]
     if isinstance(data, SymbolicInt):
         return scalars[0]

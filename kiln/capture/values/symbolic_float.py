@@ -117,18 +117,24 @@ def size_place(v) -> SizePlace | None:
     return SizePlace(text, v)
 
 
+def guarded_size_place(output, v, low: int, high: int) -> SizePlace | None:
+    """``size_place(v)`` with a guard that the size expression stays in ``[low, high)`` (None where it has
+    no place or is outside the range now: the caller's usual path makes it a constant)."""
+    place = size_place(v)
+    if place is None or output is None or not low <= int(v.example.node.hint) < high:
+        return None
+    predicate(output, f"({low} <= a0 < {high})", [place], True)
+    return place
+
+
 EXACT_INT = 2 ** 53  # below this an int is a float64 exactly, and p / k rounds once either way
 
 
 def _size_operand(v):
     """(text, places, value) of a symbolic int in float arithmetic, guarded to stay below 2**53 in
     magnitude (None where it is not: the usual path makes it a constant)."""
-    place = size_place(v)
-    hint = int(v.example.node.hint) if place is not None else 0
-    if place is None or v.output is None or not -EXACT_INT < hint < EXACT_INT:
-        return None
-    predicate(v.output, f"({-EXACT_INT} < a0 < {EXACT_INT})", [place], True)
-    return "a0", [place], hint
+    place = guarded_size_place(v.output, v, -EXACT_INT + 1, EXACT_INT)
+    return None if place is None else ("a0", [place], int(v.example.node.hint))
 
 
 def _literal(v) -> str | None:
@@ -318,7 +324,7 @@ def float_binary(tx, op, a: Value, b: Value) -> Value | None:
 
 def _as_double(output, v: Value):
     """An operand of a computed number's graph form: a SymbolicFloat's 0-dim float64 tensor, a symbolic
-    int converted to one (exactly: sizes are far below 2**53), a constant as it is."""
+    int converted to one (exactly: ``_size_operand`` guarded it below 2**53), a constant as it is."""
     if isinstance(v, SymbolicFloat):
         return v.tensor()
     if _is_symbolic_int(v):
@@ -344,7 +350,8 @@ def _rounded_ratio(tx, fn, number: "SymbolicFloat") -> Value | None:
     """math.floor / math.ceil / int() of ``p / k`` (a symbolic int over a positive int constant) as
     integer arithmetic on p: exact, since the float p / k is within half an ulp of the rational, and a
     rational that is not an integer is at least 1/k from one, which an ulp reaches only for |p| >= 2**53
-    (no size is). int() truncates toward zero: p's sign must be known for every size."""
+    (``_size_operand`` guarded p below that). int() truncates toward zero: p's sign must be known for
+    every size."""
     from kiln.capture.values.ops import binary_op, unary_op
 
     p, k = number.ratio
