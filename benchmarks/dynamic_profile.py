@@ -3,6 +3,7 @@ kernels that cost more when sizes are symbols.
 
     python benchmarks/dynamic_profile.py --model gpt2 --seq 256 --top 12
     python benchmarks/dynamic_profile.py --model bert --seq 77,256,500 --top 0   # ratios only
+    python benchmarks/dynamic_profile.py --model bert --seq 128 --plain          # no CUDA-graph replay
 
 Compiles GPT-2 (standard config, bf16, batch 8) twice in one process: ``dynamic=True`` (one graph for
 every sequence length) and ``dynamic=False``, runs both at ``--seq``, and prints per variant the median
@@ -36,6 +37,9 @@ def main() -> int:
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--top", type=int, default=12)
     ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--plain", action="store_true",
+                    help="no CUDA-graph replay in default mode for the static graph (Options.default_cudagraphs "
+                         "off): both variants launch their kernels one by one, so the ratio compares the code")
     args = ap.parse_args()
     import torch
     from torch.profiler import ProfilerActivity, profile
@@ -47,9 +51,11 @@ def main() -> int:
     model = _make_model(args.model, "standard", "cuda", torch.bfloat16)
     seqs = [int(n) for n in str(args.seq).split(",")]
     walls: dict = {}
+    gpu: dict = {}
     for name, dynamic in (("dynamic", True), ("static", False)):
         kiln.reset()
-        c = kiln.compile(model, dynamic=dynamic, options={"recompile_limit": 1000})
+        options = {"recompile_limit": 1000, **({"default_cudagraphs": False} if args.plain else {})}
+        c = kiln.compile(model, dynamic=dynamic, options=options)
         for seq in seqs:
             x, warm = _input(args.model, args.batch, seq), _input(args.model, args.batch, seq + 8)
             with torch.no_grad():
@@ -75,6 +81,7 @@ def main() -> int:
             for e in prof.events():
                 if e.device_type == torch.autograd.DeviceType.CUDA:
                     kernels[e.name[:90]] += e.device_time / 5
+            gpu[name, seq] = sum(kernels.values()) / 1000
             print(f"== {name} seq {seq}: wall {walls[name, seq]:.2f} ms, GPU {sum(kernels.values()) / 1000:.2f} ms/call, "
                   f"{len(kernels)} kernels, fallbacks {dict(kiln.stats.dynamic_fallbacks)}")
             for k, us in kernels.most_common(args.top):
@@ -82,7 +89,10 @@ def main() -> int:
         print(f"{name}: dynamic graphs {kiln.stats.dynamic_graphs}, static fallbacks {dict(kiln.stats.dynamic_fallbacks)}")
     for seq in seqs:
         d, st = walls["dynamic", seq], walls["static", seq]
-        print(f"{args.model} seq {seq}: dynamic {d:.2f} ms  static {st:.2f} ms  dynamic/static {d / st:.3f}")
+        line = f"{args.model} seq {seq}: dynamic {d:.2f} ms  static {st:.2f} ms  dynamic/static {d / st:.3f}"
+        if ("dynamic", seq) in gpu:
+            line += f"  (GPU time {gpu['dynamic', seq]:.2f} / {gpu['static', seq]:.2f} ms: {gpu['dynamic', seq] / gpu['static', seq]:.3f})"
+        print(line)
     return 0
 
 

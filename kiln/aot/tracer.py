@@ -26,6 +26,7 @@ from kiln.aot.schema import (
     mutated_arguments,
     unbind_arguments,
 )
+from kiln.aot.causal_mask import SDPA_FUNCTIONS, rewrite_causal_mask
 from kiln.debug.stats import stats
 from kiln.fake.mode import DispatchMode
 from kiln.fake import FakeTensor, UnsupportedFakeOp, fake_from_real, meta_alias, run_on_fakes
@@ -332,6 +333,11 @@ def interpret(gm: fx.GraphModule, tracer: AtenTracer, args: list) -> object:
     """Run the torch-level graph ``gm`` on ``args`` with ``tracer`` recording, node by node."""
 
     class _Interpreter(fx.Interpreter):
+        def call_function(self, target, args, kwargs):
+            if target in SDPA_FUNCTIONS:  # (a mask proven causal: is_causal=True, which the fused kernels take)
+                args, kwargs = rewrite_causal_mask(target, args, kwargs, tracer.node_of, tracer.b.root)
+            return super().call_function(target, args, kwargs)
+
         def run_node(self, n):
             tracer.b.provenance = {"from_node": n.name, "stack_trace": n.meta.get("stack_trace")}
             out = super().run_node(n)

@@ -51,6 +51,8 @@ class Stats:
     not counted).
     dynamic_graphs / dynamic_fallbacks: graphs with symbolic sizes compiled into size-generic code / compiled
     for the sizes seen instead (by reason; the backend then specialized every size symbol).
+    causal_masks: attention masks proven equal to SDPA's causal mask ("causal": traced as
+    ``is_causal=True``) or to keep every score ("none": dropped) (aot/causal_mask.py).
     speed_choices: inference graphs by what runs them after timing both on the first calls ("kiln": the
     generated code, "eager": the captured graph run by eager PyTorch; Options.choose_faster).
     ddp_pieces: pieces of graphs split at DDP gradient bucket boundaries (docs/distributed.md).
@@ -89,6 +91,7 @@ class Stats:
         self.tuning: collections.Counter[str] = collections.Counter()  # timed / shared / saved
         self.cudagraph_recordings = 0  # CUDA graphs recorded (mode="reduce-overhead"; time in seconds["cudagraph_record"])
         self.dynamic_graphs = 0  # graphs compiled once into size-generic code
+        self.causal_masks: collections.Counter[str] = collections.Counter()  # "causal" / "none" (aot/causal_mask.py)
         self.dynamic_fallbacks: collections.Counter[str] = collections.Counter()  # compiled static instead, by reason
         self.speed_choices: collections.Counter[str] = collections.Counter()
         self.ddp_pieces = 0  # pieces of graphs split at DDP bucket boundaries (kiln/distributed/)
@@ -146,6 +149,7 @@ class Stats:
             "cudagraph_recordings": self.cudagraph_recordings,
             "dynamic_graphs": self.dynamic_graphs,
             "dynamic_fallbacks": dict(self.dynamic_fallbacks),
+            "causal_masks": dict(self.causal_masks),
             "speed_choices": dict(self.speed_choices),
             "ddp_pieces": self.ddp_pieces,
             "kernel_compiles": self.kernel_compiles,

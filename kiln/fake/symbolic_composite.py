@@ -238,37 +238,53 @@ def scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p=0.0, is_caus
 
 
 def _flash_for_every_size(q, k, v, attn_mask, dropout_p, is_causal, grad) -> bool:
-    """Whether the flash kernel runs this attention at every size its symbolic sequence and batch sizes
-    may take. ATen's choice asked of symbolic fakes comes back "math" (its checks read plain sizes), and
-    the math path runs two float32 GEMMs and a softmax: 2-3x the fused kernel's time in a dynamic GPT-2.
-    Flash's conditions that involve sizes are on the head dims (static here) and, for a causal mask, the
-    two sequence lengths being one expression; the rest (the device, dtypes, the user's enabled backends,
-    requires-grad support) are asked of ``torch.backends.cuda.can_use_flash_attention`` with tiny tensors
-    of the same dtypes, head dims and grad flags."""
+    """Whether the flash kernel runs this attention at every size its symbolic sizes may take (with the
+    guards made here). ATen's choice asked of symbolic fakes comes back "math" (its checks read plain
+    sizes), and the math path runs two float32 GEMMs and a softmax: 2-3x the fused kernel's time in a
+    dynamic GPT-2. Flash's size rules: head dims within its limits (their values decide: a symbolic head
+    dim is pinned to its value by a guard, or, marked dynamic by the user, keeps math), equal batch and
+    head counts and unit last-dim strides (guarded), and for a causal mask equal sequence lengths
+    (guarded). The rest (the device, dtypes, the user's enabled backends, requires-grad support, the head
+    dim limits) are asked of ``torch.backends.cuda.can_use_flash_attention`` with tiny tensors of the same
+    dtypes, head dims and grad flags."""
     from kiln.fake.symbolic import is_symbolic
 
     if attn_mask is not None or dropout_p != 0.0 or q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
         return False
     if not any(is_symbolic(n) for t in (q, k, v) for n in t.shape):
         return False  # (static sizes: ATen's own answer stands)
-    dims = [t.shape[-1] for t in (q, k, v)]
-    heads = [t.shape[1] for t in (q, k, v)]
-    if any(is_symbolic(n) for n in dims + heads + [t.stride(-1) for t in (q, k, v)]):
-        return False  # (no guard is made here: only static head dims, heads and last-dim strides pass)
-    if any(t.stride(-1) != 1 for t in (q, k, v)) or len(set(heads)) != 1:
-        return False  # (heads: equal; GQA is refused above)
-    if is_causal and not (q.shape[-2] is k.shape[-2] or str(q.shape[-2]) == str(k.shape[-2])):
-        return False  # (a causal mask over two lengths that may differ: ATen's rule depends on them)
     if q.dtype not in (torch.float16, torch.bfloat16) or not (q.dtype == k.dtype == v.dtype):
+        return False
+    dims = [_pinned(t.shape[-1]) for t in (q, k, v)]
+    if None in dims:
+        return False
+    same = [q.shape[0] == k.shape[0], k.shape[0] == v.shape[0], q.shape[1] == k.shape[1],
+            k.shape[1] == v.shape[1]] + [t.stride(-1) == 1 for t in (q, k, v)]
+    if is_causal:
+        same.append(q.shape[-2] == k.shape[-2])  # (ATen's causal rule for two lengths depends on them)
+    if not all(bool(c) for c in same):  # (each a guard on the sizes' expressions)
         return False
     try:
         with torch._C._DisableTorchDispatch():
-            tiny = [torch.empty((1, int(q.shape[1]), 64, int(d)), dtype=q.dtype, device=q.device).requires_grad_(
+            tiny = [torch.empty((1, 2, 64, d), dtype=q.dtype, device=q.device).requires_grad_(
                 grad and t.requires_grad) for t, d in zip((q, k, v), dims)]
             params = torch.backends.cuda.SDPAParams(*tiny, None, 0.0, is_causal, False)
             return bool(torch.backends.cuda.can_use_flash_attention(params))
     except (RuntimeError, TypeError, AttributeError):  # (another torch: keep ATen's answer)
         return False
+
+
+def _pinned(n) -> int | None:
+    """A head dim as an int: a symbolic one pinned to its value by a guard (flash's limits are on the
+    value); None for one the user marked dynamic (pinning it would be a specialization error)."""
+    from kiln.fake.symbolic import is_symbolic
+
+    if not is_symbolic(n):
+        return int(n)
+    node = n.node
+    if node.expr.free_symbols & node.env.marked:
+        return None
+    return int(n)
 
 
 def efficient_bias(mask, q, k):
@@ -367,8 +383,10 @@ FUNCTION_RULES = {
     torch.Tensor.__setitem__: (_setitem_args, tensor_setitem),
 }
 # the same ops where they reach a dispatch mode (AOT tracing) as ATen ops
+# (sdpa: ATen's C++ composite asks ``_fused_sdp_choice`` of symbolic fakes and gets "math": the AOT
+# trace of a dynamic graph would run attention as float32 GEMMs where the captured one chose flash)
 ATEN_RULES = {aten.matmul.default: matmul, aten.linear.default: linear, aten.max_pool1d.default: max_pool1d,
-              aten.gru_cell.default: gru_cell}
+              aten.gru_cell.default: gru_cell, aten.scaled_dot_product_attention.default: scaled_dot_product_attention}
 
 
 class SymbolicCompositeMode(TorchFunctionMode):
