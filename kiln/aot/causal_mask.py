@@ -131,7 +131,7 @@ def _describe(node, memo, depth) -> Form | None:
         step = bounds[2] if len(bounds) > 2 else 1
         if val.dtype not in _INT_DTYPES or type(start) is not int or type(step) is not int or step != 1:
             return None
-        return Form("positions", 1, (0,), start)
+        return _in_range(Form("positions", 1, (0,), start), val)
     if f is aten.scalar_tensor.default and _is_number(args[0]):
         return Form("constant", 0, (), args[0])
     if f is aten.full.default and _is_number(args[1]):
@@ -166,9 +166,24 @@ def _describe(node, memo, depth) -> Form | None:
         other = args[1] if len(args) > 1 else None
         if type(other) is not int or kw.get("alpha", 1) != 1 or val.dtype != src.dtype:
             return None
-        return replace(x, offset=x.offset + (other if f in (aten.add.Tensor, aten.add.Scalar) else -other))
+        return _in_range(replace(x, offset=x.offset + (other if f in (aten.add.Tensor, aten.add.Scalar) else -other)), val)
     if f in _COMPARISONS and len(args) == 2:
         return _comparison(node, f, x, describe(args[1], memo, depth + 1))
+    return None
+
+
+_INT64_OFFSET = 2**40  # |offset| allowed on int64 positions: an arange has fewer than 2**60 elements
+
+
+def _in_range(form: Form, val) -> Form | None:
+    """``form`` where every position ``offset + i`` (i below the size) is the integer eager computes,
+    with no wrap-around in the tensor's dtype; None where that is not proven. int64: a bounded offset
+    (an int64 arange of 2**60 elements would fill 8 EiB). int32: a static size whose last position fits."""
+    n = val.shape[form.dims[0]]
+    if val.dtype == torch.int64:
+        return form if abs(form.offset) <= _INT64_OFFSET else None
+    if val.dtype == torch.int32 and type(n) is int:
+        return form if -2**31 <= form.offset and form.offset + n - 1 <= 2**31 - 1 else None
     return None
 
 

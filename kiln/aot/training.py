@@ -11,7 +11,9 @@ is differentiated) gets no gradient: autograd would hand the backward a tensor o
 the occasion (412 MB for GPT-2's logits at 8 x 512). Where the runtime can compile the backward again
 (``backward_without``: static sizes), grads are not materialized, and a backward with such tangents
 runs a variant of the backward graph in which they are constant zeros: no fill and no read. The
-variant is compiled at the first backward that needs it and kept per set of absent tangents.
+variant is compiled at the first backward that needs it and kept per set of absent tangents; the warm
+cache keeps it with the graph's entry, and a runtime loaded from the cache runs the stored variant (or,
+for a set of absent tangents no process compiled, passes zeros as autograd would).
 
 User outputs are rebuilt around the Function as ``AtenRuntime`` does: constants, views of graph
 inputs replayed on the real inputs (so autograd records those views), and forward outputs.
@@ -47,6 +49,8 @@ class CompiledFunction(torch.autograd.Function):
         ctx.rt = rt
         if rt.backward_without is not None:
             ctx.set_materialize_grads(False)  # absent gradients arrive as None: see backward_for
+            # (what autograd would have filled for them, where no variant is at hand)
+            ctx.tangent_like = [(o.shape, o.dtype, o.device) for o, d in zip(outs, rt.differentiable) if d]
         frozen = [o for o, d in zip(outs, rt.differentiable) if not d and isinstance(o, torch.Tensor)]
         if frozen:
             ctx.mark_non_differentiable(*frozen)
@@ -56,7 +60,8 @@ class CompiledFunction(torch.autograd.Function):
     @once_differentiable  # the backward graph is not itself differentiated (no double backward yet)
     def backward(ctx, *grad_outputs):
         rt: TrainingRuntime = ctx.rt
-        bwd, tangents = rt.backward_for([g for g, d in zip(grad_outputs, rt.differentiable) if d])
+        bwd, tangents = rt.backward_for([g for g, d in zip(grad_outputs, rt.differentiable) if d],
+                                        getattr(ctx, "tangent_like", None))
         grads = run_as_traced(bwd, *ctx.saved_tensors, *(g.contiguous() for g in tangents))
         per_input: list = [None] * rt.n_inputs
         for index, g in zip(rt.grad_inputs, grads):
@@ -81,21 +86,27 @@ class TrainingRuntime:
         self.sizes = joint.sizes
         self.grad_mode_after = joint.grad_mode_after
         self.steps: dict = {}  # mutated inputs whose version counters eager moves by other than one (runtime.version_steps)
-        # (absent tangent positions) -> the backward graph compiled with those tangents as zeros; None when
-        # this runtime cannot compile variants (autograd then materializes absent gradients)
+        # (absent tangent positions) -> the backward graph compiled with those tangents as zeros (or None:
+        # none to be had, zeros are passed); None when this runtime cannot compile variants (autograd then
+        # materializes absent gradients)
         self.backward_without: Callable | None = None
         self._variants: dict = {}
 
-    def backward_for(self, tangents: list) -> tuple:
-        """(the backward to run, the tangents it takes) for these tangents, some None (absent)."""
+    def backward_for(self, tangents: list, like: list | None = None) -> tuple:
+        """(the backward to run, the tangents it takes) for these tangents, some None (absent).
+        ``like``: (shape, dtype, device) per tangent, for zeros where no variant can be had
+        (``backward_without`` gave None: a runtime loaded from the warm cache without that variant)."""
         if self.backward_without is None:
             return self.bwd, tangents
         absent = tuple(i for i, g in enumerate(tangents) if g is None)
         if not absent:
             return self.bwd, tangents
-        bwd = self._variants.get(absent)
-        if bwd is None:
-            bwd = self._variants[absent] = self.backward_without(absent)
+        if absent not in self._variants:
+            self._variants[absent] = self.backward_without(absent)
+        bwd = self._variants[absent]
+        if bwd is None:  # autograd's zeros, as without variants
+            return self.bwd, [g if g is not None else torch.zeros(like[i][0], dtype=like[i][1], device=like[i][2])
+                              for i, g in enumerate(tangents)]
         return bwd, [g for g in tangents if g is not None]
 
     def __call__(self, *args):

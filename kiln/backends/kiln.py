@@ -490,6 +490,7 @@ def _kiln_backend(gm, example_inputs, options=None):
     runtime.compiled_graphs = graphs
     runtime.codegen_complete = bool(graphs) and len(graphs) == len(compiler.compiled)
     warm.store(runtime, compiler)
+    warm.keep_variants(runtime, compiler)
     store_in_place_after_first_forward(runtime, options, target)
     if target == "triton" and plan is None and runtime.compiled_graph is not None:
         outer = _gpu_runtime(runtime, gm, options)

@@ -13,9 +13,9 @@ pickled entry. Written to a temporary file and renamed (atomic); a file whose ch
 key does not match, or that fails to load, is removed and the graph compiled again: a bad entry costs
 one compile, never a failure or wrong code.
 
-Cached today: inference graphs whose code kiln generated whole for C++ (CPU). Training graphs,
-Triton kernels, graphs with symbolic sizes and graphs with ATen-kernel fallbacks compile as before
-(``stats.warm_cache`` counts why).
+Cached: inference and training graphs whose code kiln generated whole (C++ or Triton), with a
+training graph's backward variants (``keep_variants``). Graphs with symbolic sizes and graphs with
+ATen-kernel fallbacks compile as before (``stats.warm_cache`` counts why).
 """
 from __future__ import annotations
 
@@ -183,6 +183,7 @@ def build_runtime(entry: dict, gm, options):
             sizes=entry["sizes"], num_fwd_outputs=entry["num_fwd_outputs"], differentiable=entry["differentiable"],
             grad_inputs=entry["grad_inputs"], grad_mode_after=entry["grad_mode_after"])
         runtime = TrainingRuntime(joint, *runs)
+        runtime.backward_without = lambda absent: _stored_variant(entry, absent, options)
     else:
         ag = AtenGraph(None, inputs, state, entry["mutated"], entry["outputs"], out_spec, entry["sizes"])
         runtime = AtenRuntime(ag, run=runs[0])
@@ -196,6 +197,17 @@ def build_runtime(entry: dict, gm, options):
     if "race_ops" in entry:  # (choose_faster.should_race: entries made before it was kept are not raced)
         runtime.warm_race_ops = entry["race_ops"]
     return runtime
+
+
+def _variant_key(absent: tuple) -> str:
+    return ",".join(map(str, absent))
+
+
+def _stored_variant(entry: dict, absent: tuple, options):
+    """The backward variant for these absent tangents kept in the entry (aot/training.py), loaded; None
+    where no process compiled it (the runtime then passes zeros, as autograd would)."""
+    part = entry.get("variants", {}).get(_variant_key(absent))
+    return _load_graph(part, entry["target"], options) if part is not None else None
 
 
 def _load_graph(part: dict, target: str, options):
@@ -423,6 +435,28 @@ class WarmStart:
                 stats.warm_cache[f"not stored: {exc}"[:120]] += 1
                 return
             self.gm.meta["kiln_warm_key"] = self.key
+
+    def keep_variants(self, runtime, compiler) -> None:
+        """Backward variants (aot/training.py) compiled later in this process are added to the entry,
+        so a runtime loaded from it runs them too."""
+        compile_variant = getattr(runtime, "backward_without", None)
+        if self.key is None or compile_variant is None or self.key not in ENTRIES:
+            return
+
+        def compile_and_keep(absent):
+            run = compile_variant(absent)
+            role, cg, _ = compiler.compiled[-1]
+            entry = ENTRIES.get(self.key)
+            if entry is not None and cg is not None and role.startswith("backward without"):
+                with stats.timed("warm_cache"):
+                    entry.setdefault("variants", {})[_variant_key(absent)] = _graph_part(role, cg, self.options)
+                    try:
+                        store(entry, self.options)
+                    except NotStorable as exc:
+                        stats.warm_cache[f"variant not stored: {exc}"[:120]] += 1
+            return run
+
+        runtime.backward_without = compile_and_keep
 
     # -- the speed choice (choose_faster.py) kept with the entry ------------------------------------
 

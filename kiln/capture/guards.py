@@ -126,6 +126,12 @@ class GuardSet:
         guard = Guard(GuardKind.HASATTR, source, (attr, present))
         self._guards.setdefault((GuardKind.HASATTR, source.name(), attr), guard)
 
+    def same(self, source: Source, other: Source) -> None:
+        if not (_guardable(source) and _guardable(other)):
+            return
+        guard = Guard(GuardKind.IDENTITY_OF_SOURCE, source, other)
+        self._guards.setdefault((GuardKind.IDENTITY_OF_SOURCE, source.name(), other.name()), guard)
+
     def not_same(self, source: Source, other: Source) -> None:
         if not (_guardable(source) and _guardable(other)):
             return

@@ -154,3 +154,31 @@ def test_describe_forms_on_a_traced_graph():
     assert describe(mask, {}) == Form("lower", 2, (0, 1), 2)
     stepped = node(aten.arange.start_step, 0, 10, 2, val=torch.arange(0, 10, 2))
     assert describe(stepped, {}) is None
+
+
+def test_positions_that_wrap_around_in_their_dtype_are_not_proven():
+    # eager's int32/int64 positions wrap past the dtype's maximum: the mask is not causal (nor all true)
+    o = 2**31 - 3
+
+    def int32_start(q, k, v):
+        S, L = k.shape[-2], q.shape[-2]
+        mask = torch.arange(o, o + S, dtype=torch.int32)[None, :] <= torch.arange(o, o + L, dtype=torch.int32)[:, None]
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+    def int32_all_true(q, k, v):
+        S, L = k.shape[-2], q.shape[-2]
+        return F.scaled_dot_product_attention(
+            q, k, v, attn_mask=(torch.arange(o, o + S, dtype=torch.int32) >= 0)[None, :].expand(L, S))
+
+    def int64_shift(q, k, v):
+        S, L = k.shape[-2], q.shape[-2]
+        c = 2**63 - 3
+        return F.scaled_dot_product_attention(
+            q, k, v, attn_mask=torch.arange(S)[None, :] + c <= torch.arange(L)[:, None] + c)
+
+    for fn in (int32_start, int32_all_true):
+        assert _run(fn, *_qkv(b=1, h=1, L=6, S=6)) == set(), fn.__name__
+    kiln.reset()
+    stats.reset()
+    kiln.compile(int64_shift)(*_qkv(b=1, h=1, L=6, S=6))  # (kiln's own kernels for this mask: not checked here)
+    assert set(stats.causal_masks) == set()

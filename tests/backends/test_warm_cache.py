@@ -222,6 +222,54 @@ def test_training_graphs_are_cached(opts):
     torch.testing.assert_close(got, want)
 
 
+def test_training_backward_variant_is_kept_with_the_entry(opts):
+    # the loss only is differentiated: the logits and the hidden state get no gradient, and the backward
+    # runs the variant compiled with their tangents as constant zeros (aot/training.py); a runtime
+    # loaded from the cache runs the stored variant, and passes zeros for a set no process compiled
+    class LMHead(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body, self.head = torch.nn.Linear(12, 16), torch.nn.Linear(16, 20)
+
+        def forward(self, x, labels):
+            hidden = torch.tanh(self.body(x))
+            logits = self.head(hidden)
+            return logits, torch.nn.functional.cross_entropy(logits, labels), hidden
+
+    def make():
+        torch.manual_seed(0)
+        return LMHead()
+
+    x, labels = torch.randn(6, 12), torch.randint(0, 20, (6,))
+
+    def step(model, fn, loss=lambda out: out[1]):
+        model.zero_grad()
+        loss(fn(x, labels)).backward()
+        return [p.grad.clone() for p in model.parameters()]
+
+    eager = make()
+    want = step(eager, eager)
+    first = make()
+    got = step(first, kiln.compile(first, options=opts))
+    torch.testing.assert_close(got, want)
+    assert kiln.stats.warm_cache["stored"] == 2  # (the entry, then the entry with its variant)
+    kiln.stats.reset()
+    second = make()
+    compiled = _compile_again(second, opts)
+    loaded = []
+    real_stored_variant = warm_cache._stored_variant
+    warm_cache._stored_variant = lambda *a: loaded.append(real_stored_variant(*a)) or loaded[-1]
+    try:
+        torch.testing.assert_close(step(second, compiled), want)
+    finally:
+        warm_cache._stored_variant = real_stored_variant
+    assert len(loaded) == 1 and loaded[0] is not None  # (the stored variant ran)
+    assert kiln.stats.warm_cache["hits"] == 1 and "backward_variant" not in kiln.stats.stages
+    # a set of absent tangents no process compiled: zeros passed to the stored backward
+    other = lambda out: out[1] + out[2].sum()  # noqa: E731  (only the logits absent)
+    torch.testing.assert_close(step(second, compiled, other), step(eager, eager, other))
+
+
 def test_full_disk_keeps_the_compiled_code(opts, monkeypatch):
     import errno
 

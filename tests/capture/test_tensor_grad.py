@@ -101,3 +101,22 @@ def test_grad_of_a_tensor_made_in_the_graph_breaks():
     x = torch.ones(2)
     assert _run(f)(x) is None
     assert any("made inside the compiled function" in r for r in stats.graph_breaks)
+
+
+@pytest.mark.parametrize("backend", ["eager", "kiln"])
+def test_a_new_leaf_with_requires_grad_made_inside_is_a_real_leaf(backend):
+    # torch.full(..., requires_grad=True) / x.new_ones(..., requires_grad=True): autograd tracks the new
+    # leaf (eager gives it a gradient); a graph value would not be one, so the call runs between graphs
+    def fn(x):
+        w = torch.full((3,), 0.5, requires_grad=True)
+        b = x.new_ones(3, requires_grad=True)
+        z = torch.zeros(3, requires_grad=False)  # (no leaf: stays in the graph)
+        return (x * w + b * 2 + z).sum(), w, b
+
+    x = torch.randn(3)
+    out, w, b = _run(fn, backend)(x)
+    assert w.is_leaf and w.requires_grad and b.is_leaf and b.requires_grad
+    gw, gb = torch.autograd.grad(out, (w, b))
+    torch.testing.assert_close(gw, x)
+    torch.testing.assert_close(gb, torch.full((3,), 2.0))
+    assert stats.graph_breaks["torch.full(..., requires_grad=True) makes a new leaf tensor that autograd tracks"] == 1

@@ -130,3 +130,39 @@ def test_ids_of_freed_temporaries_run_as_python():
     reset()
     compiled = compile_fn(fn, CountingBackend())
     assert compiled(torch.ones(2))[1:] == fn(torch.ones(2))[1:]
+
+
+def test_is_between_items_of_a_tuple_argument_follows_the_objects():
+    # the tuple is guarded by value: equal items may be one object or two, and `is` must see which
+    def fn(x, t):
+        if t[0] is t[1]:
+            return x + 1
+        return x - 1
+
+    big = 1000
+    one, other = (big, big), (int("1000"), int("1000"))
+    x = _t(3)
+    _same_calls(fn, [(x, one), (x, other), (x, one), (x, other)], graphs=0)  # (the frame runs as Python)
+
+
+def test_is_between_two_arguments_guards_their_identity():
+    def fn(x, a, b):
+        if a is b:
+            return x * 2
+        return x * 3
+
+    s = "a string that is not interned " + str(7)
+    t = "a string that is not interned " + str(7)
+    x = _t(3)
+    # one graph per answer: the places are guarded to hold the same (or different) objects
+    _same_calls(fn, [(x, s, s), (x, s, t), (x, t, t), (x, t, s)], graphs=2)
+
+
+def test_is_against_singletons_needs_no_identity_guard():
+    def fn(x, a, d):
+        if a is None or d is torch.float32:
+            return x + 1
+        return x
+
+    x = _t(3)
+    _same_calls(fn, [(x, 1000, torch.float32), (x, 1000, torch.float64), (x, None, torch.float64)], graphs=2)

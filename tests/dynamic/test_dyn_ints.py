@@ -171,3 +171,35 @@ def test_tolist_of_sizes(backend):
         parts = torch.split(x, lengths.tolist())
         return [p.mean(0) for p in parts]
     check(f, lambda n: (torch.randn(n + 3, 2), torch.tensor([n, 3])), backend)
+
+
+def test_division_by_a_size_difference_that_is_zero_raises_as_python_does():
+    # n // (n - m) where n and m are one size (duck sizing): Python's ZeroDivisionError, raised as the
+    # program's own (no internal error), and caught by the program's try/except
+    import warnings
+
+    import kiln
+
+    def f(x, y):
+        n, m = x.shape[0], y.shape[0]
+        try:
+            k = n // (n - m)
+        except ZeroDivisionError:
+            k = -1
+        return x.sum() * k
+
+    def g(x, y):
+        return x.sum() * (x.shape[0] // (x.shape[0] - y.shape[0]))
+
+    kiln.reset()
+    cf, cg = kiln.compile(f, dynamic=True), kiln.compile(g, dynamic=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # (an internal error would warn)
+        for a, b in ((6, 3), (8, 2), (5, 5), (7, 7)):
+            x, y = torch.ones(a), torch.ones(b)
+            torch.testing.assert_close(cf(x, y), f(x, y))
+            if a == b:
+                with pytest.raises(ZeroDivisionError):
+                    cg(x, y)
+            else:
+                torch.testing.assert_close(cg(x, y), g(x, y))

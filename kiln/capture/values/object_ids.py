@@ -54,7 +54,7 @@ class ObjectIdValue(Value):
             if not same and not _alive(tx, first.target):
                 # CPython gives a freed object's address to the next one: id(x + 1) == id(x + 2) is
                 # True in eager when the first sum is gone before the second is made
-                _run_frame_as_python("comparing the ids of two objects the first of which may be freed "
+                run_frame_as_python("comparing the ids of two objects the first of which may be freed "
                                      "already (CPython may reuse its address)")
             return ConstantValue(same if op is operator.eq else not same)
         unsupported(f"id() of {self.target} used as a number (with {op.__name__}): its value is only known "
@@ -70,13 +70,13 @@ class ObjectIdValue(Value):
         return f"ObjectIdValue(id({self.target!r}))"
 
 
-def _run_frame_as_python(reason: str):
-    """Refuse the whole frame (it runs as Python): a graph break would run ``id()`` on values rebuilt
-    after the graph, which are other objects (a constant's copy, a graph output instead of a freed
-    temporary)."""
+def run_frame_as_python(reason: str, what: str = "take the id of"):
+    """Refuse the whole frame (it runs as Python): a graph break would run ``id()`` (or ``is``) on
+    values rebuilt after the graph, which are other objects (a constant's copy, a graph output instead
+    of a freed temporary)."""
     from kiln.errors import Unsupported
 
-    exc = Unsupported(reason, hint="the function runs as Python: a graph break here would take the id of "
+    exc = Unsupported(reason, hint=f"the function runs as Python: a graph break here would {what} "
                                    "a rebuilt object")
     exc.root_index = -1
     raise exc
@@ -115,7 +115,7 @@ def object_id(tx, obj: Value) -> Value:
     if obj.is_constant() and not callable(obj.as_constant()) or isinstance(obj, TupleValue):
         # numbers, strings, tuples: kiln follows their values, not which object holds a value (equal
         # ones may be one object or two, a tuple may be rebuilt after the graph)
-        _run_frame_as_python(f"id() of the {obj.python_type().__name__} {obj}: kiln tracks its value, "
+        run_frame_as_python(f"id() of the {obj.python_type().__name__} {obj}: kiln tracks its value, "
                              "not which object it is")
     real = underlying_object(obj)
     if source is not None and real is not None and not isinstance(obj, TensorValue):

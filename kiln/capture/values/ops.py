@@ -1,6 +1,7 @@
 """Python operators on symbolic values: binary, unary, comparison, containment, subscripts."""
 from __future__ import annotations
 
+import enum
 import operator
 from typing import Any, Callable
 
@@ -412,7 +413,9 @@ def is_op(tx, a: Value, b: Value) -> bool:
         return a is b  # one value per array object (arrays passed in are memoized by identity)
     if a.is_constant() and b.is_constant() and not isinstance(a, (SequenceValue, DictValue, SetValue)) \
             and not isinstance(b, (SequenceValue, DictValue, SetValue)):
-        return a.as_constant() is b.as_constant()
+        same = a.as_constant() is b.as_constant()
+        _guard_constant_identity(tx, a, b, same)
+        return same
     if isinstance(a, TensorValue) and isinstance(b, TensorValue):
         # one tensor object is one fake tensor: inputs of one object are one input, held tensors are
         # memoized, in-place ops (and no-op conversions) return their input's (container_keys.TensorKey)
@@ -432,6 +435,66 @@ def is_op(tx, a: Value, b: Value) -> bool:
         # passed in both places later is `is` (and one value: builder.wrap memoizes mutable objects by id)
         tx.output.guards.not_same(sa, sb)
     return same
+
+
+def _identity_is_value(obj) -> bool:
+    """Whether ``x is obj`` follows from a value guard ``x == obj`` (with the type): singletons, the
+    ints CPython keeps one object of (-5..256), dtypes, enum members, and objects whose ``==`` is
+    identity (classes, functions)."""
+    if obj is None or obj is Ellipsis or obj is NotImplemented or type(obj) is bool:
+        return True
+    if type(obj) is int:
+        return -5 <= obj <= 256
+    if isinstance(obj, (torch.dtype, torch.layout, torch.memory_format, enum.Enum)):
+        return True
+    return type(obj).__eq__ is object.__eq__
+
+
+def _guard_constant_identity(tx, a: Value, b: Value, same: bool) -> None:
+    """``a is b`` of two constants, decided from the objects seen while tracing. Constants are guarded
+    by value; where identity does not follow from the value (an int over 256, a string, a float, a
+    tuple), the answer holds for later calls only if:
+    - both were read from places: the places are guarded to hold the same (or different) objects;
+    - neither is an object read from a place (a literal, or made in the frame): it is the same on
+      every call.
+    Otherwise (an item of a tuple argument, a string method that returned its argument) the frame runs
+    as Python: a graph break would compare constants rebuilt after the graph, and equal literals of one
+    code object are one object."""
+    ca, cb = a.as_constant(), b.as_constant()  # (first: a deferred scalar guards its inputs here)
+    if _identity_is_value(ca) or _identity_is_value(cb):
+        return  # (x is V, for V the one object of its value: x's value guard decides it)
+    if tx is None:
+        return
+    sa, sb = getattr(a, "source", None), getattr(b, "source", None)
+    if sa is not None and sb is not None:
+        guards = tx.output.guards
+        guards.same(sa, sb) if same else guards.not_same(sa, sb)
+        return
+    held = _objects_read_from_places(tx)
+    if id(ca) not in held and id(cb) not in held:
+        return
+    from kiln.capture.values.object_ids import run_frame_as_python
+
+    run_frame_as_python(f"`is` between {a} and {b}: an object read from an argument (or another place) "
+                        "compared by identity with one kiln cannot guard by place", "compare")
+
+
+def _objects_read_from_places(tx) -> set[int]:
+    """The ids of the constants the trace read from places (each guarded by value), and of the items of
+    those that are tuples or frozensets: objects the caller holds, which a later call may replace by
+    equal ones. (Alive while tracing: ids are not reused.)"""
+    from kiln.capture.guards import GuardKind
+
+    ids: set[int] = set()
+    stack = [g.value for g in tx.output.guards if g.kind is GuardKind.CONSTANT]
+    while stack:
+        obj = stack.pop()
+        if id(obj) in ids:
+            continue
+        ids.add(id(obj))
+        if type(obj) in (tuple, frozenset):
+            stack.extend(obj)
+    return ids
 
 
 def contains_op(tx, item: Value, container: Value) -> bool:

@@ -101,7 +101,12 @@ def symbolic_binary(tx, op, a: Value, b: Value) -> Value | None:
         return None
     plain = {operator.iadd: operator.add, operator.isub: operator.sub, operator.imul: operator.mul,
              operator.ifloordiv: operator.floordiv, operator.imod: operator.mod}.get(op, op)
-    return tx.output.call("call_function", plain, [a, b], {})
+    try:
+        return tx.output.call("call_function", plain, [a, b], {})
+    except ZeroDivisionError as exc:  # (n // (n - m) with n and m one size: Python's own error, as the program's)
+        from kiln.capture.values.exceptions import raise_as_traced
+
+        raise_as_traced(exc, f"{a} {plain.__name__} {b}")
 
 
 _SHIFTS = {operator.rshift: operator.floordiv, operator.irshift: operator.floordiv,

@@ -166,6 +166,10 @@ class TensorMethodValue(Value):
             return ConstantValue(None)
         if name == "requires_grad_":
             unsupported("Tensor.requires_grad_() inside a compiled function")
+        if name.startswith("new_"):
+            from kiln.capture.values.torch_functions import refuse_new_leaf
+
+            refuse_new_leaf(kwargs, f"Tensor.{name}")
         if name == "is_inference" and not args and not kwargs:
             from kiln.capture.values.inference import tensor_is_inference
 

@@ -97,6 +97,16 @@ def is_torch_function(obj) -> bool:
     return False
 
 
+def refuse_new_leaf(kwargs: dict, what: str) -> None:
+    """A factory call with ``requires_grad=True`` makes a new leaf tensor that autograd tracks (its
+    ``.grad`` fills, ``autograd.grad`` differentiates with respect to it): a graph value is never that.
+    The call runs between two graphs, as eager, and the leaf enters the next graph as an input."""
+    grad = kwargs.get("requires_grad")
+    if grad is not None and not (grad.is_constant() and grad.as_constant() is False):
+        unsupported(f"{what}(..., requires_grad=True) makes a new leaf tensor that autograd tracks",
+                    hint="kiln runs the call between two graphs; the new leaf enters the next graph as an input")
+
+
 class TorchFunctionValue(KnownFunctionValue):
     """A function of the torch namespace: calls become graph ops."""
 
@@ -116,6 +126,7 @@ class TorchFunctionValue(KnownFunctionValue):
             if args[0].scalar:  # a NumPy scalar: a new 0-d tensor of its dtype
                 return tx.output.call("call_function", torch.ops.aten.clone.default, [args[0].tensor], {})
             return ndarray_as_tensor(tx, args, kwargs)  # an array: shares its memory, as from_numpy
+        refuse_new_leaf(kwargs, f"torch.{getattr(fn, '__name__', fn)}")
         if fn in (torch.tensor, torch.as_tensor):
             from kiln.capture.values.symbolic import tensor_of_sizes
 
