@@ -32,6 +32,7 @@ def _attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=No
         keep = aten.tril.default(aten.full.default([L, S], True, dtype=torch.bool, device=q.device))
         scores = aten.masked_fill.Scalar(scores, aten.logical_not.default(keep), float("-inf"))
     if attn_mask is not None:
+        _check_mask_fits(attn_mask, scores)
         if attn_mask.dtype == torch.bool:
             scores = aten.masked_fill.Scalar(scores, aten.logical_not.default(attn_mask), float("-inf"))
         else:
@@ -42,6 +43,23 @@ def _attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=No
         probs = aten.native_dropout.default(probs, dropout_p, True)[0]
     out = torch.matmul(probs, vf)
     return to_dtype(out, q.dtype), lse, probs
+
+
+def mask_grows_scores(mask_shape, scores_shape) -> bool:
+    """Whether adding a mask of ``mask_shape`` broadcasts scores of ``scores_shape`` to a larger shape
+    (more dims, or a static size-1 dim made larger)."""
+    return len(mask_shape) > len(scores_shape) or any(
+        type(m) is int and type(n) is int and n == 1 and m != 1
+        for m, n in zip(reversed(tuple(mask_shape)), reversed(tuple(scores_shape))))
+
+
+def _check_mask_fits(mask, scores) -> None:
+    """ATen adds the mask to the scores in place: a mask that would broadcast them to a larger shape (more
+    dims, or a size-1 dim of the scores made larger) is eager's RuntimeError, not a larger result."""
+    shape = list(scores.shape)
+    if mask_grows_scores(mask.shape, shape):
+        raise RuntimeError(f"output with shape {shape} doesn't match the broadcast shape "
+                           f"{list(torch.broadcast_shapes(tuple(mask.shape), tuple(shape)))}")
 
 
 @decomposition(aten._scaled_dot_product_flash_attention_for_cpu.default)

@@ -182,3 +182,21 @@ def test_positions_that_wrap_around_in_their_dtype_are_not_proven():
     stats.reset()
     kiln.compile(int64_shift)(*_qkv(b=1, h=1, L=6, S=6))  # (kiln's own kernels for this mask: not checked here)
     assert set(stats.causal_masks) == set()
+
+
+def test_a_mask_that_would_grow_the_scores_raises_as_in_eager():
+    # ATen adds the mask in place: a 5-D mask on 4-D attention raises in eager (fakes add out of place)
+    def made(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=torch.full((1, 1, 1, 7, 7), 0.0))
+
+    def given(q, k, v, m):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=m)
+
+    kiln.reset()
+    for fn, args in ((made, _qkv()), (given, (*_qkv(), torch.randn(1, 1, 1, 7, 7)))):
+        with pytest.raises(RuntimeError, match="doesn't match the broadcast shape"):
+            fn(*args)
+        with pytest.raises(RuntimeError, match="doesn't match the broadcast shape"):
+            kiln.compile(fn)(*args)
+    ok = torch.randn(3, 7, 7)  # (a mask of fewer dims broadcasts into the scores: fine)
+    torch.testing.assert_close(kiln.compile(given)(*_qkv(), ok), given(*_qkv(), ok))

@@ -107,6 +107,30 @@ def refuse_new_leaf(kwargs: dict, what: str) -> None:
                     hint="kiln runs the call between two graphs; the new leaf enters the next graph as an input")
 
 
+def _refuse_growing_mask(args, kwargs) -> None:
+    """SDPA whose mask would broadcast the scores to a larger shape (more dims, or a size-1 dim made
+    larger): ATen adds it in place and raises, but on fake tensors (tensor subclasses) it adds out of
+    place and gives a larger result. The call runs as Python, which raises eager's error."""
+    from kiln.decomp.attention import mask_grows_scores
+
+    values = dict(zip(("query", "key", "value", "attn_mask"), args))
+    values.update({k: v for k, v in kwargs.items() if k in ("query", "key", "value", "attn_mask")})
+    tensors = {k: getattr(v, "example", None) for k, v in values.items()}
+    if not all(isinstance(t, torch.Tensor) for t in tensors.values()) or len(tensors) != 4:
+        return
+    q, k, mask = tensors["query"], tensors["key"], tensors["attn_mask"]
+    if q.dim() < 2 or k.dim() < 2:
+        return
+    try:
+        batch = torch.broadcast_shapes(tuple(q.shape[:-2]), tuple(k.shape[:-2]))
+    except RuntimeError:  # (grouped-query heads: the scores take the query's)
+        batch = tuple(q.shape[:-2])
+    scores = (*batch, q.shape[-2], k.shape[-2])
+    if mask_grows_scores(mask.shape, scores):
+        unsupported("scaled_dot_product_attention with a mask that broadcasts the scores to a larger shape "
+                    "(eager raises)", hint="the call runs as Python, which raises eager's error")
+
+
 class TorchFunctionValue(KnownFunctionValue):
     """A function of the torch namespace: calls become graph ops."""
 
@@ -127,6 +151,8 @@ class TorchFunctionValue(KnownFunctionValue):
                 return tx.output.call("call_function", torch.ops.aten.clone.default, [args[0].tensor], {})
             return ndarray_as_tensor(tx, args, kwargs)  # an array: shares its memory, as from_numpy
         refuse_new_leaf(kwargs, f"torch.{getattr(fn, '__name__', fn)}")
+        if fn is torch._C._nn.scaled_dot_product_attention:
+            _refuse_growing_mask(args, kwargs)
         if fn in (torch.tensor, torch.as_tensor):
             from kiln.capture.values.symbolic import tensor_of_sizes
 
