@@ -140,6 +140,17 @@ def test_floor_ceil_int_of_a_size_ratio(backend):
     run(f, [(rand(b, 2),) for b in [3, 5, 8, 13, 21, 4]], backend)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_round_of_a_size_ratio_rounds_halves_to_even(backend):
+    # round(2.5) == 2, round(3.5) == 4, round(-2.5) == -2: Python's round, as integer arithmetic on n
+    def f(x):
+        n = x.shape[0]
+        k = round(n / 2) + round(n / 4) * 10 + round(n / 3) * 100 + round(-n / 2) * 1000 + round(n / 1) * 10000
+        return x[: round(n / 2)] * k
+
+    run(f, [(rand(b, 2),) for b in [3, 5, 6, 7, 9, 10, 11, 13, 14, 4]], backend)
+
+
 def test_padding_to_a_multiple_with_ceil():
     def f(x):
         pad = math.ceil(x.shape[-1] / 8) * 8 - x.shape[-1]

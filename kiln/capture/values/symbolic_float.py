@@ -347,7 +347,7 @@ _FUNCTIONS = {float: ("___float", None), math.sqrt: ("___math_sqrt", torch.sqrt)
 
 
 def _rounded_ratio(tx, fn, number: "SymbolicFloat") -> Value | None:
-    """math.floor / math.ceil / int() of ``p / k`` (a symbolic int over a positive int constant) as
+    """math.floor / math.ceil / int() / round() of ``p / k`` (a symbolic int over a positive int constant) as
     integer arithmetic on p: exact, since the float p / k is within half an ulp of the rational, and a
     rational that is not an integer is at least 1/k from one, which an ulp reaches only for |p| >= 2**53
     (``_size_operand`` guarded p below that). int() truncates toward zero: p's sign must be known for
@@ -362,6 +362,8 @@ def _rounded_ratio(tx, fn, number: "SymbolicFloat") -> Value | None:
         return floor(p)
     if fn is math.ceil:
         return ceil(p)
+    if fn is round:
+        return _round_half_even(tx, p, k.value)
     env = p.example.node.env
     from kiln.lazy import sympy
 
@@ -372,11 +374,31 @@ def _rounded_ratio(tx, fn, number: "SymbolicFloat") -> Value | None:
     return None
 
 
+def _round_half_even(tx, p, k: int) -> Value | None:
+    """round(p / k) (Python's: half to even) as integer arithmetic on p, with q, r = divmod(p, k)
+    (0 <= r < k): q, plus 1 where r > k / 2, plus q's parity where r == k / 2 (k even). A non-tie p / k is
+    at least 1/(2k) from the nearest half, which the float's error (half an ulp) stays below while
+    |p| < 2**52: guarded (else None: the usual path makes it a constant)."""
+    from kiln.capture.values.ops import binary_op
+
+    if guarded_size_place(tx.output, p, -2 ** 52 + 1, 2 ** 52) is None:
+        return None
+    c = ConstantValue
+    op = lambda f, a, b: binary_op(tx, f, a, b)  # noqa: E731
+    q, r = op(operator.floordiv, p, c(k)), op(operator.mod, p, c(k))
+    h = k // 2
+    if k % 2:  # no ties: up exactly when r >= h + 1
+        return op(operator.add, q, op(operator.floordiv, op(operator.add, r, c(h)), c(k)))
+    above = op(operator.floordiv, op(operator.add, r, c(h - 1)), c(k))  # r > h
+    tie = op(operator.sub, op(operator.floordiv, op(operator.add, r, c(h)), c(k)), above)  # r == h
+    return op(operator.add, op(operator.add, q, above), op(operator.mul, tie, op(operator.mod, q, c(2))))
+
+
 def float_function(tx, fn, args: list[Value], kwargs: dict) -> Value | None:
     """``float(n)`` and ``math.sqrt(n)`` of a symbolic int or a SymbolicFloat (None: the usual call, which
     makes the number a constant). math.sqrt is IEEE's correctly rounded square root both in Python and
     as a float64 tensor op, so the graph's number is Python's."""
-    if fn in (math.floor, math.ceil, int) and len(args) == 1 and not kwargs \
+    if fn in (math.floor, math.ceil, int, round) and len(args) == 1 and not kwargs \
             and isinstance(args[0], SymbolicFloat) and args[0].ratio is not None:
         return _rounded_ratio(tx, fn, args[0])
     entry = _FUNCTIONS.get(fn) if len(args) == 1 and not kwargs else None
