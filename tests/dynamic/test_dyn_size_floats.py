@@ -164,6 +164,17 @@ def test_ceil_of_a_float_ratio_specializes():
     run(lambda x: x * math.floor(x.shape[0] * 0.3), [(rand(b, 2),) for b in [3, 5, 8]], backend="eager", graphs=3)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_and_or_xor_of_a_size_and_a_constant(backend):
+    # through the bits of n: (n // 2**j) % 2, for negative ints too (two's complement, as Python's)
+    def f(x):
+        n, m = x.shape[0], -x.shape[0]
+        k = (n ^ 2) + (n | 5) * 10 + (n & 6) * 100 + (m ^ 3) * 1000 + (m | 4) * 10000 + (m & 9) * 100000
+        return x * k + (12 & n) + (n ^ 0) + (n & 0)
+
+    run(f, [(rand(b, 2),) for b in [3, 5, 8, 13, 21, 6, 2]], backend, exact=False)
+
+
 def test_bit_operations_and_divmod_of_sizes():
     def f(x):
         n = x.shape[0]

@@ -97,6 +97,8 @@ def symbolic_binary(tx, op, a: Value, b: Value) -> Value | None:
     shifted = _bits_as_arithmetic(op, a, b)
     if shifted is not None:
         op, b = shifted
+    elif op in _BITWISE:
+        return _bitwise_by_bits(tx, op, *((a, b) if isinstance(a, SymbolicInt) else (b, a)))
     if op not in ARITHMETIC and op not in COMPARISONS:
         return None
     plain = {operator.iadd: operator.add, operator.isub: operator.sub, operator.imul: operator.mul,
@@ -125,6 +127,39 @@ def _bits_as_arithmetic(op, a: Value, b: Value):
     if op in (operator.and_, operator.iand) and type(k) is int and k >= 0 and (k + 1) & k == 0:
         return operator.mod, ConstantValue(k + 1)
     return None
+
+
+_BITWISE = {operator.and_: "and", operator.iand: "and", operator.or_: "or", operator.ior: "or",
+            operator.xor: "xor", operator.ixor: "xor"}
+_MAX_BITS = 8  # set bits of the constant: each is a term of the expression
+
+
+def _bitwise_by_bits(tx, op, a: Value, b: Value) -> Value | None:
+    """``a & k``, ``a | k``, ``a ^ k`` of a symbolic int and a non-negative int constant with few set
+    bits, through bit j of a, ``(a // 2**j) % 2`` (two's complement of unbounded width, as Python's ints:
+    negative a too): ``&`` keeps ``sum(2**j * bit_j)``, ``|`` adds ``2**j * (1 - bit_j)`` to a, ``^`` adds
+    ``2**j * (1 - 2 * bit_j)``. None otherwise (the caller specializes)."""
+    k = b.value if _plain_number(b) and not isinstance(b, SymbolicInt) else None
+    if type(k) is not int or k < 0 or bin(k).count("1") > _MAX_BITS:
+        return None
+    kind = _BITWISE[op]
+
+    def arith(f, x, y):
+        return tx.output.call("call_function", f, [x, y], {})
+
+    result = a if kind != "and" else None
+    for j in range(k.bit_length()):
+        if not (k >> j) & 1:
+            continue
+        bit = arith(operator.mod, arith(operator.floordiv, a, ConstantValue(1 << j)), ConstantValue(2))
+        if kind == "and":
+            term = arith(operator.mul, bit, ConstantValue(1 << j))
+        elif kind == "or":
+            term = arith(operator.mul, arith(operator.sub, ConstantValue(1), bit), ConstantValue(1 << j))
+        else:
+            term = arith(operator.sub, ConstantValue(1 << j), arith(operator.mul, bit, ConstantValue(2 << j)))
+        result = term if result is None else arith(operator.add, result, term)
+    return ConstantValue(0) if result is None else result
 
 
 def symbolic_divmod(tx, a: Value, b: Value) -> Value | None:
