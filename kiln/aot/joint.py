@@ -73,8 +73,11 @@ class JointGraph:
 
 
 def needs_joint_graph(gm: fx.GraphModule, example_inputs: Sequence) -> bool:
-    """Training: grad mode is on and some input or state tensor of ``gm`` requires grad."""
-    if not torch.is_grad_enabled():
+    """Training: grad mode is on (on entry, or switched on inside: a no_grad block split by a graph
+    break ends in this graph) and some input or state tensor of ``gm`` requires grad."""
+    if not torch.is_grad_enabled() and not any(
+            n.op == "call_function" and n.target is torch._C._set_grad_enabled and n.args[:1] == (True,)
+            for n in gm.graph.nodes):
         return False
     if any(isinstance(x, torch.Tensor) and x.requires_grad for x in example_inputs):
         return True

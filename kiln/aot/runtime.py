@@ -88,6 +88,7 @@ class AtenRuntime:
         self.out_spec = ag.out_spec
         self.sizes = ag.sizes
         self.steps: dict = {}  # mutated inputs whose version counters eager moves by other than one (version_steps)
+        self.grad_mode_after: bool | None = None  # grad mode the graph leaves switched (a no_grad block split by a break)
 
     def __call__(self, *args):
         flat = [*args, *self.state]
@@ -105,4 +106,6 @@ class AtenRuntime:
                 continue
             value = results[self.n_mut + spec.index] if spec.kind == "graph" else flat[spec.index]
             outs.append(spec.rebuild(value, flat, self.sizes))
+        if self.grad_mode_after is not None:
+            torch._C._set_grad_enabled(self.grad_mode_after)
         return tree_unflatten(outs, self.out_spec)

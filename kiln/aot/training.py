@@ -111,7 +111,11 @@ class TrainingRuntime:
 
     def __call__(self, *args):
         flat = [*args, *self.state]
-        results = CompiledFunction.apply(self, *flat)
+        if not torch.is_grad_enabled() and any(self.differentiable):
+            with torch.enable_grad():  # (grad mode switched on inside the graph: its outputs have grads)
+                results = CompiledFunction.apply(self, *flat)
+        else:
+            results = CompiledFunction.apply(self, *flat)
         outs = []
         for spec in self.outputs:
             if spec.kind == "constant":

@@ -39,7 +39,7 @@ from kiln.backends.warm_key import graph_device
 from kiln.debug.stats import stats
 
 MAGIC = b"KILN-GRAPH-1\n"
-ENTRY_FORMAT = 2
+ENTRY_FORMAT = 3
 _HELPERS = {"empty_strided": torch.empty_strided, "ensure_layout": ensure_layout, "torch": torch}
 _VALUE_TYPES = (int, float, complex, bool, str, type(None), torch.dtype, torch.device, torch.layout,
                 torch.memory_format, torch.Size, torch.Tensor)
@@ -72,6 +72,8 @@ def make_entry(key: str, runtime, graphs: list, explain_text: str, options) -> d
     if plan is not None:
         entry.update(num_fwd_outputs=spec.num_fwd_outputs, differentiable=list(spec.differentiable),
                      grad_inputs=list(spec.grad_inputs), grad_mode_after=spec.grad_mode_after)
+    else:
+        entry["grad_mode_after"] = getattr(runtime, "grad_mode_after", None)
     return entry
 
 
@@ -188,6 +190,7 @@ def build_runtime(entry: dict, gm, options):
         ag = AtenGraph(None, inputs, state, entry["mutated"], entry["outputs"], out_spec, entry["sizes"])
         runtime = AtenRuntime(ag, run=runs[0])
         runtime.aten_graph = ag
+        runtime.grad_mode_after = entry.get("grad_mode_after")
     runtime.steps = version_steps(gm, entry["mutated"], len(inputs) - len(state), state)
     text = entry["explain"]
     runtime.kiln_explain = lambda: "loaded from kiln's warm cache (no tracing, lowering or code generation " \

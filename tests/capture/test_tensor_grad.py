@@ -120,3 +120,48 @@ def test_a_new_leaf_with_requires_grad_made_inside_is_a_real_leaf(backend):
     torch.testing.assert_close(gw, x)
     torch.testing.assert_close(gb, torch.full((3,), 2.0))
     assert stats.graph_breaks["torch.full(..., requires_grad=True) makes a new leaf tensor that autograd tracks"] == 1
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "kiln"])
+def test_a_no_grad_block_split_by_a_break_leaves_grad_mode_as_eager(backend):
+    # the graph after the break switches grad mode back on: the runtime must do it on every call (the
+    # ATen graph has no grad-mode nodes), and the outputs computed after the block get their grads
+    w0 = torch.ones(3, requires_grad=True)
+
+    def split_by_leaf(x):
+        with torch.no_grad():
+            w = torch.ones(3, requires_grad=True)  # (a break: a new leaf)
+        return w * x
+
+    def split_by_data(x):
+        with torch.no_grad():
+            if x.sum() > 0:  # (a break: data-dependent control flow)
+                x = x + 1
+        return w0 * x
+
+    for fn in (split_by_leaf, split_by_data):
+        compiled = _run(fn, backend)
+        for _ in range(3):
+            got = compiled(torch.ones(3))
+            assert torch.is_grad_enabled()
+            assert got.requires_grad and not got.is_leaf
+            torch.testing.assert_close(got, fn(torch.ones(3)))
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "kiln"])
+def test_enable_grad_inside_a_function_called_under_no_grad(backend):
+    def fn(x, w):
+        with torch.enable_grad():
+            y = w * x
+        return y, y.grad_fn is None, w.view(3).is_leaf
+
+    w, x = torch.ones(3, requires_grad=True), torch.randn(3)
+    compiled = _run(fn, backend)
+    with torch.no_grad():
+        want = fn(x, w)
+        for _ in range(2):
+            got = compiled(x, w)
+            assert not torch.is_grad_enabled()
+            assert got[0].requires_grad and got[1:] == want[1:] == (False, True)
+    got[0].sum().backward()
+    torch.testing.assert_close(w.grad, x)

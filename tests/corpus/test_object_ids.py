@@ -166,3 +166,32 @@ def test_is_against_singletons_needs_no_identity_guard():
 
     x = _t(3)
     _same_calls(fn, [(x, 1000, torch.float32), (x, 1000, torch.float64), (x, None, torch.float64)], graphs=2)
+
+
+def test_is_between_numbers_from_sizes_and_fresh_devices_follows_eager():
+    # equal ints above 256 are distinct objects (x.shape[0] is x.shape[0] is False at 300), and each
+    # x.device read is a new object: these run as Python; `n is None` of a size is False
+    def sizes(x):
+        return x + 1, x.shape[0] is x.shape[0], x.shape[0] is None
+
+    def device(x):
+        return x + 1, x.device is x.device, x.dtype is x.dtype
+
+    def ints(x, n, m):
+        return x + n, n is m
+
+    reset()
+    for fn, args in ((sizes, (_t(300),)), (device, (_t(3),))):
+        compiled = compile_fn(fn, CountingBackend())
+        assert compiled(*args)[1:] == fn(*args)[1:]
+    import kiln
+
+    kiln.reset()
+    compiled = kiln.compile(ints)
+    x = _t(3)
+    for v in (1000, 2000, 3000):  # (n and m become symbols on the second value)
+        a, b = int(str(v)), int(str(v))
+        assert compiled(x, a, b)[1] == ints(x, a, b)[1] is False
+        assert compiled(x, a, a)[1] == ints(x, a, a)[1] is True
+    kiln.reset()
+    assert kiln.compile(sizes, dynamic=True)(_t(300))[1:] == (False, False)

@@ -411,6 +411,8 @@ def compare_op(tx, op: Callable, a: Value, b: Value) -> Value:
 def is_op(tx, a: Value, b: Value) -> bool:
     if isinstance(a, numpy_values.NDArrayValue) or isinstance(b, numpy_values.NDArrayValue):
         return a is b  # one value per array object (arrays passed in are memoized by identity)
+    if _symbolic_number(a) or _symbolic_number(b):
+        return _symbolic_identity(a, b)
     if a.is_constant() and b.is_constant() and not isinstance(a, (SequenceValue, DictValue, SetValue)) \
             and not isinstance(b, (SequenceValue, DictValue, SetValue)):
         same = a.as_constant() is b.as_constant()
@@ -437,6 +439,28 @@ def is_op(tx, a: Value, b: Value) -> bool:
     return same
 
 
+def _symbolic_number(v: Value) -> bool:
+    from kiln.capture.values.symbolic import SymbolicInt
+    from kiln.capture.values.symbolic_float import SymbolicFloat
+
+    return isinstance(v, (SymbolicInt, SymbolicFloat))
+
+
+def _symbolic_identity(a: Value, b: Value) -> bool:
+    """``a is b`` where one side is a number computed from symbolic sizes (or an int argument made a
+    symbol): not None / ``...`` (a number never is); anything else depends on which int objects CPython
+    made (equal ints above 256 are distinct objects, ``x.shape[0] is x.shape[0]`` is False for them): the
+    frame runs as Python."""
+    other = b if _symbolic_number(a) else a
+    if not _symbolic_number(other) and other.is_constant() and (
+            other.as_constant() is None or other.as_constant() is Ellipsis or other.as_constant() is NotImplemented):
+        return False
+    from kiln.capture.values.object_ids import run_frame_as_python
+
+    run_frame_as_python(f"`is` between {a} and {b}: a number computed from sizes has no object identity "
+                        "kiln can model (equal ints above 256 are distinct objects)", "compare")
+
+
 def _identity_is_value(obj) -> bool:
     """Whether ``x is obj`` follows from a value guard ``x == obj`` (with the type): singletons, the
     ints CPython keeps one object of (-5..256), dtypes, enum members, and objects whose ``==`` is
@@ -456,7 +480,8 @@ def _guard_constant_identity(tx, a: Value, b: Value, same: bool) -> None:
     tuple), the answer holds for later calls only if:
     - both were read from places: the places are guarded to hold the same (or different) objects;
     - neither is an object read from a place (a literal, or made in the frame): it is the same on
-      every call.
+      every call (but ``x.device`` and ``x.shape`` are new objects at each read in eager, one constant in
+      kiln: they run as Python too).
     Otherwise (an item of a tuple argument, a string method that returned its argument) the frame runs
     as Python: a graph break would compare constants rebuilt after the graph, and equal literals of one
     code object are one object."""
@@ -471,12 +496,18 @@ def _guard_constant_identity(tx, a: Value, b: Value, same: bool) -> None:
         guards.same(sa, sb) if same else guards.not_same(sa, sb)
         return
     held = _objects_read_from_places(tx)
-    if id(ca) not in held and id(cb) not in held:
+    if id(ca) not in held and id(cb) not in held and not isinstance(ca, _MADE_PER_READ) \
+            and not isinstance(cb, _MADE_PER_READ):
         return
     from kiln.capture.values.object_ids import run_frame_as_python
 
     run_frame_as_python(f"`is` between {a} and {b}: an object read from an argument (or another place) "
                         "compared by identity with one kiln cannot guard by place", "compare")
+
+
+# values a tensor attribute makes anew at each read in eager (``x.device``, ``x.shape``), which kiln
+# holds as one constant
+_MADE_PER_READ = (torch.device, torch.Size)
 
 
 def _objects_read_from_places(tx) -> set[int]:

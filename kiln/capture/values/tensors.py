@@ -104,7 +104,9 @@ class TensorValue(Value):
         held = tx.output.held_tensor_of(self.example)
         if held is not None:  # a parameter or buffer (identity-guarded): as it is
             return held.is_leaf
-        return not self.example.requires_grad  # a fresh graph value is a leaf exactly when it needs no grad
+        # a fresh graph value: as its fake, made under the traced grad mode (a leaf exactly when it needs
+        # no grad, but for a view of a tensor needing grad made under no_grad: it needs grad and is a leaf)
+        return self.example.is_leaf
 
     def __repr__(self) -> str:
         ex = self.example
