@@ -21,6 +21,8 @@ from dataclasses import dataclass, replace
 import torch
 import torch.fx as fx
 
+from kiln.fake.unbacked import same_sizes
+
 aten = torch.ops.aten
 
 SDPA_FUNCTIONS = (torch._C._nn.scaled_dot_product_attention,)
@@ -250,6 +252,4 @@ def _is_minus_one(n) -> bool:
 
 def _same(a, b) -> bool:
     """Equal sizes without a guard: equal ints, or the same symbolic expression."""
-    if type(a) is int or type(b) is int:
-        return type(a) is int and type(b) is int and a == b
-    return str(a) == str(b)
+    return same_sizes((a,), (b,))

@@ -65,21 +65,14 @@ def aot_compile(
     if training is None:
         training = needs_joint_graph(gm, example_inputs)
     if not training:
-        grad_mode = torch.is_grad_enabled()
-        try:
-            with stats.timed("aot"):
-                ag = aot_trace(gm, example_inputs, decompositions=decompositions, options=options)
-            grad_mode_after = torch.is_grad_enabled()  # (tracing ran the graph's grad-mode switches)
-        finally:
-            torch._C._set_grad_enabled(grad_mode)
+        with stats.timed("aot"):
+            ag = aot_trace(gm, example_inputs, decompositions=decompositions, options=options)
         # the graph's first outputs are the new values of these inputs (placeholder positions): a code
         # generator may store them in place (schedule/inplace.py)
         ag.gm.meta["kiln_mutated_inputs"] = list(ag.mutated_inputs)
         runtime = AtenRuntime(ag, run=compile_fwd(ag.gm, [*example_inputs, *ag.state]))
         runtime.steps = version_steps(gm, ag.mutated_inputs, ag.num_user_inputs, ag.state)
         runtime.aten_graph = ag
-        if grad_mode_after != grad_mode:  # (the ATen graph has no grad-mode nodes: the runtime switches it)
-            runtime.grad_mode_after = grad_mode_after
         return runtime
     with stats.timed("aot"):
         joint = trace_joint(gm, example_inputs, decompositions=decompositions, options=options)

@@ -69,6 +69,7 @@ class AtenGraph:
     outputs: list[OutputSpec]
     out_spec: TreeSpec
     sizes: Any = None  # a SizeReader (kiln/aot/symbols.py) where output views take symbolic sizes
+    grad_mode_after: bool | None = None  # grad mode the graph leaves switched (a no_grad block split by a break)
 
     @property
     def num_user_inputs(self) -> int:

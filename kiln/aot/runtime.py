@@ -88,7 +88,7 @@ class AtenRuntime:
         self.out_spec = ag.out_spec
         self.sizes = ag.sizes
         self.steps: dict = {}  # mutated inputs whose version counters eager moves by other than one (version_steps)
-        self.grad_mode_after: bool | None = None  # grad mode the graph leaves switched (a no_grad block split by a break)
+        self.grad_mode_after = ag.grad_mode_after
 
     def __call__(self, *args):
         flat = [*args, *self.state]

@@ -52,8 +52,16 @@ def aot_trace(
     express); callers fall back to eager for the graph.
     """
     tracer, args = start_trace(gm, example_inputs, decompositions)
-    out = interpret(gm, tracer, args)
-    return _finish(tracer, out)
+    grad_mode = torch.is_grad_enabled()
+    try:
+        out = interpret(gm, tracer, args)
+        grad_mode_after = torch.is_grad_enabled()  # (the graph's grad-mode switches ran while tracing)
+    finally:
+        torch._C._set_grad_enabled(grad_mode)
+    ag = _finish(tracer, out)
+    if grad_mode_after != grad_mode:  # (the ATen graph has no grad-mode nodes: the runtime switches it)
+        ag.grad_mode_after = grad_mode_after
+    return ag
 
 
 def start_trace(gm: fx.GraphModule, example_inputs: Sequence, decompositions: Mapping | None) -> tuple:

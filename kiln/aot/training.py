@@ -20,6 +20,7 @@ inputs replayed on the real inputs (so autograd records those views), and forwar
 """
 from __future__ import annotations
 
+import contextlib
 from typing import Callable
 
 import torch
@@ -111,10 +112,8 @@ class TrainingRuntime:
 
     def __call__(self, *args):
         flat = [*args, *self.state]
-        if not torch.is_grad_enabled() and any(self.differentiable):
-            with torch.enable_grad():  # (grad mode switched on inside the graph: its outputs have grads)
-                results = CompiledFunction.apply(self, *flat)
-        else:
+        # (grad mode switched on inside the graph: its outputs have grads, applied under grad)
+        with torch.enable_grad() if any(self.differentiable) else contextlib.nullcontext():
             results = CompiledFunction.apply(self, *flat)
         outs = []
         for spec in self.outputs:

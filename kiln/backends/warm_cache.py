@@ -73,7 +73,7 @@ def make_entry(key: str, runtime, graphs: list, explain_text: str, options) -> d
         entry.update(num_fwd_outputs=spec.num_fwd_outputs, differentiable=list(spec.differentiable),
                      grad_inputs=list(spec.grad_inputs), grad_mode_after=spec.grad_mode_after)
     else:
-        entry["grad_mode_after"] = getattr(runtime, "grad_mode_after", None)
+        entry["grad_mode_after"] = runtime.aten_graph.grad_mode_after
     return entry
 
 
@@ -187,10 +187,10 @@ def build_runtime(entry: dict, gm, options):
         runtime = TrainingRuntime(joint, *runs)
         runtime.backward_without = lambda absent: _stored_variant(entry, absent, options)
     else:
-        ag = AtenGraph(None, inputs, state, entry["mutated"], entry["outputs"], out_spec, entry["sizes"])
+        ag = AtenGraph(None, inputs, state, entry["mutated"], entry["outputs"], out_spec, entry["sizes"],
+                       entry["grad_mode_after"])
         runtime = AtenRuntime(ag, run=runs[0])
         runtime.aten_graph = ag
-        runtime.grad_mode_after = entry.get("grad_mode_after")
     runtime.steps = version_steps(gm, entry["mutated"], len(inputs) - len(state), state)
     text = entry["explain"]
     runtime.kiln_explain = lambda: "loaded from kiln's warm cache (no tracing, lowering or code generation " \

@@ -92,12 +92,12 @@ def count_source(func, args, kwargs):
         return None
     if func is aten.masked_select.default and len(args) == 2 and not kwargs:
         x, mask = args
-        if isinstance(mask, torch.Tensor) and _same_sizes(x.shape, mask.shape):
+        if isinstance(mask, torch.Tensor) and same_sizes(x.shape, mask.shape):
             return mask
     return None
 
 
-def _same_sizes(a, b) -> bool:
+def same_sizes(a, b) -> bool:
     """Structurally equal shapes (the same ints and the same symbolic expressions; no guard)."""
     if len(a) != len(b):
         return False
