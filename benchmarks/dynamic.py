@@ -217,7 +217,24 @@ def worker(args) -> dict:
         _sync(args.device)
         second.append(time.perf_counter() - t)
     extra = [a - b for a, b in zip(first, second)]
-    return {"model": args.models, "backend": args.backend, "device": args.device, "mode": args.mode,
+    detail = {}
+    if args.per_call:  # a third pass, and what compiled after the first pass: is the second pass steady?
+        third = []
+        for shape, lengths in inputs:
+            _sync(args.device)
+            t = time.perf_counter()
+            call(compiled, shape, lengths)
+            _sync(args.device)
+            third.append(time.perf_counter() - t)
+        detail["per_call"] = [[list(s), round(a * 1e3, 2), round(b * 1e3, 2), round(c * 1e3, 2)]
+                              for (s, _), a, b, c in zip(inputs, first, second, third)]
+        detail["third_ms"] = round(statistics.mean(third) * 1000, 3)
+        if args.backend.startswith("kiln"):
+            import kiln
+
+            detail["kiln_stats"] = {k: getattr(kiln.stats, k) for k in (
+                "kernel_compiles", "kernel_cache_hits", "cudagraph_recordings", "aten_fallbacks", "speed_choices")}
+    return detail | {"model": args.models, "backend": args.backend, "device": args.device, "mode": args.mode,
             "compiles": compiles, "compile_s": round(sum(e for e in extra if e > 0), 3),
             "steady_ms": round(statistics.mean(second) * 1000, 3), "wall_s": round(sum(first), 3),
             "ok": ok, "calls": len(inputs),
@@ -259,6 +276,8 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--timeout", type=int, default=1800)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--per-call", action="store_true",
+                    help="also a third pass, and each call's time in all three passes (to see warm-up)")
     args = ap.parse_args(argv)
     args.dtype = args.dtype or ("bfloat16" if args.device == "cuda" else "float32")
     args.scale = args.scale or ("standard" if args.device == "cuda" else "small")
@@ -270,7 +289,7 @@ def main(argv=None) -> int:
         for backend in args.backends.split(","):
             cmd = [sys.executable, os.path.abspath(__file__), "--models", model, "--backend", backend,
                    "--device", args.device, "--dtype", args.dtype, "--scale", args.scale, "--calls", str(args.calls),
-                   "--seed", str(args.seed), "--threads", str(args.threads)] + (["--mode", args.mode] if args.mode else [])
+                   "--seed", str(args.seed), "--threads", str(args.threads)] + (["--per-call"] if args.per_call else []) + (["--mode", args.mode] if args.mode else [])
             paths = [ROOT] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
             env = dict(os.environ, PYTHONPATH=os.pathsep.join(paths))
             try:
@@ -296,6 +315,10 @@ def _print_row(row: dict) -> None:
           f"steady {row['steady_ms']:>9.2f} ms  wall {row['wall_s']:>8.2f} s  {'ok' if row['ok'] else 'MISMATCH'}"
           + (f"  (CUDA graph recording {row['cudagraph_record_ms'][0]} ms per shape, {row['cudagraph_record_ms'][1]} shapes)"
              if row.get("cudagraph_record_ms") else ""), flush=True)
+    for shape, a, b, c in row.get("per_call", []):
+        print(f"{'':27}{str(shape):<16} first {a:>9.2f} ms  second {b:>8.2f} ms  third {c:>8.2f} ms", flush=True)
+    if "kiln_stats" in row:
+        print(f"{'':27}third pass {row['third_ms']} ms/call; {row['kiln_stats']}", flush=True)
     for why in row.get("why", [])[:6]:
         print(f"{'':27}{why}", flush=True)
 

@@ -26,7 +26,8 @@ with), so the choice changes speed only. It is made once per compiled graph, cou
 ``kiln.stats.speed_choices`` and reported by ``describe()`` (``explain`` shows the pending rule).
 
 Not raced (the generated code always runs): training graphs (autograd functions: their backward cannot
-be timed from the forward call), graphs with symbolic sizes (the faster one may differ by size),
+be timed from the forward call), graphs with symbolic sizes (the faster one may differ by size; on the
+GPU, ``default_graphs.HotShapes`` races CUDA-graph replay per recurring shape instead),
 graphs with random ops (the two draw different numbers; switching mid-run would change the stream),
 graphs with collectives (ranks could choose differently),
 and CUDA-graph runners (mode="reduce-overhead": replay is the fast path).
@@ -57,6 +58,7 @@ EARLY, SEPARATION = 2, 1.5  # after EARLY runs of each, one SEPARATION x faster 
 TRIAL_BUDGET_S = 0.25  # a trial call stops after EARLY rounds once it has taken this long
 CHOICE_FORMAT = f"kiln-speed-choice-2:{TRIALS}:{MARGIN}:{GRAPHS_MARGIN}"  # a choice kept in the warm cache
 GENERATED = ("kiln", "graphs")  # the candidates running kiln's generated code
+SYMBOLIC_SIZES = "symbolic sizes"  # should_race's reason for graphs with symbolic sizes (default_graphs.HotShapes)
 
 
 def should_race(gm, example_inputs, runtime, options) -> str | None:
@@ -69,7 +71,7 @@ def should_race(gm, example_inputs, runtime, options) -> str | None:
         return "CUDA graphs replay it"
     # (the captured graph's inputs carry their fakes as example_value; the example inputs are real)
     if any(has_symbols(n.meta.get("example_value", n.meta.get("val"))) for n in gm.graph.nodes if n.op == "placeholder"):
-        return "symbolic sizes"
+        return SYMBOLIC_SIZES
     aten_gm = getattr(getattr(runtime, "aten_graph", None), "gm", None)
     if aten_gm is None:
         # loaded from the warm cache: the verdict on its ATen graph's ops was stored with the entry
@@ -269,11 +271,16 @@ def race(gm, example_inputs, runtime, options, warm=None, graphs=None):
     ``graphs`` (``default_graphs.GraphCandidate`` or None): the CUDA-graph candidate of a GPU inference
     graph. ``warm`` (the graph's ``WarmStart``): a valid choice kept in its entry is replayed without a
     race; otherwise the choice made here is kept in the entry."""
-    if should_race(gm, example_inputs, runtime, options) is not None:
-        return runtime
-    cuda = any(isinstance(t, torch.Tensor) and t.is_cuda for t in example_inputs)
+    why_not = should_race(gm, example_inputs, runtime, options)
     mutated = getattr(runtime, "mutated", None)
     in_one_call = mutated is not None and not mutated  # (unknown: as if it mutated)
+    if why_not == SYMBOLIC_SIZES and graphs is not None and in_one_call:
+        from kiln.backends.default_graphs import HotShapes
+
+        return HotShapes(runtime, graphs)  # (raced per recurring shape: replay or plain launches)
+    if why_not is not None:
+        return runtime
+    cuda = any(isinstance(t, torch.Tensor) and t.is_cuda for t in example_inputs)
     candidates, extra = {"kiln": runtime, "eager": gm.forward}, {}
     if graphs is not None and in_one_call:
         candidates["graphs"] = graphs.candidate

@@ -9,20 +9,30 @@ faster (``GRAPHS_MARGIN``). Results are the same: the runner (``codegen/cudagrap
 in and results out, re-records when a parameter's memory moves, and runs plainly for an input
 signature it cannot record.
 
-Only graphs the race runs within one call are candidates: inference graphs on the GPU with fixed
-sizes, no random ops, no collectives, and no mutated inputs (a mutated input would be written in its
-static copy). A recording whose memory pool (what the reserved memory grew by while recording) is over
+Only graphs the race runs within one call are candidates: inference graphs on the GPU with no random
+ops, no collectives, and no mutated inputs (a mutated input would be written in its static copy).
+
+A graph with symbolic sizes (one graph for every size) is not raced once: which path is faster depends
+on the size. ``HotShapes`` races per shape instead, only for shapes that recur: the HOT-th call at one
+input shape records it and times replay against plain launches (TIMED runs each); the faster path serves
+that shape from then on. A workload whose sizes never repeat pays nothing; one that runs a few shapes
+over and over (a serving batch size, fixed-length buckets) replays each of them, at most MAX_GRAPHS
+recordings drawing from one memory pool (``codegen/cudagraphs.py``, least recently used dropped). A recording whose memory pool (what the reserved memory grew by while recording) is over
 ``MAX_POOL_BYTES`` or ``MAX_POOL_SHARE`` of the device's memory is not used: default mode does not pin
 large amounts of memory for speed.
 """
 from __future__ import annotations
 
+import time
+
 import torch
 
+from kiln.backends.choose_faster import GRAPHS_MARGIN
 from kiln.codegen.cudagraphs import CudaGraphRunner
-from kiln.debug.stats import FirstCall, time_first_call
+from kiln.debug.stats import FirstCall, stats, time_first_call
 
 MAX_POOL_BYTES = 2 << 30
+MAX_COUNTED = 4096  # shapes whose calls HotShapes counts at once
 MAX_POOL_SHARE = 0.10
 
 
@@ -86,6 +96,99 @@ class GraphCandidate:
         if first:
             time_first_call(rt)
         return self.outer
+
+
+class HotShapes:
+    """A default-mode GPU inference graph with symbolic sizes: per input shape, plain launches until the
+    shape's HOT-th call, which races CUDA-graph replay against them (see the module docstring)."""
+
+    HOT = 3  # the call at one shape that races (earlier calls: plain; a benchmark's second pass stays plain)
+    TIMED = 2  # timed runs of each path in the race (synchronized; the median of few is their minimum)
+
+    def __init__(self, outer, graphs: GraphCandidate):
+        self.outer, self.graphs = outer, graphs
+        self.calls: dict[tuple, int] = {}  # shape -> calls so far (until its race)
+        self.replayed: set[tuple] = set()  # shapes whose race replay won
+        self.verdicts: dict[tuple, str] = {}  # shape -> what the race measured, for explain
+        self.off: str | None = None  # why no shape replays any more (the recordings' memory)
+
+    def __call__(self, *args):
+        key = _shape_key(args)
+        if key in self.replayed:
+            return self.graphs.candidate(*args)
+        n = self.calls.get(key, 0) + 1
+        if n > self.HOT or self.off is not None:
+            return self.outer(*args)
+        if len(self.calls) >= MAX_COUNTED:  # (sizes that never repeat: forget the counts, not the verdicts)
+            self.calls = {k: c for k, c in self.calls.items() if c >= self.HOT}
+        self.calls[key] = n
+        if n < self.HOT:
+            return self.outer(*args)
+        return self._race(key, args)
+
+    def _race(self, key, args):
+        start = time.perf_counter()
+        plain = [_timed(self.outer, args) for _ in range(self.TIMED)]
+        runner = self.graphs._runner()
+        runner.warmed_up = True  # (this shape ran plainly: it records at once)
+        out = self.graphs.candidate(*args)
+        why = self.graphs.why_not()
+        if why is not None:
+            self._drop(why if runner.recordings else None)  # (a recording made, too big: no more)
+            self.verdicts[key] = f"plain launches: {why}"
+            return out
+        replay = [_timed(self.graphs.candidate, args) for _ in range(self.TIMED)]
+        p, r = min(t for t, _ in plain), min(t for t, _ in replay)
+        cost = (time.perf_counter() - start) * 1e3
+        if r < GRAPHS_MARGIN * p:
+            self.replayed.add(key)
+            self.verdicts[key] = f"replayed ({r * 1e3:.3f} ms against {p * 1e3:.3f} ms plain; race {cost:.1f} ms)"
+            stats.speed_choices["graphs (a shape)"] += 1
+        else:
+            runner.recordings.pop(next(reversed(runner.recordings)), None)  # (its memory goes back to the pool)
+            self.verdicts[key] = f"plain launches ({p * 1e3:.3f} ms against {r * 1e3:.3f} ms replayed; race {cost:.1f} ms)"
+            stats.speed_choices["kiln (a shape)"] += 1
+        return replay[-1][1]
+
+    def _drop(self, memory_note: str | None) -> None:
+        """Release the recordings; with ``memory_note`` (they hold more than default mode allows), for good."""
+        if self.graphs.runner is not None:
+            self.graphs.runner.recordings.clear()
+        if memory_note is not None:
+            self.off = memory_note
+            self.replayed.clear()
+
+    def kiln_explain(self) -> str:
+        inner = getattr(self.outer, "kiln_explain", None)
+        lines = [inner() if callable(inner) else ""]
+        lines.append(f"speed choice per shape (symbolic sizes; a shape's call {self.HOT} races CUDA-graph replay "
+                     "against plain launches):" + (" none raced yet" if not self.verdicts else ""))
+        lines += [f"  {_describe_key(k)}: {v}" for k, v in self.verdicts.items()]
+        if self.off is not None:
+            lines.append(f"  no more recordings: {self.off}")
+        runner = self.graphs.runner
+        if runner is not None and runner.recordings:
+            lines.append(runner.explain())
+        return "\n".join(lines)
+
+    def __getattr__(self, name):
+        return getattr(self.__dict__["outer"], name)
+
+
+def _shape_key(args) -> tuple:
+    return tuple((tuple(a.shape), a.stride()) if isinstance(a, torch.Tensor) else type(a) for a in args)
+
+
+def _describe_key(key) -> str:
+    return ", ".join("x".join(map(str, k[0])) if isinstance(k, tuple) else k.__name__ for k in key)
+
+
+def _timed(fn, args):
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    out = fn(*args)
+    torch.cuda.synchronize()
+    return time.perf_counter() - start, out
 
 
 def graph_candidate(outer, aten_runtime, options) -> GraphCandidate | None:

@@ -297,6 +297,8 @@ class _Pickler(pickle.Pickler):
 
 
 def load_op(namespace: str, name: str, overload: str):
+    if namespace == "kiln":  # (kiln's own ops are defined when their module is imported)
+        import kiln.aot.attention_op  # noqa: F401
     return getattr(getattr(getattr(torch.ops, namespace), name), overload)
 
 

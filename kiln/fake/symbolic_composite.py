@@ -215,6 +215,10 @@ def scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p=0.0, is_caus
     """``F.scaled_dot_product_attention`` on CUDA as ATen's composite runs it for the flash, cuDNN,
     memory-efficient and math paths (torch 2.11's body reads plain sizes when it pads the mask, and its
     math body calls its own matmul); NotImplemented for what it does not cover (the op then runs as it is)."""
+    if attention_chosen_per_call(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa):
+        from kiln.aot.attention_op import attention
+
+        return attention(q, k, v, attn_mask, is_causal, scale=scale, enable_gqa=enable_gqa)
     if q.device.type != "cuda" or enable_gqa or q.shape[-1] % 8 or v.shape[-1] % 8:
         return NotImplemented
     choice = aten._fused_sdp_choice(q, k, v, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)
@@ -235,6 +239,24 @@ def scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p=0.0, is_caus
         return NotImplemented
     bias = efficient_bias(attn_mask, q, k) if attn_mask is not None else None
     return aten._scaled_dot_product_efficient_attention(q, k, v, bias, grad, dropout_p, is_causal, scale=scale)[0]
+
+
+PER_CALL_ATTENTION_DEVICES = {"cuda"}  # (the CPU runs its flash kernel, lower/cpu_attention.py)
+
+
+def attention_chosen_per_call(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+                              enable_gqa=False) -> bool:
+    """Whether a CUDA ``scaled_dot_product_attention`` with symbolic sizes stays one graph node, the
+    op ``kiln::attention`` (``aot/attention_op.py``), which runs ATen's composite per call: its kernel choice (cuDNN, flash, memory-efficient,
+    math) is then eager's, made at each call's real sizes. A choice made once for every size can only
+    be the one whose conditions hold for all of them (flash, ``_flash_for_every_size``), and on an
+    H200 cuDNN's kernel took 251 us where flash took 445 us (BERT, seq 500). Only where no gradient
+    flows through the attention: a training graph needs the chosen kernel's saved outputs for its
+    backward, and keeps the rule above. Dropout draws random numbers: it keeps the rule above too."""
+    if q.device.type not in PER_CALL_ATTENTION_DEVICES or dropout_p != 0.0:
+        return False
+    tensors = [t for t in (q, k, v, attn_mask) if isinstance(t, torch.Tensor)]
+    return not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors))
 
 
 def _flash_for_every_size(q, k, v, attn_mask, dropout_p, is_causal, grad) -> bool:
@@ -311,7 +333,7 @@ def _bind(args, kwargs, names) -> dict | None:
     return bound
 
 
-def _sdpa_args(args, kwargs):
+def sdpa_args(args, kwargs):
     names = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")
     bound = _bind(args, kwargs, names)
     if bound is None:
@@ -374,7 +396,7 @@ FUNCTION_RULES = {
     torch.Tensor.matmul: (_matmul_args, matmul),
     torch.Tensor.__matmul__: (_matmul_args, matmul),
     torch._C._nn.linear: (_linear_args, linear),
-    torch._C._nn.scaled_dot_product_attention: (_sdpa_args, scaled_dot_product_attention),
+    torch._C._nn.scaled_dot_product_attention: (sdpa_args, scaled_dot_product_attention),
     torch.max_pool1d: (_max_pool1d_args, max_pool1d),
     torch.nn.functional.max_pool1d: (_functional_max_pool1d_args, max_pool1d),
     torch.nn.functional.interpolate: (symbolic_upsample.interpolate_args, symbolic_upsample.interpolate),

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import torch
 
+from kiln.aot.attention_op import attention
 from kiln.lower.registry import lowering
 
 aten = torch.ops.aten
@@ -19,7 +20,8 @@ LIBRARY_OPS = {
     "fused attention (library kernel)": [aten._scaled_dot_product_flash_attention.default,
                                          aten._scaled_dot_product_efficient_attention.default,
                                          aten._scaled_dot_product_cudnn_attention.default,
-                                         aten._scaled_dot_product_flash_attention_for_cpu.default],
+                                         aten._scaled_dot_product_flash_attention_for_cpu.default,
+                                         attention],  # (ATen chooses the kernel per call: aot/attention_op.py)
 }
 
 

@@ -16,6 +16,9 @@ class FakeRunner:
         self.recordings["sig"] = True
         return ("replayed",)
 
+    def explain(self):
+        return f"{len(self.recordings)} recordings"
+
 
 def _fake_cuda(monkeypatch, reserved):
     monkeypatch.setattr(default_graphs, "CudaGraphRunner", FakeRunner)
@@ -62,3 +65,55 @@ def test_candidate_that_holds_too_much_memory_or_recorded_nothing_is_refused(mon
     assert fresh.why_not() == "no recording was made"
     outer.compiled_graph = None
     assert fresh.why_not() == "the graph runs with ATen kernels"
+
+
+def _hot_shapes(monkeypatch, replay_ms, plain_ms, reserved=None):
+    reserved = reserved or [1 << 30]
+    _fake_cuda(monkeypatch, reserved)
+    times = {"plain": plain_ms / 1e3, "replayed": replay_ms / 1e3}
+    monkeypatch.setattr(default_graphs, "_timed", lambda fn, args: (times[fn(*args)[0]], fn(*args)))
+    rt, outer = _runtime()
+    calls = []
+
+    def counted(*args):
+        calls.append(tuple(args[0].shape))
+        return outer(*args)
+
+    counted.compiled_graph = outer.compiled_graph
+    hot = default_graphs.HotShapes(counted, default_graphs.GraphCandidate(counted, rt, 0))
+    return hot, calls
+
+
+def test_hot_shapes_replay_a_recurring_shape_where_replay_is_faster(monkeypatch):
+    hot, _ = _hot_shapes(monkeypatch, replay_ms=1.0, plain_ms=3.0)
+    a, b = torch.ones(2), torch.ones(3)
+    assert [hot(a)[0] for _ in range(2)] == ["plain", "plain"]  # calls before the shape's HOT-th: plain
+    assert hot(b) == ("plain",)
+    assert hot(a) == ("replayed",)  # the race (its last timed run's result)
+    assert hot(a) == ("replayed",) and hot(b) == ("plain",)  # b has not recurred HOT times
+    assert "replayed (1.000 ms against 3.000 ms plain" in hot.kiln_explain()
+
+
+def test_hot_shapes_keep_plain_launches_where_replay_is_not_faster(monkeypatch):
+    hot, _ = _hot_shapes(monkeypatch, replay_ms=2.9, plain_ms=3.0)  # within GRAPHS_MARGIN
+    a = torch.ones(2)
+    outs = [hot(a)[0] for _ in range(5)]
+    assert outs[-2:] == ["plain", "plain"] and not hot.replayed
+    assert not hot.graphs.runner.recordings  # the recording was dropped
+    assert "plain launches (3.000 ms against 2.900 ms replayed" in hot.kiln_explain()
+
+
+def test_hot_shapes_stop_recording_when_the_recordings_hold_too_much_memory(monkeypatch):
+    reserved = [0]
+    hot, _ = _hot_shapes(monkeypatch, replay_ms=1.0, plain_ms=3.0, reserved=reserved)
+
+    class Growing(FakeRunner):
+        def __call__(self, *args):
+            reserved[0] += 3 << 30  # each recording grows the reserved memory by 3 GiB
+            return super().__call__(*args)
+
+    monkeypatch.setattr(default_graphs, "CudaGraphRunner", Growing)
+    a = torch.ones(2)
+    hot(a), hot(a), hot(a)
+    assert hot.off is not None and "3072 MiB" in hot.off and not hot.replayed
+    assert [hot(torch.ones(5))[0] for _ in range(4)] == ["plain"] * 4  # no shape races any more

@@ -191,7 +191,7 @@ def test_triton_size_generic_kernels_pick_block_sizes_per_size_bucket(monkeypatc
     (launcher,) = [k.fn for k in cg.kernels.values()]
     # rows of 5 and 7 share the 8 bucket; 40 and 300 get buckets (and RBLOCKs) of their own
     assert sorted(key[1] for key in launcher.buckets) == [8, 64, 512], launcher.buckets
-    assert {key: b.config.RBLOCK for key, b in launcher.buckets.items()}[(4, 8, 1)] == 8
+    assert {key: b.config.RBLOCK for key, b in launcher.buckets.items()}[(4, 8, 1, False)] == 8
     assert launcher.kernel.source.count("do_not_specialize") == 1
 
 
@@ -424,3 +424,32 @@ def test_persistent_fits_decides_statically_where_it_can():
         assert [str(g.fact) for g in env.guards] == ["2*s0 <= 4096"]
         assert not persistent_fits([s1 * 1000], 4096)  # hint 6000: looped, no guard
         assert len(env.guards) == 1
+
+
+@triton_interpreted
+def test_triton_copy_of_a_padded_matrix_merges_its_loops(monkeypatch):
+    """A copy out of a row-padded (n*m, 13 -> 16) matrix into (n, m, 13): the n and m loops form one
+    flat row number (``x0_1``), so the kernel divides by no runtime size to find an element."""
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    b = GraphBuilder()
+    x = b.input(lambda n: torch.randn(n, 6, 16), dims=(0,))
+    narrowed = b.op(aten.slice.Tensor, x, 2, 0, 13)
+    out = b.op(aten.clone.default, narrowed, memory_format=torch.contiguous_format)
+    cg = run_sizes(b, b.module(out), target="triton-interpreted")
+    (kernel,) = cg.kernels.values()
+    assert "x0_1 = (xindex // 13)" in kernel.source, kernel.source
+    assert "16*x0_1" in kernel.source and "out_ptr0 + (xindex)" in kernel.source, kernel.source
+
+
+@triton_interpreted
+def test_triton_size_generic_kernels_choose_64_bit_indices_per_call(monkeypatch):
+    """32-bit index arithmetic unless the sizes of a call let an index reach 2**31 (INDEX64)."""
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    b = GraphBuilder()
+    x = b.input(lambda n: torch.randn(n, 1000), dims=(0,))
+    cg = run_sizes(b, b.module(b.op(aten.exp.default, x)), target="triton-interpreted")
+    (kernel,) = cg.kernels.values()
+    assert "INDEX64: tl.constexpr" in kernel.source and "if INDEX64:" in kernel.source
+    launcher = kernel.fn
+    assert {key[3] for key in launcher.buckets} == {False}
+    assert not launcher.wide((2_000_000,)) and launcher.wide((2_200_000,))  # 2.2e9 elements

@@ -158,11 +158,20 @@ def test_getitem_and_setitem_at_a_symbolic_int_index_keep_it_symbolic():
     assert env.failed is None
 
 
+def _cuda_kernels(fn, *args) -> list[str]:
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        fn(*args)
+        torch.cuda.synchronize()
+    return [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize("causal", [False, True])
-def test_dynamic_sdpa_keeps_the_flash_kernel(causal):
+@pytest.mark.parametrize("grad", [False, True])
+def test_dynamic_sdpa_runs_a_fused_kernel(causal, grad):
     # ATen's backend choice asked of symbolic fakes says "math" (two float32 GEMMs and a softmax); the
-    # dynamic graph must run flash attention as the static one does
+    # dynamic graph must run a fused kernel: in inference the one eager runs (kiln::attention, chosen per
+    # call), with gradients flash (chosen for every size: its backward needs flash's saved outputs)
     import kiln
 
     def f(q, k, v):
@@ -171,11 +180,84 @@ def test_dynamic_sdpa_keeps_the_flash_kernel(causal):
     kiln.reset()
     compiled = kiln.compile(f, dynamic=True)
     for t in (48, 100, 257):
-        q, k, v = (torch.randn(2, 4, t, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3))
-        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-            got = compiled(q, k, v)
-            torch.cuda.synchronize()
-        torch.testing.assert_close(got, f(q, k, v), atol=2e-2, rtol=2e-2)
-        names = " ".join(e.name for e in prof.events())
-        assert "flash" in names.lower() and "gemm" not in names.lower(), names[:2000]
+        q, k, v = (torch.randn(2, 4, t, 64, device="cuda", dtype=torch.bfloat16, requires_grad=grad) for _ in range(3))
+        names = " ".join(_cuda_kernels(compiled, q, k, v)).lower()
+        torch.testing.assert_close(compiled(q, k, v), f(q, k, v), atol=2e-2, rtol=2e-2)
+        assert "gemm" not in names.replace("wgmma", ""), names[:2000]
+        if grad:
+            assert "flash" in names, names[:2000]
+        else:
+            eager = [n for n in _cuda_kernels(f, q, k, v) if "sdpa" in n.lower() or "flash" in n.lower() or "fmha" in n.lower()]
+            assert eager and all(n.lower() in names for n in eager), (eager, names[:2000])
     assert kiln.stats.dynamic_graphs >= 1
+
+
+def _aten_text(debug_dir) -> str:
+    import glob
+
+    return "\n".join(open(p).read() for p in sorted(glob.glob(f"{debug_dir}/*_aten.txt")))
+
+
+@pytest.mark.parametrize("case", ["plain", "causal", "bool_mask", "float_mask", "gqa"])
+def test_dynamic_inference_sdpa_is_one_node_whose_kernel_aten_chooses_per_call(monkeypatch, tmp_path, case):
+    # on CUDA, a dynamic inference graph keeps attention whole (kiln::attention), so ATen picks the fused
+    # kernel (cuDNN, flash, ...) at each call's sizes, as eager does; the CPU stands in for CUDA here
+    import kiln
+    import kiln.fake.symbolic_composite as composite
+
+    monkeypatch.setattr(composite, "PER_CALL_ATTENTION_DEVICES", {"cpu"})
+    heads_kv = 2 if case == "gqa" else 4
+
+    def f(q, k, v, mask):
+        kw = {"is_causal": True} if case == "causal" else {"enable_gqa": True} if case == "gqa" else {}
+        if mask is not None:
+            kw["attn_mask"] = mask
+        return F.scaled_dot_product_attention(q * 1.5, k, v, **kw).transpose(1, 2).reshape(q.shape[0], q.shape[2], -1)
+
+    compiled = kiln.compile(f, dynamic=True, options={"debug_dir": str(tmp_path)})
+    for t in (8, 13, 40):
+        torch.manual_seed(t)
+        q = torch.randn(2, 4, t, 16)
+        k, v = (torch.randn(2, heads_kv, t, 16) for _ in range(2))
+        mask = None
+        if case == "bool_mask":
+            mask = torch.rand(t, t) > 0.3
+            mask[:, 0] = True
+        elif case == "float_mask":
+            mask = torch.randn(2, 1, t, t)
+        with torch.no_grad():
+            got = compiled(q, k, v, mask)
+        torch.testing.assert_close(got, f(q, k, v, mask))
+    text = _aten_text(tmp_path)
+    assert "kiln.attention" in text and "bmm" not in text, text
+
+
+def test_dynamic_sdpa_with_gradients_keeps_a_kernel_chosen_for_every_size(monkeypatch, tmp_path):
+    # training needs the chosen kernel's saved outputs for its backward: not kiln::attention
+    import kiln
+    import kiln.fake.symbolic_composite as composite
+
+    monkeypatch.setattr(composite, "PER_CALL_ATTENTION_DEVICES", {"cpu"})
+
+    def f(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True).sum()
+
+    compiled = kiln.compile(f, dynamic=True, options={"debug_dir": str(tmp_path)})
+    for t in (8, 13, 40):
+        q, k, v = (torch.randn(2, 4, t, 16, requires_grad=True) for _ in range(3))
+        compiled(q, k, v).backward()
+        grads = [x.grad for x in (q, k, v)]
+        q2, k2, v2 = (x.detach().requires_grad_() for x in (q, k, v))
+        f(q2, k2, v2).backward()
+        for g, x in zip(grads, (q2, k2, v2)):
+            torch.testing.assert_close(g, x.grad)
+    assert "kiln.attention" not in _aten_text(tmp_path)
+
+
+def test_kiln_attention_is_found_by_name_as_the_warm_cache_loads_ops():
+    from kiln.aot.attention_op import attention
+    from kiln.backends.warm_cache import load_op
+
+    assert load_op("kiln", "attention", "default") is attention
+    q = torch.randn(1, 2, 5, 8)
+    torch.testing.assert_close(attention(q, q, q, None, True), F.scaled_dot_product_attention(q, q, q, is_causal=True))

@@ -68,6 +68,9 @@ class TritonKernel:
     ynumel_expr: object = 1  # a tiled kernel's ynumel as a size expression
     column: bool = False  # a row kernel whose reads run along its rows' outer loops (column_reads)
     row_tiles: bool = False  # a tiled kernel whose y axis is every loop but the last (row_tiles)
+    # size-generic kernels: the largest index the kernel can compute is below the largest of these
+    # size expressions; the launcher sets INDEX64 (64-bit indices) for sizes where it reaches int32's range
+    index_bounds: tuple = ()
 
 
 # ------------------------------------------------------------------------------- fusion legality
@@ -266,6 +269,29 @@ class KernelContext:
         self.count = 0
         self.inner_prefixes: dict[tuple, str] = {}
         self.evictions: dict[str, dict[str, str]] = {}  # member -> buffer -> eviction policy of its loads
+        self.merge_outer = False  # set where every outer loop variable comes from xindex (merge_loop_vars)
+        self.merged: dict[tuple[int, int], sympy.Symbol] = {}  # (first, last) outer loop -> merged variable
+
+    def merged_var(self, first: int, last: int) -> sympy.Symbol:
+        key = (first, last)
+        if key not in self.merged:  # (every loop: the flat index itself)
+            name = "xindex" if key == (0, len(self.group.outer) - 1) else f"x{first}_{last}"
+            self.merged[key] = sympy.Symbol(name, integer=True, nonnegative=True)
+        return self.merged[key]
+
+    def merged_defs(self) -> list[str]:
+        """Definitions of the merged loop variables used: ``x0_1`` is ``x0 * size1 + x1`` computed from
+        the flat index with one division (and a modulo unless it starts at the outermost loop)."""
+        sizes, lines = self.group.outer, []
+        for (first, last), sym in sorted(self.merged.items()):
+            if sym.name == "xindex":
+                continue
+            inner = prod(sizes[last + 1:])
+            expr = "xindex" if inner == 1 else f"(xindex // {_py(inner)})"
+            if first > 0:
+                expr = f"{expr} % {_py(prod(sizes[first:last + 1]))}"
+            lines.append(f"{sym.name} = {expr}")
+        return lines
 
     def plan_evictions(self, looped_members: list) -> None:
         """Cache hints for a looped kernel, whose loops may read a buffer more than once (a softmax
@@ -364,7 +390,11 @@ class MemberContext(MemberContextBase):
     # ------------------------------------------------------------------------ indexing
 
     def index(self, expr) -> tuple[str, frozenset]:
-        return self.printed_index(simplify_with_ranges(sympy.sympify(expr), self.ranges).xreplace(self.rename))
+        e = simplify_with_ranges(sympy.sympify(expr), self.ranges).xreplace(self.rename)
+        if self.kctx.merge_outer:
+            e = merge_loop_vars(e, self.kctx)
+            self.axis_of.update({sym: "x" for sym in self.kctx.merged.values()})
+        return self.printed_index(e)
 
     def mask(self, axes) -> str | None:
         parts = []
@@ -385,6 +415,45 @@ class MemberContext(MemberContextBase):
 
     def reduction_linear(self) -> str:
         return "rindex"
+
+
+def merge_loop_vars(expr, kctx: KernelContext):
+    """``expr`` with each run of adjacent outer loop variables that it uses as one flat position
+    (``c*size1*x0 + c*x1``: coefficients in the ratio of the loops' sizes) replaced by one merged
+    variable (``c*x0_1``), which the kernel computes from ``xindex`` with one division. This is exact
+    for every value of ``xindex`` (also past the mask): ``x0*size1 + x1 == xindex // inner`` for the
+    outermost loops, ``(xindex // inner) % (size0*size1)`` for others. Dynamic sizes gain most: each
+    loop variable costs a division by a runtime size, which the GPU cannot turn into a multiply."""
+    sizes = kctx.group.outer
+    xs = [var("x", d) for d in range(len(sizes))]
+    used = [d for d, x in enumerate(xs) if x in expr.free_symbols]
+    if len(used) < 2:
+        return expr
+    coeffs: dict[int, sympy.Expr] = {}
+    nonlinear: set[int] = set()
+    terms = sympy.Add.make_args(sympy.expand(expr))
+    for term in terms:
+        ds = [d for d in used if term.has(xs[d])]
+        if len(ds) == 1:
+            c, dep = term.as_independent(xs[ds[0]], as_Add=False)
+            if dep == xs[ds[0]]:
+                coeffs[ds[0]] = coeffs.get(ds[0], 0) + c
+                continue
+        nonlinear.update(ds)
+    linear = [d for d in used if d in coeffs and d not in nonlinear]
+    runs, d = [], 0
+    while d < len(sizes):
+        e = d
+        while e + 1 in linear and d in linear and sympy.expand(coeffs[e] - coeffs[e + 1] * sizes[e + 1]) == 0:
+            e += 1
+        if e > d:
+            runs.append((d, e))
+        d = e + 1
+    if not runs:
+        return expr
+    merged = {i for a, b in runs for i in range(a, b + 1)}
+    rest = [t for t in terms if not any(t.has(xs[i]) for i in merged)]
+    return sympy.Add(*rest, *(coeffs[b] * kctx.merged_var(a, b) for a, b in runs))
 
 
 def index_var_defs(names, sizes, source: str) -> list[str]:
@@ -415,7 +484,7 @@ def _indent(lines, n=1):
 
 
 def _index_dtype_is_64(group, buffers) -> bool:
-    names = {w for m in group.members for w in m.writes} | {r for m in group.members for r, _ in m.reads}
+    names = _buffers_of(group)
     sizes = [buffers[n].numel for n in names] + [prod(group.outer)]
     if any_symbolic(sizes):
         return True  # symbolic sizes: 64-bit indices are right for every size
@@ -440,8 +509,7 @@ def generate_kernel(group: FusedGroup, buffers: dict, index: int, persistent_max
     style = "pointwise" if not row else ("persistent" if persistent else "looped")
     if not fusable(group.members, k, persistent_max):
         raise NotImplementedError(f"Triton cannot generate group {[m.name for m in group.members]} at depth {k}")
-    wide = _index_dtype_is_64(group, buffers)
-    pid = "tl.program_id(0).to(tl.int64)" if wide else "tl.program_id(0)"
+    pid = "pid"  # (defined by _index_width_head once the size arguments are known)
     updates = any(kind == "inout" for _, kind in kctx.params)  # a scatter: 1-D blocks over its source
     tile = tile_dim(group, buffers) if not row and not updates else None
     by_rows = tile is None and not row and not updates and row_tiles(group)
@@ -461,6 +529,8 @@ def generate_kernel(group: FusedGroup, buffers: dict, index: int, persistent_max
         else:
             body += ["xindex = xoffset + tl.arange(0, XBLOCK)", "xmask = xindex < xnumel"]
         body += _outer_defs(group.outer, "xindex")
+        kctx.merge_outer = True
+    defs_end = len(body)
     shared_cse: dict = {}
     defined_prefixes: set[str] = set()
     pairs = online_pairs(group, buffers) if style == "looped" else {}
@@ -474,12 +544,19 @@ def generate_kernel(group: FusedGroup, buffers: dict, index: int, persistent_max
         note = f"; {pairs[m.name].name} in the same pass (online softmax)" if m.name in pairs else ""
         body.append(f"# {m.name}" + (f" (kernel-local)" if m.name in group.locals else "") + note)
         body += _member_code(kctx, m, row, style, shared_cse, defined_prefixes, pairs.get(m.name))
+    body[defs_end:defs_end] = kctx.merged_defs()
     size_args = used_size_symbols("\n".join(body))
     params = [kctx.pointers[n] for n, _ in kctx.params] + [str(s) for s in size_args] + ["XBLOCK: tl.constexpr"]
     if row:
         params.append("RBLOCK: tl.constexpr")
     if style == "tiled":
         params.append("YBLOCK: tl.constexpr")
+    bounds = ()
+    if size_args:  # size-generic: the launcher picks the index width per call (INDEX64)
+        params.append("INDEX64: tl.constexpr")
+        bounds = tuple(dict.fromkeys([prod(group.outer) * max(inners, key=hint)]
+                                     + [buffers[n].numel for n in _buffers_of(group)]))
+    body = _index_width_head(size_args, _index_dtype_is_64(group, buffers)) + body
     how = style if style != "tiled" else "tiled by rows" if by_rows else f"tiled: x{tile} along y"
     header = [f"# {name}: {', '.join(m.name for m in group.members)}  ({how})"]
     header += [f"#   {line}" for line in provenance(origins)]
@@ -490,7 +567,23 @@ def generate_kernel(group: FusedGroup, buffers: dict, index: int, persistent_max
     src = header + [jit, f"def {name}({', '.join(params)}):"] + _indent(body)
     return TritonKernel(name, "\n".join(src) + "\n", kctx.params, origins, style, hint(xnumel), hint(rnumel),
                         ynumel=hint(ynumel), size_args=size_args, xnumel_expr=xnumel, rnumel_expr=rnumel,
-                        ynumel_expr=ynumel, column=row and column_reads(group, buffers), row_tiles=by_rows)
+                        ynumel_expr=ynumel, column=row and column_reads(group, buffers), row_tiles=by_rows,
+                        index_bounds=bounds)
+
+
+def _buffers_of(group) -> set[str]:
+    return {w for m in group.members for w in m.writes} | {r for m in group.members for r, _ in m.reads}
+
+
+def _index_width_head(size_args, wide: bool) -> list[str]:
+    """The kernel's first lines: ``pid``, the program's number, 64-bit where an index can reach 2**31
+    (then every index computed from it is 64-bit). A size-generic kernel leaves that to the launcher,
+    which sets INDEX64 per call from the sizes (``TritonKernel.index_bounds``), and then also widens
+    the size arguments; most sizes run the faster 32-bit index arithmetic."""
+    if not size_args:
+        return ["pid = tl.program_id(0).to(tl.int64)" if wide else "pid = tl.program_id(0)"]
+    return (["pid = tl.program_id(0)", "if INDEX64:", "    pid = pid.to(tl.int64)"]
+            + [f"    {s} = {s}.to(tl.int64)" for s in size_args])
 
 
 def _tiled_head(sizes, y_dims: tuple, xnumel: int, ynumel: int, pid: str) -> list[str]:
@@ -498,7 +591,7 @@ def _tiled_head(sizes, y_dims: tuple, xnumel: int, ynumel: int, pid: str) -> lis
     block indices and masks, and the loop variables (those of ``y_dims`` from ``yindex``, the others
     from ``xindex``, each row-major)."""
     rest = [d for d in range(len(sizes)) if d not in y_dims]
-    lines = [f"xnumel = {_py(xnumel)}", f"ynumel = {_py(ynumel)}", f"pid = {pid}",
+    lines = [f"xnumel = {_py(xnumel)}", f"ynumel = {_py(ynumel)}",
              "ytiles = (ynumel + YBLOCK - 1) // YBLOCK",
              "yoffset = (pid % ytiles) * YBLOCK", "xoffset = (pid // ytiles) * XBLOCK",
              "yindex = yoffset + tl.arange(0, YBLOCK)[:, None]", "ymask = yindex < ynumel",

@@ -29,6 +29,9 @@ from kiln.debug.stats import stats
 
 TUNE_MIN_ELEMENTS = 1 << 20
 INT32_LIMIT = 1 << 31  # size arguments below this are passed as i32 (Triton's type for the first call's values)
+# a size-generic kernel runs 32-bit indices where every bound is below this: the margin covers the
+# block overhang past the last element (a program's lanes up to XBLOCK * RBLOCK beyond it)
+INDEX32_SAFE = (1 << 31) - (1 << 24)
 ALIGNMENT = 16  # Triton specializes pointer arguments on this alignment  # kernels touching fewer elements than this use the heuristic config
 
 
@@ -226,7 +229,11 @@ class Launcher:
         y = getattr(k, "ynumel_expr", 1)
         self.ynumel = (_numel_function(k.size_args, y) if is_symbolic(y) else (lambda *_: int(y))) \
             if k.style == "tiled" else None
-        self.buckets: dict[tuple[int, int], _Bucket] = {}
+        self.buckets: dict[tuple, _Bucket] = {}
+        # the largest index the kernel computes stays below the largest of these (INDEX64 above 2**31)
+        self.index64 = bool(getattr(k, "index_bounds", ()))  # the kernel takes INDEX64 (kernel.py)
+        self.bounds = [_numel_function(k.size_args, b) if is_symbolic(b) else (lambda *_, b=int(b): b)
+                       for b in getattr(k, "index_bounds", ())]
         # (the size arguments are not specialized (``do_not_specialize``): one binary per config serves
         # every size, launched with the grid of each call; Triton types them i32 when the first call's fit)
         self.sized_fast_launch, self.fast_launch = self.fast_launch, False
@@ -259,7 +266,8 @@ class Launcher:
             y = self.ynumel(*sizes) if self.ynumel is not None else 1
             if n <= 0 or y <= 0:
                 return
-            key = (_pow2(n), _pow2(self.rnumel(*sizes)) if self.rnumel is not None else 0, _pow2(y))
+            wide = self.wide(sizes)
+            key = (_pow2(n), _pow2(self.rnumel(*sizes)) if self.rnumel is not None else 0, _pow2(y), wide)
             bucket = self.buckets.get(key)
             if bucket is None:
                 bucket = self.buckets[key] = self._bucket(key, n, y, args)
@@ -270,21 +278,26 @@ class Launcher:
             return
         compiled = self.fn[(programs,)](*args, **bucket.meta)
         if bucket.fast is None and self.sized_fast_launch and small:
-            bucket.fast = FastLaunch.bind(compiled, (programs,), bucket.config.constexprs(), args)
+            bucket.fast = FastLaunch.bind(compiled, (programs,), bucket.config.constexprs() + ((key[3],) if self.index64 else ()), args)
+
+    def wide(self, sizes) -> bool:
+        """Whether the kernel needs 64-bit indices (INDEX64) at these values of its size arguments."""
+        return any(b(*sizes) >= INDEX32_SAFE for b in self.bounds)
 
     def _bucket(self, key, n: int, y: int, args) -> "_Bucket":
         at_bucket = dataclasses.replace(self.kernel, xnumel=key[0], rnumel=key[1] or self.kernel.rnumel, ynumel=key[2])
         configs = candidate_configs(at_bucket, self.max_block)
         name = f"{self.kernel.name}@{key[0]}x{key[1]}" + (f"x{key[2]}" if self.ynumel is not None else "")
+        extra = {"INDEX64": key[3]} if self.index64 else {}
         if len(configs) == 1 or self.tune_path is None:
             config = configs[0]
         else:
             config = self._shared_or_saved(self._bucket_key(key), name, configs)
             if config is None:
-                config = self._time(configs, lambda cfg: (_programs(n, y, cfg),), args)
+                config = self._time(configs, lambda cfg: (_programs(n, y, cfg),), args, extra)
                 _save_choice(self.tune_path, name, config)
             SHARED_CHOICES.put(self._bucket_key(key), config)
-        return _Bucket(config, config.kwargs())
+        return _Bucket(config, config.kwargs() | extra)
 
     def _bucket_key(self, key):
         return None if self.share_key is None else (self.share_key, key)
@@ -312,20 +325,20 @@ class Launcher:
             stats.tuning["saved"] += 1
         return saved
 
-    def _time(self, configs, grid_of, args) -> LaunchConfig:
+    def _time(self, configs, grid_of, args, extra=None) -> LaunchConfig:
         stats.tuning["timed"] += 1
         with stats.timed("autotune"):
-            timings = self._time_configs(configs, grid_of, args, time_each)
+            timings = self._time_configs(configs, grid_of, args, time_each, extra)
         return min(timings, key=lambda t: t[0])[1] if timings else configs[0]
 
-    def _time_configs(self, configs, grid_of, args, time_each) -> list:
+    def _time_configs(self, configs, grid_of, args, time_each, extra=None) -> list:
         """(ms, config) of each config that runs, timed by ``time_each`` (``bench.py``)."""
         # timing runs each config many times: never on the real buffers it writes
         params = getattr(self.kernel, "params", None)
         written = None if params is None else [i for i, (_, kind) in enumerate(params) if kind != "in"]
         args = twin_args(args, written)
         device = next((a.device for a in args if hasattr(a, "device")), None)
-        launches = [_launch_of(self.fn[grid_of(cfg)], args, cfg.kwargs()) for cfg in configs]
+        launches = [_launch_of(self.fn[grid_of(cfg)], args, cfg.kwargs() | (extra or {})) for cfg in configs]
         return [(ms, cfg) for ms, cfg in zip(time_each(launches, device), configs) if ms is not None]
 
 

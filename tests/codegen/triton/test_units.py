@@ -238,3 +238,26 @@ def test_fused_attention_stays_whole_on_cuda(monkeypatch):
     ag = aot_trace(fx.symbolic_trace(f), [q], decompositions=decomposition_table(), options=opts)
     cg = compile_graph(ag.gm, opts, "triton-interpreted")
     assert "fused attention (library kernel)" in cg.explain() and len(cg.kernels) == 1
+
+
+def test_merge_loop_vars_replaces_runs_of_loops_used_as_one_position():
+    from kiln.codegen.triton.kernel import merge_loop_vars
+
+    s1 = sympy.Symbol("s1", integer=True, positive=True)
+    x0, x1, x2 = (var("x", d) for d in range(3))
+
+    class Group:
+        outer = [sympy.Symbol("s0", integer=True, positive=True), s1, 50257]
+
+    class Kctx:
+        group, merged = Group(), {}
+        merged_var = __import__("kiln.codegen.triton.kernel", fromlist=["KernelContext"]).KernelContext.merged_var
+        merged_defs = __import__("kiln.codegen.triton.kernel", fromlist=["KernelContext"]).KernelContext.merged_defs
+
+    k = Kctx()
+    padded = merge_loop_vars(50260 * s1 * x0 + 50260 * x1 + x2, k)
+    assert str(padded) == "50260*x0_1 + x2"
+    assert str(merge_loop_vars(50257 * s1 * x0 + 50257 * x1 + x2, k)) == "xindex"
+    assert merge_loop_vars(x0 * x1 + x2, k) == x0 * x1 + x2  # not linear: kept
+    assert merge_loop_vars(3 * x0 + x1, k) == 3 * x0 + x1  # 3 is not s1: not one position
+    assert k.merged_defs() == ["x0_1 = (xindex // 50257)"]
