@@ -26,7 +26,7 @@ from kiln.capture.graph_break import compile_with_break
 from kiln.capture.guards import CompiledGuards
 from kiln.capture.interpreter import RootTracer
 from kiln.capture.values.lazy_generators import CALLED_AS_PYTHON, RetraceFrame, check_abandoned
-from kiln.capture.skipfiles import is_library_dataclass_method, is_namedtuple_new, should_offer
+from kiln.capture.skipfiles import is_library_dataclass_method, is_namedtuple_new, is_torch_module_init, should_offer
 from kiln.debug.stats import stats
 from kiln.fake.symbolic import SpecializationError
 from kiln.fake.symbolic_meta import SymbolicShapeUnsupported
@@ -125,7 +125,7 @@ class FrameCompiler:
                 stats.eager_fallbacks["a TorchFunctionMode is active"] += 1
             return None
         if not should_offer(code) or is_kernel_code(code, f_globals) or is_namedtuple_new(code, f_globals) \
-                or is_library_dataclass_method(code, f_globals):
+                or is_library_dataclass_method(code, f_globals) or is_torch_module_init(code):
             hook.mark_skip(code)
             _SKIPPED_CODES.add(code)
             return None

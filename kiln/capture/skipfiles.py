@@ -81,6 +81,14 @@ def should_offer(code: types.CodeType) -> bool:
     return not is_skipped_file(code.co_filename) and code.co_filename not in _INLINABLE_STDLIB
 
 
+def is_torch_module_init(code: types.CodeType) -> bool:
+    """The ``__init__`` of a torch.nn module class (``nn.CrossEntropyLoss()`` built inside a compiled
+    function, as transformers builds its loss): run as it is when it runs as a frame of its own. Offered,
+    it broke at once on ``Module.__init__`` (not traced into) and recompiled for every new object."""
+    return code.co_name == "__init__" and is_skipped_file(code.co_filename) is False and \
+        os.path.abspath(code.co_filename).startswith(_INLINABLE_TORCH[0])
+
+
 def is_namedtuple_new(code: types.CodeType, f_globals: dict) -> bool:
     """collections.namedtuple's generated `__new__` (a lambda eval'ed from "<string>" in a namespace
     named namedtuple_<typename>): run as it is when called (kiln models namedtuple construction itself;

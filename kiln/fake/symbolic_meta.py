@@ -351,6 +351,12 @@ def pointwise(func, *args, **kwargs):
     shape = _broadcast_shape([t.shape for t in tensors])
     if len(shape) != at_hints.dim():
         raise SymbolicShapeUnsupported(func, "an elementwise result of unexpected rank")
+    return _laid_out_like(shape, at_hints)
+
+
+def _laid_out_like(shape, at_hints):
+    """A new row-major meta tensor of the symbolic ``shape`` whose dims are in the order (by stride) of
+    ``at_hints``, the meta kernel's result for the same call at the symbols' hints."""
     order = sorted(range(len(shape)), key=lambda d: (-at_hints.stride(d), d))
     strides = [0] * len(shape)
     running = 1
@@ -358,6 +364,29 @@ def pointwise(func, *args, **kwargs):
         strides[d] = running
         running = running * shape[d]
     return torch.empty_strided(shape, strides, dtype=at_hints.dtype, device="meta")
+
+
+def index_tensor(func, x, indices):
+    """``x[i0, i1, ...]`` with integer index tensors (advanced indexing; boolean masks have data-dependent
+    sizes, fake/unbacked.py): the indices broadcast together (guarded where symbolic) replace the dims
+    they index, in place when those dims are adjacent, else in front of the others (NumPy's rule); laid
+    out as ATen lays out the result at the hints."""
+    from kiln.fake.tree import map_leaves
+
+    present = [(d, t) for d, t in enumerate(indices) if t is not None]
+    if not present or any(t.dtype in (torch.bool, torch.uint8) for _, t in present) or len(indices) > x.dim():
+        return None
+    at_hints = func(_at_hints(x), map_leaves(_at_hints, list(indices)))
+    replaced = _broadcast_shape([t.shape for _, t in present])
+    dims = [d for d, _ in present]
+    kept = [n for d, n in enumerate(x.shape) if d not in dims]
+    if dims == list(range(dims[0], dims[-1] + 1)):
+        shape = list(x.shape[:dims[0]]) + replaced + list(x.shape[dims[-1] + 1:])
+    else:
+        shape = replaced + kept
+    if len(shape) != at_hints.dim():
+        raise SymbolicShapeUnsupported(func, "an indexing result of unexpected rank")
+    return _laid_out_like(shape, at_hints)
 
 
 def stack(func, tensors, dim=0):
@@ -426,6 +455,7 @@ RULES = {
     aten.unsqueeze.default: unsqueeze,
     aten.split.Tensor: split,
     aten.split_with_sizes.default: split_with_sizes,
+    aten.index.Tensor: index_tensor,
 }
 
 

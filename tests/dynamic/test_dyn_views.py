@@ -194,9 +194,6 @@ def test_cat_inputs_of_different_dynamic_lengths(backend):
     check(f, lambda n: (torch.randn(n, 2), torch.randn(n + 3, 2)), backend, graphs=2)
 
 
-@pytest.mark.parametrize("backend", backends(xfail={
-    b: "AOT tracing: torch's Python meta of aten.index (_broadcast_shapes, is_contiguous) asks guard_or_false through "
-       "symbolic_shapes, which guards kiln's SymNode: Ne(FloorDiv(s0 + 1, 2), 1), size 2 recompiles" for b in ("aot_eager", "kiln")}))
 def test_index_select_with_arange(backend):
     def f(x):
         idx = torch.arange(0, x.shape[0], 2)
@@ -258,3 +255,26 @@ def test_view_minus_one_needs_an_even_size():
         torch.testing.assert_close(compiled(torch.ones(3, n)), torch.ones(3, 2, n // 2))
     with pytest.raises(RuntimeError, match="invalid for input of size 21"):
         compiled(torch.ones(3, 7))
+
+
+def test_advanced_indexing_with_broadcast_index_tensors(backend):
+    # transformers' padding mask: mask[batch_idx[:, None, None, None], kv_idx[None, None, None, :]]
+    def f(mask, x):
+        b, s = mask.shape
+        batch_idx = torch.arange(b)
+        kv_idx = torch.arange(s)
+        picked = mask[batch_idx[:, None, None, None], kv_idx[None, None, None, :]]
+        return torch.where(picked, x[:, None, None, :], -1.0)
+    check(f, lambda n: ((torch.arange(3 * n).view(3, n) % 3 > 0), torch.randn(3, n)), backend, graphs=2)
+
+
+def test_advanced_indexing_of_dims_apart_moves_them_to_the_front(backend):
+    def f(x, i, j):
+        return x[i, :, j] * 2  # indexed dims 0 and 2 are not adjacent: the index shape comes first
+    check(f, lambda n: (torch.randn(4, n, 5), torch.tensor([0, 3, 1]), torch.tensor([4, 0, 2])), backend, graphs=2)
+
+
+def test_advanced_indexing_with_a_symbolic_index_shape(backend):
+    def f(x, idx):
+        return x[:, idx] + 1  # the index tensor's length is the changing size
+    check(f, lambda n: (torch.randn(3, 10), torch.arange(n) % 10), backend, graphs=2)

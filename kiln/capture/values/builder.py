@@ -18,7 +18,7 @@ from kiln.capture.values.builtins import BuiltinValue
 from kiln.capture.values.containers import DictValue, ListValue, SetValue, TupleValue
 from kiln.capture.values.namedtuples import NamedTupleValue
 from kiln.capture.values.functions import PartialValue, UserFunctionValue, UserMethodValue
-from kiln.capture.values.modules import NNModuleValue
+from kiln.capture.values.modules import NNModuleValue, guard_module
 from kiln.capture.values.objects import ClassValue, UserObjectValue
 from kiln.capture.values.scalars import SCALAR_TYPES, UnguardedScalar
 from kiln.capture.values.tensors import TensorValue
@@ -98,7 +98,7 @@ def _wrap(tx, value, source, qualname) -> Value:
         return wrap_numpy_object(tx, value, source)
     if isinstance(value, torch.nn.Module):
         if source is not None:
-            guards.identity(source, value)
+            guard_module(guards, source, value)
         return NNModuleValue(value, source, qualname or (source.name() if source else type(value).__name__))
     if isinstance(value, tuple) and hasattr(type(value), "_fields"):
         if source is not None:

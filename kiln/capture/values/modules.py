@@ -8,7 +8,7 @@ from torch.nn.modules import module as nn_module_internals
 
 from kiln.capture.class_guards import note_class, note_name
 from kiln.capture.sources import AttrSource, ConstantSource, DictEntrySource
-from kiln.capture.values.base import ConstantValue, Value, unsupported
+from kiln.capture.values.base import ConstantValue, Value, is_constant_literal, unsupported
 from kiln.capture.values.functions import UserFunctionValue, UserMethodValue
 from kiln.capture.values.class_stores import class_has_pending, pending_class_attribute
 from kiln.capture.values.objects import ClassValue, class_attribute
@@ -24,6 +24,49 @@ _MODULE_INTERNALS = ConstantSource("torch.nn.modules.module", nn_module_internal
 
 def _global_hooks_present() -> bool:
     return any(getattr(nn_module_internals, name, None) for name in _GLOBAL_HOOK_DICTS)
+
+
+# what a module's __dict__ holds besides its settings: the tables and hook dicts nn.Module.__init__ makes
+_MODULE_TABLES = frozenset(torch.nn.Module().__dict__) - {"training"}
+
+
+def stateless(module: torch.nn.Module) -> bool:
+    """A module that holds no tensors, submodules or hooks, only settings (ints, floats, strings, ...):
+    ``nn.CrossEntropyLoss()``, ``nn.GELU()``, ``nn.Dropout(0.1)``. A program may make a new one per
+    call (transformers builds its loss module inside ``forward``)."""
+    d = module.__dict__
+    if not _MODULE_TABLES <= d.keys():  # (in its __init__, before nn.Module.__init__ made them)
+        return False
+    if d.get("_parameters") or d.get("_modules") or any(b is not None for b in d.get("_buffers", {}).values()):
+        return False
+    for name, v in d.items():
+        if name == "_non_persistent_buffers_set" or name == "_buffers":
+            continue
+        if name in _MODULE_TABLES:
+            if v:  # a hook
+                return False
+        elif not is_constant_literal(v):
+            return False
+    return True
+
+
+def guard_module(guards, source, module: torch.nn.Module) -> None:
+    """Guards for a module read from ``source``: the same object, as it holds tensors the graph holds
+    too (each parameter and buffer read is also guarded by identity). A ``stateless`` module is guarded
+    by its class and that it stays stateless instead (no parameters, submodules or hooks, the same None
+    buffers): what its code reads from it is guarded read by read (its settings by value, names absent
+    from it as absent), so a new instance with the same settings runs the same compiled code and does
+    not recompile on every call."""
+    if not stateless(module):
+        guards.identity(source, module)
+        return
+    guards.type(source, module)
+    guards.dict_keys(AttrSource(source, "_parameters"), module._parameters)
+    guards.dict_keys(AttrSource(source, "_modules"), module._modules)
+    guards.dict_keys(AttrSource(source, "_buffers"), module._buffers)
+    for name in module._buffers:
+        guards.constant(DictEntrySource(source, "_buffers", name), None)
+    guards.no_module_hooks(source)
 
 
 class NNModuleValue(Value):
