@@ -15,7 +15,9 @@ ops, no collectives, and no mutated inputs (a mutated input would be written in 
 A graph with symbolic sizes (one graph for every size) is not raced once: which path is faster depends
 on the size. ``HotShapes`` races per shape instead, only for shapes that recur: the HOT-th call at one
 input shape records it and times replay against plain launches (TIMED runs each); the faster path serves
-that shape from then on. A workload whose sizes never repeat pays nothing; one that runs a few shapes
+that shape from then on. A shape whose plain run is GPU-bound (its launches return well before the
+GPU finishes) keeps plain launches without a recording, and after STOP_AFTER races lost in a row (none
+won) no shape is raced again. A workload whose sizes never repeat pays nothing; one that runs a few shapes
 over and over (a serving batch size, fixed-length buckets) replays each of them, at most MAX_GRAPHS
 recordings drawing from one memory pool (``codegen/cudagraphs.py``, least recently used dropped). A recording whose memory pool (what the reserved memory grew by while recording) is over
 ``MAX_POOL_BYTES`` or ``MAX_POOL_SHARE`` of the device's memory is not used: default mode does not pin
@@ -104,6 +106,8 @@ class HotShapes:
 
     HOT = 3  # the call at one shape that races (earlier calls: plain; a benchmark's second pass stays plain)
     TIMED = 2  # timed runs of each path in the race (synchronized; the median of few is their minimum)
+    HOST_SHARE = 0.6  # a plain run whose launches return before this share of its time is GPU-bound: no race
+    STOP_AFTER = 3  # races lost in a row, none won: no more races (a GPU-bound graph: ResNet-50)
 
     def __init__(self, outer, graphs: GraphCandidate):
         self.outer, self.graphs = outer, graphs
@@ -128,7 +132,13 @@ class HotShapes:
 
     def _race(self, key, args):
         start = time.perf_counter()
-        plain = [_timed(self.outer, args) for _ in range(self.TIMED)]
+        launched, total, out = _launch_and_total(self.outer, args)
+        if launched < self.HOST_SHARE * total:  # the GPU's work outlasts the launches: replay cannot help
+            self.verdicts[key] = (f"plain launches (GPU-bound: launching took {launched * 1e3:.3f} of "
+                                  f"{total * 1e3:.3f} ms)")
+            self._lost()
+            return out
+        plain = [(total, out)] + [_timed(self.outer, args) for _ in range(self.TIMED - 1)]
         runner = self.graphs._runner()
         runner.warmed_up = True  # (this shape ran plainly: it records at once)
         out = self.graphs.candidate(*args)
@@ -142,13 +152,22 @@ class HotShapes:
         cost = (time.perf_counter() - start) * 1e3
         if r < GRAPHS_MARGIN * p:
             self.replayed.add(key)
+            self.losses = 0
             self.verdicts[key] = f"replayed ({r * 1e3:.3f} ms against {p * 1e3:.3f} ms plain; race {cost:.1f} ms)"
             stats.speed_choices["graphs (a shape)"] += 1
         else:
             runner.recordings.pop(next(reversed(runner.recordings)), None)  # (its memory goes back to the pool)
             self.verdicts[key] = f"plain launches ({p * 1e3:.3f} ms against {r * 1e3:.3f} ms replayed; race {cost:.1f} ms)"
-            stats.speed_choices["kiln (a shape)"] += 1
+            self._lost()
         return replay[-1][1]
+
+    losses = 0  # races in a row that plain launches won
+
+    def _lost(self) -> None:
+        stats.speed_choices["kiln (a shape)"] += 1
+        self.losses += 1
+        if self.losses >= self.STOP_AFTER and not self.replayed:
+            self.off = f"plain launches won the first {self.losses} races (the graph is GPU-bound at its sizes)"
 
     def _drop(self, memory_note: str | None) -> None:
         """Release the recordings; with ``memory_note`` (they hold more than default mode allows), for good."""
@@ -181,6 +200,16 @@ def _shape_key(args) -> tuple:
 
 def _describe_key(key) -> str:
     return ", ".join("x".join(map(str, k[0])) if isinstance(k, tuple) else k.__name__ for k in key)
+
+
+def _launch_and_total(fn, args):
+    """(seconds until ``fn`` returned, seconds until the GPU finished, its result)."""
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    out = fn(*args)
+    launched = time.perf_counter() - start
+    torch.cuda.synchronize()
+    return launched, time.perf_counter() - start, out
 
 
 def _timed(fn, args):

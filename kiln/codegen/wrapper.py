@@ -13,7 +13,8 @@ import torch
 from torch.utils._pytree import tree_map
 
 from kiln.codegen.common import print_index_py
-from kiln.codegen.wrapper_runtime import INPLACE_FLAG, Wrapper, ensure_layout, pointer_call, tensor_call  # noqa: F401
+from kiln.codegen.wrapper_runtime import (EXTERN_ARGUMENT_ADAPTERS, INPLACE_FLAG, Wrapper,  # noqa: F401
+                                         aligned_attention_bias, ensure_layout, pointer_call, tensor_call)
 from kiln.loopir.nodes import ComputedBuffer, ConstantBuffer, ExternOutput, InputBuffer, Stored
 from kiln.schedule.scheduler import ExternStep, Schedule
 
@@ -32,7 +33,8 @@ class WrapperGen:
         self.prologue = prologue  # a function the wrapper calls first when it launches kernels
         self.inplace = dict(inplace or {})
         self.lines: list[str] = []
-        self.ns: dict = {"empty_strided": torch.empty_strided, "ensure_layout": ensure_layout, "torch": torch}
+        self.ns: dict = {"empty_strided": torch.empty_strided, "ensure_layout": ensure_layout, "torch": torch,
+                         "aligned_attention_bias": aligned_attention_bias}
         if self.inplace:
             self.ns[INPLACE_FLAG] = inplace_at_once
         self._consts = 0
@@ -166,6 +168,9 @@ class WrapperGen:
         k = step.node.node
         op = self.const(getattr(k.op, "_op", k.op), "aten_")  # the C++ op behind the OpOverload: what its __call__ calls
         args, kwargs = tree_map(lambda v: _Raw(self.ref(v)) if isinstance(v, Stored) else v, (k.args, k.kwargs))
+        schema = getattr(getattr(k.op, "_schema", None), "name", None)
+        adapters = EXTERN_ARGUMENT_ADAPTERS.get(schema, {})
+        args = [_Raw(f"{adapters[i]}({a})") if i in adapters and isinstance(a, _Raw) else a for i, a in enumerate(args)]
         call = ", ".join([self.py(a) for a in args] + [f"{key}={self.py(v)}" for key, v in kwargs.items()])
         lines = [f"{k.name} = {op}({call})  # {k.reason}"]
         for out in k.outputs:

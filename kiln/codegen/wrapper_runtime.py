@@ -39,6 +39,33 @@ def ensure_layout(t: torch.Tensor, size, stride) -> torch.Tensor:
     return torch.empty_strided(size, stride, dtype=t.dtype, device=t.device).copy_(t)
 
 
+def aligned_attention_bias(bias):
+    """The attention bias as the memory-efficient kernel takes it: rows 16-element aligned (ATen's own
+    composite pads the last dim to a multiple of 16 and slices it back). kiln may realize the bias it
+    computed densely (rows of the sequence length: "attn_bias is not correctly aligned" for a length
+    of 510); such a bias is copied into padded rows here, its broadcast dims kept broadcast."""
+    if bias is None:
+        return None
+    size, stride = bias.shape, bias.stride()
+    if (stride[-1] == 1 or size[-1] == 1) and bias.data_ptr() % 16 == 0 and \
+            all(st % 16 == 0 for n, st in zip(size[:-1], stride[:-1]) if n > 1):
+        return bias
+    compact = bias
+    for d in range(bias.dim() - 1):
+        if stride[d] == 0 and size[d] > 1:
+            compact = compact.narrow(d, 0, 1)
+    n = size[-1]
+    padded = torch.nn.functional.pad(compact, (0, (-n) % 16))
+    return padded[..., :n].expand(size)
+
+
+# extern ops whose arguments the wrapper passes through an adapter: schema name -> {position: adapter}
+EXTERN_ARGUMENT_ADAPTERS = {
+    "aten::_scaled_dot_product_efficient_attention": {3: "aligned_attention_bias"},
+    "aten::_scaled_dot_product_efficient_attention_backward": {4: "aligned_attention_bias"},
+}
+
+
 def pointer_call(fn: str, names: list[str], sizes=()) -> str:
     """A call of a C++ kernel: raw data pointers (ctypes), then the size symbols' values."""
     return f"{fn}({', '.join([f'{n}.data_ptr()' for n in names] + list(sizes))})"

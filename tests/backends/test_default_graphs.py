@@ -67,11 +67,17 @@ def test_candidate_that_holds_too_much_memory_or_recorded_nothing_is_refused(mon
     assert fresh.why_not() == "the graph runs with ATen kernels"
 
 
-def _hot_shapes(monkeypatch, replay_ms, plain_ms, reserved=None):
+def _hot_shapes(monkeypatch, replay_ms, plain_ms, reserved=None, launch_share=1.0):
     reserved = reserved or [1 << 30]
     _fake_cuda(monkeypatch, reserved)
     times = {"plain": plain_ms / 1e3, "replayed": replay_ms / 1e3}
     monkeypatch.setattr(default_graphs, "_timed", lambda fn, args: (times[fn(*args)[0]], fn(*args)))
+
+    def launch_and_total(fn, args):
+        out = fn(*args)
+        return times[out[0]] * launch_share, times[out[0]], out
+
+    monkeypatch.setattr(default_graphs, "_launch_and_total", launch_and_total)
     rt, outer = _runtime()
     calls = []
 
@@ -117,3 +123,15 @@ def test_hot_shapes_stop_recording_when_the_recordings_hold_too_much_memory(monk
     hot(a), hot(a), hot(a)
     assert hot.off is not None and "3072 MiB" in hot.off and not hot.replayed
     assert [hot(torch.ones(5))[0] for _ in range(4)] == ["plain"] * 4  # no shape races any more
+
+
+def test_hot_shapes_do_not_record_a_gpu_bound_shape_and_stop_after_losing_in_a_row(monkeypatch):
+    hot, _ = _hot_shapes(monkeypatch, replay_ms=1.0, plain_ms=3.0, launch_share=0.2)  # launches return early
+    for n in (2, 3, 4):
+        x = torch.ones(n)
+        assert [hot(x)[0] for _ in range(3)] == ["plain"] * 3
+    assert hot.graphs.runner is None or not hot.graphs.runner.recordings  # nothing was recorded
+    assert "GPU-bound: launching took 0.600 of 3.000 ms" in hot.kiln_explain()
+    assert hot.off is not None and "won the first 3 races" in hot.off
+    y = torch.ones(9)
+    assert [hot(y)[0] for _ in range(4)] == ["plain"] * 4 and len(hot.verdicts) == 3  # no more races
