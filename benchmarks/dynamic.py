@@ -198,7 +198,7 @@ def worker(args) -> dict:
     if args.backend != "eager" and args.models != "bert_train":
         reference = [call(model, shape, lengths).float().cpu() for shape, lengths in inputs]
     compiled = _compile(args.backend, model, args.mode)
-    first, second, ok = [], [], True
+    first, ok = [], True
     for i, (shape, lengths) in enumerate(inputs):
         _sync(args.device)
         t = time.perf_counter()
@@ -211,22 +211,11 @@ def worker(args) -> dict:
             if got.shape != ref.shape or (got - ref).abs().max() > tol * max(1.0, ref.abs().max().item()):
                 ok = False
     compiles = _compiles(args.backend, compiled)
-    for shape, lengths in inputs:
-        _sync(args.device)
-        t = time.perf_counter()
-        call(compiled, shape, lengths)
-        _sync(args.device)
-        second.append(time.perf_counter() - t)
+    second = _timed_pass(call, compiled, inputs, args.device)
     extra = [a - b for a, b in zip(first, second)]
     detail = {}
     if args.per_call:  # a third pass, and what compiled after the first pass: is the second pass steady?
-        third = []
-        for shape, lengths in inputs:
-            _sync(args.device)
-            t = time.perf_counter()
-            call(compiled, shape, lengths)
-            _sync(args.device)
-            third.append(time.perf_counter() - t)
+        third = _timed_pass(call, compiled, inputs, args.device)
         detail["per_call"] = [[list(s), round(a * 1e3, 2), round(b * 1e3, 2), round(c * 1e3, 2)]
                               for (s, _), a, b, c in zip(inputs, first, second, third)]
         detail["third_ms"] = round(statistics.mean(third) * 1000, 3)
@@ -245,6 +234,18 @@ def worker(args) -> dict:
             "recompiles_after_sweep": _compiles(args.backend, compiled) - compiles,
             "cudagraph_record_ms": _record_ms(args.backend),
             "why": _why(args.backend)}
+
+
+def _timed_pass(call, compiled, inputs, device: str) -> list[float]:
+    """Seconds of each call of one pass over ``inputs`` (synchronized)."""
+    times = []
+    for shape, lengths in inputs:
+        _sync(device)
+        t = time.perf_counter()
+        call(compiled, shape, lengths)
+        _sync(device)
+        times.append(time.perf_counter() - t)
+    return times
 
 
 def _record_ms(backend: str):
