@@ -34,13 +34,13 @@ from torch.utils._pytree import treespec_dumps, treespec_loads
 from kiln.aot.graph import AtenGraph, InputSpec
 from kiln.aot.runtime import AtenRuntime, version_steps
 from kiln.aot.training import TrainingRuntime
-from kiln.codegen.wrapper_runtime import Wrapper, ensure_layout
+from kiln.codegen.wrapper_runtime import WRAPPER_HELPERS, Wrapper
 from kiln.backends.warm_key import graph_device
 from kiln.debug.stats import stats
 
 MAGIC = b"KILN-GRAPH-1\n"
 ENTRY_FORMAT = 3
-_HELPERS = {"empty_strided": torch.empty_strided, "ensure_layout": ensure_layout, "torch": torch}
+_HELPERS = WRAPPER_HELPERS
 _VALUE_TYPES = (int, float, complex, bool, str, type(None), torch.dtype, torch.device, torch.layout,
                 torch.memory_format, torch.Size, torch.Tensor)
 

@@ -13,8 +13,8 @@ import torch
 from torch.utils._pytree import tree_map
 
 from kiln.codegen.common import print_index_py
-from kiln.codegen.wrapper_runtime import (EXTERN_ARGUMENT_ADAPTERS, INPLACE_FLAG, Wrapper,  # noqa: F401
-                                         aligned_attention_bias, ensure_layout, pointer_call, tensor_call)
+from kiln.codegen.wrapper_runtime import (EXTERN_ARGUMENT_ADAPTERS, INPLACE_FLAG, WRAPPER_HELPERS,  # noqa: F401
+                                         Wrapper, ensure_layout, pointer_call, tensor_call)
 from kiln.loopir.nodes import ComputedBuffer, ConstantBuffer, ExternOutput, InputBuffer, Stored
 from kiln.schedule.scheduler import ExternStep, Schedule
 
@@ -33,8 +33,7 @@ class WrapperGen:
         self.prologue = prologue  # a function the wrapper calls first when it launches kernels
         self.inplace = dict(inplace or {})
         self.lines: list[str] = []
-        self.ns: dict = {"empty_strided": torch.empty_strided, "ensure_layout": ensure_layout, "torch": torch,
-                         "aligned_attention_bias": aligned_attention_bias}
+        self.ns: dict = dict(WRAPPER_HELPERS)
         if self.inplace:
             self.ns[INPLACE_FLAG] = inplace_at_once
         self._consts = 0

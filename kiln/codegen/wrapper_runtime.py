@@ -66,6 +66,11 @@ EXTERN_ARGUMENT_ADAPTERS = {
 }
 
 
+# the names every wrapper's namespace starts with (the warm cache stores them by name)
+WRAPPER_HELPERS = {"empty_strided": torch.empty_strided, "ensure_layout": ensure_layout, "torch": torch,
+                   "aligned_attention_bias": aligned_attention_bias}
+
+
 def pointer_call(fn: str, names: list[str], sizes=()) -> str:
     """A call of a C++ kernel: raw data pointers (ctypes), then the size symbols' values."""
     return f"{fn}({', '.join([f'{n}.data_ptr()' for n in names] + list(sizes))})"
