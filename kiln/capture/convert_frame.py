@@ -26,6 +26,7 @@ from kiln.capture.graph_break import compile_with_break
 from kiln.capture.guards import CompiledGuards
 from kiln.capture.interpreter import RootTracer
 from kiln.capture.values.lazy_generators import CALLED_AS_PYTHON, RetraceFrame, check_abandoned
+from kiln.capture.values.modules import guard_module_aliasing
 from kiln.capture.skipfiles import is_library_dataclass_method, is_namedtuple_new, is_torch_module_init, should_offer
 from kiln.debug.stats import stats
 from kiln.fake.symbolic import SpecializationError
@@ -219,6 +220,7 @@ class FrameCompiler:
                           f"{code.co_qualname} runs eagerly", stacklevel=2)
             return None
         with stats.timed("guards"):
+            guard_module_aliasing(tracer.output)
             guards = tracer.output.guards.compile((f_locals, f_globals, closure, f_builtins))
         entry = CacheEntry(guards, new_code, gm, tracer.output.op_count)
         self.cache.setdefault(code, []).append(entry)
@@ -259,6 +261,7 @@ class FrameCompiler:
             exc.hint = (exc.hint + "; " if exc.hint else "") + f"graph break failed: {type(bug).__name__}: {bug}"
             return None
         with stats.timed("guards"):
+            guard_module_aliasing(tracer.output)
             guards = tracer.output.guards.compile((f_locals, f_globals, closure, f_builtins))
         self.cache.setdefault(code, []).append(CacheEntry(guards, new_code, gm, tracer.output.op_count))
         record.graph = gm

@@ -112,6 +112,10 @@ class SideEffects:
         self._calls: list = []  # keys of the deferred calls
         self.class_stores: set = set()  # (class, name) of the class attributes stored (values/class_stores.py)
 
+    def places_written(self) -> list[tuple]:
+        """(kind, place) of every object written ("attr" and "item" writes; place as ``_place``)."""
+        return [key[:2] for key in self._effects if isinstance(key, tuple) and len(key) >= 2 and key[0] != "call"]
+
     @staticmethod
     def _place(obj: Value):
         """What identifies the written object: the real object when there is one (two sources can

@@ -61,12 +61,32 @@ def guard_module(guards, source, module: torch.nn.Module) -> None:
         guards.identity(source, module)
         return
     guards.type(source, module)
+    registered = guards.__dict__.setdefault("stateless_modules", {})  # source name -> (source, module)
+    registered.setdefault(source.name(), (source, module))
     guards.dict_keys(AttrSource(source, "_parameters"), module._parameters)
     guards.dict_keys(AttrSource(source, "_modules"), module._modules)
     guards.dict_keys(AttrSource(source, "_buffers"), module._buffers)
     for name in module._buffers:
         guards.constant(DictEntrySource(source, "_buffers", name), None)
     guards.no_module_hooks(source)
+
+
+def guard_module_aliasing(output) -> None:
+    """Where the trace wrote to a module guarded by class (``guard_module``), whether it is the same
+    object as each other such module read from another place: a write through one is what a read through
+    the other sees exactly when they are one object (the trace modelled the objects it saw; identity
+    guards kept that before). Only then: such modules are many (a model's activation modules)."""
+    registered = list(getattr(output.guards, "stateless_modules", {}).values())
+    if len(registered) < 2:
+        return
+    written = {key[1] for key in output.side_effects.places_written()}
+    for i, (source, module) in enumerate(registered):
+        for other_source, other in registered[i + 1:]:
+            if id(module) in written or id(other) in written:
+                if module is other:
+                    output.guards.same(source, other_source)
+                else:
+                    output.guards.not_same(source, other_source)
 
 
 class NNModuleValue(Value):
@@ -155,6 +175,14 @@ class NNModuleValue(Value):
         if m._backward_hooks or getattr(m, "_backward_pre_hooks", None) or _global_hooks_present():
             unsupported(f"module {self.qualname} ({type(m).__name__}) has backward or global hooks",
                         hint="modules with backward hooks or global module hooks are run eagerly for now")
+        if type(m).__call__ is not torch.nn.Module.__call__:  # a class that defines its own __call__
+            return class_attribute(tx, type(m), "__call__", self).call(tx, args, kwargs)
+        for name in ("forward", "_compiled_call_impl"):  # what nn.Module.__call__ reads from the instance
+            if m.__dict__.get(name) is not None:
+                unsupported(f"module {self.qualname} ({type(m).__name__}) has {name} set on the instance",
+                            hint="set it on a subclass, or call it directly")
+            if self.source is not None:
+                tx.output.guards.contains(AttrSource(self.source, "__dict__"), name, False)
         forward = type(m).forward
         if forward is torch.nn.Module.forward:
             unsupported(f"module {type(m).__name__} has no forward()")
@@ -184,6 +212,12 @@ class NNModuleValue(Value):
         else:
             self.guard_children(tx)
 
+    def pin_identity(self, tx) -> None:
+        """Guard this module as the very object (a module guarded by class may not be): walks of the
+        module tree yield a module held under two names once, which depends on which objects they are."""
+        if self.source is not None:
+            tx.output.guards.identity(self.source, self.module)
+
     def named_submodules(self, tx, prefix: str = "") -> list[tuple[str, "NNModuleValue"]]:
         """`named_modules()`: this module and every module below it, depth first, each once."""
         seen: set[int] = set()
@@ -193,6 +227,7 @@ class NNModuleValue(Value):
             if id(value.module) in seen:
                 return
             seen.add(id(value.module))
+            value.pin_identity(tx)
             found.append((path, value))
             value.guard_children(tx)
             for child_name, child in value.module._modules.items():
@@ -296,6 +331,8 @@ class ModuleTreeMethodValue(Value):
         else:
             owner.guard_children(tx)
             pairs = [(n, owner._child(tx, n, c)) for n, c in owner.module._modules.items() if c is not None]
+            for _, v in pairs:
+                v.pin_identity(tx)
             seen: set[int] = set()  # children() yields a module held under two names once
             pairs = [(n, v) for n, v in pairs if not (id(v.module) in seen or seen.add(id(v.module)))]
         if self.name.startswith("named_"):
