@@ -19,8 +19,9 @@ that shape from then on. A shape whose plain run is GPU-bound (its launches retu
 GPU finishes) keeps plain launches without a recording, and after STOP_AFTER races lost in a row (none
 won) no shape is raced again. A workload whose sizes never repeat pays nothing; one that runs a few shapes
 over and over (a serving batch size, fixed-length buckets) replays each of them, at most MAX_GRAPHS
-recordings drawing from one memory pool (``codegen/cudagraphs.py``, least recently used dropped). A recording whose memory pool (what the reserved memory grew by while recording) is over
-``MAX_POOL_BYTES`` or ``MAX_POOL_SHARE`` of the device's memory is not used: default mode does not pin
+recordings drawing from one memory pool (``codegen/cudagraphs.py``, least recently used dropped).
+
+A recording whose memory pool (what the reserved memory grew by while recording) is over ``MAX_POOL_BYTES`` or ``MAX_POOL_SHARE`` of the device's memory is not used: default mode does not pin
 large amounts of memory for speed.
 """
 from __future__ import annotations
@@ -213,11 +214,9 @@ def _launch_and_total(fn, args):
 
 
 def _timed(fn, args):
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    out = fn(*args)
-    torch.cuda.synchronize()
-    return time.perf_counter() - start, out
+    """(seconds until the GPU finished ``fn``'s work, its result)."""
+    _, total, out = _launch_and_total(fn, args)
+    return total, out
 
 
 def graph_candidate(outer, aten_runtime, options) -> GraphCandidate | None:

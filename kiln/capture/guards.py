@@ -68,6 +68,8 @@ class GuardSet:
         self._shape_call = ""  # the shape check's call text (it returns what failed, or None)
         self.dynamic_inputs: list[Source] = []  # its inputs with symbolic sizes, in the ShapeEnv's order
         self.classes: dict[int, type] = {}  # classes the trace read through (class_guards.note_class)
+        # modules guarded by class, not identity (values/modules.guard_module): source name -> (source, module)
+        self.stateless_modules: dict[str, tuple] = {}
         self.class_stores: set = set()  # (class, name) the trace stores into (the OutputGraph's side effects')
         self.class_names: set[str] = set()  # attribute names the trace looked up (class_guards.note_name)
         self.function_codes: dict[int, tuple] = {}  # id(fn) -> (fn, fn.__code__) of each function inlined

@@ -37,7 +37,7 @@ def stateless(module: torch.nn.Module) -> bool:
     d = module.__dict__
     if not _MODULE_TABLES <= d.keys():  # (in its __init__, before nn.Module.__init__ made them)
         return False
-    if d.get("_parameters") or d.get("_modules") or any(b is not None for b in d.get("_buffers", {}).values()):
+    if d["_parameters"] or d["_modules"] or any(b is not None for b in d["_buffers"].values()):
         return False
     for name, v in d.items():
         if name == "_non_persistent_buffers_set" or name == "_buffers":
@@ -61,8 +61,7 @@ def guard_module(guards, source, module: torch.nn.Module) -> None:
         guards.identity(source, module)
         return
     guards.type(source, module)
-    registered = guards.__dict__.setdefault("stateless_modules", {})  # source name -> (source, module)
-    registered.setdefault(source.name(), (source, module))
+    guards.stateless_modules.setdefault(source.name(), (source, module))
     guards.dict_keys(AttrSource(source, "_parameters"), module._parameters)
     guards.dict_keys(AttrSource(source, "_modules"), module._modules)
     guards.dict_keys(AttrSource(source, "_buffers"), module._buffers)
@@ -76,7 +75,7 @@ def guard_module_aliasing(output) -> None:
     object as each other such module read from another place: a write through one is what a read through
     the other sees exactly when they are one object (the trace modelled the objects it saw; identity
     guards kept that before). Only then: such modules are many (a model's activation modules)."""
-    registered = list(getattr(output.guards, "stateless_modules", {}).values())
+    registered = list(output.guards.stateless_modules.values())
     if len(registered) < 2:
         return
     written = {key[1] for key in output.side_effects.places_written()}
