@@ -329,6 +329,16 @@ def _view_twin(func):
     return None
 
 
+def stack_trace(n: fx.Node) -> str | None:
+    """The user's frames that made ``n`` (capture records them as ``meta["stack"]``), as traceback text."""
+    if n.meta.get("stack_trace"):
+        return n.meta["stack_trace"]
+    stack = n.meta.get("stack")
+    if not stack:
+        return None
+    return "\n".join(f'  File "{file}", line {line}, in {fn}' for file, line, fn in stack)
+
+
 def interpret(gm: fx.GraphModule, tracer: AtenTracer, args: list) -> object:
     """Run the torch-level graph ``gm`` on ``args`` with ``tracer`` recording, node by node."""
 
@@ -339,7 +349,7 @@ def interpret(gm: fx.GraphModule, tracer: AtenTracer, args: list) -> object:
             return super().call_function(target, args, kwargs)
 
         def run_node(self, n):
-            tracer.b.provenance = {"from_node": n.name, "stack_trace": n.meta.get("stack_trace")}
+            tracer.b.provenance = {"from_node": n.name, "stack_trace": stack_trace(n)}
             out = super().run_node(n)
             if n.op == "call_function" and n.target is getattr and n.args[1:] == ("data",):
                 tracer.mark_data_view(out)

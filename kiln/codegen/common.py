@@ -82,12 +82,9 @@ def kernel_name(prefix: str, origins, index: int, max_ops: int = 4) -> str:
 
 
 def provenance(origins) -> list[str]:
-    """One line per source op: the ATen op and the user's file:line it came from."""
-    lines = []
-    for node in origins:
-        where = user_location(node)
-        lines.append(f"{node.name} = {node.target}" + (f"  ({where})" if where else ""))
-    return lines
+    """One line per source op: the ATen op. (Not the user's file:line: kernel sources are cache keys,
+    and the same model run from another file or after an edit above it must hit the same entries.)"""
+    return [f"{node.name} = {node.target}" for node in origins]
 
 
 def user_location(node) -> str:
@@ -99,6 +96,20 @@ def user_location(node) -> str:
         path, line = m[-1]
         return f"{path}:{line}"
     return str(trace).strip().splitlines()[-1][:120]
+
+
+def index_error_message(kernel) -> str:
+    """What a kernel that met an out-of-range loaded index raises: the indexing ops it runs and the user's
+    lines they came from (eager raises an IndexError for the same values)."""
+    ops = []
+    for node in kernel.origins:
+        target = str(getattr(node, "target", ""))
+        if any(k in target for k in ("index", "gather", "scatter", "embedding", "take", "select")):
+            where = user_location(node)
+            ops.append(f"{target}" + (f" at {where}" if where else ""))
+    what = "; ".join(dict.fromkeys(ops)) or "an indexing op"
+    return (f"index out of bounds in {what} (kernel {kernel.name}): an index tensor holds a value outside "
+            f"the dimension it indexes (eager PyTorch raises too); check the index values")
 
 
 def kernel_params(reads, writes) -> tuple[list[tuple[str, str]], dict[str, str]]:

@@ -12,7 +12,7 @@ import sympy
 import torch
 from torch.utils._pytree import tree_map
 
-from kiln.codegen.common import print_index_py
+from kiln.codegen.common import index_error_message, print_index_py
 from kiln.codegen.wrapper_runtime import (EXTERN_ARGUMENT_ADAPTERS, INPLACE_FLAG, WRAPPER_HELPERS,  # noqa: F401
                                          Wrapper, ensure_layout, pointer_call, tensor_call)
 from kiln.loopir.nodes import ComputedBuffer, ConstantBuffer, ExternOutput, InputBuffer, Stored
@@ -104,7 +104,7 @@ class WrapperGen:
                 body.append(f"{call}  # {kernel.name}")
                 if getattr(kernel, "checks_bounds", False):
                     err = self.const(kernel.take_error, "take_error")
-                    body.append(f"if {err}(): raise IndexError('{kernel.name}: index out of bounds')")
+                    body.append(f"if {err}(): raise IndexError({index_error_message(kernel)!r})")
             else:
                 body += self._extern(step)
             for name in sorted(n for n, last in last_use.items() if last == i):

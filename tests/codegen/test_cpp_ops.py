@@ -7,6 +7,9 @@ from kiln.codegen.cpp.ops import CppOps
 class Ctx:
     checks_bounds = False
 
+    def __init__(self):
+        self.indirect_nonempty = {}
+
     def pointer(self, name):
         return f"ptr_{name}"
 
@@ -83,3 +86,26 @@ def test_masked_softmax_with_a_bool_mask_equals_eager():
     mask[:, 0] = False
     check(lambda s, m: torch.softmax(s.masked_fill(m, float("-inf")), -1), x, mask)
     check(lambda s, m: torch.where(m, s, 0.5).sum(-1) + m.float().sum(-1), x, mask)
+
+
+def test_an_index_into_a_dimension_that_may_be_empty_guards_the_access():
+    """A loaded index into a dimension of size 0 (static, or an unbacked size) has no valid element: the
+    load and the store through it only happen where the dimension is non-empty."""
+    import sympy
+    from kiln.loopir.index import var
+
+    ops = CppOps(Ctx())
+    v = ops.load("idx", var("x", 0))
+    u0 = sympy.Symbol("u0", integer=True, nonnegative=True)
+    k = ops.indirect_indexing(v, u0)
+    got = ops.load("x", k)
+    ops.store("x", k, got)
+    text = "\n".join(ops.lines)
+    nonempty = "(static_cast<int64_t>(u0) > 0)"
+    assert f"({nonempty} ? ptr_x[{k}] : static_cast<float>(0))" in text, text
+    assert f"if ({nonempty}) ptr_x[{k}] = " in text, text
+    ops = CppOps(Ctx())  # a size known positive: nothing added
+    s0 = sympy.Symbol("s0", integer=True, positive=True)
+    k = ops.indirect_indexing(ops.load("idx", var("x", 0)), s0)
+    ops.load("x", k)
+    assert "> 0)" not in "\n".join(ops.lines)

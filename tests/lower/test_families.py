@@ -164,3 +164,30 @@ def test_transpose_and_view_copies():
         return outs
 
     check(fn, x)
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_index_into_an_empty_dimension_raises_not_crashes(dynamic):
+    """No index is valid in a dimension of size 0: the kernel must not read (or write) element 0 of an empty
+    buffer (it segfaulted); it flags the error and the call raises, naming the user's line, as eager does."""
+    import kiln
+
+    def read(x, i):
+        return x[i] * 2
+
+    def write(x, i, v):
+        x = x.clone()
+        x[i] = v
+        return x
+
+    g, h = kiln.compile(read, dynamic=dynamic), kiln.compile(write, dynamic=dynamic)
+    if dynamic:  # the same size-generic kernels serve the non-empty sizes
+        x = torch.randn(5)
+        torch.testing.assert_close(g(x, torch.tensor([4, -1])), read(x, torch.tensor([4, -1])))
+        torch.testing.assert_close(h(x, torch.tensor([1]), torch.tensor([5.0])), write(x, torch.tensor([1]), torch.tensor([5.0])))
+    with pytest.raises(IndexError, match=r"aten.index.Tensor at .*test_families.py:\d+"):
+        g(torch.randn(0), torch.tensor([0]))
+    with pytest.raises(IndexError, match="index out of bounds"):
+        h(torch.zeros(0), torch.tensor([0]), torch.tensor([5.0]))
+    empty = g(torch.randn(0), torch.zeros(0, dtype=torch.long))  # no index, no error
+    assert empty.shape == (0,)

@@ -221,9 +221,22 @@ class CppOps(OpsHandler):
         if ptr is None:
             return CppVal(self.ctx.local_scalar(name), dtype)
         idx = self.ctx.rename(self.ctx.local_index(name, index))
-        text = _bool_load if dtype == torch.bool else "{}[{}]".format
+        plain = _bool_load if dtype == torch.bool else "{}[{}]".format
+        nonempty = self._nonempty(idx)
+        text = plain
+        if nonempty is not None:  # an empty dimension read through a loaded index: read nothing (flag set)
+            zero = f"static_cast<{CTYPE[dtype]}>(0)"
+            text = lambda p, i: f"({nonempty} ? {plain(p, i)} : {zero})"  # noqa: E731
         key = self._row_key(lambda i: text(ptr, print_index_c(i)), sympy.sympify(idx))
         return self._emit(text(ptr, print_index_c(idx)), dtype, key)
+
+    def _nonempty(self, index) -> str | None:
+        """The C test that every dimension ``index`` reaches through a loaded index is non-empty (None: no
+        such dimension can be empty). ``kiln_indirect`` flags any index into an empty dimension; this keeps
+        the access itself from happening (an empty tensor has no element 0 to read or write)."""
+        tests = sorted({self.ctx.indirect_nonempty[s.name] for s in sympy.sympify(index).free_symbols
+                        if s.name in self.ctx.indirect_nonempty})
+        return " && ".join(tests) if tests else None
 
     def store(self, name, index, value):
         self._sink(value)
@@ -232,7 +245,9 @@ class CppOps(OpsHandler):
             self.out.append(f"{self.ctx.local_scalar(name)} = {value};")
             return
         idx = self.ctx.rename(self.ctx.local_index(name, index))
-        self.out.append(f"{ptr}[{print_index_c(idx)}] = {value};")
+        nonempty = self._nonempty(idx)
+        guard = f"if ({nonempty}) " if nonempty is not None else ""
+        self.out.append(f"{guard}{ptr}[{print_index_c(idx)}] = {value};")
 
     store_reduction = store
 
@@ -241,9 +256,12 @@ class CppOps(OpsHandler):
         from kiln.codegen.cpp.scatter import combine_statement
 
         dtype = self.ctx.dtype_of(name)
-        target = f"{self.ctx.pointer(name)}[{print_index_c(self.ctx.rename(sympy.sympify(index)))}]"
+        idx = self.ctx.rename(sympy.sympify(index))
+        target = f"{self.ctx.pointer(name)}[{print_index_c(idx)}]"
         half = dtype in (torch.float16, torch.bfloat16)
-        self.out.append(combine_statement(mode, target, value.name, CTYPE[dtype], half, dtype == torch.bool))
+        statement = combine_statement(mode, target, value.name, CTYPE[dtype], half, dtype == torch.bool)
+        nonempty = self._nonempty(idx)
+        self.out.append(statement if nonempty is None else f"if ({nonempty}) {{ {statement} }}")
 
     # ------------------------------------------------------------------------------- values
 
@@ -299,6 +317,8 @@ class CppOps(OpsHandler):
         n = f"static_cast<int64_t>({print_index_c(size)})" if is_symbolic(size) else f"{int(size)}LL"
         v = self._emit(f"kiln_indirect(static_cast<int64_t>({value}), {n}, {'true' if wrap_negative else 'false'})",
                        torch.int64)
+        if sympy.sympify(size).is_positive is not True:  # (a backed size symbol is positive)
+            self.ctx.indirect_nonempty[v.name] = f"({n} > 0)"
         return sympy.Symbol(v.name, integer=True, nonnegative=True)
 
     def reduction(self, kind, value, dtype):

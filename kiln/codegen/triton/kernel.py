@@ -373,6 +373,7 @@ class MemberContext(MemberContextBase):
             self.axis_of.update({var("x", d): "y" for d in kctx.y_dims})
         self.axis_of.update({s: "r" for s in self.rename.values()})
         self.indirect: dict = {}  # symbols made by ops.indirect_indexing -> the axes of their values
+        self.indirect_nonempty: dict = {}  # of those, where the indexed dim may be empty: its test
 
     # ------------------------------------------------------------------------ buffers
 

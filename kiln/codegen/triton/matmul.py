@@ -74,6 +74,7 @@ class EpilogueContext(MemberContextBase):
         self.ranges = {var("x", d): n for d, n in enumerate(member.ranges)}
         self.axis_of = {var("x", d): ("x" if d < split else "r") for d in range(len(member.ranges))}
         self.indirect: dict = {}
+        self.indirect_nonempty: dict = {}  # of those, where the indexed dim may be empty: its test
 
     def register(self, name, index):
         if name == self.kctx.template.out:

@@ -191,7 +191,8 @@ class TritonOps(OpsHandler):
             if want != axes:
                 idx = f"({idx}) + tl.full({self.ctx.shape(want)}, 0, tl.int32)"
                 axes = frozenset(want)
-        mask = " & ".join(filter(None, [self.ctx.mask(axes)] + [m.name for m in masks])) or None
+        mask = " & ".join(filter(None, [self.ctx.mask(axes)] + [m.name for m in masks]
+                                 + [self._nonempty(index)])) or None
         args = f"{ptr} + ({idx})" + (f", {mask}, other=0" if mask else "")
         policy = self.ctx.eviction(name)
         if policy is not None:
@@ -201,6 +202,14 @@ class TritonOps(OpsHandler):
             # kept in its dtype; the lowering converts explicitly where it computes
             return val
         return val
+
+    def _nonempty(self, index) -> str | None:
+        """The test that every dimension ``index`` reaches through a loaded index is non-empty (None: none
+        can be empty). The clamp keeps other out-of-range indices in the buffer; an empty one has no
+        element to clamp to, so the access is masked off."""
+        known = getattr(self.ctx, "indirect_nonempty", {})
+        tests = sorted({known[s] for s in sympy.sympify(index).free_symbols if s in known})
+        return " & ".join(tests) if tests else None
 
     def _guarding(self, axes) -> list:
         """The enclosing ``masked`` conditions a load at an address varying along ``axes`` is made under:
@@ -223,7 +232,7 @@ class TritonOps(OpsHandler):
         if want != axes:
             idx = f"({idx}) + tl.full({self.ctx.shape(want)}, 0, tl.int32)"
             axes = frozenset(want)
-        mask = self.ctx.mask(axes)
+        mask = " & ".join(filter(None, [self.ctx.mask(axes), self._nonempty(index)])) or None
         v = value.name
         target = self.ctx.dtype_of(name)
         if value.dtype != target:
@@ -254,7 +263,7 @@ class TritonOps(OpsHandler):
         if want != axes:
             idx = f"({idx}) + tl.full({self.ctx.shape(want)}, 0, tl.int32)"
             axes = frozenset(want)
-        mask = self.ctx.mask(axes)
+        mask = " & ".join(filter(None, [self.ctx.mask(axes), self._nonempty(index)])) or None
         v = value.name
         if value.axes != axes:  # a value of fewer axes (a constant): one per pointer, as atomics want
             # (an arithmetic broadcast: Triton's interpreter mis-adds broadcast_to views atomically)
@@ -311,6 +320,8 @@ class TritonOps(OpsHandler):
         v = self._emit(f"tl.minimum(tl.maximum({v}, 0), {_size(size - 1)})", torch.int64, v.axes)
         sym = sympy.Symbol(v.name, integer=True, nonnegative=True)
         self.ctx.indirect[sym] = set(v.axes)
+        if sympy.sympify(size).is_positive is not True:  # (a backed size symbol is positive)
+            self.ctx.indirect_nonempty[sym] = f"({_size(size)} > 0)"  # (see _nonempty)
         return sym
 
     # ---------------------------------------------------------------------------- reductions

@@ -47,6 +47,7 @@ class ScanContext(MemberContextBase):
         self.axis_of = {var("x", d): "x" for d in range(len(loops)) if d != s}
         self.axis_of[RSCAN] = "r"
         self.indirect: dict = {}
+        self.indirect_nonempty: dict = {}  # of those, where the indexed dim may be empty: its test
 
     def register(self, name, index):
         producer = self.kctx.producers.get(name)
