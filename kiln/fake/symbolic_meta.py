@@ -427,6 +427,8 @@ def arange(func, *args, dtype=None, layout=None, device=None, pin_memory=None):
     _refuse_unbacked(*numbers)
     if isinstance(step, int) and step > 0:
         length = (end - start + step - 1) // step
+    elif isinstance(step, int) and step < 0:  # counting down: ceil((start - end) / -step) values
+        length = (start - end - step - 1) // -step
     else:
         raise SymbolicShapeUnsupported(func, f"arange with step {step}")
     length = torch.sym_max(length, 0)

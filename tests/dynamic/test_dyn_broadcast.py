@@ -128,3 +128,10 @@ def test_matmul_broadcast_batch(backend):
     def f(x):
         return torch.matmul(x.unsqueeze(1), w).sum(1)
     check(f, lambda n: (torch.randn(n, 5, 4),), backend, graphs=2)
+
+
+def test_arange_counting_down_from_a_size(backend):
+    # a negative step: ceil((start - end) / -step) values (it compiled static for every size before)
+    def f(x):
+        return x[: (x.shape[0] + 2) // 3] * torch.arange(x.shape[0], 0, -3), torch.arange(x.shape[0] - 1, -1, -1)
+    check(f, lambda n: (torch.randn(n),), backend, graphs=2)
