@@ -380,6 +380,10 @@ class ClassValue(Value):
 
         if cls in OPERATOR_OBJECT_TYPES:
             return make_operator_object(cls, args, kwargs)
+        from kiln.capture.values.module_construction import construct_torch_module, is_torch_module_class
+
+        if is_torch_module_class(cls):  # nn.CrossEntropyLoss() in a forward: built while tracing
+            return construct_torch_module(tx, cls, args, kwargs)
         if cls.__module__ == "builtins" or cls.__module__.startswith("torch"):
             return construct_builtin_type(tx, cls, args, kwargs)
         from kiln.capture.values.dict_objects import DictObjectValue, is_dict_subclass, python_override
