@@ -647,8 +647,11 @@ def _guard_exprs(g: Guard, names: _Namer) -> list[tuple[str, str]]:
         return [(f"{names.ref(aliasing_signature)}(({places},), {names.ref(held)}) == {expected!r}",
                  f"tensors {places} share memory as while tracing ({_describe_aliasing(sources, expected)})")]
     if k is GuardKind.CONTAINS:
+        from kiln.capture.values.base import is_constant_literal
+
         key, present = g.value
-        return [(f"({key!r} in {x}) is {present}", f"{key!r} {'in' if present else 'not in'} {x}")]
+        text = repr(key) if is_constant_literal(key) else names.ref(key)  # (a class key: by reference)
+        return [(f"({text} in {x}) is {present}", f"{key!r} {'in' if present else 'not in'} {x}")]
     if k is GuardKind.HASATTR:
         attr, present = g.value
         return [(f"___hasattr({x}, {attr!r}) is {present}", f"{x} {'has' if present else 'has no'} attribute {attr!r}")]

@@ -752,6 +752,8 @@ RULES.update({
     aten._log_softmax.default: _same_shape(any_layout=True),  # (cross_entropy(logits.transpose(1, 2)))
     aten._log_softmax_backward_data.default: _same_shape(3, any_layout=True),
     aten._softmax_backward_data.default: _same_shape(3, any_layout=True),
+    # SDPA's math path (BERT training on CPU); its meta kernel trips torch's arg parser on symbolic sizes
+    aten._safe_softmax.default: lambda func, x, dim, dtype=None: _new_row_major(x.shape, dtype or x.dtype),
     aten.nll_loss_forward.default: nll_loss_forward,
     aten.nll_loss_backward.default: lambda func, grad, x, *rest: _new_row_major(x.shape, x.dtype),
 })

@@ -126,3 +126,34 @@ def test_model_output_built_in_one_graph():
     assert type(got[1]) is Output and list(got[1].keys()) == list(want[1].keys())
     torch.testing.assert_close(got[2], want[2])
     torch.testing.assert_close(got[1].hidden_states, want[1].hidden_states)
+
+
+def test_bert_fine_tuning_with_labels_is_one_graph_per_size_kind():
+    """BertForSequenceClassification with labels: the first call sets ``config.problem_type`` (a strict
+    dataclass field: huggingface_hub validates it through a dict keyed by types) and builds its loss
+    module in forward; neither breaks the graph. Variable sequence lengths: a static graph, then one
+    dynamic one (its softmax is SDPA's math path on CPU: ``_safe_softmax`` with symbolic sizes)."""
+    torch.manual_seed(0)
+    config = transformers.BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                     intermediate_size=64, max_position_embeddings=64, hidden_dropout_prob=0.0,
+                                     attention_probs_dropout_prob=0.0)  # (dropout draws differ from eager's)
+    model = transformers.BertForSequenceClassification(config)
+    reference = transformers.BertForSequenceClassification(config)
+    reference.load_state_dict(model.state_dict())
+    kiln.reset()
+    kiln.stats.reset()
+    compiled = kiln.compile(model)
+    for length in (12, 20, 17):
+        ids, labels = torch.randint(0, 100, (2, length)), torch.randint(0, 2, (2,))
+        mask = torch.ones(2, length, dtype=torch.long)
+        got = compiled(input_ids=ids, attention_mask=mask, labels=labels)
+        want = reference(input_ids=ids, attention_mask=mask, labels=labels)
+        torch.testing.assert_close(got.loss, want.loss)
+        torch.testing.assert_close(got.logits, want.logits)
+        got.loss.backward()
+        want.loss.backward()
+    for (name, p), q in zip(model.named_parameters(), reference.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, msg=name)
+    assert model.config.problem_type == "single_label_classification"
+    assert not kiln.stats.graph_breaks, dict(kiln.stats.graph_breaks)
+    assert kiln.stats.graphs == 2 and not kiln.stats.dynamic_fallbacks, (kiln.stats.graphs, dict(kiln.stats.dynamic_fallbacks))

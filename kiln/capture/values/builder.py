@@ -201,6 +201,8 @@ def _wrap(tx, value, source, qualname) -> Value:
                 guards.type(source, value)
                 return OpaqueObjectValue(value, source)
             unsupported(f"builtin method {value.__name__} bound to a {type(value.__self__).__name__} object")
+        if source is not None and not isinstance(source, ConstantSource):
+            guards.identity(source, value)  # (`fn` handed in as list, then tuple: the code differs)
         return BuiltinValue(value, source)
     if isinstance(value, functools.partial):
         if source is not None and not isinstance(source, ConstantSource):
@@ -496,18 +498,29 @@ def _dict_with_tensor_keys(tx, value: dict, source) -> Value:
 
     tensor_types = (torch.Tensor, torch.nn.Parameter)
     if source is None or isinstance(source, ConstantSource) or \
-            not all(is_constant_literal(k) or type(k) in tensor_types for k in value):
-        unsupported(f"a dict from outside whose keys are not all constants or tensors "
+            not all(is_constant_literal(k) or type(k) in tensor_types or identity_keyed(k) for k in value):
+        unsupported(f"a dict from outside whose keys are not all constants, classes or tensors "
                     f"({', '.join(sorted({type(k).__name__ for k in value if not is_constant_literal(k)}))})")
     entries = {}
     for k, v in value.items():
         if is_constant_literal(k):
             entries[k] = wrap(tx, v, _item(source, k))
             continue
+        if identity_keyed(k):  # the class itself is the key (a lookup by a class constant finds it)
+            entries[k] = wrap(tx, v, ObjectKeyItemSource(source, ConstantSource("dict_key", k)))
+            continue
         held = ConstantSource("dict_key", k)
         key = wrap(tx, k, held)
         entries[TensorKey(key.example, key)] = wrap(tx, v, ObjectKeyItemSource(source, held))
     return DictValue(entries, type(value), source=source, created_here=False)
+
+
+def identity_keyed(key) -> bool:
+    """A class or a typing special form (``typing.Union``) whose type hashes and compares it by identity,
+    as a dict keyed by types holds them (huggingface_hub's validators by ``get_origin``): a constant key."""
+    kind = type(key)
+    return (isinstance(key, type) or kind.__module__ == "typing") and \
+        kind.__hash__ in (object.__hash__, type.__hash__) and kind.__eq__ in (object.__eq__, type.__eq__)
 
 
 def _item(source, index):

@@ -1,0 +1,44 @@
+"""Objects compared by identity where the code picks by them: builtins handed in as arguments, and dicts
+from outside keyed by classes and typing's special forms (huggingface_hub's validators by get_origin)."""
+import typing
+
+import torch
+
+import kiln
+
+
+def setup_function():
+    kiln.reset()
+    kiln.stats.reset()
+
+
+def test_a_builtin_handed_in_is_guarded_as_that_builtin():
+    def f(x, fn):
+        return x + 1, fn([1, 2])
+
+    compiled = kiln.compile(f)
+    for fn in (list, tuple, len, sum, max, list):  # each a different result: none may reuse another's code
+        got, want = compiled(torch.ones(1), fn), f(torch.ones(1), fn)
+        assert got[1] == want[1] and type(got[1]) is type(want[1]), (fn, got[1], want[1])
+
+
+TABLE = {typing.Union: lambda: "union", typing.Literal: lambda: "literal", list: lambda: "list"}
+
+
+def test_a_dict_keyed_by_classes_and_special_forms_is_looked_up_exactly():
+    def f(x, origin):
+        validator = TABLE.get(origin)
+        return x + 1, validator() if validator is not None else None, origin in TABLE
+
+    compiled = kiln.compile(f)
+    for origin in (typing.Union, typing.Literal, list, tuple, typing.Union, dict):
+        assert compiled(torch.ones(1), origin)[1:] == f(torch.ones(1), origin)[1:], origin
+    assert not kiln.stats.graph_breaks, dict(kiln.stats.graph_breaks)
+    TABLE[tuple] = lambda: "tuple now"  # the dict changed: its keys are guarded
+    TABLE[typing.Union] = lambda: "union now"  # an entry changed: its value is guarded
+    try:
+        for origin in (tuple, typing.Union):
+            assert compiled(torch.ones(1), origin)[1:] == f(torch.ones(1), origin)[1:], origin
+    finally:
+        del TABLE[tuple]
+        TABLE[typing.Union] = lambda: "union"
