@@ -15,6 +15,8 @@ import sys
 import types
 from typing import Any
 
+import torch
+
 from kiln.capture.class_guards import note_name
 from kiln.capture.bytecode import decode
 from kiln.capture.opcodes import OPCODE_HANDLERS
@@ -456,6 +458,10 @@ def _call_library_function(tx, fn_value, args, kwargs) -> Value:
     special = LIBRARY_CODES.get(fn.__code__)
     if special is not None:
         return special(tx, fn_value, args, kwargs)
+    from kiln.capture.values.modules import NNModuleValue
+
+    if fn in _MODULE_CALLS and args and isinstance(args[0], NNModuleValue):  # super().__call__(...)
+        return args[0].call_module(tx, list(args[1:]), dict(kwargs))
     if fn in _DATACLASS_QUERIES and len(args) == 1 and not kwargs:
         return _dataclass_query(tx, fn, args[0])
     if fn is os._Environ.__getitem__ and len(args) == 2 and not kwargs:
@@ -508,6 +514,7 @@ def _environ_item(tx, env: Value, key: Value) -> Value:
 
 
 _DATACLASS_QUERIES = {dataclasses.fields, dataclasses.is_dataclass}
+_MODULE_CALLS = {torch.nn.Module.__call__, torch.nn.Module._call_impl}  # (__call__ is _wrapped_call_impl)
 
 
 def _dataclass_query(tx, fn, arg: Value) -> Value:

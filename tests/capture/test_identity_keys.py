@@ -42,3 +42,28 @@ def test_a_dict_keyed_by_classes_and_special_forms_is_looked_up_exactly():
     finally:
         del TABLE[tuple]
         TABLE[typing.Union] = lambda: "union"
+
+
+def test_typing_constructs_are_constants_of_the_trace():
+    """dataclass field types handed to typing.get_origin/get_args (huggingface_hub validates config fields
+    so): computed while tracing, not a graph break; the annotation objects are pinned by identity."""
+    import dataclasses
+    from typing import Optional, Union, get_args, get_origin
+
+    @dataclasses.dataclass
+    class Config:
+        a: Optional[int] = None
+        b: list[str] = None
+        c: Union[int, str] = 1
+        d: "int | None" = None
+
+    def f(x):
+        kinds = [(get_origin(fld.type), get_args(fld.type), TABLE.get(get_origin(fld.type)) is not None)
+                 for fld in dataclasses.fields(Config)]
+        return x + len(kinds), kinds
+
+    compiled = kiln.compile(f)
+    assert compiled(torch.ones(1))[1] == f(torch.ones(1))[1]
+    assert not kiln.stats.graph_breaks, dict(kiln.stats.graph_breaks)
+    Config.__dataclass_fields__["a"].type = Optional[str]  # another annotation object: not taken for the old
+    assert compiled(torch.ones(1))[1] == f(torch.ones(1))[1]

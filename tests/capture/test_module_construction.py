@@ -100,3 +100,38 @@ def test_a_torch_module_class_whose_init_reads_a_tensor_argument_is_refused():
         construct_torch_module(None, Reads, [value], {})
     with pytest.raises(Unsupported, match="raised TypeError"):
         construct_torch_module(None, nn.CrossEntropyLoss, [], {"no_such": ConstantValue(1)})
+
+
+def test_super_call_from_a_class_call_runs_the_module_call():
+    """transformers' GradientCheckpointingLayer defines ``__call__`` and calls ``super().__call__``
+    (nn.Module's): traced as the module call it is (hooks, then forward), not a graph break per layer."""
+    counted = []
+
+    class Checkpointing(nn.Module):
+        def __call__(self, *args, **kwargs):
+            counted.append(1)
+            return super().__call__(*args, **kwargs) * 2
+
+    class Layer(Checkpointing):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(4, 4)
+
+        def forward(self, x, scale=1.0):
+            return self.lin(x) * scale
+
+    class Model(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = nn.ModuleList([Layer() for _ in range(3)])
+
+        def forward(self, x):
+            for layer in self.layers:
+                x = layer(x, scale=0.5)
+            return x
+
+    model, x = Model(), torch.randn(2, 4)
+    model.layers[1].register_forward_hook(lambda mod, args, out: out + 1)
+    compiled = kiln.compile(model)
+    torch.testing.assert_close(compiled(x), model(x))
+    assert len(counted) == 6 and kiln.stats.graphs == 1 and not kiln.stats.graph_breaks

@@ -119,6 +119,9 @@ class KnownFunctionValue(Value):
     def as_constant(self):
         return self.fn
 
+    def truth(self, tx) -> bool:
+        return bool(self.fn)  # (a builtin function or type: True)
+
     def reconstruct(self, cg) -> None:
         cg.load_const(self.fn)
 

@@ -92,6 +92,10 @@ def _wrap(tx, value, source, qualname) -> Value:
         if source is not None:
             guards.constant(source, value)
         return ConstantValue(value, source)
+    if is_type_annotation(value):  # typing.Optional[int], Union, list[str]: immutable; pinned by identity
+        if source is not None and not isinstance(source, ConstantSource):
+            guards.identity(source, value)
+        return ConstantValue(value, source)
     from kiln.capture.values.numpy_values import is_numpy_object, wrap_numpy_object
 
     if is_numpy_object(value):  # arrays, NumPy scalars, the numpy module and its functions
@@ -515,6 +519,17 @@ def _dict_with_tensor_keys(tx, value: dict, source) -> Value:
     return DictValue(entries, type(value), source=source, created_here=False)
 
 
+def is_type_annotation(value) -> bool:
+    """A typing construct (``Optional[int]``, ``Union``, ``Literal["a"]``, a TypeVar) or a builtin generic
+    alias (``list[int]``, ``int | None``): immutable objects that code such as dataclass validators hands to
+    ``typing.get_origin`` and looks up in dicts; a constant of the trace, guarded by identity."""
+    kind = type(value)
+    return kind.__module__ == "typing" and not isinstance(value, type) or kind in _BUILTIN_ALIASES
+
+
+_BUILTIN_ALIASES = (types.GenericAlias, types.UnionType)
+
+
 def identity_keyed(key) -> bool:
     """A class or a typing special form (``typing.Union``) whose type hashes and compares it by identity,
     as a dict keyed by types holds them (huggingface_hub's validators by ``get_origin``): a constant key."""
@@ -549,6 +564,8 @@ def wrap_constant_result(value: Any) -> Value:
         return BuiltinValue(value)
     if isinstance(value, type):
         return ClassValue(value)
+    if is_type_annotation(value):  # typing.get_origin(Optional[int]) is typing.Union
+        return ConstantValue(value)
     if type(value) in (set, frozenset) and all(is_constant_literal(v) for v in value):
         from kiln.capture.values.containers import SetValue
 

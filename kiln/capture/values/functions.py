@@ -11,6 +11,9 @@ from kiln.capture.values.containers import TupleValue
 class UserFunctionValue(Value):
     """A Python function defined in user code; calls to it are inlined."""
 
+    def truth(self, tx) -> bool:
+        return True  # (functions and bound methods define no __bool__ or __len__)
+
     def __init__(self, fn: types.FunctionType, source=None):
         self.fn = fn
         self.source = source
@@ -192,6 +195,9 @@ def existing_cell(tx, real: types.CellType, source, read) -> CellValue:
 class NestedFunctionValue(Value):
     """A function created by MAKE_FUNCTION while tracing (nested def, lambda, 3.11 comprehension)."""
 
+    def truth(self, tx) -> bool:
+        return True  # (functions and bound methods define no __bool__ or __len__)
+
     def __init__(self, code: types.CodeType, f_globals: dict, qualname: str, defaults: tuple, kwdefaults: dict,
                  closure: tuple[CellValue, ...] | None, annotations=None):
         self.code = code
@@ -338,6 +344,9 @@ def make_function(code, f_globals, qualname, defaults, kwdefaults, closure, anno
 
 class UserMethodValue(Value):
     """A function bound to a self value."""
+
+    def truth(self, tx) -> bool:
+        return True  # (functions and bound methods define no __bool__ or __len__)
 
     def __init__(self, fn: Value, self_value: Value, source=None):
         self.fn = fn

@@ -176,6 +176,12 @@ class NNModuleValue(Value):
                         hint="modules with backward hooks or global module hooks are run eagerly for now")
         if type(m).__call__ is not torch.nn.Module.__call__:  # a class that defines its own __call__
             return class_attribute(tx, type(m), "__call__", self).call(tx, args, kwargs)
+        return self.call_module(tx, args, kwargs)
+
+    def call_module(self, tx, args, kwargs) -> Value:
+        """What nn.Module.__call__ does (also reached as ``super().__call__(...)`` from a class's own
+        ``__call__``, as transformers' GradientCheckpointingLayer's): hooks, then ``forward``."""
+        m = self.module
         for name in ("forward", "_compiled_call_impl"):  # what nn.Module.__call__ reads from the instance
             if m.__dict__.get(name) is not None:
                 unsupported(f"module {self.qualname} ({type(m).__name__}) has {name} set on the instance",
