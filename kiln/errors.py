@@ -69,3 +69,9 @@ class KernelBuildError(BackendError):
             f"this is a kiln bug: please report it with the source file above. "
             f"kiln.compile(..., backend='aot_eager') runs the program without generated kernels meanwhile."
         )
+
+
+class IndexOutOfBoundsError(IndexError, RuntimeError):
+    """A generated kernel met an index outside the dimension it indexes. Eager PyTorch raises IndexError for
+    some indexing ops (``x[i]``, ``index_select``) and RuntimeError for others (``gather``, ``scatter``,
+    ``index_add``, and an empty dimension): this is both, so the user's ``except`` catches it either way."""

@@ -104,7 +104,7 @@ class WrapperGen:
                 body.append(f"{call}  # {kernel.name}")
                 if getattr(kernel, "checks_bounds", False):
                     err = self.const(kernel.take_error, "take_error")
-                    body.append(f"if {err}(): raise IndexError({index_error_message(kernel)!r})")
+                    body.append(f"if {err}(): raise IndexOutOfBoundsError({index_error_message(kernel)!r})")
             else:
                 body += self._extern(step)
             for name in sorted(n for n, last in last_use.items() if last == i):

@@ -8,6 +8,8 @@ import dataclasses
 
 import torch
 
+from kiln.errors import IndexOutOfBoundsError
+
 
 @dataclasses.dataclass
 class Wrapper:
@@ -68,7 +70,7 @@ EXTERN_ARGUMENT_ADAPTERS = {
 
 # the names every wrapper's namespace starts with (the warm cache stores them by name)
 WRAPPER_HELPERS = {"empty_strided": torch.empty_strided, "ensure_layout": ensure_layout, "torch": torch,
-                   "aligned_attention_bias": aligned_attention_bias}
+                   "aligned_attention_bias": aligned_attention_bias, "IndexOutOfBoundsError": IndexOutOfBoundsError}
 
 
 def pointer_call(fn: str, names: list[str], sizes=()) -> str:

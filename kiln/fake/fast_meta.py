@@ -60,10 +60,18 @@ def _row_major(t: torch.Tensor) -> bool:
     size-1 dims; meta kernels pass them on)."""
     expected = 1
     for n, st in zip(reversed(t.shape), reversed(t.stride())):
-        if st != expected:
+        if not _known_equal(st, expected):
             return False
         expected *= n
     return True
+
+
+def _known_equal(a, b) -> bool:
+    """``a == b`` where it holds for every size (no guard: a symbolic stride that only equals the row-major
+    one for some sizes, ``512`` against ``Min(512, s0)`` of a sliced buffer, takes the meta kernel instead of
+    splitting the sizes into two graphs)."""
+    same = a == b
+    return same if type(same) is bool else same.node.statically_known_true()
 
 
 def _plain(x) -> bool:
@@ -252,7 +260,10 @@ def _softmax(func, args, kwargs):
     if kwargs or len(args) != 3 or not isinstance(args[0], torch.Tensor) or args[0].dtype not in _FLOATS:
         return None
     x, dim, half_to_float = args
-    if type(dim) is not int or not -max(x.dim(), 1) <= dim < max(x.dim(), 1) or half_to_float is not False:
+    rank = max(x.dim(), 1)
+    if type(dim) is int and not -rank <= dim < rank:  # (the meta kernel lets it pass; eager's kernel raises)
+        raise IndexError(f"Dimension out of range (expected to be in range of [{-rank}, {rank - 1}], but got {dim})")
+    if type(dim) is not int or half_to_float is not False:
         return None
     if not all(type(n) is int for n in x.shape):
         return None  # symbolic sizes: the meta kernel decides

@@ -425,10 +425,11 @@ def arange(func, *args, dtype=None, layout=None, device=None, pin_memory=None):
     if any(isinstance(v, (float, torch.SymFloat)) for v in numbers):
         raise SymbolicShapeUnsupported(func, "arange with float bounds")
     _refuse_unbacked(*numbers)
-    if isinstance(step, int) and step > 0:
-        length = (end - start + step - 1) // step
-    elif isinstance(step, int) and step < 0:  # counting down: ceil((start - end) / -step) values
-        length = (start - end - step - 1) // -step
+    if isinstance(step, (int, torch.SymInt)) and step != 0:  # (a symbolic step: its sign is guarded)
+        if step > 0:
+            length = (end - start + step - 1) // step
+        else:  # counting down: ceil((start - end) / -step) values
+            length = (start - end - step - 1) // -step
     else:
         raise SymbolicShapeUnsupported(func, f"arange with step {step}")
     length = torch.sym_max(length, 0)

@@ -2,6 +2,7 @@
 from outside keyed by classes and typing's special forms (huggingface_hub's validators by get_origin)."""
 import typing
 
+import pytest
 import torch
 
 import kiln
@@ -67,3 +68,37 @@ def test_typing_constructs_are_constants_of_the_trace():
     assert not kiln.stats.graph_breaks, dict(kiln.stats.graph_breaks)
     Config.__dataclass_fields__["a"].type = Optional[str]  # another annotation object: not taken for the old
     assert compiled(torch.ones(1))[1] == f(torch.ones(1))[1]
+
+
+def test_an_object_kiln_does_not_model_is_guarded_by_type():
+    """isinstance() of an argument kiln holds without looking into (a list_reverseiterator, a generator)
+    answers from its type: guarded, so a later int takes its own code (it reused the iterator's: TypeError)."""
+    def f(x, r):
+        if not isinstance(r, int):
+            r = list(r)
+        return x + 1, r
+
+    def numbers():
+        yield 1
+
+    compiled = kiln.compile(f)
+    for arg in (reversed([1, 2]), 5, numbers(), 7):
+        expected = f(torch.ones(1), arg if isinstance(arg, int) else list(arg))  # (a fresh copy of the items)
+        got = compiled(torch.ones(1), arg if isinstance(arg, int) else
+                       (reversed([1, 2]) if expected[1] == [2, 1] else numbers()))
+        assert got[1] == expected[1]
+
+
+def test_softmax_over_a_dimension_out_of_range_raises_eagers_error():
+    from torch import nn
+    from torch.nn import functional as F
+
+    for f in (lambda x: F.softmax(x, 5), lambda x: nn.Softmax(dim=5)(x), lambda x: x.log_softmax(-3)):
+        kiln.reset()
+        try:
+            f(torch.randn(3))
+        except IndexError as exc:
+            expected = str(exc)
+        with pytest.raises(IndexError) as got:
+            kiln.compile(f)(torch.randn(3))
+        assert str(got.value) == expected

@@ -143,3 +143,27 @@ def test_safe_softmax_of_symbolic_sizes(backend):
     def f(x):
         return torch.ops.aten._safe_softmax(x * 2, -1) + 1
     check(f, lambda n: (torch.randn(2, n, n),), backend, graphs=2)
+
+
+class SlicedPositions(torch.nn.Module):
+    """BERT's position ids: a buffer of the longest length, sliced to the input's."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("pos", torch.arange(16.0).unsqueeze(0))
+
+    def forward(self, x):
+        return x + self.pos[:, :x.shape[1]]
+
+
+def test_a_buffer_sliced_to_the_input_length_serves_the_full_length_too(backend):
+    # the slice's stride 16 equals its row-major stride only where Min(16, s0) == 16: a check that guarded
+    # it (Ne(Min(16, s0), 16)) made the full length a third graph
+    check(SlicedPositions(), lambda n: (torch.randn(2, n),), backend, sizes=(5, 9, 16, 7, 16), graphs=2)
+
+
+def test_arange_with_a_symbolic_step(backend):
+    # a step from another size: its sign is guarded, the length is symbolic (it compiled static per size)
+    def f(x):
+        return torch.arange(x.shape[0], 0, -x.shape[1]).float(), torch.arange(0, x.shape[0], x.shape[1]) * 2
+    check(f, lambda n: (torch.randn(n, 2 + n % 5),), backend, graphs=2)

@@ -191,3 +191,24 @@ def test_index_into_an_empty_dimension_raises_not_crashes(dynamic):
         h(torch.zeros(0), torch.tensor([0]), torch.tensor([5.0]))
     empty = g(torch.randn(0), torch.zeros(0, dtype=torch.long))  # no index, no error
     assert empty.shape == (0,)
+
+
+@pytest.mark.parametrize("case", ["gather", "scatter_add", "index_add", "index_select", "embedding", "index"])
+def test_an_out_of_range_index_raises_what_eager_would_catch(case):
+    """Eager raises IndexError for some indexing ops and RuntimeError for others; kiln's error is both."""
+    import kiln
+    from torch.nn import functional as F
+
+    fn, args = {
+        "gather": (lambda x, i: torch.gather(x, 1, i), (torch.randn(2, 3), torch.tensor([[0, 3]]))),
+        "scatter_add": (lambda x, i: x.scatter_add(0, i, torch.ones(1, 2)), (torch.randn(3, 2), torch.tensor([[5, 0]]))),
+        "index_add": (lambda x, i: x.index_add(0, i, torch.ones(2, 2)), (torch.zeros(3, 2), torch.tensor([0, 3]))),
+        "index_select": (lambda x, i: torch.index_select(x, 0, i) * 2, (torch.randn(2, 3), torch.tensor([5]))),
+        "embedding": (lambda i, w: F.embedding(i, w) * 2, (torch.tensor([7]), torch.randn(3, 2))),
+        "index": (lambda x, i: x[i] * 2, (torch.randn(3), torch.tensor([3]))),
+    }[case]
+    kiln.reset()
+    with pytest.raises(Exception) as eager:
+        fn(*args)
+    with pytest.raises(type(eager.value)):
+        kiln.compile(fn)(*args)

@@ -281,7 +281,9 @@ def _wrap(tx, value, source, qualname) -> Value:
     if type(value).__module__ in ("builtins",) or type(value).__module__.startswith("torch") or \
             not hasattr(value, "__dict__") and not hasattr(type(value), "__slots__"):
         # an object kiln does not model (an optimizer, a numpy array, a file, an iterator): it can be
-        # held and handed back, and using it breaks the graph where it is used
+        # held and handed back, and using it breaks the graph where it is used; its type is guarded
+        # (isinstance() and type() answer from it: `reversed([..])` then an int must not share code)
+        guards.type(source, value)
         return OpaqueObjectValue(value, source)
     guards.type(source, value)
     return UserObjectValue(value, source)
