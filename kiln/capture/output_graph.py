@@ -243,8 +243,10 @@ class OutputGraph:
             if self.shape_env is not None and _has_symbolic_arg(fargs, fkwargs):
                 self.shape_env.failed = self.shape_env.failed or f"{_describe(target)} recursed on symbolic sizes"
             unsupported(f"{_describe(target)} failed on fake tensors: RecursionError")
-        except (RuntimeError, TypeError, ValueError, IndexError, AttributeError, KeyError, NotImplementedError) as exc:
-            # what eager would raise too (a wrong argument): the op runs as Python at a break, and raises there
+        except (RuntimeError, TypeError, ValueError, IndexError, AttributeError, KeyError, NotImplementedError,
+                AssertionError) as exc:
+            # what eager would raise too (a wrong argument; torch's Python meta kernels also assert, e.g.
+            # nll_loss's on a weight of the wrong size): the op runs as Python at a break, and raises there
             unsupported(f"{_describe(target)} failed on fake tensors: {type(exc).__name__}: {_first_part(exc)}")
 
     def _unbacked_env(self) -> ShapeEnv | None:

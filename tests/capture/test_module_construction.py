@@ -135,3 +135,12 @@ def test_super_call_from_a_class_call_runs_the_module_call():
     compiled = kiln.compile(model)
     torch.testing.assert_close(compiled(x), model(x))
     assert len(counted) == 6 and kiln.stats.graphs == 1 and not kiln.stats.graph_breaks
+
+
+def test_a_wrong_argument_caught_by_torchs_meta_kernel_runs_as_eager_and_raises_its_error():
+    def f(x, t, w):
+        return nn.CrossEntropyLoss(weight=w)(x, t)  # 3 weights for 5 classes: torch's meta kernel asserts
+
+    with pytest.raises(RuntimeError, match="weight tensor should be defined"):
+        kiln.compile(f)(torch.randn(4, 5), torch.randint(0, 5, (4,)), torch.rand(3))
+    assert not any("internal error" in reason for reason in kiln.stats.eager_fallbacks)
