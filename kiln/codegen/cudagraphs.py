@@ -35,6 +35,7 @@ from kiln.debug.stats import stats
 from kiln.fake.shapes import is_dense
 
 MAX_GRAPHS = 8  # recordings kept per runner (input signatures); the least recently used goes first
+_MAX_COUNTED = 4096  # signatures whose calls are counted (for admission) before the counts restart
 
 
 class _Recording:
@@ -81,6 +82,8 @@ class CudaGraphRunner:
         self.record_seconds: list[float] = []  # per recording made
         self.pool = None  # the memory pool every recording of this runner shares (made at the first)
         self.other_callers = 0  # calls from another thread or stream than the recording's: run plainly
+        self.calls: collections.Counter[tuple] = collections.Counter()  # calls per signature (admission)
+        self.not_admitted = 0  # calls run plainly because their shape is rarer than every kept recording
 
     # ----------------------------------------------------------------------------------- calls
 
@@ -88,6 +91,10 @@ class CudaGraphRunner:
         # the signature covers the caller's inputs; parameters and buffers are matched by address
         # (_state_in_place): their sizes, strides and dtypes are the compiled graph's own (guarded)
         key = _signature(inputs[:len(inputs) - self.n_state])
+        self.calls[key] += 1
+        if len(self.calls) > _MAX_COUNTED:  # (shapes that never repeat: forget the counts, keep the kept)
+            self.calls = collections.Counter({k: self.calls[k] for k in self.recordings})
+            self.calls[key] += 1
         rec = self.recordings.get(key)
         if rec is not None and self._state_in_place(rec, inputs):
             if rec.caller != _caller(self.device_type):
@@ -105,6 +112,13 @@ class CudaGraphRunner:
             self.warm.add(key)
             return self.run(*inputs)
         self.warmed_up = False  # (only the first signature: another one runs plainly once first)
+        if key not in self.recordings and len(self.recordings) >= self.max_graphs and \
+                self.calls[key] <= self.calls[next(iter(self.recordings))]:
+            # full, and this shape is not called more often than the least recently used recording:
+            # recording it would evict one that recurs as much (more shapes than room, in a cycle: every
+            # call would record again and replay once)
+            self.not_admitted += 1
+            return self.run(*inputs)
         rec = self._record(key, inputs)
         if rec is None:
             return self.run(*inputs)
@@ -174,7 +188,9 @@ class CudaGraphRunner:
     def explain(self) -> str:
         made = len(self.record_seconds)
         lines = [f"CUDA graphs (mode='reduce-overhead'): {len(self.recordings)} kept of {made} recorded "
-                 f"(at most {self.max_graphs}, least recently used dropped: {self.evicted}), {self.replays} replays"]
+                 f"(at most {self.max_graphs}, least recently used dropped: {self.evicted}), {self.replays} replays"
+                 + (f", {self.not_admitted} calls of shapes rarer than every kept one run plainly"
+                    if self.not_admitted else "")]
         if made:
             lines.append(f"  recording time per new shape: {1000 * sum(self.record_seconds) / made:.1f} ms mean, "
                          f"{1000 * max(self.record_seconds):.1f} ms max")

@@ -102,15 +102,29 @@ def test_parameter_moved_re_records_and_new_shapes_least_recent_dropped(fake_cud
     for n in (4, 4, 4):
         check(runner, torch.randn(n), torch.randn(n))
     assert len(runner.recordings) == 2
-    for n in (5, 5, 5):
+    for n in (5,) * 4:  # full: size 5 runs plainly until it is called more often than size 8 (4 calls)
         check(runner, torch.randn(n), torch.randn(n))
-    assert len(runner.recordings) == 2  # the least recently used recording (size 8) was dropped for size 5
+    assert [k[0][0] for k in runner.recordings] == [(8,), (4,)] and runner.not_admitted == 3
+    check(runner, torch.randn(5), torch.randn(5))  # its 5th call: the least recently used (size 8) goes
+    assert len(runner.recordings) == 2
     assert [k[0][0] for k in runner.recordings] == [(4,), (5,)]
     assert runner.evicted == 1 and "least recently used dropped: 1" in runner.explain()
-    assert "recording time per new shape" in runner.explain()
-    for n in (4, 6, 6, 6):  # size 4 replayed: it is the most recent now, so size 5 is dropped for 6
+    assert "recording time per new shape" in runner.explain() and "rarer than every kept one" in runner.explain()
+    for n in (4,) + (6,) * 6:  # size 4 replayed: it is the most recent now, so size 5 is dropped for 6
         check(runner, torch.randn(n), torch.randn(n))
     assert [k[0][0] for k in runner.recordings] == [(4,), (6,)]
+
+
+def test_more_shapes_than_room_in_a_cycle_keep_their_recordings(fake_cuda):
+    """Sequence lengths cycling over more shapes than recordings: pure LRU recorded every call again
+    (each recording evicted before its shape came back); the kept ones stay and the rest run plainly."""
+    runner = runner_for(Wrapper(), max_graphs=3)
+    weights = {n: torch.randn(n) for n in (3, 4, 5, 6, 7, 9)}  # (state: at the same address every call)
+    for _ in range(4):
+        for n, w in weights.items():
+            check(runner, torch.randn(n), w)
+    assert len(runner.record_seconds) == 3 and runner.evicted == 0
+    assert runner.replays == 3 * 3  # the three kept shapes, from the round that recorded them (it replays too)
 
 
 def test_not_used_for_cpu_inputs_expanded_inputs_failures_and_aliases(fake_cuda):
