@@ -21,7 +21,8 @@ won) no shape is raced again. A workload whose sizes never repeat pays nothing; 
 over and over (a serving batch size, fixed-length buckets) replays each of them, at most MAX_GRAPHS
 recordings drawing from one memory pool (``codegen/cudagraphs.py``, least recently used dropped).
 
-A recording whose memory pool (what the reserved memory grew by while recording) is over ``MAX_POOL_BYTES`` or ``MAX_POOL_SHARE`` of the device's memory is not used: default mode does not pin
+A recording whose memory pool (what the reserved memory grew by while recording) is over
+``MAX_POOL_BYTES`` or ``MAX_POOL_SHARE`` of the device's memory is not used: default mode does not pin
 large amounts of memory for speed.
 """
 from __future__ import annotations

@@ -98,6 +98,15 @@ def user_location(node) -> str:
     return str(trace).strip().splitlines()[-1][:120]
 
 
+def nonempty_test(index, tests: dict, joiner: str) -> str | None:
+    """The test that every dimension ``index`` reaches through a loaded index is non-empty: the tests
+    ``indirect_indexing`` recorded (loaded-index symbol -> test) for the symbols in ``index``, joined; None
+    where no such dimension can be empty. An empty dimension has no element to read or write, not even
+    the one an out-of-range index falls back to: the access is skipped (C++) or masked off (Triton)."""
+    found = sorted({tests[s] for s in sympy.sympify(index).free_symbols if s in tests})
+    return joiner.join(found) if found else None
+
+
 def index_error_message(kernel) -> str:
     """What a kernel that met an out-of-range loaded index raises: the indexing ops it runs and the user's
     lines they came from (eager raises an IndexError for the same values)."""

@@ -12,7 +12,8 @@ from typing import Any
 import torch
 
 from kiln.capture.guards import GuardKind
-from kiln.capture.sources import AttrSource, ClosureSource, ConstantSource, GetItemSource, LocalSource, Source
+from kiln.capture.sources import (AttrSource, BuiltinSource, ClosureSource, ConstantSource, GetItemSource, LocalSource,
+                                  Source)
 from kiln.capture.values.base import ConstantValue, Value, is_constant_literal, unsupported
 from kiln.capture.values.builtins import BuiltinValue
 from kiln.capture.values.containers import DictValue, ListValue, SetValue, TupleValue
@@ -205,8 +206,10 @@ def _wrap(tx, value, source, qualname) -> Value:
                 guards.type(source, value)
                 return OpaqueObjectValue(value, source)
             unsupported(f"builtin method {value.__name__} bound to a {type(value.__self__).__name__} object")
-        if source is not None and not isinstance(source, ConstantSource):
-            guards.identity(source, value)  # (`fn` handed in as list, then tuple: the code differs)
+        if source is not None and not isinstance(source, (ConstantSource, BuiltinSource)):
+            # `fn` handed in as list, then tuple: the code differs. (A name read from the builtins dict is
+            # trusted as it always was: a guard per builtin used would be paid on every call.)
+            guards.identity(source, value)
         return BuiltinValue(value, source)
     if isinstance(value, functools.partial):
         if source is not None and not isinstance(source, ConstantSource):

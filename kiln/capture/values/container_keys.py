@@ -55,8 +55,10 @@ def dict_key(tx, key: Value, entries: dict | None = None) -> Any:
     from kiln.capture.values.ops import is_python_object
 
     if is_python_object(key):
+        from kiln.capture.values.builder import identity_keyed
+
         real = getattr(key, "obj", None)
-        if real is not None and key.source is not None and tx is not None and _identity_keyed(real):
+        if real is not None and key.source is not None and tx is not None and identity_keyed(real):
             tx.output.guards.identity(key.source, real)  # (pinned: the object itself is the key, exactly)
             return real
         if entries is not None and tx is not None and hashed_keys.has_python_hash(key.python_type()):
@@ -84,12 +86,6 @@ def dict_key(tx, key: Value, entries: dict | None = None) -> Any:
                 check_tensor_identity_guarded(tx, [key, *others])
         return TensorKey(key.example, key)
     unsupported(f"dict key {key}")
-
-
-def _identity_keyed(obj) -> bool:
-    from kiln.capture.values.builder import identity_keyed
-
-    return identity_keyed(obj)
 
 
 def _object_key(tx, key: Value) -> ObjectKey:

@@ -131,4 +131,3 @@ def build_module(cls, names, *values):
     """``cls(*positional, **dict(zip(names, keyword values)))``: the transformed code's module build."""
     positional = len(values) - len(names)
     return cls(*values[:positional], **dict(zip(names, values[positional:])))
-

@@ -73,7 +73,7 @@ class KernelContext:
         self.checks_bounds = False  # set by CppOps.indirect_indexing
         # loaded index variable -> C test that its dimension is not empty (only where it may be: a size of 0
         # or a symbolic one). No index is valid there, so an access through it must not happen at all.
-        self.indirect_nonempty: dict[str, str] = {}
+        self.indirect_nonempty: dict = {}  # (loaded-index symbol -> C test)
         self.subs: dict = {}  # loop variable -> expression (merged loops)
         self.tiled = False  # kernel-local scalars are per-tile arrays indexed by ``xi``
         self.rows = None  # the member being generated's row caches (rows.MemberRows), if any

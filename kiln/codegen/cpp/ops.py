@@ -9,7 +9,7 @@ import re
 import sympy
 import torch
 
-from kiln.codegen.common import print_index_c
+from kiln.codegen.common import nonempty_test, print_index_c
 from kiln.loopir.sizes import is_symbolic
 from kiln.loopir.ops import OpsHandler, reduction_identity, result_dtype
 
@@ -231,12 +231,8 @@ class CppOps(OpsHandler):
         return self._emit(text(ptr, print_index_c(idx)), dtype, key)
 
     def _nonempty(self, index) -> str | None:
-        """The C test that every dimension ``index`` reaches through a loaded index is non-empty (None: no
-        such dimension can be empty). ``kiln_indirect`` flags any index into an empty dimension; this keeps
-        the access itself from happening (an empty tensor has no element 0 to read or write)."""
-        tests = sorted({self.ctx.indirect_nonempty[s.name] for s in sympy.sympify(index).free_symbols
-                        if s.name in self.ctx.indirect_nonempty})
-        return " && ".join(tests) if tests else None
+        """(``kiln_indirect`` flags any index into an empty dimension; the access itself must not happen.)"""
+        return nonempty_test(index, self.ctx.indirect_nonempty, " && ")
 
     def store(self, name, index, value):
         self._sink(value)
@@ -317,9 +313,10 @@ class CppOps(OpsHandler):
         n = f"static_cast<int64_t>({print_index_c(size)})" if is_symbolic(size) else f"{int(size)}LL"
         v = self._emit(f"kiln_indirect(static_cast<int64_t>({value}), {n}, {'true' if wrap_negative else 'false'})",
                        torch.int64)
+        sym = sympy.Symbol(v.name, integer=True, nonnegative=True)
         if sympy.sympify(size).is_positive is not True:  # (a backed size symbol is positive)
-            self.ctx.indirect_nonempty[v.name] = f"({n} > 0)"
-        return sympy.Symbol(v.name, integer=True, nonnegative=True)
+            self.ctx.indirect_nonempty[sym] = f"({n} > 0)"
+        return sym
 
     def reduction(self, kind, value, dtype):
         """Records the reduction (the loop generator emits its combine step and accumulators)."""

@@ -14,7 +14,7 @@ import math
 import sympy
 import torch
 
-from kiln.codegen.common import print_index_py
+from kiln.codegen.common import nonempty_test, print_index_py
 from kiln.loopir.sizes import is_symbolic
 from kiln.loopir.ops import OpsHandler, reduction_identity, result_dtype
 
@@ -204,12 +204,8 @@ class TritonOps(OpsHandler):
         return val
 
     def _nonempty(self, index) -> str | None:
-        """The test that every dimension ``index`` reaches through a loaded index is non-empty (None: none
-        can be empty). The clamp keeps other out-of-range indices in the buffer; an empty one has no
-        element to clamp to, so the access is masked off."""
-        known = getattr(self.ctx, "indirect_nonempty", {})
-        tests = sorted({known[s] for s in sympy.sympify(index).free_symbols if s in known})
-        return " & ".join(tests) if tests else None
+        """(The clamp keeps other out-of-range indices in the buffer; an empty one has nothing to clamp to.)"""
+        return nonempty_test(index, getattr(self.ctx, "indirect_nonempty", {}), " & ")
 
     def _guarding(self, axes) -> list:
         """The enclosing ``masked`` conditions a load at an address varying along ``axes`` is made under:
