@@ -60,7 +60,21 @@ def _atom(e, div) -> str:
     if isinstance(e, InRange):
         return _atom(e.args[0], div)
     s = _print(e, div)
-    return s if e.is_Atom or s.startswith("(") else f"({s})"
+    return s if e.is_Atom or _enclosed(s) else f"({s})"
+
+
+def _enclosed(s: str) -> bool:
+    """Whether one pair of parentheses encloses all of ``s``: "(a + b)" is, "(a + b)*c" is not (a product
+    whose first factor is parenthesized must still be parenthesized as a divisor: x / ((a + b)*c))."""
+    if not s.startswith("("):
+        return False
+    depth = 0
+    for i, ch in enumerate(s):
+        depth += ch == "("
+        depth -= ch == ")"
+        if depth == 0:
+            return i == len(s) - 1
+    return False
 
 
 def op_names(origins) -> list[str]:

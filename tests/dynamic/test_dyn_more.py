@@ -32,6 +32,17 @@ def test_max_pool1d_over_sequence(backend):
     check(f, lambda n: (torch.randn(2, 2 * n + n % 2, 3),), backend, sizes=SHORT, graphs=2 if two_13 else 3)
 
 
+def test_max_pool2d_backward_over_channels_and_widths(backend):
+    """Dilated, padded, ceil-mode max pooling and its backward with every dim symbolic: the scatter's
+    index divides by a product of sizes, ``(s2 // 2)*Min(..)`` (printed without its parentheses once, which
+    scattered every channel's gradient into the first)."""
+    def f(x):  # (literal arguments: ints read from closure cells would be symbols under dynamic=True)
+        out, idx = F.max_pool2d_with_indices(x, 3, 2, 1, (1, 2), ceil_mode=True, return_indices=True)
+        return torch.ops.aten.max_pool2d_with_indices_backward.default(
+            torch.ones_like(out), x, 3, 2, 1, (1, 2), True, idx)
+    check(f, lambda n: (torch.randn(1, n // 3, 3, n),), backend, sizes=(6, 9, 7, 13), dynamic=True, graphs=1)
+
+
 def test_avg_pool2d_square_image(backend):
     def f(x):
         return F.avg_pool2d(torch.relu(x), 2) + 1
