@@ -576,6 +576,10 @@ def _worker(conn, args):
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     # inductor compiles in this process: no pool of compile workers in each of the sweep's processes
     os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
+    # every sample is traced, lowered and generated here: a whole graph loaded from kiln's warm cache (an
+    # earlier sweep's, or another sample's: with --dynamic, samples of one op share graphs) records no
+    # kernels or fallbacks to report
+    os.environ.setdefault("KILN_WARM_CACHE", "0")
     import torch
 
     torch.set_num_threads(1)
