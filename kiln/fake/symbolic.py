@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import fractions
+import math
 import operator
 from typing import Callable
 
@@ -624,11 +625,15 @@ class SymNode:
     def sym_int(self):
         return self.wrap_int(int(self._concrete()))
 
+    # (a float made of sizes is specialized by _concrete: its sizes become constants, which is sound)
     def ceil(self):
-        return self.wrap_int(int(self._concrete()).__ceil__()) if self.pytype is float else self
+        return self.wrap_int(math.ceil(self._concrete())) if self.pytype is float else self
 
     def floor(self):
-        return self.wrap_int(int(self._concrete()).__floor__()) if self.pytype is float else self
+        return self.wrap_int(math.floor(self._concrete())) if self.pytype is float else self
+
+    def trunc(self):
+        return self.wrap_int(math.trunc(self._concrete())) if self.pytype is float else self
 
     # comparisons and logic
     def eq(self, other):

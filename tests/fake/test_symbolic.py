@@ -252,3 +252,18 @@ def test_without_divisions_shares_a_remainder_and_keeps_min_max_unevaluated():
     out = _without_divisions(FloorDiv(s0, 2) + sympy.Max(FloorDiv(s0, 2), 3))
     assert len([s for s in out.free_symbols if s.name.startswith("_r")]) == 1
     assert out.has(sympy.Max)  # (rebuilt with evaluate=False: evaluating Min/Max again was most of the time)
+
+
+def test_ceil_floor_trunc_of_a_float_made_of_sizes():
+    """math.ceil/floor/trunc of a SymFloat (torch's Python meta functions take them of sizes times
+    scales): the value of the float at the hints, rounded the right way (ceil(7.5) is 8, floor(-7.5) is
+    -8: the int was truncated before rounding once), with the sizes specialized."""
+    import math
+
+    for n, scale in [(5, 1.5), (7, -1.5), (9, 0.25), (8, 2.0)]:
+        env, x = _env_x(shape=(n, 4))
+        value = x.shape[0] * scale
+        assert math.ceil(value) == math.ceil(n * scale)
+        assert math.floor(value) == math.floor(n * scale)
+        assert math.trunc(value) == math.trunc(n * scale)
+        assert env.check_function()(torch.randn(n + 1, 4)) is not None  # the size is a constant now
