@@ -389,6 +389,26 @@ def _linear_args(args, kwargs):
     return args
 
 
+def one_hot(tensor: torch.Tensor, num_classes: int = -1) -> torch.Tensor:
+    """``F.one_hot`` with a given number of classes as ATen's body computes it: zeros, then a scatter of
+    ones (its C++ body asks for concrete sizes). ATen first checks that the class values lie in
+    [0, num_classes); the scatter's own index check raises for the same values (IndexOutOfBoundsError,
+    a RuntimeError as eager's)."""
+    shape = list(tensor.shape) + [num_classes]
+    out = torch.zeros(shape, dtype=torch.int64, device=tensor.device)
+    return out.scatter(-1, tensor.unsqueeze(-1), 1)
+
+
+def _one_hot_args(args, kwargs):
+    bound = _bind(args, kwargs, ("tensor", "num_classes"))
+    if bound is None or not isinstance(bound.get("tensor"), torch.Tensor) or bound["tensor"].dtype != torch.int64:
+        return None  # (eager's own error for other dtypes)
+    n = bound.get("num_classes", -1)
+    if isinstance(n, int) or bound["tensor"].numel() == 0:
+        return None  # (-1 counts classes from the values; a static count needs no rule)
+    return [bound["tensor"], n]
+
+
 # torch-level callables (call_function targets) -> (argument binder, rule)
 FUNCTION_RULES = {
     torch.matmul: (_matmul_args, matmul),
@@ -403,6 +423,7 @@ FUNCTION_RULES = {
     torch.gru_cell: (_gru_cell_args, gru_cell),
     torch.Tensor.__getitem__: (_getitem_args, tensor_getitem),
     torch.Tensor.__setitem__: (_setitem_args, tensor_setitem),
+    torch.nn.functional.one_hot: (_one_hot_args, one_hot),
 }
 # the same ops where they reach a dispatch mode (AOT tracing) as ATen ops
 # (sdpa: ATen's C++ composite asks ``_fused_sdp_choice`` of symbolic fakes and gets "math": the AOT
@@ -420,7 +441,7 @@ class SymbolicCompositeMode(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         entry = FUNCTION_RULES.get(func) if _hashable(func) else None
-        if entry is not None and has_symbolic_tensor(args):
+        if entry is not None and (has_symbolic_tensor(args) or has_symbolic_tensor(tuple(kwargs.values()))):
             bound = entry[0](tuple(args), dict(kwargs))
             if bound is not None and isinstance(bound[0], torch.Tensor):
                 with self:  # (a rule's own torch calls come here too: sdpa's math body calls matmul)

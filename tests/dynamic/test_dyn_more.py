@@ -314,3 +314,15 @@ def test_same_sizes_then_different(backend):
         return (q @ k.t()).softmax(-1)
     check(f, lambda n: (torch.randn(n, 4), torch.randn(n if n < 10 else n - 4, 4)), backend,
           sizes=(4, 5, 6, 13, 20, 7), graphs=3, dynamo_graphs=2)
+
+
+def test_one_hot_with_num_classes_from_a_size(backend):
+    """F.one_hot(idx, num_classes=x.shape[1]) is symbolic (ATen's C++ body asks for the number: one graph
+    per size); class values outside [0, num_classes) raise as in eager."""
+    def f(x, idx):
+        return F.one_hot(idx, num_classes=x.shape[1]).float() * x
+    compiled = check(f, lambda n: (torch.rand(3, n), torch.randint(0, n, (3,))), backend, sizes=(3, 5, 7, 9),
+                     graphs=2)
+    for bad in ([0, 9, 1], [0, -1, 2]):
+        with pytest.raises(RuntimeError):
+            compiled(torch.rand(3, 9), torch.tensor(bad))

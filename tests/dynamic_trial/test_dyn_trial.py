@@ -1414,7 +1414,6 @@ def test_global_list_append_of_tensors():
     assert log == BATCHES and all(type(v) is int for v in log), log
 
 
-@xfail('too many recompiles', 'F.one_hot(num_classes=x.shape[1]) specializes')
 def test_one_hot_num_classes_from_size():
     def f(x, idx):
         return F.one_hot(idx, num_classes=x.shape[1]).float() * x
