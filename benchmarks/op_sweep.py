@@ -134,7 +134,15 @@ def _sample_fn_for_capture(op, sample):
     template = _with_slots((sample.input, sample.args, sample.kwargs), tensors)
     op_fn = op.op  # the callable itself (OpInfo objects are torch internals kiln does not read)
 
+    global _TORCH
+    import torch
+
+    _TORCH = torch
+
     def fn(*ts):
+        # names the torch module, a global: kiln's frame filter runs a frame whose only torch object is a
+        # function in a closure cell uncompiled (as tensor-free), and a factory op's samples have no tensor
+        _TORCH  # noqa: B018
         inp, args, kwargs = _fill(template, ts)
         return op_fn(inp, *args, **kwargs)
 
@@ -146,6 +154,7 @@ def _sample_fn_for_capture(op, sample):
 
 
 _SAMPLE_CODES = [0]
+_TORCH = None  # the torch module once a sample function is made (see _sample_fn_for_capture)
 
 
 def _sample_fn(op, sample):

@@ -1,7 +1,7 @@
 """Which frames are worth tracing: those that can reach a tensor.
 
 A frame none of whose locals, closure cells or referenced globals holds a tensor, a module, a NumPy
-array, the torch or numpy package or a function of torch's cannot record a tensor op itself (its callees are still offered to kiln one by one).
+array or the torch or numpy package cannot record a tensor op itself (its callees are still offered to kiln one by one).
 Tracing it would only produce guards on plain Python values, and a recompile for each new value:
 an import finder's `find_spec(fullname)` run by a lazy import inside a compiled function hit the
 recompile limit. Such frames run as they are (always exact); TorchDynamo skips them the same way.
@@ -37,18 +37,6 @@ def may_use_tensors(code: types.CodeType, f_locals: dict, f_globals: dict, closu
         except ValueError:  # an empty cell
             continue
     return _reaches_tensor(roots, tensor_like)
-
-
-_CALLABLE_TYPES = (types.FunctionType, types.BuiltinFunctionType, torch._ops.OpOverload, torch._ops.OpOverloadPacket)
-
-
-def _is_torch_callable(obj) -> bool:
-    """A function or op of torch's own (``torch.zeros``, ``F.relu``, ``torch.ops.aten.add``): calling it
-    can make tensors out of plain Python values."""
-    if not isinstance(obj, _CALLABLE_TYPES):
-        return False
-    module = getattr(obj, "__module__", None)
-    return type(module) is str and (module == "torch" or module.startswith("torch."))
 
 
 def _is_torchy_global(value, tensor_like: tuple) -> bool:
@@ -96,8 +84,6 @@ def _reaches_tensor(roots: list, tensor_like: tuple) -> bool:
     stack = [(obj, 0) for obj in roots]
     while stack:
         obj, depth = stack.pop()
-        if _is_torch_callable(obj):
-            return True  # a frame calling torch.zeros held in a closure or a container makes tensors
         if isinstance(obj, _LEAF_TYPES) or id(obj) in seen or depth > _DEPTH:
             continue
         if isinstance(obj, tensor_like):

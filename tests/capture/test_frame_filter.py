@@ -174,23 +174,3 @@ def test_a_lazily_imported_library_inside_a_compiled_function():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.stdout.strip().endswith("ok"), out.stderr[-2000:]
 
-
-def test_torch_function_held_in_a_closure_or_container_is_traced():
-    """A frame that calls a torch function it reaches through a closure cell or an argument makes tensors
-    from plain values (an OpInfo-style ``op(*args)``): it is traced, as TorchDynamo traces it."""
-    def make(op, args):
-        def fn(*ts):
-            return op(*args)
-        return fn
-
-    for op in (torch.zeros, torch.nn.functional.relu, torch.ops.aten.zeros.default, torch.signal.windows.hann):
-        fn = make(op, (3,))
-        assert may_use_tensors(fn.__code__, {"ts": ()}, fn.__globals__, fn.__closure__), op
-    assert may_use_tensors(*_frame_inputs(_Finder.find, _Finder(), {"op": torch.arange}))
-    assert not may_use_tensors(*_frame_inputs(_Finder.find, _Finder(), {"op": len}))  # a builtin of Python's
-
-    kiln.reset()
-    kiln.stats.reset()
-    compiled = kiln.compile(make(torch.arange, (5,)))
-    assert torch.equal(compiled(), torch.arange(5))
-    assert kiln.stats.graphs == 1
