@@ -404,8 +404,8 @@ def _one_hot_args(args, kwargs):
     if bound is None or not isinstance(bound.get("tensor"), torch.Tensor) or bound["tensor"].dtype != torch.int64:
         return None  # (eager's own error for other dtypes)
     n = bound.get("num_classes", -1)
-    if isinstance(n, int) or bound["tensor"].numel() == 0:
-        return None  # (-1 counts classes from the values; a static count needs no rule)
+    if (isinstance(n, int) and n < 0) or bound["tensor"].numel() == 0:
+        return None  # (-1 counts classes from the values: data-dependent; an empty input: eager's own checks)
     return [bound["tensor"], n]
 
 
@@ -423,6 +423,10 @@ FUNCTION_RULES = {
     torch.gru_cell: (_gru_cell_args, gru_cell),
     torch.Tensor.__getitem__: (_getitem_args, tensor_getitem),
     torch.Tensor.__setitem__: (_setitem_args, tensor_setitem),
+}
+# rules that run for static sizes too: ATen's body on fake tensors is another computation than on real
+# ones (one_hot: eq with an arange, without the range check the real body makes before its scatter)
+ALWAYS_RULES = {
     torch.nn.functional.one_hot: (_one_hot_args, one_hot),
 }
 # the same ops where they reach a dispatch mode (AOT tracing) as ATen ops
@@ -436,12 +440,16 @@ class SymbolicCompositeMode(TorchFunctionMode):
     """Runs the rules above in place of ``torch.matmul``, ``Tensor.__matmul__``, ``F.linear``, ... for
     calls with symbolic sizes made by captured code. (Not for calls inside a Python torch function that
     runs whole on fakes, such as ``F.multi_head_attention_forward``: torch runs a function's body with
-    the mode off. On torch 2.11 such a graph is compiled static, per size.)"""
+    the mode off. On torch 2.11 such a graph is compiled static, per size.) ``ALWAYS_RULES`` run for
+    static sizes too (in AOT tracing, where the mode is always on)."""
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         entry = FUNCTION_RULES.get(func) if _hashable(func) else None
-        if entry is not None and (has_symbolic_tensor(args) or has_symbolic_tensor(tuple(kwargs.values()))):
+        symbolic = entry is not None and (has_symbolic_tensor(args) or has_symbolic_tensor(tuple(kwargs.values())))
+        if not symbolic and _hashable(func):
+            entry = ALWAYS_RULES.get(func)
+        if entry is not None:
             bound = entry[0](tuple(args), dict(kwargs))
             if bound is not None and isinstance(bound[0], torch.Tensor):
                 with self:  # (a rule's own torch calls come here too: sdpa's math body calls matmul)

@@ -319,7 +319,7 @@ def test_same_sizes_then_different(backend):
 
 def test_one_hot_with_num_classes_from_a_size(backend):
     """F.one_hot(idx, num_classes=x.shape[1]) is symbolic (ATen's C++ body asks for the number: one graph
-    per size); class values outside [0, num_classes) raise as in eager."""
+    per size); class values outside [0, num_classes) raise as in eager, with a symbolic or a static count."""
     def f(x, idx):
         return F.one_hot(idx, num_classes=x.shape[1]).float() * x
     compiled = check(f, lambda n: (torch.rand(3, n), torch.randint(0, n, (3,))), backend, sizes=(3, 5, 7, 9),
@@ -327,3 +327,11 @@ def test_one_hot_with_num_classes_from_a_size(backend):
     for bad in ([0, 9, 1], [0, -1, 2]):
         with pytest.raises(RuntimeError):
             compiled(torch.rand(3, 9), torch.tensor(bad))
+    # a static count too (ATen's body on fake tensors is an eq with an arange, without the range check)
+    import kiln
+
+    static = kiln.compile(lambda i: F.one_hot(i, 6) * 2, backend=backend, dynamic=False)
+    assert torch.equal(static(torch.tensor([[0, 5], [2, 2]])), F.one_hot(torch.tensor([[0, 5], [2, 2]]), 6) * 2)
+    for bad in ([0, 6, 1], [0, -1, 2]):
+        with pytest.raises(RuntimeError):
+            static(torch.tensor(bad))
