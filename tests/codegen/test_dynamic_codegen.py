@@ -308,6 +308,7 @@ def test_divisor_products_whose_first_factor_is_parenthesized():
 
     from kiln.codegen.common import print_index_c, print_index_py
     from kiln.loopir.index import FloorDiv, ModularIndexing
+    from tests.loopir.test_index_simplify import _eval
 
     x, s1, s2 = sympy.symbols("x s1 s2", integer=True, positive=True)
     divisors = [FloorDiv(s2, 2) * s1, (s1 + 1) * s2, sympy.Min(s1 + 1, s2) * FloorDiv(s2, 2), (s1 + 2) * (s2 + 1)]
@@ -315,38 +316,10 @@ def test_divisor_products_whose_first_factor_is_parenthesized():
         for expr in (FloorDiv(x, d), ModularIndexing(x, d, s1), ModularIndexing(x, 1, d), FloorDiv(x, d) * d):
             for xv, v1, v2 in itertools.product((0, 7, 100, 12345), (2, 3, 5), (2, 4, 9)):
                 env = {"x": xv, "s1": v1, "s2": v2}
-                want = _eval_index(expr, env)
+                want = _eval(expr, {x: xv, s1: v1, s2: v2})
                 assert eval(print_index_py(expr), {"min": min, "max": max}, env) == want, (expr, env)
                 c = print_index_c(expr).replace("std::min<int64_t>", "min").replace("/", "//")
                 assert eval(c, {"min": min, "max": max}, env) == want, (expr, env)
-
-
-def _eval_index(expr, env):
-    """An index expression's value by its definition (FloorDiv and ModularIndexing over non-negative ints)."""
-    import sympy
-
-    from kiln.loopir.index import FloorDiv, ModularIndexing
-
-    if isinstance(expr, FloorDiv):
-        return _eval_index(expr.args[0], env) // _eval_index(expr.args[1], env)
-    if isinstance(expr, ModularIndexing):
-        a, b, c = (_eval_index(a, env) for a in expr.args)
-        return (a // b) % c
-    if isinstance(expr, sympy.Symbol):
-        return env[expr.name]
-    if expr.is_Integer:
-        return int(expr)
-    args = [_eval_index(a, env) for a in expr.args]
-    if isinstance(expr, sympy.Add):
-        return sum(args)
-    if isinstance(expr, sympy.Mul):
-        out = 1
-        for a in args:
-            out *= a
-        return out
-    if isinstance(expr, sympy.Min):
-        return min(args)
-    raise NotImplementedError(expr)
 
 
 def test_size_operands_are_parenthesized_in_triton_and_cpp():

@@ -17,6 +17,7 @@ def same_everywhere(a, b, ranges):
 
 
 def _eval(e, env):
+    """An index expression's value by its definition (FloorDiv, ModularIndexing over non-negative ints)."""
     if e.is_Integer:
         return int(e)
     if e.is_Symbol:
@@ -35,6 +36,8 @@ def _eval(e, env):
         return args[0] // args[1]
     if isinstance(e, ModularIndexing):
         return (args[0] // args[1]) % args[2]
+    if isinstance(e, (sympy.Min, sympy.Max)):
+        return (min if isinstance(e, sympy.Min) else max)(args)
     raise NotImplementedError(e)
 
 
