@@ -31,6 +31,8 @@ def _print(e, div: str) -> str:
         return f"({out})"
     if isinstance(e, sympy.Mul):
         coeff, rest = e.as_coeff_Mul()
+        if not coeff.is_Integer:  # (index arithmetic is integral: a rational coefficient is kiln's bug)
+            raise NotImplementedError(f"cannot print index expression {e}: coefficient {coeff} is not an integer")
         body = "*".join(_atom(a, div) for a in sympy.Mul.make_args(rest))
         if coeff == 1:
             return body

@@ -322,6 +322,19 @@ def test_divisor_products_whose_first_factor_is_parenthesized():
                 assert eval(c, {"min": min, "max": max}, env) == want, (expr, env)
 
 
+def test_a_rational_coefficient_is_refused_not_truncated():
+    """Index arithmetic is integral: ``x*(x + 1)/2`` printed as ``0*x*(x + 1)`` would index wrongly."""
+    import pytest
+    import sympy
+
+    from kiln.codegen.common import print_index_c
+
+    x = sympy.Symbol("x", integer=True, nonnegative=True)
+    with pytest.raises(NotImplementedError, match="not an integer"):
+        print_index_c(x * (x + 1) / 2)
+    assert print_index_c(-3 * x + 2) == "(-3*x + 2)"
+
+
 def test_size_operands_are_parenthesized_in_triton_and_cpp():
     """Loop-variable definitions (``x0 = xindex // (16*s0)``) and C++ strides use sizes as operands."""
     import sympy
