@@ -445,10 +445,11 @@ class SymbolicCompositeMode(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        entry = FUNCTION_RULES.get(func) if _hashable(func) else None
-        symbolic = entry is not None and (has_symbolic_tensor(args) or has_symbolic_tensor(tuple(kwargs.values())))
-        if not symbolic and _hashable(func):
-            entry = ALWAYS_RULES.get(func)
+        entry = None
+        if _hashable(func):
+            entry = FUNCTION_RULES.get(func)
+            if entry is None or not has_symbolic_tensor((*args, *kwargs.values())):
+                entry = ALWAYS_RULES.get(func)
         if entry is not None:
             bound = entry[0](tuple(args), dict(kwargs))
             if bound is not None and isinstance(bound[0], torch.Tensor):
