@@ -20,6 +20,7 @@ import time
 import torch
 
 FAMILIES = ("scan", "sort", "scatter", "gather")
+SAME_WITHIN = 0.01  # ratios this close to 1 are reported as level (sorts run the same ATen kernel as eager)
 
 # size -> (scan rows, scan cols), (sort rows, sort cols, topk k), (table rows, width, scattered rows),
 #         (vocab, embedding dim, indices)
@@ -194,6 +195,9 @@ def summary(rows, backends) -> str:
     head = f"{'case':<26} " + " ".join(f"{b + ' ms GB/s (copy%)':>26}" for b in backends)
     head += "  " + " ".join(f"{b[:5] + '/kiln':>10}" for b in backends if b != "kiln")
     lines = ["", head] + [format_row(r, backends) for r in rows]
-    slower = [r["case"] for r in rows if (_ratio(r["results"], "eager") or 1) < 1]
-    lines.append(f"kiln slower than eager: {', '.join(slower) if slower else 'none'}")
+    slower = [r["case"] for r in rows if (_ratio(r["results"], "eager") or 1) < 1 - SAME_WITHIN]
+    same = [r["case"] for r in rows if 1 - SAME_WITHIN <= (_ratio(r["results"], "eager") or 1) < 1]
+    lines.append(f"kiln slower than eager (by more than {SAME_WITHIN:.0%}): {', '.join(slower) if slower else 'none'}")
+    if same:
+        lines.append(f"level with eager (within {SAME_WITHIN:.0%}, the same library kernel or noise): {', '.join(same)}")
     return "\n".join(lines)

@@ -424,7 +424,22 @@ def _metadata(x):
     return x
 
 
-def _run_sample(compile_fn, fn, tensors, args, uninitialized=False):
+def _reference_fn(op, sample, dtype: str):
+    """The sample's function for the float64 reference run: an argument naming the swept dtype
+    (``cumsum(x, 1, dtype=torch.bfloat16)``) names float64 instead, or the "reference" would round as
+    eager does and every more accurate result would fail the low precision rule."""
+    import types
+
+    import torch
+    from torch.utils._pytree import tree_map
+
+    low = getattr(torch, dtype)
+    swap = lambda v: torch.float64 if v is low else v  # noqa: E731
+    return _sample_fn(op, types.SimpleNamespace(input=sample.input, args=tree_map(swap, sample.args),
+                                                kwargs=tree_map(swap, sample.kwargs)))[0]
+
+
+def _run_sample(compile_fn, fn, tensors, args, uninitialized=False, reference_fn=None):
     """'pass', 'mismatch', 'error' or 'fallback' (with a message), or None when eager fails."""
     import torch
 
@@ -462,7 +477,7 @@ def _run_sample(compile_fn, fn, tensors, args, uninitialized=False):
             return "mismatch", message
         try:
             reference_inputs = _upcast(tensors, getattr(torch, args.dtype))
-            reference = (run(fn, reference_inputs), [t.detach() for t in reference_inputs])
+            reference = (run(reference_fn or fn, reference_inputs), [t.detach() for t in reference_inputs])
         except Exception:
             return "mismatch", message + " (and no float64 reference run)"
         try:
@@ -519,7 +534,9 @@ def _run_op(op, args) -> dict:
             recording = name == "torch" and args.backend == "kiln"
             if recording:
                 op_sweep_inductor.start_sample()
-            status, message = _run_sample(compile_fn, fn, tensors, args, uninitialized=op.name in UNINITIALIZED)
+            reference_fn = _reference_fn(op, sample, args.dtype) if args.dtype in LOW_PRECISION else None
+            status, message = _run_sample(compile_fn, fn, tensors, args, uninitialized=op.name in UNINITIALIZED,
+                                          reference_fn=reference_fn)
             if recording:
                 _add_inductor_record(inductor, status, *op_sweep_inductor.finish_sample())
             broken = _cuda_broken(args.device)

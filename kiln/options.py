@@ -112,6 +112,10 @@ class Options:
         torch.compile's ints); 0, 1 and negative values stay constants (docs/dynamic.md;
         KILN_DYNAMIC_INTS=0: every int value a guarded constant).
     dynamic_floats: float arguments become graph inputs the same way (KILN_DYNAMIC_FLOATS=0 off).
+    triton_check_arch: with Triton's interpreter (cpu_codegen "triton"), also compile every graph's kernels
+        for this CUDA compute capability (e.g. 90) with Triton's real compiler and fail the graph on the
+        first error: on a CPU-only machine, catches code the interpreter runs but a GPU build rejects
+        (KILN_TRITON_CHECK_ARCH; 0: off; ``kiln/codegen/triton/offline.py``).
     """
 
     recompile_limit: int = 8
@@ -141,6 +145,7 @@ class Options:
     ddp_agreement_timeout: float = 0.0
     warm_cache: bool = True
     inplace_stores: bool = True
+    triton_check_arch: int = 0
     fused_optimizer: str = "cpu"
 
     def __post_init__(self):
@@ -203,6 +208,7 @@ def _read_environment() -> Options:
         warm_cache=_env_int("KILN_WARM_CACHE", 1) != 0,
         inplace_stores=_env_int("KILN_INPLACE_STORES", 1) != 0,
         fused_optimizer=_env_choice("KILN_FUSED_OPTIMIZER", FUSED_OPTIMIZER_CHOICES, "cpu"),
+        triton_check_arch=_env_int("KILN_TRITON_CHECK_ARCH", 0),
     )
 
 

@@ -211,7 +211,21 @@ def _compile_graph(gm, options: Options, target: str) -> CompiledGraph:
         stats.aten_fallbacks[f"{op}: {reason}"] += 1
     cg = CompiledGraph(gm, lg, sched, kernels, wrapper, source, target)
     _dump(cg, options)
+    if target == "triton-interpreted" and options.triton_check_arch:
+        _check_gpu_build(cg, options)
     return cg
+
+
+def _check_gpu_build(cg, options) -> None:
+    """``Options.triton_check_arch``: the interpreted kernels must also build for that GPU."""
+    from kiln.codegen.triton.offline import compile_for_gpu
+
+    with stats.timed("kernel_build"):
+        errors = {name: e for name, e in compile_for_gpu(cg, options.triton_check_arch, options).items() if e}
+    if errors:
+        name, error = next(iter(errors.items()))
+        raise RuntimeError(f"kiln: Triton kernel {name} does not build for sm_{options.triton_check_arch} "
+                           f"(KILN_TRITON_CHECK_ARCH): {error}")
 
 
 def _load_cpp(kernels: dict, options: Options) -> str:

@@ -7,6 +7,12 @@ each index's bag, the bag sizes, and the bag sizes again. With ``include_last_of
 at the last offset while the bag sizes (and the mean's divisor) count the last bag to the end of the
 indices, as ATen's kernel has it where the last offset is not the number of indices.
 
+On CUDA (any device but the CPU) the values follow ATen's CUDA kernels instead, whose backward reads
+them: ``offset2bag`` is each index's bag in every mode, ``bag_size`` has one entry per offset, the last
+bag runs to the end of the indices (also with ``include_last_offset``), ``max_indices`` is empty
+outside max mode and -1 for an empty bag in it (the backward skips it). The CPU values there made
+ATen's CUDA backward read an empty ``offset2bag``: an illegal memory access.
+
 Max mode follows ATen's loop (``_max_bags``), ``max_indices`` included. ``padding_idx`` and sparse
 gradients stay ATen's kernel. Offsets that
 ATen rejects (a first offset other than 0) are not checked here: the graph cannot raise on a value.
@@ -47,13 +53,20 @@ def _embedding_bag(weight, indices, offsets, mode, per_sample_weights, include_l
     offsets = to_dtype(offsets, torch.int64)
     indices64 = to_dtype(indices, torch.int64)
     bag = _bag_of_each_index(offsets, bags, length)  # (length,) in [0, bags)
+    cuda_layout = weight.device.type != "cpu"
     if mode == MAX:
-        return _max_bags(weight, indices64, offsets, bag, bags, length)
+        out, offset2bag, sizes, max_indices = _max_bags(weight, indices64, offsets, bag, bags, length)
+        if cuda_layout:
+            empty_bag = aten.unsqueeze.default(aten.eq.Scalar(sizes, 0), 1)
+            max_indices = aten.where.self(empty_bag, aten.scalar_tensor.default(-1, dtype=torch.int64,
+                                                                                device=weight.device), max_indices)
+            return out, offset2bag, _per_offset(sizes, n_offsets), max_indices
+        return out, offset2bag, sizes, max_indices
     rows = upcast(aten.index_select.default(weight, 0, indices64))
     if per_sample_weights is not None:
         rows = aten.mul.Tensor(rows, aten.unsqueeze.default(upcast(per_sample_weights), 1))
     target = bag
-    if include_last_offset:  # the sums stop at the last offset (the sizes below run to the end)
+    if include_last_offset and not cuda_layout:  # the sums stop at the last offset (the sizes below run to the end)
         position = aten.arange.start_step(0, length, 1, dtype=torch.int64, device=weight.device)
         end = aten.select.int(offsets, 0, n_offsets - 1)
         target = aten.where.self(aten.lt.Tensor(position, end), bag, aten.scalar_tensor.default(
@@ -61,15 +74,28 @@ def _embedding_bag(weight, indices, offsets, mode, per_sample_weights, include_l
     zeros = aten.full.default([bags + 1, dim], 0, dtype=rows.dtype, device=weight.device)
     out = aten.slice.Tensor(aten.index_add.default(zeros, 0, target, rows) if length else zeros, 0, 0, bags)
     aux_len = n_offsets if (forward_only and include_last_offset and mode == SUM) else bags
-    if mode == SUM:
+    if mode == SUM and not cuda_layout:
         offset2bag = aten.full.default([0], 0, dtype=torch.int64, device=weight.device)
         bag_size = aten.full.default([aux_len], 0, dtype=torch.int64, device=weight.device)
         return to_dtype(out, weight.dtype), offset2bag, bag_size, aten.clone.default(bag_size)
     sizes = aten.index_add.default(aten.full.default([bags], 0, dtype=torch.int64, device=weight.device), 0, bag,
                                    aten.full.default([length], 1, dtype=torch.int64, device=weight.device))
-    divisor = to_dtype(aten.clamp_min.default(sizes, 1), out.dtype)
-    out = aten.div.Tensor(out, aten.unsqueeze.default(divisor, 1))
+    if mode == MEAN:
+        divisor = to_dtype(aten.clamp_min.default(sizes, 1), out.dtype)
+        out = aten.div.Tensor(out, aten.unsqueeze.default(divisor, 1))
+    if cuda_layout:
+        no_max = aten.full.default([0], 0, dtype=torch.int64, device=weight.device)
+        return to_dtype(out, weight.dtype), bag, _per_offset(sizes, n_offsets), no_max
     return to_dtype(out, weight.dtype), bag, sizes, aten.clone.default(sizes)
+
+
+def _per_offset(sizes, n_offsets: int):
+    """CUDA's ``bag_size``: one entry per offset (with ``include_last_offset`` the last is never read;
+    ATen leaves it unset, here 0)."""
+    bags = sizes.shape[0]
+    if bags == n_offsets:
+        return sizes
+    return aten.cat.default([sizes, aten.full.default([n_offsets - bags], 0, dtype=torch.int64, device=sizes.device)])
 
 
 @decomposition(aten._embedding_bag.default)

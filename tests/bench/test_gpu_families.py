@@ -50,4 +50,4 @@ def test_rows_and_summary_from_timings(capsys):
     assert kiln_row["GBs"] == pytest.approx(rows[0]["bytes"] / 0.5 / 1e6)
     assert kiln_row["copy_share"] == pytest.approx(kiln_row["GBs"] / 100.0)
     printed = capsys.readouterr().out
-    assert " 4.00x  2.00x" in printed and "kiln slower than eager: none" in printed
+    assert " 4.00x  2.00x" in printed and "kiln slower than eager (by more than 1%): none" in printed

@@ -91,3 +91,20 @@ def test_side_by_side_rows():
     # a file from before the Inductor records: kiln's column alone
     old = {k: {kk: v for kk, v in r.items() if not kk.startswith("torch_")} for k, r in done.items()}
     assert "no Inductor records" in report.side_by_side(old)[0]
+
+
+def test_low_precision_reference_run_names_float64_where_the_sample_names_the_swept_dtype():
+    """A bfloat16 sample ``cumsum(x, 1, dtype=torch.bfloat16)``: its float64 reference must not round
+    to bfloat16 (it would equal eager's result, and a more accurate one would count as a mismatch)."""
+    import types
+
+    import op_sweep
+
+    x = torch.randn(5, 7).bfloat16()
+    op = types.SimpleNamespace(op=torch.cumsum)
+    sample = types.SimpleNamespace(input=x, args=(1,), kwargs={"dtype": torch.bfloat16})
+    ref = op_sweep._reference_fn(op, sample, "bfloat16")(x.double())
+    assert ref.dtype == torch.float64
+    torch.testing.assert_close(ref, torch.cumsum(x.double(), 1))
+    plain = types.SimpleNamespace(input=x, args=(0,), kwargs={})
+    assert op_sweep._reference_fn(op, plain, "bfloat16")(x.double()).dtype == torch.float64

@@ -3,10 +3,12 @@
 and a training step whose gradients match eager's."""
 import itertools
 
+import pytest
 import torch
 import torch.fx as fx
 import torch.nn.functional as F
 
+import kiln
 from kiln.backends.kiln import kiln_backend
 from kiln.decomp import decomposition_table
 from tests.lower.helpers import check
@@ -98,3 +100,55 @@ def test_embedding_bag_training_gradients():
         out.backward(torch.linspace(-1, 1, out.numel()).view(out.shape))
         results.append((out.detach(), w.grad))
     torch.testing.assert_close(results[1], results[0], atol=1e-5, rtol=1e-5)
+
+
+def test_embedding_bag_auxiliary_outputs_take_cuda_layout_off_the_cpu():
+    """Off the CPU the auxiliary outputs are shaped as ATen's CUDA kernels make them (their backward
+    reads them): offset2bag per index in every mode, bag_size per offset, max_indices empty outside
+    max mode (meta tensors: the shapes; the values are checked on a GPU below)."""
+    w, idx = torch.empty(10, 3, device="meta"), torch.empty(8, dtype=torch.int64, device="meta")
+    for mode, incl in itertools.product((0, 1, 2), (False, True)):
+        offsets = torch.empty(4, dtype=torch.int64, device="meta")
+        bags = 3 if incl else 4
+        out, offset2bag, bag_size, max_indices = TABLE[aten._embedding_bag.default](
+            w, idx, offsets, False, mode, False, None, incl, -1)
+        assert out.shape == (bags, 3) and offset2bag.shape == (8,) and bag_size.shape == (4,), (mode, incl)
+        assert max_indices.shape == ((bags, 3) if mode == 2 else (0,)), (mode, incl)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_embedding_bag_cuda_outputs_and_training_gradients():
+    g = torch.Generator().manual_seed(2)
+    w0 = torch.randn(12, 4, generator=g).cuda()
+    w0[3, 1] = w0[5, 1]  # a tie in max mode
+    idx = torch.tensor([3, 1, 1, 7, 0, 5, 5, 2], device="cuda")
+    psw = torch.rand(8, generator=g).cuda()
+    for off, incl, mode, weights in itertools.product(
+            ([0, 3, 3, 6], [0, 2, 2, 8], [0, 3, 8, 8]), (False, True), (0, 1, 2), (None, psw)):
+        if weights is not None and mode != 0:
+            continue
+        offsets = torch.tensor(off, device="cuda")
+        bags = len(off) - 1 if incl else len(off)
+        what = f"offsets={off} include_last={incl} mode={mode} weights={weights is not None}"
+        expected = aten._embedding_bag.default(w0, idx, offsets, False, mode, False, weights, incl, -1)
+        got = TABLE[aten._embedding_bag.default](w0, idx, offsets, False, mode, False, weights, incl, -1)
+        torch.testing.assert_close(got[0], expected[0], atol=1e-6, rtol=1e-6, msg=lambda m: f"{what}: {m}")
+        assert got[1].tolist() == expected[1].tolist(), (what, got[1], expected[1])
+        assert got[2][:bags].tolist() == expected[2][:bags].tolist(), (what, got[2], expected[2])
+        if mode == 2:
+            assert got[3].tolist() == expected[3].tolist(), (what, got[3], expected[3])
+
+        def fn(w, p):
+            return F.embedding_bag(idx, w, offsets, mode=("sum", "mean", "max")[mode], per_sample_weights=p,
+                                   include_last_offset=incl).sin()
+
+        compiled = kiln.compile(fn)
+        results = []
+        for f in (fn, compiled):
+            w = w0.clone().requires_grad_()
+            p = weights.clone().requires_grad_() if weights is not None else None
+            out = f(w, p)
+            out.backward(torch.linspace(-1, 1, out.numel(), device="cuda").view(out.shape))
+            results.append((out.detach(), w.grad, None if p is None else p.grad))
+        torch.cuda.synchronize()
+        torch.testing.assert_close(results[1], results[0], atol=1e-5, rtol=1e-5, msg=lambda m: f"{what}: {m}")

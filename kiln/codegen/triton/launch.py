@@ -122,7 +122,14 @@ def candidate_configs(kernel, max_block: int = 0) -> list[LaunchConfig]:
         yb = min(_clamp(2048 // xb, 1, 64), _pow2(kernel.ynumel), cap)
         configs = [LaunchConfig(xb, 0, _clamp(xb * yb // 256, 1, 8), yb)]
         if x * kernel.ynumel >= TUNE_MIN_ELEMENTS and not max_block:
-            configs += [LaunchConfig(2048, 0, 8, 1), LaunchConfig(1024, 0, 8, 4), LaunchConfig(512, 0, 4, 4)]
+            configs += [LaunchConfig(2048, 0, 8, 1), LaunchConfig(1024, 0, 8, 4), LaunchConfig(512, 0, 4, 4),
+                        LaunchConfig(min(1024, _pow2(x)), 0, 8, 16)]
+            # rows whose length is no power of two (768): a block that divides them wastes no lanes, and
+            # big tiles keep many rows' loads in flight (a gather's row load waits for its index load)
+            exact = x & -x
+            if 128 <= exact < _pow2(x):
+                configs += [LaunchConfig(exact, 0, 4, _clamp(4096 // exact, 1, 64)),
+                            LaunchConfig(exact, 0, 8, _clamp(16384 // exact, 1, 64))]
         return list(dict.fromkeys(cfg for cfg in configs if cfg.XBLOCK <= _pow2(x)))
     if kernel.style == "tiled":  # square-ish tiles: each side long enough for coalesced accesses
         xb, yb = min(64, _pow2(x), cap), min(64, _pow2(kernel.ynumel), cap)

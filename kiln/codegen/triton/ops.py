@@ -187,7 +187,8 @@ class TritonOps(OpsHandler):
         idx, axes = self.ctx.index(index)
         masks = self._guarding(axes)
         if masks:
-            want = axes.union(*(m.axes for m in masks))
+            # (a block mask needs a block pointer: a constant address is widened along x, as stores are)
+            want = axes.union(*(m.axes for m in masks)) or frozenset({"x"})
             if want != axes:
                 idx = f"({idx}) + tl.full({self.ctx.shape(want)}, 0, tl.int32)"
                 axes = frozenset(want)

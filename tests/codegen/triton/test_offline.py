@@ -119,3 +119,13 @@ def test_max_pool_backward_gather_and_column_sums_compile_for_sm90():
     _, cg = compile_fn(f, [grad, x, idx, torch.randn(300, 40).to(torch.bfloat16)])
     errors = compile_for_gpu(cg, all_configs=True)
     assert errors and all(e is None for e in errors.values()), errors
+
+
+@needs_ptxas
+def test_masked_load_at_a_constant_address_compiles_for_sm90():
+    """diagflat of a 0-d tensor: the load's address is the constant 0, its mask a [1] block (the
+    diagonal's condition); Triton rejects a block mask on a scalar pointer, so the pointer is widened."""
+    _, cg = compile_fn(lambda x: torch.diagflat(x), [torch.randn(())])
+    assert "tl.load(in_ptr0 + ((0) + tl.full(" in cg.source, cg.source
+    errors = compile_for_gpu(cg)
+    assert errors and all(e is None for e in errors.values()), errors
