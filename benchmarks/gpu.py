@@ -145,7 +145,21 @@ def stats_reset():
     kiln.stats.reset()
 
 
-def bench_backends(fn, args, backends=BACKENDS, iters=30, ref64=None, pipelined=False) -> dict:
+def gpu_time_ms(f, args, calls: int = 20) -> float:
+    """Device time per call of ``f`` (torch.profiler: its kernels' and copies' own time, without the
+    host's time between them): what a kernel costs once launch overhead is hidden."""
+    from torch.profiler import ProfilerActivity, profile
+
+    f(*args)
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            f(*args)
+        torch.cuda.synchronize()
+    return sum(e.self_device_time_total for e in prof.key_averages()) / calls / 1000.0
+
+
+def bench_backends(fn, args, backends=BACKENDS, iters=30, ref64=None, pipelined=False, gpu_time=False) -> dict:
     """{backend: {"ms":..., "first_call_s":..., "matches_eager":..., "error":...}}; outputs are checked
     against ``ref64`` (the float64 outputs) when given, else against eager with per-dtype tolerances.
     Every backend is compiled (first call, accuracy) before any is timed; then all are timed in
@@ -184,6 +198,13 @@ def bench_backends(fn, args, backends=BACKENDS, iters=30, ref64=None, pipelined=
             for b, ms in interleaved_medians_ms(compiled_fns, args, iters, pipelined=True).items():
                 if not isinstance(ms, Exception) and "ms" in out[b]:
                     out[b]["synced_ms"], out[b]["ms"] = out[b]["ms"], ms
+        if gpu_time:  # "gpu_ms": the device's time per call alone (host overhead is not in it)
+            for b, f in compiled_fns.items():
+                if "ms" in out[b]:
+                    try:
+                        out[b]["gpu_ms"] = gpu_time_ms(f, args)
+                    except Exception as exc:  # noqa: BLE001 -- a profiler failure leaves the row without it
+                        out[b]["gpu_error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
     return out
 
 

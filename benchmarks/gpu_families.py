@@ -147,7 +147,7 @@ def _reference64(fn, args):
 
 
 def run_families(bench_backends, backends, copy_gbs: float, size="full", families=FAMILIES,
-                 dtypes=(torch.float32, torch.bfloat16), device="cuda") -> list[dict]:
+                 dtypes=(torch.float32, torch.bfloat16), device="cuda", gpu_time: bool = True) -> list[dict]:
     """Time every case with ``bench_backends`` (gpu.py's), print a row per case as it finishes and a
     table of GB/s, copy-bandwidth shares and ratios at the end; returns the JSON rows."""
     rows = []
@@ -155,12 +155,15 @@ def run_families(bench_backends, backends, copy_gbs: float, size="full", familie
     for family, name, what, fn, args, nbytes in family_cases(device, dtypes, size, families):
         t0 = time.perf_counter()
         ref64 = _reference64(fn, args)
-        res = bench_backends(fn, args, backends=backends, ref64=ref64, pipelined=True)
+        res = bench_backends(fn, args, backends=backends, ref64=ref64, pipelined=True, gpu_time=gpu_time)
         del ref64
         for r in res.values():
             if "ms" in r:
                 r["GBs"] = nbytes / r["ms"] / 1e6
                 r["copy_share"] = r["GBs"] / copy_gbs
+            if r.get("gpu_ms"):
+                r["gpu_GBs"] = nbytes / r["gpu_ms"] / 1e6
+                r["gpu_copy_share"] = r["gpu_GBs"] / copy_gbs
         row = {"family": family, "case": name, "what": what, "bytes": nbytes, "results": res,
                "seconds": time.perf_counter() - t0}
         rows.append(row)
@@ -172,8 +175,8 @@ def run_families(bench_backends, backends, copy_gbs: float, size="full", familie
     return rows
 
 
-def _ratio(res, over: str, under: str = "kiln"):
-    a, b = res.get(over, {}).get("ms"), res.get(under, {}).get("ms")
+def _ratio(res, over: str, under: str = "kiln", key: str = "ms"):
+    a, b = res.get(over, {}).get(key), res.get(under, {}).get(key)
     return a / b if a and b else None
 
 
@@ -195,9 +198,29 @@ def summary(rows, backends) -> str:
     head = f"{'case':<26} " + " ".join(f"{b + ' ms GB/s (copy%)':>26}" for b in backends)
     head += "  " + " ".join(f"{b[:5] + '/kiln':>10}" for b in backends if b != "kiln")
     lines = ["", head] + [format_row(r, backends) for r in rows]
-    slower = [r["case"] for r in rows if (_ratio(r["results"], "eager") or 1) < 1 - SAME_WITHIN]
-    same = [r["case"] for r in rows if 1 - SAME_WITHIN <= (_ratio(r["results"], "eager") or 1) < 1]
-    lines.append(f"kiln slower than eager (by more than {SAME_WITHIN:.0%}): {', '.join(slower) if slower else 'none'}")
-    if same:
-        lines.append(f"level with eager (within {SAME_WITHIN:.0%}, the same library kernel or noise): {', '.join(same)}")
+    lines += _slower_lines(rows, "ms", "per call (wall: the host's launch overhead included)")
+    if any(r["results"].get(b, {}).get("gpu_ms") for r in rows for b in backends):
+        lines += ["", f"{'GPU time per call (profiler)':<26} "
+                  + " ".join(f"{b + ' ms GB/s (copy%)':>26}" for b in backends)]
+        for row in rows:
+            cells = []
+            for b in backends:
+                r = row["results"].get(b, {})
+                cells.append(f"{r['gpu_ms']:8.3f} {r['gpu_GBs']:7.0f} ({r['gpu_copy_share']:4.0%})".rjust(26)
+                             if r.get("gpu_ms") else f"{'-':>26}")
+            ratios = [_ratio(row["results"], b, key="gpu_ms") for b in backends if b != "kiln"]
+            lines.append(f"{row['case']:<26} " + " ".join(cells) + "  "
+                         + " ".join(f"{v:5.2f}x" if v else "    -" for v in ratios))
+        lines += _slower_lines(rows, "gpu_ms", "in GPU time")
     return "\n".join(lines)
+
+
+def _slower_lines(rows, key: str, how: str) -> list[str]:
+    ratios = {r["case"]: _ratio(r["results"], "eager", key=key) or 1 for r in rows}
+    slower = [c for c, v in ratios.items() if v < 1 - SAME_WITHIN]
+    same = [c for c, v in ratios.items() if 1 - SAME_WITHIN <= v < 1]
+    lines = [f"kiln slower than eager {how} (by more than {SAME_WITHIN:.0%}): {', '.join(slower) if slower else 'none'}"]
+    if same:
+        lines.append(f"level with eager {how} (within {SAME_WITHIN:.0%}: the same library kernel, or noise): "
+                     + ", ".join(same))
+    return lines

@@ -40,8 +40,10 @@ def test_kiln_matches_eager_on_every_case(family, codegen):
 
 
 def test_rows_and_summary_from_timings(capsys):
-    def fake_bench(fn, args, backends, ref64=None, pipelined=False):
-        return {b: {"ms": ms, "matches_eager": True} for b, ms in zip(backends, (2.0, 1.0, 0.5))}
+    def fake_bench(fn, args, backends, ref64=None, pipelined=False, gpu_time=False):
+        # wall: kiln fastest; GPU time: kiln level with eager (within 1%) after torch.compile
+        return {b: {"ms": ms, "gpu_ms": gpu, "matches_eager": True}
+                for b, ms, gpu in zip(backends, (2.0, 1.0, 0.5), (0.4, 0.2, 0.402))}
 
     rows = gpu_families.run_families(fake_bench, ("eager", "torch.compile", "kiln"), 100.0, "tiny", ("scan",),
                                      (torch.float32,), device="cpu")
@@ -50,4 +52,9 @@ def test_rows_and_summary_from_timings(capsys):
     assert kiln_row["GBs"] == pytest.approx(rows[0]["bytes"] / 0.5 / 1e6)
     assert kiln_row["copy_share"] == pytest.approx(kiln_row["GBs"] / 100.0)
     printed = capsys.readouterr().out
-    assert " 4.00x  2.00x" in printed and "kiln slower than eager (by more than 1%): none" in printed
+    assert " 4.00x  2.00x" in printed
+    assert "kiln slower than eager per call (wall: the host's launch overhead included) (by more than 1%): none" in printed
+    assert kiln_row["gpu_GBs"] == pytest.approx(rows[0]["bytes"] / 0.402 / 1e6)
+    assert "GPU time per call (profiler)" in printed and " 1.00x  0.50x" in printed
+    assert "kiln slower than eager in GPU time (by more than 1%): none" in printed
+    assert "level with eager in GPU time (within 1%" in printed
