@@ -108,3 +108,15 @@ def test_low_precision_reference_run_names_float64_where_the_sample_names_the_sw
     torch.testing.assert_close(ref, torch.cumsum(x.double(), 1))
     plain = types.SimpleNamespace(input=x, args=(0,), kwargs={})
     assert op_sweep._reference_fn(op, plain, "bfloat16")(x.double()).dtype == torch.float64
+
+
+def test_rng_state_outputs_compare_by_metadata_only():
+    import op_sweep
+
+    a = (torch.ones(2), torch.tensor(123), torch.tensor(7))
+    b = (torch.ones(2), torch.tensor(456), torch.tensor(9))
+    op_sweep._compare(op_sweep._mask_outputs(a, (1, 2)), op_sweep._mask_outputs(b, (1, 2)))
+    with pytest.raises(AssertionError):
+        op_sweep._compare(op_sweep._mask_outputs(a, (1,)), op_sweep._mask_outputs(b, (1,)))
+    with pytest.raises(AssertionError):  # the size still counts
+        op_sweep._compare(op_sweep._mask_outputs(a, (1, 2)), op_sweep._mask_outputs((b[0], torch.ones(3), b[2]), (1, 2)))
