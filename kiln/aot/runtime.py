@@ -1,6 +1,9 @@
 """The runtime wrapper around an ATen graph: passes state, writes mutations back, rebuilds aliases."""
 from __future__ import annotations
 
+import functools
+import operator
+
 import torch
 import torch.fx as fx
 from torch.autograd.graph import increment_version
@@ -65,6 +68,22 @@ def version_steps(captured: fx.GraphModule | None, mutated: list[int], n_user: i
     return steps
 
 
+def unflattener(spec):
+    """A function of the flat outputs that rebuilds the graph's output structure (``tree_unflatten``
+    with ``spec``), with the common structures built directly: one tensor, a flat tuple or list of
+    them (it runs on every call; pytree's general walk cost microseconds there)."""
+    if spec.is_leaf():
+        return operator.itemgetter(0)
+    children = spec.children() if hasattr(spec, "children") else spec.children_specs
+    if spec.type in (tuple, list) and all(c.is_leaf() for c in children):
+        return spec.type
+    return functools.partial(_unflatten, spec)
+
+
+def _unflatten(spec, leaves):
+    return tree_unflatten(leaves, spec)
+
+
 def run_as_traced(fn, *args):
     """Call a compiled graph with autocast off: tracing ran under the caller's autocast, so the graph
     already holds its casts; autocast again would recast extern ops (an ``mm`` that an
@@ -86,6 +105,7 @@ class AtenRuntime:
         self.n_mut = len(self.mutated)
         self.outputs = list(ag.outputs)
         self.out_spec = ag.out_spec
+        self.unflatten = unflattener(ag.out_spec)
         self.sizes = ag.sizes
         self.steps: dict = {}  # mutated inputs whose version counters eager moves by other than one (version_steps)
         self.grad_mode_after = ag.grad_mode_after
@@ -108,4 +128,4 @@ class AtenRuntime:
             outs.append(spec.rebuild(value, flat, self.sizes))
         if self.grad_mode_after is not None:
             torch._C._set_grad_enabled(self.grad_mode_after)
-        return tree_unflatten(outs, self.out_spec)
+        return self.unflatten(outs)

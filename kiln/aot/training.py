@@ -25,10 +25,9 @@ from typing import Callable
 
 import torch
 from torch.autograd.function import once_differentiable
-from torch.utils._pytree import tree_unflatten
 
 from kiln.aot.joint import JointGraph
-from kiln.aot.runtime import run_as_traced, write_back
+from kiln.aot.runtime import run_as_traced, unflattener, write_back
 
 
 class CompiledFunction(torch.autograd.Function):
@@ -84,6 +83,7 @@ class TrainingRuntime:
         self.grad_inputs = list(joint.grad_inputs)
         self.outputs = list(joint.outputs)
         self.out_spec = joint.out_spec
+        self.unflatten = unflattener(joint.out_spec)
         self.sizes = joint.sizes
         self.grad_mode_after = joint.grad_mode_after
         self.steps: dict = {}  # mutated inputs whose version counters eager moves by other than one (runtime.version_steps)
@@ -124,4 +124,4 @@ class TrainingRuntime:
             outs.append(spec.rebuild(value, flat, self.sizes))
         if torch.is_grad_enabled() != self.grad_mode_after:
             torch._C._set_grad_enabled(self.grad_mode_after)
-        return tree_unflatten(outs, self.out_spec)
+        return self.unflatten(outs)
