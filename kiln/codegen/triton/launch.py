@@ -261,13 +261,13 @@ class Launcher:
         if fast is None and self.fast_launch:
             self.fast = FastLaunch.bind(compiled, self.grid, self.constexprs, args)
 
-    _last_sizes = None  # the sizes of the last call, and its (bucket, programs, sizes fit i32)
+    _last_sizes = None  # the sizes of the last call, and its (bucket, programs, sizes fit i32, bucket key)
     _last = None
 
     def _call_sized(self, args):
         sizes = args[len(args) - len(self.kernel.size_args):]
         if sizes == self._last_sizes:  # (the common case: the same shape as the last call)
-            bucket, programs, small = self._last
+            bucket, programs, small, key = self._last
         else:
             n = self.numel(*sizes)
             y = self.ynumel(*sizes) if self.ynumel is not None else 1
@@ -280,7 +280,7 @@ class Launcher:
                 bucket = self.buckets[key] = self._bucket(key, n, y, args)
             programs = _programs(n, y, bucket.config)
             small = max(sizes) < INT32_LIMIT
-            self._last_sizes, self._last = sizes, (bucket, programs, small)
+            self._last_sizes, self._last = sizes, (bucket, programs, small, key)
         if bucket.fast is not None and small and bucket.fast(args, programs):
             return
         compiled = self.fn[(programs,)](*args, **bucket.meta)

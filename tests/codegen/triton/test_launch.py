@@ -190,3 +190,15 @@ def test_a_choice_saved_after_the_launcher_was_built_is_read_at_its_first_call(t
     launch._save_choice(path, "k0", LaunchConfig(128, 0, 4))  # another graph of the same module timed it
     assert late._choose(()) == LaunchConfig(128, 0, 4)
     assert timed == [] and stats.tuning == {"saved": 1}
+
+
+def test_size_generic_kernel_called_again_at_the_same_sizes_without_a_fast_launch():
+    """A boolean-mask select (an unbacked row count: size-generic kernels) under the interpreter, which
+    binds no fast launch: the second call at the same sizes took the cached bucket and crashed
+    (UnboundLocalError) where the first call had bound nothing."""
+    import kiln
+
+    x = torch.randn(5, 6)
+    f = kiln.compile(lambda x: x[x > 0] * 2, options={"cpu_codegen": "triton", "choose_faster": False})
+    for _ in range(3):
+        assert torch.equal(f(x), x[x > 0] * 2)
