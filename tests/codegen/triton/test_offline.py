@@ -129,3 +129,19 @@ def test_masked_load_at_a_constant_address_compiles_for_sm90():
     assert "tl.load(in_ptr0 + ((0) + tl.full(" in cg.source, cg.source
     errors = compile_for_gpu(cg)
     assert errors and all(e is None for e in errors.values()), errors
+
+
+@needs_ptxas
+def test_check_arch_option_builds_interpreted_kernels_for_the_gpu(monkeypatch):
+    """``Options.triton_check_arch`` (KILN_TRITON_CHECK_ARCH): a graph whose kernels build runs as usual;
+    a kernel the GPU compiler rejects fails the compile with the kernel's name and the error."""
+    import kiln
+    from kiln.codegen.triton import offline
+    from kiln.errors import BackendError
+
+    x = torch.randn(6, 5)
+    opts = {"cpu_codegen": "triton", "triton_check_arch": 90, "choose_faster": False}
+    torch.testing.assert_close(kiln.compile(lambda x: (x * 2).sum(1), options=opts)(x), (x * 2).sum(1))
+    monkeypatch.setattr(offline, "compile_for_gpu", lambda cg, arch, options: {"triton_bad_0": "CompilationError: at 1:1"})
+    with pytest.raises(BackendError, match="triton_bad_0 does not build for sm_90"):
+        kiln.compile(lambda x: (x + 3).relu(), options=opts)(x)
