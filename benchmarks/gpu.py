@@ -156,7 +156,11 @@ def gpu_time_ms(f, args, calls: int = 20) -> float:
         for _ in range(calls):
             f(*args)
         torch.cuda.synchronize()
-    return sum(e.self_device_time_total for e in prof.key_averages()) / calls / 1000.0
+    from torch.autograd import DeviceType
+
+    device_events = [e for e in prof.key_averages()
+                     if e.device_type == DeviceType.CUDA and not getattr(e, "is_user_annotation", False)]
+    return sum(e.self_device_time_total for e in device_events) / calls / 1000.0
 
 
 def bench_backends(fn, args, backends=BACKENDS, iters=30, ref64=None, pipelined=False, gpu_time=False) -> dict:

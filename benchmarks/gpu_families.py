@@ -198,9 +198,9 @@ def summary(rows, backends) -> str:
     head = f"{'case':<26} " + " ".join(f"{b + ' ms GB/s (copy%)':>26}" for b in backends)
     head += "  " + " ".join(f"{b[:5] + '/kiln':>10}" for b in backends if b != "kiln")
     lines = ["", head] + [format_row(r, backends) for r in rows]
-    lines += _slower_lines(rows, "ms", "per call (wall: the host's launch overhead included)")
+    lines += _slower_lines(rows, "ms", "in wall time per call, host overhead included")
     if any(r["results"].get(b, {}).get("gpu_ms") for r in rows for b in backends):
-        lines += ["", f"{'GPU time per call (profiler)':<26} "
+        lines += ["", "GPU time per call (profiler: the kernels' own time)", f"{'case':<26} "
                   + " ".join(f"{b + ' ms GB/s (copy%)':>26}" for b in backends)]
         for row in rows:
             cells = []
@@ -219,8 +219,8 @@ def _slower_lines(rows, key: str, how: str) -> list[str]:
     ratios = {r["case"]: _ratio(r["results"], "eager", key=key) or 1 for r in rows}
     slower = [c for c, v in ratios.items() if v < 1 - SAME_WITHIN]
     same = [c for c, v in ratios.items() if 1 - SAME_WITHIN <= v < 1]
-    lines = [f"kiln slower than eager {how} (by more than {SAME_WITHIN:.0%}): {', '.join(slower) if slower else 'none'}"]
+    lines = [f"kiln slower than eager by more than {SAME_WITHIN:.0%} {how}: {', '.join(slower) if slower else 'none'}"]
     if same:
-        lines.append(f"level with eager {how} (within {SAME_WITHIN:.0%}: the same library kernel, or noise): "
+        lines.append(f"level with eager within {SAME_WITHIN:.0%} {how} (the same library kernel, or noise): "
                      + ", ".join(same))
     return lines

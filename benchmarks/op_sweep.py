@@ -440,7 +440,7 @@ def _metadata(x):
     return x
 
 
-def _reference_fn(op, sample, dtype: str):
+def _reference_fn(op, sample, dtype: str, capture: bool):
     """The sample's function for the float64 reference run: an argument naming the swept dtype
     (``cumsum(x, 1, dtype=torch.bfloat16)``) names float64 instead, or the "reference" would round as
     eager does and every more accurate result would fail the low precision rule."""
@@ -451,8 +451,10 @@ def _reference_fn(op, sample, dtype: str):
 
     low = getattr(torch, dtype)
     swap = lambda v: torch.float64 if v is low else v  # noqa: E731
-    return _sample_fn(op, types.SimpleNamespace(input=sample.input, args=tree_map(swap, sample.args),
-                                                kwargs=tree_map(swap, sample.kwargs)))[0]
+    build = _sample_fn_for_capture if capture else _sample_fn  # (the one that made the sample's function:
+    # the tensors fill the same slots)
+    return build(op, types.SimpleNamespace(input=sample.input, args=tree_map(swap, sample.args),
+                                           kwargs=tree_map(swap, sample.kwargs)))[0]
 
 
 def _run_sample(compile_fn, fn, tensors, args, uninitialized=False, reference_fn=None, rng_outputs=()):
@@ -463,7 +465,11 @@ def _run_sample(compile_fn, fn, tensors, args, uninitialized=False, reference_fn
 
     def run(f, inputs):
         torch.manual_seed(0)
-        out = _forward_backward(f, inputs, args.dtype) if args.grad else f(*inputs)
+        if args.grad:  # (outputs, input gradients): only the op's own outputs hold random state
+            out, grads = _forward_backward(f, inputs, args.dtype)
+            out = (_mask_outputs(out, rng_outputs), grads)
+        else:
+            out = _mask_outputs(f(*inputs), rng_outputs)
         if args.device == "cuda":
             torch.cuda.synchronize()  # asynchronous kernel failures surface here, in the run that caused them
         return out
@@ -481,7 +487,6 @@ def _run_sample(compile_fn, fn, tensors, args, uninitialized=False, reference_fn
         return "fallback", str(exc).splitlines()[0][:300]
     except Exception as exc:
         return "error", f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
-    expected, got = _mask_outputs(expected, rng_outputs), _mask_outputs(got, rng_outputs)
     expected, got = (expected, [t.detach() for t in expected_inputs]), (got, [t.detach() for t in got_inputs])
     if uninitialized:
         same = _metadata(expected) == _metadata(got)
@@ -494,8 +499,7 @@ def _run_sample(compile_fn, fn, tensors, args, uninitialized=False, reference_fn
             return "mismatch", message
         try:
             reference_inputs = _upcast(tensors, getattr(torch, args.dtype))
-            reference = (_mask_outputs(run(reference_fn or fn, reference_inputs), rng_outputs),
-                         [t.detach() for t in reference_inputs])
+            reference = (run(reference_fn or fn, reference_inputs), [t.detach() for t in reference_inputs])
         except Exception:
             return "mismatch", message + " (and no float64 reference run)"
         try:
@@ -538,11 +542,9 @@ def _run_op(op, args) -> dict:
             result[name], result[f"{name}_why"] = "skip", "not run: the CUDA context broke in an earlier sample"
             continue
         statuses, why = [], ""
+        capture = name == "kiln" and (args.frontend == "kiln" or args.dynamic)
         for sample in samples:
-            if name == "kiln" and (args.frontend == "kiln" or args.dynamic):
-                fn, tensors = _sample_fn_for_capture(op, sample)
-            else:
-                fn, tensors = _sample_fn(op, sample)
+            fn, tensors = (_sample_fn_for_capture if capture else _sample_fn)(op, sample)
             record: list = []
             if name == "kiln":
                 compile_fn = lambda f, ts, rec=record: _kiln_compile(f, ts, args, rec)  # noqa: E731
@@ -552,7 +554,7 @@ def _run_op(op, args) -> dict:
             recording = name == "torch" and args.backend == "kiln"
             if recording:
                 op_sweep_inductor.start_sample()
-            reference_fn = _reference_fn(op, sample, args.dtype) if args.dtype in LOW_PRECISION else None
+            reference_fn = _reference_fn(op, sample, args.dtype, capture) if args.dtype in LOW_PRECISION else None
             status, message = _run_sample(compile_fn, fn, tensors, args, uninitialized=op.name in UNINITIALIZED,
                                           reference_fn=reference_fn, rng_outputs=RNG_STATE_OUTPUTS.get(op.name, ()))
             if recording:

@@ -113,9 +113,10 @@ class Options:
         KILN_DYNAMIC_INTS=0: every int value a guarded constant).
     dynamic_floats: float arguments become graph inputs the same way (KILN_DYNAMIC_FLOATS=0 off).
     triton_check_arch: with Triton's interpreter (cpu_codegen "triton"), also compile every graph's kernels
-        for this CUDA compute capability (e.g. 90) with Triton's real compiler and fail the graph on the
-        first error: on a CPU-only machine, catches code the interpreter runs but a GPU build rejects
-        (KILN_TRITON_CHECK_ARCH; 0: off; ``kiln/codegen/triton/offline.py``).
+        for this CUDA compute capability (e.g. 90) with Triton's real compiler (each kernel's first launch
+        config) and fail the graph, naming every kernel that does not build: on a CPU-only machine, catches
+        code the interpreter runs but a GPU build rejects (KILN_TRITON_CHECK_ARCH; 0: off; needs Triton's
+        NVIDIA backend; ignored with cpu_codegen "cpp"; ``kiln/codegen/triton/offline.py``).
     """
 
     recompile_limit: int = 8

@@ -217,15 +217,20 @@ def _compile_graph(gm, options: Options, target: str) -> CompiledGraph:
 
 
 def _check_gpu_build(cg, options) -> None:
-    """``Options.triton_check_arch``: the interpreted kernels must also build for that GPU."""
-    from kiln.codegen.triton.offline import compile_for_gpu
+    """``Options.triton_check_arch``: the interpreted kernels must also build for that GPU (every kernel
+    is built with its first launch config; all that fail are named)."""
+    from kiln.codegen.triton import offline
 
+    missing = offline.toolchain_missing(options.triton_check_arch)
+    if missing:
+        raise RuntimeError(f"kiln: KILN_TRITON_CHECK_ARCH={options.triton_check_arch} needs Triton's NVIDIA "
+                           f"compiler on this machine: {missing}. Unset it, or install a Triton with its NVIDIA backend.")
     with stats.timed("kernel_build"):
-        errors = {name: e for name, e in compile_for_gpu(cg, options.triton_check_arch, options).items() if e}
+        errors = {name: e for name, e in offline.compile_for_gpu(cg, options.triton_check_arch, options).items() if e}
     if errors:
-        name, error = next(iter(errors.items()))
-        raise RuntimeError(f"kiln: Triton kernel {name} does not build for sm_{options.triton_check_arch} "
-                           f"(KILN_TRITON_CHECK_ARCH): {error}")
+        listed = "; ".join(f"{name}: {error}" for name, error in errors.items())
+        raise RuntimeError(f"kiln: {len(errors)} Triton kernel(s) do not build for sm_{options.triton_check_arch} "
+                           f"(KILN_TRITON_CHECK_ARCH): {listed}")
 
 
 def _load_cpp(kernels: dict, options: Options) -> str:

@@ -5,17 +5,19 @@ by ``max(bag size, 1)`` as ATen's ``apply_bag_size``. The three auxiliary output
 hands to ATen's backward, are ATen's CPU values: for sum an empty ``offset2bag`` and zeros; for mean
 each index's bag, the bag sizes, and the bag sizes again. With ``include_last_offset`` the sums stop
 at the last offset while the bag sizes (and the mean's divisor) count the last bag to the end of the
-indices, as ATen's kernel has it where the last offset is not the number of indices.
+indices, as ATen's kernel has it where the last offset is not the number of indices. They take the
+promoted dtype of the indices and offsets, as ATen's (int32 for both int32: its backward checks it).
 
 On CUDA (any device but the CPU) the values follow ATen's CUDA kernels instead, whose backward reads
 them: ``offset2bag`` is each index's bag in every mode, ``bag_size`` has one entry per offset, the last
 bag runs to the end of the indices (also with ``include_last_offset``), ``max_indices`` is empty
-outside max mode and -1 for an empty bag in it (the backward skips it). The CPU values there made
-ATen's CUDA backward read an empty ``offset2bag``: an illegal memory access.
+outside max mode and -1 for an empty bag in it (the backward skips it), and the first bag starts at
+index 0 whatever the first offset. The CPU values there made ATen's CUDA backward read an empty
+``offset2bag``: an illegal memory access.
 
 Max mode follows ATen's loop (``_max_bags``), ``max_indices`` included. ``padding_idx`` and sparse
-gradients stay ATen's kernel. Offsets that
-ATen rejects (a first offset other than 0) are not checked here: the graph cannot raise on a value.
+gradients stay ATen's kernel. Offsets that ATen's CPU kernel rejects (a first offset other than 0)
+are not checked here: the graph cannot raise on a value.
 """
 from __future__ import annotations
 
@@ -54,6 +56,8 @@ def _embedding_bag(weight, indices, offsets, mode, per_sample_weights, include_l
     indices64 = to_dtype(indices, torch.int64)
     bag = _bag_of_each_index(offsets, bags, length)  # (length,) in [0, bags)
     cuda_layout = weight.device.type != "cpu"
+    if cuda_layout:  # CUDA's first bag starts at 0 whatever the first offset (the CPU rejects another)
+        bag = aten.clamp_min.default(bag, 0)
     if mode == MAX:
         out, offset2bag, sizes, max_indices = _max_bags(weight, indices64, offsets, bag, bags, length)
         if cuda_layout:
@@ -98,12 +102,23 @@ def _per_offset(sizes, n_offsets: int):
     return aten.cat.default([sizes, aten.full.default([n_offsets - bags], 0, dtype=torch.int64, device=sizes.device)])
 
 
+def _in_index_dtype(result, indices, offsets):
+    """The auxiliary outputs in ATen's dtype: the promoted dtype of the indices and offsets (int32 for
+    both int32; ATen's backward checks it)."""
+    if result is NotImplemented:
+        return result
+    dtype = torch.promote_types(indices.dtype, offsets.dtype)
+    out, *aux = result
+    return (out, *(to_dtype(t, dtype) for t in aux))
+
+
 @decomposition(aten._embedding_bag.default)
 def embedding_bag(weight, indices, offsets, scale_grad_by_freq=False, mode=0, sparse=False, per_sample_weights=None,
                   include_last_offset=False, padding_idx=-1):
     if sparse:
         return NotImplemented
-    return _embedding_bag(weight, indices, offsets, mode, per_sample_weights, include_last_offset, padding_idx, False)
+    return _in_index_dtype(_embedding_bag(weight, indices, offsets, mode, per_sample_weights, include_last_offset,
+                                          padding_idx, False), indices, offsets)
 
 
 @decomposition(aten._embedding_bag_forward_only.default)
@@ -111,7 +126,8 @@ def embedding_bag_forward_only(weight, indices, offsets, scale_grad_by_freq=Fals
                                per_sample_weights=None, include_last_offset=False, padding_idx=-1):
     if sparse:
         return NotImplemented
-    return _embedding_bag(weight, indices, offsets, mode, per_sample_weights, include_last_offset, padding_idx, True)
+    return _in_index_dtype(_embedding_bag(weight, indices, offsets, mode, per_sample_weights, include_last_offset,
+                                          padding_idx, True), indices, offsets)
 
 
 def _max_bags(weight, indices, offsets, bag, bags: int, length: int):

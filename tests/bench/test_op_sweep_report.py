@@ -103,11 +103,11 @@ def test_low_precision_reference_run_names_float64_where_the_sample_names_the_sw
     x = torch.randn(5, 7).bfloat16()
     op = types.SimpleNamespace(op=torch.cumsum)
     sample = types.SimpleNamespace(input=x, args=(1,), kwargs={"dtype": torch.bfloat16})
-    ref = op_sweep._reference_fn(op, sample, "bfloat16")(x.double())
+    ref = op_sweep._reference_fn(op, sample, "bfloat16", capture=False)(x.double())
     assert ref.dtype == torch.float64
     torch.testing.assert_close(ref, torch.cumsum(x.double(), 1))
     plain = types.SimpleNamespace(input=x, args=(0,), kwargs={})
-    assert op_sweep._reference_fn(op, plain, "bfloat16")(x.double()).dtype == torch.float64
+    assert op_sweep._reference_fn(op, plain, "bfloat16", capture=True)(x.double()).dtype == torch.float64
 
 
 def test_rng_state_outputs_compare_by_metadata_only():
@@ -120,3 +120,22 @@ def test_rng_state_outputs_compare_by_metadata_only():
         op_sweep._compare(op_sweep._mask_outputs(a, (1,)), op_sweep._mask_outputs(b, (1,)))
     with pytest.raises(AssertionError):  # the size still counts
         op_sweep._compare(op_sweep._mask_outputs(a, (1, 2)), op_sweep._mask_outputs((b[0], torch.ones(3), b[2]), (1, 2)))
+
+
+def test_rng_state_outputs_masked_in_forward_and_gradient_runs():
+    """``--grad`` runs give (outputs, gradients): the op's outputs are masked, not the pair."""
+    import argparse
+
+    import op_sweep
+
+    calls = [0]
+
+    def fn(x):  # outputs 2 and 3 change on every call, as a random generator's position does
+        calls[0] += 1
+        return x * 2, x.sum(), torch.tensor(calls[0]), torch.tensor(calls[0] * 10)
+
+    x = torch.randn(3, requires_grad=True)
+    for grad in (False, True):
+        args = argparse.Namespace(grad=grad, device="cpu", dtype="float32")
+        status, message = op_sweep._run_sample(lambda f, ts: f, fn, [x], args, rng_outputs=(2, 3))
+        assert status == "pass", (grad, message)

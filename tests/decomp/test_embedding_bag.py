@@ -152,3 +152,29 @@ def test_embedding_bag_cuda_outputs_and_training_gradients():
             results.append((out.detach(), w.grad, None if p is None else p.grad))
         torch.cuda.synchronize()
         torch.testing.assert_close(results[1], results[0], atol=1e-5, rtol=1e-5, msg=lambda m: f"{what}: {m}")
+
+
+def test_embedding_bag_int32_indices_and_offsets_train():
+    """ATen's auxiliary outputs take the promoted index dtype (int32 here) and its backward checks it:
+    int64 ones made the compiled training step raise."""
+    w0 = torch.randn(12, 4)
+    for idx_dtype, off_dtype in ((torch.int32, torch.int32), (torch.int32, torch.int64)):
+        idx = torch.tensor([3, 1, 1, 7, 0, 5, 5, 2], dtype=idx_dtype)
+        offsets = torch.tensor([0, 3, 3, 6], dtype=off_dtype)
+        for mode in ("sum", "mean", "max"):
+            got = TABLE[aten._embedding_bag.default](w0, idx, offsets, False, ("sum", "mean", "max").index(mode),
+                                                    False, None, False, -1)
+            expected = aten._embedding_bag.default(w0, idx, offsets, False, ("sum", "mean", "max").index(mode),
+                                                   False, None, False, -1)
+            assert [t.dtype for t in got[1:]] == [t.dtype for t in expected[1:]], (idx_dtype, off_dtype, mode)
+
+            def fn(w):
+                return F.embedding_bag(idx, w, offsets, mode=mode).sin()
+
+            results = []
+            for f in (fn, kiln.compile(fn)):
+                w = w0.clone().requires_grad_()
+                out = f(w)
+                out.backward(torch.linspace(-1, 1, out.numel()).view(out.shape))
+                results.append((out.detach(), w.grad))
+            torch.testing.assert_close(results[1], results[0], atol=1e-5, rtol=1e-5)

@@ -44,6 +44,16 @@ def _pointer_name(kernel, i: int) -> str:
     return f"in_ptr{i}" if i < n_in else f"out_ptr{i - n_in}"
 
 
+def toolchain_missing(arch: int = 90) -> str | None:
+    """None when Triton's NVIDIA backend and its ``ptxas`` for ``arch`` are here, else what is missing."""
+    try:
+        from triton.backends.nvidia.compiler import get_ptxas
+
+        return None if get_ptxas(arch).path else "no ptxas"
+    except Exception as exc:  # ImportError, or a backend of another Triton version
+        return f"{type(exc).__name__}: {exc}"
+
+
 def compile_for_gpu(cg, arch: int = 90, options=None, all_configs: bool = False) -> dict:
     """Compile each Triton kernel of ``cg`` (a ``CompiledGraph`` of target "triton" or
     "triton-interpreted") for CUDA compute capability ``arch``: {kernel name: None or error text}."""

@@ -70,6 +70,19 @@ def test_tiled_configs_and_grid():
     assert LaunchConfig(*LaunchConfig(64, 0, 8, 32).as_list()) == LaunchConfig(64, 0, 8, 32)  # saved choices
 
 
+
+def test_row_tiled_candidates_divide_rows_that_are_no_power_of_two():
+    """Gathers of 768-long rows (embedding, index_select): the tuned candidates include blocks of 256
+    (no masked-off lanes) and tiles of many rows; a power-of-two row length gets no such extra block."""
+    def kernel(x, y):
+        return type("K", (), {"style": "tiled", "row_tiles": True, "xnumel": x, "ynumel": y})()
+
+    configs = candidate_configs(kernel(768, 16384))
+    assert configs[0].XBLOCK == 1024 and all(c.XBLOCK <= 1024 and c.YBLOCK >= 1 for c in configs)
+    assert {(c.XBLOCK, c.YBLOCK) for c in configs} >= {(256, 16), (256, 64), (1024, 16)}, configs
+    assert not [c for c in candidate_configs(kernel(1024, 16384)) if c.XBLOCK < 512], "1024 needs no divisor block"
+    assert len(candidate_configs(kernel(768, 16))) == 1  # too small to time: the heuristic's pick alone
+
 def test_tiled_groups_with_several_members_padding_and_a_second_transposed_input():
     x, y = torch.randn(4, 20, 36), torch.randn(4, 36, 20)
     cases = [
