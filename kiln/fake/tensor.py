@@ -289,6 +289,10 @@ def run_on_fakes(func, args, kwargs):
             raise UnsupportedFakeOp(func, f"it has no meta kernel ({str(exc).splitlines()[0][:200]})") from None
         with _kernel_context():
             out = FALLBACK_META[func](*kernel_args, **kernel_kwargs)
+    except RuntimeError as exc:
+        if "as opposed to FakeTensors" not in str(exc):
+            raise
+        out = _custom_op_with_dynamic_size(func, kernel_args, kernel_kwargs)
 
     layout = OUTPUT_LAYOUT.get(func)
     if layout is not None:
@@ -300,6 +304,39 @@ def run_on_fakes(func, args, kwargs):
         return x
 
     return map_leaves(wrap, out)
+
+
+class _DynamicSizeContext:
+    """What ``torch.library.get_ctx()`` gives a custom op's fake implementation under kiln: a
+    ``new_dynamic_size`` is an unbacked size symbol of the capture's ShapeEnv (read from the op's
+    result at run time, as ``nonzero``'s count is)."""
+
+    def __init__(self, env, func):
+        self.env, self.func = env, func
+
+    def new_dynamic_size(self, *, min=0, max=None) -> torch.SymInt:
+        if min < 0 or (max is not None and max < min):
+            raise ValueError(f"new_dynamic_size(min={min}, max={max}): the range must be 0 <= min <= max")
+        return self.env.symint(self.env.create_unbacked(f"{self.func} (its fake's new_dynamic_size)", min, max))
+
+    def create_unbacked_symint(self, *, min=2, max=None) -> torch.SymInt:  # (torch's deprecated name)
+        return self.new_dynamic_size(min=min, max=max)
+
+
+def _custom_op_with_dynamic_size(func, args, kwargs):
+    """A custom op whose fake implementation asks ``torch.library.get_ctx()`` for a data-dependent size:
+    the registered fake runs under a context of kiln's (torch's meta kernel refuses it: plain meta
+    tensors have no shape environment)."""
+    from torch._library import fake_impl, simple_registry
+
+    env = active_env()
+    entry = simple_registry.singleton.find(func._schema.name) if hasattr(func, "_schema") else None
+    kernel = getattr(getattr(entry, "fake_impl", None), "kernel", None)
+    if env is None or kernel is None:
+        raise UnsupportedFakeOp(func, "its fake implementation asks for a data-dependent size "
+                                      "(torch.library.get_ctx().new_dynamic_size) where kiln has no sizes to give")
+    with _kernel_context(), fake_impl.set_ctx_getter(lambda: _DynamicSizeContext(env, func)):
+        return kernel.func(*args, **kwargs)
 
 
 def _run_unbacked(func, args, kwargs):

@@ -80,3 +80,14 @@ def _(x):
 lib.define("argmax_rows(Tensor x) -> Tensor")
 lib.impl("argmax_rows", lambda x: x.argmax(1), "CPU")
 lib.impl("argmax_rows", lambda x: x.new_empty(x.shape[0], dtype=torch.int64), "Meta")
+
+
+@torch.library.custom_op("kiln_test::positive_positions", mutates_args=())
+def positive_positions(x: torch.Tensor) -> torch.Tensor:
+    return torch.nonzero(x > 0).flatten()
+
+
+@positive_positions.register_fake
+def _(x):
+    n = torch.library.get_ctx().new_dynamic_size(max=x.numel())  # a data-dependent output size
+    return x.new_empty(n, dtype=torch.long)

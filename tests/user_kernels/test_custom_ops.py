@@ -194,3 +194,20 @@ def test_op_without_autograd_and_integer_results_stays_in_the_graph_under_grad()
     fn(xr).sum().backward()
     torch.testing.assert_close(x.grad, xr.grad)
     assert sum(kiln.stats.snapshot()["graph_breaks"].values()) == breaks
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_custom_op_with_a_data_dependent_output_size(backend):
+    """A fake implementation that asks ``torch.library.get_ctx().new_dynamic_size()``: the op's result
+    size is an unbacked symbol read at run time; one graph, no break, right on data with other counts."""
+    def f(x):
+        p = ops.positive_positions(x * 2)
+        return p + 1, x[p].sum()
+
+    cf = kiln.compile(f, backend=backend)
+    for seed in range(3):
+        x = torch.randn(10, generator=torch.Generator().manual_seed(seed))
+        got, want = cf(x), f(x)
+        assert torch.equal(got[0], want[0]) and torch.allclose(got[1], want[1])
+    report = kiln.explain(f, backend=backend)(x)
+    assert report.graph_count == 1 and report.graph_break_count == 0, report
