@@ -148,6 +148,7 @@ def stats_reset():
 def gpu_time_ms(f, args, calls: int = 20) -> float:
     """Device time per call of ``f`` (torch.profiler: its kernels' and copies' own time, without the
     host's time between them): what a kernel costs once launch overhead is hidden."""
+    from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
     f(*args)
@@ -156,8 +157,6 @@ def gpu_time_ms(f, args, calls: int = 20) -> float:
         for _ in range(calls):
             f(*args)
         torch.cuda.synchronize()
-    from torch.autograd import DeviceType
-
     device_events = [e for e in prof.key_averages()
                      if e.device_type == DeviceType.CUDA and not getattr(e, "is_user_annotation", False)]
     return sum(e.self_device_time_total for e in device_events) / calls / 1000.0

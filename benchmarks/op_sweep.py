@@ -457,7 +457,7 @@ def _reference_fn(op, sample, dtype: str, capture: bool):
                                            kwargs=tree_map(swap, sample.kwargs)))[0]
 
 
-def _run_sample(compile_fn, fn, tensors, args, uninitialized=False, reference_fn=None, rng_outputs=()):
+def _run_sample(compile_fn, fn, tensors, args, uninitialized=False, make_reference=None, rng_outputs=()):
     """'pass', 'mismatch', 'error' or 'fallback' (with a message), or None when eager fails."""
     import torch
 
@@ -499,7 +499,8 @@ def _run_sample(compile_fn, fn, tensors, args, uninitialized=False, reference_fn
             return "mismatch", message
         try:
             reference_inputs = _upcast(tensors, getattr(torch, args.dtype))
-            reference = (run(reference_fn or fn, reference_inputs), [t.detach() for t in reference_inputs])
+            reference_fn = make_reference() if make_reference is not None else fn
+            reference = (run(reference_fn, reference_inputs), [t.detach() for t in reference_inputs])
         except Exception:
             return "mismatch", message + " (and no float64 reference run)"
         try:
@@ -554,9 +555,10 @@ def _run_op(op, args) -> dict:
             recording = name == "torch" and args.backend == "kiln"
             if recording:
                 op_sweep_inductor.start_sample()
-            reference_fn = _reference_fn(op, sample, args.dtype, capture) if args.dtype in LOW_PRECISION else None
+            # (built only where a low precision result is not close to eager's)
+            make_reference = lambda s=sample, c=capture: _reference_fn(op, s, args.dtype, c)  # noqa: E731
             status, message = _run_sample(compile_fn, fn, tensors, args, uninitialized=op.name in UNINITIALIZED,
-                                          reference_fn=reference_fn, rng_outputs=RNG_STATE_OUTPUTS.get(op.name, ()))
+                                          make_reference=make_reference, rng_outputs=RNG_STATE_OUTPUTS.get(op.name, ()))
             if recording:
                 _add_inductor_record(inductor, status, *op_sweep_inductor.finish_sample())
             broken = _cuda_broken(args.device)
