@@ -256,8 +256,10 @@ class CppOps(OpsHandler):
         target = f"{self.ctx.pointer(name)}[{print_index_c(idx)}]"
         half = dtype in (torch.float16, torch.bfloat16)
         statement = combine_statement(mode, target, value.name, CTYPE[dtype], half, dtype == torch.bool)
-        nonempty = self._nonempty(idx)
-        self.out.append(statement if nonempty is None else f"if ({nonempty}) {{ {statement} }}")
+        # after an out-of-range index (the graph raises) the loop stores nothing more: a buffer updated in
+        # place (the user's tensor) keeps the writes before it, as eager's loop, and no clamped one
+        guard = " && ".join(filter(None, [self._nonempty(idx), "kiln_no_error()" if self.ctx.checks_bounds else None]))
+        self.out.append(f"if ({guard}) {{ {statement} }}" if guard else statement)
 
     # ------------------------------------------------------------------------------- values
 

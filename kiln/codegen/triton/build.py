@@ -132,6 +132,8 @@ def load_kernels(kernels: dict, buffers: dict, options, interpret: bool) -> str:
                             fast_launch=options.triton_fast_launch, leader=leader, max_block=options.triton_max_block,
                             share_key=_share_key(key, dtypes, configs, options.triton_max_block) if tune else None)
         leaders.setdefault(key, k.fn)
+        if interpret and "kh.check_index(" in k.source:  # (on the GPU a failed check is a device-side assert)
+            k.checks_bounds, k.take_error = True, ns["kh"].take_index_error
     if fresh and not interpret and options.compile_workers > 0:
         static = [launcher for launcher in leaders.values() if not getattr(launcher.kernel, "size_args", None)]
         precompile(_launches(static, buffers, path), options.compile_workers)

@@ -204,3 +204,16 @@ def log_add_exp(a, b):
     finite = (mn != mx) | (tl.abs(mn) < float("inf"))
     out = tl.where(finite, libdevice.log1p(tl.exp(mn - mx)) + mx, a)
     return tl.where((a != a) | (b != b), a + b, out)
+
+
+# ------------------------------------------------------------------------------ index checks
+
+@jit
+def check_index(ok):
+    """Stops the kernel (a device-side assert, as ATen's CUDA indexing kernels) where ``ok`` is false:
+    a loaded index out of bounds. Kernels that call it are compiled with ``debug=True`` (Triton drops
+    device asserts otherwise) and ``sanitize_overflow=False`` (no checks on other integer math). Under
+    Triton's interpreter ``interp_libdevice.check_index`` replaces it: it sets a flag that the graph's
+    wrapper reads after the launch and turns into an ``IndexOutOfBoundsError``, as for C++ kernels."""
+    tl.device_assert(ok, "kiln: an index tensor holds a value outside the dimension it indexes "
+                         "(eager PyTorch raises too); check the index values")

@@ -92,3 +92,20 @@ def to_bfloat16(x):
     bits = torch.from_numpy(data).to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16)
     ty = tl.block_type(tl.bfloat16, list(x.type.shape)) if x.type.is_block() else tl.bfloat16
     return tl.core.tensor(TensorHandle(bits, tl.bfloat16), ty)
+
+
+# An interpreted kernel that met an out-of-bounds index (``check_index``); the graph's wrapper reads and
+# clears it after the launch (``take_index_error``) and raises IndexOutOfBoundsError, as for C++ kernels.
+_index_error = [False]
+
+
+def check_index(ok):
+    """``kh.check_index`` under the interpreter: flags where ``ok`` (a loaded index is in bounds, or
+    its lane is masked off) is false. The kernel goes on with the clamped index, as in C++."""
+    if not np.all(_data(ok)):
+        _index_error[0] = True
+
+
+def take_index_error() -> bool:
+    error, _index_error[0] = _index_error[0], False
+    return error

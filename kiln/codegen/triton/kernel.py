@@ -34,7 +34,7 @@ import sympy
 from kiln.codegen.common import kernel_name, kernel_params, mark_updated_in_place, print_index_py, provenance
 from kiln.codegen.triton.online import OnlineMaxSumOps, online_pairs
 from kiln.codegen.triton.persistent import persistent_fits
-from kiln.codegen.triton.ops import TritonOps
+from kiln.codegen.triton.ops import TritonOps, jit_decorator
 from kiln.loopir.handlers import iteration_vars, run_body
 from kiln.loopir.index import ModularIndexing, linear_index, simplify_with_ranges, var
 from kiln.loopir.nodes import Reduction
@@ -563,9 +563,7 @@ def generate_kernel(group: FusedGroup, buffers: dict, index: int, persistent_max
     header += [f"#   {line}" for line in provenance(origins)]
     if group.locals:
         header.append(f"#   kernel-local (registers only): {', '.join(sorted(group.locals))}")
-    # size arguments are not specialized (on value 1 or divisibility by 16): one binary for every size
-    jit = f"@jit(do_not_specialize={tuple(str(s) for s in size_args)!r})" if size_args else "@jit"
-    src = header + [jit, f"def {name}({', '.join(params)}):"] + _indent(body)
+    src = header + [jit_decorator(body, size_args), f"def {name}({', '.join(params)}):"] + _indent(body)
     return TritonKernel(name, "\n".join(src) + "\n", kctx.params, origins, style, hint(xnumel), hint(rnumel),
                         ynumel=hint(ynumel), size_args=size_args, xnumel_expr=xnumel, rnumel_expr=rnumel,
                         ynumel_expr=ynumel, column=row and column_reads(group, buffers), row_tiles=by_rows,

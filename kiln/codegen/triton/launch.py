@@ -35,6 +35,12 @@ INDEX32_SAFE = (1 << 31) - (1 << 24)
 ALIGNMENT = 16  # Triton specializes pointer arguments on this alignment  # kernels touching fewer elements than this use the heuristic config
 
 
+# Compile options of every generated kernel. Kernels that check loaded indices are built with
+# ``debug=True`` (their ``@jit`` line) for their device asserts; Triton's debug mode would also check every
+# 8-32 bit integer add/sub/mul for overflow, which kiln's kernels use on purpose (hashes, wrapping casts).
+COMPILE_OPTIONS = {"sanitize_overflow": False}
+
+
 @dataclasses.dataclass(frozen=True)
 class LaunchConfig:
     XBLOCK: int
@@ -43,12 +49,13 @@ class LaunchConfig:
     YBLOCK: int = 0  # tiled kernels: the tile's size along its y loop
 
     def kwargs(self) -> dict:
+        """The launch's keyword arguments: block sizes, then compile options (``COMPILE_OPTIONS``)."""
         out = {"XBLOCK": self.XBLOCK, "num_warps": self.num_warps}
         if self.RBLOCK:
             out["RBLOCK"] = self.RBLOCK
         if self.YBLOCK:
             out["YBLOCK"] = self.YBLOCK
-        return out
+        return out | COMPILE_OPTIONS
 
     def constexprs(self) -> tuple[int, ...]:
         """The block sizes in the kernel's parameter order (XBLOCK, then RBLOCK or YBLOCK)."""

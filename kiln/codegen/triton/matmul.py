@@ -23,7 +23,7 @@ import torch
 
 from kiln.codegen.common import kernel_name, kernel_params, provenance
 from kiln.codegen.triton.kernel import INT32_LIMIT, MemberContextBase, index_var_defs
-from kiln.codegen.triton.ops import TL_DTYPE, TritonOps, TVal
+from kiln.codegen.triton.ops import TL_DTYPE, TritonOps, TVal, jit_decorator
 from kiln.loopir.handlers import run_body
 from kiln.loopir.index import simplify_with_ranges, var
 from kiln.schedule.templates import MatmulTemplate, broadcast_strides
@@ -214,5 +214,5 @@ def generate_matmul(t: MatmulTemplate, buffers: dict, index: int, dot_precision:
     header += [f"#   {line}" for line in provenance(origins)]
     if not t.store_out:
         header.append(f"#   {t.out} (the matmul's result) stays in registers")
-    src = header + ["@jit", f"def {name}({', '.join(args)}):"] + ["    " + line for line in body]
+    src = header + [jit_decorator(body), f"def {name}({', '.join(args)}):"] + ["    " + line for line in body]
     return MatmulKernel(name, "\n".join(src) + "\n", params, origins, t, dtype)

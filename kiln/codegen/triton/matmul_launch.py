@@ -17,7 +17,7 @@ import json
 
 import torch
 
-from kiln.codegen.triton.launch import SHARED_CHOICES, FastLaunch, _save_raw, _saved_raw
+from kiln.codegen.triton.launch import COMPILE_OPTIONS, SHARED_CHOICES, FastLaunch, _save_raw, _saved_raw
 from kiln.debug.stats import stats
 
 # (BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, num_warps, num_stages), the usual first pick first
@@ -42,7 +42,8 @@ class MatmulConfig:
 
     def kwargs(self, k: int) -> dict:
         names = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "EVEN_K")
-        return dict(zip(names, self.constexprs(k)), num_warps=self.num_warps, num_stages=self.num_stages)
+        return dict(zip(names, self.constexprs(k)), num_warps=self.num_warps, num_stages=self.num_stages,
+                    **COMPILE_OPTIONS)
 
     def grid(self, m: int, n: int) -> tuple[int]:
         return (-(-m // self.BLOCK_M) * -(-n // self.BLOCK_N),)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from kiln.codegen.triton.launch import candidate_configs
+from kiln.codegen.triton.launch import COMPILE_OPTIONS, candidate_configs
 from kiln.codegen.triton.matmul import CONSTEXPRS
 from kiln.codegen.triton.matmul_launch import offline_configs
 
@@ -72,7 +72,7 @@ def compile_for_gpu(cg, arch: int = 90, options=None, all_configs: bool = False)
     for k in cg.kernels.values():
         sig = kernel_signature(k, buffers)
         error = None
-        for consts, opts in _launches(k, sig, options, all_configs):
+        for consts, opts in _launches(k, ns[k.name], options, all_configs):
             try:
                 triton.compile(ASTSource(ns[k.name], sig, constexprs=consts), target=target, options=opts)
             except Exception as exc:  # the compiler's error is the result
@@ -82,15 +82,17 @@ def compile_for_gpu(cg, arch: int = 90, options=None, all_configs: bool = False)
     return results
 
 
-def _launches(kernel, sig, options, all_configs: bool):
+def _launches(kernel, jit_fn, options, all_configs: bool):
     """(constexprs, compile options) of the configs to compile."""
+    common = dict(COMPILE_OPTIONS, debug=bool(getattr(jit_fn, "debug", False)))
     if kernel.style == "matmul":
         configs = offline_configs(kernel, options.triton_max_block)
         k = kernel.shape[2]
         for cfg in configs if all_configs else configs[:1]:
-            yield dict(zip(CONSTEXPRS, cfg.constexprs(k))), {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages}
+            yield dict(zip(CONSTEXPRS, cfg.constexprs(k))), dict(common, num_warps=cfg.num_warps,
+                                                                 num_stages=cfg.num_stages)
         return
     configs = candidate_configs(kernel, options.triton_max_block)
     for cfg in configs if all_configs else configs[:1]:
-        consts = {name: value for name, value in cfg.kwargs().items() if name != "num_warps"}
-        yield consts, {"num_warps": cfg.num_warps}
+        consts = {name: value for name, value in cfg.kwargs().items() if name not in ("num_warps", *COMPILE_OPTIONS)}
+        yield consts, dict(common, num_warps=cfg.num_warps)

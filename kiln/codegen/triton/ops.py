@@ -123,6 +123,7 @@ class TritonOps(OpsHandler):
         self.cse: dict[str, TVal] = {} if cse is None else cse
         self.after_reduction = False
         self.masks: list[TVal] = []  # enclosing ops.masked conditions
+        self.in_bounds: dict = {}  # indirect index symbol -> its in-bounds test (stores skip the others)
 
     @property
     def out(self) -> list[str]:
@@ -208,6 +209,12 @@ class TritonOps(OpsHandler):
         """(The clamp keeps other out-of-range indices in the buffer; an empty one has nothing to clamp to.)"""
         return nonempty_test(index, getattr(self.ctx, "indirect_nonempty", {}), " & ")
 
+    def _in_bounds(self, index) -> str | None:
+        """A store through an out-of-range index is skipped, not clamped: the graph raises, and a buffer
+        it updates in place (the user's tensor) keeps that element (the interpreter runs on after a
+        failed check)."""
+        return " & ".join(filter(None, [self._nonempty(index), nonempty_test(index, self.in_bounds, " & ")])) or None
+
     def _guarding(self, axes) -> list:
         """The enclosing ``masked`` conditions a load at an address varying along ``axes`` is made under:
         those that vary along one of them. A condition only on other axes (a pad's column bound, for a
@@ -229,7 +236,7 @@ class TritonOps(OpsHandler):
         if want != axes:
             idx = f"({idx}) + tl.full({self.ctx.shape(want)}, 0, tl.int32)"
             axes = frozenset(want)
-        mask = " & ".join(filter(None, [self.ctx.mask(axes), self._nonempty(index)])) or None
+        mask = " & ".join(filter(None, [self.ctx.mask(axes), self._in_bounds(index)])) or None
         v = value.name
         target = self.ctx.dtype_of(name)
         if value.dtype != target:
@@ -260,7 +267,7 @@ class TritonOps(OpsHandler):
         if want != axes:
             idx = f"({idx}) + tl.full({self.ctx.shape(want)}, 0, tl.int32)"
             axes = frozenset(want)
-        mask = " & ".join(filter(None, [self.ctx.mask(axes), self._nonempty(index)])) or None
+        mask = " & ".join(filter(None, [self.ctx.mask(axes), self._in_bounds(index)])) or None
         v = value.name
         if value.axes != axes:  # a value of fewer axes (a constant): one per pointer, as atomics want
             # (an arithmetic broadcast: Triton's interpreter mis-adds broadcast_to views atomically)
@@ -308,18 +315,33 @@ class TritonOps(OpsHandler):
     def indirect_indexing(self, value, size, wrap_negative=True):
         """A loaded index as a block variable usable in later indices.
 
-        Negative values count from the end. Out-of-range values (the user's error; eager raises) are
-        clamped so no load leaves the buffer; the GPU cannot raise IndexError mid-kernel.
+        Negative values count from the end. An out-of-range value (the user's error; eager raises) fails
+        ``kh.check_index`` where its lane is live (inside the block's bounds and every enclosing
+        ``masked`` condition): a device-side assert on the GPU, as ATen's CUDA kernels, and an
+        IndexOutOfBoundsError from the wrapper under the interpreter. It is also clamped, so no access
+        leaves the buffer whatever happens after the check.
         """
         v = self._emit(f"({value}).to(tl.int64)", torch.int64, value.axes)
         if wrap_negative:
             v = self._emit(f"tl.where({v} < 0, {v} + {_size(size)}, {v})", torch.int64, v.axes)
+        ok = self._check_index(v, size)
         v = self._emit(f"tl.minimum(tl.maximum({v}, 0), {_size(size - 1)})", torch.int64, v.axes)
         sym = sympy.Symbol(v.name, integer=True, nonnegative=True)
+        self.in_bounds[sym] = ok.name
         self.ctx.indirect[sym] = set(v.axes)
         if sympy.sympify(size).is_positive is not True:  # (a backed size symbol is positive)
             self.ctx.indirect_nonempty[sym] = f"({_size(size)} > 0)"  # (see _nonempty)
         return sym
+
+    def _check_index(self, v, size) -> TVal:
+        """``kh.check_index`` of the lanes where ``v`` is live; returns the in-bounds test."""
+        ok = self._emit(f"({v} >= 0) & ({v} < {_size(size)})", torch.bool, v.axes)
+        live = [m for m in [self.ctx.mask(v.axes)] + [m.name for m in self.masks] if m]
+        line = f"kh.check_index({ok} | ~({' & '.join(live)}))" if live else f"kh.check_index({ok})"
+        if f"check:{line}" not in self.cse:
+            self.cse[f"check:{line}"] = ok
+            self.out.append(line)
+        return ok
 
     # ---------------------------------------------------------------------------- reductions
 
@@ -376,6 +398,18 @@ class TritonOps(OpsHandler):
         self.post.append(f"{res.name}_pair = tl.reduce(({acc}, {acc}_idx), 1, {combine})")
         self.post.append(f"{res.name} = {res.name}_pair[1][:, None]")
         return res
+
+
+def jit_decorator(body: list[str], do_not_specialize=()) -> str:
+    """A generated kernel's ``@jit`` line. Size arguments are not specialized (on value 1 or
+    divisibility by 16): one binary for every size. A kernel that checks loaded indices
+    (``kh.check_index``) is compiled with ``debug=True``: Triton drops device asserts otherwise."""
+    options = []
+    if do_not_specialize:
+        options.append(f"do_not_specialize={tuple(str(s) for s in do_not_specialize)!r}")
+    if any("kh.check_index(" in line for line in body):
+        options.append("debug=True")
+    return f"@jit({', '.join(options)})" if options else "@jit"
 
 
 def _size(n) -> str:

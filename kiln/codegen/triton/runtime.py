@@ -76,6 +76,8 @@ def _target_names(interpret: bool) -> dict:
     if interpret:
         helpers.to_bfloat16 = libdevice.to_bfloat16
         helpers.dot_operand = libdevice.dot_operand
+        helpers.check_index = libdevice.check_index
+        helpers.take_index_error = libdevice.take_index_error
     names["kh"] = helpers
     return names
 

@@ -17,7 +17,7 @@ from kiln.codegen.triton.kernel import (
     PERSISTENT_MAX, KernelContext, MemberContextBase, TritonKernel, _index_dtype_is_64, _indent, _py,
     index_var_defs,
 )
-from kiln.codegen.triton.ops import TL_DTYPE, TritonOps, TVal, literal
+from kiln.codegen.triton.ops import TL_DTYPE, TritonOps, TVal, jit_decorator, literal
 from kiln.loopir.handlers import SimplifiedIndices, iteration_vars, run_body, var_ranges
 from kiln.loopir.index import linear_index, simplify_with_ranges, var
 from kiln.loopir.ops import reduction_identity
@@ -155,6 +155,6 @@ def generate_scan_kernel(group: FusedGroup, buffers: dict, index: int,
     header += [f"#   {line}" for line in provenance(origins)]
     if group.locals:
         header.append(f"#   kernel-local (registers only): {', '.join(sorted(group.locals))}")
-    src = header + ["@jit", f"def {name}({', '.join(params)}):"] + _indent(body)
+    src = header + [jit_decorator(body), f"def {name}({', '.join(params)}):"] + _indent(body)
     return TritonKernel(name, "\n".join(src) + "\n", kctx.params, origins, style, xnumel, rnumel,
                         xnumel_expr=xnumel, rnumel_expr=rnumel)

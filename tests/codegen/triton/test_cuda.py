@@ -269,3 +269,35 @@ def test_fx_graph_without_inputs_makes_cuda_tensors_with_triton():
     assert getattr(compiled, "compiled_graph", None) is not None and compiled.compiled_graph.target == "triton", \
         compiled.kiln_explain()
     torch.testing.assert_close(compiled(), f())
+
+
+def test_out_of_range_index_is_a_device_side_assert():
+    """As ATen's CUDA indexing kernels: an out-of-range loaded index stops the kernel with a device-side
+    assert (kiln's message on stderr), never a clamped, wrong result. Run in a subprocess: the assert
+    leaves the CUDA context unusable."""
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent("""
+        import torch, torch.fx as fx
+        from kiln.backends.kiln import kiln_backend
+        from kiln.options import default_options
+        def f(x, i):
+            return torch.gather(x, 1, i) * 2
+        x = torch.randn(64, 100, device="cuda")
+        good = torch.randint(0, 100, (64, 7), device="cuda")
+        compiled = kiln_backend(fx.symbolic_trace(f), [x, good], default_options())
+        assert "kh.check_index(" in compiled.compiled_graph.source
+        torch.testing.assert_close(compiled(x, good), f(x, good))
+        bad = good.clone()
+        bad[5, 3] = 100
+        compiled(x, bad)
+        torch.cuda.synchronize()
+        print("NO ERROR")
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "NO ERROR" not in out, out
+    assert "device-side assert" in out, out
+    assert "kiln: an index tensor holds a value outside the dimension it indexes" in out, out

@@ -94,7 +94,7 @@ def test_launcher_takes_tritons_path_once_then_the_fast_one(monkeypatch):
     launcher(x, x)
     launcher(x, x)
     launcher(x, x)
-    assert slow == [((4,), {"XBLOCK": 256, "num_warps": 2})]
+    assert slow == [((4,), {"XBLOCK": 256, "num_warps": 2, "sanitize_overflow": False})]
     assert len(fast_calls) == 2 and fast_calls[0][:3] == (4, 1, 1) and fast_calls[0][-1] == 256
 
 

@@ -67,3 +67,51 @@ def test_16_bit_float_atomics_are_not_interpreted():
     x, src, idx = torch.randn(5, 4).bfloat16(), torch.randn(6, 4).bfloat16(), torch.randint(0, 5, (6, 4))
     with pytest.raises(AssertionError, match="interpreter has no torch.bfloat16 atomics"):
         compile_fn(lambda x, i, s: x.scatter_add(0, i, s), (x, idx, src))
+
+
+def test_out_of_range_indices_raise_as_in_eager():
+    """A loaded index outside its dimension is the user's error: eager raises, and so does kiln's Triton
+    code (a device-side assert on the GPU; under the interpreter the wrapper raises IndexOutOfBoundsError
+    after the launch). The same graph then runs good indices right: the flag was cleared."""
+    import pytest
+
+    from kiln.errors import IndexOutOfBoundsError
+
+    x = torch.randn(4, 6)
+    cases = [
+        (lambda x, i: torch.gather(x, 1, i) * 2, torch.tensor([[0, 6]] * 4), torch.tensor([[0, 5]] * 4)),
+        (lambda x, i: torch.gather(x, 1, i) * 2, torch.tensor([[0, -1]] * 4), torch.tensor([[0, 1]] * 4)),
+        (lambda x, i: x.index_select(0, i) + 1, torch.tensor([1, 4]), torch.tensor([1, 3])),
+        (lambda x, i: x[i] + 1, torch.tensor([1, -5]), torch.tensor([1, -4])),
+        (lambda x, i: x.scatter_add(1, i, x[:, :2]), torch.tensor([[0, 7]] * 4), torch.tensor([[0, 5]] * 4)),
+        (lambda x, i: aten.index_put(x, [i], torch.tensor(1.0), True), torch.tensor([4]), torch.tensor([-4])),
+        (lambda x, i: torch.nn.functional.embedding(i, x).sum(-1), torch.tensor([[2, 9]]), torch.tensor([[2, 3]])),
+    ]
+    for fn, bad, good in cases:
+        with pytest.raises((IndexError, RuntimeError)):
+            fn(x, bad)
+        compiled, cg = compile_fn(fn, (x, good))
+        assert "kh.check_index(" in cg.source, cg.source
+        with pytest.raises(IndexOutOfBoundsError, match="index out of bounds in .*check the index values"):
+            compiled(x, bad)
+        torch.testing.assert_close(compiled(x, good), fn(x, good))
+
+
+def test_masked_off_lanes_are_not_checked():
+    """Only live lanes count: a padded gather reads its index under the pad's mask, and lanes outside
+    the block (xnumel not a multiple of XBLOCK) load nothing."""
+    x = torch.randn(5, 7)
+    i = torch.randint(0, 7, (5, 3))
+
+    def f(x, i):
+        return torch.nn.functional.pad(torch.gather(x, 1, i), (2, 1)) + 1
+
+    cg = check(f, x, i, triton_max_block=4)
+    assert "kh.check_index(" in cg.source
+
+
+def test_only_kernels_that_check_indices_are_built_in_debug_mode():
+    from kiln.codegen.triton.ops import jit_decorator
+
+    assert jit_decorator(["tmp0 = tl.load(in_ptr0 + xindex)"]) == "@jit"
+    assert jit_decorator(["kh.check_index(tmp1 < 4)"], ("s0",)) == "@jit(do_not_specialize=('s0',), debug=True)"

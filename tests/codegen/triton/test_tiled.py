@@ -65,7 +65,7 @@ def test_tiled_configs_and_grid():
     configs = candidate_configs(K())
     assert configs[0] == LaunchConfig(64, 0, 8, 64) and all(c.YBLOCK for c in configs) and len(configs) > 1
     assert grid(K(), LaunchConfig(64, 0, 8, 64)) == (64 * 16,)
-    assert LaunchConfig(64, 0, 8, 32).kwargs() == {"XBLOCK": 64, "YBLOCK": 32, "num_warps": 8}
+    assert LaunchConfig(64, 0, 8, 32).kwargs() == {"XBLOCK": 64, "YBLOCK": 32, "num_warps": 8, "sanitize_overflow": False}
     assert LaunchConfig(64, 0, 8, 32).constexprs() == (64, 32)
     assert LaunchConfig(*LaunchConfig(64, 0, 8, 32).as_list()) == LaunchConfig(64, 0, 8, 32)  # saved choices
 
