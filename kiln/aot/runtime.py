@@ -109,10 +109,18 @@ class AtenRuntime:
         self.sizes = ag.sizes
         self.steps: dict = {}  # mutated inputs whose version counters eager moves by other than one (version_steps)
         self.grad_mode_after = ag.grad_mode_after
+        # the common case, taken on every call: each output is a graph result as it is (no views to
+        # rebuild, no constants, no inputs returned), nothing mutated, grad mode unchanged
+        plain = not self.n_mut and self.grad_mode_after is None and \
+            all(spec.kind == "graph" and not spec.steps for spec in self.outputs)
+        self.plain_outputs = tuple(self.n_mut + spec.index for spec in self.outputs) if plain else None
 
     def __call__(self, *args):
         flat = [*args, *self.state]
         results = run_as_traced(self.run, *flat)
+        plain = self.plain_outputs
+        if plain is not None:
+            return self.unflatten([results[i] for i in plain])
         if self.n_mut:
             stored: list = []
             for k, index in enumerate(self.mutated):

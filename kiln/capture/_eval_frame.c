@@ -729,6 +729,35 @@ held_tensors_match(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Py_RETURN_TRUE;
 }
 
+/* tensor_matches(t, expected) -> bool: an input tensor's guard in one call (kiln/capture/guards.py):
+ * ``expected`` is (exact type, dtype, device, size, stride, requires_grad), checked as the Python
+ * expression `type(t) is T and t.dtype is D and t.device == V and t.size() == S and t.stride() == T
+ * and t.requires_grad is R`. An exception from an attribute propagates (the guard then fails). */
+static PyObject *
+tensor_matches(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 2 || !PyTuple_Check(args[1]) || PyTuple_GET_SIZE(args[1]) != 6) {
+        PyErr_SetString(PyExc_TypeError, "tensor_matches(t, expected): expected is a 6-tuple");
+        return NULL;
+    }
+    PyObject *t = args[0], *want = args[1];
+    if ((PyObject *)Py_TYPE(t) != PyTuple_GET_ITEM(want, 0))
+        Py_RETURN_FALSE;
+    int ok = field_matches(t, s_dtype, 0, PyTuple_GET_ITEM(want, 1), 1);
+    if (ok == 1)
+        ok = field_matches(t, s_requires_grad, 0, PyTuple_GET_ITEM(want, 5), 1);
+    if (ok == 1)
+        ok = field_matches(t, s_shape, 0, PyTuple_GET_ITEM(want, 3), 0);
+    if (ok == 1)
+        ok = field_matches(t, s_stride, 1, PyTuple_GET_ITEM(want, 4), 0);
+    if (ok == 1)
+        ok = field_matches(t, s_device, 0, PyTuple_GET_ITEM(want, 2), 0);
+    if (ok < 0)
+        return NULL;
+    return PyBool_FromLong(ok);
+}
+
 /* all_aligned(args, positions) -> bool: whether args[i].data_ptr() is a multiple of 16 for each i
  * in positions (Triton compiled the kernel for 16-byte aligned pointers there; see
  * kiln/codegen/triton/launch.py FastLaunch). */
@@ -782,6 +811,9 @@ static PyMethodDef methods[] = {
      "type_version(tp) -> int: the type's version tag (assigned if needed), 0 when it has none."},
     {"all_aligned", (PyCFunction)(void (*)(void))all_aligned, METH_FASTCALL,
      "all_aligned(args, positions) -> bool: args[i].data_ptr() % 16 == 0 for each position i."},
+    {"tensor_matches", (PyCFunction)(void (*)(void))tensor_matches, METH_FASTCALL,
+     "tensor_matches(t, expected) -> bool: type(t) is exactly expected[0] and t's (dtype, device, "
+     "size, stride, requires_grad) equal expected[1:]."},
     {"held_tensors_match", (PyCFunction)(void (*)(void))held_tensors_match, METH_FASTCALL,
      "held_tensors_match(tensors, expected) -> bool: each tensor's (dtype, device, size, stride, "
      "requires_grad) equals its expected tuple."},

@@ -193,7 +193,8 @@ class GuardSet:
         held = [g for g in ordered if g.kind is GuardKind.HELD_TENSOR] if match is not None else []
         skip = {g.key() for g in gated}
         exprs += self._guard_texts([g for g in ordered if g.key() not in skip
-                                    and not (held and g.kind is GuardKind.HELD_TENSOR)], names)
+                                    and not (held and g.kind is GuardKind.HELD_TENSOR)], names,
+                                   _tensor_matches() if batch_held else None)
         tensor_sources = [g.source for g in ordered if g.kind in (GuardKind.TENSOR, GuardKind.DYNAMIC_TENSOR)]
         if len(tensor_sources) > 1:
             distinct = Guard(GuardKind.DISTINCT, tensor_sources[0], tensor_sources)
@@ -214,12 +215,13 @@ class GuardSet:
                           f"the {len(held)} held tensors keep their dtype, device, size, strides, requires_grad"))
         return exprs
 
-    def _guard_texts(self, guards: list[Guard], names: "_Namer") -> list[tuple]:
+    def _guard_texts(self, guards: list[Guard], names: "_Namer", tensor_matches=None) -> list[tuple]:
         """(expression, description, places read) of ``guards``, in their order, less the type guards a
-        constant guard on the same place implies (it checks the exact type too: `is` for None/True/...)."""
+        constant guard on the same place implies (it checks the exact type too: `is` for None/True/...).
+        ``tensor_matches``: the C check of an input tensor's metadata, one call per tensor guard."""
         typed = {g.source.name() for g in self._guards.values() if g.kind is GuardKind.CONSTANT}
         return [e for g in guards if not (g.kind is GuardKind.TYPE and g.source.name() in typed)
-                for e in _read_through(g, _guard_exprs(g, names))]
+                for e in _read_through(g, _guard_exprs(g, names, tensor_matches))]
 
     def compile(self, frame: tuple | None = None) -> "CompiledGuards":
         """The check function. ``frame``: the values ``(L, G, C, B)`` of the call being compiled; with
@@ -524,6 +526,14 @@ def class_assignable(obj) -> bool:
     return bool(type(obj).__flags__ & (1 << 9)) or isinstance(obj, types.ModuleType)  # Py_TPFLAGS_HEAPTYPE
 
 
+def _tensor_matches():
+    """The C check of an input tensor's metadata (``_eval_frame.tensor_matches``), or None when the
+    extension is older than it (the guards then check each field in Python)."""
+    from kiln.capture import hook
+
+    return getattr(hook._C, "tensor_matches", None)
+
+
 def _held_tensors_match():
     """The C check of held tensors' metadata (``_eval_frame.held_tensors_match``), or None when the
     extension is missing or older than it (the guards then check each tensor in Python)."""
@@ -573,9 +583,15 @@ def _held_objects(source: Source) -> dict[str, Any]:
     return found
 
 
-def _guard_exprs(g: Guard, names: _Namer) -> list[tuple[str, str]]:
+def _guard_exprs(g: Guard, names: _Namer, tensor_matches=None) -> list[tuple[str, str]]:
     x = g.source.name()
     k = g.kind
+    if k is GuardKind.TENSOR and tensor_matches is not None:
+        t = g.value
+        expected = (type(t), t.dtype, t.device, tuple(t.size()), tuple(t.stride()), t.requires_grad)
+        return [(f"{names.ref(tensor_matches)}({x}, {names.ref(expected)})",
+                 f"tensor {x}: {type(t).__name__} {t.dtype} {t.device} size={tuple(t.size())} "
+                 f"stride={tuple(t.stride())} requires_grad={t.requires_grad}")]
     if k is GuardKind.TENSOR:
         t = g.value
         return [
@@ -639,6 +655,9 @@ def _guard_exprs(g: Guard, names: _Namer) -> list[tuple[str, str]]:
         return [(f"{x} is not {names.ref(g.value)}", f"{x} is not the {type(g.value).__name__} the graph holds")]
     if k is GuardKind.DISTINCT:
         names = ", ".join(s.name() for s in g.value)
+        if len(g.value) <= 5:  # pairwise identity: cheaper than a set of ids for a few
+            pairs = [f"{a.name()} is not {b.name()}" for i, a in enumerate(g.value) for b in g.value[i + 1:]]
+            return [(" and ".join(pairs), f"tensor inputs {names} are distinct objects")]
         return [(f"___len({{id(v) for v in ({names},)}}) == {len(g.value)}",
                  f"tensor inputs {names} are distinct objects")]
     if k is GuardKind.STORAGE_ALIASING:

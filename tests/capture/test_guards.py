@@ -127,3 +127,41 @@ def test_held_tensors_match_compares_each_field():
     with pytest.raises(AttributeError):
         match((1,), (want,))
 
+
+
+def test_input_tensor_guard_is_one_c_call_per_tensor_and_checks_every_field():
+    from kiln.capture import hook
+
+    if not hasattr(hook._C, "tensor_matches"):
+        pytest.skip("kiln's C extension is not built")
+    x, y = torch.randn(2, 3), torch.randn(4)
+    guards = GuardSet()
+    guards.tensor(LocalSource("x"), x)
+    guards.tensor(LocalSource("y"), y)
+    compiled = guards.compile()
+    assert ".stride()" not in compiled.source_code and "x is not" not in compiled.source_code
+    assert "L['x']" in compiled.source_code and " is not v" in compiled.source_code  # distinct, pairwise
+    L = {"x": x, "y": y}
+    assert compiled.check(L, {}, None, {})
+    for other in (torch.randn(3, 2), x.t().contiguous().t(), x.double(), x.clone().requires_grad_(),
+                  torch.nn.Parameter(x.clone()), x.to("meta"), [1.0], y):
+        assert not compiled.check({**L, "x": other}, {}, None, {}), other
+        assert "L['x']" in compiled.first_failure({**L, "x": other}, {}, None, {})
+    match = hook._C.tensor_matches
+    want = (torch.Tensor, x.dtype, x.device, (2, 3), (3, 1), False)
+    assert match(x, want)
+    for i, other in enumerate((torch.nn.Parameter, torch.float64, torch.device("meta"), (3, 2), (1, 2), True)):
+        assert not match(x, want[:i] + (other,) + want[i + 1:]), i
+    with pytest.raises(TypeError):
+        match(x, want[:5])
+
+
+def test_distinct_inputs_beyond_a_few_use_a_set():
+    ts = [torch.randn(2) for _ in range(7)]
+    guards = GuardSet()
+    for i, t in enumerate(ts):
+        guards.tensor(LocalSource(f"t{i}"), t)
+    compiled = guards.compile()
+    L = {f"t{i}": t for i, t in enumerate(ts)}
+    assert compiled.check(L, {}, None, {})
+    assert not compiled.check({**L, "t6": ts[0]}, {}, None, {})
