@@ -43,3 +43,36 @@ def test_gathers_and_row_broadcasts_end_to_end():
     compiled = kiln.compile(fn, options=kiln.Options(choose_faster=False, warm_cache=False))
     for got, want in zip(compiled(w, idx, b, s), fn(w, idx, b, s)):
         torch.testing.assert_close(got, want)
+
+
+def test_scatter_rows_keep_masked_lambdas_and_their_users_in_the_loop():
+    """A ``masked`` lambda's body (loads valid only under its mask) never leaves the loop, nor does a
+    value that calls the lambda (``tmp6_fn()``: a name the old temporary pattern did not see, which
+    hoisted the call above the lambda's definition and the kernel failed to build)."""
+    from kiln.codegen.cpp.scatter import hoist_invariants as hoist_scatter
+
+    body = ["int64_t tmp0 = in_ptr0[x0];", "int64_t tmp1 = kiln_indirect(tmp0, 5LL, true);",
+            "bool tmp4 = tmp2 >= tmp3;", "auto tmp6_fn = [&]() -> float {", "    float tmp5 = in_ptr1[7];",
+            "    return tmp5;", "};", "float tmp7 = tmp4 ? tmp6_fn() : 0.0f;", "out_ptr0[tmp1] = tmp7;"]
+    before, inside = hoist_scatter(body, "x0")
+    assert before == ["bool tmp4 = tmp2 >= tmp3;"]
+    assert inside == [line for line in body if line not in before]
+
+
+def test_index_put_on_a_slice_after_an_update_builds_and_matches_eager():
+    import warnings
+
+    import torch
+
+    import kiln
+
+    def g(x, i):
+        y = x.clone()
+        y[1:, i] = 7.0
+        y[0, i] += 1
+        return y
+
+    x, i = torch.randn(4, 5), torch.tensor([1, 3])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a C++ build failure warns and falls back to ATen
+        torch.testing.assert_close(kiln.compile(g, options={"warm_cache": False})(x, i), g(x, i))

@@ -103,22 +103,26 @@ def generate_scatter_kernel(group, buffers: dict, index: int) -> CppKernel:
 
 
 _DEF = re.compile(r"^[A-Za-z_][\w:<>]* (tmp\d+) = .*;$")
-_TMP = re.compile(r"\btmp\d+\b")
+_TMP = re.compile(r"\btmp\d+(?:_fn)?\b")  # temporaries and ``masked`` lambdas (``tmp6_fn``)
 
 
 def hoist_invariants(lines: list[str], var: str) -> tuple[list[str], list[str]]:
     """Split a loop body into the definitions that do not depend on loop variable ``var`` (moved
-    before the loop) and the rest, in order. Only one-line temporaries move; anything else (stores,
-    ``masked`` lambdas) and whatever uses a temporary that stays, stays."""
+    before the loop) and the rest, in order. Only one-line temporaries at the body's top level move;
+    anything else (stores, ``masked`` lambdas and every line inside one: their loads are only valid
+    under the mask) and whatever uses a temporary or lambda that stays, stays."""
     uses_var = re.compile(rf"\b{var}\b")
     before, inside, staying = [], [], set()
+    depth = 0  # inside a lambda's body
     for line in lines:
-        m = _DEF.match(line)
-        if m and not uses_var.search(line) and not (set(_TMP.findall(line)) - {m.group(1)}) & staying:
+        text = line.strip()
+        m = _DEF.match(text) if depth == 0 else None
+        if m and not uses_var.search(text) and not (set(_TMP.findall(text)) - {m.group(1)}) & staying:
             before.append(line)
             continue
         inside.append(line)
-        staying |= set(_TMP.findall(line))
+        staying |= set(_TMP.findall(text))
+        depth += text.count("{") - text.count("}")
     return before, inside
 
 
