@@ -123,15 +123,26 @@ def nonempty_test(index, tests: dict, joiner: str) -> str | None:
     return joiner.join(found) if found else None
 
 
+def is_indexing_target(target: str) -> bool:
+    """Whether an op (its printed target) reads or writes through loaded indices: the ops an
+    out-of-bounds message names (their user lines are part of the warm cache's key for that reason)."""
+    return any(k in target for k in ("index", "gather", "scatter", "embedding", "take", "select"))
+
+
 def index_error_message(kernel) -> str:
     """What a kernel that met an out-of-range loaded index raises: the indexing ops it runs and the user's
     lines they came from (eager raises an IndexError for the same values)."""
     ops = []
     for node in kernel.origins:
         target = str(getattr(node, "target", ""))
-        if any(k in target for k in ("index", "gather", "scatter", "embedding", "take", "select")):
+        if is_indexing_target(target):
             where = user_location(node)
             ops.append(f"{target}" + (f" at {where}" if where else ""))
+    if not ops:  # the indexing was fused into another op's kernel (``x[i].sum()``): name those
+        for node in kernel.origins:
+            where = user_location(node)
+            ops.append(f"{getattr(node, 'target', node)}" + (f" at {where}" if where else ""))
+        ops = [f"an indexing op fused into {', '.join(dict.fromkeys(ops))}"] if ops else []
     what = "; ".join(dict.fromkeys(ops)) or "an indexing op"
     return (f"index out of bounds in {what} (kernel {kernel.name}): an index tensor holds a value outside "
             f"the dimension it indexes (eager PyTorch raises too); check the index values")

@@ -322,3 +322,35 @@ def test_an_op_packet_target_is_keyed_by_its_namespace():
     gm = torch.fx.GraphModule(torch.nn.Module(), graph)
     key, why = graph_key(gm, [torch.randn(4, 3), torch.tensor([1, 2, 1, 0])], kiln.Options(), "cpp")
     assert key is not None, why
+
+
+def test_an_out_of_bounds_error_names_the_line_of_the_function_that_ran(tmp_path):
+    """The same graph written on two lines is two entries: the wrapper's IndexError names the line."""
+    import textwrap
+
+    import kiln
+    from kiln.errors import IndexOutOfBoundsError
+
+    src = tmp_path / "two_gathers.py"
+    src.write_text(textwrap.dedent("""
+        def f1(x, i):
+            return x.gather(1, i) * 2
+
+
+        def f2(x, i):
+            return x.gather(1, i) * 2
+
+
+        def f3(x, i):
+            return x[i] + 1
+
+
+        def f4(x, i):
+            return x[i] + 1
+    """))
+    ns: dict = {}
+    exec(compile(src.read_text(), str(src), "exec"), ns)
+    x, bad, rows = torch.randn(3, 4), torch.tensor([[0], [4], [1]]), torch.tensor([0, 5])
+    for name, line, i in (("f1", 3, bad), ("f2", 7, bad), ("f3", 11, rows), ("f4", 15, rows)):
+        with pytest.raises(IndexOutOfBoundsError, match=f"two_gathers.py:{line}"):
+            kiln.compile(ns[name], options={"cache_dir": str(tmp_path / "cache")})(x, i)

@@ -222,3 +222,14 @@ def test_kiln_compile_embedding_training_and_scatter_in_one_graph():
     torch.testing.assert_close(got, emb.weight.grad)
     assert stats.graphs == 1 and stats.joint_graphs == 1 and stats.kernels_generated >= 4, stats.__dict__
     assert not [k for k in stats.aten_fallbacks if "scatter" in k or "index_put" in k], dict(stats.aten_fallbacks)
+
+
+def test_out_of_range_index_fused_into_a_reduction_names_the_kernels_ops_and_line():
+    import kiln
+    from kiln.errors import IndexOutOfBoundsError
+
+    def f(x, i):
+        return x[i].sum(0)
+
+    with pytest.raises(IndexOutOfBoundsError, match=r"fused into aten\.sum\.dim_IntList at .*test_scatter\.py:\d+"):
+        kiln.compile(f)(torch.randn(4, 2), torch.tensor([-5, 1]))
