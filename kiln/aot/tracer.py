@@ -339,6 +339,18 @@ def stack_trace(n: fx.Node) -> str | None:
     return "\n".join(f'  File "{file}", line {line}, in {fn}' for file, line, fn in stack)
 
 
+def user_op_name(n: fx.Node) -> str | None:
+    """The name of the call the user wrote that made ``n`` (``masked_scatter``, ``gather``, ``getitem``):
+    errors from the ATen ops it decomposes into name it."""
+    if n.op == "call_method":
+        return str(n.target)
+    if n.op == "call_function":
+        return getattr(n.target, "__name__", None) or str(n.target)
+    if n.op == "call_module":
+        return str(n.target)
+    return None
+
+
 def interpret(gm: fx.GraphModule, tracer: AtenTracer, args: list) -> object:
     """Run the torch-level graph ``gm`` on ``args`` with ``tracer`` recording, node by node."""
 
@@ -349,7 +361,7 @@ def interpret(gm: fx.GraphModule, tracer: AtenTracer, args: list) -> object:
             return super().call_function(target, args, kwargs)
 
         def run_node(self, n):
-            tracer.b.provenance = {"from_node": n.name, "stack_trace": stack_trace(n)}
+            tracer.b.provenance = {"from_node": n.name, "stack_trace": stack_trace(n), "from_op": user_op_name(n)}
             out = super().run_node(n)
             if n.op == "call_function" and n.target is getattr and n.args[1:] == ("data",):
                 tracer.mark_data_view(out)

@@ -123,6 +123,17 @@ def nonempty_test(index, tests: dict, joiner: str) -> str | None:
     return joiner.join(found) if found else None
 
 
+def _user_op(node) -> str | None:
+    """The user's call that an ATen node came from (``from_op``), when it names another op than the
+    node's own: ``index_fill`` for the ``index_put`` it decomposes to."""
+    op = node.meta.get("from_op") if hasattr(node, "meta") else None
+    if op in ("getitem", "__getitem__"):
+        return "indexing x[...]"
+    if op in ("setitem", "__setitem__"):
+        return "index assignment x[...] = ..."
+    return op or None
+
+
 def is_indexing_target(target: str) -> bool:
     """Whether an op (its printed target) reads or writes through loaded indices: the ops an
     out-of-bounds message names (their user lines are part of the warm cache's key for that reason)."""
@@ -137,7 +148,11 @@ def index_error_message(kernel) -> str:
         target = str(getattr(node, "target", ""))
         if is_indexing_target(target):
             where = user_location(node)
-            ops.append(f"{target}" + (f" at {where}" if where else ""))
+            ops.append(f"{_user_op(node) or target}" + (f" at {where}" if where else ""))
+    scatters = [op for op in ops if op.startswith("masked_scatter")]
+    if scatters:  # its source is read through the running count of the mask's True values
+        return (f"{'; '.join(dict.fromkeys(scatters))} (kernel {kernel.name}): the source has fewer elements "
+                f"than the mask has True values (eager PyTorch raises too)")
     if not ops:  # the indexing was fused into another op's kernel (``x[i].sum()``): name those
         for node in kernel.origins:
             where = user_location(node)

@@ -233,3 +233,18 @@ def test_out_of_range_index_fused_into_a_reduction_names_the_kernels_ops_and_lin
 
     with pytest.raises(IndexOutOfBoundsError, match=r"fused into aten\.sum\.dim_IntList at .*test_scatter\.py:\d+"):
         kiln.compile(f)(torch.randn(4, 2), torch.tensor([-5, 1]))
+
+
+def test_out_of_range_errors_name_the_call_the_user_wrote():
+    import kiln
+    from kiln.errors import IndexOutOfBoundsError
+
+    x = torch.randn(2, 3)
+    for fn, i, name in [(lambda x, i: x.index_fill(1, i, 5.0), torch.tensor([1, 3]), "index_fill"),
+                        (lambda x, i: torch.take(x, i), torch.tensor([9]), "take"),
+                        (lambda x, i: torch.nn.functional.embedding(i, x), torch.tensor([5]), "embedding"),
+                        (lambda x, i: x[i] + 1, torch.tensor([5]), r"indexing x\[\.\.\.\]")]:
+        with pytest.raises(IndexOutOfBoundsError, match=f"index out of bounds in {name} at .*test_scatter.py"):
+            kiln.compile(fn)(x, i)
+    with pytest.raises(IndexOutOfBoundsError, match="source has fewer elements than the mask has True values"):
+        kiln.compile(lambda x, m, s: x.masked_scatter(m, s))(x, torch.ones(2, 3, dtype=torch.bool), torch.arange(4.0))
