@@ -74,7 +74,9 @@ class CompiledGraph:
                 lines.append(f"  {s.node.node.op}: {s.node.node.reason}")
         if self.cudagraphs is not None:
             lines.append(self.cudagraphs.explain())
-        lines += ["", "wrapper:", self.wrapper.source]
+        from kiln.codegen.locations import resolve_locations
+
+        lines += ["", "wrapper:", resolve_locations(self.wrapper.source, self.wrapper.locations)]
         return "\n".join(lines)
 
 

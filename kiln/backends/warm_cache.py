@@ -177,7 +177,8 @@ def build_runtime(entry: dict, gm, options):
         if kind != spec.kind:
             raise ValueError(f"state {spec.name} is a {kind}, the entry has a {spec.kind}")
         state.append(tensor)
-    runs = [_load_graph(part, entry["target"], options) for part in entry["graphs"]]
+    locations = _user_locations(gm)
+    runs = [_load_graph(part, entry["target"], options, locations) for part in entry["graphs"]]
     out_spec = treespec_loads(entry["out_spec"])
     if entry["kind"] == "training":
         joint = types.SimpleNamespace(
@@ -185,7 +186,7 @@ def build_runtime(entry: dict, gm, options):
             sizes=entry["sizes"], num_fwd_outputs=entry["num_fwd_outputs"], differentiable=entry["differentiable"],
             grad_inputs=entry["grad_inputs"], grad_mode_after=entry["grad_mode_after"])
         runtime = TrainingRuntime(joint, *runs)
-        runtime.backward_without = lambda absent: _stored_variant(entry, absent, options)
+        runtime.backward_without = lambda absent: _stored_variant(entry, absent, options, locations)
     else:
         ag = AtenGraph(None, inputs, state, entry["mutated"], entry["outputs"], out_spec, entry["sizes"],
                        entry["grad_mode_after"])
@@ -206,18 +207,27 @@ def _variant_key(absent: tuple) -> str:
     return ",".join(map(str, absent))
 
 
-def _stored_variant(entry: dict, absent: tuple, options):
+def _stored_variant(entry: dict, absent: tuple, options, locations: dict):
     """The backward variant for these absent tangents kept in the entry (aot/training.py), loaded; None
     where no process compiled it (the runtime then passes zeros, as autograd would)."""
     part = entry.get("variants", {}).get(_variant_key(absent))
-    return _load_graph(part, entry["target"], options) if part is not None else None
+    return _load_graph(part, entry["target"], options, locations) if part is not None else None
 
 
-def _load_graph(part: dict, target: str, options):
-    """One graph's wrapper function, with its kernels loaded."""
+def _load_graph(part: dict, target: str, options, locations: dict):
+    """One graph's wrapper function, with its kernels loaded; its error messages name the lines of
+    ``locations`` (this process's graph, which may sit on other lines than the one stored)."""
     kernels = _load_library(part, options) if target == "cpp" else _load_triton(part, target, options)
     namespace = {name: _namespace_value(spec, kernels) for name, spec in part["namespace"].items()}
-    return Wrapper(part["wrapper"], namespace).compile()
+    return Wrapper(part["wrapper"], namespace, locations=locations).compile()
+
+
+def _user_locations(gm) -> dict:
+    """{node name: file:line} of the captured graph's calls (what error messages name)."""
+    from kiln.aot.tracer import stack_trace
+    from kiln.codegen.locations import location_in_trace
+
+    return {n.name: location_in_trace(stack_trace(n)) for n in gm.graph.nodes if n.op.startswith("call")}
 
 
 def _load_library(entry: dict, options) -> dict:
@@ -253,7 +263,11 @@ def _load_triton(entry: dict, target: str, options) -> dict:
     source = triton_build.load_kernels(kernels, buffers, options, interpret=interpret)
     if source != entry["library_source"]:
         raise ValueError("the Triton module's source differs from the entry's")
-    return {name: k.fn for name, k in kernels.items()}
+    fns = {name: k.fn for name, k in kernels.items()}
+    checking = [k for k in kernels.values() if getattr(k, "take_error", None) is not None]
+    if checking:  # (interpreted kernels that check indices: the helpers' flag, as load_kernels set it)
+        fns["take_error"] = checking[0].take_error
+    return fns
 
 
 def _helpers(triton: bool = True) -> dict:

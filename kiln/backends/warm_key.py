@@ -181,16 +181,6 @@ def graph_key(gm: fx.GraphModule, example_inputs, options, target: str) -> tuple
     except Uncacheable as exc:
         return None, str(exc)
     env = environment(target, options, graph_device(example_inputs))
-    material = repr((env, gm.code, metas, options_key(options), _global_modes(), _indexing_lines(gm)))
+    material = repr((env, gm.code, metas, options_key(options), _global_modes()))
     return hashlib.sha256(material.encode()).hexdigest(), None
 
-
-def _indexing_lines(gm: fx.GraphModule) -> tuple[str, ...]:
-    """The user lines of the graph's indexing ops: an out-of-bounds error names them (the compiled
-    wrapper holds the message), so the same graph written on other lines is another entry."""
-    from kiln.aot.tracer import stack_trace
-    from kiln.codegen.common import is_indexing_target
-
-    return tuple(stack_trace(n) or "" for n in gm.graph.nodes
-                 if n.op in ("call_function", "call_method")
-                 and (is_indexing_target(str(n.target)) or "getitem" in str(n.target) or "setitem" in str(n.target)))

@@ -5,6 +5,7 @@ import re
 
 import sympy
 
+from kiln.codegen.locations import location_in_trace, resolve_locations  # noqa: F401 (shared names)
 from kiln.loopir.index import FloorDiv, InRange, ModularIndexing
 
 
@@ -104,14 +105,7 @@ def provenance(origins) -> list[str]:
 
 
 def user_location(node) -> str:
-    trace = node.meta.get("stack_trace") if hasattr(node, "meta") else None
-    if not trace:
-        return ""
-    m = re.findall(r'File "([^"]+)", line (\d+)', trace)
-    if m:
-        path, line = m[-1]
-        return f"{path}:{line}"
-    return str(trace).strip().splitlines()[-1][:120]
+    return location_in_trace(node.meta.get("stack_trace") if hasattr(node, "meta") else None)
 
 
 def nonempty_test(index, tests: dict, joiner: str) -> str | None:
@@ -121,6 +115,23 @@ def nonempty_test(index, tests: dict, joiner: str) -> str | None:
     the one an out-of-range index falls back to: the access is skipped (C++) or masked off (Triton)."""
     found = sorted({tests[s] for s in sympy.sympify(index).free_symbols if s in tests})
     return joiner.join(found) if found else None
+
+
+def _where(node) -> str:
+    """Where the user wrote the call an ATen node came from, as a mark that ``resolve_locations``
+    fills in when the wrapper is loaded: from this compile's graph, or from the graph of the process
+    that loads it from the warm cache (the same graph may sit on other lines there)."""
+    origin = node.meta.get("from_node") if hasattr(node, "meta") else None
+    if origin and origin != "backward":
+        return f"<<at:{origin}>>"
+    where = user_location(node)
+    return f" at {where}" if where else ""
+
+
+def error_locations(kernel) -> dict:
+    """{torch-level node name: its user location} for the marks of ``kernel``'s error message."""
+    return {node.meta["from_node"]: user_location(node) for node in kernel.origins
+            if hasattr(node, "meta") and node.meta.get("from_node")}
 
 
 def _user_op(node) -> str | None:
@@ -147,16 +158,14 @@ def index_error_message(kernel) -> str:
     for node in kernel.origins:
         target = str(getattr(node, "target", ""))
         if is_indexing_target(target):
-            where = user_location(node)
-            ops.append(f"{_user_op(node) or target}" + (f" at {where}" if where else ""))
+            ops.append(f"{_user_op(node) or target}{_where(node)}")
     scatters = [op for op in ops if op.startswith("masked_scatter")]
-    if scatters:  # its source is read through the running count of the mask's True values
+    if scatters and len(scatters) == len(ops):  # its source is read through the running count of the mask's True values
         return (f"{'; '.join(dict.fromkeys(scatters))} (kernel {kernel.name}): the source has fewer elements "
                 f"than the mask has True values (eager PyTorch raises too)")
     if not ops:  # the indexing was fused into another op's kernel (``x[i].sum()``): name those
         for node in kernel.origins:
-            where = user_location(node)
-            ops.append(f"{getattr(node, 'target', node)}" + (f" at {where}" if where else ""))
+            ops.append(f"{getattr(node, 'target', node)}{_where(node)}")
         ops = [f"an indexing op fused into {', '.join(dict.fromkeys(ops))}"] if ops else []
     what = "; ".join(dict.fromkeys(ops)) or "an indexing op"
     return (f"index out of bounds in {what} (kernel {kernel.name}): an index tensor holds a value outside "

@@ -12,7 +12,7 @@ import sympy
 import torch
 from torch.utils._pytree import tree_map
 
-from kiln.codegen.common import index_error_message, print_index_py
+from kiln.codegen.common import error_locations, index_error_message, print_index_py
 from kiln.codegen.wrapper_runtime import (EXTERN_ARGUMENT_ADAPTERS, INPLACE_FLAG, WRAPPER_HELPERS,  # noqa: F401
                                          Wrapper, ensure_layout, pointer_call, tensor_call)
 from kiln.loopir.nodes import ComputedBuffer, ConstantBuffer, ExternOutput, InputBuffer, Stored
@@ -89,6 +89,7 @@ class WrapperGen:
         outputs = {o.buffer.name for o in self.lg.outputs if isinstance(o, Stored)}
         pool: dict[tuple, list[str]] = {}
         body: list[str] = []
+        locations: dict = {}
         if self.prologue is not None and self.kernels:
             body.append(f"{self.const(self.prologue, self.prologue.__name__)}()")
         for i, step in enumerate(self.sched.steps):
@@ -105,6 +106,7 @@ class WrapperGen:
                 if getattr(kernel, "checks_bounds", False):
                     err = self.const(kernel.take_error, "take_error")
                     body.append(f"if {err}(): raise IndexOutOfBoundsError({index_error_message(kernel)!r})")
+                    locations.update(error_locations(kernel))
             else:
                 body += self._extern(step)
             for name in sorted(n for n, last in last_use.items() if last == i):
@@ -119,7 +121,7 @@ class WrapperGen:
         body.append(f"return ({', '.join(outs)}{',' if len(outs) == 1 else ''})")
         binds, bound = self._bind_symbols(args) if self.symbols else ([], set())
         src = [f"def call({', '.join(args)}):"] + ["    " + line for line in binds + body]
-        return Wrapper("\n".join(src) + "\n", self.ns, set(self.symbols), bound | self.unbacked_bound)
+        return Wrapper("\n".join(src) + "\n", self.ns, set(self.symbols), bound | self.unbacked_bound, locations)
 
     def _alloc(self, b: ComputedBuffer, pool) -> str:
         size, stride = b.allocation()

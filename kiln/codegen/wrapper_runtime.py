@@ -17,6 +17,7 @@ class Wrapper:
     namespace: dict
     symbols: set = dataclasses.field(default_factory=set)  # size symbols the code uses
     bound: set = dataclasses.field(default_factory=set)  # size symbols read from the inputs
+    locations: dict = dataclasses.field(default_factory=dict)  # error messages' marks -> user lines
 
     def check_symbols(self) -> None:
         """Every size symbol the code uses is read from an input's size (else it cannot run)."""
@@ -27,8 +28,10 @@ class Wrapper:
             raise DynamicUnsupported(f"size symbols {sorted(map(str, missing))} are not sizes of graph inputs")
 
     def compile(self):
+        from kiln.codegen.locations import resolve_locations
+
         ns = dict(self.namespace)
-        exec(compile(self.source, "<kiln wrapper>", "exec"), ns)
+        exec(compile(resolve_locations(self.source, self.locations), "<kiln wrapper>", "exec"), ns)
         return ns["call"]
 
 

@@ -47,6 +47,9 @@ def masked_scatter(x, mask, source):
     shape = list(torch.broadcast_shapes(x.shape, mask.shape))
     if x.is_complex() or not _small(shape, MASKED_SCATTER_MAX_NUMEL):
         return NotImplemented
+    n = source.numel()
+    if isinstance(n, int) and n == 0:  # (the false positions would read element 0 of nothing; ATen's is exact)
+        return NotImplemented
     m, x = aten.expand.default(mask, shape), aten.expand.default(x, shape)
     flat_mask = aten.reshape.default(m, [-1])
     position = aten.sub.Scalar(aten.cumsum.default(to_dtype(flat_mask, torch.int64), 0), 1)

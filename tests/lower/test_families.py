@@ -185,7 +185,7 @@ def test_index_into_an_empty_dimension_raises_not_crashes(dynamic):
         x = torch.randn(5)
         torch.testing.assert_close(g(x, torch.tensor([4, -1])), read(x, torch.tensor([4, -1])))
         torch.testing.assert_close(h(x, torch.tensor([1]), torch.tensor([5.0])), write(x, torch.tensor([1]), torch.tensor([5.0])))
-    with pytest.raises(IndexError, match=r"aten.index.Tensor at .*test_families.py:\d+"):
+    with pytest.raises(IndexError, match=r"indexing x\[\.\.\.\] at .*test_families.py:176 "):
         g(torch.randn(0), torch.tensor([0]))
     with pytest.raises(IndexError, match="index out of bounds"):
         h(torch.zeros(0), torch.tensor([0]), torch.tensor([5.0]))

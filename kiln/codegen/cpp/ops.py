@@ -125,6 +125,7 @@ class CppOps(OpsHandler):
         self.after_reduction = False
         self.redirect: list[list[str]] = []  # bodies of ``masked`` being generated, innermost last
         self.ids: dict[str, int] = {}  # temporary -> structural value id (row caches: rows.py)
+        self.in_bounds: dict = {}  # indirect index symbol -> the C name of its in-bounds test
 
     @property
     def out(self) -> list[str]:
@@ -256,9 +257,9 @@ class CppOps(OpsHandler):
         target = f"{self.ctx.pointer(name)}[{print_index_c(idx)}]"
         half = dtype in (torch.float16, torch.bfloat16)
         statement = combine_statement(mode, target, value.name, CTYPE[dtype], half, dtype == torch.bool)
-        # after an out-of-range index (the graph raises) the loop stores nothing more: a buffer updated in
-        # place (the user's tensor) keeps the writes before it, as eager's loop, and no clamped one
-        guard = " && ".join(filter(None, [self._nonempty(idx), "kiln_no_error()" if self.ctx.checks_bounds else None]))
+        # a store through an out-of-range index (the graph raises) is skipped, not made at the clamped
+        # element: a buffer updated in place (the user's tensor) gets only the valid writes
+        guard = " && ".join(filter(None, [self._nonempty(idx), nonempty_test(idx, self.in_bounds, " && ")]))
         self.out.append(f"if ({guard}) {{ {statement} }}" if guard else statement)
 
     # ------------------------------------------------------------------------------- values
@@ -313,9 +314,11 @@ class CppOps(OpsHandler):
         """A loaded index as a C variable (checked: out of bounds sets the library's error flag)."""
         self.ctx.checks_bounds = True
         n = f"static_cast<int64_t>({print_index_c(size)})" if is_symbolic(size) else f"{int(size)}LL"
-        v = self._emit(f"kiln_indirect(static_cast<int64_t>({value}), {n}, {'true' if wrap_negative else 'false'})",
-                       torch.int64)
+        wrap = 'true' if wrap_negative else 'false'
+        v = self._emit(f"kiln_indirect(static_cast<int64_t>({value}), {n}, {wrap})", torch.int64)
         sym = sympy.Symbol(v.name, integer=True, nonnegative=True)
+        # its own in-bounds test, for scatter stores (hoisted with the index; keeps the loop vectorizable)
+        self.in_bounds[sym] = self._emit(f"kiln_index_ok(static_cast<int64_t>({value}), {n}, {wrap})", torch.bool).name
         if sympy.sympify(size).is_positive is not True:  # (a backed size symbol is positive)
             self.ctx.indirect_nonempty[sym] = f"({n} > 0)"
         return sym

@@ -10,7 +10,10 @@
 // Set by a kernel that met an out-of-bounds index; the wrapper reads and clears it after the call.
 static int kiln_error_flag = 0;
 extern "C" int kiln_take_error() { return __atomic_exchange_n(&kiln_error_flag, 0, __ATOMIC_RELAXED); }
-static inline bool kiln_no_error() { return __builtin_expect(__atomic_load_n(&kiln_error_flag, __ATOMIC_RELAXED) == 0, 1); }
+static inline bool kiln_index_ok(int64_t i, int64_t size, bool wrap) {
+  if (wrap && i < 0) i += size;
+  return i >= 0 && i < size;
+}
 static inline int64_t kiln_indirect(int64_t i, int64_t size, bool wrap) {
   if (wrap && i < 0) i += size;
   if (i < 0 || i >= size) { __atomic_store_n(&kiln_error_flag, 1, __ATOMIC_RELAXED); return 0; }
