@@ -688,6 +688,23 @@ field_matches(PyObject *t, PyObject *name, int call, PyObject *want, int identit
     return ok;
 }
 
+/* t's (dtype, device, size, stride, requires_grad) against want[first:first + 5]: 1, 0, or -1 with an
+ * exception set. Cheap reads first; shape is the getter (size() parses its arguments). */
+static int
+tensor_fields_match(PyObject *t, PyObject *want, Py_ssize_t first)
+{
+    int ok = field_matches(t, s_dtype, 0, PyTuple_GET_ITEM(want, first), 1);
+    if (ok == 1)
+        ok = field_matches(t, s_requires_grad, 0, PyTuple_GET_ITEM(want, first + 4), 1);
+    if (ok == 1)
+        ok = field_matches(t, s_shape, 0, PyTuple_GET_ITEM(want, first + 2), 0);
+    if (ok == 1)
+        ok = field_matches(t, s_stride, 1, PyTuple_GET_ITEM(want, first + 3), 0);
+    if (ok == 1)
+        ok = field_matches(t, s_device, 0, PyTuple_GET_ITEM(want, first + 1), 0);
+    return ok;
+}
+
 static int
 held_tensor_matches(PyObject *t, PyObject *want)
 {
@@ -695,17 +712,7 @@ held_tensor_matches(PyObject *t, PyObject *want)
         PyErr_SetString(PyExc_TypeError, "held_tensors_match: each expectation is a 5-tuple");
         return -1;
     }
-    /* cheap reads first; shape is the getter (size() parses its arguments) */
-    int ok = field_matches(t, s_dtype, 0, PyTuple_GET_ITEM(want, 0), 1);
-    if (ok == 1)
-        ok = field_matches(t, s_requires_grad, 0, PyTuple_GET_ITEM(want, 4), 1);
-    if (ok == 1)
-        ok = field_matches(t, s_shape, 0, PyTuple_GET_ITEM(want, 2), 0);
-    if (ok == 1)
-        ok = field_matches(t, s_stride, 1, PyTuple_GET_ITEM(want, 3), 0);
-    if (ok == 1)
-        ok = field_matches(t, s_device, 0, PyTuple_GET_ITEM(want, 1), 0);
-    return ok;
+    return tensor_fields_match(t, want, 0);
 }
 
 static PyObject *
@@ -744,15 +751,7 @@ tensor_matches(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     PyObject *t = args[0], *want = args[1];
     if ((PyObject *)Py_TYPE(t) != PyTuple_GET_ITEM(want, 0))
         Py_RETURN_FALSE;
-    int ok = field_matches(t, s_dtype, 0, PyTuple_GET_ITEM(want, 1), 1);
-    if (ok == 1)
-        ok = field_matches(t, s_requires_grad, 0, PyTuple_GET_ITEM(want, 5), 1);
-    if (ok == 1)
-        ok = field_matches(t, s_shape, 0, PyTuple_GET_ITEM(want, 3), 0);
-    if (ok == 1)
-        ok = field_matches(t, s_stride, 1, PyTuple_GET_ITEM(want, 4), 0);
-    if (ok == 1)
-        ok = field_matches(t, s_device, 0, PyTuple_GET_ITEM(want, 2), 0);
+    int ok = tensor_fields_match(t, want, 1);
     if (ok < 0)
         return NULL;
     return PyBool_FromLong(ok);
