@@ -177,8 +177,7 @@ def build_runtime(entry: dict, gm, options):
         if kind != spec.kind:
             raise ValueError(f"state {spec.name} is a {kind}, the entry has a {spec.kind}")
         state.append(tensor)
-    locations = _user_locations(gm)
-    runs = [_load_graph(part, entry["target"], options, locations) for part in entry["graphs"]]
+    runs = [_load_graph(part, entry["target"], options, gm) for part in entry["graphs"]]
     out_spec = treespec_loads(entry["out_spec"])
     if entry["kind"] == "training":
         joint = types.SimpleNamespace(
@@ -186,7 +185,7 @@ def build_runtime(entry: dict, gm, options):
             sizes=entry["sizes"], num_fwd_outputs=entry["num_fwd_outputs"], differentiable=entry["differentiable"],
             grad_inputs=entry["grad_inputs"], grad_mode_after=entry["grad_mode_after"])
         runtime = TrainingRuntime(joint, *runs)
-        runtime.backward_without = lambda absent: _stored_variant(entry, absent, options, locations)
+        runtime.backward_without = lambda absent: _stored_variant(entry, absent, options, gm)
     else:
         ag = AtenGraph(None, inputs, state, entry["mutated"], entry["outputs"], out_spec, entry["sizes"],
                        entry["grad_mode_after"])
@@ -207,18 +206,19 @@ def _variant_key(absent: tuple) -> str:
     return ",".join(map(str, absent))
 
 
-def _stored_variant(entry: dict, absent: tuple, options, locations: dict):
+def _stored_variant(entry: dict, absent: tuple, options, gm):
     """The backward variant for these absent tangents kept in the entry (aot/training.py), loaded; None
     where no process compiled it (the runtime then passes zeros, as autograd would)."""
     part = entry.get("variants", {}).get(_variant_key(absent))
-    return _load_graph(part, entry["target"], options, locations) if part is not None else None
+    return _load_graph(part, entry["target"], options, gm) if part is not None else None
 
 
-def _load_graph(part: dict, target: str, options, locations: dict):
+def _load_graph(part: dict, target: str, options, gm):
     """One graph's wrapper function, with its kernels loaded; its error messages name the lines of
-    ``locations`` (this process's graph, which may sit on other lines than the one stored)."""
+    ``gm``, this process's graph (which may sit on other lines than the one stored)."""
     kernels = _load_library(part, options) if target == "cpp" else _load_triton(part, target, options)
     namespace = {name: _namespace_value(spec, kernels) for name, spec in part["namespace"].items()}
+    locations = _user_locations(gm) if "<<at:" in part["wrapper"] else {}  # (only a wrapper with messages)
     return Wrapper(part["wrapper"], namespace, locations=locations).compile()
 
 

@@ -183,4 +183,3 @@ def graph_key(gm: fx.GraphModule, example_inputs, options, target: str) -> tuple
     env = environment(target, options, graph_device(example_inputs))
     material = repr((env, gm.code, metas, options_key(options), _global_modes()))
     return hashlib.sha256(material.encode()).hexdigest(), None
-

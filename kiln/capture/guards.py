@@ -586,23 +586,16 @@ def _held_objects(source: Source) -> dict[str, Any]:
 def _guard_exprs(g: Guard, names: _Namer, tensor_matches=None) -> list[tuple[str, str]]:
     x = g.source.name()
     k = g.kind
-    if k is GuardKind.TENSOR and tensor_matches is not None:
-        t = g.value
-        expected = (type(t), t.dtype, t.device, tuple(t.size()), tuple(t.stride()), t.requires_grad)
-        return [(f"{names.ref(tensor_matches)}({x}, {names.ref(expected)})",
-                 f"tensor {x}: {type(t).__name__} {t.dtype} {t.device} size={tuple(t.size())} "
-                 f"stride={tuple(t.stride())} requires_grad={t.requires_grad}")]
     if k is GuardKind.TENSOR:
         t = g.value
-        return [
-            (
-                f"___type({x}) is {names.ref(type(t))} and {x}.dtype is {names.ref(t.dtype)} "
-                f"and {x}.device == {names.ref(t.device)} and {x}.size() == {tuple(t.size())!r} "
-                f"and {x}.stride() == {tuple(t.stride())!r} and {x}.requires_grad is {t.requires_grad}",
-                f"tensor {x}: {type(t).__name__} {t.dtype} {t.device} size={tuple(t.size())} "
-                f"stride={tuple(t.stride())} requires_grad={t.requires_grad}",
-            )
-        ]
+        what = (f"tensor {x}: {type(t).__name__} {t.dtype} {t.device} size={tuple(t.size())} "
+                f"stride={tuple(t.stride())} requires_grad={t.requires_grad}")
+        if tensor_matches is not None:
+            expected = (type(t), t.dtype, t.device, tuple(t.size()), tuple(t.stride()), t.requires_grad)
+            return [(f"{names.ref(tensor_matches)}({x}, {names.ref(expected)})", what)]
+        return [(f"___type({x}) is {names.ref(type(t))} and {x}.dtype is {names.ref(t.dtype)} "
+                 f"and {x}.device == {names.ref(t.device)} and {x}.size() == {tuple(t.size())!r} "
+                 f"and {x}.stride() == {tuple(t.stride())!r} and {x}.requires_grad is {t.requires_grad}", what)]
     if k is GuardKind.DYNAMIC_TENSOR:
         t = g.value
         return [(f"___type({x}) is {names.ref(type(t))} and {x}.dtype is {names.ref(t.dtype)} "

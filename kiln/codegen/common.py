@@ -5,7 +5,7 @@ import re
 
 import sympy
 
-from kiln.codegen.locations import location_in_trace, resolve_locations  # noqa: F401 (shared names)
+from kiln.codegen.locations import location_in_trace
 from kiln.loopir.index import FloorDiv, InRange, ModularIndexing
 
 
@@ -147,7 +147,7 @@ def _user_op(node) -> str | None:
 
 def is_indexing_target(target: str) -> bool:
     """Whether an op (its printed target) reads or writes through loaded indices: the ops an
-    out-of-bounds message names (their user lines are part of the warm cache's key for that reason)."""
+    out-of-bounds message names."""
     return any(k in target for k in ("index", "gather", "scatter", "embedding", "take", "select"))
 
 

@@ -125,7 +125,7 @@ class CppOps(OpsHandler):
         self.after_reduction = False
         self.redirect: list[list[str]] = []  # bodies of ``masked`` being generated, innermost last
         self.ids: dict[str, int] = {}  # temporary -> structural value id (row caches: rows.py)
-        self.in_bounds: dict = {}  # indirect index symbol -> the C name of its in-bounds test
+        self.index_tests: dict = {}  # indirect index symbol -> the C expression of its in-bounds test
 
     @property
     def out(self) -> list[str]:
@@ -258,8 +258,12 @@ class CppOps(OpsHandler):
         half = dtype in (torch.float16, torch.bfloat16)
         statement = combine_statement(mode, target, value.name, CTYPE[dtype], half, dtype == torch.bool)
         # a store through an out-of-range index (the graph raises) is skipped, not made at the clamped
-        # element: a buffer updated in place (the user's tensor) gets only the valid writes
-        guard = " && ".join(filter(None, [self._nonempty(idx), nonempty_test(idx, self.in_bounds, " && ")]))
+        # element: a buffer updated in place (the user's tensor) gets only the valid writes. Each index's
+        # test is a temporary, hoisted with the index (the loop stays vectorizable); it is false for an
+        # empty dim too, so it replaces ``_nonempty`` here.
+        tests = {s: self._emit(self.index_tests[s], torch.bool).name
+                 for s in sorted(idx.free_symbols, key=str) if s in self.index_tests}
+        guard = nonempty_test(idx, tests, " && ")
         self.out.append(f"if ({guard}) {{ {statement} }}" if guard else statement)
 
     # ------------------------------------------------------------------------------- values
@@ -317,8 +321,7 @@ class CppOps(OpsHandler):
         wrap = 'true' if wrap_negative else 'false'
         v = self._emit(f"kiln_indirect(static_cast<int64_t>({value}), {n}, {wrap})", torch.int64)
         sym = sympy.Symbol(v.name, integer=True, nonnegative=True)
-        # its own in-bounds test, for scatter stores (hoisted with the index; keeps the loop vectorizable)
-        self.in_bounds[sym] = self._emit(f"kiln_index_ok(static_cast<int64_t>({value}), {n}, {wrap})", torch.bool).name
+        self.index_tests[sym] = f"kiln_index_ok(static_cast<int64_t>({value}), {n}, {wrap})"  # (scatter stores)
         if sympy.sympify(size).is_positive is not True:  # (a backed size symbol is positive)
             self.ctx.indirect_nonempty[sym] = f"({n} > 0)"
         return sym

@@ -15,9 +15,8 @@ static inline bool kiln_index_ok(int64_t i, int64_t size, bool wrap) {
   return i >= 0 && i < size;
 }
 static inline int64_t kiln_indirect(int64_t i, int64_t size, bool wrap) {
-  if (wrap && i < 0) i += size;
-  if (i < 0 || i >= size) { __atomic_store_n(&kiln_error_flag, 1, __ATOMIC_RELAXED); return 0; }
-  return i;
+  if (!kiln_index_ok(i, size, wrap)) { __atomic_store_n(&kiln_error_flag, 1, __ATOMIC_RELAXED); return 0; }
+  return wrap && i < 0 ? i + size : i;
 }
 // glibc's vector math library (libmvec) has SIMD versions of these; declaring them lets `omp simd`
 // loops call the vector versions (glibc declares them itself only under -ffast-math).

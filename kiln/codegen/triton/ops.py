@@ -212,8 +212,8 @@ class TritonOps(OpsHandler):
     def _in_bounds(self, index) -> str | None:
         """A store through an out-of-range index is skipped, not clamped: the graph raises, and a buffer
         it updates in place (the user's tensor) keeps that element (the interpreter runs on after a
-        failed check)."""
-        return " & ".join(filter(None, [self._nonempty(index), nonempty_test(index, self.in_bounds, " & ")])) or None
+        failed check). (An index into an empty dim is never in bounds: no ``_nonempty`` needed here.)"""
+        return nonempty_test(index, self.in_bounds, " & ")
 
     def _guarding(self, axes) -> list:
         """The enclosing ``masked`` conditions a load at an address varying along ``axes`` is made under:
