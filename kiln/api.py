@@ -89,38 +89,25 @@ class CompileConfig:
         self.compiler = compiler
 
 
-def _run_with_hook(config: CompileConfig, fn: Callable, args, kwargs):
-    if not hook.available():
-        hook.set_callback(None)  # raises the clear "extension missing" error
-    previous = hook.set_callback(config.compiler)
-    try:
-        return fn(*args, **kwargs)
-    finally:
-        hook.set_callback(previous)
-
-
-class CompiledFunction:
-    """A function whose frames (and those of what it calls) are captured while it runs."""
+class CompiledFunction(hook.HookedCall):
+    """A function whose frames (and those of what it calls) are captured while it runs. Calling it
+    calls ``fn`` with the compiler as the thread's frame callback: in C (``hook.HookedCall``), with no
+    Python frame of its own, since it runs on every call."""
 
     def __init__(self, fn: Callable, config: CompileConfig):
+        super().__init__(fn, config.compiler)
         self._kiln_fn = fn
         self._kiln_config = config
         functools.update_wrapper(self, fn)
 
-    def __call__(self, *args, **kwargs):
-        return _run_with_hook(self._kiln_config, self._kiln_fn, args, kwargs)
-
     def __get__(self, obj, objtype=None):
         if obj is None:
             return self
-        return functools.partial(self.__call__, obj)
+        return functools.partial(self, obj)
 
     def __repr__(self) -> str:
         return f"<kiln compiled {getattr(self._kiln_fn, '__qualname__', self._kiln_fn)!r} " \
                f"backend={self._kiln_config.backend_name!r}>"
-
-
-hook.mark_skip(CompiledFunction.__call__.__code__) if hook.available() else None
 
 
 def _compiled_module(module: torch.nn.Module, config: CompileConfig) -> torch.nn.Module:
@@ -165,7 +152,7 @@ _MODULE_CONFIGS: "weakref.WeakKeyDictionary[torch.nn.Module, tuple]" = weakref.W
 
 def _compiled_module_call(self, *args, **kwargs):
     config, original = _MODULE_CONFIGS[self]
-    return _run_with_hook(config, original, args, kwargs)
+    return hook.call_with_callback(config.compiler, original, *args, **kwargs)
 
 
 def _refuse_pickle(self, protocol):

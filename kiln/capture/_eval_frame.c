@@ -145,10 +145,32 @@ ensure_tls_guard(void)
 static Py_ssize_t skip_index = -1;
 #define SKIP_MARK ((void *)1)
 
+/* co_extra slot for the cache tables (set_cache): a dict {id(callback): list of (check, code)},
+ * owned by the code object (freed with it by free_cache_table). Keyed by the callback's id, not the
+ * callback: the code object must not keep a compiler (and the graphs and modules its guards hold)
+ * alive; the compiler removes its tables when it is freed or reset (kiln/capture/convert_frame.py). */
+static Py_ssize_t cache_index = -1;
+/* torch._C._autograd._top_saved_tensors_default_hooks (set_saved_hooks_probe): while saved-tensor
+ * hooks are active the callback decides (a non-reentrant checkpoint's forward runs eagerly). */
+static PyObject *saved_hooks_probe = NULL;
+
+/* The checks of _tensor_guard.cpp, read on the TensorImpl (set_tensor_guard; NULL until that module,
+ * built at run time by kiln/capture/tensor_guard_build.py, is loaded). Same layout as there. */
+typedef struct {
+    int version;
+    int (*fields_match)(PyObject *t, PyObject *dtype, PyObject *device, PyObject *size, PyObject *stride,
+                        PyObject *requires_grad);
+} kiln_tensor_guard_api;
+
+static kiln_tensor_guard_api *tensor_guard = NULL;
+static PyObject *tensor_guard_capsule = NULL;   /* keeps the module's capsule (and so the module) alive */
+static Py_ssize_t n_tensor_guard_reads = 0;      /* tensors _tensor_guard.cpp decided (for tests) */
+
 /* Counters for tests; updated only on rare paths or with plain increments (GIL held). */
 static Py_ssize_t n_offered = 0;
 static Py_ssize_t n_substituted = 0;
 static Py_ssize_t n_chunk_pops = 0;
+static Py_ssize_t n_fast_hits = 0;   /* cache hits found by cached_substitute (kiln.stats.cache_hits) */
 
 static PyObject *kiln_eval_frame(PyThreadState *tstate, _PyInterpreterFrame *frame,
                                  int throwflag);
@@ -480,6 +502,89 @@ run_substitute(_PyInterpreterFrame *frame, PyCodeObject *code, PyCodeObject *new
 /* The eval-frame function.                                                              */
 /* ------------------------------------------------------------------------------------ */
 
+/* The callback's cache table for `code` (set_cache), borrowed, or NULL (no exception). */
+static PyObject *
+cache_table(PyCodeObject *code, PyObject *cb)
+{
+    void *extra = NULL;
+    if (code->co_extra == NULL || cache_index < 0) {
+        return NULL;
+    }
+    if (kiln_Code_GetExtra((PyObject *)code, cache_index, &extra) < 0 || extra == NULL) {
+        PyErr_Clear();
+        return NULL;
+    }
+    PyObject *key = PyLong_FromVoidPtr(cb);
+    if (key == NULL) {
+        PyErr_Clear();
+        return NULL;
+    }
+    PyObject *entries = PyDict_GetItemWithError((PyObject *)extra, key);
+    Py_DECREF(key);
+    if (entries == NULL || !PyList_Check(entries)) {
+        PyErr_Clear();
+        return NULL;
+    }
+    return entries;
+}
+
+/* A cache hit without calling the callback: the first entry of the callback's table for `code` whose
+ * check(L, G, C, B) returns True. 1 with *found set (new reference), 0 when no entry matches (the
+ * callback then decides, checking them again), -1 with an exception set (a check raised something
+ * that is not an Exception: the generated checks return False on those). Runs with the thread's
+ * callback unset, as the callback would. */
+static int
+cached_substitute(PyCodeObject *code, PyObject *cb, PyObject *f_locals, _PyInterpreterFrame *frame,
+                  PyObject *closure, PyObject **found)
+{
+    PyObject *entries = cache_table(code, cb);
+    if (entries == NULL || PyList_GET_SIZE(entries) == 0) {
+        return 0;
+    }
+    if (saved_hooks_probe != NULL) {
+        PyObject *hooks = PyObject_CallOneArg(saved_hooks_probe, Py_False);
+        if (hooks == NULL) {
+            PyErr_Clear();
+            return 0;
+        }
+        int none = hooks == Py_None;
+        Py_DECREF(hooks);
+        if (!none) {
+            return 0;
+        }
+    }
+    PyObject *args[4] = {f_locals, frame->f_globals, closure != NULL ? closure : Py_None,
+                         frame->f_builtins};
+    int rc = 0;
+    Py_INCREF(entries);   /* (a check may run code that changes the table) */
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(entries); i++) {
+        PyObject *entry = PyList_GET_ITEM(entries, i);
+        if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) != 2 ||
+            !PyCode_Check(PyTuple_GET_ITEM(entry, 1))) {
+            continue;
+        }
+        Py_INCREF(entry);
+        PyObject *ok = PyObject_Vectorcall(PyTuple_GET_ITEM(entry, 0), args, 4, NULL);
+        if (ok == NULL) {
+            Py_DECREF(entry);
+            rc = -1;
+            break;
+        }
+        if (ok == Py_True) {
+            *found = Py_NewRef(PyTuple_GET_ITEM(entry, 1));
+            rc = 1;
+        }
+        Py_DECREF(ok);
+        Py_DECREF(entry);
+        if (rc == 1) {
+            n_fast_hits++;
+            break;
+        }
+    }
+    Py_DECREF(entries);
+    return rc;
+}
+
 /* Offer `frame` to `cb`, then run the original, a substitute, or fail. */
 static PyObject *
 offer_frame(PyThreadState *tstate, _PyInterpreterFrame *frame, PyCodeObject *code)
@@ -498,12 +603,16 @@ offer_frame(PyThreadState *tstate, _PyInterpreterFrame *frame, PyCodeObject *cod
     /* The callback runs with this thread's callback unset, so kiln's own analysis is not
      * hooked.  We hold the thread's reference in `cb` meanwhile. */
     PyObject *cb = swap_callback(NULL);
-    PyObject *args[5] = {
-        (PyObject *)code, f_locals, frame->f_globals, frame->f_builtins,
-        closure != NULL ? closure : Py_None,
-    };
+    PyObject *answer = NULL;
     n_offered++;
-    PyObject *answer = PyObject_Vectorcall(cb, args, 5, NULL);
+    int hit = cached_substitute(code, cb, f_locals, frame, closure, &answer);
+    if (hit == 0) {
+        PyObject *args[5] = {
+            (PyObject *)code, f_locals, frame->f_globals, frame->f_builtins,
+            closure != NULL ? closure : Py_None,
+        };
+        answer = PyObject_Vectorcall(cb, args, 5, NULL);
+    }
     restore_callback(cb);
     Py_DECREF(f_locals);
 
@@ -658,6 +767,262 @@ call_without_hook(PyObject *module, PyObject *const *args, Py_ssize_t nargsf,
     return res;
 }
 
+/* set_cache(code, owner, entries): `entries` (a list of (check, code) pairs, read on every offer of
+ * `code` while a callback whose id is `owner` is set; the owner appends to it) or None (remove). */
+static void
+free_cache_table(void *table)
+{
+    Py_XDECREF((PyObject *)table);
+}
+
+static PyObject *
+set_cache(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 3 || check_code(args[0], "set_cache") < 0 || !PyLong_Check(args[1]) ||
+        (args[2] != Py_None && !PyList_Check(args[2]))) {
+        if (!PyErr_Occurred()) {
+            PyErr_SetString(PyExc_TypeError, "set_cache(code, owner_id, entries_list_or_None)");
+        }
+        return NULL;
+    }
+    void *extra = NULL;
+    if (((PyCodeObject *)args[0])->co_extra != NULL &&
+        kiln_Code_GetExtra(args[0], cache_index, &extra) < 0) {
+        return NULL;
+    }
+    if (args[2] == Py_None) {
+        if (extra != NULL && PyDict_DelItem((PyObject *)extra, args[1]) < 0) {
+            if (!PyErr_ExceptionMatches(PyExc_KeyError)) {
+                return NULL;
+            }
+            PyErr_Clear();
+        }
+        Py_RETURN_NONE;
+    }
+    if (extra == NULL) {
+        PyObject *table = PyDict_New();
+        if (table == NULL) {
+            return NULL;
+        }
+        if (kiln_Code_SetExtra(args[0], cache_index, table) < 0) {
+            Py_DECREF(table);
+            return NULL;
+        }
+        extra = table;   /* (the code object owns it now) */
+    }
+    if (PyDict_SetItem((PyObject *)extra, args[1], args[2]) < 0) {
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+set_saved_hooks_probe(PyObject *module, PyObject *probe)
+{
+    (void)module;
+    if (!PyCallable_Check(probe)) {
+        PyErr_SetString(PyExc_TypeError, "set_saved_hooks_probe() needs a callable");
+        return NULL;
+    }
+    Py_XSETREF(saved_hooks_probe, Py_NewRef(probe));
+    Py_RETURN_NONE;
+}
+
+/* set_tensor_guard(capsule_or_None): use _tensor_guard.cpp's checks (None: the attribute reads only). */
+static PyObject *
+set_tensor_guard(PyObject *module, PyObject *capsule)
+{
+    (void)module;
+    if (capsule == Py_None) {
+        tensor_guard = NULL;
+        Py_CLEAR(tensor_guard_capsule);
+        Py_RETURN_NONE;
+    }
+    kiln_tensor_guard_api *api = PyCapsule_GetPointer(capsule, "kiln.capture._tensor_guard.api");
+    if (api == NULL) {
+        return NULL;
+    }
+    if (api->version != 1) {
+        PyErr_Format(PyExc_ValueError, "set_tensor_guard: version %d of the checks, 1 expected", api->version);
+        return NULL;
+    }
+    Py_XSETREF(tensor_guard_capsule, Py_NewRef(capsule));
+    tensor_guard = api;
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+tensor_guard_reads(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    return PyLong_FromSsize_t(n_tensor_guard_reads);
+}
+
+static PyObject *
+fast_hits(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    return PyLong_FromSsize_t(n_fast_hits);
+}
+
+/* call_with_callback(cb, fn, *args, **kwargs): call fn with `cb` as this thread's callback, restoring
+ * the previous one afterwards (also on exceptions). */
+static PyObject *
+call_with_callback(PyObject *module, PyObject *const *args, Py_ssize_t nargsf, PyObject *kwnames)
+{
+    (void)module;
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (nargs < 2 || !PyCallable_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "call_with_callback(cb, fn, *args, **kwargs): cb must be callable");
+        return NULL;
+    }
+    if (ensure_tls_guard() < 0) {
+        return NULL;
+    }
+    install_eval_frame();
+    PyObject *saved = swap_callback(Py_NewRef(args[0]));
+    PyObject *res = PyObject_Vectorcall(args[1], args + 2, (size_t)(nargs - 2), kwnames);
+    restore_callback(saved);
+    return res;
+}
+
+/* HookedCall(fn, callback): calling it calls fn with `callback` as this thread's frame callback, as
+ * call_with_callback does, without a Python frame of its own (kiln.compile's CompiledFunction is a
+ * subclass). */
+typedef struct {
+    PyObject_HEAD
+    PyObject *fn;
+    PyObject *callback;
+    vectorcallfunc vectorcall;
+} HookedCallObject;
+
+static PyObject *
+hooked_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    HookedCallObject *h = (HookedCallObject *)self;
+    if (h->fn == NULL || h->callback == NULL) {
+        PyErr_SetString(PyExc_TypeError, "HookedCall was not initialized");
+        return NULL;
+    }
+    if (ensure_tls_guard() < 0) {
+        return NULL;
+    }
+    install_eval_frame();
+    PyObject *saved = swap_callback(Py_NewRef(h->callback));
+    PyObject *res = PyObject_Vectorcall(h->fn, args, nargsf, kwnames);
+    restore_callback(saved);
+    return res;
+}
+
+static PyObject *
+hooked_call(PyObject *self, PyObject *args, PyObject *kwargs)
+{
+    HookedCallObject *h = (HookedCallObject *)self;
+    if (h->fn == NULL || h->callback == NULL) {
+        PyErr_SetString(PyExc_TypeError, "HookedCall was not initialized");
+        return NULL;
+    }
+    if (ensure_tls_guard() < 0) {
+        return NULL;
+    }
+    install_eval_frame();
+    PyObject *saved = swap_callback(Py_NewRef(h->callback));
+    PyObject *res = PyObject_Call(h->fn, args, kwargs);
+    restore_callback(saved);
+    return res;
+}
+
+static int
+hooked_init(PyObject *self, PyObject *args, PyObject *kwargs)
+{
+    HookedCallObject *h = (HookedCallObject *)self;
+    PyObject *fn, *callback;
+    if (kwargs != NULL && PyDict_GET_SIZE(kwargs) != 0) {
+        PyErr_SetString(PyExc_TypeError, "HookedCall(fn, callback) takes no keyword arguments");
+        return -1;
+    }
+    if (!PyArg_UnpackTuple(args, "HookedCall", 2, 2, &fn, &callback)) {
+        return -1;
+    }
+    if (!PyCallable_Check(fn) || !PyCallable_Check(callback)) {
+        PyErr_SetString(PyExc_TypeError, "HookedCall(fn, callback): both must be callable");
+        return -1;
+    }
+    Py_XSETREF(h->fn, Py_NewRef(fn));
+    Py_XSETREF(h->callback, Py_NewRef(callback));
+    h->vectorcall = hooked_vectorcall;
+    return 0;
+}
+
+static int
+hooked_traverse(PyObject *self, visitproc visit, void *arg)
+{
+    HookedCallObject *h = (HookedCallObject *)self;
+    Py_VISIT(h->fn);
+    Py_VISIT(h->callback);
+    return 0;   /* (a heap subclass's own traverse visits its type) */
+}
+
+static int
+hooked_clear(PyObject *self)
+{
+    HookedCallObject *h = (HookedCallObject *)self;
+    Py_CLEAR(h->fn);
+    Py_CLEAR(h->callback);
+    return 0;
+}
+
+static void
+hooked_dealloc(PyObject *self)
+{
+    PyObject_GC_UnTrack(self);
+    hooked_clear(self);
+    PyTypeObject *tp = Py_TYPE(self);
+    tp->tp_free(self);
+}
+
+static PyObject *
+hooked_get_fn(PyObject *self, void *closure)
+{
+    (void)closure;
+    PyObject *fn = ((HookedCallObject *)self)->fn;
+    return Py_NewRef(fn != NULL ? fn : Py_None);
+}
+
+static PyObject *
+hooked_get_callback(PyObject *self, void *closure)
+{
+    (void)closure;
+    PyObject *cb = ((HookedCallObject *)self)->callback;
+    return Py_NewRef(cb != NULL ? cb : Py_None);
+}
+
+static PyGetSetDef hooked_getset[] = {
+    {"hooked_fn", hooked_get_fn, NULL, "the function called", NULL},
+    {"hooked_callback", hooked_get_callback, NULL, "the frame callback set while it runs", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject HookedCallType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "kiln.capture._eval_frame.HookedCall",
+    .tp_basicsize = sizeof(HookedCallObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "HookedCall(fn, callback): calling it calls fn(*args, **kwargs) with callback as this thread's "
+              "frame callback (restored afterwards).",
+    .tp_vectorcall_offset = offsetof(HookedCallObject, vectorcall),
+    .tp_call = hooked_call,
+    .tp_init = hooked_init,
+    .tp_new = PyType_GenericNew,
+    .tp_traverse = hooked_traverse,
+    .tp_clear = hooked_clear,
+    .tp_dealloc = hooked_dealloc,
+    .tp_getset = hooked_getset,
+};
+
 static PyObject *
 debug_counters(PyObject *module, PyObject *unused)
 {
@@ -689,10 +1054,20 @@ field_matches(PyObject *t, PyObject *name, int call, PyObject *want, int identit
 }
 
 /* t's (dtype, device, size, stride, requires_grad) against want[first:first + 5]: 1, 0, or -1 with an
- * exception set. Cheap reads first; shape is the getter (size() parses its arguments). */
+ * exception set. On the TensorImpl when _tensor_guard.cpp is loaded and can read this tensor; else
+ * through the Python attributes, cheap reads first (shape is the getter: size() parses its arguments). */
 static int
 tensor_fields_match(PyObject *t, PyObject *want, Py_ssize_t first)
 {
+    if (tensor_guard != NULL) {
+        int fast = tensor_guard->fields_match(t, PyTuple_GET_ITEM(want, first), PyTuple_GET_ITEM(want, first + 1),
+                                              PyTuple_GET_ITEM(want, first + 2), PyTuple_GET_ITEM(want, first + 3),
+                                              PyTuple_GET_ITEM(want, first + 4));
+        if (fast == 0 || fast == 1) {
+            n_tensor_guard_reads++;
+            return fast;
+        }
+    }
     int ok = field_matches(t, s_dtype, 0, PyTuple_GET_ITEM(want, first), 1);
     if (ok == 1)
         ok = field_matches(t, s_requires_grad, 0, PyTuple_GET_ITEM(want, first + 4), 1);
@@ -828,6 +1203,21 @@ static PyMethodDef methods[] = {
     {"call_without_hook", (PyCFunction)(void (*)(void))call_without_hook,
      METH_FASTCALL | METH_KEYWORDS,
      "call_without_hook(fn, *args, **kwargs): call fn with this thread's callback unset."},
+    {"set_cache", (PyCFunction)(void (*)(void))set_cache, METH_FASTCALL,
+     "set_cache(code, owner_id, entries): frames of `code` offered while the callback whose id() is "
+     "owner_id is set run entries[i][1] for the first i whose entries[i][0](L, G, C, B) is True, "
+     "without calling the callback; entries None removes the table."},
+    {"set_saved_hooks_probe", (PyCFunction)set_saved_hooks_probe, METH_O,
+     "set_saved_hooks_probe(fn): set_cache tables are skipped while fn(False) is not None."},
+    {"set_tensor_guard", (PyCFunction)set_tensor_guard, METH_O,
+     "set_tensor_guard(capsule_or_None): tensor guards read the TensorImpl through _tensor_guard.cpp's "
+     "checks (kiln/capture/tensor_guard_build.py); None: through Python attributes only."},
+    {"tensor_guard_reads", (PyCFunction)tensor_guard_reads, METH_NOARGS,
+     "tensor_guard_reads() -> int: tensors whose guard fields _tensor_guard.cpp decided (for tests)."},
+    {"fast_hits", (PyCFunction)fast_hits, METH_NOARGS,
+     "fast_hits() -> int: cache hits found through set_cache tables since the module loaded."},
+    {"call_with_callback", (PyCFunction)(void (*)(void))call_with_callback, METH_FASTCALL | METH_KEYWORDS,
+     "call_with_callback(cb, fn, *args, **kwargs): call fn with cb as this thread's callback."},
     {"_debug_counters", (PyCFunction)debug_counters, METH_NOARGS,
      "_debug_counters() -> dict of process-wide counters (offered, substituted, "
      "chunk_pops), for tests."},
@@ -854,6 +1244,14 @@ PyInit__eval_frame(void)
             return NULL;
         }
     }
+    if (cache_index < 0) {
+        cache_index = kiln_RequestCodeExtraIndex(free_cache_table);
+        if (cache_index < 0) {
+            PyErr_SetString(PyExc_RuntimeError,
+                            "kiln frame hook: no free co_extra index left");
+            return NULL;
+        }
+    }
     s_data_ptr = PyUnicode_InternFromString("data_ptr");
     if (!s_data_ptr)
         return NULL;
@@ -864,5 +1262,14 @@ PyInit__eval_frame(void)
     s_requires_grad = PyUnicode_InternFromString("requires_grad");
     if (!s_dtype || !s_device || !s_shape || !s_stride || !s_requires_grad)
         return NULL;
-    return PyModule_Create(&module_def);
+    if (PyType_Ready(&HookedCallType) < 0)
+        return NULL;
+    PyObject *module = PyModule_Create(&module_def);
+    if (module == NULL)
+        return NULL;
+    if (PyModule_AddObjectRef(module, "HookedCall", (PyObject *)&HookedCallType) < 0) {
+        Py_DECREF(module);
+        return NULL;
+    }
+    return module;
 }

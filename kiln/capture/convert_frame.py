@@ -16,7 +16,7 @@ from typing import Any, Callable
 import torch
 import torch.fx as fx
 
-from kiln.capture import hook
+from kiln.capture import hook, tensor_guard_build
 from kiln.capture.triton_stores import is_kernel_code
 from kiln.capture.codegen import collect_tensors, transformed_code
 from kiln.capture.dynamic import DYNAMIC_BACKENDS, DynamicPolicy, FrameShapes
@@ -88,16 +88,33 @@ class FrameCompiler:
         self.failed: dict[types.CodeType, FrameRecord] = {}
         self.given_up: set[types.CodeType] = set()
         self.records: list[FrameRecord] = []
+        # per code, (check, code) of each entry: the table the C hook reads on its own (hook.set_cache),
+        # so a cache hit costs no call of this object; it calls it when no entry matches
+        self._tables: dict[types.CodeType, list] = {}
+        if hook.available():
+            weakref.finalize(self, _drop_tables, id(self), self._tables)
+        tensor_guard_build.ensure(options)  # guards read tensors' fields in C++ once it is built
         _ALL_COMPILERS.add(self)
 
     def reset(self) -> None:
+        _drop_tables(id(self), self._tables)
         self.cache.clear()
         self.frame_shapes.clear()
         self.failed.clear()
         self.given_up.clear()
         self.records.clear()
 
-    # the callback the hook calls
+    def _add_entry(self, code, entry: CacheEntry) -> None:
+        self.cache.setdefault(code, []).append(entry)
+        if not hook.available():
+            return
+        table = self._tables.get(code)
+        if table is None:
+            table = self._tables[code] = []
+            hook.set_cache(code, id(self), table)
+        table.append((entry.guards.check, entry.code))
+
+    # the callback the hook calls (a cache hit that the hook's table finds does not reach it)
     def __call__(self, code, f_locals, f_globals, f_builtins, closure):
         if _in_checkpoint_forward():
             # torch.utils.checkpoint (non-reentrant) recomputes this frame in the backward, eagerly (outside
@@ -222,8 +239,7 @@ class FrameCompiler:
         with stats.timed("guards"):
             guard_module_aliasing(tracer.output)
             guards = tracer.output.guards.compile((f_locals, f_globals, closure, f_builtins))
-        entry = CacheEntry(guards, new_code, gm, tracer.output.op_count)
-        self.cache.setdefault(code, []).append(entry)
+        self._add_entry(code, CacheEntry(guards, new_code, gm, tracer.output.op_count))
         record.graph = gm
         record.guards = guards.source_code
         record.op_count = tracer.output.op_count
@@ -263,7 +279,7 @@ class FrameCompiler:
         with stats.timed("guards"):
             guard_module_aliasing(tracer.output)
             guards = tracer.output.guards.compile((f_locals, f_globals, closure, f_builtins))
-        self.cache.setdefault(code, []).append(CacheEntry(guards, new_code, gm, tracer.output.op_count))
+        self._add_entry(code, CacheEntry(guards, new_code, gm, tracer.output.op_count))
         record.graph = gm
         record.guards = guards.source_code
         record.op_count = tracer.output.op_count
@@ -339,6 +355,18 @@ class FrameCompiler:
         if output.changes_grad_mode or output.changes_autocast:
             compiled = RestoreGradModeOnError(compiled)
         return (compiled, list(output.input_sources)), graph_outputs, gm
+
+
+def _drop_tables(owner: int, tables: dict) -> None:
+    """Remove a compiler's tables from the code objects (when it is reset or freed: the code objects
+    outlive it, and its tables hold its guards' objects)."""
+    for code in tables:
+        hook.set_cache(code, owner, None)
+    tables.clear()
+
+
+if hook.available():
+    hook.set_saved_hooks_probe(_top_saved_tensors_hooks)
 
 
 def _holds_finalizable(f_locals) -> bool:

@@ -21,6 +21,10 @@ from kiln.capture.storage_aliasing import aliasing_signature
 from kiln.fake.autograd_kind import autograd_kind
 
 
+# whether autocast is on for any device: one guard in place of one per device when it is off everywhere
+_any_autocast = getattr(torch._C, "_is_any_autocast_enabled", None)
+
+
 class GuardKind(enum.Enum):
     TENSOR = "tensor"      # type, dtype, device, shape, stride, requires_grad
     DYNAMIC_TENSOR = "dynamic_tensor"  # type, dtype, device, requires_grad (sizes: the shape check)
@@ -183,11 +187,14 @@ class GuardSet:
         exprs = [
             (f"___grad_enabled() is {torch.is_grad_enabled()}", "grad mode"),
             (f"___default_dtype() is {names.ref(torch.get_default_dtype())}", "default dtype"),
-            (f"___autocast('cpu') is {torch.is_autocast_enabled('cpu')}", "autocast (cpu)"),
-            ("___torch_function_mode() is False", "no TorchFunctionMode active"),
         ]
-        if torch.cuda.is_available():
-            exprs.append((f"___autocast('cuda') is {torch.is_autocast_enabled('cuda')}", "autocast (cuda)"))
+        if _any_autocast is not None and not _any_autocast():  # (one call without arguments to parse)
+            exprs.append(("___any_autocast() is False", "autocast off on every device"))
+        else:
+            exprs.append((f"___autocast('cpu') is {torch.is_autocast_enabled('cpu')}", "autocast (cpu)"))
+            if torch.cuda.is_available():
+                exprs.append((f"___autocast('cuda') is {torch.is_autocast_enabled('cuda')}", "autocast (cuda)"))
+        exprs.append(("___torch_function_mode() is False", "no TorchFunctionMode active"))
         ordered = _in_order(self._guards.values())
         match = _held_tensors_match() if batch_held else None
         held = [g for g in ordered if g.kind is GuardKind.HELD_TENSOR] if match is not None else []
@@ -480,6 +487,7 @@ class _Namer:
             "___grad_enabled": torch.is_grad_enabled,
             "___default_dtype": torch.get_default_dtype,
             "___autocast": torch.is_autocast_enabled,
+            "___any_autocast": _any_autocast,
             "___torch_function_mode": torch._C._is_torch_function_mode_enabled,
             "___type": type,
             "___len": len,

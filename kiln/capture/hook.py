@@ -53,6 +53,13 @@ __all__ = [
     "is_skipped",
     "call_without_hook",
     "callback_active",
+    "set_cache",
+    "set_saved_hooks_probe",
+    "fast_hits",
+    "set_tensor_guard",
+    "tensor_guard_reads",
+    "call_with_callback",
+    "HookedCall",
 ]
 
 # The callback's signature: (code, f_locals, f_globals, f_builtins, closure) -> code | None
@@ -81,6 +88,18 @@ def _missing(*args: Any, **kwargs: Any) -> Any:
 # is_skipped(code) -> bool
 # call_without_hook(fn, *args, **kw)     call fn with this thread's callback unset, restoring
 #                                        it afterwards (also on exceptions)
+# set_cache(code, owner_id, entries)     a cache table the C hook reads itself: frames of `code`
+#                                        offered while the callback whose id() is owner_id is set
+#                                        run entries[i][1] (a code) for the first i whose check
+#                                        entries[i][0](L, G, C, B) is True, without calling the
+#                                        callback; the owner appends to the list; None removes it
+# set_saved_hooks_probe(fn)              tables are not read while fn(False) is not None
+# fast_hits() -> int                     hits found through tables (kiln.stats.cache_hits)
+# set_tensor_guard(capsule_or_None)      tensor guards read the TensorImpl (tensor_guard_build.py)
+# tensor_guard_reads() -> int            tensors whose guard fields that library decided
+# call_with_callback(cb, fn, *a, **kw)   call fn with cb as this thread's callback (restored after)
+# HookedCall(fn, cb)                     an object whose calls are call_with_callback(cb, fn, ...),
+#                                        with no Python frame of its own (a base class)
 if _C is not None:
     # The C functions are bound directly: no Python frame in between (they run on every
     # compiled call, and a Python frame here would itself be offered to the callback).
@@ -90,9 +109,27 @@ if _C is not None:
     unmark = _C.unmark
     is_skipped = _C.is_skipped
     call_without_hook = _C.call_without_hook
+    set_cache = _C.set_cache
+    set_saved_hooks_probe = _C.set_saved_hooks_probe
+    fast_hits = _C.fast_hits
+    set_tensor_guard = _C.set_tensor_guard
+    tensor_guard_reads = _C.tensor_guard_reads
+    call_with_callback = _C.call_with_callback
+    HookedCall = _C.HookedCall
 else:
     set_callback = get_callback = mark_skip = unmark = is_skipped = _missing
-    call_without_hook = _missing
+    call_without_hook = set_cache = set_saved_hooks_probe = set_tensor_guard = tensor_guard_reads = _missing
+    call_with_callback = _missing
+
+    class HookedCall:  # (what kiln.compile's functions derive from: calling one says the extension is missing)
+        def __init__(self, fn, callback):
+            self.hooked_fn, self.hooked_callback = fn, callback
+
+        def __call__(self, *args, **kwargs):
+            _missing()
+
+    def fast_hits() -> int:
+        return 0
 
 class callback_active:
     """Context manager: ``with callback_active(cb): ...`` runs the block with ``cb`` as this

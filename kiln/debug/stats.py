@@ -7,6 +7,16 @@ import threading
 import time
 from typing import Iterator
 
+def _fast_hits() -> int:
+    """Hits the C hook found on its own (capture/hook.py; imported when first needed: kiln.capture
+    imports this module)."""
+    global _fast_hits
+    from kiln.capture.hook import fast_hits
+
+    _fast_hits = fast_hits
+    return fast_hits()
+
+
 # The compile stages ``stats.stages`` reports, in pipeline order, with what each measures (exclusive time:
 # a stage nested in another is not counted in the outer one). Stages not listed here still appear.
 STAGES = {
@@ -71,6 +81,7 @@ class Stats:
         self.frames_seen = 0
         self.frames_without_tensors = 0
         self.frames_compiled = 0
+        self._fast_hits_at_reset = _fast_hits()
         self.cache_hits = 0
         self.graphs = 0
         self.joint_graphs = 0
@@ -99,6 +110,16 @@ class Stats:
         self.stages: collections.Counter[str] = collections.Counter()
         self.warm_cache: collections.Counter[str] = collections.Counter()  # hits, misses, stored, refused
         self._local = threading.local()
+
+    @property
+    def cache_hits(self) -> int:
+        """Calls that found a cache entry: those the callback found plus those the C hook found in its
+        tables without calling it (capture/hook.set_cache)."""
+        return self._cache_hits + _fast_hits() - self._fast_hits_at_reset
+
+    @cache_hits.setter
+    def cache_hits(self, value: int) -> None:
+        self._cache_hits = value - (_fast_hits() - self._fast_hits_at_reset)
 
     @contextlib.contextmanager
     def timed(self, stage: str) -> Iterator[None]:

@@ -1,0 +1,217 @@
+"""The per-call path of a compiled function: cache hits found by the C hook without calling the
+compiler (hook.set_cache), the C call wrapper (hook.HookedCall), and tensor guards read on the TensorImpl
+by the run-time-built library (capture/tensor_guard_build.py)."""
+from __future__ import annotations
+
+import gc
+import os
+import weakref
+
+import pytest
+import torch
+
+import kiln
+from kiln.capture import hook, tensor_guard_build
+from kiln.options import Options
+
+pytestmark = pytest.mark.skipif(not hook.available(), reason="kiln.capture._eval_frame not built")
+
+
+def _add_mul(x, y):
+    return (x + y) * 2
+
+
+def test_cache_hits_are_found_by_the_hook_and_counted():
+    kiln.reset()
+    f = kiln.compile(_add_mul, backend="aot_eager")
+    x, y = torch.randn(3), torch.randn(3)
+    f(x, y)
+    hits, fast = kiln.stats.cache_hits, hook.fast_hits()
+    for _ in range(5):
+        torch.testing.assert_close(f(x, y), _add_mul(x, y))
+    assert hook.fast_hits() - fast == 5
+    assert kiln.stats.cache_hits - hits == 5
+    # a guard that fails: the compiler is called and compiles a second entry, which the hook then finds
+    z = torch.randn(4)
+    torch.testing.assert_close(f(z, z), _add_mul(z, z))
+    fast = hook.fast_hits()
+    torch.testing.assert_close(f(z, z), _add_mul(z, z))
+    assert hook.fast_hits() - fast == 1
+    assert len(kiln.api.config_of(f).compiler.cache[_add_mul.__code__]) == 2
+
+
+def test_reset_removes_the_hooks_tables():
+    f = kiln.compile(_add_mul, backend="aot_eager")
+    x = torch.randn(2)
+    f(x, x)
+    kiln.reset()
+    fast, compiled = hook.fast_hits(), kiln.stats.frames_compiled
+    torch.testing.assert_close(f(x, x), _add_mul(x, x))
+    assert hook.fast_hits() == fast  # compiled again, not found in a stale table
+    assert kiln.stats.frames_compiled == compiled + 1
+
+
+def test_a_freed_compiled_function_frees_what_its_guards_hold():
+    """The tables hang off the code objects, which outlive the compiled function: they must not keep
+    its compiler, graphs or the modules its guards refer to alive."""
+    kiln.reset()
+    module = torch.nn.Linear(3, 3)
+    compiled = kiln.compile(module, backend="aot_eager")
+    with torch.no_grad():
+        compiled(torch.randn(2, 3))
+        compiled(torch.randn(2, 3))
+    alive = weakref.ref(module)
+    del module, compiled
+    gc.collect()
+    assert alive() is None
+
+
+def test_a_cached_function_called_inside_a_non_reentrant_checkpoint_runs_eagerly():
+    """The hook's tables are not read while saved-tensor hooks are active: the compiler decides, and a
+    non-reentrant checkpoint's forward runs eagerly (its backward recomputes it eagerly)."""
+    from torch.utils.checkpoint import checkpoint
+
+    def block(x, w):
+        return torch.tanh(x @ w) * 2
+
+    kiln.reset()
+    compiled = kiln.compile(block, backend="aot_eager")
+    x, w = torch.randn(4, 4), torch.randn(4, 4, requires_grad=True)
+    compiled(x, w)  # cached
+    fast = hook.fast_hits()
+    out = checkpoint(compiled, x, w, use_reentrant=False)
+    out.sum().backward()
+    want_w = w.grad.clone()
+    w.grad = None
+    block(x, w).sum().backward()
+    torch.testing.assert_close(want_w, w.grad)
+    assert hook.fast_hits() == fast
+    assert any("checkpoint" in reason for reason in kiln.stats.eager_fallbacks)
+
+
+def test_compiled_function_wrapper_keeps_the_function_surface():
+    def scaled(x, *, by=2.0):
+        """doc of scaled"""
+        return x * by
+
+    kiln.reset()
+    f = kiln.compile(scaled, backend="aot_eager")
+    assert f.__name__ == "scaled" and f.__doc__ == "doc of scaled" and f.__wrapped__ is scaled
+    assert isinstance(f, hook.HookedCall) and f.hooked_fn is scaled
+    x = torch.randn(3)
+    torch.testing.assert_close(f(x, by=3.0), x * 3.0)
+    torch.testing.assert_close(f(x), x * 2.0)
+
+    class Holder:
+        method = kiln.compile(lambda self, x: x + 1, backend="aot_eager")
+
+    torch.testing.assert_close(Holder().method(x), x + 1)
+
+
+def test_the_callback_is_restored_when_the_compiled_function_raises():
+    def bad(x):
+        raise ValueError("from the user's code")
+
+    f = kiln.compile(bad, backend="aot_eager")
+    with pytest.raises(ValueError, match="from the user's code"):
+        f(torch.randn(2))
+    assert hook.get_callback() is None
+
+
+def test_call_with_callback_sets_and_restores():
+    seen = []
+
+    def cb(code, *rest):
+        seen.append(code.co_name)
+        return None
+
+    def inner(a, b=1):
+        return a + b
+
+    assert hook.call_with_callback(cb, inner, 1, b=2) == 3
+    assert seen == ["inner"] and hook.get_callback() is None
+    with pytest.raises(TypeError):
+        hook.call_with_callback(42, inner, 1)
+
+
+# ---- tensor guards read on the TensorImpl ---------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tensor_guard_library():
+    tensor_guard_build.ensure(Options.from_any(None))
+    if not tensor_guard_build.wait(300):
+        pytest.skip(f"the tensor guard library is not available here: {tensor_guard_build.status()}")
+    yield
+    assert tensor_guard_build.status().startswith("loaded")
+
+
+def _expected(t):
+    return (type(t), t.dtype, t.device, tuple(t.size()), tuple(t.stride()), t.requires_grad)
+
+
+def _both_ways(t, want):
+    """tensor_matches through the library and through the attributes, with how many tensors the library
+    decided."""
+    reads = hook.tensor_guard_reads()
+    fast = hook._C.tensor_matches(t, want)
+    decided = hook.tensor_guard_reads() - reads
+    capsule = tensor_guard_build.capsule()
+    hook.set_tensor_guard(None)
+    try:
+        slow = hook._C.tensor_matches(t, want)
+    finally:
+        hook.set_tensor_guard(capsule)
+    return fast, slow, decided
+
+
+def test_tensor_guard_library_agrees_with_the_attributes(tensor_guard_library):
+    base = torch.randn(4, 6)
+    cases = [
+        base, base.t(), base[:, ::2], base.double(), base.to(torch.int32), torch.randn(4, 6, requires_grad=True),
+        torch.nn.Parameter(torch.randn(4, 6)), torch.empty(0, 3), torch.tensor(3.0), base.to("meta"),
+        base.unsqueeze(0).expand(2, 4, 6), torch.randn(4, 6).to_sparse(),
+    ]
+    decided = 0
+    for t in cases:
+        for other in cases:
+            if t.layout != torch.strided or other.layout != torch.strided:
+                want = (type(other), other.dtype, other.device, tuple(other.size()), (1, 1), other.requires_grad)
+            else:
+                want = _expected(other)
+            fast, slow, n = _both_ways(t, want)
+            assert fast == slow, (t.shape, t.stride() if t.layout == torch.strided else "sparse", want)
+            decided += n
+    assert decided > 0
+    # a difference in one field only
+    t = torch.randn(2, 3)
+    want = _expected(t)
+    assert _both_ways(t, want)[:2] == (True, True)
+    for i, changed in [(1, torch.float64), (2, torch.device("meta")), (3, (2, 4)), (4, (1, 2)), (5, True)]:
+        other = want[:i] + (changed,) + want[i + 1:]
+        assert _both_ways(t, other) == (False, False, 1), i
+
+
+def test_tensor_guard_library_leaves_subclasses_to_the_attributes(tensor_guard_library):
+    class Tagged(torch.Tensor):
+        pass
+
+    t = torch.randn(2, 2).as_subclass(Tagged)
+    want = (torch.Tensor, t.dtype, t.device, (2, 2), (2, 1), False)
+    assert _both_ways(t, want) == (False, False, 0)  # (its type differs: decided before the library)
+    held = (t.dtype, t.device, (2, 2), (2, 1), False)
+    reads = hook.tensor_guard_reads()
+    assert hook._C.held_tensors_match((t,), (held,)) is True
+    assert hook.tensor_guard_reads() == reads  # a subclass's attributes are read in Python
+
+
+def test_a_corrupted_or_failing_library_falls_back(tmp_path):
+    bad = tmp_path / "_tensor_guard_bad.so"
+    bad.write_bytes(os.urandom(256))
+    capsule = tensor_guard_build.capsule()
+    assert tensor_guard_build._load(str(bad)) is False
+    assert not bad.exists()  # removed: built again next time
+    assert tensor_guard_build.capsule() is capsule  # what was loaded stays
+    error = tensor_guard_build._build(str(tmp_path / "_tensor_guard_x.so"), "false")
+    assert error is not None and "exited" in error
+    assert (tmp_path / "_tensor_guard_x.so.failed").exists()
