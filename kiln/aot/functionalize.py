@@ -66,6 +66,32 @@ class ViewStep:
         return f"{self.func}({args}){item}"
 
 
+def _hint(x) -> int:
+    """An int, or a symbolic int's value in this trace (kiln.fake.symbolic.SymNode.hint)."""
+    return x if isinstance(x, int) else int(x.node.hint)
+
+
+def _same_int(a, b) -> bool:
+    """Equal ints, or symbolic ints of the same expression (structurally: no guard is added)."""
+    if isinstance(a, int) and isinstance(b, int):
+        return a == b
+    expr_a = a if isinstance(a, int) else a.node.expr
+    expr_b = b if isinstance(b, int) else b.node.expr
+    return bool(expr_a == expr_b)
+
+
+def _same_layout(val, like) -> bool:
+    """Same strides wherever they matter: dims of size 1 are indexed at 0 only, and an empty tensor
+    has no elements to place."""
+    if val.dim() != like.dim():
+        return False
+    sizes = like.shape
+    if any(isinstance(n, int) and n == 0 for n in sizes):
+        return True
+    return all((isinstance(n, int) and n == 1) or _same_int(a, b)
+               for n, a, b in zip(sizes, val.stride(), like.stride()))
+
+
 @dataclasses.dataclass(eq=False)
 class Storage:
     root: fx.Node  # current value of the root tensor
@@ -116,9 +142,30 @@ class Functionalizer:
         result = new
         for step, parent in zip(reversed(value.steps), reversed(chain)):
             result = self.scatter(step, parent, result)
-        storage.root = result
+        storage.root = self.keep_layout(result, storage.root.meta["val"]) if value.steps else result
         storage.version += 1
         value.node, value.version = new, storage.version
+
+    def keep_layout(self, node: fx.Node, like) -> fx.Node:
+        """``node`` (a root's value after a write through a view) laid out as ``like`` (the root before
+        it). Eager writes in place, so the root keeps its strides; the scatters compute a new tensor whose
+        strides follow the view's (``permute(cumsum(x.t()), [1, 0])`` is column-major where ``x`` was
+        row-major). The fake values the tracer gives later views of the storage are made the eager way,
+        in the root's layout: the graph's node must have that layout too, or code that indexes the node
+        by those strides reads the wrong elements (and the graph returns another layout than eager)."""
+        val = node.meta["val"]
+        if _same_layout(val, like):
+            return node
+        order = sorted(range(like.dim()), key=lambda d: (-_hint(like.stride()[d]), d))  # outermost first
+        inverse = [order.index(d) for d in range(like.dim())]
+        dense = self.b.call(aten.clone.default, (self.b.call(aten.permute.default, (node, order)),),
+                            {"memory_format": torch.contiguous_format})
+        out = self.b.call(aten.permute.default, (dense, inverse))
+        if not _same_layout(out.meta["val"], like):
+            raise UnsupportedFakeOp(aten.permute.default, "kiln cannot functionalize a write through a view of a "
+                                    f"tensor with strides {tuple(like.stride())} (not a permutation of a dense "
+                                    "layout): it could not keep them")
+        return out
 
     def scatter(self, step: ViewStep, parent: fx.Node, src: fx.Node) -> fx.Node:
         """The value of ``parent`` after its view ``step`` is overwritten with ``src``."""

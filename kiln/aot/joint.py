@@ -226,6 +226,11 @@ def _trace_backward(tracer: AtenTracer, outputs: list, targets: list) -> list:
             grads = torch.autograd.grad(outputs, targets, tangents, allow_unused=True)
     except UnsupportedFakeOp as exc:  # the forward traced: it can still run under autograd
         raise JointUnsupported(exc.func, f"backward: {exc.reason}") from exc
+    except RuntimeError as exc:
+        # the backward of these inputs raises (``scatter_add`` with a source larger than its index: the
+        # forward is valid and only eager's backward rejects it): the forward runs under autograd, and
+        # a backward, if one is asked for, raises as eager's does
+        raise JointUnsupported("joint", f"the backward raises: {str(exc).splitlines()[0][:200]}") from exc
     if len(tracer.inputs) != n_inputs:
         raise JointUnsupported("joint", "the backward read a tensor the forward did not")
     nodes = []

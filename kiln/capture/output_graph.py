@@ -535,10 +535,14 @@ def _refuse_write_to_overlapping(kind: str, target, args, kwargs) -> None:
             else:
                 overlap = partial_overlap(dest, other)
             if overlap:
-                unsupported(f"in-place {_describe(target)} writes a tensor that partly overlaps another of its "
-                            f"arguments in memory (size {tuple(t.shape)} at offset {t.storage_offset()}, size "
-                            f"{tuple(other.shape)} at offset {other.storage_offset()}, one storage)",
-                            hint="kiln runs it as Python, where eager raises; clone() the source first")
+                symbolic = any(isinstance(n, torch.SymInt) for x in (dest if dest is not None else t, other)
+                               for n in (*x.shape, *x.stride(), x.storage_offset()))
+                hint = ("its sizes are symbolic here, and kiln cannot tell for every size whether the two overlap: "
+                        "it runs the op as Python, which raises only where eager does" if symbolic else
+                        "kiln runs it as Python, where eager raises; clone() the source first")
+                unsupported(f"in-place {_describe(target)} writes a tensor that {'may partly overlap' if symbolic else 'partly overlaps'} "
+                            f"another of its arguments in memory (size {tuple(t.shape)} at offset {t.storage_offset()}, "
+                            f"size {tuple(other.shape)} at offset {other.storage_offset()}, one storage)", hint=hint)
 
 
 def _basic_index_view(t: torch.Tensor, index):

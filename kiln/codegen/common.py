@@ -128,9 +128,9 @@ def _where(node) -> str:
     return f" at {where}" if where else ""
 
 
-def error_locations(kernel) -> dict:
+def error_locations(kernel, inlined=()) -> dict:
     """{torch-level node name: its user location} for the marks of ``kernel``'s error message."""
-    return {node.meta["from_node"]: user_location(node) for node in kernel.origins
+    return {node.meta["from_node"]: user_location(node) for node in (*kernel.origins, *inlined)
             if hasattr(node, "meta") and node.meta.get("from_node")}
 
 
@@ -145,17 +145,25 @@ def _user_op(node) -> str | None:
     return op or None
 
 
+def _op_name(node) -> str:
+    """``sum`` for ``aten.sum.dim_IntList``: the name a user knows the op by."""
+    target = getattr(node, "target", node)
+    name = getattr(target, "__name__", None) or str(target)
+    return name.split(".")[0]
+
+
 def is_indexing_target(target: str) -> bool:
     """Whether an op (its printed target) reads or writes through loaded indices: the ops an
     out-of-bounds message names."""
     return any(k in target for k in ("index", "gather", "scatter", "embedding", "take", "select"))
 
 
-def index_error_message(kernel) -> str:
+def index_error_message(kernel, inlined=()) -> str:
     """What a kernel that met an out-of-range loaded index raises: the indexing ops it runs and the user's
-    lines they came from (eager raises an IndexError for the same values)."""
+    lines they came from (eager raises an IndexError for the same values). ``inlined``: the producers its
+    reductions inline (``ComputedBuffer.inlined``), where ``x[i].sum()``'s indexing is."""
     ops = []
-    for node in kernel.origins:
+    for node in dict.fromkeys((*kernel.origins, *inlined)):
         target = str(getattr(node, "target", ""))
         if is_indexing_target(target):
             ops.append(f"{_user_op(node) or target}{_where(node)}")
@@ -165,7 +173,7 @@ def index_error_message(kernel) -> str:
                 f"than the mask has True values (eager PyTorch raises too)")
     if not ops:  # the indexing was fused into another op's kernel (``x[i].sum()``): name those
         for node in kernel.origins:
-            ops.append(f"{getattr(node, 'target', node)}{_where(node)}")
+            ops.append(f"{_user_op(node) or _op_name(node)}{_where(node)}")
         ops = [f"an indexing op fused into {', '.join(dict.fromkeys(ops))}"] if ops else []
     what = "; ".join(dict.fromkeys(ops)) or "an indexing op"
     return (f"index out of bounds in {what} (kernel {kernel.name}): an index tensor holds a value outside "

@@ -105,8 +105,9 @@ class WrapperGen:
                 body.append(f"{call}  # {kernel.name}")
                 if getattr(kernel, "checks_bounds", False):
                     err = self.const(kernel.take_error, "take_error")
-                    body.append(f"if {err}(): raise IndexOutOfBoundsError({index_error_message(kernel)!r})")
-                    locations.update(error_locations(kernel))
+                    inlined = tuple(o for m in getattr(step, "members", ()) for o in getattr(m.node, "inlined", ()))
+                    body.append(f"if {err}(): raise IndexOutOfBoundsError({index_error_message(kernel, inlined)!r})")
+                    locations.update(error_locations(kernel, inlined))
             else:
                 body += self._extern(step)
             for name in sorted(n for n, last in last_use.items() if last == i):

@@ -12,9 +12,9 @@ from kiln.decomp.utils import to_dtype
 aten = torch.ops.aten
 
 # Above these sizes ATen's own kernels are faster on CPU (measured against eager, one thread): its
-# masked_scatter is one sequential pass (here a scan, a gather and a select), its isin sorts and its
-# bucketize/searchsorted binary-search (here every value is compared with every test element or
-# boundary). Larger cases keep the ATen kernel.
+# masked_scatter is one sequential pass (here a scan, a gather and a select) and its isin sorts (here
+# every value is compared with every test element). bucketize/searchsorted here take ATen's binary-search
+# steps for every value at once, one gather per step; the limit on boundaries bounds those steps.
 MASKED_SCATTER_MAX_NUMEL = 4096
 ISIN_MAX_TEST_ELEMENTS = 64
 SEARCH_MAX_BOUNDARIES = 256
@@ -92,13 +92,27 @@ def isin(elements, test_elements, *, assume_unique=False, invert=False):
 
 
 def _bucket_count(boundaries, values, right, out_int32):
-    """The binary search of ATen's bucketize as a count over the (sorted) boundaries: left, the number
-    of boundaries ``b`` with ``not (b >= v)``; right, with ``not (b > v)`` (a NaN value counts all)."""
+    """ATen's binary search, step by step, for every value at once: while ``start < end``, ``mid =
+    start + (end - start) // 2`` moves ``start`` past ``mid`` when ``not (b[mid] >= v)`` (``right``:
+    ``not (b[mid] > v)``), else ``end`` to ``mid``. The same steps, not a count of the boundaries below
+    each value: where the boundaries are not sorted, NaNs included (``torch.sort`` puts them last), the
+    answer is the one the search path finds. ``boundaries`` is 1-D, or (..., n) with ``values`` (..., m)."""
     dtype = torch.promote_types(boundaries.dtype, values.dtype)
-    b, v = to_dtype(boundaries, dtype), aten.unsqueeze.default(to_dtype(values, dtype), -1)
-    past = aten.logical_not.default(aten.gt.Tensor(b, v) if right else aten.ge.Tensor(b, v))
-    count = aten.sum.dim_IntList(to_dtype(past, torch.int64), [-1])
-    return to_dtype(count, torch.int32) if out_int32 else count
+    b, v = to_dtype(boundaries, dtype), to_dtype(values, dtype)
+    n = boundaries.shape[-1]
+    start = aten.full.default(list(values.shape), 0, dtype=torch.int64, device=values.device)
+    if n == 0:
+        return to_dtype(start, torch.int32) if out_int32 else start
+    end = aten.full.default(list(values.shape), n, dtype=torch.int64, device=values.device)
+    for _ in range(max(n, 1).bit_length()):  # (the most steps a search of n takes)
+        active = aten.lt.Tensor(start, end)
+        mid = aten.add.Tensor(start, aten.floor_divide.default(aten.sub.Tensor(end, start), 2))
+        at = aten.clamp.default(mid, 0, max(n - 1, 0))
+        b_mid = aten.index.Tensor(b, [at]) if boundaries.dim() == 1 else aten.gather.default(b, -1, at)
+        below = aten.logical_not.default(aten.gt.Tensor(b_mid, v) if right else aten.ge.Tensor(b_mid, v))
+        start = aten.where.self(aten.logical_and.default(active, below), aten.add.Tensor(mid, 1), start)
+        end = aten.where.self(aten.logical_and.default(active, aten.logical_not.default(below)), mid, end)
+    return to_dtype(start, torch.int32) if out_int32 else start
 
 
 @decomposition(aten.bucketize.Tensor)
@@ -119,8 +133,7 @@ def searchsorted(sorted_sequence, x, *, out_int32=False, right=False, side=None,
         return _bucket_count(sorted_sequence, x, right, out_int32)
     if x.dim() != sorted_sequence.dim() or tuple(x.shape[:-1]) != tuple(sorted_sequence.shape[:-1]):
         return NotImplemented
-    # per leading index: values (..., m, 1) against that row's sequence (..., 1, n)
-    return _bucket_count(aten.unsqueeze.default(sorted_sequence, -2), x, right, out_int32)
+    return _bucket_count(sorted_sequence, x, right, out_int32)  # (per leading index: that row's sequence)
 
 
 @decomposition(aten.empty_permuted.default)

@@ -597,6 +597,16 @@ def _same_shape(dtype_arg=None, any_layout=False):
     return rule
 
 
+def cumulative(func, x, dim, dtype=None):
+    """cumsum/cumprod: the input's shape; ``dtype``, else int64 for integer and bool inputs (as ATen
+    promotes them), else the input's dtype."""
+    if not _is_row_major(x):
+        raise SymbolicShapeUnsupported(func, "an input that is not row-major")
+    if dtype is None:
+        dtype = torch.int64 if not (x.is_floating_point() or x.is_complex()) else x.dtype
+    return _new_row_major(x.shape, dtype)
+
+
 def nll_loss_forward(func, x, target, weight, reduction, ignore_index):
     out_sizes = [x.shape[0]] if reduction == 0 and x.dim() == 2 else []
     if x.dim() > 2:
@@ -744,8 +754,8 @@ RULES.update({
     aten.native_group_norm_backward.default: native_group_norm_backward,  # (elementwise, but not tagged pointwise: no rule found it)
     aten._to_copy.default: to_copy,
     aten.constant_pad_nd.default: constant_pad_nd,
-    aten.cumsum.default: _same_shape("dtype"),
-    aten.cumprod.default: _same_shape("dtype"),
+    aten.cumsum.default: cumulative,
+    aten.cumprod.default: cumulative,
     aten.tril.default: _same_shape(),
     aten.triu.default: _same_shape(),
     aten.masked_fill.Scalar: _same_shape(),

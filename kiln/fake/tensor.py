@@ -257,8 +257,38 @@ def metadata_query(func, args, kwargs):
         return func(*args, **kwargs)
 
 
+def _check_index_put(x, indices, values, *rest, **kwargs):
+    """What eager checks and the meta kernel does not: ``values`` broadcasts to the indexed shape."""
+    if not isinstance(values, torch.Tensor) or any(isinstance(n, torch.SymInt) for n in values.shape):
+        return
+    if any(isinstance(i, torch.Tensor) and i.dtype in (torch.bool, torch.uint8) for i in indices):
+        return  # (a mask's indexed shape depends on its data)
+    with _kernel_context():
+        result = aten.index.Tensor(meta_alias(x), [None if i is None else meta_alias(i) for i in indices])
+    if any(isinstance(n, torch.SymInt) for n in result.shape):
+        return
+    try:
+        ok = tuple(torch.broadcast_shapes(tuple(values.shape), tuple(result.shape))) == tuple(result.shape)
+    except RuntimeError:
+        ok = False
+    if not ok:
+        raise RuntimeError(f"shape mismatch: value tensor of shape {list(values.shape)} cannot be broadcast to "
+                           f"indexing result of shape {list(result.shape)}")
+
+
+# argument checks eager makes that the meta kernels skip: run before the meta kernel
+META_CHECKS = {
+    aten.index_put.default: _check_index_put,
+    aten.index_put_.default: _check_index_put,
+    aten._index_put_impl_.default: _check_index_put,
+}
+
+
 def run_on_fakes(func, args, kwargs):
     """Run ``func`` through its meta kernel; wrap new meta outputs as fakes on the right device."""
+    check = META_CHECKS.get(func)
+    if check is not None:
+        check(*args, **kwargs)
     if func is prim.device.default:
         return torch.device("meta") if _in_kernel() else args[0].fake_device
     if func in METADATA_OPS:

@@ -123,6 +123,9 @@ class ComputedBuffer(Buffer):
     # computed in memory order (``size``/``stride`` are then the loops' row-major ones). The tensor is
     # allocated with this view, so readers of the value get it without an ``as_strided``.
     view: tuple | None = None
+    # FX nodes of producers inlined into a reduction's body, beyond ``origins`` (which name the kernel):
+    # an out-of-range index message names the indexing op among them (codegen/common.py)
+    inlined: tuple = ()
 
     def allocation(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
         return self.view if self.view is not None else super().allocation()

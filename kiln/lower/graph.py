@@ -168,12 +168,14 @@ class GraphLowering:
         smaller buffer), unless it returns None."""
         self._as_view[id(value)] = (value, make)
 
-    def add_reduction(self, size, rsize, body, kind, src_dtype, dtype, device) -> Stored:
+    def add_reduction(self, size, rsize, body, kind, src_dtype, dtype, device, inlined=()) -> Stored:
+        """``inlined``: the FX nodes of the producers ``body`` inlines (``Lazy.origins``)."""
         size = tuple(size)
         stride = contiguous_strides(size)
         buf = ComputedBuffer(
             self.new_name(), dtype, device, size, stride, (self.current,),
             data=Reduction(size, tuple(rsize), body, kind, src_dtype, dtype),
+            inlined=tuple(o for o in inlined if o is not self.current),
         )
         self.nodes.append(buf)
         return Stored(buf, size, stride, 0)

@@ -50,9 +50,10 @@ def reduce(g, node, x, dims, kind: str, src_dtype: torch.dtype):
         return load(ops, [sympy.Integer(0) if e is None else e for e in full])
 
     parts = _split_parts(out_size, rsize, kind, val.device, across_batch=0 in rdims)
+    inlined = getattr(x, "origins", ())  # (a Lazy's producers, inlined into the body)
     if parts:
-        return _split_reduction(g, out_size, rsize, body, kind, src_dtype, val, parts)
-    return g.add_reduction(out_size, rsize, body, kind, src_dtype, val.dtype, val.device)
+        return _split_reduction(g, out_size, rsize, body, kind, src_dtype, val, parts, inlined)
+    return g.add_reduction(out_size, rsize, body, kind, src_dtype, val.dtype, val.device, inlined)
 
 
 # Large reductions on these devices run in two stages: SPLIT programs each reduce one chunk of the
@@ -105,7 +106,7 @@ def _split_parts(out_size, rsize, kind, device, across_batch: bool) -> int:
     return parts if parts >= 2 else 0
 
 
-def _split_reduction(g, out_size, rsize, body, kind, src_dtype, val, parts: int):
+def _split_reduction(g, out_size, rsize, body, kind, src_dtype, val, parts: int, inlined=()):
     """``kind`` over ``rsize`` as partial results per chunk of the flattened reduction space (about
     ``parts`` chunks, from ``_split_parts``; accumulated in ``src_dtype``, laid out [chunk, *out_size]),
     then ``kind`` over the partials."""
@@ -133,7 +134,8 @@ def _split_reduction(g, out_size, rsize, body, kind, src_dtype, val, parts: int)
             return read()
         return ops.masked(index_in_range(ops, flat, hi=n), read, reduction_identity(kind, src_dtype))
 
-    partial = g.add_reduction((parts, *out_size), (chunk,), partial_body, kind, src_dtype, src_dtype, val.device)
+    partial = g.add_reduction((parts, *out_size), (chunk,), partial_body, kind, src_dtype, src_dtype, val.device,
+                              inlined)
     load = partial.loader()
 
     def final_body(ops, index, rindex):

@@ -547,16 +547,20 @@ def generate_kernel(group: FusedGroup, buffers: dict, index: int, persistent_max
         body += _member_code(kctx, m, row, style, shared_cse, defined_prefixes, pairs.get(m.name))
     body[defs_end:defs_end] = kctx.merged_defs()
     size_args = used_size_symbols("\n".join(body))
+    bounds = ()
+    if size_args:  # size-generic: the launcher picks the index width per call (INDEX64) from these
+        bounds = tuple(dict.fromkeys([prod(group.outer) * max(inners, key=hint)]
+                                     + [buffers[n].numel for n in _buffers_of(group)]))
+        # (a buffer's size can name a symbol the body does not, as ``e[0]`` reads only a row of ``e``:
+        # the kernel takes it too, so that the launcher can compute the bound)
+        size_args = used_size_symbols("\n".join(body + [str(b) for b in bounds]))
     params = [kctx.pointers[n] for n, _ in kctx.params] + [str(s) for s in size_args] + ["XBLOCK: tl.constexpr"]
     if row:
         params.append("RBLOCK: tl.constexpr")
     if style == "tiled":
         params.append("YBLOCK: tl.constexpr")
-    bounds = ()
-    if size_args:  # size-generic: the launcher picks the index width per call (INDEX64)
+    if size_args:
         params.append("INDEX64: tl.constexpr")
-        bounds = tuple(dict.fromkeys([prod(group.outer) * max(inners, key=hint)]
-                                     + [buffers[n].numel for n in _buffers_of(group)]))
     body = _index_width_head(size_args, _index_dtype_is_64(group, buffers)) + body
     how = style if style != "tiled" else "tiled by rows" if by_rows else f"tiled: x{tile} along y"
     header = [f"# {name}: {', '.join(m.name for m in group.members)}  ({how})"]
