@@ -105,6 +105,16 @@ class CompiledFunction(hook.HookedCall):
             return self
         return functools.partial(self, obj)
 
+    def __copy__(self):  # (as for functions, which copy.copy and copy.deepcopy return as they are)
+        return self
+
+    def __deepcopy__(self, memo):
+        return self
+
+    def __reduce_ex__(self, protocol):
+        raise TypeError("a kiln-compiled function cannot be pickled; pickle the original function and compile it "
+                        "again after loading (kiln.save/kiln.load keep compiled code across processes)")
+
     def __repr__(self) -> str:
         return f"<kiln compiled {getattr(self._kiln_fn, '__qualname__', self._kiln_fn)!r} " \
                f"backend={self._kiln_config.backend_name!r}>"

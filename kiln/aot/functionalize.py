@@ -66,6 +66,11 @@ class ViewStep:
         return f"{self.func}({args}){item}"
 
 
+# views that can show one element of their base at several places (a write through a view of them is
+# scattered back by index over the whole chain: Functionalizer._scatter_chain_by_index)
+REPEATING_VIEWS = frozenset({aten.expand.default, aten.as_strided.default, aten.unfold.default})
+
+
 def _hint(x) -> int:
     """An int, or a symbolic int's value in this trace (kiln.fake.symbolic.SymNode.hint)."""
     return x if isinstance(x, int) else int(x.node.hint)
@@ -136,12 +141,15 @@ class Functionalizer:
     def write(self, value: Value, new: fx.Node) -> None:
         """Make ``new`` the contents of ``value`` (same shape), updating its storage's root."""
         storage = value.storage
-        chain = [storage.root]
-        for step in value.steps[:-1]:
-            chain.append(self.replay(step, chain[-1]))
-        result = new
-        for step, parent in zip(reversed(value.steps), reversed(chain)):
-            result = self.scatter(step, parent, result)
+        if any(step.func in REPEATING_VIEWS for step in value.steps):
+            result = self._scatter_chain_by_index(storage.root, value.steps, new)
+        else:
+            chain = [storage.root]
+            for step in value.steps[:-1]:
+                chain.append(self.replay(step, chain[-1]))
+            result = new
+            for step, parent in zip(reversed(value.steps), reversed(chain)):
+                result = self.scatter(step, parent, result)
         storage.root = self.keep_layout(result, storage.root.meta["val"]) if value.steps else result
         storage.version += 1
         value.node, value.version = new, storage.version
@@ -209,13 +217,35 @@ class Functionalizer:
             return self.b.call(aten.select_scatter.default, (parent, src, dim, step.index))
         return self._scatter_by_index(step, parent, src)
 
+    def _scatter_chain_by_index(self, root: fx.Node, steps: tuple, src: fx.Node) -> fx.Node:
+        """The root's value after the view ``steps`` of it is overwritten with ``src``, for a chain with
+        a view that repeats elements (``x.unsqueeze(0).expand(3, 3, 4)[1].mul_(3)``): the whole chain
+        replayed on ``arange(numel)`` says which root element each written element is, and only those
+        are written. Scattering step by step would write the whole expanded tensor back, its unchanged
+        copies included, over the written ones. (The written view itself does not repeat elements:
+        capture refuses writes to such tensors, as eager mostly does.)"""
+        root_val = root.meta["val"]
+        if root_val.is_complex() or src.meta["val"].dtype != root_val.dtype:
+            raise UnsupportedFakeOp(steps[-1].func, "kiln cannot functionalize a mutation through this view")
+        positions = self.b.call(aten.arange.start_step, (0, root_val.numel(), 1),
+                                {"dtype": torch.int64, "device": root_val.device})
+        covered = self.b.reshape(positions, root_val.shape)
+        try:
+            for step in steps:
+                covered = self.replay(step, covered)
+        except RuntimeError as exc:
+            raise UnsupportedFakeOp(steps[-1].func, f"kiln cannot functionalize a mutation through this view: {exc}")
+        flat_new = self.b.call(aten.index_put.default, (self.b.reshape(root, (-1,)), [self.b.reshape(covered, (-1,))],
+                                                        self.b.reshape(src, (-1,))))
+        return self.b.reshape(flat_new, root_val.shape)
+
     def _scatter_by_index(self, step: ViewStep, parent: fx.Node, src: fx.Node) -> fx.Node:
         """Any view: apply it to ``arange(numel)`` to learn which elements it covers, then index_put."""
         parent_val = parent.meta["val"]
         if parent_val.is_complex() or src.meta["val"].dtype != parent_val.dtype:
             raise UnsupportedFakeOp(step.func, "kiln cannot functionalize a mutation through this view")
         numel = parent_val.numel()
-        positions = self.b.call(aten.arange.default, (numel,),
+        positions = self.b.call(aten.arange.start_step, (0, numel, 1),
                                 {"dtype": torch.int64, "device": parent_val.device})
         positions = self.b.reshape(positions, parent_val.shape)
         try:

@@ -42,6 +42,7 @@ def _in_checkpoint_forward() -> bool:
 
 
 _top_saved_tensors_hooks = torch._C._autograd._top_saved_tensors_default_hooks
+_functorch_level = getattr(getattr(torch._C, "_functorch", None), "maybe_current_level", None)
 
 
 @dataclasses.dataclass
@@ -141,6 +142,17 @@ class FrameCompiler:
                                       "as explicit device=/dtype= arguments")
             if should_offer(code):  # (library frames run as they are anyway: not counted)
                 stats.eager_fallbacks["a TorchFunctionMode is active"] += 1
+            return None
+        if _functorch_level is not None and _functorch_level() is not None:
+            # inside torch.func.vmap/grad/jvp the arguments are wrapped tensors with no storage of their own:
+            # the frame runs eagerly, under the transform (entries compiled outside are guarded against it)
+            if self.fullgraph:
+                raise GraphBreakError("called inside a torch.func transform (vmap, grad, jvp)",
+                                      code.co_filename, code.co_firstlineno,
+                                      "kiln does not compile under torch.func transforms; call the compiled "
+                                      "function outside the transform")
+            if should_offer(code):
+                stats.eager_fallbacks["inside a torch.func transform (vmap, grad, jvp): runs eagerly"] += 1
             return None
         if not should_offer(code) or is_kernel_code(code, f_globals) or is_namedtuple_new(code, f_globals) \
                 or is_library_dataclass_method(code, f_globals) or is_torch_module_init(code):

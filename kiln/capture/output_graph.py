@@ -520,6 +520,11 @@ def _refuse_write_to_overlapping(kind: str, target, args, kwargs) -> None:
             unsupported(f"in-place {_describe(target)} writes a tensor whose elements share memory "
                         f"(size {tuple(t.shape)}, stride {tuple(t.stride())})",
                         hint="kiln runs it as Python, where eager raises; clone() the expanded tensor first")
+        if isinstance(t, torch.Tensor) and _overlaps_itself(t):
+            unsupported(f"in-place {_describe(target)} writes a tensor whose elements overlap in memory "
+                        f"(size {tuple(t.shape)}, stride {tuple(t.stride())}: an unfold or as_strided view)",
+                        hint="kiln runs it as Python: the result depends on the order eager's kernel writes "
+                             "in; clone() the view first")
     others = [x for x in leaves((args, kwargs)) if isinstance(x, torch.Tensor)]
     for t in written_tensors(kind, target, args, kwargs):
         if not isinstance(t, torch.Tensor):
@@ -543,6 +548,21 @@ def _refuse_write_to_overlapping(kind: str, target, args, kwargs) -> None:
                 unsupported(f"in-place {_describe(target)} writes a tensor that {'may partly overlap' if symbolic else 'partly overlaps'} "
                             f"another of its arguments in memory (size {tuple(t.shape)} at offset {t.storage_offset()}, "
                             f"size {tuple(other.shape)} at offset {other.storage_offset()}, one storage)", hint=hint)
+
+
+def _overlaps_itself(t: torch.Tensor) -> bool:
+    """Whether two elements of ``t`` can be one memory location (``x.unfold(0, 2, 1)``): going from the
+    smallest stride out, each dim's stride must pass the farthest offset the dims inside it reach. False
+    for symbolic strides (only stride 0 is refused there, above)."""
+    pairs = [(st, n) for st, n in zip(t.stride(), t.shape)]
+    if any(isinstance(v, torch.SymInt) for pair in pairs for v in pair):
+        return False
+    reach = 0
+    for st, n in sorted((p for p in pairs if p[1] > 1), key=lambda p: p[0]):
+        if st <= reach:
+            return True
+        reach += (n - 1) * st
+    return False
 
 
 def _basic_index_view(t: torch.Tensor, index):

@@ -64,3 +64,42 @@ def test_writes_through_a_transposed_view_on_the_triton_path():
     got = kiln.compile(_scan, options=kiln.Options(cpu_codegen="triton", warm_cache=False))(x)
     torch.testing.assert_close(got, _scan(x))
     assert got.stride() == (4, 1)
+
+
+def _expanded_slice(x):
+    v = x.unsqueeze(0).expand(3, 3, 4)
+    v[1].mul_(3)
+    v.select(0, 0).add_(1)
+    return x.sum()
+
+
+def _expanded_column(x):
+    y = x.clone()
+    y[:, :1].expand(3, 4)[:, 0].fill_(7)
+    return y
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "kiln"])
+@pytest.mark.parametrize("fn", [_expanded_slice, _expanded_column])
+def test_a_write_through_one_copy_of_an_expanded_view_reaches_the_base(fn, backend):
+    """Scattering step by step wrote the whole expanded tensor back, its unchanged copies over the
+    written one (functionalize._scatter_chain_by_index)."""
+    kiln.reset()
+    x = torch.randn(3, 4)
+    want_in, got_in = x.clone(), x.clone()
+    torch.testing.assert_close(kiln.compile(fn, backend=backend)(got_in), fn(want_in))
+    torch.testing.assert_close(got_in, want_in)
+
+
+def test_a_write_to_a_view_whose_elements_overlap_runs_as_python():
+    """x.unfold(0, 2, 1).mul_(2): each element is written as often as the view shows it, in the order
+    of eager's kernel; kiln breaks the graph there and eager's kernel runs."""
+    def f(x):
+        y = x + 0
+        y.unfold(0, 2, 1).mul_(2)
+        return y * 1
+
+    kiln.reset()
+    x = torch.arange(1.0, 6.0)
+    torch.testing.assert_close(kiln.compile(f)(x), f(x))
+    assert any("overlap in memory" in reason for reason in kiln.stats.graph_breaks)

@@ -215,3 +215,29 @@ def test_a_corrupted_or_failing_library_falls_back(tmp_path):
     error = tensor_guard_build._build(str(tmp_path / "_tensor_guard_x.so"), "false")
     assert error is not None and "exited" in error
     assert (tmp_path / "_tensor_guard_x.so.failed").exists()
+
+
+def test_a_cached_function_called_under_vmap_runs_eagerly():
+    """Inside torch.vmap the arguments are batched tensors with no storage: an entry compiled outside
+    must not be used (a guard on the transform level), and the frame runs eagerly under the transform."""
+    def f(a):
+        return (a.sin() * a).sum()
+
+    kiln.reset()
+    compiled = kiln.compile(f, backend="aot_eager")
+    x = torch.randn(3, 4)
+    compiled(x[0])
+    torch.testing.assert_close(torch.vmap(compiled)(x), torch.vmap(f)(x))
+    torch.testing.assert_close(torch.func.grad(compiled)(x[0]), torch.func.grad(f)(x[0]))
+    assert any("torch.func" in reason for reason in kiln.stats.eager_fallbacks)
+    torch.testing.assert_close(compiled(x[1]), f(x[1]))
+
+
+def test_a_compiled_function_copies_as_functions_do_and_refuses_pickle():
+    import copy
+    import pickle
+
+    f = kiln.compile(_add_mul, backend="aot_eager")
+    assert copy.copy(f) is f and copy.deepcopy(f) is f
+    with pytest.raises(TypeError, match="pickle the original function"):
+        pickle.dumps(f)
