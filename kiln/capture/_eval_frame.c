@@ -917,22 +917,16 @@ hooked_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject
     return res;
 }
 
+/* tp_call (a Python subclass on 3.11 is called through it): the same call, through the vectorcall slot
+ * (PyVectorcall_Call reads it without looking at the type's flag). */
 static PyObject *
 hooked_call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
-    HookedCallObject *h = (HookedCallObject *)self;
-    if (h->fn == NULL || h->callback == NULL) {
+    if (((HookedCallObject *)self)->vectorcall == NULL) {
         PyErr_SetString(PyExc_TypeError, "HookedCall was not initialized");
         return NULL;
     }
-    if (ensure_tls_guard() < 0) {
-        return NULL;
-    }
-    install_eval_frame();
-    PyObject *saved = swap_callback(Py_NewRef(h->callback));
-    PyObject *res = PyObject_Call(h->fn, args, kwargs);
-    restore_callback(saved);
-    return res;
+    return PyVectorcall_Call(self, args, kwargs);
 }
 
 static int
