@@ -217,9 +217,10 @@ class FastestOf:
 
     def describe(self) -> str:
         if self.chosen is None:
-            return (f"not decided yet: kiln times its code against eager ({', '.join(self.candidates)}) on its second "
-                    f"call (over {2 + 2 * TRIALS} calls where the graph mutates its inputs) and keeps the faster "
-                    f"(Options.choose_faster / KILN_CHOOSE_FASTER=0 turns it off)")
+            when = ("on its second call" if self.in_one_call else
+                    f"over calls 3 to {2 + 2 * TRIALS} (the graph mutates its inputs: one run per call)")
+            return (f"not decided yet: kiln times its code against eager ({', '.join(self.candidates)}) {when} "
+                    f"and keeps the faster (Options.choose_faster / KILN_CHOOSE_FASTER=0 turns it off)")
         timed = ("timed in an earlier process, kept in the warm cache" if self.replayed
                  else f"median of {len(self.times['kiln'])} runs each")
         measured = ", ".join(f"{LABELS.get(k, k)} {v * 1e3:.3f} ms" for k, v in self.medians.items())
