@@ -75,6 +75,9 @@ class OutputGraph:
     def add_input(self, source: Source, real: torch.Tensor) -> Value:
         from kiln.capture.values.tensors import TensorValue
 
+        if real.layout != torch.strided:  # (sparse, nested: no storage of the strided kind to trace)
+            unsupported(f"{source.name()} is a tensor with layout {real.layout}: kiln compiles strided tensors only",
+                        hint="the frame runs eagerly")
         for i, known in enumerate(self.example_inputs):
             if known is real:  # the same object under another name: one input, guarded to stay so
                 self.guards.add(GuardKind.IDENTITY_OF_SOURCE, source, self.input_sources[i])

@@ -241,3 +241,18 @@ def test_a_compiled_function_copies_as_functions_do_and_refuses_pickle():
     assert copy.copy(f) is f and copy.deepcopy(f) is f
     with pytest.raises(TypeError, match="pickle the original function"):
         pickle.dumps(f)
+
+
+def test_a_sparse_input_runs_eagerly_with_a_reason_and_no_warning():
+    import warnings
+
+    def f(x):
+        return x * 2
+
+    kiln.reset()
+    for x in (torch.randn(3, 3).to_sparse(), torch.randn(3, 3).to_sparse_csr()):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # (it was an "internal error in kiln" warning)
+            got = kiln.compile(f)(x)
+        torch.testing.assert_close(got.to_dense(), f(x).to_dense())
+    assert any("strided tensors only" in reason for reason in kiln.stats.eager_fallbacks)
