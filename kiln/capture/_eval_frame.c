@@ -145,11 +145,12 @@ ensure_tls_guard(void)
 static Py_ssize_t skip_index = -1;
 #define SKIP_MARK ((void *)1)
 
-/* co_extra slot for the cache tables (set_cache): a dict {id(callback): list of (check, code)},
- * owned by the code object (freed with it by free_cache_table). Keyed by the callback's id, not the
- * callback: the code object must not keep a compiler (and the graphs and modules its guards hold)
- * alive; the compiler removes its tables when it is freed or reset (kiln/capture/convert_frame.py). */
-static Py_ssize_t cache_index = -1;
+/* The callback's cache tables: its attribute `_kiln_tables`, a dict {id(code): list of (check, code)}
+ * (kiln/capture/convert_frame.py). On the callback, not on the code objects: a table's guards hold the
+ * objects they check, which may lead back to the compiler (a module holding its own compiled method), and
+ * the garbage collector follows references through the compiler's dict, not through co_extra. The
+ * compiler holds each code object it has entries for, so an id in its dict is never a reused one. */
+static PyObject *s_kiln_tables = NULL;
 /* torch._C._autograd._top_saved_tensors_default_hooks (set_saved_hooks_probe): while saved-tensor
  * hooks are active the callback decides (a non-reentrant checkpoint's forward runs eagerly). */
 static PyObject *saved_hooks_probe = NULL;
@@ -502,29 +503,30 @@ run_substitute(_PyInterpreterFrame *frame, PyCodeObject *code, PyCodeObject *new
 /* The eval-frame function.                                                              */
 /* ------------------------------------------------------------------------------------ */
 
-/* The callback's cache table for `code` (set_cache), borrowed, or NULL (no exception). */
+/* The callback's cache table for `code`, a new reference, or NULL (no exception): none. */
 static PyObject *
 cache_table(PyCodeObject *code, PyObject *cb)
 {
-    void *extra = NULL;
-    if (code->co_extra == NULL || cache_index < 0) {
-        return NULL;
-    }
-    if (kiln_Code_GetExtra((PyObject *)code, cache_index, &extra) < 0 || extra == NULL) {
+    PyObject *tables = NULL;
+    if (_PyObject_LookupAttr(cb, s_kiln_tables, &tables) <= 0) {
         PyErr_Clear();
         return NULL;
     }
-    PyObject *key = PyLong_FromVoidPtr(cb);
-    if (key == NULL) {
-        PyErr_Clear();
-        return NULL;
+    PyObject *entries = NULL;
+    if (PyDict_CheckExact(tables)) {
+        PyObject *key = PyLong_FromVoidPtr(code);
+        if (key != NULL) {
+            entries = PyDict_GetItemWithError(tables, key);
+            Py_DECREF(key);
+        }
     }
-    PyObject *entries = PyDict_GetItemWithError((PyObject *)extra, key);
-    Py_DECREF(key);
     if (entries == NULL || !PyList_Check(entries)) {
         PyErr_Clear();
+        Py_DECREF(tables);
         return NULL;
     }
+    Py_INCREF(entries);
+    Py_DECREF(tables);
     return entries;
 }
 
@@ -537,26 +539,29 @@ static int
 cached_substitute(PyCodeObject *code, PyObject *cb, PyObject *f_locals, _PyInterpreterFrame *frame,
                   PyObject *closure, PyObject **found)
 {
-    PyObject *entries = cache_table(code, cb);
-    if (entries == NULL || PyList_GET_SIZE(entries) == 0) {
+    PyObject *entries = cache_table(code, cb);   /* (held: a check may run code that changes the table) */
+    if (entries == NULL) {
+        return 0;
+    }
+    if (PyList_GET_SIZE(entries) == 0) {
+        Py_DECREF(entries);
         return 0;
     }
     if (saved_hooks_probe != NULL) {
         PyObject *hooks = PyObject_CallOneArg(saved_hooks_probe, Py_False);
+        int none = hooks == Py_None;
         if (hooks == NULL) {
             PyErr_Clear();
-            return 0;
         }
-        int none = hooks == Py_None;
-        Py_DECREF(hooks);
+        Py_XDECREF(hooks);
         if (!none) {
+            Py_DECREF(entries);
             return 0;
         }
     }
     PyObject *args[4] = {f_locals, frame->f_globals, closure != NULL ? closure : Py_None,
                          frame->f_builtins};
     int rc = 0;
-    Py_INCREF(entries);   /* (a check may run code that changes the table) */
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(entries); i++) {
         PyObject *entry = PyList_GET_ITEM(entries, i);
         if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) != 2 ||
@@ -765,56 +770,6 @@ call_without_hook(PyObject *module, PyObject *const *args, Py_ssize_t nargsf,
     PyObject *res = PyObject_Vectorcall(args[0], args + 1, (size_t)(nargs - 1), kwnames);
     restore_callback(saved);
     return res;
-}
-
-/* set_cache(code, owner, entries): `entries` (a list of (check, code) pairs, read on every offer of
- * `code` while a callback whose id is `owner` is set; the owner appends to it) or None (remove). */
-static void
-free_cache_table(void *table)
-{
-    Py_XDECREF((PyObject *)table);
-}
-
-static PyObject *
-set_cache(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
-{
-    (void)module;
-    if (nargs != 3 || check_code(args[0], "set_cache") < 0 || !PyLong_Check(args[1]) ||
-        (args[2] != Py_None && !PyList_Check(args[2]))) {
-        if (!PyErr_Occurred()) {
-            PyErr_SetString(PyExc_TypeError, "set_cache(code, owner_id, entries_list_or_None)");
-        }
-        return NULL;
-    }
-    void *extra = NULL;
-    if (((PyCodeObject *)args[0])->co_extra != NULL &&
-        kiln_Code_GetExtra(args[0], cache_index, &extra) < 0) {
-        return NULL;
-    }
-    if (args[2] == Py_None) {
-        if (extra != NULL && PyDict_DelItem((PyObject *)extra, args[1]) < 0) {
-            if (!PyErr_ExceptionMatches(PyExc_KeyError)) {
-                return NULL;
-            }
-            PyErr_Clear();
-        }
-        Py_RETURN_NONE;
-    }
-    if (extra == NULL) {
-        PyObject *table = PyDict_New();
-        if (table == NULL) {
-            return NULL;
-        }
-        if (kiln_Code_SetExtra(args[0], cache_index, table) < 0) {
-            Py_DECREF(table);
-            return NULL;
-        }
-        extra = table;   /* (the code object owns it now) */
-    }
-    if (PyDict_SetItem((PyObject *)extra, args[1], args[2]) < 0) {
-        return NULL;
-    }
-    Py_RETURN_NONE;
 }
 
 static PyObject *
@@ -1197,19 +1152,15 @@ static PyMethodDef methods[] = {
     {"call_without_hook", (PyCFunction)(void (*)(void))call_without_hook,
      METH_FASTCALL | METH_KEYWORDS,
      "call_without_hook(fn, *args, **kwargs): call fn with this thread's callback unset."},
-    {"set_cache", (PyCFunction)(void (*)(void))set_cache, METH_FASTCALL,
-     "set_cache(code, owner_id, entries): frames of `code` offered while the callback whose id() is "
-     "owner_id is set run entries[i][1] for the first i whose entries[i][0](L, G, C, B) is True, "
-     "without calling the callback; entries None removes the table."},
     {"set_saved_hooks_probe", (PyCFunction)set_saved_hooks_probe, METH_O,
-     "set_saved_hooks_probe(fn): set_cache tables are skipped while fn(False) is not None."},
+     "set_saved_hooks_probe(fn): cache tables are not read while fn(False) is not None."},
     {"set_tensor_guard", (PyCFunction)set_tensor_guard, METH_O,
      "set_tensor_guard(capsule_or_None): tensor guards read the TensorImpl through _tensor_guard.cpp's "
      "checks (kiln/capture/tensor_guard_build.py); None: through Python attributes only."},
     {"tensor_guard_reads", (PyCFunction)tensor_guard_reads, METH_NOARGS,
      "tensor_guard_reads() -> int: tensors whose guard fields _tensor_guard.cpp decided (for tests)."},
     {"fast_hits", (PyCFunction)fast_hits, METH_NOARGS,
-     "fast_hits() -> int: cache hits found through set_cache tables since the module loaded."},
+     "fast_hits() -> int: cache hits found through the callbacks' _kiln_tables since the module loaded."},
     {"call_with_callback", (PyCFunction)(void (*)(void))call_with_callback, METH_FASTCALL | METH_KEYWORDS,
      "call_with_callback(cb, fn, *args, **kwargs): call fn with cb as this thread's callback."},
     {"_debug_counters", (PyCFunction)debug_counters, METH_NOARGS,
@@ -1238,14 +1189,9 @@ PyInit__eval_frame(void)
             return NULL;
         }
     }
-    if (cache_index < 0) {
-        cache_index = kiln_RequestCodeExtraIndex(free_cache_table);
-        if (cache_index < 0) {
-            PyErr_SetString(PyExc_RuntimeError,
-                            "kiln frame hook: no free co_extra index left");
-            return NULL;
-        }
-    }
+    s_kiln_tables = PyUnicode_InternFromString("_kiln_tables");
+    if (!s_kiln_tables)
+        return NULL;
     s_data_ptr = PyUnicode_InternFromString("data_ptr");
     if (!s_data_ptr)
         return NULL;

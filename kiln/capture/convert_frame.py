@@ -89,16 +89,15 @@ class FrameCompiler:
         self.failed: dict[types.CodeType, FrameRecord] = {}
         self.given_up: set[types.CodeType] = set()
         self.records: list[FrameRecord] = []
-        # per code, (check, code) of each entry: the table the C hook reads on its own (hook.set_cache),
-        # so a cache hit costs no call of this object; it calls it when no entry matches
-        self._tables: dict[types.CodeType, list] = {}
-        if hook.available():
-            weakref.finalize(self, _drop_tables, id(self), self._tables)
+        # id(code) -> (check, code) of each entry: the table the C hook reads on its own (hook.py), so a
+        # cache hit costs no call of this object; it calls it when no entry matches. (``self.cache`` holds
+        # the code objects, so no id here is a reused one.)
+        self._kiln_tables: dict[int, list] = {}
         tensor_guard_build.ensure(options)  # guards read tensors' fields in C++ once it is built
         _ALL_COMPILERS.add(self)
 
     def reset(self) -> None:
-        _drop_tables(id(self), self._tables)
+        self._kiln_tables.clear()
         self.cache.clear()
         self.frame_shapes.clear()
         self.failed.clear()
@@ -107,13 +106,7 @@ class FrameCompiler:
 
     def _add_entry(self, code, entry: CacheEntry) -> None:
         self.cache.setdefault(code, []).append(entry)
-        if not hook.available():
-            return
-        table = self._tables.get(code)
-        if table is None:
-            table = self._tables[code] = []
-            hook.set_cache(code, id(self), table)
-        table.append((entry.guards.check, entry.code))
+        self._kiln_tables.setdefault(id(code), []).append((entry.guards.check, entry.code))
 
     # the callback the hook calls (a cache hit that the hook's table finds does not reach it)
     def __call__(self, code, f_locals, f_globals, f_builtins, closure):
@@ -367,14 +360,6 @@ class FrameCompiler:
         if output.changes_grad_mode or output.changes_autocast:
             compiled = RestoreGradModeOnError(compiled)
         return (compiled, list(output.input_sources)), graph_outputs, gm
-
-
-def _drop_tables(owner: int, tables: dict) -> None:
-    """Remove a compiler's tables from the code objects (when it is reset or freed: the code objects
-    outlive it, and its tables hold its guards' objects)."""
-    for code in tables:
-        hook.set_cache(code, owner, None)
-    tables.clear()
 
 
 if hook.available():

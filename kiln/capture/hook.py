@@ -53,7 +53,6 @@ __all__ = [
     "is_skipped",
     "call_without_hook",
     "callback_active",
-    "set_cache",
     "set_saved_hooks_probe",
     "fast_hits",
     "set_tensor_guard",
@@ -88,11 +87,11 @@ def _missing(*args: Any, **kwargs: Any) -> Any:
 # is_skipped(code) -> bool
 # call_without_hook(fn, *args, **kw)     call fn with this thread's callback unset, restoring
 #                                        it afterwards (also on exceptions)
-# set_cache(code, owner_id, entries)     a cache table the C hook reads itself: frames of `code`
-#                                        offered while the callback whose id() is owner_id is set
-#                                        run entries[i][1] (a code) for the first i whose check
+# (cache tables)                         a callback with an attribute `_kiln_tables`, a dict
+#                                        {id(code): [(check, code), ...]}: a frame of that code
+#                                        runs entries[i][1] for the first i whose check
 #                                        entries[i][0](L, G, C, B) is True, without calling the
-#                                        callback; the owner appends to the list; None removes it
+#                                        callback (which is called when none passes)
 # set_saved_hooks_probe(fn)              tables are not read while fn(False) is not None
 # fast_hits() -> int                     hits found through tables (kiln.stats.cache_hits)
 # set_tensor_guard(capsule_or_None)      tensor guards read the TensorImpl (tensor_guard_build.py)
@@ -109,7 +108,6 @@ if _C is not None:
     unmark = _C.unmark
     is_skipped = _C.is_skipped
     call_without_hook = _C.call_without_hook
-    set_cache = _C.set_cache
     set_saved_hooks_probe = _C.set_saved_hooks_probe
     fast_hits = _C.fast_hits
     set_tensor_guard = _C.set_tensor_guard
@@ -118,7 +116,7 @@ if _C is not None:
     HookedCall = _C.HookedCall
 else:
     set_callback = get_callback = mark_skip = unmark = is_skipped = _missing
-    call_without_hook = set_cache = set_saved_hooks_probe = set_tensor_guard = tensor_guard_reads = _missing
+    call_without_hook = set_saved_hooks_probe = set_tensor_guard = tensor_guard_reads = _missing
     call_with_callback = _missing
 
     class HookedCall:  # (what kiln.compile's functions derive from: calling one says the extension is missing)

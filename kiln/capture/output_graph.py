@@ -555,11 +555,13 @@ def _refuse_write_to_overlapping(kind: str, target, args, kwargs) -> None:
 
 def _overlaps_itself(t: torch.Tensor) -> bool:
     """Whether two elements of ``t`` can be one memory location (``x.unfold(0, 2, 1)``): going from the
-    smallest stride out, each dim's stride must pass the farthest offset the dims inside it reach. False
-    for symbolic strides (only stride 0 is refused there, above)."""
-    pairs = [(st, n) for st, n in zip(t.stride(), t.shape)]
-    if any(isinstance(v, torch.SymInt) for pair in pairs for v in pair):
-        return False
+    smallest stride out, each dim's stride must pass the farthest offset the dims inside it reach.
+    Symbolic sizes and strides are taken at this trace's values (the views that overlap, unfold's and
+    expand's, overlap at every size)."""
+    def value(v):
+        return int(v.node.hint) if isinstance(v, torch.SymInt) else v
+
+    pairs = [(value(st), value(n)) for st, n in zip(t.stride(), t.shape)]
     reach = 0
     for st, n in sorted((p for p in pairs if p[1] > 1), key=lambda p: p[0]):
         if st <= reach:

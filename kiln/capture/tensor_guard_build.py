@@ -66,6 +66,7 @@ def ensure(options) -> None:
         return
     if os.path.exists(path) and _load(path):
         return
+    _remove_leftovers(os.path.dirname(path))
     _set_status("building")
     threading.Thread(target=_build_and_load, args=(path, options.cpp_compiler), daemon=True,
                      name="kiln-tensor-guard-build").start()
@@ -120,25 +121,50 @@ def _build_and_load(path: str, compiler: str) -> None:
         _finish(f"failed: {type(exc).__name__}: {exc}")
 
 
+# The build runs as a process of its own session, which compiles, renames the library into place and
+# removes the lock itself: a process that exits before the build ends (a short script) leaves a finished
+# library behind, not a stray compiler and a temporary file.
+_BUILD_SCRIPT = """tmp=$1; out=$2; lock=$3; log=$4; shift 4
+echo $$ > "$lock"
+if "$@" 2> "$log"; then mv -f "$tmp" "$out"; rm -f "$log"; rc=0
+else rc=$?; rm -f "$tmp"; mv -f "$log" "$out.failed"; fi
+rm -f "$lock"
+exit $rc"""
+
+
 def _build(path: str, compiler: str) -> str | None:
-    """Compile the library to ``path`` (atomically); the error, or None. A failure leaves the
-    compiler's output in ``<path>.failed``."""
-    fd, tmp = tempfile.mkstemp(suffix=".so", dir=os.path.dirname(path))
-    os.close(fd)
+    """Compile the library to ``path`` (renamed into place when whole); the error, or None. A failure
+    leaves the compiler's output in ``<path>.failed``."""
+    tmp, log = f"{path}.{os.getpid()}.tmp.so", f"{path}.{os.getpid()}.log"
     try:
-        try:
-            done = subprocess.run(_command(compiler, tmp), capture_output=True, text=True, timeout=600)
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            _write(path + ".failed", str(exc))
-            return f"the compiler could not run: {exc}"
-        if done.returncode != 0:
-            _write(path + ".failed", done.stderr[-20000:])
-            return f"the compiler exited with {done.returncode} (output in {path}.failed)"
-        os.replace(tmp, path)  # atomic: other processes see the whole library or none
-        return None
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        proc = subprocess.Popen(["sh", "-c", _BUILD_SCRIPT, "sh", tmp, path, path + ".lock", log,
+                                 *_command(compiler, tmp)],
+                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                start_new_session=True)
+        rc = proc.wait(timeout=600)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        _write(path + ".failed", str(exc))
+        return f"the compiler could not run: {exc}"
+    if rc != 0:
+        return f"the compiler exited with {rc} (output in {path}.failed)"
+    return None
+
+
+def _remove_leftovers(directory: str) -> None:
+    """Temporary files of builds whose process was killed (older than the stale-lock limit)."""
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return
+    now = time.time()
+    for name in names:
+        if name.endswith((".tmp.so", ".log")) or (name.startswith("tmp") and name.endswith(".so")):
+            full = os.path.join(directory, name)
+            try:
+                if now - os.path.getmtime(full) > LOCK_STALE_SECONDS:
+                    os.unlink(full)
+            except OSError:
+                pass
 
 
 def capsule():

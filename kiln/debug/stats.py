@@ -114,7 +114,7 @@ class Stats:
     @property
     def cache_hits(self) -> int:
         """Calls that found a cache entry: those the callback found plus those the C hook found in its
-        tables without calling it (capture/hook.set_cache)."""
+        tables without calling it (capture/hook.py, "cache tables")."""
         return self._cache_hits + _fast_hits() - self._fast_hits_at_reset
 
     @cache_hits.setter

@@ -103,3 +103,17 @@ def test_a_write_to_a_view_whose_elements_overlap_runs_as_python():
     x = torch.arange(1.0, 6.0)
     torch.testing.assert_close(kiln.compile(f)(x), f(x))
     assert any("overlap in memory" in reason for reason in kiln.stats.graph_breaks)
+
+
+def test_a_write_to_an_overlapping_view_with_symbolic_sizes_runs_as_python():
+    def f(x):
+        y = x + 0
+        y.unfold(0, 2, 1).add_(1)
+        return y
+
+    kiln.reset()
+    compiled = kiln.compile(f, dynamic=True)
+    for n in (5, 7):
+        x = torch.arange(1.0, n + 1)
+        torch.testing.assert_close(compiled(x), f(x))
+    assert any("overlap in memory" in reason for reason in kiln.stats.graph_breaks)

@@ -1,5 +1,5 @@
 """The per-call path of a compiled function: cache hits found by the C hook without calling the
-compiler (hook.set_cache), the C call wrapper (hook.HookedCall), and tensor guards read on the TensorImpl
+compiler (its `_kiln_tables`), the C call wrapper (hook.HookedCall), and tensor guards read on the TensorImpl
 by the run-time-built library (capture/tensor_guard_build.py)."""
 from __future__ import annotations
 
@@ -62,6 +62,30 @@ def test_a_freed_compiled_function_frees_what_its_guards_hold():
         compiled(torch.randn(2, 3))
     alive = weakref.ref(module)
     del module, compiled
+    gc.collect()
+    assert alive() is None
+
+
+def test_a_module_holding_its_own_compiled_method_is_freed():
+    """The guards hold the module, the module holds the compiled function, which holds the compiler and
+    its tables: a cycle the garbage collector must see (the tables once hung off the code objects, where
+    it could not, and kept all of it alive)."""
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(3, 3)
+            self.fast = kiln.compile(self.body, backend="aot_eager")
+
+        def body(self, x):
+            return self.lin(x).relu()
+
+    kiln.reset()
+    net = Net()
+    with torch.no_grad():
+        net.fast(torch.randn(2, 3))
+        net.fast(torch.randn(2, 3))
+    alive = weakref.ref(net)
+    del net
     gc.collect()
     assert alive() is None
 
