@@ -97,7 +97,7 @@ def _bucket_count(boundaries, values, right, out_int32):
     ``not (b[mid] > v)``), else ``end`` to ``mid``. The same steps, not a count of the boundaries below
     each value: where the boundaries are not sorted, NaNs included (``torch.sort`` puts them last), the
     answer is the one the search path finds. ``boundaries`` is 1-D, or (..., n) with ``values`` (..., m)."""
-    dtype = torch.promote_types(boundaries.dtype, values.dtype)
+    dtype = torch.result_type(boundaries, values)  # (ATen's rule: a 0-dim operand ranks below a dimensioned one)
     b, v = to_dtype(boundaries, dtype), to_dtype(values, dtype)
     n = boundaries.shape[-1]
     start = aten.full.default(list(values.shape), 0, dtype=torch.int64, device=values.device)

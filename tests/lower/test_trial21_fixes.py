@@ -131,3 +131,14 @@ def test_index_put_with_a_value_of_the_wrong_shape_raises_eagers_error():
         kiln.compile(f)(*args)
     ok = torch.randn(1, 4)
     torch.testing.assert_close(kiln.compile(f)(args[0], args[1], ok), f(args[0], args[1], ok))
+
+
+def test_searchsorted_compares_in_atens_result_type():
+    """A 0-dim float64 value among float32 boundaries is compared in float32, as ATen does (result_type:
+    a 0-dim operand ranks below a dimensioned one), not in float64 (promote_types)."""
+    b = torch.tensor([0.1, 0.2, 0.3])
+    v = torch.tensor(float(b[0]) + 1e-12, dtype=torch.float64)
+    kiln.reset()
+    got = kiln.compile(lambda b, v: (torch.searchsorted(b, v), torch.bucketize(v, b)))(b, v)
+    assert got[0].item() == torch.searchsorted(b, v).item() == 0
+    assert got[1].item() == torch.bucketize(v, b).item() == 0
