@@ -17,6 +17,7 @@ import torch
 import torch.fx as fx
 
 from kiln.aot.builder import GraphBuilder
+from kiln.aot.symbols import size_hint
 from kiln.fake import UnsupportedFakeOp
 
 aten = torch.ops.aten
@@ -69,11 +70,6 @@ class ViewStep:
 # views that can show one element of their base at several places (a write through a view of them is
 # scattered back by index over the whole chain: Functionalizer._scatter_chain_by_index)
 REPEATING_VIEWS = frozenset({aten.expand.default, aten.as_strided.default, aten.unfold.default})
-
-
-def _hint(x) -> int:
-    """An int, or a symbolic int's value in this trace (kiln.fake.symbolic.SymNode.hint)."""
-    return x if isinstance(x, int) else int(x.node.hint)
 
 
 def _same_int(a, b) -> bool:
@@ -164,7 +160,7 @@ class Functionalizer:
         val = node.meta["val"]
         if _same_layout(val, like):
             return node
-        order = sorted(range(like.dim()), key=lambda d: (-_hint(like.stride()[d]), d))  # outermost first
+        order = sorted(range(like.dim()), key=lambda d: (-size_hint(like.stride()[d]), d))  # outermost first
         inverse = [order.index(d) for d in range(like.dim())]
         dense = self.b.call(aten.clone.default, (self.b.call(aten.permute.default, (node, order)),),
                             {"memory_format": torch.contiguous_format})
@@ -218,8 +214,8 @@ class Functionalizer:
         return self._scatter_by_index(step, parent, src)
 
     def _scatter_chain_by_index(self, root: fx.Node, steps: tuple, src: fx.Node) -> fx.Node:
-        """The root's value after the view ``steps`` of it is overwritten with ``src``, for a chain with
-        a view that repeats elements (``x.unsqueeze(0).expand(3, 3, 4)[1].mul_(3)``): the whole chain
+        """The root's value after the view ``steps`` of it is overwritten with ``src`` (one step: any view
+        ``scatter`` has no inverse for), and for a chain with a view that repeats elements (``x.unsqueeze(0).expand(3, 3, 4)[1].mul_(3)``): the whole chain
         replayed on ``arange(numel)`` says which root element each written element is, and only those
         are written. Scattering step by step would write the whole expanded tensor back, its unchanged
         copies included, over the written ones. (The written view itself does not repeat elements:
@@ -241,20 +237,5 @@ class Functionalizer:
 
     def _scatter_by_index(self, step: ViewStep, parent: fx.Node, src: fx.Node) -> fx.Node:
         """Any view: apply it to ``arange(numel)`` to learn which elements it covers, then index_put."""
-        parent_val = parent.meta["val"]
-        if parent_val.is_complex() or src.meta["val"].dtype != parent_val.dtype:
-            raise UnsupportedFakeOp(step.func, "kiln cannot functionalize a mutation through this view")
-        numel = parent_val.numel()
-        positions = self.b.call(aten.arange.start_step, (0, numel, 1),
-                                {"dtype": torch.int64, "device": parent_val.device})
-        positions = self.b.reshape(positions, parent_val.shape)
-        try:
-            covered = self.replay(step, positions)
-        except RuntimeError as exc:
-            raise UnsupportedFakeOp(step.func, f"kiln cannot functionalize a mutation through this view: {exc}")
-        flat_index = self.b.reshape(covered, (-1,))
-        flat_src = self.b.reshape(src, (-1,))
-        flat_parent = self.b.reshape(parent, (-1,))
-        flat_new = self.b.call(aten.index_put.default, (flat_parent, [flat_index], flat_src))
-        return self.b.reshape(flat_new, parent_val.shape)
+        return self._scatter_chain_by_index(parent, (step,), src)
 

@@ -23,7 +23,7 @@ from kiln.capture.dynamic import DYNAMIC_BACKENDS, DynamicPolicy, FrameShapes
 from kiln.capture.values.optimizers import compiling_for
 from kiln.capture.frame_filter import SKIP_AFTER, may_use_tensors
 from kiln.capture.graph_break import compile_with_break
-from kiln.capture.guards import CompiledGuards
+from kiln.capture.guards import CompiledGuards, functorch_level
 from kiln.capture.interpreter import RootTracer
 from kiln.capture.values.lazy_generators import CALLED_AS_PYTHON, RetraceFrame, check_abandoned
 from kiln.capture.values.modules import guard_module_aliasing
@@ -42,7 +42,6 @@ def _in_checkpoint_forward() -> bool:
 
 
 _top_saved_tensors_hooks = torch._C._autograd._top_saved_tensors_default_hooks
-_functorch_level = getattr(getattr(torch._C, "_functorch", None), "maybe_current_level", None)
 
 
 @dataclasses.dataclass
@@ -136,7 +135,7 @@ class FrameCompiler:
             if should_offer(code):  # (library frames run as they are anyway: not counted)
                 stats.eager_fallbacks["a TorchFunctionMode is active"] += 1
             return None
-        if _functorch_level is not None and _functorch_level() is not None:
+        if functorch_level is not None and functorch_level() is not None:
             # inside torch.func.vmap/grad/jvp the arguments are wrapped tensors with no storage of their own:
             # the frame runs eagerly, under the transform (entries compiled outside are guarded against it)
             if self.fullgraph:

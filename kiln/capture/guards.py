@@ -24,7 +24,7 @@ from kiln.fake.autograd_kind import autograd_kind
 # whether autocast is on for any device: one guard in place of one per device when it is off everywhere
 _any_autocast = getattr(torch._C, "_is_any_autocast_enabled", None)
 # the level of the innermost torch.func transform running (vmap, grad, jvp), None outside them
-_functorch_level = getattr(getattr(torch._C, "_functorch", None), "maybe_current_level", None)
+functorch_level = getattr(getattr(torch._C, "_functorch", None), "maybe_current_level", None)
 
 
 class GuardKind(enum.Enum):
@@ -197,7 +197,7 @@ class GuardSet:
             if torch.cuda.is_available():
                 exprs.append((f"___autocast('cuda') is {torch.is_autocast_enabled('cuda')}", "autocast (cuda)"))
         exprs.append(("___torch_function_mode() is False", "no TorchFunctionMode active"))
-        if _functorch_level is not None:  # (inside vmap/grad the inputs are wrapped tensors)
+        if functorch_level is not None:  # (inside vmap/grad the inputs are wrapped tensors)
             exprs.append(("___functorch_level() is None", "no torch.func transform (vmap, grad, ...) active"))
         ordered = _in_order(self._guards.values())
         match = _held_tensors_match() if batch_held else None
@@ -492,7 +492,7 @@ class _Namer:
             "___default_dtype": torch.get_default_dtype,
             "___autocast": torch.is_autocast_enabled,
             "___any_autocast": _any_autocast,
-            "___functorch_level": _functorch_level,
+            "___functorch_level": functorch_level,
             "___torch_function_mode": torch._C._is_torch_function_mode_enabled,
             "___type": type,
             "___len": len,
