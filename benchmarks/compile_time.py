@@ -7,6 +7,9 @@
     # and a cProfile of the first warm process per model:
     python benchmarks/compile_time.py --device cpu --full --batch 1 --seq 128 --models hf_gpt2,hf_bert \
         --compilers import,eager,kiln --warm-runs 3 --profile /tmp/kiln-prof
+    # training steps (bf16 autocast, AdamW) at train.py's standard configs; kiln after torch.compile in one process:
+    python benchmarks/compile_time.py --training
+    python benchmarks/compile_time.py --after-torch --compilers kiln
 
 Each (model, compiler, phase) runs in a process of its own. "cold": empty cache directories (kiln's
 KILN_CACHE_DIR, torch.compile's TORCHINDUCTOR_CACHE_DIR and TRITON_CACHE_DIR: a fresh temporary
@@ -84,6 +87,73 @@ def build(name: str, device: str, small: bool, shape: tuple = (None, None)):
     return model, args
 
 
+def build_training(name: str, device: str, small: bool):
+    """(model in train mode, args, kwargs, loss function) for a training step: the configs of
+    ``benchmarks/train.py --size standard`` (HF BERT-base masked LM 16x256, GPT-2 124M LM head 8x512 with
+    its 50257-word vocabulary, the Llama-style causal LM 8x512, timm ResNet-50 batch 32), small ones with
+    ``small``."""
+    import torch
+
+    torch.manual_seed(0)
+    if name.startswith("hf_") or name == "llama_block":
+        import transformers
+
+        batch, seq = (2, 64) if small else ((16, 256) if name == "hf_bert" else (8, 512))
+        tiny = dict(num_hidden_layers=2, hidden_size=128, num_attention_heads=4, intermediate_size=512)
+        if name == "hf_bert":
+            cfg = transformers.BertConfig(**(tiny if small else {}))
+            model = transformers.BertForMaskedLM(cfg)
+        elif name == "hf_gpt2":
+            cfg = transformers.GPT2Config(bos_token_id=0, eos_token_id=0,
+                                          **(dict(n_layer=2, n_embd=128, n_head=4) if small else {}))
+            model = transformers.GPT2LMHeadModel(cfg)
+        else:
+            width, layers = (128, 2) if small else (1024, 8)
+            cfg = transformers.LlamaConfig(hidden_size=width, intermediate_size=width * 11 // 4, num_hidden_layers=layers,
+                                           num_attention_heads=max(4, width // 64),
+                                           num_key_value_heads=max(1, width // 256), vocab_size=32000)
+            model = transformers.LlamaForCausalLM(cfg)
+        ids = torch.randint(0, cfg.vocab_size, (batch, seq), device=device)
+        kwargs = dict(input_ids=ids) if name == "hf_bert" else dict(input_ids=ids, labels=ids)
+
+        def loss(out):
+            if getattr(out, "loss", None) is not None:
+                return out.loss
+            return torch.nn.functional.cross_entropy(out.logits.float().flatten(0, 1), ids.flatten())
+        return model.to(device).train(), (), kwargs, loss
+    if name == "timm_resnet50":
+        import timm
+
+        model = timm.create_model("resnet50", pretrained=False)
+        args = (torch.randn(2, 3, 64, 64, device=device) if small else torch.randn(32, 3, 224, 224, device=device),)
+        return model.to(device).train(), args, {}, lambda out: out.float().square().mean()
+    if name == "torch_block":
+        model, args = build(name, "cpu", small)
+        return model.to(device).train(), tuple(a.to(device) for a in args), {}, lambda out: out.float().square().mean()
+    raise ValueError(f"unknown model {name}")
+
+
+class _TrainStep:
+    """One training step as users write it: zero_grad, forward (under bf16 autocast on the GPU), loss,
+    backward, AdamW step. ``runner`` is the model or its compiled form."""
+
+    def __init__(self, model, runner, args, kwargs, loss, device):
+        import torch
+
+        self.runner, self.args, self.kwargs, self.loss, self.device = runner, args, kwargs, loss, device
+        self.opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+    def __call__(self):
+        import torch
+
+        self.opt.zero_grad(set_to_none=True)
+        with torch.autocast(self.device, dtype=torch.bfloat16, enabled=self.device == "cuda"):
+            loss = self.loss(self.runner(*self.args, **self.kwargs))
+        loss.backward()
+        self.opt.step()
+        return loss.detach()
+
+
 class _Block:
     """A pre-norm transformer block in plain PyTorch (made a Module subclass at first use: torch is
     imported by the child processes only)."""
@@ -122,9 +192,14 @@ def child_import() -> dict:
 
 
 def child(name: str, compiler: str, device: str, small: bool, calls: int, shape: tuple = (None, None),
-          profile: str | None = None) -> dict:
+          profile: str | None = None, training: bool = False, after_torch: bool = False) -> dict:
     """One measurement in this process: first-call seconds, then each later call's milliseconds. With
-    ``profile`` (a file name), the first call runs under cProfile, written there."""
+    ``profile`` (a file name), the first call runs under cProfile, written there. With ``training`` a
+    call is a training step (``_TrainStep``). With ``after_torch``, torch.compile compiles and runs a copy
+    of the model in this process first (its workers stay alive), as in a side-by-side benchmark."""
+    import contextlib
+    import copy
+
     import torch
 
     if compiler == "import":
@@ -134,15 +209,40 @@ def child(name: str, compiler: str, device: str, small: bool, calls: int, shape:
         if device == "cuda":
             torch.cuda.synchronize()
 
-    model, args = build(name, device, small, shape)
+    if training:
+        model, args, kwargs, loss = build_training(name, device, small)
+        if device == "cuda":
+            torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+
+        def make_call(runner, owner):
+            return _TrainStep(owner, runner, args, kwargs, loss, device)
+    else:
+        model, args = build(name, device, small, shape)
+        kwargs = {}
+
+        def make_call(runner, owner):
+            return lambda: runner(*args)
+
+    out = {}
+    if after_torch and compiler != "torch.compile":
+        other = copy.deepcopy(model)
+        t0 = time.perf_counter()
+        with contextlib.nullcontext() if training else torch.no_grad():
+            make_call(torch.compile(other), other)()
+        sync()
+        out["torch_compile_first_s"] = round(time.perf_counter() - t0, 3)
     profiler = None
     if profile:
         import cProfile
 
         profiler = cProfile.Profile()
-    with torch.no_grad():
+    with contextlib.nullcontext() if training else torch.no_grad():
         if compiler != "eager":
-            model(*args)  # start-up of the device and its libraries: not the compiler's time
+            if training:  # start-up of the device and its libraries (forward and backward): not the compiler's time
+                loss(model(*args, **kwargs)).backward()
+                model.zero_grad(set_to_none=True)
+            else:
+                model(*args)
             sync()
         if profiler is not None:
             profiler.enable()
@@ -150,12 +250,12 @@ def child(name: str, compiler: str, device: str, small: bool, calls: int, shape:
         if compiler == "kiln":
             import kiln
 
-            fn = kiln.compile(model)
+            fn = make_call(kiln.compile(model), model)
         elif compiler == "torch.compile":
-            fn = torch.compile(model)
+            fn = make_call(torch.compile(model), model)
         else:
-            fn = model
-        fn(*args)
+            fn = make_call(model, model)
+        fn()
         sync()
         first, first_cpu = time.perf_counter() - t0, time.process_time() - c0
         if profiler is not None:
@@ -164,10 +264,11 @@ def child(name: str, compiler: str, device: str, small: bool, calls: int, shape:
         later = []
         for _ in range(calls - 1):
             t = time.perf_counter()
-            fn(*args)
+            fn()
             sync()
             later.append(1000 * (time.perf_counter() - t))
-    out = {"first_s": round(first, 3), "first_cpu_s": round(first_cpu, 3), "calls_ms": [round(v, 3) for v in later]}
+    out.update({"first_s": round(first, 3), "first_cpu_s": round(first_cpu, 3),
+                "calls_ms": [round(v, 3) for v in later]})
     if compiler == "kiln":
         import kiln
 
@@ -186,6 +287,8 @@ def run(name: str, compiler: str, phase: str, cache: str, args, profile: str | N
     cmd += ["--full"] if args.full else []
     cmd += [f"--{k}={getattr(args, k)}" for k in ("batch", "seq") if getattr(args, k)]
     cmd += ["--profile", profile] if profile else []
+    cmd += ["--training"] if args.training else []
+    cmd += ["--after-torch"] if args.after_torch else []
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout)
     lines = [ln for ln in done.stdout.splitlines() if ln.startswith("RESULT ")]
     if not lines:
@@ -201,7 +304,8 @@ def summary(r: dict) -> str:
     med = statistics.median(later) if later else float("nan")
     head = " ".join(f"{v:.2f}" for v in later[:2])
     sympy = "" if "sympy" not in r else f"  sympy imported: {'yes' if r['sympy'] else 'no'}"
-    return f"{r['first_s']:7.2f} s  {med:8.2f} ms  (calls 2,3: {head}){sympy}"
+    before = f"  (torch.compile first: {r['torch_compile_first_s']:.2f} s)" if "torch_compile_first_s" in r else ""
+    return f"{r['first_s']:7.2f} s  {med:8.2f} ms  (calls 2,3: {head}){sympy}{before}"
 
 
 def print_profile(path: str, top: int = 25) -> None:
@@ -226,6 +330,10 @@ def main() -> int:
     p.add_argument("--calls", type=int, default=20)
     p.add_argument("--timeout", type=int, default=1800)
     p.add_argument("--json", default=None)
+    p.add_argument("--training", action="store_true",
+                   help="a call is a training step (forward, loss, backward, AdamW; bf16 autocast on the GPU)")
+    p.add_argument("--after-torch", action="store_true",
+                   help="kiln's (and eager's) process first compiles and runs the model with torch.compile")
     p.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.device is None:
@@ -235,12 +343,13 @@ def main() -> int:
     args.small = (args.small or args.device == "cpu") and not args.full
     if args.child:
         result = child(args.child, args.compilers, args.device, args.small, args.calls, (args.batch, args.seq),
-                       args.profile)
+                       args.profile, args.training, args.after_torch)
         print("RESULT " + json.dumps(result))
         return 0
     rows = []
-    print(f"device {args.device}{' (small configs)' if args.small else ''}; first call (s), median ms/call of calls "
-          f"2..{args.calls}")
+    what = "training step" if args.training else "call"
+    print(f"device {args.device}{' (small configs)' if args.small else ''}; first {what} (s), median ms/{what} of "
+          f"{what}s 2..{args.calls}{'; torch.compile ran first in the process' if args.after_torch else ''}")
     for name in args.models.split(","):
         for compiler in args.compilers.split(","):
             cache = tempfile.mkdtemp(prefix="kiln-compile-time-")

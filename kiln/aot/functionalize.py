@@ -93,6 +93,22 @@ def _same_layout(val, like) -> bool:
                for n, a, b in zip(sizes, val.stride(), like.stride()))
 
 
+def _covers_its_storage(val) -> bool:
+    """Each element of ``val``'s storage is one element of ``val``: offset 0, no gaps, no overlap, no
+    symbolic size. Then a tensor the graph computes with ``val``'s strides has eager's storage layout,
+    and ``as_strided`` (which indexes the storage from its start) means the same on both."""
+    if any(not isinstance(n, int) for n in (*val.shape, *val.stride(), val.storage_offset())):
+        return False
+    if val.storage_offset() != 0 or val.untyped_storage().nbytes() != val.numel() * val.element_size():
+        return False
+    expected = 1
+    for size, stride in sorted(((n, st) for n, st in zip(val.shape, val.stride()) if n != 1), key=lambda p: p[1]):
+        if stride != expected:
+            return False
+        expected *= size
+    return True
+
+
 @dataclasses.dataclass(eq=False)
 class Storage:
     root: fx.Node  # current value of the root tensor
@@ -100,9 +116,21 @@ class Storage:
     version: int = 0
     metadata_mutated: bool = False
 
+    def __post_init__(self) -> None:
+        self.origin = self.root  # the node that made (or is) the storage: eager's memory while root is it
+
     @property
     def mutated(self) -> bool:
         return self.version > 0
+
+    def check_storage_view(self, func) -> None:
+        """An ``as_strided`` of this storage is about to be traced on ``root``: refuse it where ``root``
+        is a value the graph computed (after a write) that does not have eager's storage layout (an
+        input viewing a larger storage, or with an offset: ``as_strided`` reaches memory outside it)."""
+        if self.root is not self.origin and not _covers_its_storage(self.origin.meta["val"]):
+            raise UnsupportedFakeOp(func, "kiln cannot trace as_strided of a tensor written in the graph when the "
+                                    "tensor does not cover its whole storage from offset 0 (as_strided indexes the "
+                                    "storage, which the graph's new value of the tensor does not have)")
 
 
 @dataclasses.dataclass(eq=False)
@@ -124,6 +152,8 @@ class Functionalizer:
         """The node holding ``value``'s contents now, rebuilt from its root if it went stale."""
         if value.version != value.storage.version:
             node = value.storage.root
+            if any(step.func is aten.as_strided.default for step in value.steps):
+                value.storage.check_storage_view(aten.as_strided.default)
             for step in value.steps:
                 node = self.replay(step, node)
             value.node, value.version = node, value.storage.version
@@ -138,7 +168,7 @@ class Functionalizer:
         """Make ``new`` the contents of ``value`` (same shape), updating its storage's root."""
         storage = value.storage
         if any(step.func in REPEATING_VIEWS for step in value.steps):
-            result = self._scatter_chain_by_index(storage.root, value.steps, new)
+            result = self._scatter_chain_by_index(storage, value.steps, new)
         else:
             chain = [storage.root]
             for step in value.steps[:-1]:
@@ -146,9 +176,14 @@ class Functionalizer:
             result = new
             for step, parent in zip(reversed(value.steps), reversed(chain)):
                 result = self.scatter(step, parent, result)
-        storage.root = self.keep_layout(result, storage.root.meta["val"]) if value.steps else result
+        storage.root = self.keep_layout(result, storage.root.meta["val"])
         storage.version += 1
-        value.node, value.version = new, storage.version
+        # ``new`` stands for the written tensor only where it has that tensor's layout (later views of it
+        # were traced on the eager layout); otherwise the tensor is made again from the root when read
+        if _same_layout(new.meta["val"], value.node.meta["val"]):
+            value.node, value.version = new, storage.version
+        else:
+            value.version = -1
 
     def keep_layout(self, node: fx.Node, like) -> fx.Node:
         """``node`` (a root's value after a write through a view) laid out as ``like`` (the root before
@@ -213,19 +248,29 @@ class Functionalizer:
             return self.b.call(aten.select_scatter.default, (parent, src, dim, step.index))
         return self._scatter_by_index(step, parent, src)
 
-    def _scatter_chain_by_index(self, root: fx.Node, steps: tuple, src: fx.Node) -> fx.Node:
+    def _scatter_chain_by_index(self, storage: Storage, steps: tuple, src: fx.Node) -> fx.Node:
         """The root's value after the view ``steps`` of it is overwritten with ``src`` (one step: any view
         ``scatter`` has no inverse for), and for a chain with a view that repeats elements (``x.unsqueeze(0).expand(3, 3, 4)[1].mul_(3)``): the whole chain
         replayed on ``arange(numel)`` says which root element each written element is, and only those
         are written. Scattering step by step would write the whole expanded tensor back, its unchanged
         copies included, over the written ones. (The written view itself does not repeat elements:
-        capture refuses writes to such tensors, as eager mostly does.)"""
+        capture refuses writes to such tensors, as eager mostly does.) ``as_strided`` indexes the storage:
+        there the positions are laid out as the root is in eager's memory, which must hold nothing but
+        the root (``_covers_its_storage``)."""
+        root = storage.root
         root_val = root.meta["val"]
         if root_val.is_complex() or src.meta["val"].dtype != root_val.dtype:
             raise UnsupportedFakeOp(steps[-1].func, "kiln cannot functionalize a mutation through this view")
         positions = self.b.call(aten.arange.start_step, (0, root_val.numel(), 1),
                                 {"dtype": torch.int64, "device": root_val.device})
         covered = self.b.reshape(positions, root_val.shape)
+        if any(step.func is aten.as_strided.default for step in steps):
+            origin = storage.origin.meta["val"]
+            if not _covers_its_storage(origin):
+                raise UnsupportedFakeOp(aten.as_strided.default, "kiln cannot functionalize a write through "
+                                        "as_strided of a tensor that does not cover its whole storage from "
+                                        "offset 0 (the write may reach memory outside the tensor)")
+            covered = self.keep_layout(covered, origin)
         try:
             for step in steps:
                 covered = self.replay(step, covered)
@@ -237,5 +282,5 @@ class Functionalizer:
 
     def _scatter_by_index(self, step: ViewStep, parent: fx.Node, src: fx.Node) -> fx.Node:
         """Any view: apply it to ``arange(numel)`` to learn which elements it covers, then index_put."""
-        return self._scatter_chain_by_index(parent, (step,), src)
+        return self._scatter_chain_by_index(Storage(parent), (step,), src)
 

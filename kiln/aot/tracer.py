@@ -210,6 +210,8 @@ class AtenTracer(DispatchMode):
         if any(isinstance(x, torch.Tensor) for x in leaves((rest, kwargs))):
             raise UnsupportedFakeOp(func, "kiln does not trace view ops that take extra tensors")
         base_value = self.value(base)
+        if func is aten.as_strided.default:
+            base_value.storage.check_storage_view(func)
         out = run_on_fakes(func, args, kwargs)
         node = self.b.call(func, (self.node_of(base), *rest), kwargs, val=map_leaves(_snapshot, out))
         frozen_kwargs = tuple(sorted(kwargs.items()))

@@ -193,9 +193,13 @@ class GuardSet:
         if _any_autocast is not None and not _any_autocast():  # (one call without arguments to parse)
             exprs.append(("___any_autocast() is False", "autocast off on every device"))
         else:
-            exprs.append((f"___autocast('cpu') is {torch.is_autocast_enabled('cpu')}", "autocast (cpu)"))
-            if torch.cuda.is_available():
-                exprs.append((f"___autocast('cuda') is {torch.is_autocast_enabled('cuda')}", "autocast (cuda)"))
+            for device in ("cpu", "cuda") if torch.cuda.is_available() else ("cpu",):
+                enabled = torch.is_autocast_enabled(device)
+                exprs.append((f"___autocast({device!r}) is {enabled}", f"autocast ({device})"))
+                if enabled:  # (the graph's casts were traced to this dtype)
+                    dtype = torch.get_autocast_dtype(device)
+                    exprs.append((f"___autocast_dtype({device!r}) is {names.ref(dtype)}",
+                                  f"autocast dtype ({device})"))
         exprs.append(("___torch_function_mode() is False", "no TorchFunctionMode active"))
         if functorch_level is not None:  # (inside vmap/grad the inputs are wrapped tensors)
             exprs.append(("___functorch_level() is None", "no torch.func transform (vmap, grad, ...) active"))
@@ -492,6 +496,7 @@ class _Namer:
             "___default_dtype": torch.get_default_dtype,
             "___autocast": torch.is_autocast_enabled,
             "___any_autocast": _any_autocast,
+            "___autocast_dtype": torch.get_autocast_dtype,
             "___functorch_level": functorch_level,
             "___torch_function_mode": torch._C._is_torch_function_mode_enabled,
             "___type": type,

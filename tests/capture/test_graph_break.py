@@ -222,3 +222,18 @@ def test_autocast_block_is_captured_with_eager_dtypes():
     torch.testing.assert_close(out, expected)
     assert dtype is expected_dtype is torch.bfloat16
     assert len(graphs) == 1 and not torch.is_autocast_enabled("cpu")
+
+
+def test_autocast_dtype_of_the_caller_is_guarded():
+    # compiled under bf16 autocast, then called under fp16: the casts were traced to bf16, so the
+    # entry must not be reused
+    def f(x, w):
+        return x @ w
+
+    cf = kiln.compile(f, backend="aot_eager")
+    x, w = torch.randn(4, 4), torch.randn(4, 4)
+    for dtype in (torch.bfloat16, torch.float16, torch.bfloat16):
+        with torch.autocast("cpu", dtype=dtype):
+            out, expected = cf(x, w), f(x, w)
+        assert out.dtype is expected.dtype is dtype
+        torch.testing.assert_close(out, expected)
