@@ -65,7 +65,10 @@ def should_race(gm, example_inputs, runtime, options) -> str | None:
     """None when the graph's generated code should be raced against eager, else why not."""
     if not options.choose_faster:
         return "Options.choose_faster is off"
-    if getattr(runtime, "plan", None) is not None:
+    from kiln.aot.training import TrainingRuntime
+
+    if getattr(runtime, "plan", None) is not None or isinstance(runtime, TrainingRuntime):
+        # (a runtime loaded from the warm cache has no plan: the race timed its forwards and stored a choice)
         return "a training graph (its backward is not timed)"
     if options.cudagraphs:
         return "CUDA graphs replay it"

@@ -40,6 +40,10 @@ _HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class made by a class statement (or
 _IMMUTABLETYPE = 1 << 8  # Py_TPFLAGS_IMMUTABLETYPE: its attributes cannot be set
 _PLAIN = (int, float, complex, str, bytes, bool, type(None))
 _MISSING = object()
+# dunders Python itself stores in a class as caches, which no lookup depends on: pickling an instance
+# caches the class's slot names there (copyreg._slotnames: kiln's warm cache pickling a tensor added
+# ``torch.Tensor.__slotnames__`` and every frame that had read a tensor's attribute recompiled)
+_CACHES = frozenset({"__slotnames__"})
 _ACTIVE: list = []  # the GuardSets of the root traces running (innermost last)
 
 
@@ -138,7 +142,7 @@ class ClassGuard:
     def _matters(self, name) -> bool:
         """Whether a change to ``name`` in a class dict may change what the trace read: a name it looked
         up, or a dunder (type slots and protocols, which capture also asks for by name in many places)."""
-        return _dunder(name) or name in self.looked_up
+        return (_dunder(name) and name not in _CACHES) or name in self.looked_up
 
     def recheck(self) -> bool:
         """After a watched class changed (or before the first record): compare the dicts; when they are

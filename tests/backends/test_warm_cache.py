@@ -222,6 +222,25 @@ def test_training_graphs_are_cached(opts):
     torch.testing.assert_close(got, want)
 
 
+def test_a_training_graph_loaded_from_the_cache_is_not_raced(opts):
+    # training graphs run their generated code (the race would time forwards only); a runtime loaded
+    # from the warm cache has no training plan, and its second step raced the forward against eager
+    def make():
+        torch.manual_seed(0)
+        return torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2)).train()
+
+    x = torch.randn(5, 6)
+    first = make()
+    kiln.compile(first, options=opts)(x).sum().backward()
+    kiln.stats.reset()
+    second = make()
+    compiled = _compile_again(second, opts)
+    for _ in range(3):
+        compiled(x).sum().backward()
+    assert kiln.stats.warm_cache["hits"] == 1
+    assert not kiln.stats.speed_choices and "stored" not in kiln.stats.warm_cache
+
+
 def test_training_backward_variant_is_kept_with_the_entry(opts):
     # the loss only is differentiated: the logits and the hidden state get no gradient, and the backward
     # runs the variant compiled with their tangents as constant zeros (aot/training.py); a runtime

@@ -309,3 +309,24 @@ def test_the_fast_check_follows_the_type_tags():
     assert not unchanged(guard.state) and not guard.recheck()
     del K.g
     assert guard.recheck() and unchanged(guard.state)  # the same dicts again: the new tag is recorded
+
+
+def test_pickling_a_tensor_does_not_recompile():
+    # pickle caches a class's slot names in its dict (copyreg._slotnames): kiln's warm cache pickling a
+    # tensor added torch.Tensor.__slotnames__, and every frame that had read a tensor attribute recompiled
+    import pickle
+
+    torch.Tensor.__dict__.get("__slotnames__") is not None and delattr(torch.Tensor, "__slotnames__")
+
+    def f(x):
+        return x * 2 if isinstance(x, torch.Tensor) else x  # (torch.Tensor is a value of the trace: noted)
+
+    kiln.reset()
+    stats.reset()
+    compiled = kiln.compile(f, backend="eager")
+    compiled(X)
+    compiled(X)
+    pickle.dumps(torch.randn(3))
+    assert "__slotnames__" in torch.Tensor.__dict__
+    torch.testing.assert_close(compiled(X), f(X))
+    assert stats.graphs == 1 and not stats.recompilations

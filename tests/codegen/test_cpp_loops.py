@@ -9,8 +9,9 @@ import torch
 import kiln
 
 
-def run(fn, *args, tmp_path=None):
-    """Compile ``fn`` with kiln, compare with eager, return (kernel count, generated C++ source)."""
+def run(fn, *args, tmp_path=None, tolerance=None):
+    """Compile ``fn`` with kiln, compare with eager, return (kernel count, generated C++ source).
+    ``tolerance``: (atol, rtol) where the summation order differs from eager's by design."""
     kiln.reset()
     kiln.stats.reset()
     options = {"debug_dir": str(tmp_path)} if tmp_path is not None else None
@@ -18,7 +19,8 @@ def run(fn, *args, tmp_path=None):
     with torch.no_grad():
         got = compiled(*args)
         expected = fn(*args)
-    torch.testing.assert_close(got, expected, equal_nan=True)
+    atol, rtol = tolerance or (None, None)
+    torch.testing.assert_close(got, expected, equal_nan=True, atol=atol, rtol=rtol)
     source = ""
     if tmp_path is not None:
         source = "\n".join(open(p).read() for p in sorted(glob.glob(os.path.join(tmp_path, "*_kernels.cpp"))))
@@ -78,7 +80,9 @@ def test_vectorized_max_min_special_rows(dtype, tmp_path):
 
 def test_sum_over_dim0_is_tiled_with_partial_sums(tmp_path):
     x = torch.randn(300, 200)  # 200 columns: one full tile and a tail; 300 rows: several partials
-    n, src = run(lambda t: t.sum(0), x, tmp_path=tmp_path)
+    # partial sums add in another order than ATen: a column sum of 300 normals (about 17) may differ by
+    # a few ulps of 17, which is more than the default tolerance where the sum is near 0
+    n, src = run(lambda t: t.sum(0), x, tmp_path=tmp_path, tolerance=(1e-4, 1e-5))
     assert n == 1
     assert "xt += 128" in src and "acc0_p[xi]" in src
 
