@@ -275,6 +275,7 @@ def child(name: str, compiler: str, device: str, small: bool, calls: int, shape:
         out["stages_s"] = {k: round(v, 4) for k, v in kiln.stats.stages.items()}
         out["warm_cache"] = dict(kiln.stats.warm_cache)
         out["graphs"] = kiln.stats.graphs
+        out["triton_worker_seconds"] = {k: round(v, 3) for k, v in kiln.stats.triton_worker_seconds.items()}
         out["sympy"] = "sympy" in sys.modules
     return out
 
@@ -368,6 +369,8 @@ def main() -> int:
                     if "stages_s" in r:
                         stages = ", ".join(f"{k} {v:.3f}" for k, v in sorted(r["stages_s"].items(), key=lambda kv: -kv[1]))
                         print(f"{'':<35} kiln stages (s): {stages}; warm cache {r.get('warm_cache')}", flush=True)
+                        if r.get("triton_worker_seconds"):
+                            print(f"{'':<35} Triton worker jobs, summed (s): {r['triton_worker_seconds']}", flush=True)
                     if "error" in r and phase == "cold":
                         break
             finally:

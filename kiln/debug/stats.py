@@ -54,6 +54,9 @@ class Stats:
     disk cache. triton_precompiled: Triton kernel configs compiled by the worker pool before launch;
     triton_slow_loads: (seconds, kernel) of those whose load here took long (compiled here after all);
     triton_key_mismatches: kernels a worker built under another Triton cache key than this process's.
+    triton_worker_seconds: what the worker pool's jobs took, summed over jobs (CPU seconds of the pool, not
+    wall time): "compile" (Triton's compiler with ptxas), "launcher" (gcc building C launchers), "jobs",
+    and "slowest" (one job's compile + launcher).
     matmul_choices: matmul templates by the path picked ("template" or "library"; max-autotune).
     tuning: first calls of tuned Triton kernels (and matmul templates, and size buckets) by how their
     config was found: "timed" (autotuned here), "shared" (another graph of this process timed the same
@@ -98,6 +101,7 @@ class Stats:
         self.triton_precompiled = 0
         self.triton_slow_loads: list = []  # (seconds, kernel) of precompiled kernels that took long to load
         self.triton_key_mismatches: list = []  # kernels whose worker-built binary is under another cache key
+        self.triton_worker_seconds: collections.Counter[str] = collections.Counter()
         self.matmul_choices: collections.Counter[str] = collections.Counter()
         self.tuning: collections.Counter[str] = collections.Counter()  # timed / shared / saved
         self.cudagraph_recordings = 0  # CUDA graphs recorded (mode="reduce-overhead"; time in seconds["cudagraph_record"])
@@ -178,6 +182,7 @@ class Stats:
             "triton_precompiled": self.triton_precompiled,
             "triton_slow_loads": list(self.triton_slow_loads),
             "triton_key_mismatches": list(self.triton_key_mismatches),
+            "triton_worker_seconds": {k: round(v, 3) for k, v in self.triton_worker_seconds.items()},
             "seconds": {k: round(v, 6) for k, v in self.seconds.items()},
             "stages": {k: round(v, 6) for k, v in self.stages.items()},
             "warm_cache": dict(self.warm_cache),

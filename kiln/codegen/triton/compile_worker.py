@@ -12,6 +12,7 @@ import os
 import pickle
 import struct
 import sys
+import time
 
 
 def read_exact(stream, n: int) -> bytes:
@@ -54,8 +55,9 @@ def ready() -> bool:
 
 
 def compile_job(path, name, signature, constexprs, attrs, options, target, environment=None):
-    """Compile kernel ``name`` of the source file ``path`` into Triton's cache: ``(cache hash, None)``, or
-    ``(None, error)``.
+    """Compile kernel ``name`` of the source file ``path`` into Triton's cache: ``(cache hash, None,
+    seconds)``, or ``(None, error, seconds)``; ``seconds``: {"compile": Triton's compiler, "launcher": the C
+    launcher's build}.
 
     ``environment``: the parent's Triton environment when it sent the job (``triton_environment()``;
     None: leave this process's as it is). Everything in Triton's cache key must be the parent's, or the
@@ -65,6 +67,7 @@ def compile_job(path, name, signature, constexprs, attrs, options, target, envir
     ``TRITON_PTXAS_PATH`` (its own ptxas, whose version is part of the key) the first time it runs."""
     if environment is not None:
         adopt_environment(environment)
+    start = time.perf_counter()
     try:
         import triton
         from triton.compiler import ASTSource
@@ -72,9 +75,10 @@ def compile_job(path, name, signature, constexprs, attrs, options, target, envir
         ns = _runtime().load_module_file(path, interpret=False)
         compiled = triton.compile(ASTSource(ns[name], signature, constexprs, attrs), target=target, options=options)
     except Exception as exc:  # noqa: BLE001 -- reported by the launch, which compiles it again
-        return None, f"{type(exc).__name__}: {str(exc)[:300]}"
+        return None, f"{type(exc).__name__}: {str(exc)[:300]}", {"compile": time.perf_counter() - start}
+    built = time.perf_counter()
     build_launcher(compiled, target)
-    return compiled.hash, None
+    return compiled.hash, None, {"compile": built - start, "launcher": time.perf_counter() - built}
 
 
 # What Triton reads from the environment when it compiles (its knobs: TRITON_*, and older names such as

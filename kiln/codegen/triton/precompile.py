@@ -199,6 +199,12 @@ def precompile(launches, workers: int) -> int:
     done = 0
     with stats.timed("triton load"):
         for ((fn, dtypes, meta), job), result in zip(jobs, results):
+            if isinstance(result, tuple) and len(result) > 2:
+                seconds = result[2]
+                stats.triton_worker_seconds.update(seconds)
+                stats.triton_worker_seconds["jobs"] += 1
+                stats.triton_worker_seconds["slowest"] = max(stats.triton_worker_seconds["slowest"],
+                                                             sum(seconds.values()))
             if not isinstance(result, tuple) or result[0] is None:
                 continue  # the worker failed: the first launch compiles it and reports why
             expected = compile_worker.cache_hash(fn, *job[2:7])

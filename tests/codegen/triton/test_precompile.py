@@ -63,9 +63,10 @@ def test_worker_compiles_into_tritons_cache(tmp_path, monkeypatch):
                          {"num_warps": 4}, GPUTarget("cuda", 90, 32), env)
         broken = pool.submit("compile_job", str(source), "triton_broken", {"in_ptr0": "*fp32", "XBLOCK": "constexpr"},
                              {"XBLOCK": 128}, {}, {"num_warps": 4}, GPUTarget("cuda", 90, 32), env)
-        built, error = ok.get(timeout=300)
+        built, error, seconds = ok.get(timeout=300)
         assert error is None and len(built) == 64
-        built, error = broken.get(timeout=300)
+        assert seconds["compile"] > 0 and seconds["launcher"] >= 0  # (stats.triton_worker_seconds)
+        built, error, _ = broken.get(timeout=300)
         assert built is None and "undefined_name" in error
     finally:
         for proc in pool.procs:
@@ -159,7 +160,7 @@ def test_parent_computes_the_workers_cache_hash(tmp_path, monkeypatch):
     fn = load_module_file(str(source), interpret=False)["triton_add_one"]
     sig = {"in_ptr0": "*fp32", "out_ptr0": "*fp32", "XBLOCK": "constexpr"}
     args = (sig, {"XBLOCK": 32}, {}, {"num_warps": 4}, GPUTarget("cuda", 90, 32))
-    built, error = compile_worker.compile_job(str(source), "triton_add_one", *args)
+    built, error, _ = compile_worker.compile_job(str(source), "triton_add_one", *args)
     assert error is None
     assert compile_worker.cache_hash(fn, *args) == built
     assert compile_worker.cache_hash(fn, sig, {"XBLOCK": 64}, *args[2:]) != built
