@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 
 from kiln.decomp.registry import decomposition
-from kiln.decomp.utils import compute_in_float32, scalar_like, to_dtype
+from kiln.decomp.utils import compute_in_float32, in_layout_of, scalar_like, to_dtype
 
 aten = torch.ops.aten
 
@@ -96,19 +96,20 @@ def masked_fill(x, mask, value):
     return aten.where.self(mask, value, x)
 
 
+# the functional fill/zero make a new tensor laid out as ``x`` (eager's empty_like), as in-place ones keep it
 @decomposition(aten.fill.Scalar)
 def fill_scalar(x, value):
-    return aten.full.default(list(x.shape), value, dtype=x.dtype, device=x.device)
+    return in_layout_of(x, lambda sizes: aten.full.default(sizes, value, dtype=x.dtype, device=x.device))
 
 
 @decomposition(aten.fill.Tensor)
 def fill_tensor(x, value):
-    return aten.clone.default(aten.expand.default(to_dtype(value, x.dtype), list(x.shape)))
+    return in_layout_of(x, lambda sizes: aten.clone.default(aten.expand.default(to_dtype(value, x.dtype), sizes)))
 
 
 @decomposition(aten.zero.default)
 def zero(x):
-    return aten.full.default(list(x.shape), 0, dtype=x.dtype, device=x.device)
+    return in_layout_of(x, lambda sizes: aten.full.default(sizes, 0, dtype=x.dtype, device=x.device))
 
 
 @decomposition(aten.copy.default)

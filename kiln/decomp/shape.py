@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 
 from kiln.decomp.registry import decomposition
-from kiln.decomp.utils import to_dtype
+from kiln.decomp.utils import dense_permutation, in_layout_of, to_dtype
 
 aten = torch.ops.aten
 
@@ -167,23 +167,13 @@ def _like(x, fill, dtype, device, memory_format):
         return NotImplemented
     opts = _opts(x, dtype, device)
     if memory_format is torch.preserve_format or memory_format is None:
-        if not x.is_contiguous() and _dense_permutation(x):
-            out = aten.empty_strided.default(list(x.shape), list(x.stride()), **opts)
-            return out if fill is None else aten.fill.Scalar(out, fill)
+        if not x.is_contiguous() and dense_permutation(x):
+            if fill is None:
+                return aten.empty_strided.default(list(x.shape), list(x.stride()), **opts)
+            return in_layout_of(x, lambda sizes: aten.full.default(sizes, fill, **opts))
     if fill is None:
         return aten.empty.memory_format(list(x.shape), **opts)
     return aten.full.default(list(x.shape), fill, **opts)
-
-
-def _dense_permutation(x) -> bool:
-    """Whether x's elements fill its storage span exactly, in some order of dims (like a permuted contiguous tensor)."""
-    dims = sorted((d for d in range(x.dim()) if x.shape[d] != 1), key=lambda d: x.stride(d))
-    expected = 1
-    for d in dims:
-        if x.stride(d) != expected:
-            return False
-        expected *= x.shape[d]
-    return True
 
 
 @decomposition(aten.zeros_like.default)

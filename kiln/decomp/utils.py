@@ -82,3 +82,25 @@ def round_scalar(value: float, dtype: torch.dtype) -> float:
         bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
         value = struct.unpack("f", struct.pack("I", bits))[0]
     return value
+
+
+def dense_permutation(x) -> bool:
+    """Whether x's elements fill its storage span exactly, in some order of dims (like a permuted contiguous tensor)."""
+    dims = sorted((d for d in range(x.dim()) if x.shape[d] != 1), key=lambda d: x.stride(d))
+    expected = 1
+    for d in dims:
+        if x.stride(d) != expected:
+            return False
+        expected *= x.shape[d]
+    return True
+
+
+def in_layout_of(x, make):
+    """A new tensor of ``x``'s shape laid out as eager lays out a tensor made like ``x`` (``empty_like``'s
+    preserve format: ``x``'s memory order where ``x`` is a permuted dense tensor, row-major otherwise).
+    ``make(sizes)`` builds it row-major with the dims in memory order; it is permuted back."""
+    if x.is_contiguous() or not all(isinstance(st, int) for st in x.stride()) or not dense_permutation(x):
+        return make(list(x.shape))
+    order = sorted(range(x.dim()), key=lambda d: (-x.stride(d), d))  # outermost first
+    made = make([x.shape[d] for d in order])
+    return torch.ops.aten.permute.default(made, [order.index(d) for d in range(x.dim())])

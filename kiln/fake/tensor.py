@@ -276,11 +276,33 @@ def _check_index_put(x, indices, values, *rest, **kwargs):
                            f"indexing result of shape {list(result.shape)}")
 
 
+def _check_sorter(sorted_sequence, value, *rest, sorter=None, **kwargs):
+    if isinstance(sorter, torch.Tensor) and sorter.dtype != torch.int64:
+        raise RuntimeError(f"torch.searchsorted(): sorter must be a tensor of long dtype but got dtype "
+                           f"{_ATEN_DTYPE_NAMES.get(sorter.dtype, sorter.dtype)}")
+
+
+_ATEN_DTYPE_NAMES = {torch.int32: "Int", torch.int16: "Short", torch.int8: "Char", torch.uint8: "Byte",
+                     torch.bool: "Bool", torch.float32: "Float", torch.float64: "Double", torch.float16: "Half",
+                     torch.bfloat16: "BFloat16"}
+
+
+def _check_scan_in_place(name):
+    def check(x, dim, dtype=None, **kwargs):
+        if dtype is None and x.dtype == torch.bool:  # (the result would be int64; eager has no bool kernel)
+            raise NotImplementedError(f'"{name}_out_{_device_of(x).type}" not implemented for \'Bool\'')
+    return check
+
+
 # argument checks eager makes that the meta kernels skip: run before the meta kernel
 META_CHECKS = {
     aten.index_put.default: _check_index_put,
     aten.index_put_.default: _check_index_put,
     aten._index_put_impl_.default: _check_index_put,
+    aten.searchsorted.Tensor: _check_sorter,
+    aten.searchsorted.Scalar: _check_sorter,
+    aten.cumsum_.default: _check_scan_in_place("cumsum"),
+    aten.cumprod_.default: _check_scan_in_place("cumprod"),
 }
 
 

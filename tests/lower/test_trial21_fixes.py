@@ -142,3 +142,31 @@ def test_searchsorted_compares_in_atens_result_type():
     got = kiln.compile(lambda b, v: (torch.searchsorted(b, v), torch.bucketize(v, b)))(b, v)
     assert got[0].item() == torch.searchsorted(b, v).item() == 0
     assert got[1].item() == torch.bucketize(v, b).item() == 0
+
+
+def _sorter_of_int32(b, v):
+    return torch.searchsorted(b, v, sorter=torch.tensor([0, 1, 2], dtype=torch.int32))
+
+
+def _bool_cumsum_(x):
+    y = x > 0
+    y.cumsum_(0)
+    return y
+
+
+def _bool_cumprod_(x):
+    y = x > 0
+    y.cumprod_(0)
+    return y
+
+
+@pytest.mark.parametrize("fn", [_sorter_of_int32, _bool_cumsum_, _bool_cumprod_])
+def test_what_eager_rejects_kiln_rejects_with_eagers_error(fn):
+    # the meta kernels accept these (an int32 sorter; an in-place scan of bools, whose result would be int64)
+    kiln.reset()
+    args = (torch.tensor([1.0, 2.0, 3.0]), torch.tensor([2.5])) if fn is _sorter_of_int32 else (torch.randn(4),)
+    with pytest.raises((RuntimeError, NotImplementedError)) as eager:
+        fn(*args)
+    with pytest.raises(type(eager.value)) as compiled:
+        kiln.compile(fn)(*args)
+    assert str(compiled.value) == str(eager.value)
