@@ -164,6 +164,9 @@ class OutputGraph:
         """A parameter or buffer of a module: a get_attr node holding the live tensor."""
         from kiln.capture.values.tensors import TensorValue
 
+        if tensor.layout != torch.strided:  # (sparse, nested: as for inputs)
+            unsupported(f"{qualname} is a tensor with layout {tensor.layout}: kiln compiles strided tensors only",
+                        hint="the code that reads it runs as Python")
         name = self._attr_names.get(id(tensor))
         if name is None:
             name = self._unique(_clean_name(qualname))

@@ -280,3 +280,26 @@ def test_a_sparse_input_runs_eagerly_with_a_reason_and_no_warning():
             got = kiln.compile(f)(x)
         torch.testing.assert_close(got.to_dense(), f(x).to_dense())
     assert any("strided tensors only" in reason for reason in kiln.stats.eager_fallbacks)
+
+
+def test_a_sparse_module_buffer_breaks_the_graph_with_a_reason_and_no_warning():
+    import warnings
+
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("S", torch.eye(4).to_sparse())
+
+        def forward(self, x):
+            return torch.sparse.mm(self.S, x * 2) + 1
+
+    kiln.reset()
+    m = M()
+    compiled = kiln.compile(m)
+    for _ in range(2):
+        x = torch.randn(4, 2)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # (it was an "internal error in kiln" warning)
+            got = compiled(x)
+        torch.testing.assert_close(got, m(x))
+    assert any("S is a tensor with layout torch.sparse_coo" in reason for reason in kiln.stats.graph_breaks)
