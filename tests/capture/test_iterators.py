@@ -11,10 +11,8 @@ from kiln.capture.values.exceptions import TracedRaise
 from kiln.capture.values.dict_views import (
     DictIterator, DictViewValue, exhausted_dict_iterator, rebuild_dict_iterator,
 )
-from kiln.capture.values.iterators import (
-    EnumerateIterator, FilterIterator, MapIterator, ReversedListIterator, ZipIterator, exhausted_iterator,
-    make_iterator, rebuild_seq_iterator,
-)
+from kiln.capture.values.iterator_combinators import EnumerateIterator, FilterIterator, MapIterator, ZipIterator
+from kiln.capture.values.iterators import ReversedListIterator, exhausted_iterator, make_iterator, rebuild_seq_iterator
 from kiln.capture.values.itertools_values import (
     ITERTOOLS_BUILDERS, rebuild_chain, rebuild_islice,
 )

@@ -7,10 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from kiln.capture.values.base import Value, note_mutation, unsupported
-from kiln.capture.values.iterators import (
-    EnumerateIterator, FilterIterator, IteratorValue, ListIteratorValue, MapIterator, ResumeIterator,
-    SequenceIterator, ZipIterator,
-)
+from kiln.capture.values.iterator_combinators import EnumerateIterator, FilterIterator, MapIterator, ZipIterator
+from kiln.capture.values.iterators import IteratorValue, ListIteratorValue, ResumeIterator, SequenceIterator
 
 
 class ExternalIteratorValue(ListIteratorValue):

@@ -9,10 +9,10 @@ import types
 
 from kiln.capture.values.base import ConstantValue, Value, unsupported
 from kiln.capture.values.dict_views import DictIterator, DictViewValue
+from kiln.capture.values.iterator_combinators import EnumerateIterator, FilterIterator, MapIterator, ZipIterator
 from kiln.capture.values.iterators import (
-    CallableIterator, EnumerateIterator, FilterIterator, IteratorValue, MapIterator,
-    ReversedListIterator, ReversedSequenceIterator, SequenceIterator, ZipIterator, iterate, make_iterator,
-    raise_stop_iteration, raise_traced,
+    CallableIterator, IteratorValue, ReversedListIterator, ReversedSequenceIterator, SequenceIterator, iterate,
+    make_iterator, raise_stop_iteration, raise_traced,
 )
 
 

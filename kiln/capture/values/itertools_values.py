@@ -635,7 +635,7 @@ def _takewhile(tx, pred, iterable):
 
 
 def _filterfalse(tx, pred, iterable):
-    from kiln.capture.values.iterators import FilterIterator
+    from kiln.capture.values.iterator_combinators import FilterIterator
 
     return FilterIterator(pred, make_iterator(tx, iterable), keep_if=False)
 
