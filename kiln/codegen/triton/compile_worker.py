@@ -54,7 +54,7 @@ def ready() -> bool:
     return True
 
 
-def compile_job(path, name, signature, constexprs, attrs, options, target, environment=None):
+def compile_job(path, name, signature, constexprs, attrs, options, target, environment=None, launcher=True):
     """Compile kernel ``name`` of the source file ``path`` into Triton's cache: ``(cache hash, None,
     seconds)``, or ``(None, error, seconds)``; ``seconds``: {"compile": Triton's compiler, "launcher": the C
     launcher's build}.
@@ -77,7 +77,8 @@ def compile_job(path, name, signature, constexprs, attrs, options, target, envir
     except Exception as exc:  # noqa: BLE001 -- reported by the launch, which compiles it again
         return None, f"{type(exc).__name__}: {str(exc)[:300]}", {"compile": time.perf_counter() - start}
     built = time.perf_counter()
-    build_launcher(compiled, target)
+    if launcher:  # (False: another job of the batch builds the same launcher: launcher_key)
+        build_launcher(compiled, target)
     return compiled.hash, None, {"compile": built - start, "launcher": time.perf_counter() - built}
 
 
@@ -138,6 +139,15 @@ def cache_hash(jit_fn, signature, constexprs, attrs, options, target) -> str | N
         return hashlib.sha256(key.encode("utf-8")).hexdigest()
     except Exception:  # noqa: BLE001 -- another Triton: no check
         return None
+
+
+def launcher_key(signature: dict) -> tuple:
+    """What Triton's C launcher of a kernel depends on: the kinds of its arguments in order (a pointer is
+    a Python object whatever its dtype; constexprs are passed through). Kernels with equal keys share
+    one launcher, built once."""
+    if not isinstance(signature, dict):  # (another Triton: no sharing assumed)
+        return (object(),)
+    return tuple("*" if isinstance(ty, str) and ty.startswith("*") else repr(ty) for ty in signature.values())
 
 
 def build_launcher(compiled, target) -> None:

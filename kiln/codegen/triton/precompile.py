@@ -187,10 +187,13 @@ def precompile(launches, workers: int) -> int:
     wait_for_prewarm()
     compile_worker.refresh_ptxas_version()  # key with the ptxas the environment names now, as the workers do
     jobs = []
+    launchers = set()  # one job per launcher builds it (workers running at once built the same one each)
     for fn, path, name, dtypes, meta in launches:
         job = launch_job(fn, path, name, dtypes, meta)
         if job is not None:
-            jobs.append(((fn, dtypes, meta), job))
+            key = compile_worker.launcher_key(job[2])
+            jobs.append(((fn, dtypes, meta), job + (key not in launchers,)))
+            launchers.add(key)
     if not jobs:
         return 0
     with stats.timed("triton compile (workers)"):

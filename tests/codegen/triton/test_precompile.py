@@ -217,3 +217,33 @@ def test_triton_cache_key_is_hashed_in_a_thread():
     assert triton_key.cache_info().currsize == 1  # memoized: the first launch does not hash again
     precompile.warm_pool(0)
     assert precompile._KEY_THREAD is thread
+
+
+def test_kernels_whose_arguments_are_of_the_same_kinds_share_one_launcher():
+    # Triton's C launcher passes every pointer as a Python object: it depends on the kinds of the
+    # arguments only, and one job per kind builds it (workers running at once each built the same one)
+    a = {"in_ptr0": "*fp32", "out_ptr0": "*bf16", "XBLOCK": "constexpr"}
+    b = {"x": "*i64", "y": "*fp16", "XBLOCK": "constexpr"}
+    c = {"in_ptr0": "*fp32", "out_ptr0": "*fp32", "ks0": "i32", "XBLOCK": "constexpr"}
+    assert compile_worker.launcher_key(a) == compile_worker.launcher_key(b)
+    assert compile_worker.launcher_key(a) != compile_worker.launcher_key(c)
+
+
+def test_one_job_per_launcher_builds_it(monkeypatch):
+    sent = []
+
+    class Pool:
+        def submit(self, fn_name, *job):
+            sent.append(job)
+            box = __import__("queue").Queue()
+            box.put((None, "not compiled here", {"compile": 0.0}))
+            return box
+
+    sig = {"in_ptr0": "*fp32", "out_ptr0": "*fp32", "XBLOCK": "constexpr"}
+    monkeypatch.setattr(precompile, "wait_for_prewarm", lambda: None)
+    monkeypatch.setattr(precompile, "pool", lambda workers: Pool())
+    monkeypatch.setattr(precompile, "launch_job", lambda fn, path, name, dtypes, meta: (path, name, dict(sig), meta,
+                                                                                      {}, {}, None, {}))
+    launches = [(None, "m.py", f"k{i}", (), {"XBLOCK": xb}) for i in range(2) for xb in (64, 128)]
+    precompile.precompile(launches, workers=2)
+    assert [job[-1] for job in sent] == [True, False, False, False]
