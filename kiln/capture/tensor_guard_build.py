@@ -40,6 +40,20 @@ _status = "not started"
 _capsule = None
 
 
+def _after_fork_in_child() -> None:
+    """A child forked during a build has no build thread: it starts over at its next ``kiln.compile``
+    (loading the library the parent's build leaves, or waiting for it behind the lock), instead of
+    staying "building" for good (``wait()`` without a timeout hung)."""
+    global _lock, _started, _done, _status
+    _lock = threading.Lock()
+    if _status == "building":
+        _started, _done, _status = False, threading.Event(), "not started"
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def status() -> str:
     """What the tensor guards read: "loaded <path>", "building", "failed: <why>", "not started"."""
     return _status
@@ -229,7 +243,20 @@ def _stale(lock: str) -> bool:
         return True
     except OSError:
         return False
-    return False
+    started = _process_start(pid)  # a process that started after the lock was written took a dead builder's pid
+    return started is not None and started > os.path.getmtime(lock) + 1
+
+
+def _process_start(pid: int) -> float | None:
+    """When process ``pid`` started (seconds since the epoch; Linux's /proc), or None."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            ticks = int(f.read().rsplit(")", 1)[1].split()[19])  # (field 22, starttime, after the name)
+        with open("/proc/stat") as f:
+            boot = next(int(line.split()[1]) for line in f if line.startswith("btime "))
+        return boot + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
 
 
 def _write(path: str, text: str) -> None:

@@ -303,3 +303,45 @@ def test_a_sparse_module_buffer_breaks_the_graph_with_a_reason_and_no_warning():
             got = compiled(x)
         torch.testing.assert_close(got, m(x))
     assert any("S is a tensor with layout torch.sparse_coo" in reason for reason in kiln.stats.graph_breaks)
+
+
+def test_a_child_forked_during_the_guard_build_starts_over():
+    # the child has no build thread: it must not stay "building" (its wait() would never return)
+    import kiln.capture.tensor_guard_build as tgb
+
+    saved = (tgb._started, tgb._done, tgb._status)
+    r, w = os.pipe()
+    try:
+        tgb._started, tgb._done, tgb._status = True, __import__("threading").Event(), "building"
+        pid = os.fork()
+        if pid == 0:  # the child reports its state and leaves at once
+            os.write(w, f"{tgb._started}|{tgb.status()}|{tgb._done.is_set()}".encode())
+            os._exit(0)
+        os.waitpid(pid, 0)
+        assert os.read(r, 100).decode() == "False|not started|False"
+        assert tgb.status() == "building"  # (the parent's own build goes on)
+    finally:
+        tgb._started, tgb._done, tgb._status = saved
+        os.close(r)
+        os.close(w)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="reads /proc")
+def test_a_guard_build_lock_whose_pid_was_taken_by_a_newer_process_is_stale(tmp_path):
+    import subprocess
+    import sys
+    import time
+
+    import kiln.capture.tensor_guard_build as tgb
+
+    lock = tmp_path / "lib.so.lock"
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        lock.write_text(str(proc.pid))
+        assert not tgb._stale(str(lock))  # its builder, alive
+        old = time.time() - 30
+        os.utime(lock, (old, old))  # written before that process started: its builder died, the pid moved on
+        assert tgb._stale(str(lock))
+    finally:
+        proc.kill()
+        proc.wait()
