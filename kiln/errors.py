@@ -13,10 +13,11 @@ class Unsupported(KilnError):
     with fullgraph=True it reaches the user as ``GraphBreakError``.
     """
 
-    def __init__(self, reason: str, *, hint: str = "", filename: str = "", lineno: int = 0):
+    def __init__(self, reason: str, *, hint: str = "", filename: str = "", lineno: int = 0, whole_frame: bool = False):
         super().__init__(reason)
         self.reason = reason
         self.hint = hint
+        self.whole_frame = whole_frame  # no graph break can model it: the frame runs as Python
         self.filename = filename
         self.lineno = lineno
 

@@ -213,7 +213,15 @@ class AtenTracer(DispatchMode):
         if func is aten.as_strided.default:
             base_value.storage.check_storage_view(func)
         out = run_on_fakes(func, args, kwargs)
-        node = self.b.call(func, (self.node_of(base), *rest), kwargs, val=map_leaves(_snapshot, out))
+        base_node = self.node_of(base)
+        base_val = base_node.meta.get("val")
+        if isinstance(base_val, FakeTensor) and base_val.storage_offset() != base.storage_offset():
+            # the graph's value of the base is not the user's tensor in memory (an input with an offset, written
+            # in the graph: its new value starts at 0): the node's meta follows the node's own base, or code
+            # that indexes the base through the view reads it shifted by the input's offset
+            node = self.b.call(func, (base_node, *rest), kwargs)
+        else:
+            node = self.b.call(func, (base_node, *rest), kwargs, val=map_leaves(_snapshot, out))
         frozen_kwargs = tuple(sorted(kwargs.items()))
         storage = base_value.storage
         if isinstance(out, FakeTensor):

@@ -47,6 +47,9 @@ class CompiledFunction(torch.autograd.Function):
                      for o in results[rt.n_mut: rt.n_mut + rt.n_out])
         ctx.save_for_backward(*results[rt.n_mut + rt.n_out:])
         ctx.rt = rt
+        if rt.joint_gm is not None:  # for a backward with create_graph=True (_double_backward)
+            ctx.flat_inputs = flat
+            ctx.flat_versions = [t._version if isinstance(t, torch.Tensor) else None for t in flat]
         if rt.backward_without is not None:
             ctx.set_materialize_grads(False)  # absent gradients arrive as None: see backward_for
             # (what autograd would have filled for them, where no variant is at hand)
@@ -57,8 +60,14 @@ class CompiledFunction(torch.autograd.Function):
         return outs
 
     @staticmethod
-    @once_differentiable  # the backward graph is not itself differentiated (no double backward yet)
     def backward(ctx, *grad_outputs):
+        if torch.is_grad_enabled():  # create_graph=True: the gradients must be differentiable themselves
+            return _double_backward(ctx, grad_outputs)
+        return CompiledFunction._backward(ctx, *grad_outputs)
+
+    @staticmethod
+    @once_differentiable  # (the generated backward is not differentiated itself: see _double_backward)
+    def _backward(ctx, *grad_outputs):
         rt: TrainingRuntime = ctx.rt
         bwd, tangents = rt.backward_for([g for g, d in zip(grad_outputs, rt.differentiable) if d],
                                         getattr(ctx, "tangent_like", None))
@@ -67,6 +76,39 @@ class CompiledFunction(torch.autograd.Function):
         for index, g in zip(rt.grad_inputs, grads):
             per_input[index] = g
         return (None, *per_input)
+
+
+def _double_backward(ctx, grad_outputs) -> tuple:
+    """A backward under ``create_graph=True`` (a gradient penalty, MAML, Hessian-vector products): the
+    generated backward gives gradients with no history. Instead the joint ATen graph runs as ATen ops
+    under autograd, on the inputs of the forward and these tangents, so the gradients it returns are
+    functions of both that autograd can differentiate again. Refused with an error (never a gradient
+    without its history) where that cannot be done: random ops (their numbers would be drawn again), an
+    input changed in place since the forward, a runtime without its joint graph (loaded from the warm
+    cache)."""
+    rt: TrainingRuntime = ctx.rt
+    why = None
+    if rt.joint_gm is None or not hasattr(ctx, "flat_inputs"):
+        why = "the compiled graph has no joint graph at hand (it was loaded from the warm cache)"
+    elif rt.draws_random_numbers:
+        why = "the compiled graph draws random numbers, which running it again would draw anew"
+    elif any(isinstance(t, torch.Tensor) and t._version != v for t, v in zip(ctx.flat_inputs, ctx.flat_versions)):
+        why = "an input of the compiled graph was changed in place after its forward"
+    if why is not None:
+        raise RuntimeError(f"kiln: a backward with create_graph=True through a compiled graph cannot be made "
+                           f"differentiable: {why}. Compile with kiln.Options(warm_cache=False), or call the "
+                           f"function uncompiled where its gradients are differentiated again.")
+    tangents = [g for g, d in zip(grad_outputs, rt.differentiable) if d]
+    like = getattr(ctx, "tangent_like", None)  # (absent gradients arrive as None where it is set)
+    tangents = [g if g is not None else torch.zeros(like[i][0], dtype=like[i][1], device=like[i][2])
+                for i, g in enumerate(tangents)]
+    with torch.enable_grad():
+        results = rt.joint_gm(*ctx.flat_inputs, *tangents)
+    grads = results[len(results) - len(rt.grad_inputs):]
+    per_input: list = [None] * rt.n_inputs
+    for index, g in zip(rt.grad_inputs, grads):
+        per_input[index] = g
+    return (None, *per_input)
 
 
 class TrainingRuntime:
@@ -92,6 +134,11 @@ class TrainingRuntime:
         # materializes absent gradients)
         self.backward_without: Callable | None = None
         self._variants: dict = {}
+        # for a backward with create_graph=True (_double_backward): the joint graph, run as ATen ops
+        self.joint_gm = joint.gm if isinstance(getattr(joint, "gm", None), torch.fx.GraphModule) else None
+        self.draws_random_numbers = self.joint_gm is not None and any(
+            n.op == "call_function" and torch.Tag.nondeterministic_seeded in getattr(n.target, "tags", ())
+            for n in self.joint_gm.graph.nodes)
 
     def backward_for(self, tangents: list, like: list | None = None) -> tuple:
         """(the backward to run, the tangents it takes) for these tangents, some None (absent).

@@ -113,6 +113,8 @@ class Tracer:
         except ReturnSignal as ret:
             return ret.value
         except Unsupported as exc:
+            if self.parent is None and getattr(exc, "whole_frame", False):
+                exc.root_index = -1  # (_try_break: no break; the frame runs as Python)
             if self.parent is None and getattr(exc, "root_index", None) is None:
                 exc.root_index = self.break_index_for(exc)
                 if self.open_generator_withs:  # a half-run @contextmanager generator cannot be handed
@@ -239,6 +241,12 @@ class Tracer:
                 return  # a property's Python setter ran
             if isinstance(obj, UserObjectValue) and not has_generic_setattr(type(obj.obj)):
                 unsupported(f"assigning attribute {name!r} of a {type(obj.obj).__name__}, which defines __setattr__")
+            if isinstance(obj, UserObjectValue) and type(obj.obj).__dictoffset__ == 0:
+                # no instance dict (__slots__) and no slot or settable descriptor of that name: eager's
+                # AttributeError, raised here where the program can catch it (the store was replayed after)
+                from kiln.capture.values.exceptions import raise_attribute_error
+
+                raise_attribute_error(type(obj.obj), name)
             self.output.side_effects.store_attr(obj, name, value)
             return
         from kiln.capture.values.objects import ClassValue

@@ -184,6 +184,15 @@ class OutputGraph:
         node.meta["example_value"] = fake
         return TensorValue(node, fake, tensor_type=type(tensor))  # nn.Parameter: isinstance/type() see it
 
+    def real_tensor_of(self, value) -> torch.Tensor | None:
+        """The caller's tensor a TensorValue stands for: a frame input (by its source) or a parameter or
+        buffer; None for a tensor the graph makes."""
+        if value.source is not None:
+            for source, real in zip(self.input_sources, self.example_inputs):
+                if source == value.source:
+                    return real
+        return self.held_tensor_of(value.example)
+
     def held_tensor_of(self, fake) -> torch.Tensor | None:
         """The parameter/buffer a get_attr value's fake stands for (None: not a held tensor)."""
         return next((t for t, f, _ in self._held if f is fake), None)

@@ -95,12 +95,54 @@ def dense_permutation(x) -> bool:
     return True
 
 
+def like_strides(x) -> list[int]:
+    """The strides eager gives a tensor made like ``x`` (``empty_like``'s preserve format): ``x``'s own
+    where ``x`` is dense, else dense strides in ``x``'s order of strides (ATen's ``infer_dense_strides``:
+    an insertion sort from the innermost dim, where a stride of 0 is ambiguous and equal strides are
+    ordered by size)."""
+    sizes, strides = list(x.shape), list(x.stride())
+    if dense_permutation(x):
+        return strides
+    perm = list(range(len(sizes)))[::-1]  # innermost first
+
+    def should_swap(d0, d1):
+        s0, s1 = strides[d0], strides[d1]
+        if s0 == 0 or s1 == 0:
+            return 0
+        if s0 != s1:
+            return -1 if s0 < s1 else 1
+        return 1 if sizes[d0] > sizes[d1] else 0
+
+    for i in range(1, len(perm)):
+        d1 = i
+        for d0 in range(i - 1, -1, -1):
+            comparison = should_swap(perm[d0], perm[d1])
+            if comparison > 0:
+                perm[d0], perm[d1] = perm[d1], perm[d0]
+                d1 = d0
+            elif comparison < 0:
+                break
+    out, current = [0] * len(sizes), 1
+    for d in perm:
+        out[d] = current
+        if sizes[d] > 1:
+            current *= sizes[d]
+    return out
+
+
 def in_layout_of(x, make):
-    """A new tensor of ``x``'s shape laid out as eager lays out a tensor made like ``x`` (``empty_like``'s
-    preserve format: ``x``'s memory order where ``x`` is a permuted dense tensor, row-major otherwise).
-    ``make(sizes)`` builds it row-major with the dims in memory order; it is permuted back."""
-    if x.is_contiguous() or not all(isinstance(st, int) for st in x.stride()) or not dense_permutation(x):
+    """A new tensor of ``x``'s shape laid out as eager lays out a tensor made like ``x``
+    (``like_strides``). ``make(sizes)`` builds it row-major with the dims in memory order; it is permuted
+    back (and re-viewed where only the strides of size-1 dims differ). Random makers rely on it too:
+    eager's kernels fill the new tensor in memory order."""
+    if x.is_contiguous() or x.numel() == 0 or not all(isinstance(v, int) for v in (*x.shape, *x.stride())):
         return make(list(x.shape))
-    order = sorted(range(x.dim()), key=lambda d: (-x.stride(d), d))  # outermost first
-    made = make([x.shape[d] for d in order])
-    return torch.ops.aten.permute.default(made, [order.index(d) for d in range(x.dim())])
+    strides = like_strides(x)
+    order = sorted(range(x.dim()), key=lambda d: (-strides[d], d))  # outermost first
+    if order == list(range(x.dim())):
+        made = make(list(x.shape))
+    else:
+        made = torch.ops.aten.permute.default(make([x.shape[d] for d in order]), [order.index(d) for d in range(x.dim())])
+    if list(made.stride()) != strides:
+        made = torch.ops.aten.as_strided.default(made, list(x.shape), strides)
+    return made

@@ -263,6 +263,11 @@ def narrow(func, x, dim, start, length):
 def select(func, x, dim, index):
     dim = _dim(dim, x.dim())
     _refuse_unbacked(index)
+    size = x.shape[dim]
+    # eager's bounds check, decided statically or guarded (a later call out of range fails the guard, and
+    # the frame traced again raises eager's IndexError; unchecked, the kernel read outside the tensor)
+    if not (index >= -size if _negative(index) else index < size):
+        raise IndexError(f"index {index} is out of bounds for dimension {dim} with size {size}")
     if _negative(index):  # (symbolic: decided statically or guarded)
         index = index + x.shape[dim]
     sizes, strides = list(x.shape), list(x.stride())
@@ -413,6 +418,14 @@ def diagonal(func, x, offset=0, dim1=0, dim2=1):
 
 def unfold(func, x, dim, size, step):
     dim = _dim(dim, x.dim())
+    # eager's checks, decided statically or guarded (unchecked, a window longer than the dim gave an empty tensor)
+    length = x.shape[dim] if x.dim() else 1
+    if not size <= length:
+        raise RuntimeError(f"maximum size for tensor at dimension {dim} is {length} but size is {size}")
+    if not step > 0:
+        raise RuntimeError(f"step is {step} but must be > 0")
+    if not size >= 0:
+        raise RuntimeError(f"size is {size} but must be >= 0")
     sizes, strides = list(x.shape), list(x.stride())
     sizes[dim] = (sizes[dim] - size) // step + 1
     strides[dim] = strides[dim] * step

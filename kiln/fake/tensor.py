@@ -294,8 +294,26 @@ def _check_scan_in_place(name):
     return check
 
 
+def _check_as_strided(x, size, stride, storage_offset=None, **kwargs):
+    """The view must lie inside ``x``'s storage (meta storages are not checked; eager raises)."""
+    offset = x.storage_offset() if storage_offset is None else storage_offset
+    if not all(isinstance(v, int) for v in (*size, *stride, offset)) or any(n == 0 for n in size):
+        return
+    nbytes = x.untyped_storage().nbytes()
+    if not isinstance(nbytes, int):
+        return
+    itemsize = x.element_size()
+    required = (offset + sum((n - 1) * st for n, st in zip(size, stride)) + 1) * itemsize
+    if required > nbytes:
+        raise RuntimeError(f"setStorage: sizes {list(size)}, strides {list(stride)}, storage offset {offset}, and "
+                           f"itemsize {itemsize} requiring a storage size of {required} are out of bounds for "
+                           f"storage of size {nbytes}")
+
+
 # argument checks eager makes that the meta kernels skip: run before the meta kernel
 META_CHECKS = {
+    aten.as_strided.default: _check_as_strided,
+    aten.as_strided_.default: _check_as_strided,
     aten.index_put.default: _check_index_put,
     aten.index_put_.default: _check_index_put,
     aten._index_put_impl_.default: _check_index_put,

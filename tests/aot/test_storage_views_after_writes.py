@@ -66,8 +66,18 @@ def _read_after_write(x):
     return x.as_strided((2,), (1,), 1) * 1
 
 
+def _slice_after_write(x):
+    x.exp_()
+    return x[:2] * 2  # (the kernel read the written value through the slice at the input's offset)
+
+
+def _view_after_write(x):
+    x.mul_(3)
+    return x.unsqueeze(0)[:, 1:] + 1
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("fn", [_write_below_the_view, _read_after_write])
+@pytest.mark.parametrize("fn", [_write_below_the_view, _read_after_write, _slice_after_write, _view_after_write])
 def test_as_strided_of_an_input_with_an_offset(fn, backend):
     base_want, base_got = torch.arange(6.0), torch.arange(6.0)
     kiln.reset()
@@ -99,3 +109,23 @@ def test_a_direct_write_keeps_the_layout_of_what_it_writes(fn, backend):
     got, want = _check(fn, lambda: torch.zeros(4, 3).t(), lambda: torch.arange(12.0).reshape(3, 4),
                        backend=backend)
     assert got.stride() == want.stride()
+
+
+def _beyond_an_intermediate(x):
+    return (x * 2).sum(0).as_strided((2,), (1,))  # a one-element storage
+
+
+def _beyond_an_input(x):
+    return x.as_strided((3,), (2,), 1) * 1
+
+
+@pytest.mark.parametrize("fn", [_beyond_an_intermediate, _beyond_an_input])
+def test_as_strided_beyond_the_storage_raises_eagers_error(fn):
+    # meta tensors do not check the storage's bounds: kiln traced a view reaching outside it
+    kiln.reset()
+    x = torch.randn(3)
+    with pytest.raises(RuntimeError, match="out of bounds for storage") as eager:
+        fn(x)
+    with pytest.raises(RuntimeError) as compiled:
+        kiln.compile(fn)(x)
+    assert str(compiled.value) == str(eager.value)

@@ -20,8 +20,23 @@ INPUTS = {
     "contiguous": lambda: torch.randn(4, 3),
     "transposed": lambda: torch.randn(4, 3).t(),
     "channels_last": lambda: torch.randn(2, 3, 4, 5).to(memory_format=torch.channels_last),
-    "sliced": lambda: torch.randn(4, 6)[:, ::2],  # not dense: row-major results
+    "sliced": lambda: torch.randn(4, 6)[:, ::2],  # not dense: dense strides in its order (row-major here)
+    "transposed_sliced": lambda: torch.randn(6, 4).t()[:, ::2],  # not dense, column-major order
+    "expanded": lambda: torch.randn(3, 1).expand(3, 4),
 }
+
+
+def test_like_strides_are_atens_for_any_layout():
+    import random
+
+    from kiln.decomp.utils import like_strides
+
+    rng = random.Random(0)
+    for _ in range(500):
+        sizes = [rng.choice([1, 2, 3, 4]) for _ in range(rng.randint(1, 4))]
+        strides = [rng.choice([0, 1, 2, 3, 5, 8, 12, 24]) for _ in sizes]
+        x = torch.empty(300).as_strided(sizes, strides)
+        assert like_strides(x) == list(torch.empty_like(x).stride()), (sizes, strides)
 
 
 @pytest.mark.parametrize("backend", ["aot_eager", "kiln"])

@@ -88,6 +88,14 @@ class BuiltinValue(KnownFunctionValue):
             number = symbolic_divmod(tx, *args)
         if number is not None:
             return number
+        if (fn in (locals, vars, dir) and not args and not kwargs) or (fn in (eval, exec) and len(args) == 1):
+            # they read (exec: writes) the frame's local variables, which a graph break does not put back as
+            # the program left them (values the trace kept, kiln's own temporaries): the frame runs as Python
+            from kiln.errors import Unsupported
+
+            raise Unsupported(f"{fn.__name__}() reads the frame's local variables", whole_frame=True,
+                              hint="the function runs eagerly; pass the namespace explicitly (eval(s, g, l)) to "
+                                   "compile around it")
         handler = _HANDLERS.get(fn)
         if handler is None:
             from kiln.capture.values.stdlib import BUILTIN_CALLS  # functools, collections (values/stdlib.py)
@@ -204,6 +212,24 @@ def _getattr(tx, obj, name, default=None):
     return default
 
 
+def tensor_hasattr(tx, tensor: TensorValue, attr: str) -> bool:
+    """``hasattr`` of a tensor: its class's attributes (methods, properties; not the fake's own), and the
+    Python attributes set on the caller's tensor (``p.lr_mult = 2``), guarded on the input; a tensor the
+    graph makes has none. A parameter or buffer holding Python attributes has no place to guard: the
+    lookup runs as Python."""
+    if hasattr(tensor.python_type(), attr):
+        return True
+    real = tx.output.real_tensor_of(tensor)
+    if real is None:
+        return False
+    present = attr in getattr(real, "__dict__", {})
+    if tensor.source is None:
+        unsupported(f"hasattr/getattr of {attr!r} on a parameter or buffer",
+                    hint="Python attributes of a module's tensors are read outside the graph")
+    tx.output.guards.hasattr(tensor.source, attr, present)
+    return present
+
+
 def _hasattr(tx, obj, name):
     from kiln.capture.values.builder import underlying_object
     from kiln.capture.values.objects import NewObjectValue
@@ -215,7 +241,7 @@ def _hasattr(tx, obj, name):
     attr = name.as_constant()
     note_name(attr)
     if isinstance(obj, TensorValue):
-        return ConstantValue(hasattr(obj.example, attr))
+        return ConstantValue(tensor_hasattr(tx, obj, attr))
     written = isinstance(obj, UserObjectValue) and tx.output.side_effects.load_attr(obj, attr) is not None
     from kiln.capture.values.class_stores import class_has_pending
     from kiln.capture.values.objects import ClassValue

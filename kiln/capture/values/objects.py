@@ -702,6 +702,10 @@ class NewObjectValue(Value):
 
         if not _python_slot(self.cls, name) and set_through_descriptor(tx, self.cls, name, self, value):
             return
+        if not _python_slot(self.cls, name) and self.cls.__dictoffset__ == 0:  # __slots__, none of that name
+            from kiln.capture.values.exceptions import raise_attribute_error
+
+            raise_attribute_error(self.cls, name)
         note_mutation(tx, self)
         self.attrs[name] = value  # an instance attribute, or the value of a __slots__ member
 

@@ -93,6 +93,13 @@ class TensorValue(Value):
             return TensorMethodValue(self, name)
         if hasattr(torch.Tensor, name):
             return TensorMethodValue(self, name)
+        real = tx.output.real_tensor_of(self)
+        if real is not None and self.source is not None and name in getattr(real, "__dict__", {}):
+            # a Python attribute set on the caller's tensor (``x.scale = 5``): read from its place, guarded
+            from kiln.capture.sources import AttrSource
+            from kiln.capture.values.builder import wrap
+
+            return wrap(tx, real.__dict__[name], AttrSource(self.source, name))
         unsupported(f"'Tensor' object has no attribute {name!r}")
 
     def call_method(self, tx, name: str, args, kwargs) -> Value:
