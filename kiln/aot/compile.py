@@ -91,9 +91,26 @@ def aot_compile(
         runtime.backward_without = functools.partial(_backward_without, part.bwd, compile_bwd or compile_fwd)
     runtime.steps = version_steps(gm, joint.mutated_inputs, len(joint.inputs) - len(joint.state), joint.state)
     runtime.plan = TrainingPlan(joint, part, forward)
+    if runtime.double_backward_refused is None:
+        runtime.double_backward_refused = _not_differentiable_again(gm)
     runtime.aten_graph = forward
     stats.joint_graphs += 1
     return runtime
+
+
+_STOPS_GRADIENTS = {"detach", "detach_", "requires_grad_", "data"}
+
+
+def _not_differentiable_again(gm: fx.GraphModule) -> str | None:
+    """Why the joint ATen graph, run under autograd for a backward with create_graph=True, would not
+    differentiate as eager does: it has no detach and no grad-mode regions left (autograd's own detaches
+    of saved values are dropped, and the user's cannot be told from them), so a captured graph with a
+    ``detach``, a ``no_grad``/``enable_grad`` switch or ``.data`` is refused."""
+    for node in gm.graph.nodes:
+        name = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
+        if node.target is torch._C._set_grad_enabled or name in _STOPS_GRADIENTS or node.target is torch.detach:
+            return f"the captured code stops gradients ({name}), which the joint graph does not record"
+    return None
 
 
 def _symbolic(gm: fx.GraphModule) -> bool:

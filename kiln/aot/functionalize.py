@@ -81,7 +81,7 @@ def _same_int(a, b) -> bool:
     return bool(expr_a == expr_b)
 
 
-def _same_layout(val, like) -> bool:
+def same_layout(val, like) -> bool:
     """Same strides wherever they matter: dims of size 1 are indexed at 0 only, and an empty tensor
     has no elements to place."""
     if val.dim() != like.dim():
@@ -101,6 +101,11 @@ def _covers_its_storage(val) -> bool:
         return False
     if val.storage_offset() != 0 or val.untyped_storage().nbytes() != val.numel() * val.element_size():
         return False
+    return _dense_order(val)
+
+
+def _dense_order(val) -> bool:
+    """Whether ``val``'s elements fill a span of memory exactly, in some order of its dims."""
     expected = 1
     for size, stride in sorted(((n, st) for n, st in zip(val.shape, val.stride()) if n != 1), key=lambda p: p[1]):
         if stride != expected:
@@ -180,7 +185,7 @@ class Functionalizer:
         storage.version += 1
         # ``new`` stands for the written tensor only where it has that tensor's layout (later views of it
         # were traced on the eager layout); otherwise the tensor is made again from the root when read
-        if _same_layout(new.meta["val"], value.node.meta["val"]):
+        if same_layout(new.meta["val"], value.node.meta["val"]):
             value.node, value.version = new, storage.version
         else:
             value.version = -1
@@ -193,14 +198,18 @@ class Functionalizer:
         in the root's layout: the graph's node must have that layout too, or code that indexes the node
         by those strides reads the wrong elements (and the graph returns another layout than eager)."""
         val = node.meta["val"]
-        if _same_layout(val, like):
+        if same_layout(val, like):
+            return node
+        if not all(isinstance(v, int) for v in like.stride()) or not _dense_order(like):
+            # (a slice of a larger tensor: no tensor of its own has its strides; views of the new value
+            # take their meta from it, AtenTracer._view, so they index it as it is)
             return node
         order = sorted(range(like.dim()), key=lambda d: (-size_hint(like.stride()[d]), d))  # outermost first
         inverse = [order.index(d) for d in range(like.dim())]
         dense = self.b.call(aten.clone.default, (self.b.call(aten.permute.default, (node, order)),),
                             {"memory_format": torch.contiguous_format})
         out = self.b.call(aten.permute.default, (dense, inverse))
-        if not _same_layout(out.meta["val"], like):
+        if not same_layout(out.meta["val"], like):
             raise UnsupportedFakeOp(aten.permute.default, "kiln cannot functionalize a write through a view of a "
                                     f"tensor with strides {tuple(like.stride())} (not a permutation of a dense "
                                     "layout): it could not keep them")

@@ -15,7 +15,7 @@ import torch.fx as fx
 
 from kiln.aot.builder import GraphBuilder
 from kiln.aot.functional_twin import functional_twin
-from kiln.aot.functionalize import Functionalizer, Storage, Value, ViewStep
+from kiln.aot.functionalize import Functionalizer, Storage, Value, ViewStep, same_layout
 from kiln.aot.schema import (
     bind_arguments,
     functional_variant,
@@ -215,10 +215,11 @@ class AtenTracer(DispatchMode):
         out = run_on_fakes(func, args, kwargs)
         base_node = self.node_of(base)
         base_val = base_node.meta.get("val")
-        if isinstance(base_val, FakeTensor) and base_val.storage_offset() != base.storage_offset():
-            # the graph's value of the base is not the user's tensor in memory (an input with an offset, written
-            # in the graph: its new value starts at 0): the node's meta follows the node's own base, or code
-            # that indexes the base through the view reads it shifted by the input's offset
+        if isinstance(base_val, FakeTensor) and (base_val.storage_offset() != base.storage_offset()
+                                                 or not same_layout(base_val, base)):
+            # the graph's value of the base is not the user's tensor in memory (an input with an offset or a
+            # slice of a larger tensor, written in the graph: its new value is compact from 0): the node's
+            # meta follows the node's own base, or code indexing the base through the view reads it wrongly
             node = self.b.call(func, (base_node, *rest), kwargs)
         else:
             node = self.b.call(func, (base_node, *rest), kwargs, val=map_leaves(_snapshot, out))

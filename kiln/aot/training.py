@@ -21,6 +21,7 @@ inputs replayed on the real inputs (so autograd records those views), and forwar
 from __future__ import annotations
 
 import contextlib
+import weakref
 from typing import Callable
 
 import torch
@@ -47,8 +48,9 @@ class CompiledFunction(torch.autograd.Function):
                      for o in results[rt.n_mut: rt.n_mut + rt.n_out])
         ctx.save_for_backward(*results[rt.n_mut + rt.n_out:])
         ctx.rt = rt
-        if rt.joint_gm is not None:  # for a backward with create_graph=True (_double_backward)
-            ctx.flat_inputs = flat
+        if rt.double_backward_refused is None:  # for a backward with create_graph=True (_double_backward):
+            # weak references (an input eager would free after the forward stays free; a dead one refuses)
+            ctx.flat_inputs = [weakref.ref(t) if isinstance(t, torch.Tensor) else t for t in flat]
             ctx.flat_versions = [t._version if isinstance(t, torch.Tensor) else None for t in flat]
         if rt.backward_without is not None:
             ctx.set_materialize_grads(False)  # absent gradients arrive as None: see backward_for
@@ -87,28 +89,40 @@ def _double_backward(ctx, grad_outputs) -> tuple:
     input changed in place since the forward, a runtime without its joint graph (loaded from the warm
     cache)."""
     rt: TrainingRuntime = ctx.rt
-    why = None
-    if rt.joint_gm is None or not hasattr(ctx, "flat_inputs"):
-        why = "the compiled graph has no joint graph at hand (it was loaded from the warm cache)"
-    elif rt.draws_random_numbers:
-        why = "the compiled graph draws random numbers, which running it again would draw anew"
-    elif any(isinstance(t, torch.Tensor) and t._version != v for t, v in zip(ctx.flat_inputs, ctx.flat_versions)):
-        why = "an input of the compiled graph was changed in place after its forward"
+    why = rt.double_backward_refused
+    flat = []
+    if why is None:
+        flat = [t() if isinstance(t, weakref.ref) else t for t in ctx.flat_inputs]
+        if any(t is None for t in flat):
+            why = "an input of the compiled graph was freed after its forward"
+        elif any(isinstance(t, torch.Tensor) and t._version != v for t, v in zip(flat, ctx.flat_versions)):
+            why = "an input of the compiled graph was changed in place after its forward"
     if why is not None:
         raise RuntimeError(f"kiln: a backward with create_graph=True through a compiled graph cannot be made "
-                           f"differentiable: {why}. Compile with kiln.Options(warm_cache=False), or call the "
-                           f"function uncompiled where its gradients are differentiated again.")
+                           f"differentiable: {why}. Run the function uncompiled where its gradients are "
+                           f"differentiated again.")
     tangents = [g for g, d in zip(grad_outputs, rt.differentiable) if d]
     like = getattr(ctx, "tangent_like", None)  # (absent gradients arrive as None where it is set)
-    tangents = [g if g is not None else torch.zeros(like[i][0], dtype=like[i][1], device=like[i][2])
+    tangents = [(g if g is not None else torch.zeros(like[i][0], dtype=like[i][1], device=like[i][2])).contiguous()
                 for i, g in enumerate(tangents)]
     with torch.enable_grad():
-        results = rt.joint_gm(*ctx.flat_inputs, *tangents)
+        results = run_as_traced(rt.joint_gm, *flat, *tangents)
     grads = results[len(results) - len(rt.grad_inputs):]
     per_input: list = [None] * rt.n_inputs
     for index, g in zip(rt.grad_inputs, grads):
         per_input[index] = g
     return (None, *per_input)
+
+
+def _refuse_double_backward(rt) -> str | None:
+    if rt.joint_gm is None:
+        return "the compiled graph has no joint graph at hand (it was loaded from the warm cache)"
+    if rt.mutated:  # (the joint graph would run again on the values the forward wrote)
+        return "the compiled graph writes to its inputs"
+    if any(n.op == "call_function" and torch.Tag.nondeterministic_seeded in getattr(n.target, "tags", ())
+           for n in rt.joint_gm.graph.nodes):
+        return "the compiled graph draws random numbers, which running it again would draw anew"
+    return None
 
 
 class TrainingRuntime:
@@ -134,11 +148,10 @@ class TrainingRuntime:
         # materializes absent gradients)
         self.backward_without: Callable | None = None
         self._variants: dict = {}
-        # for a backward with create_graph=True (_double_backward): the joint graph, run as ATen ops
+        # for a backward with create_graph=True (_double_backward): the joint graph, run as ATen ops, or
+        # why that would not differentiate as eager does (aot/compile.py sets it from the captured graph)
         self.joint_gm = joint.gm if isinstance(getattr(joint, "gm", None), torch.fx.GraphModule) else None
-        self.draws_random_numbers = self.joint_gm is not None and any(
-            n.op == "call_function" and torch.Tag.nondeterministic_seeded in getattr(n.target, "tags", ())
-            for n in self.joint_gm.graph.nodes)
+        self.double_backward_refused: str | None = _refuse_double_backward(self)
 
     def backward_for(self, tangents: list, like: list | None = None) -> tuple:
         """(the backward to run, the tangents it takes) for these tangents, some None (absent).

@@ -44,6 +44,55 @@ def _in_checkpoint_forward() -> bool:
 _top_saved_tensors_hooks = torch._C._autograd._top_saved_tensors_default_hooks
 
 
+_FRAME_READERS = frozenset({"locals", "vars", "dir", "eval", "exec"})
+
+
+def _reads_frame_locals(code, f_globals) -> bool:
+    """Whether ``code`` calls a builtin that reads the calling frame's variables: ``locals()``, ``vars()``
+    or ``dir()`` without an argument, ``eval``/``exec`` with one (a global of that name in the module is
+    the user's own). Decided from the bytecode before tracing: a graph break earlier in the frame would
+    run the call where those variables are not what the program left."""
+    import dis
+
+    names = _FRAME_READERS.intersection(code.co_names)
+    if not names:
+        return False
+    insts = [i for i in dis.get_instructions(code) if i.opname not in ("CACHE", "PRECALL", "KW_NAMES")]
+    for k, inst in enumerate(insts):
+        if inst.opname not in ("LOAD_GLOBAL", "LOAD_NAME") or inst.argval not in names or inst.argval in f_globals:
+            continue
+        argc = _call_arguments(insts, k + 1)
+        if argc is None or argc == (0 if inst.argval in ("locals", "vars", "dir") else 1):
+            return True
+    return False
+
+
+def _call_arguments(insts, start: int) -> int | None:
+    """The number of positional arguments of the call whose callee was loaded just before ``insts[start]``
+    (None when a jump or an unknown instruction makes it unclear): the stack is followed from there until a
+    CALL takes it back to the callee."""
+    import dis
+
+    depth = 0
+    for inst in insts[start:]:
+        if inst.opname == "CALL":
+            if depth == inst.arg:
+                return inst.arg
+        elif inst.opname.startswith(("JUMP", "POP_JUMP", "FOR_ITER", "RETURN", "SEND")) or "JUMP" in inst.opname:
+            return None
+        try:
+            depth += dis.stack_effect(inst.opcode, inst.arg if inst.opcode >= dis.HAVE_ARGUMENT else None, jump=False)
+        except ValueError:
+            return None
+        if depth < 0:
+            return None
+    return None
+    for inst in dis.get_instructions(code):
+        if inst.opname in ("LOAD_GLOBAL", "LOAD_NAME") and inst.argval in names and inst.argval not in f_globals:
+            return True
+    return False
+
+
 @dataclasses.dataclass
 class CacheEntry:
     guards: CompiledGuards
@@ -148,6 +197,13 @@ class FrameCompiler:
             return None
         if not should_offer(code) or is_kernel_code(code, f_globals) or is_namedtuple_new(code, f_globals) \
                 or is_library_dataclass_method(code, f_globals) or is_torch_module_init(code):
+            hook.mark_skip(code)
+            _SKIPPED_CODES.add(code)
+            return None
+        if not entries and _reads_frame_locals(code, f_globals):
+            # locals()/vars()/dir()/eval/exec read the frame's variables, which the code kiln makes at a graph
+            # break does not keep as the program left them: the frame runs as Python, every call
+            stats.eager_fallbacks["locals(), vars(), dir(), eval() or exec() read the frame's local variables"] += 1
             hook.mark_skip(code)
             _SKIPPED_CODES.add(code)
             return None

@@ -289,7 +289,7 @@ _ATEN_DTYPE_NAMES = {torch.int32: "Int", torch.int16: "Short", torch.int8: "Char
 
 def _check_scan_in_place(name):
     def check(x, dim, dtype=None, **kwargs):
-        if dtype is None and x.dtype == torch.bool:  # (the result would be int64; eager has no bool kernel)
+        if x.dtype == torch.bool and dtype in (None, torch.bool):  # (eager has no bool kernel)
             raise NotImplementedError(f'"{name}_out_{_device_of(x).type}" not implemented for \'Bool\'')
     return check
 

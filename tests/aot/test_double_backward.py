@@ -61,3 +61,41 @@ def test_a_graph_with_random_ops_refuses_a_differentiable_backward():
     out = compiled(x)
     with pytest.raises(RuntimeError, match="create_graph=True through a compiled graph.*random numbers"):
         torch.autograd.grad(out.sum(), x, create_graph=True)
+
+
+def _detached(x):
+    return (x.detach() * x ** 2).sum()
+
+
+def _no_grad_block(x):
+    with torch.no_grad():
+        s = x.sum()
+    return (x * x * s).sum()
+
+
+def _writes_an_input(x, y):
+    y.mul_(2)
+    return (x * x * y).sum()
+
+
+@pytest.mark.parametrize("fn", [_detached, _no_grad_block, _writes_an_input])
+def test_what_the_joint_graph_cannot_differentiate_again_is_refused_not_wrong(fn):
+    # the joint graph has no detach or grad-mode regions left, and a written input has its new value:
+    # differentiating it again gave wrong second-order (and, for the write, first-order) gradients
+    kiln.reset()
+    x = torch.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    args = (x, torch.ones(3)) if fn is _writes_an_input else (x,)
+    out = kiln.compile(fn, backend="aot_eager")(*args)
+    with pytest.raises(RuntimeError, match="create_graph=True through a compiled graph cannot be made differentiable"):
+        torch.autograd.grad(out, x, create_graph=True)
+
+
+def test_inputs_are_held_weakly_for_a_double_backward():
+    # (an input eager frees after the forward must stay free: only weak references are kept)
+    import weakref
+
+    kiln.reset()
+    x = torch.randn(5, 4, requires_grad=True)
+    out = kiln.compile(lambda h: torch.relu(h) * 2, backend="aot_eager")(x * 2)
+    held = [t for t in out.grad_fn.flat_inputs if t is not None]
+    assert held and all(isinstance(t, weakref.ref) for t in held)

@@ -129,3 +129,20 @@ def test_as_strided_beyond_the_storage_raises_eagers_error(fn):
     with pytest.raises(RuntimeError) as compiled:
         kiln.compile(fn)(x)
     assert str(compiled.value) == str(eager.value)
+
+
+def _slice_of_a_wider_input():
+    return torch.arange(24.0).reshape(4, 6)[:, :3]  # not dense: no tensor of its own has its strides
+
+
+def _write_then_views(x):
+    x.add_(1)
+    return x[1:] * 2, x.t() + 0, x.sum()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_direct_write_to_a_slice_of_a_wider_input_then_views_compiles(backend):
+    kiln.reset()
+    kiln.stats.reset()
+    _check(_write_then_views, _slice_of_a_wider_input, backend=backend)
+    assert not kiln.stats.eager_fallbacks  # (its new value is compact; the views index it as it is)

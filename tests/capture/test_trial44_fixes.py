@@ -147,3 +147,15 @@ def test_what_reads_the_frames_locals_runs_the_frame_as_python(fn):
         else:
             torch.testing.assert_close(got, want)
     assert any("local variables" in reason for reason in kiln.stats.eager_fallbacks)
+
+
+def test_locals_after_a_graph_break_sees_the_frames_variables():
+    def fn(x):
+        y = x + 1
+        print("", end="")  # (a graph break)
+        return sorted(locals()), eval("y")
+
+    kiln.reset()
+    got, want = kiln.compile(fn, backend="eager")(torch.ones(2)), fn(torch.ones(2))
+    assert got[0] == want[0]
+    torch.testing.assert_close(got[1], want[1])
