@@ -13,11 +13,13 @@ whose root changed are written back after the graph by the runtime wrapper.
 from __future__ import annotations
 
 import dataclasses
+
 import torch
 import torch.fx as fx
 
 from kiln.aot.builder import GraphBuilder
 from kiln.aot.symbols import size_hint
+from kiln.decomp.utils import dense_permutation
 from kiln.fake import UnsupportedFakeOp
 
 aten = torch.ops.aten
@@ -101,17 +103,7 @@ def _covers_its_storage(val) -> bool:
         return False
     if val.storage_offset() != 0 or val.untyped_storage().nbytes() != val.numel() * val.element_size():
         return False
-    return _dense_order(val)
-
-
-def _dense_order(val) -> bool:
-    """Whether ``val``'s elements fill a span of memory exactly, in some order of its dims."""
-    expected = 1
-    for size, stride in sorted(((n, st) for n, st in zip(val.shape, val.stride()) if n != 1), key=lambda p: p[1]):
-        if stride != expected:
-            return False
-        expected *= size
-    return True
+    return dense_permutation(val)
 
 
 @dataclasses.dataclass(eq=False)
@@ -200,7 +192,7 @@ class Functionalizer:
         val = node.meta["val"]
         if same_layout(val, like):
             return node
-        if not all(isinstance(v, int) for v in like.stride()) or not _dense_order(like):
+        if not all(isinstance(v, int) for v in like.stride()) or not dense_permutation(like):
             # (a slice of a larger tensor: no tensor of its own has its strides; views of the new value
             # take their meta from it, AtenTracer._view, so they index it as it is)
             return node

@@ -97,37 +97,12 @@ def dense_permutation(x) -> bool:
 
 def like_strides(x) -> list[int]:
     """The strides eager gives a tensor made like ``x`` (``empty_like``'s preserve format): ``x``'s own
-    where ``x`` is dense, else dense strides in ``x``'s order of strides (ATen's ``infer_dense_strides``:
-    an insertion sort from the innermost dim, where a stride of 0 is ambiguous and equal strides are
-    ordered by size)."""
-    sizes, strides = list(x.shape), list(x.stride())
+    where ``x`` is dense, else ATen's ``infer_dense_strides`` (dense strides in ``x``'s order of strides)."""
     if dense_permutation(x):
-        return strides
-    perm = list(range(len(sizes)))[::-1]  # innermost first
+        return list(x.stride())
+    from kiln.fake.symbolic_meta import infer_dense_strides
 
-    def should_swap(d0, d1):
-        s0, s1 = strides[d0], strides[d1]
-        if s0 == 0 or s1 == 0:
-            return 0
-        if s0 != s1:
-            return -1 if s0 < s1 else 1
-        return 1 if sizes[d0] > sizes[d1] else 0
-
-    for i in range(1, len(perm)):
-        d1 = i
-        for d0 in range(i - 1, -1, -1):
-            comparison = should_swap(perm[d0], perm[d1])
-            if comparison > 0:
-                perm[d0], perm[d1] = perm[d1], perm[d0]
-                d1 = d0
-            elif comparison < 0:
-                break
-    out, current = [0] * len(sizes), 1
-    for d in perm:
-        out[d] = current
-        if sizes[d] > 1:
-            current *= sizes[d]
-    return out
+    return [int(st) for st in infer_dense_strides(list(x.shape), list(x.stride()))]
 
 
 def in_layout_of(x, make):
