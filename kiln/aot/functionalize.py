@@ -120,12 +120,12 @@ class Storage:
     def mutated(self) -> bool:
         return self.version > 0
 
-    def check_storage_view(self, func) -> None:
+    def check_storage_view(self) -> None:
         """An ``as_strided`` of this storage is about to be traced on ``root``: refuse it where ``root``
         is a value the graph computed (after a write) that does not have eager's storage layout (an
         input viewing a larger storage, or with an offset: ``as_strided`` reaches memory outside it)."""
         if self.root is not self.origin and not _covers_its_storage(self.origin.meta["val"]):
-            raise UnsupportedFakeOp(func, "kiln cannot trace as_strided of a tensor written in the graph when the "
+            raise UnsupportedFakeOp(aten.as_strided.default, "kiln cannot trace as_strided of a tensor written in the graph when the "
                                     "tensor does not cover its whole storage from offset 0 (as_strided indexes the "
                                     "storage, which the graph's new value of the tensor does not have)")
 
@@ -150,7 +150,7 @@ class Functionalizer:
         if value.version != value.storage.version:
             node = value.storage.root
             if any(step.func is aten.as_strided.default for step in value.steps):
-                value.storage.check_storage_view(aten.as_strided.default)
+                value.storage.check_storage_view()
             for step in value.steps:
                 node = self.replay(step, node)
             value.node, value.version = node, value.storage.version
@@ -165,7 +165,7 @@ class Functionalizer:
         """Make ``new`` the contents of ``value`` (same shape), updating its storage's root."""
         storage = value.storage
         if any(step.func in REPEATING_VIEWS for step in value.steps):
-            result = self._scatter_chain_by_index(storage, value.steps, new)
+            result = self._scatter_chain_by_index(storage.root, value.steps, new, storage.origin)
         else:
             chain = [storage.root]
             for step in value.steps[:-1]:
@@ -249,16 +249,16 @@ class Functionalizer:
             return self.b.call(aten.select_scatter.default, (parent, src, dim, step.index))
         return self._scatter_by_index(step, parent, src)
 
-    def _scatter_chain_by_index(self, storage: Storage, steps: tuple, src: fx.Node) -> fx.Node:
+    def _scatter_chain_by_index(self, root: fx.Node, steps: tuple, src: fx.Node, origin: fx.Node | None = None
+                                ) -> fx.Node:
         """The root's value after the view ``steps`` of it is overwritten with ``src`` (one step: any view
         ``scatter`` has no inverse for), and for a chain with a view that repeats elements (``x.unsqueeze(0).expand(3, 3, 4)[1].mul_(3)``): the whole chain
         replayed on ``arange(numel)`` says which root element each written element is, and only those
         are written. Scattering step by step would write the whole expanded tensor back, its unchanged
         copies included, over the written ones. (The written view itself does not repeat elements:
         capture refuses writes to such tensors, as eager mostly does.) ``as_strided`` indexes the storage:
-        there the positions are laid out as the root is in eager's memory, which must hold nothing but
-        the root (``_covers_its_storage``)."""
-        root = storage.root
+        there the positions are laid out as ``origin`` (the storage's first node: eager's memory) is, which
+        must hold nothing but the root (``_covers_its_storage``)."""
         root_val = root.meta["val"]
         if root_val.is_complex() or src.meta["val"].dtype != root_val.dtype:
             raise UnsupportedFakeOp(steps[-1].func, "kiln cannot functionalize a mutation through this view")
@@ -266,7 +266,7 @@ class Functionalizer:
                                 {"dtype": torch.int64, "device": root_val.device})
         covered = self.b.reshape(positions, root_val.shape)
         if any(step.func is aten.as_strided.default for step in steps):
-            origin = storage.origin.meta["val"]
+            origin = (origin if origin is not None else root).meta["val"]
             if not _covers_its_storage(origin):
                 raise UnsupportedFakeOp(aten.as_strided.default, "kiln cannot functionalize a write through "
                                         "as_strided of a tensor that does not cover its whole storage from "
@@ -283,5 +283,5 @@ class Functionalizer:
 
     def _scatter_by_index(self, step: ViewStep, parent: fx.Node, src: fx.Node) -> fx.Node:
         """Any view: apply it to ``arange(numel)`` to learn which elements it covers, then index_put."""
-        return self._scatter_chain_by_index(Storage(parent), (step,), src)
+        return self._scatter_chain_by_index(parent, (step,), src)
 

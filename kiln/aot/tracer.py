@@ -211,7 +211,7 @@ class AtenTracer(DispatchMode):
             raise UnsupportedFakeOp(func, "kiln does not trace view ops that take extra tensors")
         base_value = self.value(base)
         if func is aten.as_strided.default:
-            base_value.storage.check_storage_view(func)
+            base_value.storage.check_storage_view()
         out = run_on_fakes(func, args, kwargs)
         base_node = self.node_of(base)
         base_val = base_node.meta.get("val")

@@ -29,6 +29,7 @@ from torch.autograd.function import once_differentiable
 
 from kiln.aot.joint import JointGraph
 from kiln.aot.runtime import run_as_traced, unflattener, write_back
+from kiln.aot.schema import is_random
 
 
 class CompiledFunction(torch.autograd.Function):
@@ -74,10 +75,7 @@ class CompiledFunction(torch.autograd.Function):
         bwd, tangents = rt.backward_for([g for g, d in zip(grad_outputs, rt.differentiable) if d],
                                         getattr(ctx, "tangent_like", None))
         grads = run_as_traced(bwd, *ctx.saved_tensors, *(g.contiguous() for g in tangents))
-        per_input: list = [None] * rt.n_inputs
-        for index, g in zip(rt.grad_inputs, grads):
-            per_input[index] = g
-        return (None, *per_input)
+        return (None, *rt.per_input(grads))
 
 
 def _double_backward(ctx, grad_outputs) -> tuple:
@@ -85,9 +83,9 @@ def _double_backward(ctx, grad_outputs) -> tuple:
     generated backward gives gradients with no history. Instead the joint ATen graph runs as ATen ops
     under autograd, on the inputs of the forward and these tangents, so the gradients it returns are
     functions of both that autograd can differentiate again. Refused with an error (never a gradient
-    without its history) where that cannot be done: random ops (their numbers would be drawn again), an
-    input changed in place since the forward, a runtime without its joint graph (loaded from the warm
-    cache)."""
+    without its history, nor a wrong one) where that would not differentiate as eager does: the graph's
+    own reasons (``_refuse_double_backward``, and ``aot/compile._not_differentiable_again`` for the
+    captured code), or an input freed or changed in place since the forward."""
     rt: TrainingRuntime = ctx.rt
     why = rt.double_backward_refused
     flat = []
@@ -103,15 +101,16 @@ def _double_backward(ctx, grad_outputs) -> tuple:
                            f"differentiated again.")
     tangents = [g for g, d in zip(grad_outputs, rt.differentiable) if d]
     like = getattr(ctx, "tangent_like", None)  # (absent gradients arrive as None where it is set)
-    tangents = [(g if g is not None else torch.zeros(like[i][0], dtype=like[i][1], device=like[i][2])).contiguous()
-                for i, g in enumerate(tangents)]
+    tangents = [(g if g is not None else _zeros(like[i])).contiguous() for i, g in enumerate(tangents)]
     with torch.enable_grad():
         results = run_as_traced(rt.joint_gm, *flat, *tangents)
-    grads = results[len(results) - len(rt.grad_inputs):]
-    per_input: list = [None] * rt.n_inputs
-    for index, g in zip(rt.grad_inputs, grads):
-        per_input[index] = g
-    return (None, *per_input)
+    return (None, *rt.per_input(results[len(results) - len(rt.grad_inputs):]))
+
+
+def _zeros(like) -> torch.Tensor:
+    """Autograd's gradient for an output nothing differentiated: zeros of its (shape, dtype, device)."""
+    shape, dtype, device = like
+    return torch.zeros(shape, dtype=dtype, device=device)
 
 
 def _refuse_double_backward(rt) -> str | None:
@@ -119,7 +118,7 @@ def _refuse_double_backward(rt) -> str | None:
         return "the compiled graph has no joint graph at hand (it was loaded from the warm cache)"
     if rt.mutated:  # (the joint graph would run again on the values the forward wrote)
         return "the compiled graph writes to its inputs"
-    if any(n.op == "call_function" and torch.Tag.nondeterministic_seeded in getattr(n.target, "tags", ())
+    if any(n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload) and is_random(n.target)
            for n in rt.joint_gm.graph.nodes):
         return "the compiled graph draws random numbers, which running it again would draw anew"
     return None
@@ -166,9 +165,15 @@ class TrainingRuntime:
             self._variants[absent] = self.backward_without(absent)
         bwd = self._variants[absent]
         if bwd is None:  # autograd's zeros, as without variants
-            return self.bwd, [g if g is not None else torch.zeros(like[i][0], dtype=like[i][1], device=like[i][2])
-                              for i, g in enumerate(tangents)]
+            return self.bwd, [g if g is not None else _zeros(like[i]) for i, g in enumerate(tangents)]
         return bwd, [g for g in tangents if g is not None]
+
+    def per_input(self, grads) -> list:
+        """The backward's gradients placed at their inputs' positions (None for inputs without one)."""
+        placed: list = [None] * self.n_inputs
+        for index, g in zip(self.grad_inputs, grads):
+            placed[index] = g
+        return placed
 
     def __call__(self, *args):
         flat = [*args, *self.state]

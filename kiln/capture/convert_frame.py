@@ -87,10 +87,6 @@ def _call_arguments(insts, start: int) -> int | None:
         if depth < 0:
             return None
     return None
-    for inst in dis.get_instructions(code):
-        if inst.opname in ("LOAD_GLOBAL", "LOAD_NAME") and inst.argval in names and inst.argval not in f_globals:
-            return True
-    return False
 
 
 @dataclasses.dataclass

@@ -187,11 +187,13 @@ class OutputGraph:
     def real_tensor_of(self, value) -> torch.Tensor | None:
         """The caller's tensor a TensorValue stands for: a frame input (by its source) or a parameter or
         buffer; None for a tensor the graph makes."""
-        if value.source is not None:
-            for source, real in zip(self.input_sources, self.example_inputs):
-                if source == value.source:
-                    return real
-        return self.held_tensor_of(value.example)
+        real = self._input_tensor(value.source) if value.source is not None else None
+        return real if real is not None else self.held_tensor_of(value.example)
+
+    def _input_tensor(self, source: Source) -> torch.Tensor | None:
+        """The caller's tensor at the frame input ``source``, or None."""
+        name = source.name()
+        return next((real for known, real, *_ in self._tensor_inputs if known.name() == name), None)
 
     def held_tensor_of(self, fake) -> torch.Tensor | None:
         """The parameter/buffer a get_attr value's fake stands for (None: not a held tensor)."""
@@ -347,11 +349,11 @@ class OutputGraph:
         """``t.is_leaf`` of the input at ``source`` (a guard keeps it so: the tensor guard does not)."""
         from kiln.capture.sources import AttrSource
 
-        for known, real, *_ in self._tensor_inputs:
-            if known.name() == source.name():
-                self.guards.constant(AttrSource(source, "is_leaf"), real.is_leaf)
-                return real.is_leaf
-        return True  # (a held tensor: parameters and buffers are leaves)
+        real = self._input_tensor(source)
+        if real is None:
+            return True  # (a held tensor: parameters and buffers are leaves)
+        self.guards.constant(AttrSource(source, "is_leaf"), real.is_leaf)
+        return real.is_leaf
 
     def tensor_data(self, value: Value) -> Value:
         """``t.data``: a tensor sharing t's memory, detached, with a version counter of its own (writes

@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 
 from kiln.decomp.registry import decomposition
-from kiln.decomp.utils import dense_permutation, in_layout_of, like_strides, to_dtype
+from kiln.decomp.utils import dense_permutation, in_layout_of, like_strides, static_layout, to_dtype
 
 aten = torch.ops.aten
 
@@ -167,7 +167,7 @@ def _like(x, fill, dtype, device, memory_format):
         return NotImplemented
     opts = _opts(x, dtype, device)
     if memory_format is torch.preserve_format or memory_format is None:
-        if not x.is_contiguous() and all(isinstance(v, int) for v in (*x.shape, *x.stride())):
+        if not x.is_contiguous() and static_layout(x):
             if fill is None:
                 return aten.empty_strided.default(list(x.shape), like_strides(x), **opts)
             return in_layout_of(x, lambda sizes: aten.full.default(sizes, fill, **opts))

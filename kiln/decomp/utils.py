@@ -95,6 +95,11 @@ def dense_permutation(x) -> bool:
     return True
 
 
+def static_layout(x) -> bool:
+    """Whether ``x``'s sizes and strides are ints (no size symbols)."""
+    return all(isinstance(v, int) for v in (*x.shape, *x.stride()))
+
+
 def like_strides(x) -> list[int]:
     """The strides eager gives a tensor made like ``x`` (``empty_like``'s preserve format): ``x``'s own
     where ``x`` is dense, else ATen's ``infer_dense_strides`` (dense strides in ``x``'s order of strides)."""
@@ -110,7 +115,7 @@ def in_layout_of(x, make):
     (``like_strides``). ``make(sizes)`` builds it row-major with the dims in memory order; it is permuted
     back (and re-viewed where only the strides of size-1 dims differ). Random makers rely on it too:
     eager's kernels fill the new tensor in memory order."""
-    if x.is_contiguous() or x.numel() == 0 or not all(isinstance(v, int) for v in (*x.shape, *x.stride())):
+    if x.is_contiguous() or x.numel() == 0 or not static_layout(x):
         return make(list(x.shape))
     strides = like_strides(x)
     order = sorted(range(x.dim()), key=lambda d: (-strides[d], d))  # outermost first
