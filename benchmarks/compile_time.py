@@ -276,6 +276,7 @@ def child(name: str, compiler: str, device: str, small: bool, calls: int, shape:
         out["warm_cache"] = dict(kiln.stats.warm_cache)
         out["graphs"] = kiln.stats.graphs
         out["triton_worker_seconds"] = {k: round(v, 3) for k, v in kiln.stats.triton_worker_seconds.items()}
+        out["triton_slowest_builds"] = list(kiln.stats.triton_slowest_builds)
         out["sympy"] = "sympy" in sys.modules
     return out
 
@@ -371,6 +372,8 @@ def main() -> int:
                         print(f"{'':<35} kiln stages (s): {stages}; warm cache {r.get('warm_cache')}", flush=True)
                         if r.get("triton_worker_seconds"):
                             print(f"{'':<35} Triton worker jobs, summed (s): {r['triton_worker_seconds']}", flush=True)
+                        for build in r.get("triton_slowest_builds", [])[:3]:
+                            print(f"{'':<35} slow build: {build}", flush=True)
                     if "error" in r and phase == "cold":
                         break
             finally:

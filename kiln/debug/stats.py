@@ -56,7 +56,8 @@ class Stats:
     triton_key_mismatches: kernels a worker built under another Triton cache key than this process's.
     triton_worker_seconds: what the worker pool's jobs took, summed over jobs (CPU seconds of the pool, not
     wall time): "compile" (Triton's compiler with ptxas), "launcher" (gcc building C launchers), "jobs",
-    and "slowest" (one job's compile + launcher).
+    and "slowest" (one job's compile + launcher); triton_slowest_builds: the slowest jobs, (seconds, kernel,
+    launch config), slowest first.
     matmul_choices: matmul templates by the path picked ("template" or "library"; max-autotune).
     tuning: first calls of tuned Triton kernels (and matmul templates, and size buckets) by how their
     config was found: "timed" (autotuned here), "shared" (another graph of this process timed the same
@@ -102,6 +103,7 @@ class Stats:
         self.triton_slow_loads: list = []  # (seconds, kernel) of precompiled kernels that took long to load
         self.triton_key_mismatches: list = []  # kernels whose worker-built binary is under another cache key
         self.triton_worker_seconds: collections.Counter[str] = collections.Counter()
+        self.triton_slowest_builds: list = []  # (seconds, kernel, config) of the slowest worker jobs
         self.matmul_choices: collections.Counter[str] = collections.Counter()
         self.tuning: collections.Counter[str] = collections.Counter()  # timed / shared / saved
         self.cudagraph_recordings = 0  # CUDA graphs recorded (mode="reduce-overhead"; time in seconds["cudagraph_record"])
@@ -114,6 +116,17 @@ class Stats:
         self.stages: collections.Counter[str] = collections.Counter()
         self.warm_cache: collections.Counter[str] = collections.Counter()  # hits, misses, stored, refused
         self._local = threading.local()
+
+    SLOWEST_BUILDS_KEPT = 8
+
+    def note_slow_build(self, seconds: float, kernel: str, config: dict) -> None:
+        """Keep the worker jobs that took longest (``triton_slowest_builds``)."""
+        builds = self.triton_slowest_builds
+        if len(builds) < self.SLOWEST_BUILDS_KEPT or seconds > builds[-1][0]:
+            summary = ",".join(f"{k}={v}" for k, v in sorted(config.items()) if not isinstance(v, (dict, list)))
+            builds.append((round(seconds, 3), kernel, summary))
+            builds.sort(key=lambda b: -b[0])
+            del builds[self.SLOWEST_BUILDS_KEPT:]
 
     @property
     def cache_hits(self) -> int:
@@ -181,6 +194,7 @@ class Stats:
             "kernel_cache_hits": self.kernel_cache_hits,
             "triton_precompiled": self.triton_precompiled,
             "triton_slow_loads": list(self.triton_slow_loads),
+            "triton_slowest_builds": list(self.triton_slowest_builds),
             "triton_key_mismatches": list(self.triton_key_mismatches),
             "triton_worker_seconds": {k: round(v, 3) for k, v in self.triton_worker_seconds.items()},
             "seconds": {k: round(v, 6) for k, v in self.seconds.items()},

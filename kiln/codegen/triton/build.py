@@ -3,13 +3,14 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import re
 
 from kiln.codegen.triton.kernel import fusable, generate_kernel
 from kiln.codegen.triton.launch import Launcher, candidate_configs
 from kiln.codegen.triton.matmul import MatmulKernel, generate_matmul
 from kiln.codegen.triton.matmul_launch import MatmulChoice, offline_configs
 from kiln.codegen.triton.precompile import precompile
-from kiln.codegen.triton.runtime import MODULE_HEADER, load_module, mark_built
+from kiln.codegen.triton.runtime import MODULE_HEADER, load_module, mark_built, module_path
 
 
 def can_fuse(options):
@@ -102,51 +103,76 @@ def module_source(kernels: dict) -> str:
 
 
 def load_kernels(kernels: dict, buffers: dict, options, interpret: bool) -> str:
-    """Load the kernels' module and give each kernel its launcher (``kernel.fn``); returns the source.
+    """Load the kernels and give each kernel its launcher (``kernel.fn``); returns the graph's kernel
+    source (``module_source``: what explain and the warm cache show and compare).
 
-    Kernels with the same code under different names (a model's repeated layers) share the first
-    one's Triton function, so they compile once and tune once. On the GPU, a module no process has
-    finished building (``runtime.mark_built``) is compiled ahead of its launches by the worker pool
-    (``precompile.py``)."""
+    Each distinct kernel body is a source file of its own, named by its content (``canonical_kernel``):
+    kernels with the same code -- a model's repeated layers, a forward's kernel again in its backward,
+    a backward compiled again with some gradients absent, another model or process -- share one Triton
+    function, so they compile once (Triton keys its binaries by the function's source, name and line)
+    and tune once. On the GPU, a kernel file no process has finished building (``runtime.mark_built``)
+    is compiled ahead of its launches by the worker pool (``precompile.py``). Launch-config choices are
+    saved per graph, beside ``module_path(source)`` (``<path>.tune.json``)."""
     source = module_source(kernels)
     if not kernels:
         return source
-    ns, path, fresh = load_module(source, options, interpret)
+    tune_path = module_path(source, options) + ".tune.json"
     tune = options.triton_autotune and not interpret
     leaders: dict = {}  # body key -> the first launcher of that code
+    namespaces: dict = {}  # body key -> the executed kernel file
+    fresh = []  # (launcher, kernel file, function name) of kernel files that still need building
     for k in kernels.values():
         key = _body_key(k)
         leader = leaders.get(key)
-        fn = leader.fn if leader is not None else ns[k.name]
-        dtypes = tuple(str(buffers[name].dtype) for name, _ in k.params)
+        if leader is not None:
+            fn = leader.fn
+        else:
+            name, kernel_source = canonical_kernel(k, key)
+            namespaces[key], path, unbuilt = load_module(kernel_source, options, interpret)
+            fn = namespaces[key][name]
+        dtypes = tuple(str(buffers[param].dtype) for param, _ in k.params)
         if isinstance(k, MatmulKernel):
             configs = offline_configs(k, options.triton_max_block)
             epilogue = kernels.get(k.epilogue_kernel)
             share = _share_key(key, dtypes, configs, _body_key(epilogue) if epilogue is not None else "")
-            k.fn = MatmulChoice(fn, k, epilogue, configs, None if interpret else path + ".tune.json",
+            k.fn = MatmulChoice(fn, k, epilogue, configs, None if interpret else tune_path,
                                 options.matmul_choice, interpret, options.triton_fast_launch, leader=leader,
                                 share_key=None if interpret else share)
         else:
             configs = candidate_configs(k, options.triton_max_block)  # (size-generic: per size bucket at run time)
-            k.fn = Launcher(fn, k, configs, path + ".tune.json" if tune else None,
+            k.fn = Launcher(fn, k, configs, tune_path if tune else None,
                             fast_launch=options.triton_fast_launch, leader=leader, max_block=options.triton_max_block,
                             share_key=_share_key(key, dtypes, configs, options.triton_max_block) if tune else None)
-        leaders.setdefault(key, k.fn)
+        if leader is None:
+            leaders[key] = k.fn
+            if unbuilt:
+                fresh.append((k.fn, path, name))
         if interpret and "kh.check_index(" in k.source:  # (on the GPU a failed check is a device-side assert)
-            k.checks_bounds, k.take_error = True, ns["kh"].take_index_error
+            k.checks_bounds, k.take_error = True, namespaces[key]["kh"].take_index_error
     if fresh and not interpret and options.compile_workers > 0:
-        static = [launcher for launcher in leaders.values() if not getattr(launcher.kernel, "size_args", None)]
-        precompile(_launches(static, buffers, path), options.compile_workers)
-        mark_built(path)
+        static = [f for f in fresh if not getattr(f[0].kernel, "size_args", None)]
+        precompile(_launches(static, buffers), options.compile_workers)
+        for _, path, _ in fresh:
+            mark_built(path)
     return source
 
 
-def _launches(distinct, buffers: dict, path: str):
-    """(jit function, source path, kernel name, argument dtypes, meta) of each launch config the
+def canonical_kernel(k, body_key: str) -> tuple[str, str]:
+    """(function name, file source) of a kernel as it is loaded: its code without comments under a
+    name made from its own name's ops and a hash of its code, so equal code gives an equal file (and
+    the profiler shows a name that says what the kernel fuses)."""
+    stem = re.sub(r"_\d+$", "", k.name)
+    name = f"{stem}_{hashlib.sha256(body_key.encode()).hexdigest()[:10]}"
+    lines = [line for line in k.source.splitlines() if not line.lstrip().startswith("#")]
+    return name, MODULE_HEADER + "\n\n" + "\n".join(lines).replace(k.name, name) + "\n"
+
+
+def _launches(distinct, buffers: dict):
+    """(jit function, kernel file, function name, argument dtypes, meta) of each launch config the
     distinct kernels may use: the chosen one, or every candidate that the first call will time."""
-    for launcher in distinct:
+    for launcher, path, name in distinct:
         k = launcher.kernel
-        dtypes = [buffers[name].dtype for name, _ in k.params]
+        dtypes = [buffers[param].dtype for param, _ in k.params]
         if isinstance(launcher, MatmulChoice):
             if launcher.picked == "library":
                 continue
@@ -155,7 +181,7 @@ def _launches(distinct, buffers: dict, path: str):
         else:
             metas = [cfg.kwargs() for cfg in ([launcher.config] if launcher.config is not None else launcher.configs)]
         for meta in metas:
-            yield launcher.fn, path, k.name, dtypes, meta
+            yield launcher.fn, path, name, dtypes, meta
 
 
 def _share_key(body_key: str, *more) -> str:

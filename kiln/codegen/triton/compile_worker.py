@@ -56,8 +56,8 @@ def ready() -> bool:
 
 def compile_job(path, name, signature, constexprs, attrs, options, target, environment=None, launcher=True):
     """Compile kernel ``name`` of the source file ``path`` into Triton's cache: ``(cache hash, None,
-    seconds)``, or ``(None, error, seconds)``; ``seconds``: {"compile": Triton's compiler, "launcher": the C
-    launcher's build}.
+    seconds)``, or ``(None, error, seconds)``; ``seconds``: {"load": executing the module's source (once per
+    module and worker), "compile": Triton's compiler, "launcher": the C launcher's build}.
 
     ``environment``: the parent's Triton environment when it sent the job (``triton_environment()``;
     None: leave this process's as it is). Everything in Triton's cache key must be the parent's, or the
@@ -68,18 +68,34 @@ def compile_job(path, name, signature, constexprs, attrs, options, target, envir
     if environment is not None:
         adopt_environment(environment)
     start = time.perf_counter()
+    loaded = start
     try:
         import triton
         from triton.compiler import ASTSource
 
-        ns = _runtime().load_module_file(path, interpret=False)
+        ns = _module(path)
+        loaded = time.perf_counter()
         compiled = triton.compile(ASTSource(ns[name], signature, constexprs, attrs), target=target, options=options)
     except Exception as exc:  # noqa: BLE001 -- reported by the launch, which compiles it again
-        return None, f"{type(exc).__name__}: {str(exc)[:300]}", {"compile": time.perf_counter() - start}
+        return None, f"{type(exc).__name__}: {str(exc)[:300]}", {"load": loaded - start,
+                                                                 "compile": time.perf_counter() - loaded}
     built = time.perf_counter()
     if launcher:  # (False: another job of the batch builds the same launcher: launcher_key)
         build_launcher(compiled, target)
-    return compiled.hash, None, {"compile": built - start, "launcher": time.perf_counter() - built}
+    return compiled.hash, None, {"load": loaded - start, "compile": built - loaded,
+                                 "launcher": time.perf_counter() - built}
+
+
+_MODULES: dict = {}  # source path -> its executed namespace (a module's jobs come to a worker one after another)
+
+
+def _module(path: str) -> dict:
+    ns = _MODULES.get(path)
+    if ns is None:
+        if len(_MODULES) > 64:
+            _MODULES.clear()
+        ns = _MODULES[path] = _runtime().load_module_file(path, interpret=False)
+    return ns
 
 
 # What Triton reads from the environment when it compiles (its knobs: TRITON_*, and older names such as

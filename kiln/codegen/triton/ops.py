@@ -302,7 +302,17 @@ class TritonOps(OpsHandler):
     def masked(self, mask, body, other):
         """``body()`` with every load under ``mask`` too, then ``tl.where(mask, value, other)``."""
         outer_cse = self.cse
-        self.cse = dict(self.cse)  # values loaded under the mask are not valid outside it
+        # Values loaded under the mask are not valid outside it, but they are under the same masks later
+        # in the same code (a ``cat`` read again by each of several fused outputs: RoPE's rotate_half for
+        # every head group loaded and took cos/sin of the same elements each time): one scope per mask
+        # stack, kept in the enclosing scope's table and refreshed with what it learned since.
+        scope = ("masked", self.after_reduction, *(m.name for m in self.masks), mask.name)
+        inner = outer_cse.get(scope)
+        if inner is None:
+            inner = outer_cse[scope] = {}
+        inner.update(outer_cse)
+        del inner[scope]
+        self.cse = inner
         self.masks.append(mask)
         try:
             value = body()

@@ -178,6 +178,21 @@ def launch_job(jit_fn, path: str, name: str, dtypes, meta: dict):
     return (path, name, signature, constexprs, attrs, dict(options.__dict__), target, environment)
 
 
+def _expected_cost(launch) -> tuple:
+    """Longer kernel files with larger blocks compile longer: the pool takes them first, so that the
+    last job to finish is a short one (a batch waits for its slowest job)."""
+    _, path, _, _, meta = launch
+    try:
+        size = os.path.getsize(path)
+    except OSError:
+        size = 0
+    blocks = 1
+    for key, value in meta.items():
+        if key.endswith("BLOCK") and isinstance(value, int):
+            blocks *= value
+    return size, blocks, meta.get("num_warps", 4)
+
+
 SLOW_LOAD_S = 0.2  # loading a worker-built binary takes milliseconds; longer means it was compiled here
 
 
@@ -188,7 +203,7 @@ def precompile(launches, workers: int) -> int:
     compile_worker.refresh_ptxas_version()  # key with the ptxas the environment names now, as the workers do
     jobs = []
     launchers = set()  # one job per launcher builds it (workers running at once built the same one each)
-    for fn, path, name, dtypes, meta in launches:
+    for fn, path, name, dtypes, meta in sorted(launches, key=_expected_cost, reverse=True):
         job = launch_job(fn, path, name, dtypes, meta)
         if job is not None:
             key = compile_worker.launcher_key(job[2])
@@ -208,6 +223,7 @@ def precompile(launches, workers: int) -> int:
                 stats.triton_worker_seconds["jobs"] += 1
                 stats.triton_worker_seconds["slowest"] = max(stats.triton_worker_seconds["slowest"],
                                                              sum(seconds.values()))
+                stats.note_slow_build(sum(seconds.values()), job[1], meta)
             if not isinstance(result, tuple) or result[0] is None:
                 continue  # the worker failed: the first launch compiles it and reports why
             expected = compile_worker.cache_hash(fn, *job[2:7])

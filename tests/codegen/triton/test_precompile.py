@@ -24,6 +24,36 @@ def test_identical_kernels_share_one_function():
     assert second.fn.fn is first.fn.fn and second.fn.leader is first.fn
 
 
+def test_identical_kernels_of_different_graphs_share_one_kernel_file():
+    # a backward compiled again with an absent gradient, or a model's forward compiled twice, repeats most
+    # kernels of an earlier graph: each distinct body is one file named by its content, so Triton (which keys
+    # binaries by a function's source, name and line) compiles it once
+    from kiln.codegen.triton.build import _body_key, canonical_kernel
+
+    def f(x):
+        return torch.relu(torch.softmax(x, -1) * 2)
+
+    def g(x, y):  # the same kernel, then one more
+        return torch.relu(torch.softmax(x, -1) * 2), torch.sigmoid(y)
+
+    (first,) = check(f, torch.randn(4, 16)).kernels.values()
+    again, other = check(g, torch.randn(4, 16), torch.randn(4, 16)).kernels.values()
+    assert again.fn.fn is first.fn.fn and other.fn.fn is not first.fn.fn
+    name, source = canonical_kernel(first, _body_key(first))
+    assert first.fn.fn.__name__ == name and name.startswith(first.name.rsplit("_", 1)[0] + "_")
+    assert first.name not in source and f"def {name}(" in source
+    assert not [line for line in source.splitlines()[2:] if line.lstrip().startswith("#")]  # (no comments)
+
+
+def test_slowest_builds_are_kept_in_order():
+    stats.reset()
+    for seconds, name in [(0.5, "a"), (3.0, "b"), (1.0, "c")] + [(0.1, f"k{i}") for i in range(10)]:
+        stats.note_slow_build(seconds, name, {"XBLOCK": 64, "num_warps": 4})
+    builds = stats.triton_slowest_builds
+    assert [b[1] for b in builds[:3]] == ["b", "c", "a"] and len(builds) == stats.SLOWEST_BUILDS_KEPT
+    assert builds[0][2] == "XBLOCK=64,num_warps=4"
+
+
 def test_different_kernels_keep_their_own_function():
     def f(x, y):
         return torch.softmax(x, -1), torch.relu(y) + 1
