@@ -29,7 +29,7 @@ from kiln.backends.registry import register_backend
 from kiln.backends.warm_cache import WarmStart
 from kiln.codegen.cpp.build import load_library
 from kiln.codegen.cudagraphs import CudaGraphRunner
-from kiln.codegen.triton.precompile import wait_for_prewarm, warm_pool
+from kiln.codegen.triton.precompile import batched, wait_for_prewarm, warm_pool
 from kiln.codegen.triton.runtime import triton_available
 from kiln.codegen.wrapper_runtime import INPLACE_FLAG, tensor_call
 from kiln.debug.stats import stats, time_first_call
@@ -498,8 +498,9 @@ def _kiln_backend(gm, example_inputs, options=None):
     table = decomposition_table()
     try:
         try:
-            runtime = aot_compile(gm, example_inputs, compiler.role("forward"), compiler.role("backward"),
-                                  options=options, decompositions=table)
+            with _kernel_builds_batched(target):
+                runtime = aot_compile(gm, example_inputs, compiler.role("forward"), compiler.role("backward"),
+                                      options=options, decompositions=table)
         except JointUnsupported as exc:
             # the captured graph runs op by op under autograd (backends/aot_eager.py says why not
             # the functionalized ATen forward)
@@ -521,6 +522,14 @@ def _kiln_backend(gm, example_inputs, options=None):
         outer = _gpu_runtime(runtime, gm, options)
         return race(gm, example_inputs, outer, options, warm, graph_candidate(outer, runtime, options))
     return race(gm, example_inputs, _timed(runtime), options, warm)
+
+
+def _kernel_builds_batched(target: str):
+    """On the GPU, the graphs of one compile (a training graph's forward and backward) hand their new
+    Triton kernels to the workers and wait for them together, at the end (``precompile.batched``)."""
+    import contextlib
+
+    return batched() if target == "triton" else contextlib.nullcontext()
 
 
 def _timed(runtime):

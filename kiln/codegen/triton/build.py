@@ -10,7 +10,7 @@ from kiln.codegen.triton.launch import Launcher, candidate_configs
 from kiln.codegen.triton.matmul import MatmulKernel, generate_matmul
 from kiln.codegen.triton.matmul_launch import MatmulChoice, offline_configs
 from kiln.codegen.triton.precompile import precompile
-from kiln.codegen.triton.runtime import MODULE_HEADER, load_module, mark_built, module_path
+from kiln.codegen.triton.runtime import MODULE_HEADER, load_module, module_path
 
 
 def can_fuse(options):
@@ -151,9 +151,7 @@ def load_kernels(kernels: dict, buffers: dict, options, interpret: bool) -> str:
             k.checks_bounds, k.take_error = True, namespaces[key]["kh"].take_index_error
     if fresh and not interpret and options.compile_workers > 0:
         static = [f for f in fresh if not getattr(f[0].kernel, "size_args", None)]
-        precompile(_launches(static, buffers), options.compile_workers)
-        for _, path, _ in fresh:
-            mark_built(path)
+        precompile(list(_launches(static, buffers)), options.compile_workers, built=[path for _, path, _ in fresh])
     return source
 
 

@@ -121,7 +121,59 @@ def _clamp(v, lo, hi):
 
 def candidate_configs(kernel, max_block: int = 0) -> list[LaunchConfig]:
     """Configs to try for ``kernel``, the heuristic's pick first. ``max_block`` (> 0) caps XBLOCK and a
-    looped kernel's RBLOCK (tests use it to exercise masks and loops with small shapes)."""
+    looped kernel's RBLOCK (tests use it to exercise masks and loops with small shapes). Configs whose
+    build would take long for a kernel this large are left out or made smaller (``within_build_budget``)."""
+    return within_build_budget(kernel, _candidate_configs(kernel, max_block))
+
+
+# Triton unrolls a kernel's body over the elements each thread holds, so its build time grows with
+# statements x elements per thread: a GPT-2 backward kernel of 290 statements (the residual stream's
+# gradient through 12 layers: 101 inputs, 37 outputs) took 29 s to build with 64 elements per thread,
+# a training graph's build waiting for it. Configs above this product are dropped; the heuristic's
+# pick is shrunk below it (memory-bound kernels this large lose little with fewer elements per thread).
+BUILD_BUDGET = 3072
+
+
+def build_cost(kernel) -> int:
+    """A kernel's statements (its source lines that are not comments)."""
+    source = getattr(kernel, "source", "")  # (stand-ins in tests have none)
+    return sum(1 for line in source.splitlines() if line.strip() and not line.lstrip().startswith("#"))
+
+
+def per_thread(cfg: LaunchConfig) -> int:
+    """Elements of the block each thread holds."""
+    return max(1, cfg.XBLOCK * max(cfg.RBLOCK, 1) * max(cfg.YBLOCK, 1) // (32 * cfg.num_warps))
+
+
+def within_build_budget(kernel, configs: list[LaunchConfig]) -> list[LaunchConfig]:
+    cost = build_cost(kernel)
+    kept = [cfg for cfg in configs if per_thread(cfg) * cost <= BUILD_BUDGET]
+    if not configs or configs[0] in kept:
+        return kept
+    return list(dict.fromkeys([_shrunk(kernel, configs[0], cost)] + kept))
+
+
+def _shrunk(kernel, cfg: LaunchConfig, cost: int) -> LaunchConfig:
+    """``cfg`` with more warps, then smaller blocks, until it fits ``BUILD_BUDGET`` (or nothing is left
+    to shrink: a persistent reduction keeps its whole row)."""
+    xb, rb, warps, yb = cfg.XBLOCK, cfg.RBLOCK, cfg.num_warps, cfg.YBLOCK
+    while per_thread(LaunchConfig(xb, rb, warps, yb)) * cost > BUILD_BUDGET:
+        if warps < 8 and xb * max(rb, 1) * max(yb, 1) >= 64 * warps:
+            warps *= 2
+        elif yb and max(xb, yb) > 16:  # tiled: the longer side (both stay long enough to coalesce)
+            xb, yb = (xb // 2, yb) if xb >= yb else (xb, yb // 2)
+        elif kernel.style == "looped" and rb > 256:
+            rb //= 2
+        elif xb > (1 if rb else 128):  # (a pointwise block stays a few warps wide)
+            xb //= 2
+        elif rb and warps < 16:
+            warps *= 2
+        else:
+            break
+    return LaunchConfig(xb, rb, warps, yb)
+
+
+def _candidate_configs(kernel, max_block: int = 0) -> list[LaunchConfig]:
     cap = max_block or (1 << 30)
     x = kernel.xnumel
     if kernel.style == "tiled" and getattr(kernel, "row_tiles", False):  # long x rows, few of them a tile

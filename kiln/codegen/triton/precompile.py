@@ -18,6 +18,7 @@ reports its error there, with the launch's context).
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import subprocess
@@ -26,6 +27,7 @@ import threading
 import time
 
 from kiln.codegen.triton import compile_worker
+from kiln.codegen.triton.runtime import mark_built
 from kiln.debug.stats import stats
 
 
@@ -196,9 +198,31 @@ def _expected_cost(launch) -> tuple:
 SLOW_LOAD_S = 0.2  # loading a worker-built binary takes milliseconds; longer means it was compiled here
 
 
-def precompile(launches, workers: int) -> int:
-    """Compile ``launches`` -- (jit function, source path, kernel name, argument dtypes, meta) -- in the
-    worker pool, then warm each in this process. Returns how many were compiled by workers."""
+_BATCH = threading.local()  # .pending: finishers of the batch open on this thread (batched)
+
+
+@contextlib.contextmanager
+def batched():
+    """Within the block, ``precompile`` submits its jobs and returns; the block's end waits for all of
+    them. A training graph's backward is traced, lowered and generated while the workers build the
+    forward's kernels, and both graphs wait for one slowest job instead of one each. Nested blocks
+    belong to the outermost."""
+    if getattr(_BATCH, "pending", None) is not None:
+        yield
+        return
+    _BATCH.pending = []
+    try:
+        yield
+    finally:
+        pending, _BATCH.pending = _BATCH.pending, None
+        for finish in pending:
+            finish()
+
+
+def precompile(launches, workers: int, built=()) -> None:
+    """Compile ``launches`` -- (jit function, kernel file, function name, argument dtypes, meta) -- in
+    the worker pool, then warm each in this process and mark the kernel files ``built`` as built
+    (``runtime.mark_built``): now, or at the end of the enclosing ``batched`` block."""
     wait_for_prewarm()
     compile_worker.refresh_ptxas_version()  # key with the ptxas the environment names now, as the workers do
     jobs = []
@@ -209,10 +233,25 @@ def precompile(launches, workers: int) -> int:
             key = compile_worker.launcher_key(job[2])
             jobs.append(((fn, dtypes, meta), job + (key not in launchers,)))
             launchers.add(key)
+    boxes = [pool(workers).submit("compile_job", *job) for _, job in jobs] if jobs else []
+
+    def finish():
+        _finish(jobs, boxes)
+        for path in built:
+            mark_built(path)
+
+    pending = getattr(_BATCH, "pending", None)
+    if pending is not None:
+        pending.append(finish)
+    else:
+        finish()
+
+
+def _finish(jobs, boxes) -> None:
+    """Wait for the jobs' results, then load each compiled kernel here (``JITFunction.warmup``)."""
     if not jobs:
-        return 0
+        return
     with stats.timed("triton compile (workers)"):
-        boxes = [pool(workers).submit("compile_job", *job) for _, job in jobs]
         results = [_result(box) for box in boxes]
     done = 0
     with stats.timed("triton load"):
@@ -240,4 +279,3 @@ def precompile(launches, workers: int) -> int:
             if took > SLOW_LOAD_S:  # a load that compiled after all (Triton's cache missed the worker's binary)
                 stats.triton_slow_loads.append((round(took, 3), getattr(fn, "__name__", str(fn))))
     stats.triton_precompiled += done
-    return done

@@ -202,3 +202,26 @@ def test_size_generic_kernel_called_again_at_the_same_sizes_without_a_fast_launc
     f = kiln.compile(lambda x: x[x > 0] * 2, options={"cpu_codegen": "triton", "choose_faster": False})
     for _ in range(3):
         assert torch.equal(f(x), x[x > 0] * 2)
+
+
+def _kernel_of(style, statements, xnumel, rnumel=0, ynumel=1, **more):
+    source = "@jit\ndef k(in_ptr0, XBLOCK: tl.constexpr):\n" + "".join(f"    tmp{i} = tmp0 + 1\n"
+                                                                           for i in range(statements))
+    return SimpleNamespace(**{"style": style, "source": source, "xnumel": xnumel, "rnumel": rnumel,
+                              "ynumel": ynumel, "row_tiles": False, "column": False, **more})
+
+
+def test_large_kernels_build_with_fewer_elements_per_thread():
+    # a 290-statement tiled kernel (GPT-2's residual-stream gradient through 12 layers) built for 29 s with
+    # 64 elements per thread: every config it may launch fits the build budget, the heuristic's pick first
+    from kiln.codegen.triton.launch import BUILD_BUDGET, build_cost, candidate_configs, per_thread
+
+    big = _kernel_of("tiled", 290, xnumel=768, ynumel=4096, row_tiles=True)
+    configs = candidate_configs(big)
+    assert configs and all(per_thread(c) * build_cost(big) <= BUILD_BUDGET for c in configs)
+    assert configs[0].YBLOCK and configs[0].XBLOCK >= 16 and configs[0].YBLOCK >= 1
+    small = _kernel_of("tiled", 20, xnumel=768, ynumel=4096, row_tiles=True)  # small kernels: unchanged
+    assert candidate_configs(small)[0] == LaunchConfig(1024, 0, 8, 2) and len(candidate_configs(small)) > 3
+    row = _kernel_of("persistent", 400, xnumel=4096, rnumel=768)  # a persistent reduction keeps its whole row
+    (first, *_) = candidate_configs(row)
+    assert first.RBLOCK == 1024 and per_thread(first) * build_cost(row) <= BUILD_BUDGET

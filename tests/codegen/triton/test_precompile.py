@@ -277,3 +277,30 @@ def test_one_job_per_launcher_builds_it(monkeypatch):
     launches = [(None, "m.py", f"k{i}", (), {"XBLOCK": xb}) for i in range(2) for xb in (64, 128)]
     precompile.precompile(launches, workers=2)
     assert [job[-1] for job in sent] == [True, False, False, False]
+
+
+def test_batched_precompiles_wait_at_the_end_of_the_block(monkeypatch):
+    # a training graph's backward is generated while the workers build the forward's kernels
+    import queue
+
+    boxes, marked = [], []
+
+    class Pool:
+        def submit(self, fn_name, *job):
+            boxes.append(queue.Queue(1))
+            return boxes[-1]
+
+    sig = {"in_ptr0": "*fp32", "XBLOCK": "constexpr"}
+    monkeypatch.setattr(precompile, "wait_for_prewarm", lambda: None)
+    monkeypatch.setattr(precompile, "pool", lambda workers: Pool())
+    monkeypatch.setattr(precompile, "mark_built", marked.append)
+    monkeypatch.setattr(precompile, "launch_job", lambda fn, path, name, dtypes, meta: (path, name, dict(sig), meta,
+                                                                                      {}, {}, None, {}))
+    with precompile.batched():
+        precompile.precompile([(None, "fwd.py", "k", (), {"XBLOCK": 64})], workers=2, built=["fwd.py"])
+        with precompile.batched():  # (nested: the outermost block waits)
+            precompile.precompile([(None, "bwd.py", "k", (), {"XBLOCK": 64})], workers=2, built=["bwd.py"])
+        assert len(boxes) == 2 and marked == []  # submitted, nothing waited for
+        for box in boxes:
+            box.put((None, "not compiled here", {"compile": 0.0}))
+    assert marked == ["fwd.py", "bwd.py"]
