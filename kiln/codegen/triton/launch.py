@@ -557,6 +557,7 @@ def _save_raw(path: str, name: str, value) -> None:
     data[name] = value
     tmp = None
     try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)  # (kernel files live elsewhere: build.load_kernels)
         fd, tmp = tempfile.mkstemp(suffix=".json", dir=os.path.dirname(path))
         with os.fdopen(fd, "w") as f:
             json.dump(data, f)
