@@ -16,6 +16,7 @@ from kiln.codegen.common import error_locations, index_error_message, print_inde
 from kiln.codegen.wrapper_runtime import (EXTERN_ARGUMENT_ADAPTERS, INPLACE_FLAG, WRAPPER_HELPERS,  # noqa: F401
                                          Wrapper, ensure_layout, pointer_call, tensor_call)
 from kiln.loopir.nodes import ComputedBuffer, ConstantBuffer, ExternOutput, InputBuffer, Stored
+from kiln.loopir.sizes import derived_values
 from kiln.schedule.scheduler import ExternStep, Schedule
 
 
@@ -59,11 +60,17 @@ class WrapperGen:
             if isinstance(n, sympy.Symbol) and n not in bound:
                 bound.add(n)
                 lines.append(f"{n.name} = {name}")
+                if n in self.symbols:  # (a kernel takes it)
+                    lines.append(f"check_int64({n.name}, {name!r})")
         for b in self.lg.inputs:
             for d, n in enumerate(b.size):
                 if isinstance(n, sympy.Symbol) and n not in bound:
                     bound.add(n)
                     lines.append(f"{n.name} = {b.name}.size({d})")
+        for v, expr in derived_values().items():  # values the kernels read, in Python's ints (exact_value)
+            if v in self.symbols:
+                bound.add(v)
+                lines.append(f"{v.name} = check_int64({print_index_py(expr)}, {str(expr)!r})")
         return lines, bound
 
     def const(self, value, hint: str) -> str:

@@ -72,8 +72,25 @@ EXTERN_ARGUMENT_ADAPTERS = {
 
 
 # the names every wrapper's namespace starts with (the warm cache stores them by name)
+def check_int64(value: int, what: str) -> int:
+    """A number the wrapper hands to kernels (a value computed from sizes and int arguments, or an int
+    argument), which take 64-bit signed ints. Outside that range eager PyTorch raises OverflowError for a
+    number beyond 64 bits, as this does; one in [2**63, 2**64) eager wraps (integer tensors) or converts
+    (floating ones): refused here too, with why."""
+    if -(1 << 63) <= value < (1 << 63):
+        return value
+    if value >= 1 << 64:
+        raise OverflowError(f"int too big to convert ({what} = {value})")
+    if value < 0:
+        raise OverflowError(f"can't convert negative int to unsigned ({what} = {value})")
+    raise OverflowError(f"{what} = {value} is above 2**63 - 1: the compiled graph's kernels take it as a 64-bit "
+                        "signed int (eager PyTorch wraps it for integer tensors); compute it outside the "
+                        "compiled function or keep it below 2**63")
+
+
 WRAPPER_HELPERS = {"empty_strided": torch.empty_strided, "ensure_layout": ensure_layout, "torch": torch,
-                   "aligned_attention_bias": aligned_attention_bias, "IndexOutOfBoundsError": IndexOutOfBoundsError}
+                   "aligned_attention_bias": aligned_attention_bias, "IndexOutOfBoundsError": IndexOutOfBoundsError,
+                   "check_int64": check_int64}
 
 
 def pointer_call(fn: str, names: list[str], sizes=()) -> str:

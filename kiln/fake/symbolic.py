@@ -76,6 +76,9 @@ class ShapeEnv:
         self.unbacked: dict[sympy.Symbol, str] = {}  # u0, u1, ...: data-dependent sizes -> the op that made them
         self.nonzero_counts: dict = {}  # id(tensor) -> (tensor, its version, u): one count per mask (unbacked.py)
         self.unbacked_failed: str | None = None  # set where a fact about one was needed: trace again without them
+        # v0, v1, ...: numbers the kernels use as values, computed exactly by the wrapper (derived_value)
+        self.derived: dict[sympy.Symbol, sympy.Expr] = {}
+        self.derived_hints: dict[sympy.Symbol, int] = {}
 
     # ---- symbols -----------------------------------------------------------------------------
 
@@ -110,6 +113,21 @@ class ShapeEnv:
         self.origins[symbol] = origin
         return symbol
 
+    def derived_value(self, expr) -> sympy.Symbol:
+        """A symbol standing for ``expr``, a number over the size and int symbols that generated code
+        uses as a value (an operand of the graph's arithmetic, not an index): the wrapper computes it
+        with Python's ints and passes it to the kernels, whose 64-bit arithmetic would wrap where
+        Python's does not (``x + n * 6364136223846793005 % 2**32``). No fact is ever decided about it."""
+        expr = sympy.sympify(expr)
+        for symbol, known in self.derived.items():
+            if known == expr:
+                return symbol
+        symbol = sympy.Symbol(f"v{len(self.derived)}", integer=True)
+        self.derived[symbol] = expr
+        self.derived_hints[symbol] = self.size_hint(expr)
+        self.origins[symbol] = f"= {expr}"
+        return symbol
+
     UNBACKED_HINT = 8192  # what speed heuristics assume for an unbacked size (never a correctness decision)
 
     def heuristic_hint(self, expr) -> int:
@@ -141,6 +159,8 @@ class ShapeEnv:
 
     def size_hint(self, expr) -> int:
         value = sympy.sympify(expr).xreplace({s: sympy.Integer(h) for s, h in self.hints.items()})
+        if self.derived and not value.is_number:
+            value = value.xreplace({s: sympy.Integer(h) for s, h in self.derived_hints.items()})
         if self.is_unbacked(value):
             raise self.unbacked_error(f"the value of {expr}")
         if not value.is_number:
@@ -346,6 +366,7 @@ class ShapeEnv:
         """Symbols and guards, for explain()."""
         rows = [f"{s} = {self.origins.get(s) or '?'} (was {h}, >= {self.lower[s]})" for s, h in self.hints.items()]
         rows += [f"{s} = {origin} (data-dependent, >= {self.lower.get(s, '-inf')})" for s, origin in self.unbacked.items()]
+        rows += [f"{s} {self.origins[s]} (computed by the wrapper)" for s in self.derived]
         rows += [f"guard: {g.fact}" + (f"  # {g.where}" if g.where else "") for g in self.guards]
         return "\n".join(rows)
 

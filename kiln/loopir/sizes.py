@@ -139,6 +139,8 @@ def guard(fact) -> bool:
         return literal
     if _env is None:
         raise DynamicUnsupported(f"symbolic fact {fact} without a ShapeEnv")
+    if fact.free_symbols & getattr(_env, "derived", {}).keys():  # (values are never decided on: no guard for them)
+        raise DynamicUnsupported(f"a decision on a value computed from the sizes ({fact})")
     value = fact.xreplace({s: sympy.Integer(h) for s, h in _env.hints.items()})
     return _env.evaluate(fact, bool(value))
 
@@ -204,13 +206,30 @@ def used_size_symbols(source: str) -> list:
         return []
     import re
 
-    names = set(re.findall(r"\b[su]\d+\b", source))
-    return sorted((s for s in _size_symbols() if s.name in names), key=lambda s: (s.name[0] == "u", int(s.name[1:])))
+    names = set(re.findall(r"\b[suv]\d+\b", source))
+    return sorted((s for s in _size_symbols() if s.name in names), key=lambda s: ("suv".index(s.name[0]), int(s.name[1:])))
 
 
 def _size_symbols() -> list:
-    """The env's input size symbols (s0, ...) and unbacked sizes (u0, ...: read from ATen results)."""
-    return list(_env.hints) + list(getattr(_env, "unbacked", ()))
+    """The env's input size symbols (s0, ...), unbacked sizes (u0, ...: read from ATen results) and
+    values the wrapper computes (v0, ...: ``exact_value``)."""
+    return list(_env.hints) + list(getattr(_env, "unbacked", ())) + list(getattr(_env, "derived", ()))
+
+
+def exact_value(x):
+    """``x``, a number that generated code uses as a value (an operand of the graph's arithmetic, not an
+    index), as the kernels read it: an expression over the size and int symbols becomes a symbol the
+    wrapper computes with Python's ints (``ShapeEnv.derived_value``; a kernel's 64-bit arithmetic wraps
+    where Python's does not). A number, a bare symbol, or a static compile: ``x`` as it is."""
+    if not dynamic() or not isinstance(x, sympy.Basic) or x.is_number or x.is_Symbol:
+        return x
+    derive = getattr(_env, "derived_value", None)
+    return derive(x) if derive is not None else x
+
+
+def derived_values() -> dict:
+    """Symbol -> expression of the values the wrapper computes (``exact_value``), in order."""
+    return dict(getattr(_env, "derived", {})) if _env is not None else {}
 
 
 def broadcast_shapes(*shapes) -> tuple:
@@ -235,4 +254,5 @@ def broadcast_shapes(*shapes) -> tuple:
 
 def is_size_symbol(s) -> bool:
     """A symbol of the graph's ShapeEnv (not a loop variable)."""
-    return _env is not None and (s in _env.hints or s in getattr(_env, "unbacked", ()))
+    return _env is not None and (s in _env.hints or s in getattr(_env, "unbacked", ())
+                                 or s in getattr(_env, "derived", ()))

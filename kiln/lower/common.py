@@ -6,7 +6,7 @@ from typing import Callable, Sequence
 import sympy
 import torch
 
-from kiln.loopir.sizes import is_symbolic, shape_of, size, strides_of
+from kiln.loopir.sizes import exact_value, is_symbolic, shape_of, size, strides_of
 from kiln.loopir.nodes import Lazy, Stored, TensorValue
 from kiln.lower.graph import fake_val
 from kiln.lower.registry import Unlowerable
@@ -75,7 +75,9 @@ def value_loader(x, cdtype: torch.dtype, out_size) -> Callable:
 
     if isinstance(x, torch.SymInt):
         x = size(x)
-    if is_symbolic(x):  # a number computed from the size symbols: read as an index expression
+    if is_symbolic(x):  # a number computed from the size symbols: computed by the wrapper (exact_value)
+        x = exact_value(x)
+
         def symbolic(ops, index):
             return ops.index_expr(x, cdtype)
 
@@ -127,7 +129,9 @@ def constant_value(node, value) -> Lazy:
 
     if isinstance(value, torch.SymInt):
         value = size(value)
-    if is_symbolic(value):  # full(size, n) with n computed from the size symbols
+    if is_symbolic(value):  # full(size, n) with n computed from the size symbols (exact_value)
+        value = exact_value(value)
+
         def body(ops, index):
             return ops.index_expr(value, dtype)
     else:

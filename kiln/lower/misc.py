@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from kiln.loopir.sizes import is_symbolic, shape_of, size, strides_of
+from kiln.loopir.sizes import exact_value, is_symbolic, shape_of, size, strides_of
 from kiln.loopir.nodes import Lazy
 from kiln.lower.common import constant_value
 from kiln.lower.registry import Unlowerable, lowering
@@ -34,7 +34,7 @@ def lower_arange(g, node, start, end, step=1, **kwargs):
     if dtype.is_complex:
         raise Unlowerable("complex dtype")
 
-    start, step = size(start), size(step)  # ints, floats or size expressions (arange(s0, 2 * s0))
+    start, step = exact_value(size(start)), exact_value(size(step))  # ints, floats or size expressions
 
     def scalar(ops, v, as_float):
         if is_symbolic(v):

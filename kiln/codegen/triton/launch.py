@@ -338,7 +338,7 @@ class Launcher:
             if bucket is None:
                 bucket = self.buckets[key] = self._bucket(key, n, y, args)
             programs = _programs(n, y, bucket.config)
-            small = max(sizes) < INT32_LIMIT
+            small = all(-INT32_LIMIT <= s < INT32_LIMIT for s in sizes)  # (values the wrapper computes may be < 0)
             self._last_sizes, self._last = sizes, (bucket, programs, small, key)
         if bucket.fast is not None and small and bucket.fast(args, programs):
             return

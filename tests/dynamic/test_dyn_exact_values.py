@@ -1,0 +1,75 @@
+"""Numbers computed from size and int symbols that kernels use as values are computed by the wrapper in
+Python's ints (loopir.sizes.exact_value): a kernel's 64-bit arithmetic wrapped where Python's does not
+(``x + n * 6364136223846793005 % 2**32`` with a dynamic ``n`` returned another number for n = 5)."""
+import pytest
+import sympy
+import torch
+
+import kiln
+from kiln.api import config_of
+from kiln.fake.symbolic import ShapeEnv
+from kiln.loopir.sizes import DynamicUnsupported, guard, size_context
+
+BIG = 6364136223846793005  # (an LCG multiplier: n * BIG overflows 64 bits for every n >= 2)
+CODEGENS = ["cpp", "triton"]
+
+
+def _compile(f, codegen):
+    return kiln.compile(f, dynamic=True, options={"cpu_codegen": codegen, "dynamic_ints": True})
+
+
+def _graphs(compiled) -> int:
+    return sum(1 for r in config_of(compiled).compiler.records if r.graph is not None)
+
+
+@pytest.mark.parametrize("codegen", CODEGENS)
+def test_hash_like_arithmetic_of_an_int_argument(codegen):
+    def f(x, n):
+        return x + n * BIG % 2**32, x * (n * BIG // 2**40 % 1000) - n * n * n * n * n
+
+    c = _compile(f, codegen)
+    x = torch.arange(6, dtype=torch.int64)
+    for n in (3, 5, 11, 1009, 4999):  # (n**5 fits 64 bits up to 6208)
+        for got, want in zip(c(x, n), f(x, n)):
+            assert torch.equal(got, want), (n, got, want)
+    assert _graphs(c) == 1
+
+
+@pytest.mark.parametrize("codegen", CODEGENS)
+def test_values_from_sizes_in_full_and_arange(codegen):
+    def f(x):
+        n = x.shape[0]
+        start = n * BIG % 97
+        return torch.full((3,), n * BIG % 1009), torch.arange(start, start + 4) + x[:4].long()
+
+    c = _compile(f, codegen)
+    for n in (5, 7, 12):
+        x = torch.randint(0, 9, (n,))
+        for got, want in zip(c(x), f(x)):
+            assert torch.equal(got, want), (n, got, want)
+    assert _graphs(c) == 1
+
+
+def test_a_value_beyond_64_bits_raises_as_eager_does():
+    def f(x, n):
+        return x + (n - 2) * BIG * 4  # n = 3: about 2**64.5
+
+    c = _compile(f, "cpp")
+    x = torch.zeros(3, dtype=torch.int64)
+    assert torch.equal(c(x, 2), f(x, 2))
+    with pytest.raises(OverflowError, match="int too big to convert"):
+        f(x, 3)
+    with pytest.raises(OverflowError, match="int too big to convert"):
+        c(x, 3)
+
+
+def test_derived_values_are_symbols_the_wrapper_computes():
+    env = ShapeEnv()
+    s0 = env.create_symbol(5, "n")
+    expr = sympy.Mod(BIG * s0, 2**32)
+    v = env.derived_value(expr)
+    assert v.name == "v0" and env.derived_value(expr) is v  # (one symbol per expression)
+    assert env.size_hint(v + 1) == (5 * BIG) % 2**32 + 1  # heuristics see its exact value
+    assert "computed by the wrapper" in env.describe()
+    with size_context(env), pytest.raises(DynamicUnsupported):
+        guard(sympy.Gt(v, 3))  # no fact is ever decided about a value: no guard could check it
