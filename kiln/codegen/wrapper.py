@@ -16,7 +16,7 @@ from kiln.codegen.common import error_locations, index_error_message, print_inde
 from kiln.codegen.wrapper_runtime import (EXTERN_ARGUMENT_ADAPTERS, INPLACE_FLAG, WRAPPER_HELPERS,  # noqa: F401
                                          Wrapper, ensure_layout, pointer_call, tensor_call)
 from kiln.loopir.nodes import ComputedBuffer, ConstantBuffer, ExternOutput, InputBuffer, Stored
-from kiln.loopir.sizes import derived_values
+from kiln.loopir.sizes import derived_values, value_checks
 from kiln.schedule.scheduler import ExternStep, Schedule
 
 
@@ -71,6 +71,10 @@ class WrapperGen:
             if v in self.symbols:
                 bound.add(v)
                 lines.append(f"{v.name} = check_int64({print_index_py(expr)}, {str(expr)!r})")
+        for v, dtypes in value_checks().items():  # values converted as eager's full/fill_ do (checked_value)
+            if v in self.symbols:
+                for dtype in sorted(dtypes, key=str):
+                    lines.append(f"check_fits({v.name}, {self.const(dtype, 'dtype')})")
         return lines, bound
 
     def const(self, value, hint: str) -> str:

@@ -88,9 +88,27 @@ def check_int64(value: int, what: str) -> int:
                         "compiled function or keep it below 2**63")
 
 
+_C_TYPE_NAMES = {torch.int8: "int8_t", torch.uint8: "uint8_t", torch.int16: "int16_t", torch.int32: "int",
+                 torch.int64: "int64_t", torch.float16: "c10::Half", torch.bfloat16: "c10::BFloat16",
+                 torch.float32: "float", torch.float64: "double"}
+
+
+def check_fits(value: int, dtype: torch.dtype) -> None:
+    """Eager's check where ``full``, ``fill_`` and ``scalar_tensor`` convert a Python int to ``dtype``."""
+    if dtype == torch.bool or dtype.is_complex:
+        return
+    if dtype.is_floating_point:
+        fits = abs(value) <= torch.finfo(dtype).max
+    else:
+        info = torch.iinfo(dtype)
+        fits = info.min <= value <= info.max
+    if not fits:
+        raise RuntimeError(f"value cannot be converted to type {_C_TYPE_NAMES.get(dtype, dtype)} without overflow")
+
+
 WRAPPER_HELPERS = {"empty_strided": torch.empty_strided, "ensure_layout": ensure_layout, "torch": torch,
                    "aligned_attention_bias": aligned_attention_bias, "IndexOutOfBoundsError": IndexOutOfBoundsError,
-                   "check_int64": check_int64}
+                   "check_int64": check_int64, "check_fits": check_fits}
 
 
 def pointer_call(fn: str, names: list[str], sizes=()) -> str:

@@ -79,6 +79,7 @@ class ShapeEnv:
         # v0, v1, ...: numbers the kernels use as values, computed exactly by the wrapper (derived_value)
         self.derived: dict[sympy.Symbol, sympy.Expr] = {}
         self.derived_hints: dict[sympy.Symbol, int] = {}
+        self.value_checks: dict[sympy.Symbol, set] = {}  # a value's symbol -> dtypes it must fit (checked_value)
 
     # ---- symbols -----------------------------------------------------------------------------
 

@@ -227,6 +227,21 @@ def exact_value(x):
     return derive(x) if derive is not None else x
 
 
+def checked_value(x, dtype):
+    """``exact_value(x)`` for an op that converts the number to ``dtype`` as eager's ``full``, ``fill_`` and
+    ``scalar_tensor`` do, raising where it does not fit ("value cannot be converted to type int8_t
+    without overflow"): the wrapper checks it on each call (a constant is checked while tracing)."""
+    x = exact_value(x)
+    if dynamic() and isinstance(x, sympy.Symbol) and hasattr(_env, "value_checks"):
+        _env.value_checks.setdefault(x, set()).add(dtype)
+    return x
+
+
+def value_checks() -> dict:
+    """Symbol -> the dtypes its value must fit (``checked_value``)."""
+    return dict(getattr(_env, "value_checks", {})) if _env is not None else {}
+
+
 def derived_values() -> dict:
     """Symbol -> expression of the values the wrapper computes (``exact_value``), in order."""
     return dict(getattr(_env, "derived", {})) if _env is not None else {}

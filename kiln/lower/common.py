@@ -6,7 +6,7 @@ from typing import Callable, Sequence
 import sympy
 import torch
 
-from kiln.loopir.sizes import exact_value, is_symbolic, shape_of, size, strides_of
+from kiln.loopir.sizes import checked_value, exact_value, is_symbolic, shape_of, size, strides_of
 from kiln.loopir.nodes import Lazy, Stored, TensorValue
 from kiln.lower.graph import fake_val
 from kiln.lower.registry import Unlowerable
@@ -129,8 +129,8 @@ def constant_value(node, value) -> Lazy:
 
     if isinstance(value, torch.SymInt):
         value = size(value)
-    if is_symbolic(value):  # full(size, n) with n computed from the size symbols (exact_value)
-        value = exact_value(value)
+    if is_symbolic(value):  # full(size, n) with n computed from the size symbols (checked_value)
+        value = checked_value(value, dtype)
 
         def body(ops, index):
             return ops.index_expr(value, dtype)

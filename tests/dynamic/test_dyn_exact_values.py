@@ -73,3 +73,20 @@ def test_derived_values_are_symbols_the_wrapper_computes():
     assert "computed by the wrapper" in env.describe()
     with size_context(env), pytest.raises(DynamicUnsupported):
         guard(sympy.Gt(v, 3))  # no fact is ever decided about a value: no guard could check it
+
+
+@pytest.mark.parametrize("codegen", CODEGENS)
+def test_a_value_that_does_not_fit_the_dtype_raises_as_eager_does(codegen):
+    # eager's full / fill_ / scalar_tensor (where, clamp) convert the int with an overflow check; the
+    # kernels stored it wrapped (int8: 1000 -> -24) and where() returned x without a word
+    programs = [lambda x, s: torch.where(x > 0, x, s), lambda x, s: torch.full((3,), s, dtype=torch.int8) + x[:3],
+                lambda x, s: x.clamp(max=s), lambda x, s: x.half() + torch.full((2,), s * 1000, dtype=torch.half)[0]]
+    x = torch.ones(4, dtype=torch.int8)
+    for f in programs:
+        c = _compile(f, codegen)
+        for s in (3, 50):
+            assert torch.equal(c(x, s), f(x, s))
+        with pytest.raises(RuntimeError, match="without overflow"):
+            f(x, 1000)
+        with pytest.raises(RuntimeError, match="value cannot be converted to type (int8_t|c10::Half) without overflow"):
+            c(x, 1000)
