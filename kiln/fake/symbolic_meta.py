@@ -293,6 +293,13 @@ def unsqueeze(func, x, dim):
 
 def split_with_sizes(func, x, split_sizes, dim=0):
     dim = _dim(dim, x.dim())
+    # eager's checks (each a guard where the sizes are symbolic)
+    if any(n < 0 for n in split_sizes):
+        raise RuntimeError(f"split_with_sizes expects split_sizes have only non-negative entries, but got "
+                           f"split_sizes={[_hint(n) for n in split_sizes]}")
+    if sum(split_sizes) != x.shape[dim]:
+        raise RuntimeError(f"split_with_sizes expects split_sizes to sum exactly to {_hint(x.shape[dim])} (input "
+                           f"tensor's size at dimension {dim}), but got split_sizes={[_hint(n) for n in split_sizes]}")
     out, start = [], 0
     for n in split_sizes:
         out.append(slice_(func, x, dim, start, start + n))
@@ -303,6 +310,10 @@ def split_with_sizes(func, x, split_sizes, dim=0):
 def split(func, x, split_size, dim=0):
     dim = _dim(dim, x.dim())
     n = x.shape[dim]
+    if split_size < 0:  # eager's checks (guards where the sizes are symbolic)
+        raise RuntimeError(f"split expects split_size be non-negative, but got split_size={_hint(split_size)}")
+    if split_size == 0 and n != 0:
+        raise RuntimeError(f"split_size can only be 0 if dimension size is 0, but got dimension size of {_hint(n)}")
     if is_symbolic(split_size) or is_symbolic(n):
         # the number of chunks must be a Python int: it specializes the ratio
         chunks = int((n + split_size - 1) // split_size)
@@ -439,6 +450,8 @@ def arange(func, *args, dtype=None, layout=None, device=None, pin_memory=None):
         raise SymbolicShapeUnsupported(func, "arange with float bounds")
     _refuse_unbacked(*numbers)
     if isinstance(step, (int, torch.SymInt)) and step != 0:  # (a symbolic step: its sign is guarded)
+        if (end < start) if step > 0 else (end > start):  # eager's check (a guard on the bounds' order)
+            raise RuntimeError("upper bound and lower bound inconsistent with step sign")
         if step > 0:
             length = (end - start + step - 1) // step
         else:  # counting down: ceil((start - end) / -step) values

@@ -420,9 +420,20 @@ def _run_unbacked(func, args, kwargs):
         return unbacked_meta(func, args, kwargs, source)
 
 
+# In-place changes of a tensor's sizes or strides. On symbolic fakes they are refused (the frame is
+# compiled for the sizes seen): a graph input's symbols are read from the input itself, which the op
+# changes (``x.t_(); return x.shape`` returned the first call's sizes), and ``squeeze_`` of a meta alias
+# with symbolic sizes crashed the process.
+_METADATA_INPLACE = frozenset({"t_", "transpose_", "swapdims_", "swapaxes_", "unsqueeze_", "squeeze_",
+                               "as_strided_", "resize_", "resize_as_", "set_"})
+
+
 def _run_symbolic(func, args, kwargs):
     """The meta kernel (or kiln's rule, symbolic_meta.py) on plain meta aliases of symbolic fakes: a
     tensor with symbolic sizes would re-enter Python dispatch through torch's Python meta kernels."""
+    if getattr(getattr(func, "overloadpacket", None), "__name__", "") in _METADATA_INPLACE:
+        raise _refused(func, args, "an in-place change of a tensor's sizes or strides")
+
     def plain(x):
         return meta_alias(x) if isinstance(x, FakeTensor) else x
 
