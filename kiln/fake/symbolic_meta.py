@@ -151,6 +151,14 @@ def _exact_div(total, known):
         if not divides:
             raise RuntimeError(f"shape '[-1, ...]' is invalid for input of size {env.size_hint(t)}")
         return env.symint(FloorDiv(num, den))
+    floors = [f for f in k.atoms(FloorDiv) if f.args[1].is_Integer and int(f.args[1]) > 0]
+    if floors and all(env.size_hint(f.args[0]) % int(f.args[1]) == 0 for f in floors):
+        # x.view(x.shape[0] // 2, -1): where s0 is even (guarded), s0 // 2 is s0 / 2 and the ratio cancels
+        for f in floors:
+            env.evaluate(sympy.Eq(ModularIndexing(f.args[0], 1, f.args[1]), 0), True)
+        q = sympy.cancel(t / k.xreplace({f: f.args[0] / f.args[1] for f in floors}))
+        if q.is_Integer or q.is_integer or (q.free_symbols and sympy.fraction(sympy.together(q))[1] == 1):
+            return env.symint(q)
     raise SymbolicShapeUnsupported("view", f"cannot infer the -1 size: {t} / {k}")
 
 

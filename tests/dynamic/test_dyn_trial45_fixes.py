@@ -78,3 +78,19 @@ def test_split_sizes_from_sizes_are_checked(dynamic):
 
     check(lambda x, y: x.split(x.shape[0] - y.shape[0]), make, sizes, dynamic)
     check(lambda x, y: x.split([y.shape[0], x.shape[0] - y.shape[0]]), make, sizes[:4], dynamic)
+
+
+def test_view_by_half_the_batch_keeps_one_dynamic_graph():
+    # x.view(x.shape[0] // 2, -1): -1 is 3*s0 / FloorDiv(s0, 2), an integer where s0 is even (guarded): one
+    # dynamic graph for every even size (it compiled once per size); odd sizes raise or view as eager does
+    from kiln.api import config_of
+
+    def f(x):
+        return x.view(x.shape[0] // 2, -1) * 2
+
+    c = kiln.compile(f)
+    for n in (4, 6, 8, 10, 12, 14, 16, 18, 20, 22):
+        x = torch.randn(n, 3)
+        assert torch.equal(c(x), f(x))
+    assert sum(1 for r in config_of(c).compiler.records if r.graph is not None) == 2
+    check(f, lambda n: (torch.arange(n * 3.0).reshape(n, 3),), (5, 7, 24))
