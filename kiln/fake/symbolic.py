@@ -476,6 +476,12 @@ class SymNode:
         self.pytype = pytype
         self.hint = hint
 
+    @property
+    def _hint(self):
+        """The value at the hints, as torch's own SymNode caches it (``statically_known_true`` in torch's
+        Python meta kernels reads it: ``Tensor.unfold``'s backward failed without it)."""
+        return self.hint
+
     # what torch asks of every node
     def is_int(self) -> bool:
         return self.pytype is int
@@ -792,6 +798,14 @@ def symbolic_fake(real: torch.Tensor, env: ShapeEnv, name: str, dims, marked=Non
     if real.storage_offset() != 0 or tuple(real.stride()) != tuple(int(st) for st in contiguous_strides(sizes)):
         return None
     exprs: list = []
+    small = [d for d in marked if d < len(sizes) and sizes[d] < ShapeEnv.MIN_SIZE]
+    if small and env.specialization_error is None:  # (raised once the frame is traced: convert_frame)
+        d = small[0]
+        env.specialization_error = SpecializationError(
+            f"{name}.size({d}) was marked dynamic (kiln.mark_dynamic) but is {sizes[d]} here: sizes 0 and 1 are "
+            "always compiled as constants (broadcasting and empty tensors behave differently for them). Mark "
+            "the dim only on inputs where it is at least 2, or leave it unmarked (kiln then compiles a dynamic "
+            "graph once the size changes).")
     for d, n in enumerate(sizes):
         if d in dims and n >= ShapeEnv.MIN_SIZE:
             lo, hi = marked.get(d, (None, None))

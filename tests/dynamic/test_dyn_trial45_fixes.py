@@ -94,3 +94,27 @@ def test_view_by_half_the_batch_keeps_one_dynamic_graph():
         assert torch.equal(c(x), f(x))
     assert sum(1 for r in config_of(c).compiler.records if r.graph is not None) == 2
     check(f, lambda n: (torch.arange(n * 3.0).reshape(n, 3),), (5, 7, 24))
+
+
+def test_marking_a_size_one_dim_dynamic_is_an_error():
+    from kiln.fake.symbolic import SpecializationError
+
+    x = torch.randn(1, 3)
+    kiln.mark_dynamic(x, 0)
+    with pytest.raises(SpecializationError, match=r"size\(0\) was marked dynamic .* but is 1"):
+        kiln.compile(lambda t: t * 2)(x)
+
+
+def test_unfold_backward_with_symbolic_sizes_has_no_internal_error():
+    # torch's Python meta kernel read SymNode._hint ("'SymNode' object has no attribute '_hint'")
+    from kiln.debug.stats import stats
+
+    stats.reset()
+    f = kiln.compile(lambda x: x.unfold(0, 2, 1).pow(2).sum(), dynamic=True)
+    for n in (5, 6):
+        a = torch.randn(n, 4, requires_grad=True)
+        b = a.detach().clone().requires_grad_()
+        f(a).backward()
+        (b.unfold(0, 2, 1).pow(2).sum()).backward()
+        torch.testing.assert_close(a.grad, b.grad)
+    assert not any("_hint" in reason for reason in stats.dynamic_fallbacks), dict(stats.dynamic_fallbacks)
