@@ -16,7 +16,7 @@ from kiln.codegen.common import error_locations, index_error_message, print_inde
 from kiln.codegen.wrapper_runtime import (EXTERN_ARGUMENT_ADAPTERS, INPLACE_FLAG, WRAPPER_HELPERS,  # noqa: F401
                                          Wrapper, ensure_layout, pointer_call, tensor_call)
 from kiln.loopir.nodes import ComputedBuffer, ConstantBuffer, ExternOutput, InputBuffer, Stored
-from kiln.loopir.sizes import derived_values, value_checks
+from kiln.loopir.sizes import derived_values, shape_env, value_checks
 from kiln.schedule.scheduler import ExternStep, Schedule
 
 
@@ -70,7 +70,8 @@ class WrapperGen:
         for v, expr in derived_values().items():  # values the kernels read, in Python's ints (exact_value)
             if v in self.symbols:
                 bound.add(v)
-                lines.append(f"{v.name} = check_int64({print_index_py(expr)}, {str(expr)!r})")
+                wrap = ", wrap=True" if v in getattr(shape_env(), "wrapped", ()) else ""
+                lines.append(f"{v.name} = check_int64({print_index_py(expr)}, {str(expr)!r}{wrap})")
         for v, dtypes in value_checks().items():  # values converted as eager's full/fill_ do (checked_value)
             if v in self.symbols:
                 for dtype in sorted(dtypes, key=str):

@@ -72,13 +72,15 @@ EXTERN_ARGUMENT_ADAPTERS = {
 
 
 # the names every wrapper's namespace starts with (the warm cache stores them by name)
-def check_int64(value: int, what: str) -> int:
+def check_int64(value: int, what: str, wrap: bool = False) -> int:
     """A number the wrapper hands to kernels (a value computed from sizes and int arguments, or an int
     argument), which take 64-bit signed ints. Outside that range eager PyTorch raises OverflowError for a
-    number beyond 64 bits, as this does; one in [2**63, 2**64) eager wraps (integer tensors) or converts
-    (floating ones): refused here too, with why."""
+    number beyond 64 bits, as this does; one in [2**63, 2**64) eager wraps for integer arithmetic (``wrap``:
+    so does this) and converts exactly for floating arithmetic (refused here, with why)."""
     if -(1 << 63) <= value < (1 << 63):
         return value
+    if wrap and (1 << 63) <= value < (1 << 64):
+        return value - (1 << 64)
     if value >= 1 << 64:
         raise OverflowError(f"int too big to convert ({what} = {value})")
     if value < 0:

@@ -80,6 +80,7 @@ class ShapeEnv:
         self.derived: dict[sympy.Symbol, sympy.Expr] = {}
         self.derived_hints: dict[sympy.Symbol, int] = {}
         self.value_checks: dict[sympy.Symbol, set] = {}  # a value's symbol -> dtypes it must fit (checked_value)
+        self.wrapped: set = set()  # derived values read by integer arithmetic (derived_value's wrap)
 
     # ---- symbols -----------------------------------------------------------------------------
 
@@ -114,17 +115,19 @@ class ShapeEnv:
         self.origins[symbol] = origin
         return symbol
 
-    def derived_value(self, expr) -> sympy.Symbol:
+    def derived_value(self, expr, wrap: bool = False) -> sympy.Symbol:
         """A symbol standing for ``expr``, a number over the size and int symbols that generated code
         uses as a value (an operand of the graph's arithmetic, not an index): the wrapper computes it
         with Python's ints and passes it to the kernels, whose 64-bit arithmetic would wrap where
         Python's does not (``x + n * 6364136223846793005 % 2**32``). No fact is ever decided about it."""
         expr = sympy.sympify(expr)
         for symbol, known in self.derived.items():
-            if known == expr:
+            if known == expr and (symbol in self.wrapped) == wrap:
                 return symbol
         symbol = sympy.Symbol(f"v{len(self.derived)}", integer=True)
         self.derived[symbol] = expr
+        if wrap:  # (read by integer arithmetic: [2**63, 2**64) wraps to int64, as eager's Scalar does)
+            self.wrapped.add(symbol)
         self.derived_hints[symbol] = self.size_hint(expr)
         self.origins[symbol] = f"= {expr}"
         return symbol
@@ -798,14 +801,6 @@ def symbolic_fake(real: torch.Tensor, env: ShapeEnv, name: str, dims, marked=Non
     if real.storage_offset() != 0 or tuple(real.stride()) != tuple(int(st) for st in contiguous_strides(sizes)):
         return None
     exprs: list = []
-    small = [d for d in marked if d < len(sizes) and sizes[d] < ShapeEnv.MIN_SIZE]
-    if small and env.specialization_error is None:  # (raised once the frame is traced: convert_frame)
-        d = small[0]
-        env.specialization_error = SpecializationError(
-            f"{name}.size({d}) was marked dynamic (kiln.mark_dynamic) but is {sizes[d]} here: sizes 0 and 1 are "
-            "always compiled as constants (broadcasting and empty tensors behave differently for them). Mark "
-            "the dim only on inputs where it is at least 2, or leave it unmarked (kiln then compiles a dynamic "
-            "graph once the size changes).")
     for d, n in enumerate(sizes):
         if d in dims and n >= ShapeEnv.MIN_SIZE:
             lo, hi = marked.get(d, (None, None))

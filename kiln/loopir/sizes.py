@@ -216,15 +216,20 @@ def _size_symbols() -> list:
     return list(_env.hints) + list(getattr(_env, "unbacked", ())) + list(getattr(_env, "derived", ()))
 
 
-def exact_value(x):
+def exact_value(x, wrap: bool = False):
     """``x``, a number that generated code uses as a value (an operand of the graph's arithmetic, not an
     index), as the kernels read it: an expression over the size and int symbols becomes a symbol the
     wrapper computes with Python's ints (``ShapeEnv.derived_value``; a kernel's 64-bit arithmetic wraps
-    where Python's does not). A number, a bare symbol, or a static compile: ``x`` as it is."""
+    where Python's does not). ``wrap``: read by integer arithmetic, where eager wraps a number in
+    [2**63, 2**64) to int64 (a floating read refuses it: eager converts it exactly). A number, a bare
+    symbol, an expression of data-dependent sizes (bound after the op that makes them) or a static
+    compile: ``x`` as it is."""
     if not dynamic() or not isinstance(x, sympy.Basic) or x.is_number or x.is_Symbol:
         return x
+    if x.free_symbols & set(getattr(_env, "unbacked", ())):
+        return x
     derive = getattr(_env, "derived_value", None)
-    return derive(x) if derive is not None else x
+    return derive(x, wrap) if derive is not None else x
 
 
 def checked_value(x, dtype):

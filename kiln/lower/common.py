@@ -76,7 +76,7 @@ def value_loader(x, cdtype: torch.dtype, out_size) -> Callable:
     if isinstance(x, torch.SymInt):
         x = size(x)
     if is_symbolic(x):  # a number computed from the size symbols: computed by the wrapper (exact_value)
-        x = exact_value(x)
+        x = exact_value(x, wrap=not cdtype.is_floating_point)
 
         def symbolic(ops, index):
             return ops.index_expr(x, cdtype)
@@ -120,8 +120,11 @@ def make_pointwise(node, fn: Callable, inputs: Sequence, cdtype: torch.dtype | N
     return Lazy(size, out_dtype, val.device, body, 1 + cost_of(*inputs), origins_of(node, *inputs))
 
 
-def constant_value(node, value) -> Lazy:
-    """The node's value filled with the Python scalar ``value`` (full, zeros of an empty result, ...)."""
+def constant_value(node, value, checked: bool = False) -> Lazy:
+    """The node's value filled with the Python scalar ``value`` (full, zeros of an empty result, ...).
+    ``checked``: a symbolic value is checked to fit the dtype on each call, as eager's ``full`` (and the
+    ``fill_`` it decomposes to) checks it; ``scalar_tensor``, which kiln's decompositions also make for
+    ``n - x`` and ``where``, wraps as those ops do in eager."""
     val = fake_val(node)
     dtype = val.dtype
     if dtype.is_complex or isinstance(value, complex):
@@ -130,7 +133,7 @@ def constant_value(node, value) -> Lazy:
     if isinstance(value, torch.SymInt):
         value = size(value)
     if is_symbolic(value):  # full(size, n) with n computed from the size symbols (checked_value)
-        value = checked_value(value, dtype)
+        value = checked_value(value, dtype) if checked else exact_value(value, wrap=not dtype.is_floating_point)
 
         def body(ops, index):
             return ops.index_expr(value, dtype)

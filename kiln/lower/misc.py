@@ -13,7 +13,7 @@ aten = torch.ops.aten
 
 @lowering(aten.full.default)
 def lower_full(g, node, size, fill_value, **kwargs):
-    return constant_value(node, fill_value)
+    return constant_value(node, fill_value, checked=True)
 
 
 @lowering(aten.scalar_tensor.default)
@@ -35,6 +35,7 @@ def lower_arange(g, node, start, end, step=1, **kwargs):
         raise Unlowerable("complex dtype")
 
     start, step = exact_value(size(start)), exact_value(size(step))  # ints, floats or size expressions
+    # (arange checks its bounds in eager: a value beyond int64 is refused, not wrapped)
 
     def scalar(ops, v, as_float):
         if is_symbolic(v):

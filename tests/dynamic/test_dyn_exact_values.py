@@ -76,11 +76,10 @@ def test_derived_values_are_symbols_the_wrapper_computes():
 
 
 @pytest.mark.parametrize("codegen", CODEGENS)
-def test_a_value_that_does_not_fit_the_dtype_raises_as_eager_does(codegen):
-    # eager's full / fill_ / scalar_tensor (where, clamp) convert the int with an overflow check; the
-    # kernels stored it wrapped (int8: 1000 -> -24) and where() returned x without a word
-    programs = [lambda x, s: torch.where(x > 0, x, s), lambda x, s: torch.full((3,), s, dtype=torch.int8) + x[:3],
-                lambda x, s: x.clamp(max=s), lambda x, s: x.half() + torch.full((2,), s * 1000, dtype=torch.half)[0]]
+def test_full_checks_that_a_value_fits_the_dtype_as_eager_does(codegen):
+    # eager's full (and fill_) convert the int with an overflow check; the kernels stored it wrapped
+    programs = [lambda x, s: torch.full((3,), s, dtype=torch.int8) + x[:3],
+                lambda x, s: x.half() + torch.full((2,), s * 1000, dtype=torch.half)[0]]
     x = torch.ones(4, dtype=torch.int8)
     for f in programs:
         c = _compile(f, codegen)
@@ -90,3 +89,39 @@ def test_a_value_that_does_not_fit_the_dtype_raises_as_eager_does(codegen):
             f(x, 1000)
         with pytest.raises(RuntimeError, match="value cannot be converted to type (int8_t|c10::Half) without overflow"):
             c(x, 1000)
+
+
+@pytest.mark.parametrize("codegen", CODEGENS)
+def test_ops_that_wrap_in_eager_wrap_here_too(codegen):
+    # n - x and where() of a number convert it without a check in eager (int8 wraps, half overflows to inf)
+    programs = [(lambda x, n: n - x, torch.int8, 300), (lambda x, n: torch.where(x > 0, n * 1000, x), torch.half, 70),
+                (lambda x, n: x + n * 3, torch.int64, 2**62)]  # (the last: 2**63 + 2**62 wraps to int64)
+    for f, dtype, big in programs:
+        c = _compile(f, codegen)
+        for n in (3, 5, big):
+            x = torch.arange(4).to(dtype)
+            assert torch.equal(c(x, n), f(x, n)), (n, c(x, n), f(x, n))
+
+
+def test_a_value_above_int64_read_as_a_float_is_refused():
+    # eager converts 2**63 + 2**62 exactly for a float tensor; the kernels take int64: refused with why
+    c = _compile(lambda x, n: x + n * 3, "cpp")
+    x = torch.zeros(2)
+    assert torch.equal(c(x, 5), x + 15)
+    with pytest.raises(OverflowError, match="above 2\\*\\*63 - 1"):
+        c(x, 2**62)
+
+
+def test_numbers_of_data_dependent_sizes_stay_in_the_graph():
+    from kiln.debug.stats import stats
+
+    def f(x):
+        n = x.nonzero().shape[0]
+        return x * (n * 3 - 1)
+
+    stats.reset()
+    c = kiln.compile(f, dynamic=True)
+    for k in (2, 5):
+        x = torch.tensor([0.0, 1.0] * k)
+        assert torch.equal(c(x), f(x))
+    assert not stats.graph_breaks, dict(stats.graph_breaks)
