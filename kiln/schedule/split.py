@@ -19,7 +19,9 @@ from kiln.loopir.sizes import divides, is_symbolic, prod
 
 def refine(ranges: list[int], outer: list[int]) -> list[list[int]] | None:
     """Factors splitting each of ``ranges`` so that the split sizes begin with more of ``outer`` than
-    ``ranges`` does; None when splitting gains nothing."""
+    ``ranges`` does; None when splitting gains nothing (or a size is 0: an empty loop has nothing to split)."""
+    if any(not is_symbolic(n) and n == 0 for n in [*ranges, *outer]):
+        return None
     factors, i, matching = [], 0, True
     for n in ranges:
         fs = []

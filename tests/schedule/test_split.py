@@ -42,3 +42,19 @@ def test_split_buffer_computes_the_same_elements():
         out = torch.zeros(32 * 5)
         evaluate_buffer(b, {"src": src, "out": out})
         torch.testing.assert_close(out, src * 2)
+
+
+def test_refine_leaves_empty_loops_alone():
+    # a zero-length piece of split_with_sizes: n % 0 raised ZeroDivisionError in the scheduler
+    assert refine([0], [3, 0]) is None and refine([6], [0]) is None
+
+
+def test_zero_length_split_piece_end_to_end():
+    import kiln
+
+    def f(x):
+        return [t * 2 for t in x.split([3, 0, 7])]
+
+    x = torch.randn(10)
+    for got, want in zip(kiln.compile(f)(x), f(x)):
+        assert torch.equal(got, want)
