@@ -161,8 +161,7 @@ def canonical_kernel(k, body_key: str) -> tuple[str, str]:
     the profiler shows a name that says what the kernel fuses)."""
     stem = re.sub(r"_\d+$", "", k.name)
     name = f"{stem}_{hashlib.sha256(body_key.encode()).hexdigest()[:10]}"
-    lines = [line for line in k.source.splitlines() if not line.lstrip().startswith("#")]
-    return name, MODULE_HEADER + "\n\n" + "\n".join(lines).replace(k.name, name) + "\n"
+    return name, MODULE_HEADER + "\n\n" + _without_comments(k.source).replace(k.name, name) + "\n"
 
 
 def _launches(distinct, buffers: dict):
@@ -189,5 +188,8 @@ def _share_key(body_key: str, *more) -> str:
 
 def _body_key(k) -> str:
     """A kernel's code without its name and comments: equal for the same computation under another name."""
-    lines = [line for line in k.source.splitlines() if not line.lstrip().startswith("#")]
-    return "\n".join(lines).replace(k.name, "KERNEL")
+    return _without_comments(k.source).replace(k.name, "KERNEL")
+
+
+def _without_comments(source: str) -> str:
+    return "\n".join(line for line in source.splitlines() if not line.lstrip().startswith("#"))
