@@ -233,8 +233,8 @@ def exact_value(x, wrap: bool = False):
 
 
 def checked_value(x, dtype):
-    """``exact_value(x)`` for an op that converts the number to ``dtype`` as eager's ``full``, ``fill_`` and
-    ``scalar_tensor`` do, raising where it does not fit ("value cannot be converted to type int8_t
+    """``exact_value(x)`` for an op that converts the number to ``dtype`` as eager's ``full`` (and the
+    ``fill_`` that decomposes to it) does, raising where it does not fit ("value cannot be converted to type int8_t
     without overflow"): the wrapper checks it on each call (a constant is checked while tracing)."""
     x = exact_value(x)
     if dynamic() and isinstance(x, sympy.Symbol) and hasattr(_env, "value_checks"):
