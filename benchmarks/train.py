@@ -212,18 +212,27 @@ def saved_bytes(step: Step) -> int:
     return total
 
 
+def _fixed_bytes(step: Step) -> int:
+    """Bytes of what every runner holds alike: parameters, buffers, optimizer state and the inputs."""
+    tensors = list(step.model.parameters()) + list(step.model.buffers()) + list(step.args) + list(step.kwargs.values())
+    tensors += [v for state in step.opt.state.values() for v in state.values()]
+    storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes()
+                for t in tensors if isinstance(t, torch.Tensor) and t.is_cuda}
+    return sum(storages.values())
+
+
 def peak_bytes(step: Step, device: str) -> int:
-    """Peak bytes allocated during one step above what was allocated before it (grads, activations,
-    temporaries; parameters and optimizer state excluded). CUDA: the caching allocator's counters;
-    CPU: the profiler's allocation events (their running total), so kiln's generated code counts too."""
+    """Peak bytes allocated during one step beyond parameters, buffers, optimizer state and inputs (grads,
+    activations, temporaries, and memory a runner keeps between steps: kiln's CUDA-graph pools, whose
+    activations stay allocated). CUDA: the caching allocator's counters; CPU: the profiler's allocation
+    events (their running total), so kiln's generated code counts too."""
     step.opt.zero_grad(set_to_none=True)
     if device == "cuda":
         _sync(device)
-        base = torch.cuda.memory_allocated()
         torch.cuda.reset_peak_memory_stats()
         step()
         _sync(device)
-        return torch.cuda.max_memory_allocated() - base
+        return torch.cuda.max_memory_allocated() - _fixed_bytes(step)
     from torch._C._profiler import _EventType
     from torch.profiler import ProfilerActivity, profile
 

@@ -23,6 +23,7 @@ from kiln.aot.graph import format_graph
 from kiln.aot.joint import JointUnsupported
 from kiln.aot.symbols import shape_env_of
 from kiln.backends.choose_faster import race
+from kiln.backends import step_graphs
 from kiln.backends.default_graphs import graph_candidate
 from kiln.backends.aot_eager import captured_graph_runs_eagerly, compile_aot_eager, explain_aten_graph, run_graph_module
 from kiln.backends.registry import register_backend
@@ -405,21 +406,30 @@ class InplaceAfterFirstForward:
     inference graphs. It then hands the runtime the wrapper itself: later calls pay nothing."""
 
     def __init__(self, runtime, fwd):
-        self.runtime, self.fwd = runtime, fwd
+        self.fwd = fwd
+        # what becomes of the wrapper after the first call (``step_graphs.ReplayRace`` takes it over)
+        self.settle = lambda fn: setattr(runtime, "fwd", fn)
 
     def __call__(self, *args):
         out = self.fwd(*args)
         _enable_wrapper_inplace(self.fwd)
-        self.runtime.fwd = self.fwd
+        self.settle(self.fwd)
         return out
 
 
-def store_in_place_after_first_forward(runtime, options, target: str) -> None:
-    """For a training runtime whose forward was generated for the GPU (``inplace_at_once`` off)."""
+def gpu_training_runtime(runtime, gm, options, target: str) -> None:
+    """For a training runtime whose forward was generated for the GPU (``inplace_at_once`` off); then,
+    where its graphs are candidates, CUDA-graph replay of its forward and backward
+    (``backends/step_graphs.py``)."""
     from kiln.aot.training import TrainingRuntime
 
-    if target == "triton" and isinstance(runtime, TrainingRuntime) and not options.cudagraphs:
+    if target != "triton" or not isinstance(runtime, TrainingRuntime):
+        return
+    if not options.cudagraphs:
         runtime.fwd = InplaceAfterFirstForward(runtime, runtime.fwd)
+    step_graphs.install(runtime, gm, options)
+    inner = getattr(runtime, "kiln_explain", lambda: "")
+    runtime.kiln_explain = lambda: inner() + "\n" + step_graphs.explain(runtime)
 
 
 def _is_triton_error(exc: BaseException) -> bool:
@@ -483,7 +493,7 @@ def _kiln_backend(gm, example_inputs, options=None):
         if target == "triton" and inference:
             loaded = _gpu_runtime(runtime, gm, options)
             return race(gm, example_inputs, loaded, options, warm, graph_candidate(loaded, runtime, options))
-        store_in_place_after_first_forward(runtime, options, target)
+        gpu_training_runtime(runtime, gm, options, target)
         return race(gm, example_inputs, _timed(runtime), options, warm)
     if target == "triton":
         warm_pool(options.compile_workers)  # the compile workers start while the graph is traced and lowered
@@ -517,7 +527,7 @@ def _kiln_backend(gm, example_inputs, options=None):
     runtime.codegen_complete = bool(graphs) and len(graphs) == len(compiler.compiled)
     warm.store(runtime, compiler)
     warm.keep_variants(runtime, compiler)
-    store_in_place_after_first_forward(runtime, options, target)
+    gpu_training_runtime(runtime, gm, options, target)
     if target == "triton" and plan is None and runtime.compiled_graph is not None:
         outer = _gpu_runtime(runtime, gm, options)
         return race(gm, example_inputs, outer, options, warm, graph_candidate(outer, runtime, options))

@@ -502,7 +502,7 @@ def _race_ops(gm, runtime) -> str | None:
     graph has no ATen graph to check."""
     from kiln.backends.choose_faster import ops_reason
 
-    aten_gm = getattr(getattr(runtime, "aten_graph", None), "gm", None)
+    aten_gm = getattr(getattr(runtime, "aten_graph", None), "gm", None) or getattr(runtime, "joint_gm", None)
     if aten_gm is None:
         return "no ATen graph to check for random ops"
     return ops_reason(list(gm.graph.nodes) + list(aten_gm.graph.nodes))

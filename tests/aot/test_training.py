@@ -344,19 +344,25 @@ def test_batch_norm_running_stats_are_stored_in_place_in_training(device, monkey
 def test_gpu_training_forward_stores_in_place_from_its_second_call():
     # the wrapper generated for the GPU computes its first call functionally (its kernels are built then)
     # and stores mutated inputs in place afterwards; the runtime then calls the wrapper directly
-    from kiln.backends.kiln import InplaceAfterFirstForward, store_in_place_after_first_forward
+    from kiln.backends.kiln import InplaceAfterFirstForward, gpu_training_runtime
     from kiln.codegen.wrapper_runtime import INPLACE_FLAG
     from kiln.options import default_options
 
     namespace = {INPLACE_FLAG: False}
     exec("def call(x):\n    return x + 1 if _INPLACE else x - 1", namespace)
     runtime = TrainingRuntime.__new__(TrainingRuntime)
-    runtime.fwd = namespace["call"]
-    store_in_place_after_first_forward(runtime, default_options(), "cpp")  # C++: in place from the start
+    runtime.fwd, runtime.bwd, runtime.state, runtime.n_mut, runtime.n_out = namespace["call"], None, [], 0, 1
+    runtime.joint_gm, runtime.warm_race_ops = None, None
+    gm = torch.fx.symbolic_trace(lambda x: x + 1)
+    gpu_training_runtime(runtime, gm, default_options(), "cpp")  # C++: in place from the start
     assert runtime.fwd is namespace["call"]
-    store_in_place_after_first_forward(runtime, default_options().replace(cudagraphs=True), "triton")
-    assert runtime.fwd is namespace["call"]  # (recorded graphs replay the first call's buffers)
-    store_in_place_after_first_forward(runtime, default_options(), "triton")
+    # (CUDA-graph replay of the step, backends/step_graphs.py, off: tests/codegen/triton/test_cuda_step_graphs.py)
+    no_replay = default_options().replace(default_cudagraphs=False)
+    gpu_training_runtime(runtime, gm, no_replay.replace(cudagraphs=True), "triton")
+    # (recorded graphs replay the first call's buffers; on a GPU the forward is replayed from its second call)
+    assert getattr(runtime.fwd, "plain", runtime.fwd) is namespace["call"]
+    runtime.fwd = namespace["call"]
+    gpu_training_runtime(runtime, gm, no_replay, "triton")
     assert isinstance(runtime.fwd, InplaceAfterFirstForward)
     assert runtime.fwd(1) == 0  # the first call: functional
     assert runtime.fwd is namespace["call"] and runtime.fwd(1) == 2

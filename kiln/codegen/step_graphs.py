@@ -1,0 +1,180 @@
+"""CUDA graphs for the two graphs of a training step: the forward and the backward of a ``TrainingRuntime``.
+
+``CudaGraphRunner`` (``cudagraphs.py``) serves inference graphs: it copies every result out of the
+recording's memory and declines a graph whose results share memory with its inputs. A training forward
+returns more: the tensors saved for the backward (often hundreds of megabytes of activations), views of
+parameters and of its inputs saved beside them, and the parameters and buffers it updated in place.
+``StepGraphRunner`` replays such graphs without copying what it need not:
+
+- a result in the memory of an input (a parameter or buffer, used in place by address, or a caller's
+  input, copied in) is the caller's tensor itself or the same view of it, made anew;
+- a result at a **lent** position (the forward's saved tensors) is handed out as an alias of the
+  recording's memory: no copy. A later replay would overwrite it, so each replay first checks that no
+  alias of the previous replay is still alive (the storage's use count is back to what the recording
+  itself holds: autograd frees saved tensors after the backward). Where one is alive (two forwards before
+  their backwards, ``retain_graph=True``), that call runs plainly;
+- every other result is copied out (the user's outputs, gradients), once per storage.
+
+**Pinned** inputs are used by address instead of being copied in: the backward's saved tensors that live in
+the forward recording's lent memory or in parameters. A replay needs them at the recorded addresses; a
+call whose pinned input is elsewhere (its forward ran plainly) runs plainly. The recording holds no
+reference to a pinned input (that would keep the forward's lent memory in use for good).
+
+One recording per runner (a training graph's sizes are static). The policy, when to record and whether
+replay is kept, is ``backends/step_graphs.py``'s.
+"""
+from __future__ import annotations
+
+import time
+
+import torch
+
+from kiln.codegen.cudagraphs import CudaGraphRunner, _caller, _copy, _Recording, _storage
+from kiln.debug.stats import stats
+
+_use_count = torch._C._storage_Use_Count
+
+
+class StepGraphRunner(CudaGraphRunner):
+    """``run`` (a training graph's generated wrapper: user inputs, then ``n_state`` parameters and buffers)
+    recorded once and replayed; see the module docstring. ``lend_from``: results from this position on
+    are lent (the forward's saved tensors; None: none). ``pinned(storage_ptr)``: whether a user input
+    in that memory is used by address."""
+
+    def __init__(self, run, n_state: int, lend_from: int | None = None, pinned=None):
+        super().__init__(run, n_state, max_graphs=1, warmed_up=True)
+        self.lend_from = lend_from
+        self.pinned = pinned
+        self.busy = 0  # calls run plainly: a lent result of an earlier replay was still held
+        self.moved = 0  # calls run plainly: a pinned input was not where the recording read it
+
+    def lent_storages(self) -> set[int]:
+        """The memory (storage addresses) of the kept recording's lent results."""
+        return {st.data_ptr() for rec in self.recordings.values() for st, _ in rec.lent}
+
+    def _record(self, key, inputs) -> _Recording | None:
+        n_user = len(inputs) - self.n_state
+        self.recordings.clear()
+        start = time.perf_counter()
+        pinned = [i for i, t in enumerate(inputs[:n_user])
+                  if self.pinned is not None and t.numel() and self.pinned(_storage(t))]
+        static = [t if i in pinned else
+                  torch.empty_strided(t.size(), t.stride(), dtype=t.dtype, device=t.device).copy_(t)
+                  for i, t in enumerate(inputs[:n_user])]
+        static += list(inputs[n_user:])
+        graph = torch.cuda.CUDAGraph()
+        torch.cuda.synchronize()
+        if self.pool is None and hasattr(torch.cuda, "graph_pool_handle") and self.device_type == "cuda":
+            self.pool = torch.cuda.graph_pool_handle()
+        try:
+            with torch.cuda.graph(graph, **({"pool": self.pool} if self.pool is not None else {})):
+                results = tuple(self.run(*static))
+        except Exception as exc:  # an op that cannot be captured: plain launches
+            self.declined[key] = f"recording the CUDA graph failed ({type(exc).__name__}: {str(exc)[:200]})"
+            torch.cuda.synchronize()
+            return None
+        plan = _plan(static, results, n_user, self.lend_from)
+        if isinstance(plan, str):
+            self.declined[key] = plan
+            return None
+        pinned_ptrs = [(i, static[i].data_ptr()) for i in pinned]
+        for i in pinned:
+            static[i] = None  # (no reference kept: see the module docstring)
+        rec = _Recording(graph, static, results, [t.data_ptr() for t in inputs[n_user:]], _caller(self.device_type))
+        rec.plan, rec.pinned = plan, pinned_ptrs
+        rec.copy_in = [(i, s) for i, s in enumerate(static[:n_user]) if s is not None]
+        storages = {}
+        for step in plan:
+            if step[0] == "lend":
+                storages.setdefault(step[1], results[step[2]].untyped_storage())
+        # what the recording itself holds of each lent storage: a replay needs every one back at this
+        rec.lent = [(st, _use_count(st._cdata)) for st in storages.values()]
+        self.recordings[key] = rec
+        self.record_seconds.append(time.perf_counter() - start)
+        stats.cudagraph_recordings += 1
+        stats.seconds["cudagraph_record"] += self.record_seconds[-1]
+        return rec
+
+    def _replay(self, rec: _Recording, inputs):
+        for i, ptr in rec.pinned:
+            if inputs[i].data_ptr() != ptr:
+                self.moved += 1
+                return self.run(*inputs)
+        for st, held in rec.lent:
+            if _use_count(st._cdata) != held:
+                self.busy += 1
+                return self.run(*inputs)
+        for i, static in rec.copy_in:
+            t = inputs[i]
+            if static.data_ptr() != t.data_ptr():
+                static.copy_(t)
+        rec.graph.replay()
+        self.replays += 1
+        results = rec.static_results
+        out, copies = [], {}
+        for step in rec.plan:
+            kind = step[0]
+            if kind == "lend":
+                out.append(results[step[2]].detach())
+            elif kind == "copy":
+                out.append(_copy_out(results[step[2]], step[1], step[3], copies))
+            else:  # "input": the caller's tensor itself, or the same view of it made anew (a view made
+                # at the recording, under no_grad, would outlive in-place updates of its base: autograd
+                # refuses to unpack such a saved view)
+                t, view = inputs[step[1]], step[2]
+                out.append(t if view is None else t.as_strided(view[0], view[1], t.storage_offset() + view[2]))
+        return tuple(out)
+
+    def explain(self) -> str:
+        lines = [super().explain().replace("(mode='reduce-overhead')", "(training step)")]
+        if self.busy:
+            lines.append(f"  {self.busy} calls ran plainly: tensors an earlier replay lent (saved for a backward) "
+                         f"were still held")
+        if self.moved:
+            lines.append(f"  {self.moved} calls ran plainly: an input was not in the memory the recording reads "
+                         f"(its forward ran plainly)")
+        return "\n".join(lines)
+
+
+def _plan(static, results, n_user: int, lend_from: int | None):
+    """How each result is handed out after a replay (see the module docstring), or why it cannot be."""
+    where: dict[int, int] = {}
+    for i, t in enumerate(static):
+        if isinstance(t, torch.Tensor) and t.numel():
+            where.setdefault(_storage(t), i)
+    groups: dict[int, list[int]] = {}
+    plan: list = []
+    for k, r in enumerate(results):
+        if not isinstance(r, torch.Tensor):
+            return f"a result is a {type(r).__name__}, not a tensor"
+        s = _storage(r) if r.numel() else None
+        if s is not None and s in where:
+            i = where[s]
+            if r is static[i]:
+                plan.append(("input", i, None))
+                continue
+            if r.dtype != static[i].dtype:
+                return "a result is a view of an input with another dtype"
+            plan.append(("input", i, (tuple(r.size()), r.stride(), r.storage_offset() - static[i].storage_offset())))
+            continue
+        if s is not None:
+            groups.setdefault(s, []).append(k)
+        plan.append(None)
+    for k, r in enumerate(results):
+        if plan[k] is not None:
+            continue
+        s = _storage(r) if r.numel() else None
+        members = groups.get(s, [k])
+        lend = lend_from is not None and s is not None and all(m >= lend_from for m in members)
+        plan[k] = ("lend", s, k) if lend else ("copy", s, k, len(members) > 1)
+    return plan
+
+
+def _copy_out(r: torch.Tensor, storage: int | None, shared: bool, copies: dict) -> torch.Tensor:
+    """A copy of result ``r``; results sharing one storage (``shared``) get views of one copy of it."""
+    if not shared:
+        return _copy(r)
+    base = copies.get(storage)
+    if base is None:
+        base = copies[storage] = r.untyped_storage().clone()
+    return torch.empty(0, dtype=r.dtype, device=r.device).set_(base, r.storage_offset(), r.size(), r.stride())

@@ -1,0 +1,120 @@
+"""The default-mode race of a training step's graphs between plain launches and CUDA-graph replay
+(kiln/backends/step_graphs.py), with the runner, timings and CUDA's memory counters faked on the CPU
+(tests/codegen/triton/test_cuda_step_graphs.py trains with real CUDA graphs)."""
+from types import SimpleNamespace
+
+import torch
+
+from kiln.backends import step_graphs
+
+
+class FakeRunner:
+    """Stands in for StepGraphRunner: the first call records (growing the reserved memory by ``grew``)."""
+
+    def __init__(self, reserved, grew=0, hold_lent=0):
+        self.recordings, self.declined = {}, {}
+        self.replays, self.busy, self.moved = 0, 0, 0
+        self.reserved, self.grew = reserved, grew
+        self.hold_lent = hold_lent  # calls that find a lent tensor still held (they run plainly)
+
+    def __call__(self, *args):
+        if not self.recordings:
+            self.reserved[0] += self.grew
+            self.recordings["sig"] = True
+        if self.hold_lent:
+            self.hold_lent -= 1
+            self.busy += 1
+            return ("plain",)
+        self.replays += 1
+        return ("replayed",)
+
+    def explain(self):
+        return f"{len(self.recordings)} recordings"
+
+
+def _race(monkeypatch, plain_ms, replay_ms, launch_share=1.0, grew=0, hold_lent=0, **kw):
+    reserved = [0]
+    times = {"plain": plain_ms / 1e3, "replayed": replay_ms / 1e3}
+
+    def launch_and_total(fn, args):
+        out = fn(*args)
+        return times[out[0]] * launch_share, times[out[0]], out
+
+    monkeypatch.setattr(step_graphs, "_launch_and_total", launch_and_total)
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device=None: reserved[0])
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda d: SimpleNamespace(total_memory=80 << 30))
+    runner = FakeRunner(reserved, grew, hold_lent)
+    return step_graphs.ReplayRace(lambda *a: ("plain",), runner, "forward", **kw), runner
+
+
+def test_host_bound_graph_replays_after_its_race(monkeypatch):
+    race, runner = _race(monkeypatch, plain_ms=10, replay_ms=3)
+    got = [race(_cuda()) for _ in range(6)]
+    # call 1 plain, 2 plain timed, 3 records and replays, 4 replays timed: replay kept
+    assert [g[0] for g in got] == ["plain"] * 2 + ["replayed"] * 4
+    assert race.choice == "replay" and "3.00 ms against 10.00 ms plain" in race.verdict
+
+
+def test_gpu_bound_graph_stays_plain_without_a_recording(monkeypatch):
+    race, runner = _race(monkeypatch, plain_ms=10, replay_ms=3, launch_share=0.2)
+    got = [race(_cuda())[0] for _ in range(6)]
+    assert got == ["plain"] * 6 and race.choice == "plain" and "GPU-bound" in race.verdict
+    assert not runner.recordings
+
+
+def test_slower_replay_is_dropped(monkeypatch):
+    race, runner = _race(monkeypatch, plain_ms=10, replay_ms=9.8)
+    got = [race(_cuda())[0] for _ in range(7)]
+    assert got[-1] == "plain" and race.choice == "plain" and not runner.recordings
+
+
+def test_recording_too_big_for_default_mode_is_dropped(monkeypatch):
+    race, runner = _race(monkeypatch, plain_ms=10, replay_ms=3, grew=3 << 30)
+    [race(_cuda()) for _ in range(6)]
+    assert race.choice == "plain" and "3072 MiB" in race.verdict and not runner.recordings
+
+
+def test_race_gives_up_when_lent_tensors_stay_held(monkeypatch):
+    race, runner = _race(monkeypatch, plain_ms=10, replay_ms=3, hold_lent=10)
+    [race(_cuda()) for _ in range(9)]
+    assert race.choice == "plain" and "lent tensors still held" in race.verdict
+
+
+def test_backward_waits_for_its_forward_and_follows_a_plain_verdict(monkeypatch):
+    fwd, _ = _race(monkeypatch, plain_ms=10, replay_ms=3)
+    bwd, bwd_runner = _race(monkeypatch, plain_ms=10, replay_ms=3, after=fwd)
+    for _ in range(3):  # a step: forward, then backward
+        fwd(_cuda())
+        assert bwd(_cuda())[0] == "plain"  # timed in call 2, then it waits: the forward has not decided
+    assert fwd.choice is None and bwd.plain_seconds is not None and not bwd_runner.recordings
+    fwd(_cuda())
+    assert fwd.choice == "replay"
+    assert [bwd(_cuda())[0] for _ in range(2)] == ["replayed", "replayed"]  # records, then timed replay
+    assert bwd.choice == "replay"
+
+    fwd, _ = _race(monkeypatch, plain_ms=10, replay_ms=3, launch_share=0.2)
+    bwd, bwd_runner = _race(monkeypatch, plain_ms=10, replay_ms=3, launch_share=0.2, after=fwd)  # (one timing patch)
+    for _ in range(2):
+        fwd(_cuda())
+    assert fwd.choice == "plain"
+    assert bwd(_cuda())[0] == "plain" and bwd(_cuda())[0] == "plain" and bwd.choice == "plain"
+
+
+def test_reduce_overhead_replays_from_the_second_call(monkeypatch):
+    race, runner = _race(monkeypatch, plain_ms=1, replay_ms=3, always=True)
+    assert [race(_cuda())[0] for _ in range(3)] == ["plain", "replayed", "replayed"]
+
+
+def test_not_installed_without_a_gpu_or_with_random_ops():
+    from kiln.options import default_options
+
+    gm = torch.fx.symbolic_trace(lambda x: torch.nn.functional.dropout(x, 0.5))
+    rt = SimpleNamespace(joint_gm=None, warm_race_ops="random ops")
+    why = step_graphs.why_not(rt, gm, default_options())
+    assert why in ("no GPU", "random ops")
+    assert step_graphs.why_not(rt, gm, default_options().replace(default_cudagraphs=False)).startswith("Options")
+
+
+def _cuda():
+    """An argument the race takes for a CUDA tensor (its device is only read for the faked memory counters)."""
+    return SimpleNamespace(device="cuda:0", is_cuda=True)
