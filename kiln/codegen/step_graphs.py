@@ -67,7 +67,10 @@ class StepGraphRunner(CudaGraphRunner):
         if self.pool is None and hasattr(torch.cuda, "graph_pool_handle") and self.device_type == "cuda":
             self.pool = torch.cuda.graph_pool_handle()
         try:
-            with torch.cuda.graph(graph, **({"pool": self.pool} if self.pool is not None else {})):
+            # (thread_local: other threads of the process, a DataLoader's pin-memory thread, may use CUDA
+            # meanwhile: default mode records without the user asking for it)
+            with torch.cuda.graph(graph, capture_error_mode="thread_local",
+                                  **({"pool": self.pool} if self.pool is not None else {})):
                 results = tuple(self.run(*static))
         except Exception as exc:  # an op that cannot be captured: plain launches
             self.declined[key] = f"recording the CUDA graph failed ({type(exc).__name__}: {str(exc)[:200]})"
