@@ -15,8 +15,10 @@ only where it measured it faster:
    ``GRAPHS_MARGIN`` of the plain time, else the recording is dropped.
 
 The forward decides in its call 4. The backward records only once its forward replays (it reads the
-forward recording's memory in place), so it decides in call 5, and stays plain where the forward does. Graphs that draw random numbers (dropout: replay would repeat one
-mask), run collectives, or have symbolic sizes are not replayed. With ``mode="reduce-overhead"`` both
+forward recording's memory in place), so it decides in call 5, and stays plain where the forward does.
+Graphs that run collectives or have symbolic sizes are not replayed, nor random ops with a generator of
+their own; dropout is (its ATen call, recorded, draws from the default generator at each replay's
+offset: eager's numbers). With ``mode="reduce-overhead"`` both
 graphs replay from their second call, without a race. A recording whose memory pool is larger than
 default mode allows (``default_graphs.MAX_POOL_BYTES``, ``MAX_POOL_SHARE``) is dropped. ``explain``
 reports the verdicts.
@@ -27,6 +29,7 @@ import torch
 
 from kiln.aot.symbols import has_symbols
 from kiln.backends.choose_faster import GRAPHS_MARGIN, ops_reason
+from kiln.backends.seeded_ops import draws_random_numbers
 from kiln.backends.default_graphs import MAX_POOL_BYTES, MAX_POOL_SHARE, _launch_and_total
 from kiln.codegen.cudagraphs import _storage
 from kiln.codegen.step_graphs import StepGraphRunner
@@ -135,9 +138,16 @@ def why_not(runtime, gm, options) -> str | None:
     if any(has_symbols(n.meta.get("example_value", n.meta.get("val"))) for n in gm.graph.nodes if n.op == "placeholder"):
         return "symbolic sizes"
     joint = getattr(runtime, "joint_gm", None)
-    if joint is not None:
-        return ops_reason(list(gm.graph.nodes) + list(joint.graph.nodes))
-    return getattr(runtime, "warm_race_ops", "no ATen graph to check for random ops")
+    if joint is None:
+        # (loaded from the warm cache: the verdict kept with the entry, random ops refused with the rest)
+        return getattr(runtime, "warm_race_ops", "no ATen graph to check for random ops")
+    nodes = list(gm.graph.nodes) + list(joint.graph.nodes)
+    if any(isinstance(a, torch.Generator) for n in nodes for a in (*n.args, *n.kwargs.values())):
+        return "a random op draws from a generator of its own"
+    # Random ops are ATen calls on the GPU (kiln generates no random numbers itself: decomp/random.py,
+    # lower/graph.py), and a recorded ATen random op draws from the device's default generator at the
+    # offset it has at each replay, advancing it as the call would: replay draws eager's numbers.
+    return ops_reason([n for n in nodes if not draws_random_numbers(n)])
 
 
 def install(runtime, gm, options) -> None:
