@@ -19,7 +19,9 @@ forward recording's memory in place), so it decides in call 5, and stays plain w
 Graphs that run collectives or have symbolic sizes are not replayed, nor random ops with a generator of
 their own; dropout is (its ATen call, recorded, draws from the default generator at each replay's
 offset: eager's numbers). With ``mode="reduce-overhead"`` both
-graphs replay from their second call, without a race. A recording whose memory pool is larger than
+graphs replay from their second call, without a race. Not covered: a saved-tensor hook that reads a lent tensor on a
+side stream and drops it (offloading) frees it for the next replay before that stream's copy ran
+(eager's allocator waits for the stream; a replay does not). A recording whose memory pool is larger than
 default mode allows (``default_graphs.MAX_POOL_BYTES``, ``MAX_POOL_SHARE``) is dropped. ``explain``
 reports the verdicts.
 """
@@ -109,11 +111,12 @@ class ReplayRace:
             return out
         replays = runner.replays
         _, total, out = _launch_and_total(runner, args)
-        if runner.replays == replays:  # (ran plainly: a lent tensor was held, or an input moved)
+        if runner.replays == replays:  # (ran plainly: a lent tensor was held, an input moved, another thread)
             self.tries += 1
             if self.tries >= TRIES:
                 self._decide("plain", "plain launches: replay could not run in a row of calls "
-                                      f"({runner.busy} with lent tensors still held, {runner.moved} with moved inputs)")
+                                      f"({runner.busy} with lent tensors still held, {runner.moved} with moved "
+                                      f"inputs, {runner.other_callers} from another thread or stream)")
             return out
         p = self.plain_seconds
         if total < GRAPHS_MARGIN * p:
@@ -135,6 +138,10 @@ def why_not(runtime, gm, options) -> str | None:
         return "Options.default_cudagraphs is off"
     if not torch.cuda.is_available():
         return "no GPU"
+    n_user = runtime.n_inputs - len(runtime.state)
+    if any(index < n_user for index in runtime.mutated):
+        # (a caller's input is copied into the recording's memory: a store there would be lost)
+        return "the graph writes to an input of the caller"
     if any(has_symbols(n.meta.get("example_value", n.meta.get("val"))) for n in gm.graph.nodes if n.op == "placeholder"):
         return "symbolic sizes"
     joint = getattr(runtime, "joint_gm", None)
@@ -172,7 +179,19 @@ def install(runtime, gm, options) -> None:
                      after=fwd)
     runtime.fwd, runtime.bwd = fwd, bwd
     runtime.step_graphs_note = None
-    runtime.step_graphs = (fwd, bwd)
+    runtime.step_graphs = [fwd, bwd]
+    variant = runtime.backward_without
+    if variant is not None:  # the backward compiled without some tangents (logits nothing differentiated)
+        def without(absent):
+            fn = variant(absent)
+            if fn is None:
+                return None
+            race = ReplayRace(fn, StepGraphRunner(fn, 0, pinned=pinned), f"backward without tangents {list(absent)}",
+                              always=always, after=fwd)
+            runtime.step_graphs.append(race)
+            return race
+
+        runtime.backward_without = without
 
 
 def _settled(fn):

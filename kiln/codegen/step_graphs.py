@@ -25,14 +25,16 @@ replay is kept, is ``backends/step_graphs.py``'s.
 """
 from __future__ import annotations
 
+import sys
 import time
 
 import torch
 
-from kiln.codegen.cudagraphs import CudaGraphRunner, _caller, _copy, _Recording, _storage
+from kiln.codegen.cudagraphs import CudaGraphRunner, _caller, _copy, _Recording, _signature, _storage
 from kiln.debug.stats import stats
 
 _use_count = torch._C._storage_Use_Count
+GIVE_UP = 3  # moved pinned inputs in a row, or parameter moves, before a runner stops recording
 
 
 class StepGraphRunner(CudaGraphRunner):
@@ -47,13 +49,24 @@ class StepGraphRunner(CudaGraphRunner):
         self.pinned = pinned
         self.busy = 0  # calls run plainly: a lent result of an earlier replay was still held
         self.moved = 0  # calls run plainly: a pinned input was not where the recording read it
+        self.moved_in_a_row = 0
+        self.rerecorded = 0  # recordings made again because a parameter moved
 
     def lent_storages(self) -> set[int]:
         """The memory (storage addresses) of the kept recording's lent results."""
-        return {st.data_ptr() for rec in self.recordings.values() for st, _ in rec.lent}
+        return {st.data_ptr() for rec in self.recordings.values() for st in rec.lent}
+
+    def _key(self, inputs) -> tuple:
+        return _signature(inputs[:len(inputs) - self.n_state])
 
     def _record(self, key, inputs) -> _Recording | None:
         n_user = len(inputs) - self.n_state
+        if self.recordings:  # a parameter moved: recorded again, a few times at most
+            self.rerecorded += 1
+            if self.rerecorded > GIVE_UP:
+                self.recordings.clear()
+                self.declined[key] = f"its parameters moved more than {GIVE_UP} times"
+                return None
         self.recordings.clear()
         start = time.perf_counter()
         pinned = [i for i, t in enumerate(inputs[:n_user])
@@ -86,12 +99,9 @@ class StepGraphRunner(CudaGraphRunner):
         rec = _Recording(graph, static, results, [t.data_ptr() for t in inputs[n_user:]], _caller(self.device_type))
         rec.plan, rec.pinned = plan, pinned_ptrs
         rec.copy_in = [(i, s) for i, s in enumerate(static[:n_user]) if s is not None]
-        storages = {}
-        for step in plan:
-            if step[0] == "lend":
-                storages.setdefault(step[1], results[step[2]].untyped_storage())
-        # what the recording itself holds of each lent storage: a replay needs every one back at this
-        rec.lent = [(st, _use_count(st._cdata)) for st in storages.values()]
+        lent_at = {step[1]: step[2] for step in plan if step[0] == "lend"}
+        rec.lent = [results[k].untyped_storage() for k in lent_at.values()]
+        rec.lent_counts = _counts(rec.lent)  # what the recording alone holds: a replay needs it back
         self.recordings[key] = rec
         self.record_seconds.append(time.perf_counter() - start)
         stats.cudagraph_recordings += 1
@@ -102,11 +112,15 @@ class StepGraphRunner(CudaGraphRunner):
         for i, ptr in rec.pinned:
             if inputs[i].data_ptr() != ptr:
                 self.moved += 1
+                self.moved_in_a_row += 1
+                if self.moved_in_a_row >= GIVE_UP:  # (its inputs live elsewhere now: the recording is of no use)
+                    self.recordings.clear()
+                    self.declined[self._key(inputs)] = f"its pinned inputs moved {GIVE_UP} calls in a row"
                 return self.run(*inputs)
-        for st, held in rec.lent:
-            if _use_count(st._cdata) != held:
-                self.busy += 1
-                return self.run(*inputs)
+        self.moved_in_a_row = 0
+        if _counts(rec.lent) != rec.lent_counts:
+            self.busy += 1
+            return self.run(*inputs)
         for i, static in rec.copy_in:
             t = inputs[i]
             if static.data_ptr() != t.data_ptr():
@@ -139,6 +153,14 @@ class StepGraphRunner(CudaGraphRunner):
         return "\n".join(lines)
 
 
+def _counts(lent: list) -> list:
+    """(use count, refcount) of each lent storage. Both: tensors (and the storage's Python object) count
+    in the storage's use count; a caller holding that Python object itself (a saved-tensor hook packing
+    the storage) only in its refcount. Taken by this one function at the recording and before each
+    replay, so that its own transient references are the same both times."""
+    return [(_use_count(st._cdata), sys.getrefcount(st)) for st in lent]
+
+
 def _plan(static, results, n_user: int, lend_from: int | None):
     """How each result is handed out after a replay (see the module docstring), or why it cannot be."""
     where: dict[int, int] = {}
@@ -168,16 +190,22 @@ def _plan(static, results, n_user: int, lend_from: int | None):
             continue
         s = _storage(r) if r.numel() else None
         members = groups.get(s, [k])
+        if len({results[m].dtype for m in members}) > 1:
+            return "results of different dtypes share memory"
         lend = lend_from is not None and s is not None and all(m >= lend_from for m in members)
         plan[k] = ("lend", s, k) if lend else ("copy", s, k, len(members) > 1)
     return plan
 
 
 def _copy_out(r: torch.Tensor, storage: int | None, shared: bool, copies: dict) -> torch.Tensor:
-    """A copy of result ``r``; results sharing one storage (``shared``) get views of one copy of it."""
+    """A copy of result ``r``; results sharing one storage (``shared``) get views of one tensor holding
+    a copy of it, so that they share its version counter as eager's do (an in-place change of an output
+    that is also saved for the backward is caught)."""
     if not shared:
         return _copy(r)
     base = copies.get(storage)
     if base is None:
-        base = copies[storage] = r.untyped_storage().clone()
-    return torch.empty(0, dtype=r.dtype, device=r.device).set_(base, r.storage_offset(), r.size(), r.stride())
+        st = r.untyped_storage()
+        n = st.nbytes() // r.element_size()
+        base = copies[storage] = torch.empty(0, dtype=r.dtype, device=r.device).set_(st.clone(), 0, (n,), (1,))
+    return base.as_strided(r.size(), r.stride(), r.storage_offset())

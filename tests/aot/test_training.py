@@ -352,7 +352,8 @@ def test_gpu_training_forward_stores_in_place_from_its_second_call():
     exec("def call(x):\n    return x + 1 if _INPLACE else x - 1", namespace)
     runtime = TrainingRuntime.__new__(TrainingRuntime)
     runtime.fwd, runtime.bwd, runtime.state, runtime.n_mut, runtime.n_out = namespace["call"], None, [], 0, 1
-    runtime.joint_gm, runtime.warm_race_ops = None, None
+    runtime.joint_gm, runtime.warm_race_ops, runtime.backward_without = None, None, None
+    runtime.n_inputs, runtime.mutated = 1, []
     gm = torch.fx.symbolic_trace(lambda x: x + 1)
     gpu_training_runtime(runtime, gm, default_options(), "cpp")  # C++: in place from the start
     assert runtime.fwd is namespace["call"]

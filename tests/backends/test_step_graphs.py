@@ -13,7 +13,7 @@ class FakeRunner:
 
     def __init__(self, reserved, grew=0, hold_lent=0):
         self.recordings, self.declined = {}, {}
-        self.replays, self.busy, self.moved = 0, 0, 0
+        self.replays, self.busy, self.moved, self.other_callers = 0, 0, 0, 0
         self.reserved, self.grew = reserved, grew
         self.hold_lent = hold_lent  # calls that find a lent tensor still held (they run plainly)
 
@@ -118,3 +118,14 @@ def test_not_installed_without_a_gpu_or_with_random_ops():
 def _cuda():
     """An argument the race takes for a CUDA tensor (its device is only read for the faked memory counters)."""
     return SimpleNamespace(device="cuda:0", is_cuda=True)
+
+
+def test_a_graph_writing_a_callers_input_is_not_replayed(monkeypatch):
+    from kiln.options import default_options
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    gm = torch.fx.symbolic_trace(lambda x: x + 1)
+    rt = SimpleNamespace(n_inputs=3, state=[torch.ones(1)], mutated=[0], joint_gm=gm)
+    assert step_graphs.why_not(rt, gm, default_options()) == "the graph writes to an input of the caller"
+    rt.mutated = [2]  # a buffer of the module (BatchNorm's running statistics): written in place by address
+    assert step_graphs.why_not(rt, gm, default_options()) is None

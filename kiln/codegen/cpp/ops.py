@@ -51,6 +51,12 @@ _BINARY = {
     "logical_and": "{} && {}", "logical_or": "{} || {}", "logical_xor": "{} != {}",
 }
 
+# int32/int64 arithmetic that can overflow: wrapped as eager's (prelude.h; a signed overflow in C++ is
+# undefined, and the optimizer drew wrong conclusions from it). Narrower ints are promoted to int first.
+_WIDE_INTS = (torch.int32, torch.int64)
+_WRAPPING = {"add": "kiln_wrap_add<{T}>({}, {})", "sub": "kiln_wrap_sub<{T}>({}, {})",
+             "mul": "kiln_wrap_mul<{T}>({}, {})", "neg": "kiln_wrap_neg<{T}>({})", "square": "kiln_wrap_mul<{T}>({0}, {0})"}
+
 
 # ops worth keeping in a row cache (rows.py) rather than computing twice: calls and divisions
 COSTLY_OPS = frozenset(_UNARY_FLOAT) - {"floor", "ceil", "trunc", "round", "frac", "isnan", "isinf", "isfinite",
@@ -195,7 +201,10 @@ class CppOps(OpsHandler):
             tmpl = _UNARY_INT.get(op)
         if tmpl is None:
             raise NotImplementedError(f"C++ has no rule for ops.{op} on {x.dtype}")
-        return self._emit(tmpl.format(x.name, T=CTYPE[x.dtype]), dtype, costly=op in COSTLY_OPS)
+        if op in _WRAPPING and dtype in _WIDE_INTS:
+            tmpl = _WRAPPING[op]
+        return self._emit(tmpl.format(x.name, T=CTYPE[dtype] if op in _WRAPPING else CTYPE[x.dtype]), dtype,
+                          costly=op in COSTLY_OPS)
 
     def binary(self, op, a, b):
         if op == "pow" and a.dtype.is_floating_point and self.constants.get(b.name) in _POW_SPECIAL:
@@ -212,7 +221,10 @@ class CppOps(OpsHandler):
             tmpl = f"std::{fn}({{}}, {{}})"
         if tmpl is None:
             raise NotImplementedError(f"C++ has no rule for ops.{op}")
-        return self._emit(tmpl.format(a.name, b.name), result_dtype(op, a.dtype, b.dtype), costly=op in COSTLY_OPS)
+        dtype = result_dtype(op, a.dtype, b.dtype)
+        if op in _WRAPPING and dtype in _WIDE_INTS:
+            tmpl = _WRAPPING[op]
+        return self._emit(tmpl.format(a.name, b.name, T=CTYPE[dtype]), dtype, costly=op in COSTLY_OPS)
 
     # ------------------------------------------------------------------------------ memory
 
@@ -347,6 +359,10 @@ class Red:
     value: str
 
 
+def _wrapping(op: str, dtype, a: str, b: str) -> str:
+    return _WRAPPING[op].format(a, b, T=CTYPE[dtype]) if dtype in _WIDE_INTS else _BINARY[op].format(a, b)
+
+
 def combine_line(red: Red, target: str, rindex: str, idx_target: str | None = None) -> str:
     """C++ that folds ``red.value`` into the accumulator ``target`` (argmax/argmin: and ``idx_target``)."""
     v = red.value
@@ -356,7 +372,8 @@ def combine_line(red: Red, target: str, rindex: str, idx_target: str | None = No
         # first occurrence wins; a NaN wins over numbers (and the first NaN over later ones)
         return f"if ({v} {cmp} {target} || ({v} != {v} && {target} == {target})) {{ {target} = {v}; {idx} = {rindex}; }}"
     return {
-        "sum": f"{target} = {target} + {v};", "prod": f"{target} = {target} * {v};",
+        "sum": f"{target} = {_wrapping('add', red.dtype, target, v)};",
+        "prod": f"{target} = {_wrapping('mul', red.dtype, target, v)};",
         "max": f"{target} = kiln_max({target}, {v});", "min": f"{target} = kiln_min({target}, {v});",
         "any": f"{target} = {target} || {v};", "all": f"{target} = {target} && {v};",
     }[red.kind]

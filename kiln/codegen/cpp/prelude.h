@@ -5,6 +5,7 @@
 #include <limits>
 #include <memory>
 #include <algorithm>
+#include <type_traits>
 #include <omp.h>
 
 // Set by a kernel that met an out-of-bounds index; the wrapper reads and clears it after the call.
@@ -169,6 +170,13 @@ template <typename T> static inline T kiln_rshift(T a, T b) {
   if (b < 0 || b >= (T)(sizeof(T) * 8)) return a < 0 ? (T)-1 : (T)0;
   return a >> b;
 }
+// Integer add, sub, mul and neg of int32/int64 values wrap as eager's do (two's complement). In C++ a
+// signed overflow is undefined: the optimizer may assume it does not happen (x0 * C with x0, C >= 0 was
+// taken as >= 0 and a floor-mod's sign fix was dropped), so these go through the unsigned type.
+template <typename T> static inline T kiln_wrap_add(T a, T b) { using U = std::make_unsigned_t<T>; return (T)((U)a + (U)b); }
+template <typename T> static inline T kiln_wrap_sub(T a, T b) { using U = std::make_unsigned_t<T>; return (T)((U)a - (U)b); }
+template <typename T> static inline T kiln_wrap_mul(T a, T b) { using U = std::make_unsigned_t<T>; return (T)((U)a * (U)b); }
+template <typename T> static inline T kiln_wrap_neg(T a) { using U = std::make_unsigned_t<T>; return (T)((U)0 - (U)a); }
 template <typename T> static inline T kiln_sign(T a) {
   if constexpr (std::is_floating_point_v<T>) { if (a != a) return 0; }
   return (T)((T(0) < a) - (a < T(0)));
@@ -178,7 +186,7 @@ template <typename T> static inline T kiln_relu(T a) { return a < T(0) ? T(0) : 
 template <typename T> static inline T kiln_abs(T a) {
   if constexpr (std::is_floating_point_v<T>) return std::abs(a);
   else if constexpr (std::is_same_v<T, bool>) return a;
-  else return a < 0 ? (T)-a : a;
+  else return a < 0 ? kiln_wrap_neg(a) : a;
 }
 // erfinv: a rational first guess refined by two Newton steps on erf (in double).
 static inline double kiln_erfinv_d(double y) {

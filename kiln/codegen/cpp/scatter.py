@@ -39,6 +39,8 @@ def combine_statement(mode: str, target: str, value: str, T: str, half: bool, is
         expr = _COMBINE[mode].format(t=f"static_cast<float>({target})", v=f"static_cast<float>({value})")
         rhs = expr.split(" = ", 1)[1].rstrip(";")
         return f"{target} = {T}({rhs});"
+    if mode in ("add", "mul") and T in ("int32_t", "int64_t"):  # wraps as eager's (ops._WRAPPING)
+        return f"{target} = kiln_wrap_{mode}<{T}>({target}, {value});"
     return _COMBINE[mode].format(t=target, v=value)
 
 

@@ -57,7 +57,10 @@ def runner_for(wrapper, n_state, **kw):
 
     def replay(rec, inputs):
         current[0] = inputs
-        return real_replay(rec, inputs)
+        try:
+            return real_replay(rec, inputs)
+        finally:
+            current[0] = None  # (holding the inputs would hold a saved tensor)
 
     r._record, r._replay = record, replay
     return r
@@ -152,3 +155,61 @@ def test_a_lent_result_sharing_memory_with_an_output_is_copied(fake_cuda):
     out, saved = runner(torch.randn(3))
     rec = next(iter(runner.recordings.values()))
     assert [step[0] for step in rec.plan] == ["copy", "copy"] and not rec.lent
+
+
+def test_results_sharing_memory_share_one_version_counter(fake_cuda):
+    """An output that is also saved for the backward, changed in place by the caller: autograd must see
+    the change in the saved tensor, as in eager (one version counter for both)."""
+    def wrapper(x):
+        y = x.exp()
+        return y, y
+
+    runner = runner_for(wrapper, n_state=0)
+    out, saved = runner(torch.randn(3))
+    before = saved._version
+    out.mul_(2)
+    assert saved._version == before + 1 and torch.equal(out, saved)
+
+
+def test_a_caller_holding_a_lent_storage_object_makes_the_call_plain(fake_cuda):
+    def wrapper(x):
+        return (x * 2,)
+
+    runner = runner_for(wrapper, n_state=0, lend_from=0)
+    (saved,) = runner(torch.randn(3))
+    storage = saved.untyped_storage()  # what a hook packing (storage, offset, size, stride) keeps
+    values = saved.clone()
+    del saved
+    runner(torch.randn(3))
+    assert runner.busy == 1 and runner.replays == 1
+    held = torch.empty(0).set_(storage, 0, (3,), (1,))
+    assert torch.equal(held, values)  # not overwritten
+    del held, storage
+    runner(torch.randn(3))
+    assert runner.replays == 2
+
+
+def test_inputs_that_keep_moving_stop_the_recording(fake_cuda):
+    lent = torch.randn(3)
+    runner = runner_for(lambda saved, g: (saved * g,), n_state=0,
+                        pinned=lambda ptr: ptr == lent.untyped_storage().data_ptr())
+    runner(lent, torch.randn(3))
+    for _ in range(3):
+        other = torch.randn(3)
+        g = torch.randn(3)
+        torch.testing.assert_close(runner(other, g)[0], other * g)
+    assert not runner.recordings and "moved 3 calls in a row" in runner.explain()
+    torch.testing.assert_close(runner(lent, g)[0], lent * g)  # plain from now on
+    assert runner.replays == 1
+
+
+def test_parameters_that_keep_moving_stop_recording(fake_cuda):
+    def wrapper(x, w):
+        return (x * w,)
+
+    runner = runner_for(wrapper, n_state=1)
+    for i in range(12):
+        w = torch.randn(3)  # a new parameter tensor every call
+        x = torch.randn(3)
+        torch.testing.assert_close(runner(x, w)[0], x * w)
+    assert len(runner.record_seconds) <= 4 and "parameters moved" in runner.explain()
