@@ -105,7 +105,8 @@ def _triton_kernels(cg) -> dict:
         if type(k) is not TritonKernel:
             raise NotStorable(f"a {type(k).__name__} (matmul templates are not cached yet)")
         kernels[k.name] = dataclasses.replace(k, fn=None, origins=tuple(str(o) for o in k.origins))
-    dtypes = {name: cg.lg.buffers()[name].dtype for k in kernels.values() for name, _ in k.params}
+    buffers = cg.lg.buffers()  # (once: it is rebuilt on each call)
+    dtypes = {name: buffers[name].dtype for k in kernels.values() for name, _ in k.params}
     return {"kernels": kernels, "library_source": cg.source, "param_dtypes": dtypes}
 
 

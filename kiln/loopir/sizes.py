@@ -232,6 +232,31 @@ def exact_value(x, wrap: bool = False):
     return derive(x, wrap) if derive is not None else x
 
 
+def exact_sizes(expr):
+    """``expr`` (a size or an index, as a kernel computes it) with each part over size symbols alone that
+    is more than a sum of products (a floor division, a remainder, a ceiling, a max/min, a power, a
+    difference) replaced by a symbol the wrapper computes exactly (``exact_value``). Triton computes
+    sizes in 32 bits unless an index needs 64: ``(7*s0 - 1) // s0`` (arange's length) overflowed for
+    ``s0 = 2**30`` though it is 6, and the kernel masked every element off. A sum of products with
+    nonnegative coefficients is never larger than the bound the launcher checks, so it stays."""
+    if not dynamic() or not isinstance(expr, sympy.Basic) or expr.is_number or expr.is_Symbol:
+        return expr
+    if expr.free_symbols and all(is_size_symbol(s) for s in expr.free_symbols) and _composite(expr):
+        return exact_value(expr)
+    if not expr.args:
+        return expr
+    args = [exact_sizes(a) for a in expr.args]
+    return expr if all(a is b for a, b in zip(args, expr.args)) else expr.func(*args)
+
+
+def _composite(expr) -> bool:
+    if expr.is_Add:
+        return any(t.could_extract_minus_sign() or _composite(t) for t in expr.args)
+    if expr.is_Mul:
+        return any(_composite(f) for f in expr.args)
+    return not (expr.is_Symbol or expr.is_number)
+
+
 def checked_value(x, dtype):
     """``exact_value(x)`` for an op that converts the number to ``dtype`` as eager's ``full`` (and the
     ``fill_`` that decomposes to it) does, raising where it does not fit ("value cannot be converted to type int8_t

@@ -39,7 +39,8 @@ from kiln.loopir.handlers import iteration_vars, run_body
 from kiln.loopir.index import ModularIndexing, linear_index, simplify_with_ranges, var
 from kiln.loopir.nodes import Reduction
 from kiln.loopir.scan import is_scan
-from kiln.loopir.sizes import any_symbolic, hint, is_size_symbol, is_symbolic, prod, size, used_size_symbols
+from kiln.loopir.sizes import (any_symbolic, exact_sizes, hint, is_size_symbol, is_symbolic, prod, size,
+                               used_size_symbols)
 from kiln.schedule.fusion import block_of, split_outer
 from kiln.schedule.scheduler import FusedGroup
 
@@ -245,6 +246,7 @@ def _py(n) -> str:
     unless a single symbol: it is used as an operand of // and %)."""
     if not is_symbolic(n):
         return str(n)
+    n = exact_sizes(n)
     text = print_index_py(n)
     return text if getattr(n, "is_Symbol", False) else f"({text})"
 
@@ -349,7 +351,7 @@ class MemberContextBase:
                 axes |= self.indirect[s]
             elif s in self.axis_of or not is_size_symbol(s):
                 axes.add(self.axis_of[s])
-        return print_index_py(expr), frozenset(axes)
+        return print_index_py(exact_sizes(expr)), frozenset(axes)
 
 
 class MemberContext(MemberContextBase):

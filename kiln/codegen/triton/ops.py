@@ -15,7 +15,7 @@ import sympy
 import torch
 
 from kiln.codegen.common import nonempty_test, print_index_py
-from kiln.loopir.sizes import is_symbolic
+from kiln.loopir.sizes import exact_sizes, is_symbolic
 from kiln.loopir.ops import OpsHandler, reduction_identity, result_dtype
 
 TL_DTYPE = {
@@ -427,5 +427,6 @@ def _size(n) -> str:
     unless one symbol: it may be an operand)."""
     if not is_symbolic(n):
         return str(int(n))
+    n = exact_sizes(n)
     text = print_index_py(n)
     return text if getattr(n, "is_Symbol", False) else f"({text})"
