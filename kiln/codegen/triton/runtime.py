@@ -50,7 +50,12 @@ def _patch_interpreter_index() -> None:
     interp._kiln_index_patched = True
 
 
+@functools.lru_cache(maxsize=None)
 def _target_names(interpret: bool) -> dict:
+    """The names a kernel file is executed with (``MODULE_HEADER``), made once per process and target:
+    the device helpers module ``kh`` (about 30 jit functions, each of which Triton tokenizes its source
+    file for when it is made) is shared by every kernel file. Made per file, it cost 13 ms a file: 3.2 s
+    of a cold ResNet-50 training compile's 388 kernel files, and again when a warm process loads them."""
     import triton
     import triton.language as tl
 
