@@ -11,11 +11,12 @@ only where it measured it faster:
    after it);
 2. call ``HOT`` runs plainly, timed: if its launches returned before ``HOST_SHARE`` of its time the
    graph is GPU-bound and stays plain;
-3. the next call records and replays; one after it replays, timed; replay is kept when it is below
-   ``GRAPHS_MARGIN`` of the plain time, else the recording is dropped.
+3. the next call records, then replays timed (the recording itself is not); replay is kept when it is
+   below ``GRAPHS_MARGIN`` of the plain time, else the recording is dropped.
 
-The forward decides in its call 4. The backward records only once its forward replays (it reads the
-forward recording's memory in place), so it decides in call 5, and stays plain where the forward does.
+The forward decides in its call 3. The backward times its plain call 2 too, and records once its
+forward has chosen replay (it reads the forward recording's memory in place): in call 3 as well, so both
+run at their steady speed from call 4. It stays plain where the forward does.
 Graphs that run collectives or have symbolic sizes are not replayed, nor random ops with a generator of
 their own; dropout is (its ATen call, recorded, draws from the default generator at each replay's
 offset: eager's numbers). With ``mode="reduce-overhead"`` both
@@ -100,6 +101,7 @@ class ReplayRace:
         if not runner.recordings:
             device = next((a.device for a in args if getattr(a, "is_cuda", False)), None)
             self.reserved_before = torch.cuda.memory_reserved(device)
+            runner.time_replay = True
             out = runner(*args)
             why = next(iter(runner.declined.values()), None) if not runner.recordings else None
             grew = torch.cuda.memory_reserved(device) - self.reserved_before
@@ -108,6 +110,8 @@ class ReplayRace:
                 why = f"its recording holds {grew / 2**20:.0f} MiB (more than {limit / 2**20:.0f} MiB in default mode)"
             if why is not None:
                 self._decide("plain", f"plain launches: {why}")
+            elif runner.replay_seconds is not None:  # (the replay that followed the recording, timed)
+                self._verdict(runner.replay_seconds)
             return out
         replays = runner.replays
         _, total, out = _launch_and_total(runner, args)
@@ -118,12 +122,15 @@ class ReplayRace:
                                       f"({runner.busy} with lent tensors still held, {runner.moved} with moved "
                                       f"inputs, {runner.other_callers} from another thread or stream)")
             return out
-        p = self.plain_seconds
-        if total < GRAPHS_MARGIN * p:
-            self._decide("replay", f"CUDA graph ({total * 1e3:.2f} ms against {p * 1e3:.2f} ms plain)")
-        else:
-            self._decide("plain", f"plain launches ({p * 1e3:.2f} ms against {total * 1e3:.2f} ms replayed)")
+        self._verdict(total)
         return out
+
+    def _verdict(self, replayed: float) -> None:
+        p = self.plain_seconds
+        if replayed < GRAPHS_MARGIN * p:
+            self._decide("replay", f"CUDA graph ({replayed * 1e3:.2f} ms against {p * 1e3:.2f} ms plain)")
+        else:
+            self._decide("plain", f"plain launches ({p * 1e3:.2f} ms against {replayed * 1e3:.2f} ms replayed)")
 
     def explain(self) -> str:
         line = f"{self.name}: {self.verdict}"

@@ -51,6 +51,8 @@ class StepGraphRunner(CudaGraphRunner):
         self.moved = 0  # calls run plainly: a pinned input was not where the recording read it
         self.moved_in_a_row = 0
         self.rerecorded = 0  # recordings made again because a parameter moved
+        self.time_replay = False  # set by the race: time the next replay (synchronized), in replay_seconds
+        self.replay_seconds: float | None = None
 
     def lent_storages(self) -> set[int]:
         """The memory (storage addresses) of the kept recording's lent results."""
@@ -121,6 +123,11 @@ class StepGraphRunner(CudaGraphRunner):
         if _counts(rec.lent) != rec.lent_counts:
             self.busy += 1
             return self.run(*inputs)
+        timed = self.time_replay
+        if timed:
+            self.time_replay = False
+            torch.cuda.synchronize()
+            start = time.perf_counter()
         for i, static in rec.copy_in:
             t = inputs[i]
             if static.data_ptr() != t.data_ptr():
@@ -140,6 +147,9 @@ class StepGraphRunner(CudaGraphRunner):
                 # refuses to unpack such a saved view)
                 t, view = inputs[step[1]], step[2]
                 out.append(t if view is None else t.as_strided(view[0], view[1], t.storage_offset() + view[2]))
+        if timed:
+            torch.cuda.synchronize()
+            self.replay_seconds = time.perf_counter() - start
         return tuple(out)
 
     def explain(self) -> str:

@@ -11,8 +11,9 @@ from kiln.backends import step_graphs
 class FakeRunner:
     """Stands in for StepGraphRunner: the first call records (growing the reserved memory by ``grew``)."""
 
-    def __init__(self, reserved, grew=0, hold_lent=0):
+    def __init__(self, reserved, grew=0, hold_lent=0, replay_ms=None):
         self.recordings, self.declined = {}, {}
+        self.time_replay, self.replay_seconds, self.replay_ms = False, None, replay_ms
         self.replays, self.busy, self.moved, self.other_callers = 0, 0, 0, 0
         self.reserved, self.grew = reserved, grew
         self.hold_lent = hold_lent  # calls that find a lent tensor still held (they run plainly)
@@ -26,6 +27,8 @@ class FakeRunner:
             self.busy += 1
             return ("plain",)
         self.replays += 1
+        if self.time_replay:  # (the race asks for the replay after a recording to be timed)
+            self.time_replay, self.replay_seconds = False, self.replay_ms / 1e3
         return ("replayed",)
 
     def explain(self):
@@ -43,16 +46,16 @@ def _race(monkeypatch, plain_ms, replay_ms, launch_share=1.0, grew=0, hold_lent=
     monkeypatch.setattr(step_graphs, "_launch_and_total", launch_and_total)
     monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device=None: reserved[0])
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda d: SimpleNamespace(total_memory=80 << 30))
-    runner = FakeRunner(reserved, grew, hold_lent)
+    runner = FakeRunner(reserved, grew, hold_lent, replay_ms)
     return step_graphs.ReplayRace(lambda *a: ("plain",), runner, "forward", **kw), runner
 
 
 def test_host_bound_graph_replays_after_its_race(monkeypatch):
     race, runner = _race(monkeypatch, plain_ms=10, replay_ms=3)
-    got = [race(_cuda()) for _ in range(6)]
-    # call 1 plain, 2 plain timed, 3 records and replays, 4 replays timed: replay kept
-    assert [g[0] for g in got] == ["plain"] * 2 + ["replayed"] * 4
-    assert race.choice == "replay" and "3.00 ms against 10.00 ms plain" in race.verdict
+    got = [race(_cuda()) for _ in range(5)]
+    # call 1 plain, 2 plain timed, 3 records and replays timed: replay kept from call 3 on
+    assert [g[0] for g in got] == ["plain"] * 2 + ["replayed"] * 3
+    assert race.choice == "replay" and race.calls == 3 and "3.00 ms against 10.00 ms plain" in race.verdict
 
 
 def test_gpu_bound_graph_stays_plain_without_a_recording(monkeypatch):
@@ -83,14 +86,13 @@ def test_race_gives_up_when_lent_tensors_stay_held(monkeypatch):
 def test_backward_waits_for_its_forward_and_follows_a_plain_verdict(monkeypatch):
     fwd, _ = _race(monkeypatch, plain_ms=10, replay_ms=3)
     bwd, bwd_runner = _race(monkeypatch, plain_ms=10, replay_ms=3, after=fwd)
-    for _ in range(3):  # a step: forward, then backward
+    for _ in range(2):  # a step: forward, then backward
         fwd(_cuda())
-        assert bwd(_cuda())[0] == "plain"  # timed in call 2, then it waits: the forward has not decided
+        assert bwd(_cuda())[0] == "plain"  # plain; timed in call 2
     assert fwd.choice is None and bwd.plain_seconds is not None and not bwd_runner.recordings
-    fwd(_cuda())
+    fwd(_cuda())  # call 3: the forward records and keeps replay
     assert fwd.choice == "replay"
-    assert [bwd(_cuda())[0] for _ in range(2)] == ["replayed", "replayed"]  # records, then timed replay
-    assert bwd.choice == "replay"
+    assert bwd(_cuda())[0] == "replayed" and bwd.choice == "replay"  # its call 3: records, replay kept
 
     fwd, _ = _race(monkeypatch, plain_ms=10, replay_ms=3, launch_share=0.2)
     bwd, bwd_runner = _race(monkeypatch, plain_ms=10, replay_ms=3, launch_share=0.2, after=fwd)  # (one timing patch)
@@ -98,6 +100,14 @@ def test_backward_waits_for_its_forward_and_follows_a_plain_verdict(monkeypatch)
         fwd(_cuda())
     assert fwd.choice == "plain"
     assert bwd(_cuda())[0] == "plain" and bwd(_cuda())[0] == "plain" and bwd.choice == "plain"
+
+
+def test_backward_waits_while_its_forward_has_not_decided(monkeypatch):
+    fwd, _ = _race(monkeypatch, plain_ms=10, replay_ms=3)
+    bwd, bwd_runner = _race(monkeypatch, plain_ms=10, replay_ms=3, after=fwd)
+    for _ in range(4):  # (the forward is called elsewhere: it never gets past its call 1)
+        assert bwd(_cuda())[0] == "plain"
+    assert bwd.choice is None and not bwd_runner.recordings
 
 
 def test_reduce_overhead_replays_from_the_second_call(monkeypatch):
