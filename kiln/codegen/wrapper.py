@@ -118,7 +118,8 @@ class WrapperGen:
                 if getattr(kernel, "checks_bounds", False):
                     err = self.const(kernel.take_error, "take_error")
                     inlined = tuple(o for m in getattr(step, "members", ()) for o in getattr(m.node, "inlined", ()))
-                    body.append(f"if {err}(): raise IndexOutOfBoundsError({index_error_message(kernel, inlined)!r})")
+                    body.append(f"if (error := {err}()): raise kernel_error(error, "
+                                f"{index_error_message(kernel, inlined)!r})")
                     locations.update(error_locations(kernel, inlined))
             else:
                 body += self._extern(step)

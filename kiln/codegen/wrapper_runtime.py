@@ -108,8 +108,18 @@ def check_fits(value: int, dtype: torch.dtype) -> None:
         raise RuntimeError(f"value cannot be converted to type {_C_TYPE_NAMES.get(dtype, dtype)} without overflow")
 
 
+def kernel_error(code: int, index_message: str) -> Exception:
+    """The exception for a kernel's error flag (codegen/cpp/prelude.h): 1 (or True, Triton's interpreter)
+    an index out of bounds, 2 an integer division by zero (eager's CPU kernels raise
+    ``RuntimeError: ZeroDivisionError``)."""
+    if code == 2:
+        return RuntimeError("ZeroDivisionError")
+    return IndexOutOfBoundsError(index_message)
+
+
 WRAPPER_HELPERS = {"empty_strided": torch.empty_strided, "ensure_layout": ensure_layout, "torch": torch,
                    "aligned_attention_bias": aligned_attention_bias, "IndexOutOfBoundsError": IndexOutOfBoundsError,
+                   "kernel_error": kernel_error,
                    "check_int64": check_int64, "check_fits": check_fits}
 
 

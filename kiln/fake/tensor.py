@@ -17,6 +17,7 @@ import torch
 
 from kiln.errors import KilnError
 from kiln.fake.fast_meta import fast_meta
+from kiln.fake.scalar_checks import check_scalars, wants_check
 from kiln.fake.symbolic_meta import SymbolicShapeUnsupported, has_symbolic_tensor, pointwise_fallback, symbolic_meta
 from kiln.fake.tree import leaves, map_leaves
 from kiln.fake.unbacked import active_env, count_source, is_mask_index, unbacked_meta
@@ -329,6 +330,8 @@ def run_on_fakes(func, args, kwargs):
     check = META_CHECKS.get(func)
     if check is not None:
         check(*args, **kwargs)
+    if wants_check(func, args, kwargs):  # (eager's checks of numbers given to integer ops)
+        check_scalars(func, args, kwargs)
     if func is prim.device.default:
         return torch.device("meta") if _in_kernel() else args[0].fake_device
     if func in METADATA_OPS:

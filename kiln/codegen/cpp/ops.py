@@ -58,6 +58,9 @@ _WRAPPING = {"add": "kiln_wrap_add<{T}>({}, {})", "sub": "kiln_wrap_sub<{T}>({},
              "mul": "kiln_wrap_mul<{T}>({}, {})", "neg": "kiln_wrap_neg<{T}>({})", "square": "kiln_wrap_mul<{T}>({0}, {0})"}
 
 
+_INT_DIVISIONS = frozenset({"floordiv", "truncdiv", "mod", "fmod"})
+
+
 # ops worth keeping in a row cache (rows.py) rather than computing twice: calls and divisions
 COSTLY_OPS = frozenset(_UNARY_FLOAT) - {"floor", "ceil", "trunc", "round", "frac", "isnan", "isinf", "isfinite",
                                         "signbit"} | {"truediv", "floordiv", "truncdiv", "mod", "fmod", "pow", "atan2", "hypot"}
@@ -224,6 +227,10 @@ class CppOps(OpsHandler):
         dtype = result_dtype(op, a.dtype, b.dtype)
         if op in _WRAPPING and dtype in _WIDE_INTS:
             tmpl = _WRAPPING[op]
+        if op in _INT_DIVISIONS and not dtype.is_floating_point and self.constants.get(b.name) in (None, 0):
+            # an integer divisor of zero sets the library's error flag (eager raises ZeroDivisionError): the
+            # wrapper checks it after the kernel, unless the divisor is a nonzero constant
+            self.ctx.checks_bounds = True
         return self._emit(tmpl.format(a.name, b.name, T=CTYPE[dtype]), dtype, costly=op in COSTLY_OPS)
 
     # ------------------------------------------------------------------------------ memory

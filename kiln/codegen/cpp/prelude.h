@@ -95,6 +95,13 @@ struct kiln_bf16 {
 };
 
 // max/min propagate NaN (as torch.maximum/amax do), written branch-free so that loops vectorize
+// Integer add, sub, mul and neg of int32/int64 values wrap as eager's do (two's complement). In C++ a
+// signed overflow is undefined: the optimizer may assume it does not happen (x0 * C with x0, C >= 0 was
+// taken as >= 0 and a floor-mod's sign fix was dropped), so these go through the unsigned type.
+template <typename T> static inline T kiln_wrap_add(T a, T b) { using U = std::make_unsigned_t<T>; return (T)((U)a + (U)b); }
+template <typename T> static inline T kiln_wrap_sub(T a, T b) { using U = std::make_unsigned_t<T>; return (T)((U)a - (U)b); }
+template <typename T> static inline T kiln_wrap_mul(T a, T b) { using U = std::make_unsigned_t<T>; return (T)((U)a * (U)b); }
+template <typename T> static inline T kiln_wrap_neg(T a) { using U = std::make_unsigned_t<T>; return (T)((U)0 - (U)a); }
 template <typename T> static inline T kiln_max(T a, T b) {
   if constexpr (std::is_floating_point_v<T>) return (b > a || b != b) ? b : a;
   else return b > a ? b : a;
@@ -115,6 +122,9 @@ template <typename T> static inline T kiln_log_add_exp(T x, T y) {
     omp_out = kiln_max(omp_out, omp_in)) initializer(omp_priv = omp_orig)
 #pragma omp declare reduction(kiln_min : float, double, int64_t, int32_t, int16_t, int8_t, uint8_t : \
     omp_out = kiln_min(omp_out, omp_in)) initializer(omp_priv = omp_orig)
+// Integer division by zero: eager's CPU kernels raise "ZeroDivisionError"; the kernel sets the error flag
+// (2) and the wrapper raises it (codegen/wrapper_runtime.kernel_error).
+static inline int kiln_zero_division() { __atomic_store_n(&kiln_error_flag, 2, __ATOMIC_RELAXED); return 0; }
 template <typename T> static inline T kiln_floordiv(T a, T b) {
   if constexpr (std::is_floating_point_v<T>) {
     if (b == 0) return a / b;
@@ -126,7 +136,8 @@ template <typename T> static inline T kiln_floordiv(T a, T b) {
     else fl = std::copysign((T)0, a / b);
     return fl;
   } else {
-    if (b == 0) return 0;
+    if (b == 0) return (T)kiln_zero_division();
+    if constexpr (std::is_signed_v<T>) { if (b == (T)-1) return kiln_wrap_neg(a); }  // (MIN / -1 traps in C)
     T q = a / b;
     if ((a % b != 0) && ((a < 0) != (b < 0))) q -= 1;
     return q;
@@ -134,7 +145,9 @@ template <typename T> static inline T kiln_floordiv(T a, T b) {
 }
 template <typename T> static inline T kiln_truncdiv(T a, T b) {
   if constexpr (std::is_floating_point_v<T>) return std::trunc(a / b);
-  else return b == 0 ? 0 : a / b;
+  else if constexpr (std::is_signed_v<T>) {
+    return b == 0 ? (T)kiln_zero_division() : (b == (T)-1 ? kiln_wrap_neg(a) : a / b);  // (MIN / -1 traps in C)
+  } else return b == 0 ? (T)kiln_zero_division() : a / b;
 }
 template <typename T> static inline T kiln_mod(T a, T b) {
   if constexpr (std::is_floating_point_v<T>) {
@@ -142,7 +155,8 @@ template <typename T> static inline T kiln_mod(T a, T b) {
     if (m != 0 && ((b < 0) != (m < 0))) m += b;
     return m;
   } else {
-    if (b == 0) return 0;
+    if (b == 0) return (T)kiln_zero_division();
+    if constexpr (std::is_signed_v<T>) { if (b == (T)-1) return (T)0; }  // (MIN % -1 traps in C)
     T m = a % b;
     if (m != 0 && ((b < 0) != (m < 0))) m += b;
     return m;
@@ -150,7 +164,7 @@ template <typename T> static inline T kiln_mod(T a, T b) {
 }
 template <typename T> static inline T kiln_fmod(T a, T b) {
   if constexpr (std::is_floating_point_v<T>) return std::fmod(a, b);
-  else return b == 0 ? 0 : a % b;
+  else return b == 0 ? (T)kiln_zero_division() : (b == (T)-1 ? (T)0 : a % b);  // (MIN % -1 traps in C)
 }
 template <typename T> static inline T kiln_pow(T a, T b) {
   if constexpr (std::is_floating_point_v<T>) return std::pow(a, b);
@@ -170,13 +184,6 @@ template <typename T> static inline T kiln_rshift(T a, T b) {
   if (b < 0 || b >= (T)(sizeof(T) * 8)) return a < 0 ? (T)-1 : (T)0;
   return a >> b;
 }
-// Integer add, sub, mul and neg of int32/int64 values wrap as eager's do (two's complement). In C++ a
-// signed overflow is undefined: the optimizer may assume it does not happen (x0 * C with x0, C >= 0 was
-// taken as >= 0 and a floor-mod's sign fix was dropped), so these go through the unsigned type.
-template <typename T> static inline T kiln_wrap_add(T a, T b) { using U = std::make_unsigned_t<T>; return (T)((U)a + (U)b); }
-template <typename T> static inline T kiln_wrap_sub(T a, T b) { using U = std::make_unsigned_t<T>; return (T)((U)a - (U)b); }
-template <typename T> static inline T kiln_wrap_mul(T a, T b) { using U = std::make_unsigned_t<T>; return (T)((U)a * (U)b); }
-template <typename T> static inline T kiln_wrap_neg(T a) { using U = std::make_unsigned_t<T>; return (T)((U)0 - (U)a); }
 template <typename T> static inline T kiln_sign(T a) {
   if constexpr (std::is_floating_point_v<T>) { if (a != a) return 0; }
   return (T)((T(0) < a) - (a < T(0)));
