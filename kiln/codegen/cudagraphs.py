@@ -162,17 +162,10 @@ class CudaGraphRunner:
         static = [torch.empty_strided(t.size(), t.stride(), dtype=t.dtype, device=t.device).copy_(t)
                   for t in inputs[:n_user]]
         static += list(inputs[n_user:])
-        graph = torch.cuda.CUDAGraph()
-        torch.cuda.synchronize()
-        if self.pool is None and hasattr(torch.cuda, "graph_pool_handle") and self.device_type == "cuda":
-            self.pool = torch.cuda.graph_pool_handle()
-        try:
-            with torch.cuda.graph(graph, **({"pool": self.pool} if self.pool is not None else {})):
-                results = self.run(*static)
-        except Exception as exc:  # an op that cannot be captured: run this signature without graphs
-            self.declined[key] = f"recording the CUDA graph failed ({type(exc).__name__}: {str(exc)[:200]})"
-            torch.cuda.synchronize()
+        captured = self._capture(key, static)
+        if captured is None:
             return None
+        graph, results = captured
         reason = _aliasing(static, results)
         if reason is not None:
             self.declined[key] = reason
@@ -184,6 +177,23 @@ class CudaGraphRunner:
         stats.cudagraph_recordings += 1
         stats.seconds["cudagraph_record"] += self.record_seconds[-1]
         return rec
+
+    def _capture(self, key, static, **capture):
+        """``run`` on ``static`` recorded into a new CUDA graph drawing from the runner's memory pool:
+        (graph, results), or None (an op that cannot be captured: why is kept in ``declined``, and that
+        signature runs plainly). ``capture``: more arguments of ``torch.cuda.graph``."""
+        graph = torch.cuda.CUDAGraph()
+        torch.cuda.synchronize()
+        if self.pool is None and hasattr(torch.cuda, "graph_pool_handle") and self.device_type == "cuda":
+            self.pool = torch.cuda.graph_pool_handle()
+        try:
+            with torch.cuda.graph(graph, **capture, **({"pool": self.pool} if self.pool is not None else {})):
+                results = self.run(*static)
+        except Exception as exc:
+            self.declined[key] = f"recording the CUDA graph failed ({type(exc).__name__}: {str(exc)[:200]})"
+            torch.cuda.synchronize()
+            return None
+        return graph, results
 
     def explain(self) -> str:
         made = len(self.record_seconds)

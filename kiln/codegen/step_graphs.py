@@ -77,20 +77,13 @@ class StepGraphRunner(CudaGraphRunner):
                   torch.empty_strided(t.size(), t.stride(), dtype=t.dtype, device=t.device).copy_(t)
                   for i, t in enumerate(inputs[:n_user])]
         static += list(inputs[n_user:])
-        graph = torch.cuda.CUDAGraph()
-        torch.cuda.synchronize()
-        if self.pool is None and hasattr(torch.cuda, "graph_pool_handle") and self.device_type == "cuda":
-            self.pool = torch.cuda.graph_pool_handle()
-        try:
-            # (thread_local: other threads of the process, a DataLoader's pin-memory thread, may use CUDA
-            # meanwhile: default mode records without the user asking for it)
-            with torch.cuda.graph(graph, capture_error_mode="thread_local",
-                                  **({"pool": self.pool} if self.pool is not None else {})):
-                results = tuple(self.run(*static))
-        except Exception as exc:  # an op that cannot be captured: plain launches
-            self.declined[key] = f"recording the CUDA graph failed ({type(exc).__name__}: {str(exc)[:200]})"
-            torch.cuda.synchronize()
+        # (thread_local: other threads of the process, a DataLoader's pin-memory thread, may use CUDA
+        # meanwhile: default mode records without the user asking for it)
+        captured = self._capture(key, static, capture_error_mode="thread_local")
+        if captured is None:
             return None
+        graph, results = captured
+        results = tuple(results)
         plan = _plan(static, results, n_user, self.lend_from)
         if isinstance(plan, str):
             self.declined[key] = plan
