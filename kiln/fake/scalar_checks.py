@@ -28,6 +28,13 @@ _NAMED = frozenset({"fill", "fill_", "full", "full_like", "clamp", "clamp_", "cl
 _AUTOCAST_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.AutocastCPU)
 
 
+def _device(t) -> torch.device:
+    # (a fake's own device: ``t.device`` on a fake goes through torch's subclass handling, which imports
+    # torch.distributed.tensor and sympy, 1 s of a warm start)
+    device = getattr(t, "fake_device", None)
+    return device if device is not None else t.device
+
+
 def _plain_number(x) -> bool:
     return type(x) in (int, float, bool)
 
@@ -49,7 +56,7 @@ def wants_check(func, args, kwargs) -> bool:
         return False
     values = [*args, *kwargs.values()]
     tensors = [v for v in values if isinstance(v, torch.Tensor)]
-    if any(getattr(t, "fake_device", t.device).type != "cpu" for t in tensors):
+    if any(_device(t).type != "cpu" for t in tensors):
         return False
     if not any(_plain_number(v) for v in values) and not any(t.dtype == torch.bool for t in tensors):
         return False
