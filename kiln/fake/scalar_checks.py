@@ -9,9 +9,11 @@ generated code computed values where eager raises.
 ``check_scalars`` runs such an op for real, before its meta kernel, on one-element 1-D CPU tensors of its
 tensor arguments' dtypes (ones: nothing of the caller's data is read, and no division by a zero the
 caller's tensors may not hold is invented): whatever it raises is what eager raises for any data, and it
-is raised while tracing, as eager raises it at the call. Only CPU ops are checked (CUDA's kernels differ:
-an integer division by zero does not raise there); a probe that fails for a reason of its own (an op that
-wants more than one element) is ignored.
+is raised while tracing, as eager raises it at the call. The probe runs on the CPU for every device; for
+tensors on another device only the checks eager makes on the host count (a number out of the dtype's
+range, a negative integer exponent, bool operands), not the CPU kernels' own errors (an integer division
+by zero does not raise on CUDA). A probe that fails for a reason of its own (an op that wants more than
+one element) is ignored.
 """
 from __future__ import annotations
 
@@ -50,14 +52,12 @@ def _candidate(func) -> bool:
 
 
 def wants_check(func, args, kwargs) -> bool:
-    """An op on the CPU that converts a plain Python number for an integer or bool tensor, or takes a bool
-    tensor (``int16 - bool``: eager refuses it)."""
+    """An op that converts a plain Python number for an integer or bool tensor, or takes a bool tensor
+    (``int16 - bool``: eager refuses it)."""
     if not _candidate(func):
         return False
     values = [*args, *kwargs.values()]
     tensors = [v for v in values if isinstance(v, torch.Tensor)]
-    if any(_device(t).type != "cpu" for t in tensors):
-        return False
     if not any(_plain_number(v) for v in values) and not any(t.dtype == torch.bool for t in tensors):
         return False
     dtype = kwargs.get("dtype")
@@ -84,16 +84,22 @@ def check_scalars(func, args, kwargs) -> None:
             # (real tensors and eager's own kernels: no mode of the tracer, no autocast around them)
             func(*tuple(probe(a) for a in args), **{k: probe(v) for k, v in kwargs.items()})
     except (RuntimeError, NotImplementedError) as exc:
-        if _eager_check(str(exc)):
+        values = [*args, *kwargs.values()]
+        on_cpu = all(_device(t).type == "cpu" for t in values if isinstance(t, torch.Tensor)) and \
+            torch.device(kwargs.get("device") or "cpu").type == "cpu"
+        if _eager_check(str(exc), on_cpu):
             raise type(exc)(str(exc)) from None
     except Exception:  # noqa: BLE001 -- a probe of its own making failed: nothing learned
         return
 
 
-# the errors a probe raises for the numbers themselves (anything else: the probe's own shapes)
-_MESSAGES = ("without overflow", "ZeroDivisionError", "negative integer powers", "not implemented for '",
-             "with a bool tensor is not supported", "Boolean alpha only supported", "For integral input tensors")
+# the errors a probe raises for the numbers themselves (anything else: the probe's own shapes). The host
+# checks hold on every device; the CPU kernels' own errors (a division by zero, a dtype the CPU kernel
+# lacks) only for CPU tensors: CUDA's kernels differ
+_HOST_CHECKS = ("without overflow", "negative integer powers", "with a bool tensor is not supported",
+                "Boolean alpha only supported", "For integral input tensors")
+_CPU_KERNEL_ERRORS = ("ZeroDivisionError", "not implemented for '")
 
 
-def _eager_check(message: str) -> bool:
-    return any(m in message for m in _MESSAGES)
+def _eager_check(message: str, on_cpu: bool) -> bool:
+    return any(m in message for m in _HOST_CHECKS + (_CPU_KERNEL_ERRORS if on_cpu else ()))
