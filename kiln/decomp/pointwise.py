@@ -17,11 +17,22 @@ def _clamp(x, low, high):
         if bound is not None:
             dtype = torch.promote_types(dtype, torch.result_type(x, bound))
     out = to_dtype(x, dtype)
+
+    def bound_of(b):
+        if isinstance(b, torch.Tensor):
+            return to_dtype(b, dtype)
+        if not dtype.is_floating_point and not dtype.is_complex:
+            # eager converts an integer clamp's bound with a range check ("value cannot be converted to type
+            # int without overflow"): full checks a symbolic bound on each call, as eager's full does
+            # (a number is checked while tracing: fake/scalar_checks.py); scalar_tensor would wrap it
+            return aten.full.default([], b, dtype=dtype, device=out.device)
+        return scalar_like(b, out)
+
     # maximum/minimum propagate NaN from either side, as clamp does
     if low is not None:
-        out = aten.maximum.default(out, to_dtype(low, dtype) if isinstance(low, torch.Tensor) else scalar_like(low, out))
+        out = aten.maximum.default(out, bound_of(low))
     if high is not None:
-        out = aten.minimum.default(out, to_dtype(high, dtype) if isinstance(high, torch.Tensor) else scalar_like(high, out))
+        out = aten.minimum.default(out, bound_of(high))
     return out
 
 

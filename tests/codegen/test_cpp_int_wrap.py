@@ -98,3 +98,18 @@ def test_eagers_checks_of_numbers_given_to_integer_ops(case):
     with pytest.raises(type(eager.value)) as got:
         kiln.compile(fn, options={"warm_cache": False, "choose_faster": False})(arg)
     assert str(got.value) == str(eager.value)
+
+
+def test_symbolic_clamp_bound_is_range_checked_on_each_call():
+    def fn(a, n: int):
+        return torch.clamp(a, max=n)
+
+    a = torch.tensor([5, -7, 3], dtype=torch.int32)
+    kiln.reset()
+    compiled = kiln.compile(fn, dynamic=True, options={"warm_cache": False, "choose_faster": False})
+    for n in (7, 2, 11):
+        assert torch.equal(compiled(a, n), fn(a, n)), n
+    with pytest.raises(RuntimeError, match="without overflow"):
+        fn(a, 2 ** 40)
+    with pytest.raises(RuntimeError, match="value cannot be converted to type int without overflow"):
+        compiled(a, 2 ** 40)
