@@ -81,12 +81,7 @@ class GraphCandidate:
         if runner is None or not runner.recordings:
             why = next(iter(runner.declined.values()), None) if runner is not None else None
             return why or "no recording was made"
-        grew = torch.cuda.memory_reserved(self.device) - (self.reserved_before or 0)
-        total = torch.cuda.get_device_properties(self.device or torch.cuda.current_device()).total_memory
-        limit = min(MAX_POOL_BYTES, MAX_POOL_SHARE * total)
-        if grew > limit:
-            return f"its recording holds {grew / 2**20:.0f} MiB (more than {limit / 2**20:.0f} MiB in default mode)"
-        return None
+        return pool_too_big(self.device, self.reserved_before or 0)
 
     def keep(self, chosen: str):
         """The race's choice: replay from now on (returns the runtime to call), or drop the recording (its
@@ -194,6 +189,17 @@ class HotShapes:
 
     def __getattr__(self, name):
         return getattr(self.__dict__["outer"], name)
+
+
+def pool_too_big(device, reserved_before: int) -> str | None:
+    """Why a recording made since the device's reserved memory was ``reserved_before`` holds more memory
+    than default mode allows (``MAX_POOL_BYTES``, ``MAX_POOL_SHARE`` of the device), or None."""
+    grew = torch.cuda.memory_reserved(device) - reserved_before
+    total = torch.cuda.get_device_properties(device or torch.cuda.current_device()).total_memory
+    limit = min(MAX_POOL_BYTES, MAX_POOL_SHARE * total)
+    if grew > limit:
+        return f"its recording holds {grew / 2**20:.0f} MiB (more than {limit / 2**20:.0f} MiB in default mode)"
+    return None
 
 
 def _shape_key(args) -> tuple:

@@ -33,7 +33,7 @@ import torch
 from kiln.aot.symbols import has_symbols
 from kiln.backends.choose_faster import GRAPHS_MARGIN, ops_reason
 from kiln.backends.seeded_ops import draws_random_numbers
-from kiln.backends.default_graphs import MAX_POOL_BYTES, MAX_POOL_SHARE, _launch_and_total
+from kiln.backends.default_graphs import _launch_and_total, pool_too_big
 from kiln.codegen.cudagraphs import _storage
 from kiln.codegen.step_graphs import StepGraphRunner
 from kiln.debug.stats import stats
@@ -52,7 +52,6 @@ class ReplayRace:
         self.choice: str | None = None  # "plain" or "replay" once decided
         self.verdict = "not raced yet"
         self.plain_seconds: float | None = None
-        self.reserved_before = 0
         self.tries = 0
 
     def settle_plain(self, fn) -> None:
@@ -100,14 +99,13 @@ class ReplayRace:
         runner = self.runner
         if not runner.recordings:
             device = next((a.device for a in args if getattr(a, "is_cuda", False)), None)
-            self.reserved_before = torch.cuda.memory_reserved(device)
+            reserved_before = torch.cuda.memory_reserved(device)
             runner.time_replay = True
             out = runner(*args)
-            why = next(iter(runner.declined.values()), None) if not runner.recordings else None
-            grew = torch.cuda.memory_reserved(device) - self.reserved_before
-            limit = min(MAX_POOL_BYTES, MAX_POOL_SHARE * torch.cuda.get_device_properties(device or torch.cuda.current_device()).total_memory)
-            if why is None and grew > limit:
-                why = f"its recording holds {grew / 2**20:.0f} MiB (more than {limit / 2**20:.0f} MiB in default mode)"
+            if runner.recordings:
+                why = pool_too_big(device, reserved_before)
+            else:
+                why = next(iter(runner.declined.values()), None)
             if why is not None:
                 self._decide("plain", f"plain launches: {why}")
             elif runner.replay_seconds is not None:  # (the replay that followed the recording, timed)

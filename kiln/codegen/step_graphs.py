@@ -64,12 +64,11 @@ class StepGraphRunner(CudaGraphRunner):
     def _record(self, key, inputs) -> _Recording | None:
         n_user = len(inputs) - self.n_state
         if self.recordings:  # a parameter moved: recorded again, a few times at most
+            self.recordings.clear()
             self.rerecorded += 1
             if self.rerecorded > GIVE_UP:
-                self.recordings.clear()
                 self.declined[key] = f"its parameters moved more than {GIVE_UP} times"
                 return None
-        self.recordings.clear()
         start = time.perf_counter()
         pinned = [i for i, t in enumerate(inputs[:n_user])
                   if self.pinned is not None and t.numel() and self.pinned(_storage(t))]

@@ -206,8 +206,7 @@ class CppOps(OpsHandler):
             raise NotImplementedError(f"C++ has no rule for ops.{op} on {x.dtype}")
         if op in _WRAPPING and dtype in _WIDE_INTS:
             tmpl = _WRAPPING[op]
-        return self._emit(tmpl.format(x.name, T=CTYPE[dtype] if op in _WRAPPING else CTYPE[x.dtype]), dtype,
-                          costly=op in COSTLY_OPS)
+        return self._emit(tmpl.format(x.name, T=CTYPE[x.dtype]), dtype, costly=op in COSTLY_OPS)
 
     def binary(self, op, a, b):
         if op == "pow" and a.dtype.is_floating_point and self.constants.get(b.name) in _POW_SPECIAL:

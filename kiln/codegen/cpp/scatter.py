@@ -15,9 +15,11 @@ import re
 from kiln.codegen.common import kernel_name, provenance
 from kiln.codegen.cpp.kernel import PARALLEL_THRESHOLD, CppKernel, KernelContext
 from kiln.codegen.cpp.loops import block, csize, loop
-from kiln.codegen.cpp.ops import CTYPE, CppOps
+from kiln.codegen.cpp.ops import _WIDE_INTS, _WRAPPING, CTYPE, CppOps
 from kiln.loopir.handlers import run_body
 from kiln.loopir.sizes import hint, is_symbolic, prod, used_size_symbols
+
+_WIDE_INT_TYPES = {CTYPE[d] for d in _WIDE_INTS}
 
 # C++ of one combine step: ``{t}`` the target element, ``{v}`` the value (float math for 16-bit floats)
 _COMBINE = {
@@ -39,8 +41,8 @@ def combine_statement(mode: str, target: str, value: str, T: str, half: bool, is
         expr = _COMBINE[mode].format(t=f"static_cast<float>({target})", v=f"static_cast<float>({value})")
         rhs = expr.split(" = ", 1)[1].rstrip(";")
         return f"{target} = {T}({rhs});"
-    if mode in ("add", "mul") and T in ("int32_t", "int64_t"):  # wraps as eager's (ops._WRAPPING)
-        return f"{target} = kiln_wrap_{mode}<{T}>({target}, {value});"
+    if mode in ("add", "mul") and T in _WIDE_INT_TYPES:  # wraps as eager's
+        return f"{target} = {_WRAPPING[mode].format(target, value, T=T)};"
     return _COMBINE[mode].format(t=target, v=value)
 
 

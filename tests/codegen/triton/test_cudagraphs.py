@@ -6,35 +6,7 @@ import torch
 
 import kiln
 from kiln.codegen.cudagraphs import CudaGraphRunner
-
-
-class FakeGraph:
-    last = None
-
-    def __init__(self):
-        self.replay_fn = None
-        FakeGraph.last = self
-
-    def replay(self):
-        self.replay_fn()
-
-
-class FakeCapture:
-    def __init__(self, graph):
-        self.graph = graph
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
-
-
-@pytest.fixture
-def fake_cuda(monkeypatch):
-    monkeypatch.setattr(torch.cuda, "CUDAGraph", FakeGraph)
-    monkeypatch.setattr(torch.cuda, "graph", FakeCapture)
-    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+from tests.codegen.triton.cuda_fakes import fake_cuda  # noqa: F401 (the fixture)
 
 
 class Wrapper:

@@ -2,39 +2,10 @@
 lent, copied, rebuilt on the caller's inputs or handed out as recorded, and when a call runs plainly.
 The recording is faked on CPU (a "graph" that replays by running the wrapper on the static inputs);
 tests/codegen/triton/test_cuda.py trains with real CUDA graphs."""
-import pytest
 import torch
 
 from kiln.codegen.step_graphs import StepGraphRunner
-
-CAPTURING = [False]
-
-
-class FakeGraph:
-    def __init__(self):
-        self.replay_fn = None
-
-    def replay(self):
-        self.replay_fn()
-
-
-class FakeCapture:
-    def __init__(self, graph, **kw):
-        pass
-
-    def __enter__(self):
-        CAPTURING[0] = True
-
-    def __exit__(self, *exc):
-        CAPTURING[0] = False
-        return False
-
-
-@pytest.fixture
-def fake_cuda(monkeypatch):
-    monkeypatch.setattr(torch.cuda, "CUDAGraph", FakeGraph)
-    monkeypatch.setattr(torch.cuda, "graph", FakeCapture)
-    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+from tests.codegen.triton.cuda_fakes import CAPTURING, fake_cuda  # noqa: F401 (the fixture)
 
 
 def runner_for(wrapper, n_state, **kw):
