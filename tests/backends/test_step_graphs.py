@@ -119,7 +119,7 @@ def test_not_installed_without_a_gpu_or_with_random_ops():
     from kiln.options import default_options
 
     gm = torch.fx.symbolic_trace(lambda x: torch.nn.functional.dropout(x, 0.5))
-    rt = SimpleNamespace(joint_gm=None, warm_race_ops="random ops")
+    rt = SimpleNamespace(joint_gm=None, warm_race_ops="random ops", n_inputs=1, state=[], mutated=[])
     why = step_graphs.why_not(rt, gm, default_options())
     assert why in ("no GPU", "random ops")
     assert step_graphs.why_not(rt, gm, default_options().replace(default_cudagraphs=False)).startswith("Options")
