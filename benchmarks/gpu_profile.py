@@ -3,6 +3,8 @@
 
     python benchmarks/gpu_profile.py --models hf_gpt2,llama_small --dtypes bf16 --backends eager,kiln,torch.compile
     python benchmarks/gpu_profile.py --top 15        # all models, f32 and bf16, eager / kiln / torch.compile
+    python benchmarks/gpu_profile.py --set standard --dtypes bf16 --backends kiln --top 3   # issue 19's configs:
+                                                     # wall / GPU busy per model (goal: within 1.15)
 
 Per model and backend it prints: the median wall time of a call (CUDA events), the GPU busy time per
 call (the sum of the kernels' durations), the number of kernel launches per call, and the GPU time by
@@ -31,7 +33,7 @@ sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 
 import torch  # noqa: E402
 
-from gpu import make_compiled, median_ms, model_cases, on_gpu, reset_all  # noqa: E402
+from gpu import make_compiled, median_ms, model_cases, on_gpu, reset_all, standard_model_cases  # noqa: E402
 
 LIBRARY_MARKERS = ("gemm", "cutlass", "cublas", "sm90_", "sm80_", "ampere", "hopper", "conv", "cudnn", "flash",
                    "fmha", "attention", "xmma", "implicit", "wgrad", "dgrad", "nchw", "nhwc", "winograd", "splitk")
@@ -113,7 +115,7 @@ def report(label: str, backend: str, fn, args, iters: int, top: int, cpu_profile
         by_kind[kind_of(name)] += us / iters / 1000
     kinds = "  ".join(f"{k} {v:.3f}" for k, v in sorted(by_kind.items()))
     print(f"{label:<24} {backend:<16} wall {ms:8.3f} ms  enqueue {cpu:8.3f} ms  gpu {busy:8.3f} ms  "
-          f"launches {launches / iters:6.0f}  | {kinds}")
+          f"wall/gpu {ms / busy if busy else float('nan'):5.2f}  launches {launches / iters:6.0f}  | {kinds}")
     for name, us in times.most_common(top):
         print(f"      {us / iters / 1000:8.4f} ms  {kind_of(name):<7} {name[:110]}")
     if cpu_profile:
@@ -126,6 +128,11 @@ def main() -> int:
     parser.add_argument("--dtypes", default="f32,bf16")
     parser.add_argument("--backends", default="eager,kiln,torch.compile",
                         help="eager, kiln, kiln_ro, kiln_ma, torch.compile, torch.compile_ro, ...")
+    parser.add_argument("--set", dest="model_set", choices=("small", "standard"), default="small",
+                        help="benchmarks/gpu.py's model set: small (the default) or standard (issue 19's configs)")
+    parser.add_argument("--warmup", type=int, default=20,
+                        help="calls before any timing (kiln's default mode decides between plain launches and "
+                             "CUDA-graph replay over its first calls: the profile is of the steady state)")
     parser.add_argument("--iters", type=int, default=10)
     parser.add_argument("--top", type=int, default=8)
     parser.add_argument("--cpu-profile", action="store_true",
@@ -139,7 +146,8 @@ def main() -> int:
     only = [m for m in args.models.split(",") if m]
     dtypes = [{"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}[d] for d in args.dtypes.split(",")]
     backends = [b.replace("_", " ") for b in args.backends.split(",") if b]
-    for name, build in model_cases(quick=False):
+    cases = standard_model_cases() if args.model_set == "standard" else model_cases(quick=False)
+    for name, build in cases:
         if only and name not in only:
             continue
         for dtype in dtypes:
@@ -155,7 +163,9 @@ def main() -> int:
                 try:
                     with torch.no_grad():
                         fn = make_compiled(b, model)
-                        fn(*margs)
+                        for _ in range(max(1, args.warmup)):
+                            fn(*margs)
+                        torch.cuda.synchronize()
                         report(label, b, fn, margs, args.iters, args.top, args.cpu_profile)
                 except Exception as exc:  # noqa: BLE001 -- one backend failing is a result
                     print(f"{label:<24} {b:<16} error: {type(exc).__name__}: {str(exc)[:300]}")
