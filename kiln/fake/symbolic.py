@@ -573,6 +573,8 @@ class SymNode:
         env = self.env
         if self.pytype is int and other.pytype is int and other.expr == 1:
             return self  # n // 1 == n for any int (unfold's (s0 - size) // 1 may be negative)
+        if self._by_negative_constant(other):  # n // -k == (-n) // k for ints
+            return self.neg().floordiv(other.neg())
         sign = self._sign_for_division(other)
         if sign is True:
             if env.static_value(sympy.Lt(self.expr, other.expr)) is True:
@@ -602,8 +604,13 @@ class SymNode:
 
     int_floordiv = floordiv
 
+    def _by_negative_constant(self, other) -> bool:
+        return self.pytype is int and other.pytype is int and other.expr.is_Integer and int(other.expr) < 0
+
     def mod(self, other):
         from kiln.loopir.index import ModularIndexing
+        if self._by_negative_constant(other):  # n % -k == -((-n) % k) for ints (the divisor's sign)
+            return self.neg().mod(other.neg()).neg()
         sign = self._sign_for_division(other)
         if sign is True:
             if self.env.static_value(sympy.Lt(self.expr, other.expr)) is True:

@@ -689,6 +689,31 @@ def bool_reduction(func, x, dim=None, keepdim=False):
     return _new_row_major(sizes, torch.uint8 if x.dtype == torch.uint8 else torch.bool)
 
 
+def count_nonzero(func, x, dim=None):
+    """count_nonzero over ``dim`` (an int, a list, or None: every dim): int64, the dims removed, row-major
+    (its C++ kernel trips torch's arg parser on symbolic sizes)."""
+    dims = [] if dim is None else (list(dim) if isinstance(dim, (list, tuple)) else [dim])
+    dims = [_dim(d, x.dim()) for d in dims]
+    if len(set(dims)) != len(dims):
+        raise SymbolicShapeUnsupported(func, "a dim given twice (ATen's own error)")
+    dims = set(dims) if dim is not None else set(range(x.dim()))
+    return _new_row_major([n for i, n in enumerate(x.shape) if i not in dims], torch.int64)
+
+
+def diag_embed(func, x, offset=0, dim1=-2, dim2=-1):
+    """diag_embed: the last dim becomes a square of side ``n + |offset|`` at ``dim1``/``dim2`` of the
+    result, row-major, the input's dtype."""
+    ndim = x.dim() + 1
+    d1, d2 = _dim(dim1, ndim), _dim(dim2, ndim)
+    if d1 == d2:
+        raise SymbolicShapeUnsupported(func, "dim1 equal to dim2 (ATen's own error)")
+    side = x.shape[-1] + abs(offset)
+    sizes = list(x.shape[:-1])
+    for d in sorted((d1, d2)):
+        sizes.insert(d, side)
+    return _new_row_major(sizes, x.dtype)
+
+
 def eye(func, n, m=None, *, dtype=None, layout=None, device=None, pin_memory=None):
     """eye(n[, m]) of symbolic sizes: a row-major (n, m) matrix (its C++ kernel asks for plain sizes)."""
     m = n if m is None else m
@@ -783,6 +808,9 @@ RULES.update({
     aten.all.dims: bool_reduction,
     aten.eye.default: eye,
     aten.eye.m: eye,
+    aten.count_nonzero.default: count_nonzero,
+    aten.count_nonzero.dim_IntList: count_nonzero,
+    aten.diag_embed.default: diag_embed,
     aten.floor_divide.default: pointwise,
     aten.native_group_norm.default: native_group_norm,
     aten.native_group_norm_backward.default: native_group_norm_backward,  # (elementwise, but not tagged pointwise: no rule found it)

@@ -117,7 +117,6 @@ def test_shape_tuple_unpack_and_index(backend):
     check(f, lambda n: (torch.randn(2, n, 3),), backend, graphs=2)
 
 
-@pytest.mark.parametrize("backend", backends(xfail={"eager": 'list(x.shape) edited and passed to view()/torch.Size specializes (guard Eq(s0, 2)) (dynamo: 2 graphs)'}))
 def test_size_in_list_of_shapes(backend):
     def f(x):
         shape = list(x.shape)

@@ -74,6 +74,11 @@ class BuiltinValue(KnownFunctionValue):
 
             if is_python_object(args[0]):  # abs(obj): its class's Python __abs__
                 return unary_op(tx, operator.abs, args[0])
+            from kiln.capture.values.symbolic import symbolic_unary
+
+            symbolic = symbolic_unary(tx, operator.abs, args[0])  # abs(n - 10) of a size
+            if symbolic is not None:
+                return symbolic
         if fn is round and 1 <= len(args) <= 2 and not kwargs:
             from kiln.capture.values.ops import is_python_object
 
@@ -335,23 +340,14 @@ def _type(tx, obj, *rest, **kwargs):
 
 
 def _size_min_max(fn, otherwise):
-    """``min``/``max`` of ints where one is a symbolic size (``min(x.shape[0], 4)``): the argument the
-    comparisons pick, each comparison a guard (one entry per side), the picked value still symbolic.
-    Python's order: the first of equal ones. Anything else: ``otherwise`` (iteration_builtins' handler)."""
-    beats = operator.lt if fn is min else operator.gt
+    """``min``/``max`` with symbolic sizes (``values/symbolic.symbolic_min_max``), else ``otherwise``
+    (iteration_builtins' handler)."""
 
     def handler(tx, *args, **kwargs):
-        from kiln.capture.values.symbolic import SymbolicInt, int_like, symbolic_binary
+        from kiln.capture.values.symbolic import symbolic_min_max
 
-        if kwargs or len(args) < 2 or not any(isinstance(a, SymbolicInt) for a in args) \
-                or not all(int_like(a) for a in args):
-            return otherwise(tx, *args, **kwargs)
-        best = args[0]
-        for a in args[1:]:
-            test = symbolic_binary(tx, beats, a, best)
-            if test.truth(tx) if test is not None else beats(a.as_constant(), best.as_constant()):
-                best = a
-        return best
+        picked = symbolic_min_max(tx, fn, list(args)) if args and not kwargs else None
+        return otherwise(tx, *args, **kwargs) if picked is None else picked
     return handler
 
 
@@ -576,7 +572,10 @@ def construct_builtin_type(tx, cls, args, kwargs) -> Value:
             if result is not NotImplemented:
                 return result
         if cls is torch.Size:
-            return ConstantValue(torch.Size([v.as_constant() for v in tx.items(args[0])]))
+            from kiln.capture.values.symbolic import size_of_items
+
+            items = tx.items(args[0])
+            return size_of_items(tx, items) or ConstantValue(torch.Size([v.as_constant() for v in items]))
         if all(a.is_constant() for a in args):
             return _fold(cls, args, kwargs)
         if cls is bool and len(args) == 1:

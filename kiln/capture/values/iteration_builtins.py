@@ -208,7 +208,9 @@ def _sorted(tx, iterable, key=None, reverse=None):
         keys = [key.call(tx, [v], {}) for v in items]
     else:
         keys = items
-    if all(k.is_constant() for k in keys):
+    from kiln.capture.values.symbolic import is_symbolic_value
+
+    if all(k.is_constant() and not is_symbolic_value(k) for k in keys):  # (sizes: compared as guards below)
         constants = [k.as_constant() for k in keys]
         try:
             order = sorted(range(len(items)), key=constants.__getitem__, reverse=rev)

@@ -545,6 +545,11 @@ def contains_op(tx, item: Value, container: Value) -> bool:
         # (sequences compare as equal_bool does; a Python __contains__/__iter__ is traced: whatever it
         # does with the tensor is checked there)
         unsupported("`in` on a tensor depends on its data")
+    from kiln.capture.values.symbolic import symbolic_in
+
+    found = symbolic_in(tx, item, container)  # n in (1, 2, 3) of a size: guards on each test
+    if found is not None:
+        return found
     if container.is_constant() and item.is_constant():
         return item.as_constant() in container.as_constant()
     if isinstance(container, DictViewValue):

@@ -26,9 +26,23 @@ def _python_objects_compared(tx, op, a: Value, b: Value) -> bool | None:
     return tx.truth(rich_compare(tx, op, a, b))
 
 
+def _symbolic_compared(tx, op, a: Value, b: Value) -> bool | None:
+    """`a <op> b` where one side is a symbolic size (``sorted(x.shape)``): a guard on the comparison's
+    outcome, not on the sizes' values. None where neither is one (or the pair is not int-like)."""
+    from kiln.capture.values.symbolic import is_symbolic_value, symbolic_binary
+
+    if tx is None or not (is_symbolic_value(a) or is_symbolic_value(b)):
+        return None
+    result = symbolic_binary(tx, op, a, b)
+    return None if result is None else result.truth(tx)
+
+
 def _equal(a: Value, b: Value, tx=None) -> bool:
     if a is b:
         return True
+    compared = _symbolic_compared(tx, operator.eq, a, b)
+    if compared is not None:
+        return compared
     if a.is_constant() and b.is_constant():
         return bool(a.as_constant() == b.as_constant())
     from kiln.capture.values.containers import SequenceValue
@@ -45,6 +59,9 @@ def _equal(a: Value, b: Value, tx=None) -> bool:
 def _compare(op, a: Value, b: Value, tx=None) -> bool:
     from kiln.capture.values.containers import SequenceValue
 
+    compared = _symbolic_compared(tx, op, a, b)
+    if compared is not None:
+        return compared
     if a.is_constant() and b.is_constant():
         try:
             return bool(op(a.as_constant(), b.as_constant()))

@@ -19,7 +19,7 @@ import operator
 import torch
 
 from kiln.capture.values.base import ConstantValue, Value
-from kiln.capture.values.containers import TupleValue
+from kiln.capture.values.containers import ListValue, TupleValue
 from kiln.capture.values.scalars import _KnownScalar
 from kiln.fake.symbolic import SYMBOLIC_SCALARS, is_symbolic
 
@@ -99,6 +99,13 @@ def symbolic_binary(tx, op, a: Value, b: Value) -> Value | None:
         op, b = shifted
     elif op in _BITWISE:
         return _bitwise_by_bits(tx, op, *((a, b) if isinstance(a, SymbolicInt) else (b, a)))
+    if op in (operator.pow, operator.ipow):
+        # n ** k, k a non-negative int constant: an int for every int n (a negative or symbolic
+        # exponent gives floats: specialized by the caller)
+        k = b.value if isinstance(a, SymbolicInt) and _plain_number(b) and not isinstance(b, SymbolicInt) else None
+        if type(k) is not int or not 0 <= k <= _MAX_POWER:
+            return None
+        return ConstantValue(1) if k == 0 else tx.output.call("call_function", operator.pow, [a, b], {})
     if op not in ARITHMETIC and op not in COMPARISONS:
         return None
     plain = {operator.iadd: operator.add, operator.isub: operator.sub, operator.imul: operator.mul,
@@ -110,6 +117,8 @@ def symbolic_binary(tx, op, a: Value, b: Value) -> Value | None:
 
         raise_as_traced(exc, f"{a} {plain.__name__} {b}")
 
+
+_MAX_POWER = 8  # (a product of that many factors wherever the expression is printed into code)
 
 _SHIFTS = {operator.rshift: operator.floordiv, operator.irshift: operator.floordiv,
            operator.lshift: operator.mul, operator.ilshift: operator.mul}
@@ -172,9 +181,59 @@ def symbolic_divmod(tx, a: Value, b: Value) -> Value | None:
 
 
 def symbolic_unary(tx, op, a: Value) -> Value | None:
-    if isinstance(a, SymbolicInt) and a.python_type() is int and op in (operator.neg, operator.pos):
-        return a if op is operator.pos else tx.output.call("call_function", operator.neg, [a], {})
+    if not (isinstance(a, SymbolicInt) and a.python_type() is int):
+        return None
+    if op is operator.pos:
+        return a
+    if op is operator.neg:
+        return tx.output.call("call_function", operator.neg, [a], {})
+    if op is operator.abs:  # abs(n - 10): a guard on the sign (two entries at most), not on the value
+        negative = symbolic_binary(tx, operator.lt, a, ConstantValue(0))
+        return tx.output.call("call_function", operator.neg, [a], {}) if negative.truth(tx) else a
     return None
+
+
+def symbolic_min_max(tx, fn, args: list[Value]):
+    """``min``/``max`` of ints where one is a symbolic size, given as arguments (``min(n, 4)``) or as one
+    sequence (``min(x.shape)``): the item the comparisons pick, each comparison a guard (one entry per
+    outcome), the picked item still symbolic. Python's order: the first of equal ones. None for anything
+    else (keys and defaults are the caller's)."""
+    items = args
+    if len(args) == 1 and isinstance(args[0], (TupleValue, ListValue)):
+        items = list(args[0].elements)
+    if len(items) < 2 or not any(isinstance(a, SymbolicInt) for a in items) or not all(int_like(a) for a in items):
+        return None
+    beats = operator.lt if fn is min else operator.gt
+    best = items[0]
+    for a in items[1:]:
+        test = symbolic_binary(tx, beats, a, best)
+        if test.truth(tx) if test is not None else beats(a.as_constant(), best.as_constant()):
+            best = a
+    return best
+
+
+def symbolic_in(tx, item: Value, container: Value) -> bool | None:
+    """``n in (1, 2, 3)`` for a symbolic int and a constant tuple, list, set or frozenset of ints: an
+    equality test per element in order, each a guard (``Ne(s0, 1)``), as the container's own search
+    compares (for ints, hashing agrees with ==). None otherwise."""
+    if not (isinstance(item, SymbolicInt) and item.python_type() is int) or type(container) is not ConstantValue:
+        return None
+    elements = container.value
+    if type(elements) not in (tuple, list, set, frozenset) or not all(type(e) in (int, bool) for e in elements):
+        return None
+    for e in (sorted(elements) if type(elements) in (set, frozenset) else elements):
+        if symbolic_binary(tx, operator.eq, item, ConstantValue(e)).truth(tx):
+            return True
+    return False
+
+
+def size_of_items(tx, items: list[Value]) -> Value | None:
+    """``torch.Size([n, 2])`` of ints where one is symbolic: a SizeValue (torch.Size takes ints only)."""
+    if not any(isinstance(v, SymbolicInt) for v in items) or not all(int_like(v) for v in items):
+        return None
+    if any(type(v) is ConstantValue and type(v.value) is bool for v in items):
+        return None  # (torch.Size([True]): its own conversion)
+    return SizeValue(list(items))
 
 
 def concrete(value):
