@@ -62,6 +62,8 @@ class FrameShapes:
     dynamic_ints: set = dataclasses.field(default_factory=set)  # int places traced as symbols
     floats: dict = dataclasses.field(default_factory=dict)  # place -> float argument's value at the last compile
     dynamic_floats: set = dataclasses.field(default_factory=set)  # float places traced as graph inputs
+    held: dict = dataclasses.field(default_factory=dict)  # buffer place -> id of its tensor at the last compile
+    input_buffers: set = dataclasses.field(default_factory=set)  # buffer places read as graph inputs
 
 
 class DynamicPolicy:
@@ -101,6 +103,25 @@ class DynamicPolicy:
         if self.shapes is not None and dims:
             self.shapes.dynamic[place] = self.shapes.dynamic.get(place, set()) | dims
         return dims, {d: marked[d] for d in dims if d in marked}
+
+    def buffer_is_input(self, place: str, tensor: torch.Tensor) -> bool:
+        """Whether the module buffer at ``place`` (``L['self']._buffers['k']``) is read as a graph input
+        (guarded by its properties, read again at each call) rather than held by the graph (guarded to be
+        the same object): once an earlier compile of this code held another tensor there, a buffer the
+        program assigns anew at each call (``self.k = torch.cat([self.k, x])``, a growing cache), which
+        would otherwise recompile every call. Its sizes at that compile are remembered, so dims that
+        changed are symbols at once (automatic dynamic)."""
+        if self.shapes is None:
+            return False
+        if place in self.shapes.input_buffers:
+            return True
+        previous = self.shapes.held.get(place)
+        self.shapes.held[place] = id(tensor)  # (an id reused by a new tensor: one more recompile)
+        if previous is not None and previous != id(tensor):
+            self.shapes.input_buffers.add(place)
+            return True
+        self.shapes.sizes[place] = tuple(tensor.shape)
+        return False
 
     def int_is_dynamic(self, place: str, value: int) -> bool:
         """Whether the int argument at ``place`` (``L['n']``) is traced as a symbol: under ``dynamic=True``

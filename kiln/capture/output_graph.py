@@ -82,6 +82,9 @@ class OutputGraph:
             if known is real:  # the same object under another name: one input, guarded to stay so
                 self.guards.add(GuardKind.IDENTITY_OF_SOURCE, source, self.input_sources[i])
                 return self._input_values[i]
+        if id(real) in self._attr_names:  # (a buffer held by the graph, now read as an input elsewhere)
+            unsupported(f"{source.name()} is a tensor the graph also holds as a module's parameter or buffer",
+                        hint="the code from here runs as Python")
         node = self._placeholder(source, real)
         fake = self._dynamic_fake(source, real)
         if fake is None:
@@ -167,6 +170,9 @@ class OutputGraph:
         if tensor.layout != torch.strided:  # (sparse, nested: as for inputs)
             unsupported(f"{qualname} is a tensor with layout {tensor.layout}: kiln compiles strided tensors only",
                         hint="the code that reads it runs as Python")
+        for i, known in enumerate(self.example_inputs):
+            if known is tensor:  # a buffer read as a graph input (capture/dynamic.py): the same tensor
+                return self._input_values[i]
         name = self._attr_names.get(id(tensor))
         if name is None:
             name = self._unique(_clean_name(qualname))

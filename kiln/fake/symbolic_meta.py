@@ -696,7 +696,7 @@ def count_nonzero(func, x, dim=None):
     dims = [_dim(d, x.dim()) for d in dims]
     if len(set(dims)) != len(dims):
         raise SymbolicShapeUnsupported(func, "a dim given twice (ATen's own error)")
-    dims = set(dims) if dim is not None else set(range(x.dim()))
+    dims = set(dims) or set(range(x.dim()))  # (None or an empty list: every dim, as ATen)
     return _new_row_major([n for i, n in enumerate(x.shape) if i not in dims], torch.int64)
 
 

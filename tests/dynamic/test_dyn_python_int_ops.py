@@ -123,6 +123,7 @@ OP_PROGRAMS = {
     "count_nonzero over a dim": lambda x: torch.count_nonzero(x > 20, 1),
     "count_nonzero over dims": lambda x: torch.count_nonzero(x > 20, (0, 1)),
     "count_nonzero of all": lambda x: torch.count_nonzero(x > 20),
+    "count_nonzero over no dims (all)": lambda x: (torch.count_nonzero(x > 20, []), torch.count_nonzero(x, []).dim()),
     "diag_embed": lambda x: torch.diag_embed(x),
     "diag_embed with an offset and dims": lambda x: torch.diag_embed(x[:, :3], offset=-1, dim1=0, dim2=2),
 }
@@ -145,3 +146,29 @@ def test_fake_rules_match_eager_layouts():
         want, got = fn(real), fn(x)
         assert [int(n) for n in got.shape] == list(want.shape)
         assert [int(n) for n in got.stride()] == list(want.stride()) and got.dtype == want.dtype
+
+
+def test_bools_compare_as_the_ints_they_equal():
+    """``n - 1 in (True, 7)`` is ``n - 1 == 1`` for Python (as a sympy value a bool equalled no int)."""
+    def f(x, n):
+        return (n - 1) in (True, 7), (n - 1) not in {True, 40}, (n - 1) == True, n + True  # noqa: E712
+
+    def g(x):
+        return x.shape[0] - 1 in (True, 9), x * (x.shape[0] - True)
+
+    for dynamic in (None, True):
+        run(f, lambda n: (torch.zeros(n), n), (5, 6, 2, 8, 2), dynamic=dynamic)
+        run(g, lambda n: (torch.ones(n),), (5, 6, 2, 10, 2), dynamic=dynamic)
+
+
+def test_powers_that_leave_int64_are_not_computed_in_kernels():
+    """A kernel computes ``n ** 8`` in int64: the power is guarded to fit (255 ** 8 does not: a size
+    beyond compiles for its value, as eager computes it with Python ints)."""
+    def f(x):
+        return torch.arange((x.shape[0] ** 8) % 1000).sum()
+
+    def g(x, n):
+        return x.new_ones((n ** 3) % 1000) * 2
+
+    run(f, lambda n: (torch.zeros(n),), (7, 9, 255, 257, 1000, 8), dynamic=True)
+    run(g, lambda n: (torch.zeros(2), n), (7, 9, 2097151, 2097153, 3000017, 11))

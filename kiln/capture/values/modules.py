@@ -129,6 +129,10 @@ class NNModuleValue(Value):
             if in_tables and name in d.get(table, {}):
                 _refuse_shadowed(tx, type(m), name)
                 t = d[table][name]
+                place = DictEntrySource(self.source, table, name) if self.source is not None else None
+                if table == "_buffers" and t is not None and place is not None and tx.output.dynamic is not None \
+                        and tx.output.dynamic.buffer_is_input(place.name(), t):
+                    return wrap(tx, t, place)  # a buffer assigned anew at each call: an input (capture/dynamic.py)
                 if self.source is not None:
                     # the graph holds this very tensor: a reassigned parameter must recompile
                     tx.output.guards.identity(DictEntrySource(self.source, table, name), t)
@@ -385,6 +389,7 @@ class ModuleMembersMethodValue(Value):
 
     def call(self, tx, args, kwargs) -> Value:
         from kiln.capture.values.containers import ListIteratorValue, TupleValue
+        from kiln.capture.values.tensors import TensorValue
 
         bound = self._arguments(args, kwargs)
         if not bound["remove_duplicate"]:
@@ -399,6 +404,16 @@ class ModuleMembersMethodValue(Value):
             if value.source is not None:
                 tx.output.guards.dict_keys(AttrSource(value.source, table), members)
             for key, tensor in members.items():
+                pending = tx.output.side_effects.load_attr(value, key)
+                if pending is not None:  # assigned earlier in this trace (self.k = new): the new tensor
+                    if not isinstance(pending, TensorValue) or id(pending) in seen:
+                        unsupported(f"Module.{self.name}() after {value.qualname}.{key} was assigned something "
+                                    "other than a new tensor")
+                    seen.add(id(pending))
+                    name = module_prefix + ("." if module_prefix else "") + key
+                    found.append(TupleValue([ConstantValue(name), pending]) if self.name.startswith("named_")
+                                 else pending)
+                    continue
                 if tensor is None or id(tensor) in seen:
                     continue
                 seen.add(id(tensor))

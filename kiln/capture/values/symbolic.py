@@ -80,6 +80,12 @@ def _plain_number(v: Value) -> bool:
     return type(v) is ConstantValue and type(v.value) in (int, bool)
 
 
+def _as_int(v: Value) -> Value:
+    if not isinstance(v, SymbolicInt) and _plain_number(v) and type(v.as_constant()) is bool:
+        return ConstantValue(int(v.as_constant()))
+    return v
+
+
 def int_like(v: Value) -> bool:
     """A symbolic int or an int/bool constant: an operand size arithmetic keeps symbolic."""
     return (isinstance(v, SymbolicInt) and v.python_type() is int) or _plain_number(v)
@@ -94,6 +100,9 @@ def symbolic_binary(tx, op, a: Value, b: Value) -> Value | None:
         return None
     if any(isinstance(v, SymbolicInt) and v.python_type() is not int for v in (a, b)):
         return None
+    # a bool operand is the int it equals (n == True is n == 1, n + True is n + 1); as a sympy value a
+    # bool would compare unequal to every int
+    a, b = (_as_int(v) for v in (a, b))
     shifted = _bits_as_arithmetic(op, a, b)
     if shifted is not None:
         op, b = shifted
@@ -105,7 +114,16 @@ def symbolic_binary(tx, op, a: Value, b: Value) -> Value | None:
         k = b.value if isinstance(a, SymbolicInt) and _plain_number(b) and not isinstance(b, SymbolicInt) else None
         if type(k) is not int or not 0 <= k <= _MAX_POWER:
             return None
-        return ConstantValue(1) if k == 0 else tx.output.call("call_function", operator.pow, [a, b], {})
+        if k == 0:
+            return ConstantValue(1)
+        if not -_INT64 < int(a.example.node.hint) ** k < _INT64:
+            return None
+        power = tx.output.call("call_function", operator.pow, [a, b], {})
+        # kernels compute the expression in int64 (a product of k factors, each partial product no larger
+        # than the power in magnitude): guarded to fit, a later size beyond recompiles
+        from kiln.capture.values.symbolic_float import guarded_size_place
+
+        return power if guarded_size_place(tx.output, power, -_INT64 + 1, _INT64) is not None else None
     if op not in ARITHMETIC and op not in COMPARISONS:
         return None
     plain = {operator.iadd: operator.add, operator.isub: operator.sub, operator.imul: operator.mul,
@@ -119,6 +137,7 @@ def symbolic_binary(tx, op, a: Value, b: Value) -> Value | None:
 
 
 _MAX_POWER = 8  # (a product of that many factors wherever the expression is printed into code)
+_INT64 = 2 ** 63
 
 _SHIFTS = {operator.rshift: operator.floordiv, operator.irshift: operator.floordiv,
            operator.lshift: operator.mul, operator.ilshift: operator.mul}
