@@ -2,6 +2,8 @@
 ``n // -3``, ``n % -3``, ``abs(n - 10)``, ``n in (1, 2, 3)``, ``torch.Size([n, 2, -1])``. Each used to
 pin the value (a guard ``Eq(s0, 7)``: one graph per size until the recompile limit, then eager). Each
 call is compared with eager (tensors and the Python numbers returned), and the graphs are counted."""
+import math
+
 import pytest
 import torch
 
@@ -49,6 +51,11 @@ SIZE_PROGRAMS = {
     "in a tuple": (lambda x: x * (2 if x.shape[0] in (1, 2, 3) else 3), 2),
     "not in a set": (lambda x: x * (2 if x.shape[0] not in {4, 40} else 3), 2),
     "torch.Size of a list": (lambda x: x.reshape(torch.Size([x.shape[0], 2, -1])), 2),
+    "int of a half": (lambda x: (x.new_ones(int(x.shape[0] * 0.5)), int(0.25 * x.shape[0])), 2),
+    "math.trunc of a ratio": (lambda x: (x * math.trunc(x.shape[0] / 4), math.floor(x.shape[0] / 4.0)), 2),
+    # signs guarded: n < 9, n == 9 (both >= 0), n > 9
+    "int of a signed half": (lambda x: (x * int((x.shape[0] - 9) * 0.5), math.trunc((9 - x.shape[0]) / 4)), 4),
+    "int of a tenth (not exact: specialized, still right)": (lambda x: x * int(x.shape[0] * 0.1), 8),
     "sorted shape": (lambda x: (x * sorted(x.shape)[0], sorted(x.shape)), 3),  # n < 8, then n >= 8 (8: a tie)
     "sorted in reverse": (lambda x: x.new_zeros(sorted([x.shape[0], 9, x.shape[1]], reverse=True)), 4),
 }
@@ -84,7 +91,8 @@ INTS = (7, 8, 9, 12, 3, 5, 4, 16)
 @pytest.mark.parametrize("op", [
     lambda n: (n - 8) // -3, lambda n: (n - 8) % -3, lambda n: n // -1, lambda n: (5 - n) % -1,
     lambda n: abs(5 - n), lambda n: (n - 6) ** 2, lambda n: abs(n - 4) ** 3, lambda n: min(n, 8 - n, 2),
-    lambda n: max((n, 5)), lambda n: int(n in (3, 8, 40)),
+    lambda n: max((n, 5)), lambda n: int(n in (3, 8, 40)), lambda n: int(n * 0.5), lambda n: math.trunc(n / 3),
+    lambda n: int((n - 10) * 0.5), lambda n: math.ceil(n * 0.125),
 ])
 def test_int_arguments(op):
     x = torch.ones(3)

@@ -316,10 +316,25 @@ def float_binary(tx, op, a: Value, b: Value) -> Value | None:
         return output.call("call_function", op, [_as_double(output, v) for v in (a, b)], {})
 
     result = SymbolicFloat(output, value, f"({ta} {_ARITHMETIC[op]} {tb})", places, build)
-    if op is operator.truediv and _is_symbolic_int(a) and type(b) is ConstantValue and type(b.value) is int \
-            and b.value > 0:
-        result.ratio = (a, b.value)
+    result.ratio = _exact_ratio(op, a, b)
     return result
+
+
+def _exact_ratio(op, a: Value, b: Value):
+    """(p, k) where ``a op b`` is the float of the rational p / k (p a symbolic int, k > 0 an int): ``p / k``
+    and ``p / k.0``; ``p * c`` and ``c * p`` for c a power of two at most 1 (0.5, 0.25: exact scalings,
+    ``int(n * 0.5)``). None otherwise."""
+    p, c = (a, b) if _is_symbolic_int(a) else (b, a)
+    if not _is_symbolic_int(p) or type(c) is not ConstantValue or type(c.value) not in (int, float):
+        return None
+    v = c.value
+    if op is operator.truediv and p is a and v > 0 and float(v).is_integer() and v <= EXACT_INT:
+        return (p, int(v))
+    if op is operator.mul and type(v) is float and v > 0:
+        mantissa, exponent = math.frexp(v)
+        if mantissa == 0.5 and -52 <= exponent <= 1:
+            return (p, 2 ** (1 - exponent))
+    return None
 
 
 def _as_double(output, v: Value):
@@ -347,11 +362,11 @@ _FUNCTIONS = {float: ("___float", None), math.sqrt: ("___math_sqrt", torch.sqrt)
 
 
 def _rounded_ratio(tx, fn, number: "SymbolicFloat") -> Value | None:
-    """math.floor / math.ceil / int() / round() of ``p / k`` (a symbolic int over a positive int constant) as
+    """math.floor / math.ceil / int() and math.trunc / round() of ``p / k`` (a symbolic int over a positive int constant) as
     integer arithmetic on p: exact, since the float p / k is within half an ulp of the rational, and a
     rational that is not an integer is at least 1/k from one, which an ulp reaches only for |p| >= 2**53
-    (``_size_operand`` guarded p below that). int() truncates toward zero: p's sign must be known for
-    every size."""
+    (``_size_operand`` guarded p below that). int() truncates toward zero: a floor where p >= 0, a ceiling
+    where p <= 0, the sign guarded where no bound decides it."""
     from kiln.capture.values.ops import binary_op, unary_op
 
     p, k = number.ratio
@@ -371,7 +386,11 @@ def _rounded_ratio(tx, fn, number: "SymbolicFloat") -> Value | None:
         return floor(p)
     if env.static_value(sympy.Le(p.example.node.expr, 0)) is True:
         return ceil(p)
-    return None
+    hint = p.example.node.hint
+    if hint is None or env.is_unbacked(p.example.node.expr):
+        return None
+    # the sign decided by a guard (two entries at most), as a floor division's dividend is
+    return floor(p) if env.evaluate(sympy.Ge(p.example.node.expr, 0), hint >= 0) else ceil(p)
 
 
 def _round_half_even(tx, p, k: int) -> Value | None:
@@ -398,7 +417,7 @@ def float_function(tx, fn, args: list[Value], kwargs: dict) -> Value | None:
     """``float(n)`` and ``math.sqrt(n)`` of a symbolic int or a SymbolicFloat (None: the usual call, which
     makes the number a constant). math.sqrt is IEEE's correctly rounded square root both in Python and
     as a float64 tensor op, so the graph's number is Python's."""
-    if fn in (math.floor, math.ceil, int, round) and len(args) == 1 and not kwargs \
+    if fn in (math.floor, math.ceil, math.trunc, int, round) and len(args) == 1 and not kwargs \
             and isinstance(args[0], SymbolicFloat) and args[0].ratio is not None:
         return _rounded_ratio(tx, fn, args[0])
     entry = _FUNCTIONS.get(fn) if len(args) == 1 and not kwargs else None
