@@ -409,6 +409,42 @@ def _one_hot_args(args, kwargs):
     return [bound["tensor"], n]
 
 
+def take_along_dim(x: torch.Tensor, indices: torch.Tensor, dim=None) -> torch.Tensor:
+    """``torch.take_along_dim`` as ATen's body computes it (TensorAdvancedIndexing.cpp): without ``dim``,
+    the flattened input gathered at the flattened indices; with it, each operand broadcast to the other's
+    sizes except along ``dim`` (its C++ helper asks for plain sizes), then a gather."""
+    if dim is None:
+        return x.view(-1).gather(0, indices.view(-1))
+    d = dim % x.dim() if x.dim() else 0
+    x_sizes, i_sizes = list(x.shape), list(indices.shape)
+    shape_i = _broadcast_checked([indices.shape[d] if i == d else n for i, n in enumerate(x_sizes)], i_sizes)
+    shape_x = _broadcast_checked([x.shape[d] if i == d else n for i, n in enumerate(i_sizes)], x_sizes)
+    return x.expand(shape_x).gather(d, indices.expand(shape_i))
+
+
+def _broadcast_checked(a, b) -> list:
+    """The broadcast of sizes ``a`` and ``b`` (same length), with eager's error where they do not."""
+    out = []
+    for i, (x, y) in enumerate(zip(a, b)):
+        if not (x == 1 or y == 1 or x == y):  # (each a guard where symbolic)
+            raise RuntimeError(f"The size of tensor a ({x}) must match the size of tensor b ({y}) at "
+                               f"non-singleton dimension {i}")
+        out.append(y if x == 1 else x)
+    return out
+
+
+def _take_along_dim_args(args, kwargs):
+    bound = _bind(args, kwargs, ("input", "indices", "dim"))
+    if bound is None or not all(isinstance(bound.get(k), torch.Tensor) for k in ("input", "indices")):
+        return None
+    x, idx, dim = bound["input"], bound["indices"], bound.get("dim")
+    if idx.dtype != torch.int64 or x.device != idx.device:
+        return None  # (eager's own errors)
+    if dim is not None and (not isinstance(dim, int) or x.dim() != idx.dim() or not -x.dim() <= dim < max(x.dim(), 1)):
+        return None
+    return [x, idx, dim]
+
+
 # torch-level callables (call_function targets) -> (argument binder, rule)
 FUNCTION_RULES = {
     torch.matmul: (_matmul_args, matmul),
@@ -421,6 +457,8 @@ FUNCTION_RULES = {
     torch.nn.functional.max_pool1d: (_functional_max_pool1d_args, max_pool1d),
     torch.nn.functional.interpolate: (symbolic_upsample.interpolate_args, symbolic_upsample.interpolate),
     torch.gru_cell: (_gru_cell_args, gru_cell),
+    torch.take_along_dim: (_take_along_dim_args, take_along_dim),
+    torch.Tensor.take_along_dim: (_take_along_dim_args, take_along_dim),
     torch.Tensor.__getitem__: (_getitem_args, tensor_getitem),
     torch.Tensor.__setitem__: (_setitem_args, tensor_setitem),
 }
@@ -433,7 +471,7 @@ ALWAYS_RULES = {
 # (sdpa: ATen's C++ composite asks ``_fused_sdp_choice`` of symbolic fakes and gets "math": the AOT
 # trace of a dynamic graph would run attention as float32 GEMMs where the captured one chose flash)
 ATEN_RULES = {aten.matmul.default: matmul, aten.linear.default: linear, aten.max_pool1d.default: max_pool1d,
-              aten.gru_cell.default: gru_cell, aten.scaled_dot_product_attention.default: scaled_dot_product_attention}
+              aten.gru_cell.default: gru_cell, aten.take_along_dim.default: take_along_dim, aten.scaled_dot_product_attention.default: scaled_dot_product_attention}
 
 
 class SymbolicCompositeMode(TorchFunctionMode):

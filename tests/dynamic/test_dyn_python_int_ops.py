@@ -133,6 +133,9 @@ OP_PROGRAMS = {
     "count_nonzero of all": lambda x: torch.count_nonzero(x > 20),
     "count_nonzero over no dims (all)": lambda x: (torch.count_nonzero(x > 20, []), torch.count_nonzero(x, []).dim()),
     "diag_embed": lambda x: torch.diag_embed(x),
+    "take_along_dim": lambda x: torch.take_along_dim(x, x.argsort(1), 1),
+    "take_along_dim broadcast, negative dim": lambda x: x.take_along_dim(x[:1].argsort(-1)[:, :3], dim=-1),
+    "take_along_dim flattened": lambda x: torch.take_along_dim(x, x.reshape(-1).argsort()[:5]),
     "diag_embed with an offset and dims": lambda x: torch.diag_embed(x[:, :3], offset=-1, dim1=0, dim2=2),
 }
 
@@ -180,3 +183,10 @@ def test_powers_that_leave_int64_are_not_computed_in_kernels():
 
     run(f, lambda n: (torch.zeros(n),), (7, 9, 255, 257, 1000, 8), dynamic=True)
     run(g, lambda n: (torch.zeros(2), n), (7, 9, 2097151, 2097153, 3000017, 11))
+
+
+def test_take_along_dim_errors_as_eager():
+    compiled = kiln.compile(lambda x: torch.take_along_dim(x, torch.zeros(3, 2, dtype=torch.int64), 1), dynamic=True)
+    for n in (5, 7):
+        with pytest.raises(RuntimeError, match="must match the size of tensor b"):
+            compiled(torch.randn(n, 4))
