@@ -113,7 +113,7 @@ class OutputGraph:
         self.example_inputs.append(example)
         return node
 
-    def add_int_input(self, source: Source, value: int) -> Value | None:
+    def add_int_input(self, source: Source, value: int, duck: bool = False) -> Value | None:
         """An int argument traced as a symbol (``Options.dynamic_ints``): a graph input whose example value
         is the SymInt, bound in the ShapeEnv so the guards read the symbol from it. None where the policy
         keeps it a constant."""
@@ -124,7 +124,7 @@ class OutputGraph:
             self.shape_env.where = self._user_line
             self.guards.shape_env = self.shape_env
         node = self._placeholder(source, value)
-        symint = self.shape_env.int_symbol(value, source.name())
+        symint = self.shape_env.int_symbol(value, source.name(), duck=duck)
         self.shape_env.bind_scalar(source.name(), symint.node.expr)
         self.guards.dynamic_int(source, value)
         node.meta["example_value"] = symint

@@ -291,10 +291,12 @@ class ShapeEnv:
         """An int graph input (``L['n']``) that is the symbol itself: read as ``s3 = n`` at run time."""
         self.inputs.append(InputBinding(name, (), (), scalar=symbol))
 
-    def int_symbol(self, value: int, origin: str) -> torch.SymInt:
+    def int_symbol(self, value: int, origin: str, duck: bool = False) -> torch.SymInt:
         """A symbol for an int argument that was ``value`` while compiling (``value >= MIN_SIZE``: 0, 1 and
-        negative values stay constants). Never duck-sized: equal to a tensor size is no reason to share."""
-        return self.symint(self.create_symbol(value, origin, duck=False))
+        negative values stay constants). Not duck-sized (equal to a tensor size is no reason to share),
+        except with ``duck``: an item of a ``torch.Size`` argument, most likely a tensor's size (the guards
+        check that they stay equal)."""
+        return self.symint(self.create_symbol(value, origin, duck=duck))
 
     def check_source(self) -> str:
         """``check_shapes(t0, t1, ...)`` over the bound inputs: None when every size, stride and fact holds,

@@ -190,3 +190,28 @@ def test_take_along_dim_errors_as_eager():
     for n in (5, 7):
         with pytest.raises(RuntimeError, match="must match the size of tensor b"):
             compiled(torch.randn(n, 4))
+
+
+# a torch.Size local: one handed to the resume function at a graph break, or passed by the caller; its
+# ints are int arguments (symbols once they change), sharing a tensor size's symbol where equal (guarded)
+def _size_across_a_break(x):
+    s = x.shape
+    print("", end="")  # a graph break: the resume function gets s as an argument
+    return x.reshape(s[0], -1) * s[0], s
+
+
+@pytest.mark.parametrize("dynamic", [None, True])
+def test_size_local_across_a_graph_break(dynamic):
+    assert run(_size_across_a_break, rows, SIZES, dynamic=dynamic) <= 4  # two frames, static then dynamic
+
+
+def test_size_argument_independent_of_the_tensor():
+    def f(x, shape):
+        return x.new_zeros(shape) + x.sum(), shape[0] * 2
+
+    values = [(5, 5), (7, 9), (9, 9), (6, 11), (4, 4), (12, 3), (8, 8)]  # equal, then not, then again
+    compiled = kiln.compile(f)
+    for m, n in values:
+        x, shape = torch.ones(m, 2), torch.Size([n, 3])
+        assert _equal(f(x, shape), compiled(x, shape)), (m, n)
+    assert compiles(compiled) <= 3

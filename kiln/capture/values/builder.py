@@ -76,6 +76,10 @@ def _wrap(tx, value, source, qualname) -> Value:
         v = tx.output.add_input(source, value)
         v.tensor_type = type(value)
         return v
+    if type(value) is torch.Size and _int_place(source):
+        sizes = _size_of_int_inputs(tx, value, source)  # a torch.Size local (one a graph break handed on)
+        if sizes is not None:
+            return sizes
     if is_constant_literal(value):
         if type(value) is int and _int_place(source):
             symbolic = tx.output.add_int_input(source, value)  # Options.dynamic_ints (None: a constant)
@@ -541,6 +545,32 @@ def identity_keyed(key) -> bool:
     kind = type(key)
     return (isinstance(key, type) or kind.__module__ == "typing") and \
         kind.__hash__ in (object.__hash__, type.__hash__) and kind.__eq__ in (object.__eq__, type.__eq__)
+
+
+def _size_of_int_inputs(tx, value: torch.Size, source) -> Value | None:
+    """A ``torch.Size`` local or attribute (``s = x.shape`` before a graph break: the resume function gets
+    it as an argument) whose ints may be traced as symbols, each as an int argument is
+    (``Options.dynamic_ints``: ``L['s'][0]`` a symbol once its value changed, sharing the symbol of a
+    tensor size of the same value, guarded equal); None where none is (the Size is then a guarded constant)."""
+    from kiln.capture.values.symbolic import SizeValue
+
+    items = []
+    for i, n in enumerate(value):
+        symbolic = tx.output.add_int_input(GetItemSource(source, i), n, duck=True) if type(n) is int else None
+        items.append(symbolic)
+    if not any(v is not None for v in items):
+        return None
+    guards = tx.output.guards
+    guards.type(source, value)
+    guards.length(source, value)
+    return SizeValue([v if v is not None else _guarded_item(guards, source, i, n)
+                      for i, (v, n) in enumerate(zip(items, value))])
+
+
+def _guarded_item(guards, source, i: int, n: int) -> Value:
+    item = GetItemSource(source, i)
+    guards.constant(item, n)
+    return ConstantValue(n, item)
 
 
 def _item(source, index):
