@@ -82,9 +82,9 @@ class OutputGraph:
             if known is real:  # the same object under another name: one input, guarded to stay so
                 self.guards.add(GuardKind.IDENTITY_OF_SOURCE, source, self.input_sources[i])
                 return self._input_values[i]
-        if id(real) in self._attr_names:  # (a buffer held by the graph, now read as an input elsewhere)
-            unsupported(f"{source.name()} is a tensor the graph also holds as a module's parameter or buffer",
-                        hint="the code from here runs as Python")
+        if id(real) in self._attr_names:  # a parameter or buffer the graph holds, reached here too: one tensor
+            self.guards.identity(source, real)
+            return self.add_attr(real, self._attr_names[id(real)])
         node = self._placeholder(source, real)
         fake = self._dynamic_fake(source, real)
         if fake is None:

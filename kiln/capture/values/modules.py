@@ -351,6 +351,30 @@ class ModuleTreeMethodValue(Value):
         made.remake = (self, [], {})  # not started: module.<name>() again is the same generator
         return made
 
+    def _member(self, tx, value, table: str, key: str, tensor) -> Value | None:
+        """The value of ``module.<table>[key]`` (None: nothing to yield): the tensor assigned earlier in this
+        trace (``self.k = new``), a buffer read as a graph input (capture/dynamic.py), or the held tensor."""
+        from kiln.capture.values.builder import wrap
+        from kiln.capture.values.tensors import TensorValue
+
+        pending = tx.output.side_effects.load_attr(value, key)
+        if pending is not None:
+            if pending.is_constant() and pending.as_constant() is None:
+                return None  # (self.k = None: the table keeps the name, the iteration skips it)
+            if not isinstance(pending, TensorValue):
+                unsupported(f"Module.{self.name}() after {value.qualname}.{key} was assigned a "
+                            f"{pending.python_type().__name__}, not a tensor")
+            return pending
+        if tensor is None:
+            return None
+        place = DictEntrySource(value.source, table, key) if value.source is not None else None
+        if table == "_buffers" and place is not None and tx.output.dynamic is not None \
+                and tx.output.dynamic.buffer_is_input(place.name(), tensor):
+            return wrap(tx, tensor, place)
+        if place is not None:
+            tx.output.guards.identity(place, tensor)
+        return tx.output.add_attr(tensor, f"{value.qualname}.{key}")
+
     def reconstruct(self, cg) -> None:
         cg.reconstruct(self.module_value)
         cg.load_attr(self.name)
@@ -363,6 +387,13 @@ _MEMBER_METHODS = ("parameters", "named_parameters", "buffers", "named_buffers")
 _MEMBER_PARAMETERS = {"parameters": ("recurse",), "buffers": ("recurse",),
                       "named_parameters": ("prefix", "recurse", "remove_duplicate"),
                       "named_buffers": ("prefix", "recurse", "remove_duplicate")}
+
+
+def _identity(tx, item: Value):
+    """Which tensor object ``item`` is: the caller's tensor or a parameter/buffer (by id), or a tensor the
+    graph makes (by its value: assigned under two names, it is one object)."""
+    real = tx.output.real_tensor_of(item)
+    return ("tensor", id(real)) if real is not None else ("value", id(item))
 
 
 class ModuleMembersMethodValue(Value):
@@ -397,34 +428,46 @@ class ModuleMembersMethodValue(Value):
         owner, prefix = self.module_value, bound["prefix"]
         modules = owner.named_submodules(tx, prefix) if bound["recurse"] else [(prefix, owner)]
         table = "_parameters" if "parameters" in self.name else "_buffers"
-        seen: set[int] = set()
+        seen: set = set()  # the tensors yielded, by identity (remove_duplicate): see _identity
         found = []
         for module_prefix, value in modules:
             members = value.module.__dict__[table]
             if value.source is not None:
                 tx.output.guards.dict_keys(AttrSource(value.source, table), members)
             for key, tensor in members.items():
-                pending = tx.output.side_effects.load_attr(value, key)
-                if pending is not None:  # assigned earlier in this trace (self.k = new): the new tensor
-                    if not isinstance(pending, TensorValue) or id(pending) in seen:
-                        unsupported(f"Module.{self.name}() after {value.qualname}.{key} was assigned something "
-                                    "other than a new tensor")
-                    seen.add(id(pending))
-                    name = module_prefix + ("." if module_prefix else "") + key
-                    found.append(TupleValue([ConstantValue(name), pending]) if self.name.startswith("named_")
-                                 else pending)
+                item = self._member(tx, value, table, key, tensor)
+                if item is None or _identity(tx, item) in seen:
                     continue
-                if tensor is None or id(tensor) in seen:
-                    continue
-                seen.add(id(tensor))
-                if value.source is not None:
-                    tx.output.guards.identity(DictEntrySource(value.source, table, key), tensor)
-                item = tx.output.add_attr(tensor, f"{value.qualname}.{key}")
+                seen.add(_identity(tx, item))
                 name = module_prefix + ("." if module_prefix else "") + key
                 found.append(TupleValue([ConstantValue(name), item]) if self.name.startswith("named_") else item)
         made = ListIteratorValue(found, kind="generator")
         made.remake = (self, list(args), dict(kwargs))  # not started: the same call again
         return made
+
+    def _member(self, tx, value, table: str, key: str, tensor) -> Value | None:
+        """The value of ``module.<table>[key]`` (None: nothing to yield): the tensor assigned earlier in this
+        trace (``self.k = new``), a buffer read as a graph input (capture/dynamic.py), or the held tensor."""
+        from kiln.capture.values.builder import wrap
+        from kiln.capture.values.tensors import TensorValue
+
+        pending = tx.output.side_effects.load_attr(value, key)
+        if pending is not None:
+            if pending.is_constant() and pending.as_constant() is None:
+                return None  # (self.k = None: the table keeps the name, the iteration skips it)
+            if not isinstance(pending, TensorValue):
+                unsupported(f"Module.{self.name}() after {value.qualname}.{key} was assigned a "
+                            f"{pending.python_type().__name__}, not a tensor")
+            return pending
+        if tensor is None:
+            return None
+        place = DictEntrySource(value.source, table, key) if value.source is not None else None
+        if table == "_buffers" and place is not None and tx.output.dynamic is not None \
+                and tx.output.dynamic.buffer_is_input(place.name(), tensor):
+            return wrap(tx, tensor, place)
+        if place is not None:
+            tx.output.guards.identity(place, tensor)
+        return tx.output.add_attr(tensor, f"{value.qualname}.{key}")
 
     def reconstruct(self, cg) -> None:
         cg.reconstruct(self.module_value)
