@@ -210,3 +210,23 @@ def test_buffers_iterated_before_a_reassigned_buffer():
             return self.k.sum(0)
 
     assert _compare_calls(M, lambda i: (torch.full((1, 2), float(i)),), calls=8) == 2
+
+
+def test_attribute_read_after_a_store_into_the_buffer_table():
+    """``self._buffers["k"] = new`` then ``self.k``: the new tensor (the old one was read, every backend)."""
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("k", torch.zeros(1, 2))
+
+        def forward(self, x):
+            self._buffers["k"] = torch.cat([self.k, x])
+            return self.k.sum(0), self.k.shape
+
+    for backend in BACKENDS:
+        eager, mine = M(), M()
+        compiled = kiln.compile(mine, backend=backend)
+        for i in range(4):
+            x = torch.full((1, 2), float(i))
+            assert repr(eager(x)) == repr(compiled(x)), (backend, i)
+        torch.testing.assert_close(mine.k, eager.k)

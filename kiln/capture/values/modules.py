@@ -105,6 +105,18 @@ class NNModuleValue(Value):
             return len(self.module) > 0
         return True
 
+    def _table_written(self, tx, table: str, name: str) -> Value | None:
+        """The entry ``name`` of ``module.<table>`` where this trace has that dict as a value (read through
+        ``self._buffers``: its stores are the program's), else None (the module's own dict is current)."""
+        from kiln.capture.values.containers import DictValue
+
+        tracked = tx.output.values_by_source.get(AttrSource(self.source, table).name()) if self.source else None
+        if not isinstance(tracked, DictValue):
+            return None
+        if name not in tracked.entries:
+            unsupported(f"{self.qualname}.{name} read after its entry of {table} was deleted in the compiled code")
+        return tracked.entries[name]
+
     def _child(self, tx, name: str, sub: torch.nn.Module) -> "NNModuleValue":
         from kiln.capture.values.builder import wrap
 
@@ -128,6 +140,9 @@ class NNModuleValue(Value):
         for table in ("_parameters", "_buffers"):
             if in_tables and name in d.get(table, {}):
                 _refuse_shadowed(tx, type(m), name)
+                written = self._table_written(tx, table, name)
+                if written is not None:  # self._buffers["k"] = new earlier in this trace: what it holds now
+                    return written
                 t = d[table][name]
                 place = DictEntrySource(self.source, table, name) if self.source is not None else None
                 if table == "_buffers" and t is not None and place is not None and tx.output.dynamic is not None \
