@@ -366,30 +366,6 @@ class ModuleTreeMethodValue(Value):
         made.remake = (self, [], {})  # not started: module.<name>() again is the same generator
         return made
 
-    def _member(self, tx, value, table: str, key: str, tensor) -> Value | None:
-        """The value of ``module.<table>[key]`` (None: nothing to yield): the tensor assigned earlier in this
-        trace (``self.k = new``), a buffer read as a graph input (capture/dynamic.py), or the held tensor."""
-        from kiln.capture.values.builder import wrap
-        from kiln.capture.values.tensors import TensorValue
-
-        pending = tx.output.side_effects.load_attr(value, key)
-        if pending is not None:
-            if pending.is_constant() and pending.as_constant() is None:
-                return None  # (self.k = None: the table keeps the name, the iteration skips it)
-            if not isinstance(pending, TensorValue):
-                unsupported(f"Module.{self.name}() after {value.qualname}.{key} was assigned a "
-                            f"{pending.python_type().__name__}, not a tensor")
-            return pending
-        if tensor is None:
-            return None
-        place = DictEntrySource(value.source, table, key) if value.source is not None else None
-        if table == "_buffers" and place is not None and tx.output.dynamic is not None \
-                and tx.output.dynamic.buffer_is_input(place.name(), tensor):
-            return wrap(tx, tensor, place)
-        if place is not None:
-            tx.output.guards.identity(place, tensor)
-        return tx.output.add_attr(tensor, f"{value.qualname}.{key}")
-
     def reconstruct(self, cg) -> None:
         cg.reconstruct(self.module_value)
         cg.load_attr(self.name)
