@@ -95,6 +95,18 @@ class CacheEntry:
     code: types.CodeType
     graph: fx.GraphModule | None
     op_count: int
+    owner: int | None = None  # id of the module the frame ran for (its ``self``), for the recompile limit
+
+
+# Entries of one code compiled for different module instances (a layer's forward, or its resume function
+# after a graph break, guarded on ``L['self']``: one entry per layer) count against ``recompile_limit``
+# per instance; all of them together up to this many times the limit.
+INSTANCE_FACTOR = 8
+
+
+def _module_owner(f_locals) -> int | None:
+    owner = f_locals.get("self") if isinstance(f_locals, dict) else None
+    return id(owner) if isinstance(owner, torch.nn.Module) else None
 
 
 @dataclasses.dataclass
@@ -215,12 +227,16 @@ class FrameCompiler:
         if entries:
             failing = entries[-1].guards.first_failure(f_locals, f_globals, closure, f_builtins) or "unknown guard"
             stats.recompilations[failing] += 1
-            if len(entries) >= self.options.recompile_limit:
+            owner = _module_owner(f_locals)
+            mine = sum(1 for e in entries if e.owner == owner) if owner is not None else len(entries)
+            limit = self.options.recompile_limit
+            if mine >= limit or len(entries) >= limit * (INSTANCE_FACTOR if owner is not None else 1):
                 self.given_up.add(code)
                 stats.eager_fallbacks["recompile limit"] += 1
                 warnings.warn(
                     f"kiln: {code.co_qualname} ({code.co_filename}:{code.co_firstlineno}) was recompiled "
-                    f"{len(entries)} times (recompile_limit={self.options.recompile_limit}); it now runs eagerly. "
+                    f"{mine} times{' for this module instance' if owner is not None else ''} "
+                    f"(recompile_limit={self.options.recompile_limit}); it now runs eagerly. "
                     f"The guard that kept failing: {failing}",
                     stacklevel=2,
                 )
@@ -295,7 +311,7 @@ class FrameCompiler:
         with stats.timed("guards"):
             guard_module_aliasing(tracer.output)
             guards = tracer.output.guards.compile((f_locals, f_globals, closure, f_builtins))
-        self._add_entry(code, CacheEntry(guards, new_code, gm, tracer.output.op_count))
+        self._add_entry(code, CacheEntry(guards, new_code, gm, tracer.output.op_count, _module_owner(f_locals)))
         record.graph = gm
         record.guards = guards.source_code
         record.op_count = tracer.output.op_count
@@ -335,7 +351,7 @@ class FrameCompiler:
         with stats.timed("guards"):
             guard_module_aliasing(tracer.output)
             guards = tracer.output.guards.compile((f_locals, f_globals, closure, f_builtins))
-        self._add_entry(code, CacheEntry(guards, new_code, gm, tracer.output.op_count))
+        self._add_entry(code, CacheEntry(guards, new_code, gm, tracer.output.op_count, _module_owner(f_locals)))
         record.graph = gm
         record.guards = guards.source_code
         record.op_count = tracer.output.op_count
