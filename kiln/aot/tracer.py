@@ -378,7 +378,7 @@ def interpret(gm: fx.GraphModule, tracer: AtenTracer, args: list) -> object:
                 tracer.mark_data_view(out)
             return out
 
-    held = [real for real, _, _ in tracer._state.values()]
+    held = [real for real, _, _ in tracer._state.values() if not real.is_inference()]  # (no version counter)
     versions = [real._version for real in held]
     with tracer, SymbolicCompositeMode():
         try:

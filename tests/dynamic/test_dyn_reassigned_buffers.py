@@ -230,3 +230,27 @@ def test_attribute_read_after_a_store_into_the_buffer_table():
             x = torch.full((1, 2), float(i))
             assert repr(eager(x)) == repr(compiled(x)), (backend, i)
         torch.testing.assert_close(mine.k, eager.k)
+
+
+def test_cache_reset_to_an_inference_tensor():
+    """Generation under inference_mode, the cache reset to a tensor made there: the recompiled graph holds
+    an inference tensor, which has no version counter (AOT tracing read it: BackendError)."""
+    for backend in BACKENDS:
+        eager, mine = Cache(), Cache()
+        mine.load_state_dict(eager.state_dict())
+        compiled = kiln.compile(mine, backend=backend)
+        with torch.inference_mode():
+            for t in range(5):
+                if t in (0, 3):
+                    eager.k, mine.k = torch.zeros(1, 4), torch.zeros(1, 4)
+                x = torch.ones(1, 4)
+                assert repr(eager(x)) == repr(compiled(x)), (backend, t)
+
+
+def test_module_made_under_inference_mode():
+    with torch.inference_mode():
+        torch.manual_seed(0)
+        eager = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.BatchNorm1d(4).eval())
+        compiled = kiln.compile(eager)
+        x = torch.randn(3, 4)
+        torch.testing.assert_close(compiled(x), eager(x))
