@@ -241,6 +241,8 @@ class Tracer:
                 return  # a property's Python setter ran
             if isinstance(obj, UserObjectValue) and not has_generic_setattr(type(obj.obj)):
                 unsupported(f"assigning attribute {name!r} of a {type(obj.obj).__name__}, which defines __setattr__")
+            if isinstance(obj, NNModuleValue):
+                _check_module_setattr(self, obj, name, value)
             if isinstance(obj, UserObjectValue) and type(obj.obj).__dictoffset__ == 0:
                 # no instance dict (__slots__) and no slot or settable descriptor of that name: eager's
                 # AttributeError, raised here where the program can catch it (the store was replayed after)
@@ -368,6 +370,25 @@ class Tracer:
         child = GeneratorTracer(code, f_globals, self.f_builtins, self.output, self, self.options, name)
         child.bind_arguments(fn_value, args, kwargs)
         return SteppedGeneratorValue(child, fn_value, args, kwargs)
+
+
+def _check_module_setattr(tx, module, name: str, value: Value) -> None:
+    """nn.Module.__setattr__'s TypeError for a plain tensor assigned to a parameter's name, raised here where
+    the program can catch it (the store itself is replayed after the graph, past its try/except)."""
+    from kiln.capture.values.tensors import TensorValue
+
+    if not isinstance(value, TensorValue) or issubclass(value.tensor_type, torch.nn.Parameter):
+        return
+    if name not in module.module.__dict__.get("_parameters", {}) or \
+            tx.output.side_effects.load_attr(module, name) is not None:
+        return  # (not a parameter, or a store in this trace changed what the name is)
+    t = value.example
+    typename = torch.typename(torch.empty(0, dtype=t.dtype))
+    if t.device.type != "cpu":
+        typename = typename.replace("torch.", f"torch.{t.device.type}.", 1)
+    from kiln.capture.values.exceptions import raise_traced
+
+    raise_traced(TypeError, f"cannot assign '{typename}' as parameter '{name}' (torch.nn.Parameter or None expected)")
 
 
 def _python_setattr(cls: type) -> bool:
