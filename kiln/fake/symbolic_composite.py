@@ -15,7 +15,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from kiln.fake import symbolic_upsample
-from kiln.fake.symbolic_meta import has_symbolic_tensor
+from kiln.fake.symbolic_meta import _broadcast_shape, has_symbolic_tensor
 
 aten = torch.ops.aten
 
@@ -417,20 +417,9 @@ def take_along_dim(x: torch.Tensor, indices: torch.Tensor, dim=None) -> torch.Te
         return x.view(-1).gather(0, indices.view(-1))
     d = dim % x.dim() if x.dim() else 0
     x_sizes, i_sizes = list(x.shape), list(indices.shape)
-    shape_i = _broadcast_checked([indices.shape[d] if i == d else n for i, n in enumerate(x_sizes)], i_sizes)
-    shape_x = _broadcast_checked([x.shape[d] if i == d else n for i, n in enumerate(i_sizes)], x_sizes)
+    shape_i = _broadcast_shape([[indices.shape[d] if i == d else n for i, n in enumerate(x_sizes)], i_sizes])
+    shape_x = _broadcast_shape([[x.shape[d] if i == d else n for i, n in enumerate(i_sizes)], x_sizes])
     return x.expand(shape_x).gather(d, indices.expand(shape_i))
-
-
-def _broadcast_checked(a, b) -> list:
-    """The broadcast of sizes ``a`` and ``b`` (same length), with eager's error where they do not."""
-    out = []
-    for i, (x, y) in enumerate(zip(a, b)):
-        if not (x == 1 or y == 1 or x == y):  # (each a guard where symbolic)
-            raise RuntimeError(f"The size of tensor a ({x}) must match the size of tensor b ({y}) at "
-                               f"non-singleton dimension {i}")
-        out.append(y if x == 1 else x)
-    return out
 
 
 def _take_along_dim_args(args, kwargs):

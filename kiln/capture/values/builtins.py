@@ -575,7 +575,7 @@ def construct_builtin_type(tx, cls, args, kwargs) -> Value:
             from kiln.capture.values.symbolic import size_of_items
 
             items = tx.items(args[0])
-            return size_of_items(tx, items) or ConstantValue(torch.Size([v.as_constant() for v in items]))
+            return size_of_items(items) or ConstantValue(torch.Size([v.as_constant() for v in items]))
         if all(a.is_constant() for a in args):
             return _fold(cls, args, kwargs)
         if cls is bool and len(args) == 1:

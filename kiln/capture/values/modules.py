@@ -144,14 +144,11 @@ class NNModuleValue(Value):
                 if written is not None:  # self._buffers["k"] = new earlier in this trace: what it holds now
                     return written
                 t = d[table][name]
-                place = DictEntrySource(self.source, table, name) if self.source is not None else None
-                if table == "_buffers" and t is not None and place is not None and tx.output.dynamic is not None \
-                        and tx.output.dynamic.buffer_is_input(place.name(), t):
-                    return wrap(tx, t, place)  # a buffer assigned anew at each call: an input (capture/dynamic.py)
-                if self.source is not None:
-                    # the graph holds this very tensor: a reassigned parameter must recompile
+                if t is not None:
+                    return table_tensor(tx, self, table, name, t)
+                if self.source is not None:  # (None it must stay)
                     tx.output.guards.identity(DictEntrySource(self.source, table, name), t)
-                return ConstantValue(None) if t is None else tx.output.add_attr(t, f"{self.qualname}.{name}")
+                return ConstantValue(None)
         if in_tables and name in d.get("_modules", {}):
             _refuse_shadowed(tx, type(m), name)
             sub = d["_modules"][name]
@@ -380,6 +377,21 @@ _MEMBER_PARAMETERS = {"parameters": ("recurse",), "buffers": ("recurse",),
                       "named_buffers": ("prefix", "recurse", "remove_duplicate")}
 
 
+def table_tensor(tx, module_value, table: str, key: str, tensor: torch.Tensor) -> Value:
+    """The parameter or buffer ``tensor`` at ``module.<table>[key]``: a graph input where it is a buffer the
+    program assigns anew at each call (capture/dynamic.py ``buffer_is_input``), else held by the graph,
+    guarded to be this very tensor (a reassigned parameter must recompile)."""
+    from kiln.capture.values.builder import wrap
+
+    place = DictEntrySource(module_value.source, table, key) if module_value.source is not None else None
+    if table == "_buffers" and place is not None and tx.output.dynamic is not None \
+            and tx.output.dynamic.buffer_is_input(place.name(), tensor):
+        return wrap(tx, tensor, place)
+    if place is not None:
+        tx.output.guards.identity(place, tensor)
+    return tx.output.add_attr(tensor, f"{module_value.qualname}.{key}")
+
+
 def _identity(tx, item: Value):
     """Which tensor object ``item`` is: the caller's tensor or a parameter/buffer (by id), or a tensor the
     graph makes (by its value: assigned under two names, it is one object)."""
@@ -411,7 +423,6 @@ class ModuleMembersMethodValue(Value):
 
     def call(self, tx, args, kwargs) -> Value:
         from kiln.capture.values.containers import ListIteratorValue, TupleValue
-        from kiln.capture.values.tensors import TensorValue
 
         bound = self._arguments(args, kwargs)
         if not bound["remove_duplicate"]:
@@ -427,9 +438,10 @@ class ModuleMembersMethodValue(Value):
                 tx.output.guards.dict_keys(AttrSource(value.source, table), members)
             for key, tensor in members.items():
                 item = self._member(tx, value, table, key, tensor)
-                if item is None or _identity(tx, item) in seen:
+                identity = _identity(tx, item) if item is not None else None
+                if item is None or identity in seen:
                     continue
-                seen.add(_identity(tx, item))
+                seen.add(identity)
                 name = module_prefix + ("." if module_prefix else "") + key
                 found.append(TupleValue([ConstantValue(name), item]) if self.name.startswith("named_") else item)
         made = ListIteratorValue(found, kind="generator")
@@ -439,7 +451,6 @@ class ModuleMembersMethodValue(Value):
     def _member(self, tx, value, table: str, key: str, tensor) -> Value | None:
         """The value of ``module.<table>[key]`` (None: nothing to yield): the tensor assigned earlier in this
         trace (``self.k = new``), a buffer read as a graph input (capture/dynamic.py), or the held tensor."""
-        from kiln.capture.values.builder import wrap
         from kiln.capture.values.tensors import TensorValue
 
         pending = tx.output.side_effects.load_attr(value, key)
@@ -450,15 +461,7 @@ class ModuleMembersMethodValue(Value):
                 unsupported(f"Module.{self.name}() after {value.qualname}.{key} was assigned a "
                             f"{pending.python_type().__name__}, not a tensor")
             return pending
-        if tensor is None:
-            return None
-        place = DictEntrySource(value.source, table, key) if value.source is not None else None
-        if table == "_buffers" and place is not None and tx.output.dynamic is not None \
-                and tx.output.dynamic.buffer_is_input(place.name(), tensor):
-            return wrap(tx, tensor, place)
-        if place is not None:
-            tx.output.guards.identity(place, tensor)
-        return tx.output.add_attr(tensor, f"{value.qualname}.{key}")
+        return None if tensor is None else table_tensor(tx, value, table, key, tensor)
 
     def reconstruct(self, cg) -> None:
         cg.reconstruct(self.module_value)

@@ -246,7 +246,7 @@ def symbolic_in(tx, item: Value, container: Value) -> bool | None:
     return False
 
 
-def size_of_items(tx, items: list[Value]) -> Value | None:
+def size_of_items(items: list[Value]) -> Value | None:
     """``torch.Size([n, 2])`` of ints where one is symbolic: a SizeValue (torch.Size takes ints only)."""
     if not any(isinstance(v, SymbolicInt) for v in items) or not all(int_like(v) for v in items):
         return None
