@@ -33,7 +33,8 @@ sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 
 import torch  # noqa: E402
 
-from gpu import make_compiled, median_ms, model_cases, on_gpu, reset_all, standard_model_cases  # noqa: E402
+from gpu import (make_compiled, median_ms, model_cases, on_gpu, reset_all, standard_model_cases,  # noqa: E402
+                 wait_for_kiln_guard_library)
 
 LIBRARY_MARKERS = ("gemm", "cutlass", "cublas", "sm90_", "sm80_", "ampere", "hopper", "conv", "cudnn", "flash",
                    "fmha", "attention", "xmma", "implicit", "wgrad", "dgrad", "nchw", "nhwc", "winograd", "splitk")
@@ -147,6 +148,8 @@ def main() -> int:
     dtypes = [{"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}[d] for d in args.dtypes.split(",")]
     backends = [b.replace("_", " ") for b in args.backends.split(",") if b]
     cases = standard_model_cases() if args.model_set == "standard" else model_cases(quick=False)
+    if any(b.startswith("kiln") for b in backends):
+        print(f"kiln tensor guards: {wait_for_kiln_guard_library()}")
     for name, build in cases:
         if only and name not in only:
             continue
@@ -167,6 +170,10 @@ def main() -> int:
                             fn(*margs)
                         torch.cuda.synchronize()
                         report(label, b, fn, margs, args.iters, args.top, args.cpu_profile)
+                        if b.startswith("kiln"):
+                            import kiln
+
+                            print(f"      kiln's speed choices: {dict(kiln.stats.speed_choices) or 'none'}")
                 except Exception as exc:  # noqa: BLE001 -- one backend failing is a result
                     print(f"{label:<24} {b:<16} error: {type(exc).__name__}: {str(exc)[:300]}")
             del model

@@ -382,6 +382,10 @@ def main(argv=None) -> int:
 
     logging.disable(logging.WARNING)
     dtype = torch.bfloat16 if args.dtype in ("bf16", "bfloat16") else None
+    from kiln.capture import tensor_guard_build  # steady state: the guards' C++ library, built once per machine
+
+    tensor_guard_build.ensure(kiln.options.default_options())
+    print(f"kiln tensor guards: {'loaded' if tensor_guard_build.wait(300) else tensor_guard_build.status()}")
     makers = _standard_models() if args.size == "standard" else {**_small_models(), **_hf_models(args.size)}
     wanted = [m for m in args.models.split(",") if m]
     rows = []
@@ -399,12 +403,15 @@ def main(argv=None) -> int:
                 row["kiln"]["stages_s"] = {k: round(v, 2) for k, v in kiln.stats.seconds.items()}
                 row["kiln"]["triton_slow_loads"] = sorted(kiln.stats.triton_slow_loads, reverse=True)
                 row["kiln"]["triton_key_mismatches"] = len(kiln.stats.triton_key_mismatches)
+                row["kiln"]["speed_choices"] = dict(kiln.stats.speed_choices)
         row["kiln_grad_max_diff"] = _max_diff(grads["kiln"], grads["eager"])
         row["torch_grad_max_diff"] = _max_diff(grads["torch.compile"], grads["eager"])
         rows.append(row)
         _print_row(row, header=len(rows) == 1)
         stages = sorted(row["kiln"]["stages_s"].items(), key=lambda kv: -kv[1])[:8]
         print(f"    kiln first step {row['kiln']['first_s']:.1f} s, by stage: " + ", ".join(f"{k} {v:.1f}" for k, v in stages))
+        if row["kiln"]["speed_choices"]:
+            print(f"    kiln speed choices: {row['kiln']['speed_choices']}")
         slow = row["kiln"]["triton_slow_loads"]
         if slow:  # precompiled kernels the parent compiled again (issue 20: seen after other models in one process)
             print(f"    {len(slow)} precompiled kernels loaded slowly ({sum(s for s, _ in slow):.1f} s): "

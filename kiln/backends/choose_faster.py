@@ -11,7 +11,8 @@ CPU) and the extra kernels or copies cost more than fusion saves. The compiled c
     call 2     the trial: each other candidate runs untimed (warm-up; the CUDA graph is recorded), then
                rounds of every candidate in turn, each run timed (CUDA: synchronized), until TRIALS
                rounds, or EARLY rounds once one candidate is clearly fastest (SEPARATION x faster in
-               every run) or the trial has taken TRIAL_BUDGET_S; the call returns the last run's result
+               every run) or the trial has taken TRIAL_BUDGET_S and no median ratio is within CLOSE of
+               its margin; the call returns the last run's result
     then       the candidate with the lowest median runs: eager must be faster than the best generated
                candidate by MARGIN to win, and CUDA-graph replay faster than plain launches by GRAPHS_MARGIN
                (a recording holds its memory pool)
@@ -55,7 +56,8 @@ MARGIN = 0.97  # eager wins when its median is below MARGIN x the best generated
 GRAPHS_MARGIN = 0.95  # CUDA-graph replay is kept when its median is below this x plain launches'
 KEEP_EAGER = 0.8  # an eager win is kept in the warm cache when eager's median is below this x kiln's
 EARLY, SEPARATION = 2, 1.5  # after EARLY runs of each, one SEPARATION x faster in every run wins at once
-TRIAL_BUDGET_S = 0.25  # a trial call stops after EARLY rounds once it has taken this long
+TRIAL_BUDGET_S = 0.25  # a trial call stops after EARLY rounds once it has taken this long, unless close:
+CLOSE = 0.06  # a median ratio within this of its margin runs all TRIALS rounds (two runs each are noisy)
 CHOICE_FORMAT = f"kiln-speed-choice-2:{TRIALS}:{MARGIN}:{GRAPHS_MARGIN}"  # a choice kept in the warm cache
 GENERATED = ("kiln", "graphs")  # the candidates running kiln's generated code
 SYMBOLIC_SIZES = "symbolic sizes"  # should_race's reason for graphs with symbolic sizes (default_graphs.HotShapes)
@@ -164,7 +166,8 @@ class FastestOf:
             shift = rounds % len(names)
             for name in names[shift:] + names[:shift]:
                 out = self._timed(name, args)
-            if rounds >= EARLY and (self._clear_winner() or time.perf_counter() - start > TRIAL_BUDGET_S):
+            if rounds >= EARLY and (self._clear_winner() or
+                                    (time.perf_counter() - start > TRIAL_BUDGET_S and not self._close_call())):
                 break
         self.trial_seconds = time.perf_counter() - start
         self._decide()
@@ -178,6 +181,19 @@ class FastestOf:
             return False
         best = min(runs, key=max)
         return all(max(best) * SEPARATION < min(t) for t in runs if t is not best)
+
+    def _close_call(self) -> bool:
+        """The medians so far put a choice within CLOSE of its threshold (replay against plain launches,
+        eager against the generated code): the trial runs all TRIALS rounds, past its time budget."""
+        medians = self._medians()
+        best = medians.get("kiln")
+        if best is None:
+            return False
+        if "graphs" in medians:
+            if abs(medians["graphs"] / best - GRAPHS_MARGIN) < CLOSE:
+                return True
+            best = min(best, medians["graphs"])
+        return "eager" in medians and abs(medians["eager"] / best - MARGIN) < CLOSE
 
     def _medians(self) -> dict:
         return {k: statistics.median(t) for k, t in self.times.items() if t}

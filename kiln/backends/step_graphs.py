@@ -10,13 +10,23 @@ only where it measured it faster:
 1. the first call of a graph runs plainly (kernels build and tune; BatchNorm's in-place stores start
    after it);
 2. call ``HOT`` runs plainly, timed: if its launches returned before ``HOST_SHARE`` of its time the
-   graph is GPU-bound and stays plain;
-3. the next call records, then replays timed (the recording itself is not); replay is kept when it is
-   below ``GRAPHS_MARGIN`` of the plain time, else the recording is dropped.
+   graph is GPU-bound and stays plain; else it records right after the plain run (a recording runs
+   nothing);
+3. the next call replays, timed: replay is kept unless it is slower than the plain time
+   (``STEP_MARGIN``), else the recording is dropped. So the third call runs at the steady speed (issue
+   20), where recording in the third call made the fourth the first at that speed.
 
-The forward decides in its call 3. The backward times its plain call 2 too, and records once its
-forward has chosen replay (it reads the forward recording's memory in place): in call 3 as well, so both
-run at their steady speed from call 4. It stays plain where the forward does.
+The bounds are looser than inference's (``GRAPHS_MARGIN``): a graph timed alone may look GPU-bound,
+yet the step around it is not (the optimizer's launches, Python between the graphs). The host time
+replay saves in the forward and backward is then the step's own: an f32 MLP training step (256x1024 ->
+4096 -> 4096 -> 1024, AdamW; H200) ran 0.88x eager with both graphs plain and 0.97x with the forward
+replayed, the backward judged GPU-bound (``HOST_SHARE`` was 0.6, the margin 0.95).
+
+The forward decides in its call 3. The backward times its plain call 2 too and records right after it
+as well, reading its saved tensors where the forward's recording (made moments before) will lend them
+(``StepGraphRunner.lent_inputs``): its call 3 follows a replayed forward, whose saved tensors are there,
+and replays. Where that cannot be (the forward did not record), the backward records once its forward
+has chosen replay, in its call 3. It stays plain where the forward does.
 Graphs that run collectives or have symbolic sizes are not replayed, nor random ops with a generator of
 their own; dropout is (its ATen call, recorded, draws from the default generator at each replay's
 offset: eager's numbers). With ``mode="reduce-overhead"`` both
@@ -31,7 +41,7 @@ from __future__ import annotations
 import torch
 
 from kiln.aot.symbols import has_symbols
-from kiln.backends.choose_faster import GRAPHS_MARGIN, ops_reason
+from kiln.backends.choose_faster import ops_reason
 from kiln.backends.seeded_ops import draws_random_numbers
 from kiln.backends.default_graphs import _launch_and_total, pool_too_big
 from kiln.codegen.cudagraphs import _storage
@@ -39,7 +49,8 @@ from kiln.codegen.step_graphs import StepGraphRunner
 from kiln.debug.stats import stats
 
 HOT = 2  # the call whose plain launches are timed (call 1 builds kernels, stores in place from call 2)
-HOST_SHARE = 0.6
+HOST_SHARE = 0.3  # launches returning before this share of a plain call's time: GPU-bound, not recorded
+STEP_MARGIN = 1.0  # replay is kept when its time is below this x the plain time
 TRIES = 3  # timed calls that ran plainly (a lent tensor still held) before the race gives up
 
 
@@ -84,6 +95,7 @@ class ReplayRace:
                                       f"{total * 1e3:.2f} ms)")
             else:
                 self.plain_seconds = total
+                self._record_now(args)
             return out
         if self.after is not None:  # the backward records once its forward replays (it reads its memory)
             if self.after.choice is None:
@@ -123,9 +135,29 @@ class ReplayRace:
         self._verdict(total)
         return out
 
+    def _record_now(self, args) -> None:
+        """Record in the timed plain call, so that the next call replays (timed) at its steady speed: the
+        forward at once; the backward where its forward recorded, reading the saved tensors where that
+        recording lends them (``lent_inputs``). Else the backward records in its next call."""
+        substitutes = None
+        if self.after is not None:
+            if self.after.choice is not None or not self.after.runner.recordings:
+                return
+            substitutes = self.after.runner.lent_inputs(args)
+            if not substitutes:
+                return
+        device = next((a.device for a in args if getattr(a, "is_cuda", False)), None)
+        reserved_before = torch.cuda.memory_reserved(device)
+        if self.runner.record(args, substitutes):
+            why = pool_too_big(device, reserved_before)
+        else:
+            why = next(iter(self.runner.declined.values()), None)
+        if why is not None:
+            self._decide("plain", f"plain launches: {why}")
+
     def _verdict(self, replayed: float) -> None:
         p = self.plain_seconds
-        if replayed < GRAPHS_MARGIN * p:
+        if replayed < STEP_MARGIN * p:
             self._decide("replay", f"CUDA graph ({replayed * 1e3:.2f} ms against {p * 1e3:.2f} ms plain)")
         else:
             self._decide("plain", f"plain launches ({p * 1e3:.2f} ms against {replayed * 1e3:.2f} ms replayed)")

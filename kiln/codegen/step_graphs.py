@@ -53,6 +53,7 @@ class StepGraphRunner(CudaGraphRunner):
         self.rerecorded = 0  # recordings made again because a parameter moved
         self.time_replay = False  # set by the race: time the next replay (synchronized), in replay_seconds
         self.replay_seconds: float | None = None
+        self._substitutes: dict = {}  # input position -> the tensor a recording reads there (``record``)
 
     def lent_storages(self) -> set[int]:
         """The memory (storage addresses) of the kept recording's lent results."""
@@ -60,6 +61,44 @@ class StepGraphRunner(CudaGraphRunner):
 
     def _key(self, inputs) -> tuple:
         return _signature(inputs[:len(inputs) - self.n_state])
+
+    def record(self, inputs, substitutes: dict | None = None) -> bool:
+        """Record now without replaying (the call's results came from a plain run), so that the next call
+        replays. ``substitutes``: input position -> the tensor the recording reads there, by address, in
+        place of the input (a backward recorded before its forward replayed reads the saved tensors where
+        that forward's recording lends them: ``lent_inputs``). False where no recording was made (why
+        is in ``declined``)."""
+        key = self._key(inputs)
+        if self.recordings or key in self.declined:
+            return False
+        why = self._why_not(inputs, None)
+        if why is not None:
+            self.declined[key] = why
+            return False
+        self._substitutes = dict(substitutes or {})
+        try:
+            return self._record(key, inputs) is not None
+        finally:
+            self._substitutes = {}
+
+    def lent_inputs(self, inputs) -> dict:
+        """For the backward's ``inputs`` (the saved tensors, in the order this forward returned them from
+        ``lend_from`` on, then the tangents): position -> the kept recording's result that a replay will
+        lend there, where that result has the input's layout."""
+        rec = next(iter(self.recordings.values()), None)
+        if rec is None or self.lend_from is None:
+            return {}
+        out = {}
+        for i, t in enumerate(inputs):
+            k = self.lend_from + i
+            if k >= len(rec.plan):
+                break
+            r = rec.static_results[k]
+            if rec.plan[k][0] == "lend" and isinstance(t, torch.Tensor) and \
+                    (r.shape, r.stride(), r.storage_offset(), r.dtype, r.device) == \
+                    (t.shape, t.stride(), t.storage_offset(), t.dtype, t.device):
+                out[i] = r
+        return out
 
     def _record(self, key, inputs) -> _Recording | None:
         n_user = len(inputs) - self.n_state
@@ -70,9 +109,10 @@ class StepGraphRunner(CudaGraphRunner):
                 self.declined[key] = f"its parameters moved more than {GIVE_UP} times"
                 return None
         start = time.perf_counter()
+        subs = self._substitutes
         pinned = [i for i, t in enumerate(inputs[:n_user])
-                  if self.pinned is not None and t.numel() and self.pinned(_storage(t))]
-        static = [t if i in pinned else
+                  if i in subs or (self.pinned is not None and t.numel() and self.pinned(_storage(t)))]
+        static = [subs[i] if i in subs else t if i in pinned else
                   torch.empty_strided(t.size(), t.stride(), dtype=t.dtype, device=t.device).copy_(t)
                   for i, t in enumerate(inputs[:n_user])]
         static += list(inputs[n_user:])

@@ -22,7 +22,7 @@ import torch
 from kiln.decomp.pooling import _divisors
 from kiln.decomp.registry import decomposition
 from kiln.decomp.utils import to_dtype, upcast
-from kiln.fake.symbolic_meta import pool_tuple
+from kiln.fake.symbolic_ops import pool_tuple
 
 aten = torch.ops.aten
 

@@ -8,7 +8,7 @@ import torch
 
 from kiln.decomp.pooling import _windows
 from kiln.decomp.registry import decomposition
-from kiln.fake.symbolic_meta import pool_tuple
+from kiln.fake.symbolic_ops import pool_tuple
 
 aten = torch.ops.aten
 

@@ -434,6 +434,29 @@ def _take_along_dim_args(args, kwargs):
     return [x, idx, dim]
 
 
+def kron(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``torch.kron`` as ATen's body computes it (LinearAlgebra.cpp, KronImpl; its C++ asks for plain
+    sizes): both operands padded to one rank, ``a`` viewed as (a0, 1, a1, 1, ...) and ``b`` as
+    (1, b0, 1, b1, ...), multiplied, and the product seen as (a0 * b0, a1 * b1, ...)."""
+    rank = max(a.dim(), b.dim())
+    pad_a, pad_b = rank - a.dim(), rank - b.dim()
+    a_shape, b_shape, out_shape = [], [], []
+    for i in range(rank):
+        sa = a.shape[i - pad_a] if i >= pad_a else 1
+        sb = b.shape[i - pad_b] if i >= pad_b else 1
+        a_shape += [sa, 1]
+        b_shape += [1, sb]
+        out_shape.append(sa * sb)
+    return (a.reshape(a_shape) * b.reshape(b_shape)).reshape(out_shape)
+
+
+def _kron_args(args, kwargs):
+    bound = _bind(args, kwargs, ("input", "other"))
+    if bound is None or not all(isinstance(bound.get(k), torch.Tensor) for k in ("input", "other")):
+        return None
+    return [bound["input"], bound["other"]]
+
+
 # torch-level callables (call_function targets) -> (argument binder, rule)
 FUNCTION_RULES = {
     torch.matmul: (_matmul_args, matmul),
@@ -448,6 +471,8 @@ FUNCTION_RULES = {
     torch.gru_cell: (_gru_cell_args, gru_cell),
     torch.take_along_dim: (_take_along_dim_args, take_along_dim),
     torch.Tensor.take_along_dim: (_take_along_dim_args, take_along_dim),
+    torch.kron: (_kron_args, kron),
+    torch.Tensor.kron: (_kron_args, kron),
     torch.Tensor.__getitem__: (_getitem_args, tensor_getitem),
     torch.Tensor.__setitem__: (_setitem_args, tensor_setitem),
 }
@@ -460,7 +485,8 @@ ALWAYS_RULES = {
 # (sdpa: ATen's C++ composite asks ``_fused_sdp_choice`` of symbolic fakes and gets "math": the AOT
 # trace of a dynamic graph would run attention as float32 GEMMs where the captured one chose flash)
 ATEN_RULES = {aten.matmul.default: matmul, aten.linear.default: linear, aten.max_pool1d.default: max_pool1d,
-              aten.gru_cell.default: gru_cell, aten.take_along_dim.default: take_along_dim, aten.scaled_dot_product_attention.default: scaled_dot_product_attention}
+              aten.gru_cell.default: gru_cell, aten.take_along_dim.default: take_along_dim, aten.scaled_dot_product_attention.default: scaled_dot_product_attention,
+              aten.kron.default: kron}
 
 
 class SymbolicCompositeMode(TorchFunctionMode):

@@ -17,6 +17,18 @@ class FakeRunner:
         self.replays, self.busy, self.moved, self.other_callers = 0, 0, 0, 0
         self.reserved, self.grew = reserved, grew
         self.hold_lent = hold_lent  # calls that find a lent tensor still held (they run plainly)
+        self.lends, self.recorded_with = True, None
+
+    def record(self, args, substitutes=None):  # (recorded in the timed plain call 2)
+        if self.recordings:
+            return False
+        self.reserved[0] += self.grew
+        self.recordings["sig"] = True
+        self.recorded_with = substitutes
+        return True
+
+    def lent_inputs(self, args):  # (a forward's: where its recording lends the saved tensors)
+        return {0: "lent"} if self.recordings and self.lends else {}
 
     def __call__(self, *args):
         if not self.recordings:
@@ -53,7 +65,7 @@ def _race(monkeypatch, plain_ms, replay_ms, launch_share=1.0, grew=0, hold_lent=
 def test_host_bound_graph_replays_after_its_race(monkeypatch):
     race, runner = _race(monkeypatch, plain_ms=10, replay_ms=3)
     got = [race(_cuda()) for _ in range(5)]
-    # call 1 plain, 2 plain timed, 3 records and replays timed: replay kept from call 3 on
+    # call 1 plain, 2 plain timed and recorded, 3 replays timed: replay kept from call 3 on
     assert [g[0] for g in got] == ["plain"] * 2 + ["replayed"] * 3
     assert race.choice == "replay" and race.calls == 3 and "3.00 ms against 10.00 ms plain" in race.verdict
 
@@ -66,9 +78,17 @@ def test_gpu_bound_graph_stays_plain_without_a_recording(monkeypatch):
 
 
 def test_slower_replay_is_dropped(monkeypatch):
-    race, runner = _race(monkeypatch, plain_ms=10, replay_ms=9.8)
+    race, runner = _race(monkeypatch, plain_ms=10, replay_ms=10.2)
     got = [race(_cuda())[0] for _ in range(7)]
     assert got[-1] == "plain" and race.choice == "plain" and not runner.recordings
+
+
+def test_replay_no_slower_than_plain_is_kept(monkeypatch):
+    """A training graph's replay is kept when it is not slower (STEP_MARGIN): the host time it saves is
+    the step's where the optimizer's launches follow, although the graph timed alone gains little."""
+    race, runner = _race(monkeypatch, plain_ms=10, replay_ms=9.8, launch_share=0.4)
+    got = [race(_cuda())[0] for _ in range(7)]
+    assert got[-1] == "replayed" and race.choice == "replay" and runner.recordings
 
 
 def test_recording_too_big_for_default_mode_is_dropped(monkeypatch):
@@ -89,10 +109,11 @@ def test_backward_waits_for_its_forward_and_follows_a_plain_verdict(monkeypatch)
     for _ in range(2):  # a step: forward, then backward
         fwd(_cuda())
         assert bwd(_cuda())[0] == "plain"  # plain; timed in call 2
-    assert fwd.choice is None and bwd.plain_seconds is not None and not bwd_runner.recordings
-    fwd(_cuda())  # call 3: the forward records and keeps replay
+    # both recorded in their call 2, the backward reading the saved tensors where the forward lends them
+    assert fwd.choice is None and bwd.plain_seconds is not None and bwd_runner.recorded_with == {0: "lent"}
+    fwd(_cuda())  # call 3: the forward replays and keeps replay
     assert fwd.choice == "replay"
-    assert bwd(_cuda())[0] == "replayed" and bwd.choice == "replay"  # its call 3: records, replay kept
+    assert bwd(_cuda())[0] == "replayed" and bwd.choice == "replay"  # its call 3: replays, replay kept
 
     fwd, _ = _race(monkeypatch, plain_ms=10, replay_ms=3, launch_share=0.2)
     bwd, bwd_runner = _race(monkeypatch, plain_ms=10, replay_ms=3, launch_share=0.2, after=fwd)  # (one timing patch)
@@ -100,6 +121,18 @@ def test_backward_waits_for_its_forward_and_follows_a_plain_verdict(monkeypatch)
         fwd(_cuda())
     assert fwd.choice == "plain"
     assert bwd(_cuda())[0] == "plain" and bwd(_cuda())[0] == "plain" and bwd.choice == "plain"
+
+
+def test_backward_records_in_its_call_3_where_the_forward_lends_nothing_it_reads(monkeypatch):
+    fwd, fwd_runner = _race(monkeypatch, plain_ms=10, replay_ms=3)
+    fwd_runner.lends = False
+    bwd, bwd_runner = _race(monkeypatch, plain_ms=10, replay_ms=3, after=fwd)
+    for _ in range(2):
+        fwd(_cuda())
+        bwd(_cuda())
+    assert fwd_runner.recordings and not bwd_runner.recordings
+    fwd(_cuda())
+    assert bwd(_cuda())[0] == "replayed" and bwd.choice == "replay" and bwd_runner.recorded_with is None
 
 
 def test_backward_waits_while_its_forward_has_not_decided(monkeypatch):

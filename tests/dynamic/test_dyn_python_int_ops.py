@@ -137,6 +137,14 @@ OP_PROGRAMS = {
     "take_along_dim broadcast, negative dim": lambda x: x.take_along_dim(x[:1].argsort(-1)[:, :3], dim=-1),
     "take_along_dim flattened": lambda x: torch.take_along_dim(x, x.reshape(-1).argsort()[:5]),
     "diag_embed with an offset and dims": lambda x: torch.diag_embed(x[:, :3], offset=-1, dim1=0, dim2=2),
+    "kron": lambda x: torch.kron(x, torch.full((2, 3), 0.5)),
+    "kron of ranks 1 and 2 (method)": lambda x: x[:, 1].kron(x[:2, :2]),
+    "unfold": lambda x: torch.nn.functional.unfold(x.reshape(1, 2, -1, 4), 2),
+    "unfold with dilation, padding, stride": lambda x: torch.nn.functional.unfold(
+        x.reshape(1, 1, -1, 8), (2, 3), dilation=(1, 2), padding=1, stride=2),
+    "unfold unbatched": lambda x: torch.nn.functional.unfold(x.reshape(2, -1, 4), (3, 2)),
+    "diagonal_scatter": lambda x: torch.diagonal_scatter(x @ x.t(), x[:, 2] * 2),
+    "diagonal_scatter with an offset": lambda x: torch.diagonal_scatter(x @ x.t(), x[1:, 0] + 1, 1),
 }
 
 
@@ -153,7 +161,9 @@ def test_fake_rules_match_eager_layouts():
     x = symbolic_fake(real, env, "L['x']", {0, 1})
     for fn in (lambda t: torch.count_nonzero(t, 1), lambda t: torch.count_nonzero(t, (0, 2)),
                lambda t: torch.diag_embed(t), lambda t: torch.diag_embed(t, 2, 0, 3),
-               lambda t: torch.diag_embed(t, -1, 1, 0)):
+               lambda t: torch.diag_embed(t, -1, 1, 0), lambda t: torch.diagonal_scatter(t, t[0].t()),
+               lambda t: torch.diagonal_scatter(t, t[:3, 0, :].t(), -2, 1, 0),
+               lambda t: torch.diagonal_scatter(t, t[:, 0, :2], 3, 2, 1)):
         want, got = fn(real), fn(x)
         assert [int(n) for n in got.shape] == list(want.shape)
         assert [int(n) for n in got.stride()] == list(want.stride()) and got.dtype == want.dtype
@@ -190,6 +200,14 @@ def test_take_along_dim_errors_as_eager():
     for n in (5, 7):
         with pytest.raises(RuntimeError, match="must match the size of tensor b"):
             compiled(torch.randn(n, 4))
+
+
+def test_diagonal_scatter_errors_as_eager():
+    compiled = kiln.compile(lambda x: torch.diagonal_scatter(x, x[:, 0]), dynamic=True)
+    for n in (5, 7):  # (the diagonal of n x 4 has 4 elements)
+        with pytest.raises(RuntimeError, match="expected src to have a size equal to the slice of self"):
+            compiled(torch.randn(n, 4))
+    assert torch.equal(compiled(torch.ones(4, 4)), torch.ones(4, 4))
 
 
 # a torch.Size local: one handed to the resume function at a graph break, or passed by the caller; its

@@ -42,6 +42,14 @@ def test_dtype_and_device_arguments(backend):
                    torch.tensor(x.shape[0] * 3, dtype=torch.float64)), SHAPES, backend)
 
 
+@pytest.mark.parametrize("backend", ["aot_eager", "kiln"])
+def test_new_tensor_of_sizes(backend):
+    """``x.new_tensor(sizes)``: x's dtype and device unless given (as torch.tensor otherwise)."""
+    run(lambda x: (x.new_tensor(x.shape), x.new_tensor([x.shape[0] - 1, 4]) * x.sum(),
+                   x.new_tensor(x.size(1), dtype=torch.int64), x.int().new_tensor(x.shape) + 1,
+                   x.new_tensor([x.shape[1], 2], dtype=torch.float64, device="cpu")), SHAPES, backend)
+
+
 def test_other_data_still_specializes():
     # a bool among the sizes (torch.tensor's promotion picks int64 here, but not modelled): a constant per size
     run(lambda x: (torch.tensor([x.shape[0], True]),), SHAPES[1:], "eager", graphs=3)

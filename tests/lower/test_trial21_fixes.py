@@ -26,7 +26,7 @@ def test_integer_and_bool_scans_promote_to_int64_with_symbolic_sizes(dynamic):
 
 
 def test_scan_dtype_rule_of_symbolic_sizes():
-    from kiln.fake.symbolic_meta import cumulative
+    from kiln.fake.symbolic_ops import cumulative
 
     x = torch.empty(3, 4, dtype=torch.int16, device="meta")
     aten = torch.ops.aten

@@ -179,6 +179,13 @@ class TensorMethodValue(Value):
             from kiln.capture.values.torch_functions import refuse_new_leaf
 
             refuse_new_leaf(kwargs, f"Tensor.{name}")
+        if name == "new_tensor" and len(args) == 1:  # x.new_tensor(x.shape): torch.tensor of the sizes, with
+            from kiln.capture.values.symbolic import tensor_of_sizes  # x's dtype and device by default
+
+            options = {"dtype": ConstantValue(ex.dtype), "device": ConstantValue(_device_of(ex)), **kwargs}
+            made = tensor_of_sizes(tx, torch.tensor, args, options)
+            if made is not None:
+                return made
         if name == "is_inference" and not args and not kwargs:
             from kiln.capture.values.inference import tensor_is_inference
 

@@ -64,6 +64,28 @@ def test_training_steps_match_eager(mode):
     print(choices)  # (default mode: replay where the race measured it faster; a tiny net is launch-bound)
 
 
+def test_default_mode_records_in_call_2_and_runs_replays_from_call_3():
+    """The forward and the backward record right after their timed plain call 2 (the backward reading its
+    saved tensors where the forward's recording lends them), so call 3 already replays (issue 20)."""
+    eager = _convnet()
+    model = copy.deepcopy(eager)
+    compiled = _compiled(model, None)
+    for i in range(4):
+        x, y = _batch(i)
+        for net in (eager, compiled):
+            F.cross_entropy(net(x), y).backward()
+        if i == 1:  # (a tiny net: launch-bound, never judged GPU-bound)
+            assert stats.cudagraph_recordings == 2, dict(stats.speed_choices)
+        if i == 2:
+            choices = dict(stats.speed_choices)
+            assert choices.get("training forward: CUDA graph") == 1, choices
+            assert choices.get("training backward: CUDA graph") == 1, choices
+    assert stats.cudagraph_recordings == 2
+    _assert_same_state(model, eager)
+    for p, q in zip(model.parameters(), eager.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=2e-3, atol=2e-3)
+
+
 def test_two_forwards_before_their_backwards_and_retain_graph():
     eager = _convnet()
     model = copy.deepcopy(eager)
