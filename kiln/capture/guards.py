@@ -49,6 +49,7 @@ class GuardKind(enum.Enum):
     NO_GLOBAL_MODULE_HOOKS = "no_global_module_hooks"  # torch.nn.modules.module's global hook dicts: empty
     CLASS_STATE = "class_state"  # the classes the trace read through keep their MROs and dicts (class_guards.py)
     FUNCTION_CODES = "function_codes"  # the functions kiln inlined still have the code it inlined
+    STORAGE_OFFSET = "storage_offset"  # a tensor input's storage offset (the trace read it as a number)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,6 +99,11 @@ class GuardSet:
         """An int argument traced as a symbol: its type here, its value by the ShapeEnv's function."""
         self.type(source, value)
         self.dynamic_inputs.append(source)
+
+    def storage_offset(self, source: Source, offset: int) -> None:
+        """The tensor at ``source`` keeps its storage offset: the trace read it as a number (a tensor
+        guard checks sizes and strides, not where in its storage the tensor starts)."""
+        self.add(GuardKind.STORAGE_OFFSET, source, offset)
 
     def held_tensor(self, label: str, t: torch.Tensor) -> None:
         """The metadata of a tensor the graph holds itself (a parameter or buffer): the compiled code
@@ -687,6 +693,9 @@ def _guard_exprs(g: Guard, names: _Namer, tensor_matches=None) -> list[tuple[str
         return [(f"___hasattr({x}, {attr!r}) is {present}", f"{x} {'has' if present else 'has no'} attribute {attr!r}")]
     if k is GuardKind.NONE:
         return [(f"({x} is None) is {g.value}", f"{x} is {'None' if g.value else 'not None'}")]
+    if k is GuardKind.STORAGE_OFFSET:
+        return [(f"{x}.storage_offset() == {int(g.value)}",
+                 f"{x} starts at offset {int(g.value)} of its storage (the program reads the offset)")]
     if k is GuardKind.NO_MODULE_HOOKS:
         return [(f"not ({x}._forward_hooks or {x}._forward_pre_hooks or {x}._backward_hooks or "
                  f"{x}._backward_pre_hooks)", f"module {x} has no hooks")]

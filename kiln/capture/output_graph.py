@@ -201,6 +201,19 @@ class OutputGraph:
         name = source.name()
         return next((real for known, real, *_ in self._tensor_inputs if known.name() == name), None)
 
+    def guard_storage_offset(self, fake) -> None:
+        """The trace reads where ``fake`` starts in its storage as a number (``x.storage_offset()``, the
+        explicit offset of ``as_strided``): each caller's tensor sharing that storage keeps its offset (a
+        guard). The graph was traced at those offsets, and no tensor guard checks them: a batch
+        ``data[i:i + 3]`` at another ``i`` reused the graph with the first call's offset."""
+        try:
+            key = fake.untyped_storage()._cdata
+        except (RuntimeError, NotImplementedError, AttributeError):
+            return
+        for source, real, known, *_ in self._tensor_inputs:
+            if known.untyped_storage()._cdata == key:
+                self.guards.storage_offset(source, real.storage_offset())
+
     def held_tensor_of(self, fake) -> torch.Tensor | None:
         """The parameter/buffer a get_attr value's fake stands for (None: not a held tensor)."""
         return next((t for t, f, _ in self._held if f is fake), None)

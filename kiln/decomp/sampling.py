@@ -16,10 +16,31 @@ def _scale(in_size, out_size, scale, align_corners=False):
     return 1.0 / scale if scale is not None and scale > 0 else in_size / out_size
 
 
+def _scale_of(in_size, out_size, scale, align_corners, dtype, device):
+    """``_scale``: a Python float for static sizes or a given scale; for symbolic sizes a 0-dim tensor of
+    ``dtype`` (ATen's opmath type) divided as ATen divides them (a Python float of symbolic sizes would
+    pin them: a graph per size)."""
+    from kiln.fake.symbolic import is_symbolic
+
+    if not (is_symbolic(in_size) or is_symbolic(out_size)) or \
+            (not align_corners and scale is not None and scale > 0):
+        return _scale(in_size, out_size, scale, align_corners)
+    if align_corners:
+        if not out_size > 1:
+            return 0.0
+        in_size, out_size = in_size - 1, out_size - 1
+    return aten.div.Tensor(aten.scalar_tensor.default(in_size, dtype=dtype, device=device),
+                           aten.scalar_tensor.default(out_size, dtype=dtype, device=device))
+
+
+def _times(t, s):
+    return aten.mul.Tensor(t, s) if isinstance(s, torch.Tensor) else aten.mul.Scalar(t, s)
+
+
 def _nearest_index(in_size, out_size, scale, exact, device):
-    s = _scale(in_size, out_size, scale)
+    s = _scale_of(in_size, out_size, scale, False, torch.float32, device)
     i = aten.arange.start_step(0, out_size, 1, dtype=torch.float32, device=device)
-    src = aten.mul.Scalar(aten.add.Scalar(i, 0.5), s) if exact else aten.mul.Scalar(i, s)
+    src = _times(aten.add.Scalar(i, 0.5), s) if exact else _times(i, s)
     idx = aten._to_copy.default(aten.floor.default(src), dtype=torch.int64)
     return aten.clamp.default(idx, None, in_size - 1)
 
@@ -52,12 +73,12 @@ for _n in (1, 2, 3):
 
 
 def _linear_weights(in_size, out_size, align_corners, scale, device, dtype):
-    s = _scale(in_size, out_size, scale, align_corners)
+    s = _scale_of(in_size, out_size, scale, align_corners, dtype, device)
     i = aten.arange.start_step(0, out_size, 1, dtype=dtype, device=device)
     if align_corners:
-        src = aten.mul.Scalar(i, s)
+        src = _times(i, s)
     else:
-        src = aten.clamp.default(aten.sub.Scalar(aten.mul.Scalar(aten.add.Scalar(i, 0.5), s), 0.5), 0, None)
+        src = aten.clamp.default(aten.sub.Scalar(_times(aten.add.Scalar(i, 0.5), s), 0.5), 0, None)
     i0 = aten._to_copy.default(aten.floor.default(src), dtype=torch.int64)
     i0 = aten.clamp.default(i0, None, in_size - 1)
     i1 = aten.clamp.default(aten.add.Scalar(i0, 1), None, in_size - 1)

@@ -457,6 +457,31 @@ def _kron_args(args, kwargs):
     return [bound["input"], bound["other"]]
 
 
+def linspace(start, end, steps, dtype, device):
+    """``torch.linspace`` with a symbolic number of steps (its ATen schema takes a plain int: the call
+    pinned the size): kiln's decomposition of it (``decomp/factory.py``: ATen's two half-ranges from
+    ``arange(steps)``), the step count a kernel argument. Floating dtypes only."""
+    from kiln.decomp.factory import _device_of, _factory_dtype, _linspace_values
+
+    dtype = _factory_dtype(dtype, start, end)
+    if not dtype.is_floating_point or steps < 0:  # (a guard; ATen's own error for a negative count)
+        return NotImplemented
+    return _linspace_values(start, end, steps, dtype, _device_of(device, start, end))
+
+
+def _linspace_args(args, kwargs):
+    from kiln.fake.symbolic import is_symbolic
+
+    bound = _bind(args, kwargs, ("start", "end", "steps", "dtype", "layout", "device", "requires_grad"))
+    if bound is None or len(args) > 3 or not is_symbolic(bound.get("steps")):
+        return None
+    if bound.get("layout") not in (None, torch.strided) or bound.get("requires_grad", False) is not False:
+        return None
+    if not all(type(bound.get(k)) in (int, float) for k in ("start", "end")):
+        return None  # (tensors, complex numbers, bools: the call as it is)
+    return [bound["start"], bound["end"], bound["steps"], bound.get("dtype"), bound.get("device")]
+
+
 # torch-level callables (call_function targets) -> (argument binder, rule)
 FUNCTION_RULES = {
     torch.matmul: (_matmul_args, matmul),
@@ -472,10 +497,12 @@ FUNCTION_RULES = {
     torch.take_along_dim: (_take_along_dim_args, take_along_dim),
     torch.Tensor.take_along_dim: (_take_along_dim_args, take_along_dim),
     torch.kron: (_kron_args, kron),
+    torch.linspace: (_linspace_args, linspace),
     torch.Tensor.kron: (_kron_args, kron),
     torch.Tensor.__getitem__: (_getitem_args, tensor_getitem),
     torch.Tensor.__setitem__: (_setitem_args, tensor_setitem),
 }
+FACTORIES = frozenset({torch.linspace})  # rules whose bound arguments start with no tensor
 # rules that run for static sizes too: ATen's body on fake tensors is another computation than on real
 # ones (one_hot: eq with an arange, without the range check the real body makes before its scatter)
 ALWAYS_RULES = {
@@ -505,7 +532,7 @@ class SymbolicCompositeMode(TorchFunctionMode):
                 entry = ALWAYS_RULES.get(func)
         if entry is not None:
             bound = entry[0](tuple(args), dict(kwargs))
-            if bound is not None and isinstance(bound[0], torch.Tensor):
+            if bound is not None and (isinstance(bound[0], torch.Tensor) or func in FACTORIES):
                 with self:  # (a rule's own torch calls come here too: sdpa's math body calls matmul)
                     out = entry[1](*bound)
                 if out is not NotImplemented:

@@ -199,6 +199,7 @@ class ReadsWrites(_Symbolic):
         super().__init__(dtypes)
         self.reads: list[tuple[str, sympy.Expr]] = []
         self.writes: list[tuple[str, sympy.Expr]] = []
+        self.values: list[sympy.Expr] = []  # expressions computed as values (``index_expr``: x * n of a size)
 
     def _emit(self, text: str, dtype: torch.dtype) -> Val:
         self.count += 1
@@ -209,6 +210,7 @@ class ReadsWrites(_Symbolic):
         return self._emit("", self.dtypes[name])
 
     def index_expr(self, expr, dtype):
+        self.values.append(sympy.sympify(expr))
         return self._emit("", dtype)
 
     def store(self, name, index, value):

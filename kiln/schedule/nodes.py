@@ -16,6 +16,7 @@ class SchedulerNode:
     writes: list[str]
     deps: set["SchedulerNode"] = dataclasses.field(default_factory=set)
     order: int = 0
+    symbols: frozenset = frozenset()  # the size symbols its loops, indices and values use
 
     @property
     def name(self) -> str:
@@ -42,31 +43,58 @@ class SchedulerNode:
         return f"SchedulerNode({self.name})"
 
 
-def _extern_reads(kernel: ExternKernel) -> list[tuple[str, None]]:
+def _extern_leaves(kernel: ExternKernel) -> list:
     from torch.utils._pytree import tree_flatten
 
-    leaves = tree_flatten((kernel.args, kernel.kwargs))[0]
-    return [(v.buffer.name, None) for v in leaves if isinstance(v, Stored)]
+    return tree_flatten((kernel.args, kernel.kwargs))[0]
+
+
+def _extern_reads(kernel: ExternKernel) -> list[tuple[str, None]]:
+    return [(v.buffer.name, None) for v in _extern_leaves(kernel) if isinstance(v, Stored)]
+
+
+def _free_symbols(exprs) -> frozenset:
+    out: set = set()
+    for e in exprs:
+        if isinstance(e, sympy.Basic):
+            out |= e.free_symbols
+    return frozenset(out)
 
 
 def make_node(buf: ComputedBuffer, dtypes, order: int, deps) -> SchedulerNode:
     """The scheduler node of a computed buffer: its loads from running its body."""
     rw = ReadsWrites(dtypes)
     run_body(buf, rw)
-    return SchedulerNode(buf, rw.reads, [buf.name], set(deps), order=order)
+    symbols = _free_symbols([*buf.data.ranges, *getattr(buf.data, "reduction_ranges", ()),
+                             *(i for _, i in rw.reads), *(i for _, i in rw.writes), *rw.values])
+    return SchedulerNode(buf, rw.reads, [buf.name], set(deps), order=order, symbols=symbols)
+
+
+def _is_unbacked(symbol) -> bool:
+    return isinstance(symbol, sympy.Symbol) and symbol.name.startswith("u")
 
 
 def make_scheduler_nodes(nodes, dtypes) -> list[SchedulerNode]:
-    """One SchedulerNode per lowered node, with dependencies from what each reads."""
+    """One SchedulerNode per lowered node, with dependencies from what each reads, and on the extern
+    kernel whose result's size defines a data-dependent size it uses (``u0 = buf3.size(0)`` in the
+    wrapper: a kernel computing ``x * u0`` fused before that extern read it unbound)."""
     out: list[SchedulerNode] = []
     producer: dict[str, SchedulerNode] = {}
+    definer: dict = {}  # unbacked symbol -> the extern node whose result's size defines it
     for i, n in enumerate(nodes):
         if isinstance(n, ExternKernel):
-            sn = SchedulerNode(n, _extern_reads(n), [o.name for o in n.outputs], order=i)
+            sn = SchedulerNode(n, _extern_reads(n), [o.name for o in n.outputs], order=i,
+                               symbols=_free_symbols(_extern_leaves(n)))
         else:
             sn = make_node(n, dtypes, i, set())
         sn.deps = {producer[name] for name in sn.read_names if name in producer}
+        sn.deps |= {definer[s] for s in sn.symbols if s in definer}
         for w in sn.writes:
             producer[w] = sn
+        if sn.is_extern:
+            for o in n.outputs:
+                for s in _free_symbols(o.size):
+                    if _is_unbacked(s):
+                        definer.setdefault(s, sn)
         out.append(sn)
     return out

@@ -12,8 +12,10 @@ SHORT = (8, 5, 13, 32)
 # code object of its own: static at its first call, one dynamic entry after, so usually 2 per piece.
 
 
-@pytest.mark.parametrize("backend", backends(xfail={"eager": "the int from .item() is a constant of the resume function (kiln has no symbolic int inputs): ids[:, :longest] compiles again for every value (6 graphs; dynamo: 4)"}))
+@pytest.mark.parametrize("backend", backends())
 def test_trim_padding_to_longest(backend):
+    # (int() of the int from .item(), a symbol of the resume function from its second value, is that
+    # int: it pinned the value, a graph per length)
     # HF-style: cut a padded batch to the longest real sequence (lengths.max().item())
     def f(ids, mask):
         longest = int(mask.sum(1).max().item())
@@ -87,8 +89,10 @@ def test_repeat_interleave_by_counts(backend):
     check(f, lambda n: (torch.randn(n, 2), torch.arange(n) % 3), backend, sizes=SHORT, graphs=2)
 
 
-@pytest.mark.parametrize("backend", backends(xfail={"eager": "the ints from .tolist() are constants of the resume function (no symbolic int inputs): the slices x[i, :l] compile again for every lengths value (4 graphs; dynamo: 2)"}))
+@pytest.mark.parametrize("backend", backends())
 def test_tolist_lengths_loop_of_slices(backend):
+    # (the ints of the list the graph break hands on are int inputs of the resume function, L['...'][i],
+    # symbols once they change: they were constants, a graph per lengths value)
     def f(x, lengths):
         return torch.stack([x[i, :l].mean(0) for i, l in enumerate(lengths.tolist())])
     check(f, lambda n: (torch.randn(3, n, 2), torch.tensor([n, 1, max(n // 2, 1)])), backend, sizes=SHORT,
@@ -120,7 +124,7 @@ def test_branch_on_tensor_value(backend):
     check(f, lambda n: (torch.randn(n, 3) + (0.5 if n % 2 else -0.5),), backend, sizes=SHORT, graphs=6, dynamo_graphs=5)  # the condition, then each branch's resume function
 
 
-@pytest.mark.parametrize("backend", backends(xfail={"eager": 'the int from .item() is a constant of the resume function (no symbolic int inputs): x[:k] compiles again for every value (4 graphs; dynamo: 2)'}))
+@pytest.mark.parametrize("backend", backends())
 def test_item_as_slice_then_train(backend):
     lin = torch.nn.Linear(3, 2)
 

@@ -76,12 +76,11 @@ def test_conv_square_image_global_pool(backend):
     check(f, lambda n: (torch.randn(2, 2, n, n),), backend, sizes=SHORT, graphs=2)
 
 
-_SIZE_SCALE = ("F.interpolate(size=...) of a symbolic-size input: capture keeps it symbolic (fake/symbolic_upsample.py), "
-               "but the decompositions compute the kernel's scale in / out as a float of sizes, which specializes: "
-               "compiled per size (4 graphs; dynamo: 2)")
+# F.interpolate(size=...) of a symbolic-size input: the decompositions divide the sizes as 0-dim tensors
+# (decomp/sampling._scale_of; a Python float of them pinned the sizes: 4 graphs, dynamo 2)
 
 
-@pytest.mark.parametrize("backend", backends(xfail={"aot_eager": _SIZE_SCALE, "kiln": _SIZE_SCALE}))
+@pytest.mark.parametrize("backend", backends())
 def test_interpolate_to_size_of_other_input(backend):
     # FPN-style top-down path: upsample the coarse map to the fine map's H/W
     def f(coarse, fine):
@@ -90,7 +89,7 @@ def test_interpolate_to_size_of_other_input(backend):
           graphs=2)
 
 
-@pytest.mark.parametrize("backend", backends(xfail={"aot_eager": _SIZE_SCALE, "kiln": _SIZE_SCALE}))
+@pytest.mark.parametrize("backend", backends())
 def test_interpolate_bilinear_to_fixed_size(backend):
     def f(x):
         return F.interpolate(x, size=(4, 4), mode="bilinear", align_corners=False)

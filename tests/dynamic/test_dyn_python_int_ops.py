@@ -202,6 +202,45 @@ def test_take_along_dim_errors_as_eager():
             compiled(torch.randn(n, 4))
 
 
+@pytest.mark.parametrize("fn", [lambda x: torch.linspace(0, 1, x.shape[0]) + x[:, 0],
+                                lambda x: torch.linspace(-3.5, 2, x.shape[0] * 3, dtype=torch.float64),
+                                lambda x: torch.linspace(10, -7, x.shape[0] - 2) * 2])
+def test_linspace_of_a_size_is_one_dynamic_graph(fn):
+    """``torch.linspace(a, b, n)`` with ``n`` from a size: ATen's schema takes a plain int, so the call
+    pinned the size; kiln's decomposition runs with the count as a kernel argument (values within a
+    rounding of eager's, as kiln's static linspace)."""
+    compiled = kiln.compile(fn)
+    for n in SIZES:
+        x = rows(n)[0]
+        torch.testing.assert_close(compiled(x), fn(x))
+    assert compiles(compiled) == 2
+
+
+def test_linspace_with_a_negative_count_errors_as_eager():
+    compiled = kiln.compile(lambda x: torch.linspace(0, 1, x.shape[0] - 7), dynamic=True)
+    for n in (9, 11, 5):
+        x = torch.zeros(n)
+        if n > 7:
+            torch.testing.assert_close(compiled(x), torch.linspace(0, 1, n - 7))
+        else:
+            with pytest.raises(RuntimeError, match="number of steps must be non-negative"):
+                compiled(x)
+
+
+def test_int_round_floor_of_an_int_are_that_int():
+    """``int(n)``, ``round(n)``, ``math.floor(n)`` of an int argument (or of ``k.item()``) give the int
+    itself: they pinned its value (a guard ``Eq(s0, 5)``: one graph per value)."""
+    def f(x, n):
+        return x[:int(n)] * round(n) + math.floor(n) - math.ceil(n) + math.trunc(n), int(n) + 1
+
+    def g(x, k):
+        m = int(k.item())  # (a graph break: m is an int argument of the resume function)
+        return x[:m].sum(), round(m) * 2
+
+    assert run(f, lambda v: (torch.arange(12.0), v), (3, 5, 7, 9, 11)) == 2
+    assert run(g, lambda v: (torch.arange(12.0), torch.tensor(v)), (3, 5, 7, 9, 11)) == 2  # (the resume function)
+
+
 def test_diagonal_scatter_errors_as_eager():
     compiled = kiln.compile(lambda x: torch.diagonal_scatter(x, x[:, 0]), dynamic=True)
     for n in (5, 7):  # (the diagonal of n x 4 has 4 elements)

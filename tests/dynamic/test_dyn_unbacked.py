@@ -137,3 +137,22 @@ def test_the_same_mask_indexing_twice(backend):
     def f(x):
         return x[x > 0].sum(), x[x > 0] * 2
     one_graph(run(f, lambda: (torch.randn(16),), backend))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("fn", [lambda x: x * torch.nonzero(x > 0).shape[0],
+                                lambda x: (x * torch.nonzero(x > 0).shape[0], torch.nonzero(x > 0)),
+                                lambda x: x[x > 0].shape[0] * x,
+                                lambda x: torch.unique(x.round()).numel() + x])
+def test_a_data_dependent_count_used_as_a_number(fn, backend):
+    """``x * n`` with ``n`` a data-dependent count: the kernel computing it reads the size the extern's
+    result binds (u0), so it runs after that extern. It was fused with ``x > 0`` (the extern's input)
+    into a kernel before the extern: UnboundLocalError for ``u1`` in the wrapper at the first call."""
+    g = kiln.compile(fn, backend=backend)
+    for seed in range(4):
+        torch.manual_seed(seed)
+        x = torch.randn(5, 3)
+        got, want = g(x), fn(x)
+        got, want = (got if isinstance(got, tuple) else (got,)), (want if isinstance(want, tuple) else (want,))
+        for a, b in zip(got, want):
+            assert a.shape == b.shape and a.dtype == b.dtype and torch.equal(a, b)

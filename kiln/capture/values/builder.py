@@ -55,9 +55,12 @@ _MUTABLE_CONTAINERS = (list, dict, set, collections.deque, collections.defaultdi
 
 
 def _int_place(source: Source | None) -> bool:
-    """Where an int may be traced as a symbol: a local or closure variable of the frame, or an
-    attribute (chain) of one (``L['n']``, ``L['self'].n``)."""
-    while isinstance(source, AttrSource):
+    """Where an int may be traced as a symbol: a local or closure variable of the frame, an attribute
+    (chain) of one, or an item at an int index of a list or tuple there (``L['n']``, ``L['self'].n``,
+    ``L['lengths'][1]``: the ints of ``lengths.tolist()`` a graph break handed on)."""
+    while isinstance(source, (AttrSource, GetItemSource)):
+        if isinstance(source, GetItemSource) and type(source.index) is not int:
+            return False
         source = source.base
     return isinstance(source, (LocalSource, ClosureSource))
 

@@ -417,6 +417,9 @@ def float_function(tx, fn, args: list[Value], kwargs: dict) -> Value | None:
     """``float(n)`` and ``math.sqrt(n)`` of a symbolic int or a SymbolicFloat (None: the usual call, which
     makes the number a constant). math.sqrt is IEEE's correctly rounded square root both in Python and
     as a float64 tensor op, so the graph's number is Python's."""
+    if fn in (math.floor, math.ceil, math.trunc, int, round, operator.index) and len(args) == 1 and not kwargs \
+            and _is_symbolic_int(args[0]):
+        return args[0]  # (each gives the int itself: int(k.item()), int(n) of an int argument)
     if fn in (math.floor, math.ceil, math.trunc, int, round) and len(args) == 1 and not kwargs \
             and isinstance(args[0], SymbolicFloat) and args[0].ratio is not None:
         return _rounded_ratio(tx, fn, args[0])

@@ -16,6 +16,7 @@ _METADATA_METHODS = {
     "size", "dim", "ndimension", "stride", "numel", "nelement", "is_contiguous", "element_size",
     "is_floating_point", "is_complex", "get_device", "is_signed", "storage_offset", "type",
 }
+_ABSOLUTE_OFFSET_METHODS = {"as_strided", "as_strided_"}  # their storage_offset argument is absolute
 _METADATA_ATTRS = {
     "shape", "dtype", "device", "ndim", "requires_grad", "is_cuda", "is_cpu", "is_meta", "is_sparse",
     "is_quantized", "layout", "is_leaf", "itemsize", "is_mps", "is_nested",
@@ -151,6 +152,8 @@ class TensorMethodValue(Value):
         if name in _METADATA_METHODS:
             if not all(a.is_constant() for a in args) or not all(v.is_constant() for v in kwargs.values()):
                 unsupported(f"Tensor.{name} with non-constant arguments")
+            if name == "storage_offset":
+                tx.output.guard_storage_offset(ex)
             if name in ("size", "numel", "nelement") and has_symbolic(ex.shape):
                 return tx.output.call("call_method", name, [self.tensor, *args], kwargs)
             cargs = [a.as_constant() for a in args]
@@ -170,6 +173,8 @@ class TensorMethodValue(Value):
                     unsupported(f"Tensor.type() of {ex.dtype}")
                 return ConstantValue(("torch.cuda." if dev.type == "cuda" else "torch.") + base)
             return ConstantValue(getattr(ex, name)(*cargs, **ckwargs))
+        if name in _ABSOLUTE_OFFSET_METHODS and (len(args) > 2 or "storage_offset" in kwargs):
+            tx.output.guard_storage_offset(ex)  # (an offset into the storage, not into the tensor)
         if name == "__setitem__":
             tx.output.call("call_function", operator.setitem, [self.tensor, *args], kwargs)
             return ConstantValue(None)

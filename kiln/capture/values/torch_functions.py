@@ -180,6 +180,10 @@ class TorchFunctionValue(KnownFunctionValue):
             return ConstantValue(_CONSTANT_FUNCTIONS[fn](*cargs, **{k: v.as_constant() for k, v in kwargs.items()}))
         if getattr(fn, "__name__", "") in _NOT_COMPILING and (fn.__module__ or "").startswith("torch"):
             return ConstantValue(False)
+        offset_at = _ABSOLUTE_OFFSET_ARGS.get(getattr(fn, "__name__", None))
+        if offset_at is not None and (fn in _ABSOLUTE_OFFSET_FUNCTIONS or type(fn).__name__ == "method_descriptor") \
+                and args and isinstance(args[0], TensorValue) and (len(args) > offset_at or "storage_offset" in kwargs):
+            tx.output.guard_storage_offset(args[0].example)  # (as_strided's offset is into the storage)
         if type(fn).__name__ in ("method_descriptor", "wrapper_descriptor") and args:
             # torch.Tensor.add(x, y): an unbound Tensor method
             return tx.output.call("call_method", fn.__name__, args, kwargs)
@@ -240,3 +244,10 @@ class PythonModuleValue(Value):
 
     def __repr__(self) -> str:
         return f"Module[{self.module.__name__}]"
+
+
+# functions whose ``storage_offset`` argument (at this position, or by keyword) is an offset into the
+# input's storage: the trace guards the caller's offset where it is given (OutputGraph.guard_storage_offset)
+_ABSOLUTE_OFFSET_ARGS = {"as_strided": 3, "as_strided_": 3, "as_strided_copy": 3, "as_strided_scatter": 4,
+                         "storage_offset": 0}
+_ABSOLUTE_OFFSET_FUNCTIONS = frozenset({torch.as_strided, torch.as_strided_copy, torch.as_strided_scatter})
