@@ -102,6 +102,7 @@ class CacheEntry:
 # after a graph break, guarded on ``L['self']``: one entry per layer) count against ``recompile_limit``
 # per instance; all of them together up to this many times the limit.
 INSTANCE_FACTOR = 8
+MAX_RECOMPILE_REASONS = 64  # recompiles whose reasons a compiler keeps for kiln.explain
 
 
 def _module_owner(f_locals) -> int | None:
@@ -145,6 +146,8 @@ class FrameCompiler:
         self.failed: dict[types.CodeType, FrameRecord] = {}
         self.given_up: set[types.CodeType] = set()
         self.records: list[FrameRecord] = []
+        # (the frame, why each of its cache entries refused the call) at each recompile: kiln.explain
+        self.recompile_reasons: list[tuple[str, list[str]]] = []
         # id(code) -> (check, code) of each entry: the table the C hook reads on its own (hook.py), so a
         # cache hit costs no call of this object; it calls it when no entry matches. (``self.cache`` holds
         # the code objects, so no id here is a reused one.)
@@ -159,6 +162,7 @@ class FrameCompiler:
         self.failed.clear()
         self.given_up.clear()
         self.records.clear()
+        self.recompile_reasons.clear()
 
     def _add_entry(self, code, entry: CacheEntry) -> None:
         self.cache.setdefault(code, []).append(entry)
@@ -227,6 +231,10 @@ class FrameCompiler:
         if entries:
             failing = entries[-1].guards.first_failure(f_locals, f_globals, closure, f_builtins) or "unknown guard"
             stats.recompilations[failing] += 1
+            if len(self.recompile_reasons) < MAX_RECOMPILE_REASONS:
+                every = [failing] + [e.guards.first_failure(f_locals, f_globals, closure, f_builtins) or "unknown guard"
+                                     for e in reversed(entries[-4:-1])]  # (the newest entries: each one's guard)
+                self.recompile_reasons.append((f"{code.co_qualname} ({code.co_filename}:{code.co_firstlineno})", every))
             owner = _module_owner(f_locals)
             mine = sum(1 for e in entries if e.owner == owner) if owner is not None else len(entries)
             limit = self.options.recompile_limit

@@ -20,6 +20,12 @@ class BreakReason:
         return text + (f"\n      hint: {self.hint}" if self.hint else "")
 
 
+def _described(failed_guard: str) -> str:
+    """A failed guard as its description where it has one (``expr  (tensor L['x']: ... size=(7, 3))``)."""
+    expr, sep, described = failed_guard.rpartition("  (")
+    return described[:-1] if sep and described.endswith(")") else failed_guard
+
+
 @dataclasses.dataclass
 class ExplainReport:
     backend: str
@@ -35,6 +41,9 @@ class ExplainReport:
     backend_reports: list[str] = dataclasses.field(default_factory=list)
     result: Any = None
     stages: dict = dataclasses.field(default_factory=dict)  # compile seconds by stage (exclusive) of this run
+    # of the compiled function explained (its calls so far): why it recompiled, where sizes stayed static
+    recompiles: list = dataclasses.field(default_factory=list)  # (frame, [each newest entry's failed guard])
+    static_sizes: list = dataclasses.field(default_factory=list)  # "frame: why its sizes are static"
 
     def __str__(self) -> str:
         lines = [
@@ -42,6 +51,13 @@ class ExplainReport:
             f"  graphs: {self.graph_count}   graph breaks: {self.graph_break_count}   "
             f"frames run eagerly: {len(self.eager_frames)}",
         ]
+        if self.recompiles:
+            lines.append(f"  recompiles so far ({len(self.recompiles)}; for each, the guard that refused the call "
+                         "in the newest cache entries):")
+            for frame, failed in self.recompiles[-8:]:
+                lines.append(f"    {frame}: " + "; ".join(map(_described, failed)))
+        for note in self.static_sizes:
+            lines.append(f"  sizes kept static: {note}")
         if self.break_reasons:
             lines.append("  why code ran eagerly:")
             for i, reason in enumerate(self.break_reasons):
@@ -97,7 +113,17 @@ def explain(fn: Callable, *, backend=None, **compile_kwargs):
         runs_as = getattr(getattr(fn_backend, "func", fn_backend), "runs_as", name)
         breaks = [BreakReason(r.break_reason or r.fallback_reason, r.fallback_file, r.fallback_line, r.hint)
                   for r in records if r.fallback_reason is not None or r.break_reason is not None]
+        recompiles, static_sizes = [], []
+        if config is not None:  # what the function explained went through in its calls so far
+            recompiles = list(config.compiler.recompile_reasons)
+            for code, shapes in config.compiler.frame_shapes.items():
+                why = shapes.static_reason or (f"data-dependent ops break the graph ({shapes.no_unbacked})"
+                                               if shapes.no_unbacked else None)
+                if why:
+                    static_sizes.append(f"{code.co_qualname} ({code.co_filename}:{code.co_firstlineno}): {why}")
         return ExplainReport(
+            recompiles=recompiles,
+            static_sizes=static_sizes,
             backend=name,
             runs_as=runs_as,
             graph_count=len(graphs),

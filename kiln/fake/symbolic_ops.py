@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from kiln.fake.symbolic_meta import (RULES, SymbolicShapeUnsupported, _contiguous_strides, _dense_strides, _dim,
-                                     _is_row_major, _new_row_major, infer_dense_strides, pointwise)
+                                     _is_row_major, _new_row_major, diagonal, infer_dense_strides, pointwise)
 
 aten = torch.ops.aten
 
@@ -133,6 +133,12 @@ def diag_embed(func, x, offset=0, dim1=-2, dim2=-1):
     for d in sorted((d1, d2)):
         sizes.insert(d, side)
     return _new_row_major(sizes, x.dtype)
+
+
+def diagonal_copy(func, x, offset=0, dim1=0, dim2=1):
+    """diagonal_copy (``x.diag()`` of a matrix): the diagonal view's shape, row-major (torch's meta kernel
+    reads the storage offset of its symbolic input)."""
+    return _new_row_major(diagonal(func, x, offset, dim1, dim2).shape, x.dtype)
 
 
 def diagonal_scatter(func, x, src, offset=0, dim1=0, dim2=1):
@@ -267,6 +273,7 @@ RULES.update({
     aten.count_nonzero.dim_IntList: count_nonzero,
     aten.diag_embed.default: diag_embed,
     aten.diagonal_scatter.default: diagonal_scatter,
+    aten.diagonal_copy.default: diagonal_copy,
     aten.im2col.default: im2col,
     aten.floor_divide.default: pointwise,
     aten.native_group_norm.default: native_group_norm,

@@ -143,6 +143,8 @@ OP_PROGRAMS = {
     "unfold with dilation, padding, stride": lambda x: torch.nn.functional.unfold(
         x.reshape(1, 1, -1, 8), (2, 3), dilation=(1, 2), padding=1, stride=2),
     "unfold unbatched": lambda x: torch.nn.functional.unfold(x.reshape(2, -1, 4), (3, 2)),
+    "diag of a matrix": lambda x: (x @ x.t()).diag() * 2,
+    "diag with an offset, diagonal_copy": lambda x: torch.diag(x @ x.t(), 1) + torch.diagonal_copy(x @ x.t(), -1),
     "diagonal_scatter": lambda x: torch.diagonal_scatter(x @ x.t(), x[:, 2] * 2),
     "diagonal_scatter with an offset": lambda x: torch.diagonal_scatter(x @ x.t(), x[1:, 0] + 1, 1),
 }
