@@ -212,6 +212,10 @@ class OutputGraph:
             return
         for source, real, known, *_ in self._tensor_inputs:
             if known.untyped_storage()._cdata == key:
+                if known.storage_offset() != real.storage_offset():  # (a fake with symbolic sizes starts at 0)
+                    self.shape_env.failed = self.shape_env.failed or \
+                        f"the program reads the storage offset of {source.name()}, which starts at {real.storage_offset()}"
+                    continue
                 self.guards.storage_offset(source, real.storage_offset())
 
     def held_tensor_of(self, fake) -> torch.Tensor | None:

@@ -797,8 +797,10 @@ def is_symbolic(x) -> bool:
 
 def symbolic_fake(real: torch.Tensor, env: ShapeEnv, name: str, dims, marked=None):
     """A fake of ``real`` whose sizes at ``dims`` are symbols (strides follow as expressions), bound to
-    the input ``name``; None where ``real`` keeps static sizes (a layout other than row-major, a
-    storage offset, or no dim of size >= 2 asked for). ``marked``: dim -> (min, max) from mark_dynamic."""
+    the input ``name``; None where ``real`` keeps static sizes (a layout other than row-major, or no dim
+    of size >= 2 asked for). ``marked``: dim -> (min, max) from mark_dynamic. The fake starts at offset 0
+    whatever ``real``'s storage offset (a batch ``data[i:i + b]``): kernels index from the data pointer,
+    and a trace that reads the offset is refused (``OutputGraph.guard_storage_offset``)."""
     from kiln.fake.autograd_kind import as_non_leaf, autograd_kind
     from kiln.fake.tensor import FakeTensor, _kernel_context
 
@@ -807,7 +809,7 @@ def symbolic_fake(real: torch.Tensor, env: ShapeEnv, name: str, dims, marked=Non
     if kind not in ("leaf", "non-leaf"):  # a view refusing in-place ops: static sizes, as its base's fake
         return None
     sizes = list(real.size())
-    if real.storage_offset() != 0 or tuple(real.stride()) != tuple(int(st) for st in contiguous_strides(sizes)):
+    if tuple(real.stride()) != tuple(int(st) for st in contiguous_strides(sizes)):
         return None
     exprs: list = []
     for d, n in enumerate(sizes):

@@ -29,7 +29,9 @@ def test_public_surface():
 
 def test_compile_forms():
     x = torch.randn(3)
-    assert torch.equal(kiln.compile(f)(x), f(x))
+    # (kiln's generated sin is within an ulp of ATen's, not always equal: about 7% of random 3-element
+    # inputs differ, so an exact check here failed depending on the tests that ran before)
+    torch.testing.assert_close(kiln.compile(f)(x), f(x))
 
     @kiln.compile
     def g(x):
