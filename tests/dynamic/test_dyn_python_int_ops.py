@@ -243,6 +243,14 @@ def test_int_round_floor_of_an_int_are_that_int():
     assert run(g, lambda v: (torch.arange(12.0), torch.tensor(v)), (3, 5, 7, 9, 11)) == 2  # (the resume function)
 
 
+def test_bool_of_a_size_is_a_guard_on_its_truth():
+    """``bool(n - 5)`` decides as ``if n - 5:`` does, a guard on ``s0 - 5 != 0`` (it pinned the value)."""
+    def f(x):
+        return x * bool(x.shape[0] - 5), bool(x.shape[0] - 6)
+
+    assert run(f, rows, (5, 7, 9, 11, 13, 6, 8)) == 3  # (static at 5; n other than 5 and 6; n == 6)
+
+
 def test_diagonal_scatter_errors_as_eager():
     compiled = kiln.compile(lambda x: torch.diagonal_scatter(x, x[:, 0]), dynamic=True)
     for n in (5, 7):  # (the diagonal of n x 4 has 4 elements)

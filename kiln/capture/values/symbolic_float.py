@@ -420,6 +420,8 @@ def float_function(tx, fn, args: list[Value], kwargs: dict) -> Value | None:
     if fn in (math.floor, math.ceil, math.trunc, int, round, operator.index) and len(args) == 1 and not kwargs \
             and _is_symbolic_int(args[0]):
         return args[0]  # (each gives the int itself: int(k.item()), int(n) of an int argument)
+    if fn is bool and len(args) == 1 and not kwargs and _is_symbolic_int(args[0]):
+        return ConstantValue(tx.truth(args[0]))  # (as ``if n:``: a guard on n != 0, not on the value)
     if fn in (math.floor, math.ceil, math.trunc, int, round) and len(args) == 1 and not kwargs \
             and isinstance(args[0], SymbolicFloat) and args[0].ratio is not None:
         return _rounded_ratio(tx, fn, args[0])
