@@ -110,14 +110,11 @@ class ReplayRace:
             return self.runner(*args)
         runner = self.runner
         if not runner.recordings:
-            device = next((a.device for a in args if getattr(a, "is_cuda", False)), None)
+            device = _cuda_device(args)
             reserved_before = torch.cuda.memory_reserved(device)
             runner.time_replay = True
             out = runner(*args)
-            if runner.recordings:
-                why = pool_too_big(device, reserved_before)
-            else:
-                why = next(iter(runner.declined.values()), None)
+            why = self._not_kept(device, reserved_before)
             if why is not None:
                 self._decide("plain", f"plain launches: {why}")
             elif runner.replay_seconds is not None:  # (the replay that followed the recording, timed)
@@ -146,14 +143,19 @@ class ReplayRace:
             substitutes = self.after.runner.lent_inputs(args)
             if not substitutes:
                 return
-        device = next((a.device for a in args if getattr(a, "is_cuda", False)), None)
+        device = _cuda_device(args)
         reserved_before = torch.cuda.memory_reserved(device)
-        if self.runner.record(args, substitutes):
-            why = pool_too_big(device, reserved_before)
-        else:
-            why = next(iter(self.runner.declined.values()), None)
+        self.runner.record(args, substitutes)
+        why = self._not_kept(device, reserved_before)
         if why is not None:
             self._decide("plain", f"plain launches: {why}")
+
+    def _not_kept(self, device, reserved_before: int) -> str | None:
+        """After an attempt to record: why there is no recording to keep (none was made, or its memory
+        pool is larger than default mode allows), or None."""
+        if self.runner.recordings:
+            return pool_too_big(device, reserved_before)
+        return next(iter(self.runner.declined.values()), None)
 
     def _verdict(self, replayed: float) -> None:
         p = self.plain_seconds
@@ -167,6 +169,10 @@ class ReplayRace:
         if self.runner.recordings:
             line += "\n" + self.runner.explain()
         return line
+
+
+def _cuda_device(args):
+    return next((a.device for a in args if getattr(a, "is_cuda", False)), None)
 
 
 def why_not(runtime, gm, options) -> str | None:

@@ -15,7 +15,7 @@ from torch.utils._pytree import tree_map
 from kiln.codegen.common import error_locations, index_error_message, print_index_py
 from kiln.codegen.wrapper_runtime import (EXTERN_ARGUMENT_ADAPTERS, INPLACE_FLAG, WRAPPER_HELPERS,  # noqa: F401
                                          Wrapper, ensure_layout, pointer_call, tensor_call)
-from kiln.loopir.nodes import ComputedBuffer, ConstantBuffer, ExternOutput, InputBuffer, Stored
+from kiln.loopir.nodes import ComputedBuffer, ConstantBuffer, ExternOutput, InputBuffer, Stored, unbacked_sizes
 from kiln.loopir.sizes import derived_values, shape_env, value_checks
 from kiln.schedule.scheduler import ExternStep, Schedule
 
@@ -199,8 +199,8 @@ class WrapperGen:
         """``u0 = buf3.size(0)``: a data-dependent size (an unbacked symbol) read from the ATen result
         that made it, once; later kernels take it as a size argument like an input's size."""
         lines = []
-        for d, n in enumerate(size):
-            if isinstance(n, sympy.Symbol) and n.name.startswith("u") and n not in self.unbacked_bound:
+        for d, n in unbacked_sizes(size):
+            if n not in self.unbacked_bound:
                 self.unbacked_bound.add(n)
                 lines.append(f"{n.name} = {result}.size({d})")
         return lines

@@ -170,6 +170,12 @@ class ExternKernel:
     origins: tuple = ()
 
 
+def unbacked_sizes(size) -> list:
+    """(dim, symbol) of each size that is a data-dependent size of its own (``u0``): what an extern
+    kernel's result defines, read from it by the wrapper (``u0 = buf3.size(0)``)."""
+    return [(d, n) for d, n in enumerate(size) if isinstance(n, sympy.Symbol) and n.name.startswith("u")]
+
+
 @dataclasses.dataclass(eq=False)
 class ExternOutput(Buffer):
     kernel: ExternKernel | None = None

@@ -6,7 +6,7 @@ import dataclasses
 import sympy
 
 from kiln.loopir.handlers import ReadsWrites, effective_ranges, run_body
-from kiln.loopir.nodes import ComputedBuffer, ExternKernel, Reduction, Stored
+from kiln.loopir.nodes import ComputedBuffer, ExternKernel, Reduction, Stored, unbacked_sizes
 
 
 @dataclasses.dataclass(eq=False)
@@ -70,10 +70,6 @@ def make_node(buf: ComputedBuffer, dtypes, order: int, deps) -> SchedulerNode:
     return SchedulerNode(buf, rw.reads, [buf.name], set(deps), order=order, symbols=symbols)
 
 
-def _is_unbacked(symbol) -> bool:
-    return isinstance(symbol, sympy.Symbol) and symbol.name.startswith("u")
-
-
 def make_scheduler_nodes(nodes, dtypes) -> list[SchedulerNode]:
     """One SchedulerNode per lowered node, with dependencies from what each reads, and on the extern
     kernel whose result's size defines a data-dependent size it uses (``u0 = buf3.size(0)`` in the
@@ -93,8 +89,7 @@ def make_scheduler_nodes(nodes, dtypes) -> list[SchedulerNode]:
             producer[w] = sn
         if sn.is_extern:
             for o in n.outputs:
-                for s in _free_symbols(o.size):
-                    if _is_unbacked(s):
-                        definer.setdefault(s, sn)
+                for _, s in unbacked_sizes(o.size):
+                    definer.setdefault(s, sn)
         out.append(sn)
     return out
