@@ -18,6 +18,8 @@ import dataclasses
 
 import torch
 
+from kiln.fake.symbolic import ShapeEnv
+
 DYNAMIC_BACKENDS = {"eager", "aot_eager", "kiln"}
 _MARK_DYNAMIC = "_kiln_dynamic_dims"
 _MARK_STATIC = "_kiln_static_dims"
@@ -126,7 +128,7 @@ class DynamicPolicy:
     def int_is_dynamic(self, place: str, value: int) -> bool:
         """Whether the int argument at ``place`` (``L['n']``) is traced as a symbol: under ``dynamic=True``
         always, under automatic dynamic once an earlier compile saw another value there. Values below
-        ``ShapeEnv.MIN_SIZE`` (0, 1, negatives) stay constants, as sizes 0 and 1 do."""
+        ``ShapeEnv.MIN_SYMBOLIC_HINT`` (0, 1, negatives) stay constants, as sizes 0 and 1 do."""
         if not self.ints:
             return False
         previous = None
@@ -142,7 +144,7 @@ class DynamicPolicy:
                 place in self.shapes.dynamic_ints or (previous is not None and previous != value))
         if dynamic and self.shapes is not None:
             self.shapes.dynamic_ints.add(place)
-        return dynamic and value >= 2
+        return dynamic and value >= ShapeEnv.MIN_SYMBOLIC_HINT
 
     def float_is_dynamic(self, place: str, value: float) -> bool:
         """Whether the float argument at ``place`` is a graph input (values/symbolic_float.py): under

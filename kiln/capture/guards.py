@@ -226,7 +226,7 @@ class GuardSet:
             places = ", ".join(s.name() for s in self.dynamic_inputs)
             facts = "; ".join(str(g.fact) for g in env.guards) or "none"
             exprs.append((f"{names.ref(check)}({places}) is None",
-                          f"sizes of {places} (symbols {', '.join(map(str, env.symbols))}; guards: {facts})"[:300],
+                          f"sizes of {places} (symbols {env.ranges()}; guards: {facts})"[:300],
                           _chain_names(self.dynamic_inputs)))
             self._shape_call = f"{names.ref(check)}({places})"
         if held:

@@ -9,8 +9,11 @@ had to become a Python int) in the ``ShapeEnv``, and returns the value. The comp
 exactly where all recorded facts hold: ``ShapeEnv.check_source`` prints them as one Python function the
 guards call with the input tensors.
 
-Facts that follow from what is known about every symbol (sizes are integers >= 2: 0 and 1 are
-specialized) are decided without a guard: ``Eq(s0, 1)`` is False for every allowed size.
+Facts that follow from what is known about every symbol (sizes are integers >= 2: sizes seen as 0 or 1
+stay constants, as broadcasting and empty tensors behave differently) are decided without a guard:
+``Eq(s0, 1)`` is False for every allowed size. Each such decision is checked against sizes from 1 too: a
+symbol none of whose decisions needed it to be >= 2 is checked at run time as ``>= 1``, so the graph
+serves size 1 as well (a model compiled dynamic over batch sizes 2..64 runs batch 1 in the same graph).
 """
 from __future__ import annotations
 
@@ -58,7 +61,8 @@ class InputBinding:
 class ShapeEnv:
     """The size symbols of one captured frame, their hints, and the facts its compiled code relies on."""
 
-    MIN_SIZE = 2  # sizes 0 and 1 are specialized (broadcasting and empty tensors behave differently)
+    MIN_SYMBOLIC_HINT = 2  # sizes 0 and 1 stay constants (broadcasting and empty tensors behave differently)
+    MIN_SIZE = 2  # a symbol's lowest value while tracing (size 1 is served where no decision needed this)
 
     def __init__(self) -> None:
         self.hints: dict[sympy.Symbol, int] = {}
@@ -72,6 +76,9 @@ class ShapeEnv:
         self.failed: str | None = None  # set where sizes could not stay symbolic: compile static instead
         self.specialization_error: SpecializationError | None = None  # a marked-dynamic dim became a constant
         self._decided: dict[sympy.Basic, bool] = {}
+        # symbols still checked as >= 1 at run time: every fact decided from their lower bound so far holds
+        # for size 1 too (a decision that needs >= 2 removes the symbol: size 1 then compiles its own entry)
+        self.serves_one: set[sympy.Symbol] = set()
         self._by_hint: dict[int, sympy.Symbol] = {}  # duck sizing: equal sizes share a symbol
         self.unbacked: dict[sympy.Symbol, str] = {}  # u0, u1, ...: data-dependent sizes -> the op that made them
         self.nonzero_counts: dict = {}  # id(tensor) -> (tensor, its version, u): one count per mask (unbacked.py)
@@ -95,6 +102,8 @@ class ShapeEnv:
         symbol = sympy.Symbol(f"s{len(self.hints)}", integer=True, positive=True)
         self.hints[symbol] = hint
         self.lower[symbol] = max(self.MIN_SIZE, lower or 0)
+        if (lower or 0) <= 1:
+            self.serves_one.add(symbol)
         self.upper[symbol] = upper
         self.origins[symbol] = origin
         if marked:
@@ -185,26 +194,60 @@ class ShapeEnv:
         found = self._decided.get(fact)
         if found is not None:
             return found
-        value = self._static(fact)
+        value = self._static(fact, self.lower)
         if value is not None:
             self._decided[fact] = value
+            ones = fact.free_symbols & self.serves_one
+            if ones and self._static(fact, {**self.lower, **{s: 1 for s in ones}}) != value:
+                self.serves_one -= ones  # decided only for sizes >= 2: the run-time check says so
         return value
 
-    def _static(self, fact) -> bool | None:
+    def settled_value(self, fact) -> bool | None:
+        """The truth of ``fact`` where it holds for every size the compiled code serves (size 1 too, for
+        symbols that still serve it), or None; decides nothing. Folds new SymBools and answers ATen's
+        ``GUARD_OR_FALSE`` questions, whose general path is right either way: ``Eq(s0, 1)`` built inside a
+        contiguity check stays an expression rather than becoming False and costing size 1."""
+        fact = sympy.sympify(fact)
+        if fact is sympy.true or fact is sympy.false:
+            return bool(fact)
+        found = self._decided.get(fact)
+        if found is not None:  # (decided or guarded already)
+            return found
+        value = self._static(fact, self.lower)
+        ones = fact.free_symbols & self.serves_one if value is not None else ()
+        if ones and self._static(fact, {**self.lower, **{s: 1 for s in ones}}) != value:
+            return None
+        return value
+
+    def answer_or(self, fact, default: bool) -> bool:
+        """A fact asked where either answer is right and ``default`` takes the general path (ATen's
+        ``GUARD_OR_FALSE``/``GUARD_OR_TRUE``, torch's Python ``guard_or_false``, ``statically_known_true``):
+        its truth where the sizes decide it, else ``default``; never a guard. Where only sizes >= 2 decide
+        it, and against the default, that answer is kept (as before sizes 1 were served) and the symbols
+        stop serving size 1."""
+        settled = self.settled_value(fact)
+        if settled is not None:
+            return settled
+        value = self._static(sympy.sympify(fact), self.lower)
+        if value is None or value == default:
+            return default
+        return self.static_value(fact)
+
+    def _static(self, fact, lower: dict) -> bool | None:
         from kiln.loopir.index import FloorDiv, ModularIndexing
         if isinstance(fact, sympy.Not):
-            inner = self._static(fact.args[0])
+            inner = self._static(fact.args[0], lower)
             return None if inner is None else not inner
         if isinstance(fact, (sympy.And, sympy.Or)):
-            parts = [self._static(a) for a in fact.args]
+            parts = [self._static(a, lower) for a in fact.args]
             if isinstance(fact, sympy.And):
                 return False if False in parts else (True if all(p is True for p in parts) else None)
             return True if True in parts else (False if all(p is False for p in parts) else None)
         if not isinstance(fact, sympy.core.relational.Relational):
             return None
         # each symbol is lower + (a nonnegative integer): the sign of lhs - rhs decides many facts
-        shift = {s: self.lower[s] + sympy.Symbol(f"_n{i}", integer=True, nonnegative=True)
-                 for i, s in enumerate(fact.free_symbols) if s in self.lower}
+        shift = {s: lower[s] + sympy.Symbol(f"_n{i}", integer=True, nonnegative=True)
+                 for i, s in enumerate(fact.free_symbols) if s in lower}
         diff = (fact.lhs - fact.rhs).xreplace(shift)
         value = _decide(type(fact), sympy.expand(_without_divisions(diff)))
         if value is None and diff.has(FloorDiv, ModularIndexing):  # the remainders' other bound
@@ -292,11 +335,23 @@ class ShapeEnv:
         self.inputs.append(InputBinding(name, (), (), scalar=symbol))
 
     def int_symbol(self, value: int, origin: str, duck: bool = False) -> torch.SymInt:
-        """A symbol for an int argument that was ``value`` while compiling (``value >= MIN_SIZE``: 0, 1 and
+        """A symbol for an int argument that was ``value`` while compiling (``value >= MIN_SYMBOLIC_HINT``: 0, 1 and
         negative values stay constants). Not duck-sized (equal to a tensor size is no reason to share),
         except with ``duck``: an item of a ``torch.Size`` argument, most likely a tensor's size (the guards
         check that they stay equal)."""
         return self.symint(self.create_symbol(value, origin, duck=duck))
+
+    def run_time_lower(self, s: sympy.Symbol) -> int:
+        """The lowest value of ``s`` the compiled code serves: 1 where no decision needed ``s >= 2``."""
+        lo = self.lower[s]
+        return 1 if s in self.serves_one and lo == self.MIN_SIZE else lo
+
+    def ranges(self) -> str:
+        """``s0 >= 1, s1 >= 2, s2 in [4, 64]``: the backed symbols' ranges as the run-time check has them."""
+        def one(s):
+            lo, hi = self.run_time_lower(s), self.upper.get(s)
+            return f"{s} >= {lo}" if hi is None else f"{s} in [{lo}, {hi}]"
+        return ", ".join(one(s) for s in self.hints)
 
     def check_source(self) -> str:
         """``check_shapes(t0, t1, ...)`` over the bound inputs: None when every size, stride and fact holds,
@@ -322,7 +377,8 @@ class ShapeEnv:
                     lines.append(f"    {size} = {place}")
                     continue
                 checks.append((f"{place} == {_py(size)}", f"{inp.name}.size({d}) == {size}"))
-        for s, lo in self.lower.items():
+        for s in self.lower:
+            lo = self.run_time_lower(s) if s in self.hints else self.lower[s]
             if s in bound:
                 checks.append((f"{s} >= {lo}", f"{self.origins.get(s) or s} >= {lo} ({s})"))
                 if self.upper.get(s) is not None:
@@ -370,7 +426,9 @@ class ShapeEnv:
 
     def describe(self) -> str:
         """Symbols and guards, for explain()."""
-        rows = [f"{s} = {self.origins.get(s) or '?'} (was {h}, >= {self.lower[s]})" for s, h in self.hints.items()]
+        rows = [f"{s} = {self.origins.get(s) or '?'} (was {h}, >= {self.lower[s]}"
+                + (", also serves 1)" if s in self.serves_one and self.lower[s] == self.MIN_SIZE else ")")
+                for s, h in self.hints.items()]
         rows += [f"{s} = {origin} (data-dependent, >= {self.lower.get(s, '-inf')})" for s, origin in self.unbacked.items()]
         rows += [f"{s} {self.origins[s]} (computed by the wrapper)" for s in self.derived]
         rows += [f"guard: {g.fact}" + (f"  # {g.where}" if g.where else "") for g in self.guards]
@@ -538,7 +596,7 @@ class SymNode:
 
     def _new(self, expr, pytype, hint) -> "SymNode":
         if pytype is bool and expr not in (sympy.true, sympy.false):
-            known = self.env.static_value(expr)
+            known = self.env.settled_value(expr)
             if known is not None:
                 expr = sympy.true if known else sympy.false
         return SymNode(expr, self.env, pytype, hint)
@@ -731,13 +789,17 @@ class SymNode:
         return float(self._concrete())
 
     def guard_bool(self, file=None, line=None) -> bool:
-        if self.hint is None and self.pytype is bool and self.env.static_value(self.expr) is None:
+        if self.pytype is bool and self.env.settled_value(self.expr) is None:
             default = _python_guard_or_default()
-            if default is not None:  # torch's Python ``guard_or_false``: its default, as torch answers unbacked
-                return default
+            if default is not None:  # torch's Python ``guard_or_false``
+                if self.hint is None:  # its default, as torch answers unbacked
+                    return default
+                value = self.env._static(self.expr, self.env.lower)
+                if value is not None and value == default:  # (right for size 1 too: the general path)
+                    return default
         return bool(self._concrete())
 
-    guard_size_oblivious = guard_bool
+    guard_size_oblivious = guard_bool  # (torch: its answers may differ from eager's for sizes 0 and 1)
 
     # ATen's C++ asks ``TORCH_GUARD_OR_FALSE(fact)`` where either answer is correct and the default one
     # takes the general path (contiguity fast paths, broadcasting, which then checks its assumption with
@@ -745,19 +807,17 @@ class SymNode:
     # size, answer the default without a guard (as ATen does for sizes without a hint): a guard there
     # (``s0 - 1 != 1`` from a slice's contiguity) would only split the sizes into more compiles.
     def guard_or_false(self, file=None, line=None) -> bool:
-        known = self.env.static_value(self.expr) if self.pytype is bool else None
-        return known if known is not None else False
+        return self.env.answer_or(self.expr, False) if self.pytype is bool else False
 
     def guard_or_true(self, file=None, line=None) -> bool:
-        known = self.env.static_value(self.expr) if self.pytype is bool else None
-        return known if known is not None else True
+        return self.env.answer_or(self.expr, True) if self.pytype is bool else True
     expect_true = guard_bool
 
     def expect_size(self, file=None, line=None) -> bool:
         return self.env.evaluate(sympy.Ge(self.expr, 0), self.hint is not None and self.hint >= 0)
 
     def statically_known_true(self, file=None, line=None) -> bool:
-        return self.pytype is bool and self.env.static_value(self.expr) is True
+        return self.pytype is bool and self.env.answer_or(self.expr, False)
 
     def bool_(self) -> bool:
         return bool(self._concrete())
@@ -813,7 +873,7 @@ def symbolic_fake(real: torch.Tensor, env: ShapeEnv, name: str, dims, marked=Non
         return None
     exprs: list = []
     for d, n in enumerate(sizes):
-        if d in dims and n >= ShapeEnv.MIN_SIZE:
+        if d in dims and n >= ShapeEnv.MIN_SYMBOLIC_HINT:
             lo, hi = marked.get(d, (None, None))
             exprs.append(env.create_symbol(n, f"{name}.size({d})", lo, hi, marked=d in marked))
         else:

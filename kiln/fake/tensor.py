@@ -11,6 +11,7 @@ raise ``UnsupportedFakeOp``; the caller turns that into a graph break or an eage
 """
 from __future__ import annotations
 
+import math
 import threading
 
 import torch
@@ -111,11 +112,11 @@ class FakeTensor(torch.Tensor):
 
 
 def meta_alias(t: torch.Tensor) -> torch.Tensor:
-    """A plain meta tensor viewing ``t``'s storage with ``t``'s size, stride and offset."""
-    with torch.no_grad(), _kernel_context():
-        out = torch.empty(0, dtype=t.dtype, device="meta")
-        out.set_(t.untyped_storage(), t.storage_offset(), t.size(), t.stride())
-    return out
+    """A plain meta tensor viewing ``t``'s storage with ``t``'s size, stride and offset (not a view: its
+    metadata is its own). ``detach`` with Python dispatch off copies the metadata as it is; ``set_``
+    recomputed contiguity with a guard on every symbolic size (whether it is 1) even where nothing asks."""
+    with torch.no_grad(), _kernel_context(), torch._C._DisableTorchDispatch():
+        return t.detach()
 
 
 class _kernel_context:
@@ -208,7 +209,15 @@ def _convolution_layout(out, args, kwargs):
 
 
 def _plain_contiguous(t) -> bool:
-    return isinstance(t, torch.Tensor) and t.is_contiguous() and not t.is_contiguous(memory_format=torch.channels_last)
+    """Contiguous and not channels-last. A tensor both are true of only because its channel or spatial
+    sizes are 1 (a 1x1 kernel's weight) is NCHW, as ATen reads such ambiguous strides; asking the backend
+    choice about it asked whether the batch is 1 (``s0 > 1``), which cost dynamic graphs batch 1."""
+    if not (isinstance(t, torch.Tensor) and t.is_contiguous()):
+        return False
+    if not t.is_contiguous(memory_format=torch.channels_last):
+        return True
+    rest = t.shape[1:]
+    return all(type(n) is int for n in rest) and (rest[0] == 1 or math.prod(rest[1:]) == 1)
 
 
 # outputs whose strides the meta kernel does not give as the real kernel does: fixed after it

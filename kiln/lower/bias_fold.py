@@ -16,6 +16,7 @@ import operator
 import torch
 import torch.fx as fx
 
+from kiln.fake.shapes import sym_sizes
 from kiln.lower.extern import LIBRARY_OPS
 
 aten = torch.ops.aten
@@ -58,8 +59,9 @@ def _bias_and_product(add: fx.Node):
             continue
         if out.dtype not in (torch.float32, torch.float64) or not out.is_contiguous():
             continue  # 16-bit mm + add rounds twice, addmm once; addmm's result is row-major
-        if tuple(torch.broadcast_shapes(b.shape, out.shape)) != tuple(out.shape):
-            continue
+        if sym_sizes(_val(product)) != sym_sizes(out):
+            continue  # (the add broadcast the product: the bias is larger than a row; the add was valid, so
+            # with the product's shape kept the bias broadcasts to it, asked without a guard on sizes)
         return bias, product
     return None
 

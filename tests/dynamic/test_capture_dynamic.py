@@ -43,11 +43,20 @@ def test_dynamic_false_specializes_every_size():
     assert compiles(c) == 3
 
 
-def test_zero_and_one_are_specialized():
+def test_size_one_runs_in_the_dynamic_graph_and_zero_is_specialized():
     def f(x):
         return x.sum(0) * x.size(0)
     c = run_sizes(f, [8, 5, 1, 13, 1], lambda n: (torch.randn(n, 3),), dynamic=True)
-    assert compiles(c) == 2  # one for sizes >= 2, one for size 1
+    assert compiles(c) == 1  # the trace never asked whether the size is 1: s0 >= 1
+    c = run_sizes(f, [8, 5, 0, 13, 0], lambda n: (torch.randn(n, 3),), dynamic=True)
+    assert compiles(c) == 2  # one for sizes >= 1, one for the empty tensor
+
+
+def test_a_first_size_of_one_stays_a_constant():
+    def f(x):
+        return x.sum(0) * x.size(0)
+    c = run_sizes(f, [1, 8, 5, 1], lambda n: (torch.randn(n, 3),), dynamic=True)
+    assert compiles(c) == 2  # size 1 first: a static graph (0/1 specialization), then one dynamic
 
 
 def test_branch_on_size_guards_the_condition():

@@ -108,11 +108,12 @@ def test_int_in_python_branch_guards(backend):
 def test_zero_one_negative_specialized(backend):
     def f(x, n):
         return x * n + x[:n].sum()
-    # 4 static, 7 dynamic, 9 reuses it; 1, 0 and -3 are constants (each its own entry), 5 reuses the dynamic one
+    # 4 static, 7 dynamic, 9 and 1 reuse it (nothing needed n >= 2); 0 and -3 are constants (each its own
+    # entry), 5 reuses the dynamic one
     c = run(f, lambda n: (X, n), (4, 7, 9, 1, 0, -3, 5), backend)
-    assert compiles(c) == 5
-    c = run(f, lambda n: (X, n), (4, 7, 1, 0, -3, 5), backend, dynamic=True)
     assert compiles(c) == 4
+    c = run(f, lambda n: (X, n), (4, 7, 1, 0, -3, 5), backend, dynamic=True)
+    assert compiles(c) == 3  # 4 dynamic (serving 7, 1, 5), 0, -3
 
 
 def test_returned_and_stored_int(backend):

@@ -47,7 +47,8 @@ def test_shape_env_binds_an_int_input_and_checks_it():
     assert "s1 = ts[1]" in env.check_source()
     assert check(torch.randn(8, 3), 5) is None
     assert check(torch.randn(8, 3), 12) is not None  # s1 < s0 + 1 fails
-    assert check(torch.randn(8, 3), 1) is not None  # below the lower bound: 1 is a constant
+    assert check(torch.randn(8, 3), 1) is None  # no decision needed n >= 2: 1 is served
+    assert check(torch.randn(8, 3), 0) is not None  # below the lower bound
     fn, used = env.expr_function(to_expr(n) * 2 + to_expr(x.shape[0]))
     assert fn(*[[torch.randn(6, 3), 4][i] for i in used]) == 14
 
