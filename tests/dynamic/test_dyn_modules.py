@@ -59,9 +59,24 @@ def test_conv2d_dynamic_batch_pool_flatten(backend):
             x = F.max_pool2d(F.relu(self.conv(x)), 2)
             return self.fc(x.view(x.size(0), -1))
     # dynamo: 3 (its conv backend choice guards on batch >= 16; kiln skips that choice for contiguous
-    # operands, but an input with one channel is channels-last too, and torch before 2.13 guards there)
-    graphs = 2 if TORCH_2_13 else 3
-    check(_seeded(Net), lambda n: (torch.randn(n, 1, 8, 8),), backend, graphs=graphs, dynamo_graphs=3)
+    # operands, an input with one channel included: channels-last too, but NCHW as ATen reads it)
+    check(_seeded(Net), lambda n: (torch.randn(n, 1, 8, 8),), backend, graphs=2, dynamo_graphs=3)
+
+
+def test_channels_last_features_into_adaptive_avg_pool(backend):
+    # ATen's adaptive_avg_pool2d to 1x1 of a channels-last input relabels its (n, c, 1, 1) mean with
+    # as_strided_ (on CUDA every convolution output is channels-last): one dynamic graph, not one per size
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(3, 8, 3, padding=1)
+            self.pool = nn.AdaptiveAvgPool2d(1)
+
+        def forward(self, x):
+            x = x.contiguous(memory_format=torch.channels_last)
+            return self.pool(torch.relu(self.conv(x))).flatten(1)
+    with torch.no_grad():
+        check(_seeded(Net), lambda n: (torch.randn(n, 3, 8, 8),), backend, graphs=2)
 
 
 def test_adaptive_avg_pool_dynamic_hw(backend):

@@ -306,8 +306,10 @@ def test_sequence_of_one_token(backend):
 def test_empty_and_single_row_batches(backend):
     def f(x):
         return torch.cat([x, x.mean(0, keepdim=True).expand(x.size(0), -1)], dim=1)
-    # 8 static, 5 dynamic (serving 1 and 13), 0 its own entry
-    check(f, lambda n: (torch.randn(n, 2),), backend, sizes=(8, 5, 0, 1, 13, 0), graphs=3)
+    # 8 static, 5 dynamic (serving 1 and 13), 0 its own entry; torch before 2.13 decides something about
+    # this graph from sizes >= 2, so 1 gets an entry too
+    two_13 = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 13)
+    check(f, lambda n: (torch.randn(n, 2),), backend, sizes=(8, 5, 0, 1, 13, 0), graphs=3 if two_13 else 4)
 
 
 def test_same_sizes_then_different(backend):
