@@ -180,6 +180,7 @@ def _compile_graph(gm, options: Options, target: str) -> CompiledGraph:
         if triton and options.matmul_templates:
             sched = fuse_matmul_templates(sched, buffers, output_names)
     mutated = gm.meta.get("kiln_mutated_inputs", ())
+    unguarded = bool(gm.meta.get("kiln_inputs_from_forward"))
     inplace = plan_inplace_stores(lg, sched, buffers, list(mutated)) if mutated and options.inplace_stores else {}
     stats.inplace_stores += len(inplace)
     with stats.timed("codegen"):
@@ -206,9 +207,10 @@ def _compile_graph(gm, options: Options, target: str) -> CompiledGraph:
             from kiln.codegen.triton.launch import refresh_launch_hooks
 
             wrapper = WrapperGen(lg, sched, kernels, buffers, kernel_call=tensor_call, prologue=refresh_launch_hooks,
-                                 inplace=inplace, inplace_at_once=at_once).generate()
+                                 inplace=inplace, inplace_at_once=at_once, unguarded_inputs=unguarded).generate()
         else:
-            wrapper = WrapperGen(lg, sched, kernels, buffers, inplace=inplace, inplace_at_once=at_once).generate()
+            wrapper = WrapperGen(lg, sched, kernels, buffers, inplace=inplace, inplace_at_once=at_once,
+                                 unguarded_inputs=unguarded).generate()
     stats.kernels_generated += len(kernels)
     for op, reason in lg.fallbacks.items():
         stats.aten_fallbacks[f"{op}: {reason}"] += 1
@@ -315,6 +317,8 @@ class GraphCompiler:
 
         target = self.target
         role = gm.meta.get("kiln_role", role)  # (a backward variant names itself: aot/compile.py)
+        if role.startswith("backward"):  # its inputs come from the forward's code, not through guards
+            gm.meta["kiln_inputs_from_forward"] = True
         devices = {x.device.type for x in example_inputs if isinstance(x, torch.Tensor)}
         devices |= {v.device.type for n in gm.graph.nodes if isinstance(v := n.meta.get("val"), torch.Tensor)}
         if devices == {"cuda"} and target != "triton" and triton_available() is None:

@@ -28,8 +28,11 @@ class WrapperGen:
     ``inplace_at_once`` (the backend turns it on after a first call whose kernels all built)."""
 
     def __init__(self, lg, sched: Schedule, kernels: dict, buffers: dict, kernel_call=pointer_call, prologue=None,
-                 inplace: dict | None = None, inplace_at_once: bool = True):
+                 inplace: dict | None = None, inplace_at_once: bool = True, unguarded_inputs: bool = False):
         self.lg, self.sched, self.kernels, self.buffers = lg, sched, kernels, buffers
+        # inputs no guard checked (a backward's saved tensors, made by the forward's code): a layout other
+        # than the trace's is copied into the trace's before a kernel indexes it with the trace's strides
+        self.unguarded_inputs = unguarded_inputs
         self.kernel_call = kernel_call
         self.prologue = prologue  # a function the wrapper calls first when it launches kernels
         self.inplace = dict(inplace or {})
@@ -104,6 +107,8 @@ class WrapperGen:
         locations: dict = {}
         if self.prologue is not None and self.kernels:
             body.append(f"{self.const(self.prologue, self.prologue.__name__)}()")
+        if self.unguarded_inputs:
+            body += self._input_layouts(args)
         for i, step in enumerate(self.sched.steps):
             if not isinstance(step, ExternStep):  # a fused group or a matmul template: one kernel
                 kernel = self.kernels[step.name]
@@ -136,6 +141,22 @@ class WrapperGen:
         binds, bound = self._bind_symbols(args) if self.symbols else ([], set())
         src = [f"def call({', '.join(args)}):"] + ["    " + line for line in binds + body]
         return Wrapper("\n".join(src) + "\n", self.ns, set(self.symbols), bound | self.unbacked_bound, locations)
+
+    def _input_layouts(self, args) -> list[str]:
+        """``x = ensure_layout(x, size, stride)`` for each input the trace saw with strides that are not
+        row-major. The forward's code may realize such a value (a slice of a wider product, saved for the
+        backward) as a dense buffer of its own, and its backward indexed it with the slice's strides: the
+        gradients read memory outside the tensor."""
+        from kiln.loopir.nodes import contiguous_strides
+
+        lines = []
+        for b in self.lg.inputs:
+            if b.name not in args or not self.kernels:
+                continue
+            if tuple(sympy.expand(s) for s in contiguous_strides(b.size)) == tuple(sympy.expand(s) for s in b.stride):
+                continue
+            lines.append(f"{b.name} = ensure_layout({b.name}, {self.sizes(b.size)}, {self.sizes(b.stride)})")
+        return lines
 
     def _alloc(self, b: ComputedBuffer, pool) -> str:
         size, stride = b.allocation()

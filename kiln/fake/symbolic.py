@@ -79,6 +79,9 @@ class ShapeEnv:
         # symbols still checked as >= 1 at run time: every fact decided from their lower bound so far holds
         # for size 1 too (a decision that needs >= 2 removes the symbol: size 1 then compiles its own entry)
         self.serves_one: set[sympy.Symbol] = set()
+        # > 0 while an op whose result aliases its input or not by the answers runs (reshape): ATen's
+        # either-answer questions are then guarded at the hints, as eager answers them (aliasing_decisions)
+        self.exact_answers = 0
         self._by_hint: dict[int, sympy.Symbol] = {}  # duck sizing: equal sizes share a symbol
         self.unbacked: dict[sympy.Symbol, str] = {}  # u0, u1, ...: data-dependent sizes -> the op that made them
         self.nonzero_counts: dict = {}  # id(tensor) -> (tensor, its version, u): one count per mask (unbacked.py)
@@ -807,9 +810,13 @@ class SymNode:
     # size, answer the default without a guard (as ATen does for sizes without a hint): a guard there
     # (``s0 - 1 != 1`` from a slice's contiguity) would only split the sizes into more compiles.
     def guard_or_false(self, file=None, line=None) -> bool:
+        if self.env.exact_answers and self.pytype is bool and self.hint is not None:
+            return bool(self._concrete())
         return self.env.answer_or(self.expr, False) if self.pytype is bool else False
 
     def guard_or_true(self, file=None, line=None) -> bool:
+        if self.env.exact_answers and self.pytype is bool and self.hint is not None:
+            return bool(self._concrete())
         return self.env.answer_or(self.expr, True) if self.pytype is bool else True
     expect_true = guard_bool
 
@@ -827,6 +834,29 @@ class SymNode:
 
     def float_(self) -> float:
         return float(self._concrete())
+
+
+class aliasing_decisions:
+    """While an op runs whose result is a view of its input or a copy depending on ATen's either-answer
+    questions (``reshape``: ``computeStride`` asks ``GUARD_OR_TRUE(view_numel != tensor_numel)``), those
+    questions are guarded at the hints: answered by default, ``x.t().reshape(n, m, 2)`` was a copy where
+    eager returns a view, and a later in-place change of it did not reach ``x``."""
+
+    def __init__(self, args):
+        self.envs = []
+        for t in args:
+            if isinstance(t, torch.Tensor):
+                for n in t.shape:
+                    if is_symbolic(n) and n.node.env not in self.envs:
+                        self.envs.append(n.node.env)
+
+    def __enter__(self):
+        for env in self.envs:
+            env.exact_answers += 1
+
+    def __exit__(self, *exc):
+        for env in self.envs:
+            env.exact_answers -= 1
 
 
 def _python_guard_or_default() -> bool | None:

@@ -15,6 +15,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from kiln.fake import symbolic_upsample
+from kiln.fake.symbolic import aliasing_decisions
 from kiln.fake.symbolic_meta import _broadcast_shape, has_symbolic_tensor
 
 aten = torch.ops.aten
@@ -537,7 +538,15 @@ class SymbolicCompositeMode(TorchFunctionMode):
                     out = entry[1](*bound)
                 if out is not NotImplemented:
                     return out
+        if _hashable(func) and func in ALIASING_DECISIONS:
+            with aliasing_decisions((*args, *kwargs.values())):
+                return func(*args, **kwargs)
         return func(*args, **kwargs)
+
+
+# a view or a copy depending on the sizes and strides (decided as eager decides it: aliasing_decisions)
+ALIASING_DECISIONS = frozenset({torch.reshape, torch.Tensor.reshape, torch.Tensor.reshape_as, torch.flatten,
+                                torch.Tensor.flatten})
 
 
 def _hashable(x) -> bool:

@@ -36,11 +36,25 @@ class FloorDiv(sympy.Function):
             return sympy.Integer(0)
         if a.is_Integer and b.is_Integer:
             return sympy.Integer(int(a) // int(b))
+        if b.is_Integer and b > 1:
+            terms = sympy.Add.make_args(a)
+            if all(t.as_coeff_Mul()[0].is_Integer and t.as_coeff_Mul()[0] % b == 0 for t in terms):
+                return sympy.Add(*[t / b for t in terms])  # 3*s0 // 3 == s0 (a reshape's -1)
         if not b.is_number:
             q = sympy.cancel(a / b)  # 128*s0 // (32*s0) == 4: sizes in symbols cancel
-            if q.is_Integer:
-                return q
+            if q.is_Integer or _integer_polynomial(q):
+                return q  # (s0*s1 // s0 == s1: b divides a for every value, a reshape's -1 is exact)
         return None
+
+
+def _integer_polynomial(q) -> bool:
+    """``q`` is a polynomial in its symbols with integer coefficients (an integer for every size)."""
+    if not q.free_symbols or sympy.fraction(q)[1] != 1:
+        return False
+    try:
+        return all(c.is_Integer for c in sympy.Poly(q, *sorted(q.free_symbols, key=str)).coeffs())
+    except sympy.PolynomialError:
+        return False
 
 
 class ModularIndexing(sympy.Function):
