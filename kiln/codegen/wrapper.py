@@ -155,6 +155,9 @@ class WrapperGen:
                 continue
             if tuple(sympy.expand(s) for s in contiguous_strides(b.size)) == tuple(sympy.expand(s) for s in b.stride):
                 continue
+            if any(st == 0 for n, st in zip(b.size, b.stride) if n != 1):
+                continue  # (an expanded value: reading a dense copy with stride 0 reads equal elements, and
+                # a layout whose elements overlap cannot be written)
             lines.append(f"{b.name} = ensure_layout({b.name}, {self.sizes(b.size)}, {self.sizes(b.stride)})")
         return lines
 
