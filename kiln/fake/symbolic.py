@@ -200,10 +200,16 @@ class ShapeEnv:
         value = self._static(fact, self.lower)
         if value is not None:
             self._decided[fact] = value
-            ones = fact.free_symbols & self.serves_one
-            if ones and self._static(fact, {**self.lower, **{s: 1 for s in ones}}) != value:
-                self.serves_one -= ones  # decided only for sizes >= 2: the run-time check says so
+            ones = self._needs_two(fact, value)
+            self.serves_one -= ones  # decided only for sizes >= 2: the run-time check says so
         return value
+
+    def _needs_two(self, fact, value: bool) -> set:
+        """The symbols still serving size 1 whose range from 1 does not decide ``fact`` as ``value``."""
+        ones = fact.free_symbols & self.serves_one
+        if ones and self._static(fact, {**self.lower, **{s: 1 for s in ones}}) != value:
+            return ones
+        return set()
 
     def settled_value(self, fact) -> bool | None:
         """The truth of ``fact`` where it holds for every size the compiled code serves (size 1 too, for
@@ -217,10 +223,7 @@ class ShapeEnv:
         if found is not None:  # (decided or guarded already)
             return found
         value = self._static(fact, self.lower)
-        ones = fact.free_symbols & self.serves_one if value is not None else ()
-        if ones and self._static(fact, {**self.lower, **{s: 1 for s in ones}}) != value:
-            return None
-        return value
+        return None if value is not None and self._needs_two(fact, value) else value
 
     def answer_or(self, fact, default: bool) -> bool:
         """A fact asked where either answer is right and ``default`` takes the general path (ATen's
